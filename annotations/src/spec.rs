@@ -1,0 +1,227 @@
+//! The typed load-balancer spec. The provider-neutral core is fixed by the architecture; the
+//! per-provider extensions live in [`ProviderSpec`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+/// Which cloud's annotations are interpreted (and which provider will build the LB).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cloud {
+    /// The embedded default: addresses from a local pool, forwarded on this machine.
+    Local,
+    /// Amazon Web Services (Classic ELB or NLB).
+    Aws,
+    /// Google Cloud (external or internal passthrough L4).
+    Gcp,
+    /// Microsoft Azure (Standard Load Balancer).
+    Azure,
+    /// OpenStack Octavia (annotations parsed; no provider in this repository).
+    Openstack,
+    /// Tencent Cloud TKE (annotations parsed; no provider in this repository).
+    Tencent,
+    /// Baidu Cloud CCE (annotations parsed; no provider in this repository).
+    Baidu,
+}
+
+/// Identity of the Service a load balancer belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ServiceKey {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`; load-balancer names derive from it, as upstream does.
+    pub uid: String,
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Transport protocol of a Service port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Protocol {
+    /// TCP (the Kubernetes default).
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+/// `spec.ports[].targetPort`: a number, or a container port name resolved per endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(untagged)]
+pub enum TargetPort {
+    /// A port number.
+    Number(u16),
+    /// A named container port.
+    Name(String),
+}
+
+/// One Service port, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PortSpec {
+    /// Port name (required and unique when the Service has more than one port).
+    pub name: Option<String>,
+    /// Transport protocol.
+    pub protocol: Protocol,
+    /// The port the load balancer listens on.
+    pub port: u16,
+    /// Node port the load balancer forwards to; `None` when `allocateLoadBalancerNodePorts`
+    /// is false or the API server has not allocated one yet.
+    pub node_port: Option<u16>,
+    /// Where endpoints listen.
+    pub target_port: TargetPort,
+}
+
+/// Whether the load balancer is reachable from the internet or only inside the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    /// Internet-facing (the default everywhere).
+    #[default]
+    External,
+    /// Internal to the VPC / VNet.
+    Internal,
+}
+
+/// Where the effective source ranges came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SourceRangeOrigin {
+    /// Nothing set: every source is allowed.
+    Default,
+    /// `spec.loadBalancerSourceRanges`.
+    Spec,
+    /// The `service.beta.kubernetes.io/load-balancer-source-ranges` annotation fallback.
+    Annotation,
+}
+
+/// Client CIDRs allowed to reach the load balancer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceRanges {
+    /// The CIDRs; empty means "allow all" (origin `Default`).
+    pub cidrs: Vec<IpNet>,
+    /// Where they came from.
+    pub origin: SourceRangeOrigin,
+}
+
+impl SourceRanges {
+    /// True when no restriction applies.
+    pub fn allows_all(&self) -> bool {
+        self.cidrs.is_empty()
+    }
+}
+
+/// `spec.externalTrafficPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "policy", rename_all = "camelCase")]
+pub enum TrafficPolicy {
+    /// Any node forwards to any endpoint (client address masqueraded).
+    Cluster,
+    /// Only nodes with a local endpoint receive traffic; the client address is preserved.
+    Local {
+        /// `spec.healthCheckNodePort`, which answers 200 only on nodes with local endpoints.
+        #[serde(rename = "healthCheckNodePort")]
+        health_check_node_port: Option<u16>,
+    },
+}
+
+/// `spec.sessionAffinity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "type")]
+pub enum SessionAffinity {
+    /// No stickiness.
+    None,
+    /// Connections from one client IP go to the same endpoint for `timeout_seconds`.
+    ClientIP {
+        /// `sessionAffinityConfig.clientIP.timeoutSeconds` (default 10800).
+        #[serde(rename = "timeoutSeconds")]
+        timeout_seconds: u32,
+    },
+}
+
+/// One `topologyKeys` entry (seed 002).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(into = "String")]
+pub enum TopologyKey {
+    /// `kubernetes.io/hostname`.
+    Hostname,
+    /// `topology.kubernetes.io/zone`.
+    Zone,
+    /// `topology.kubernetes.io/region`.
+    Region,
+    /// `*`: any endpoint (only allowed last).
+    Any,
+    /// Any other node-label key.
+    Label(String),
+}
+
+impl From<TopologyKey> for String {
+    fn from(key: TopologyKey) -> String {
+        key.to_string()
+    }
+}
+
+impl fmt::Display for TopologyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TopologyKey::Hostname => f.write_str("kubernetes.io/hostname"),
+            TopologyKey::Zone => f.write_str("topology.kubernetes.io/zone"),
+            TopologyKey::Region => f.write_str("topology.kubernetes.io/region"),
+            TopologyKey::Any => f.write_str("*"),
+            TopologyKey::Label(label) => f.write_str(label),
+        }
+    }
+}
+
+/// The validated, typed description of the load balancer a Service asks for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerSpec {
+    /// Which Service this is.
+    pub service: ServiceKey,
+    /// Which cloud's annotations were interpreted.
+    pub cloud: Cloud,
+    /// Validated ports, in Service order.
+    pub ports: Vec<PortSpec>,
+    /// Internal or internet-facing.
+    pub scheme: Scheme,
+    /// `spec.loadBalancerIP`, when set.
+    pub requested_ip: Option<IpAddr>,
+    /// Allowed client ranges.
+    pub source_ranges: SourceRanges,
+    /// `spec.externalTrafficPolicy` and the health-check node port.
+    pub traffic_policy: TrafficPolicy,
+    /// `spec.sessionAffinity` and its timeout.
+    pub session_affinity: SessionAffinity,
+    /// `spec.loadBalancerClass`.
+    pub load_balancer_class: Option<String>,
+    /// `spec.allocateLoadBalancerNodePorts` (default true).
+    pub allocate_node_ports: bool,
+    /// `spec.externalIPs`.
+    pub external_ips: Vec<IpAddr>,
+    /// Ordered topology keys (seed 002); empty when unset.
+    pub topology_keys: Vec<TopologyKey>,
+    /// Extra tags the user asked for (e.g. AWS `additional-resource-tags`).
+    pub extra_tags: BTreeMap<String, String>,
+    /// The provider-specific extension.
+    pub provider: ProviderSpec,
+}
+
+/// Per-provider extension of the spec. Filled in by the provider-specific annotation modules.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "cloud", rename_all = "lowercase")]
+pub enum ProviderSpec {
+    /// The embedded `local` provider has no extra settings.
+    Local,
+}

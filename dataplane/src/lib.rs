@@ -1,0 +1,1 @@
+//! Node dataplane: model, nftables renderer, userspace proxy, health servers.

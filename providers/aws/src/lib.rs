@@ -1,0 +1,1 @@
+//! AWS Classic ELB and NLB provider.

@@ -1,0 +1,50 @@
+//! The `LoadBalancerProvider` trait and what every provider shares: backend nodes, status,
+//! error classes, deterministic naming, ownership tags, rate limiting, retry and call counting.
+//!
+//! This crate knows no cloud SDK; each cloud crate depends on it, and the binary wires them.
+
+pub mod error;
+pub mod naming;
+pub mod types;
+
+use async_trait::async_trait;
+
+pub use error::ProviderError;
+pub use kube_lb_annotations as annotations;
+pub use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+pub use types::{BackendNode, LoadBalancerIngress, LoadBalancerStatus, NodeAddress};
+
+/// A cloud (or the embedded `local` pool) that can build load balancers for Services.
+///
+/// Implementations converge: observe what exists, diff it against the spec (a pure function),
+/// and apply the smallest set of calls. Every method is idempotent and safe to repeat after a
+/// crash at any point; resources are found again by deterministic name and ownership tags.
+#[async_trait]
+pub trait LoadBalancerProvider: Send + Sync + std::fmt::Debug {
+    /// Short provider name used in logs and metric labels (`local`, `aws`, `gcp`, `azure`).
+    fn name(&self) -> &'static str;
+
+    /// Creates or updates the load balancer so it matches `spec`, forwarding to `backends`
+    /// (already filtered by the controller: ready, not excluded, and for
+    /// `externalTrafficPolicy: Local` only nodes with ready local endpoints). Returns the
+    /// addresses to write into `.status.loadBalancer`.
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError>;
+
+    /// Deletes everything this provider owns for `service`. Returns `Ok` only when nothing owned
+    /// remains, so the controller may remove the finalizer. Deleting what is already gone is `Ok`.
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError>;
+
+    /// The current status of the Service's load balancer, or `None` if none exists.
+    async fn status(&self, service: &ServiceKey)
+    -> Result<Option<LoadBalancerStatus>, ProviderError>;
+
+    /// Provider-specific node filter applied on top of the controller's generic one
+    /// (e.g. AWS `target-node-labels`). Defaults to accepting every node.
+    fn accepts_node(&self, _spec: &LoadBalancerSpec, _node: &BackendNode) -> bool {
+        true
+    }
+}

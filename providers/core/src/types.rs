@@ -1,0 +1,64 @@
+//! Values passed between the controller and providers.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+/// The kind of a node address, as in `Node.status.addresses[].type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum NodeAddressKind {
+    /// `InternalIP`.
+    InternalIp,
+    /// `ExternalIP`.
+    ExternalIp,
+}
+
+/// One address of a backend node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct NodeAddress {
+    /// Internal or external.
+    pub kind: NodeAddressKind,
+    /// The address.
+    pub ip: IpAddr,
+}
+
+/// A node the load balancer should forward to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendNode {
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.providerID` (e.g. `aws:///us-east-1a/i-0123…`), when set.
+    pub provider_id: Option<String>,
+    /// `status.addresses` of kind InternalIP / ExternalIP.
+    pub addresses: Vec<NodeAddress>,
+    /// `metadata.labels` (zone/region, target-node-labels filters).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl BackendNode {
+    /// The first InternalIP address, if any.
+    pub fn internal_ip(&self) -> Option<IpAddr> {
+        self.addresses
+            .iter()
+            .find(|a| a.kind == NodeAddressKind::InternalIp)
+            .map(|a| a.ip)
+    }
+}
+
+/// One entry of `.status.loadBalancer.ingress`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct LoadBalancerIngress {
+    /// An IP address (local, GCP, Azure).
+    pub ip: Option<IpAddr>,
+    /// A DNS name (AWS).
+    pub hostname: Option<String>,
+}
+
+/// What the provider reports about a load balancer: the ingress points.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LoadBalancerStatus {
+    /// Ingress points, in a stable order.
+    pub ingress: Vec<LoadBalancerIngress>,
+}

@@ -1,0 +1,1 @@
+//! Embedded provider: IP pool on this machine.

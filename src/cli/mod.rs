@@ -1,0 +1,32 @@
+//! Subcommands of the `kube-lb` binary. Each module owns its `Args` and a `run` function.
+
+pub mod apiserver;
+pub mod controller;
+pub mod lint;
+pub mod proxy;
+pub mod reconcile;
+pub mod up;
+
+use tracing_subscriber::EnvFilter;
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the global tracing subscriber writing to stderr.
+pub fn init_logging(filter: &str, format: LogFormat) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second init (e.g. in tests) is harmless; ignore it.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}

@@ -1,0 +1,74 @@
+//! `kube-lb`: Kubernetes Service load-balancer controller and node dataplane.
+//!
+//! Each subcommand lives in its own module under `cli/`; this file only parses the command line,
+//! sets up logging and maps results to exit codes.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Kubernetes load balancers without a cloud-controller-manager or kube-proxy.
+#[derive(Debug, Parser)]
+#[command(name = "kube-lb", version, about, long_about = None)]
+struct Cli {
+    /// Log filter in `RUST_LOG` syntax (e.g. `info`, `kube_lb=debug`).
+    #[arg(long, global = true, env = "KUBE_LB_LOG", default_value = "info")]
+    log: String,
+
+    /// Log format.
+    #[arg(long, global = true, env = "KUBE_LB_LOG_FORMAT", value_enum, default_value_t = cli::LogFormat::Text)]
+    log_format: cli::LogFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Parse Service manifests offline and print the typed load-balancer spec or every error.
+    Lint(cli::lint::Args),
+    /// Run everything on this machine: in-memory API server, controller with the `local`
+    /// provider, and the userspace dataplane.
+    Up(cli::up::Args),
+    /// One shot: load manifests into an embedded API server, converge every LoadBalancer
+    /// Service through a provider, print the result and exit 0 / 1 (user error) / 2.
+    Reconcile(cli::reconcile::Args),
+    /// Run the in-memory Kubernetes API server alone.
+    Apiserver(cli::apiserver::Args),
+    /// Run the Service load-balancer controller against a cluster.
+    Controller(cli::controller::Args),
+    /// Run the node dataplane (kube-proxy replacement).
+    Proxy(cli::proxy::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    cli::init_logging(&cli.log, cli.log_format);
+    let result = match cli.command {
+        Command::Lint(args) => cli::lint::run(args),
+        Command::Up(args) => block_on(cli::up::run(args)),
+        Command::Reconcile(args) => block_on(cli::reconcile::run(args)),
+        Command::Apiserver(args) => block_on(cli::apiserver::run(args)),
+        Command::Controller(args) => block_on(cli::controller::run(args)),
+        Command::Proxy(args) => block_on(cli::proxy::run(args)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs an async subcommand on a multi-threaded tokio runtime.
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(
+    future: F,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(future)
+}
