@@ -4,9 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup-moto.sh
+bash scripts/setup-venv.sh
 export KUBE_LB_MOTO_SERVER="${KUBE_LB_MOTO_SERVER:-$PWD/.venv/bin/moto_server}"
 
+echo "== deploy/ manifests"
+bash scripts/validate-deploy.sh
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"

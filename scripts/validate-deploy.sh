@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Validates deploy/ as code: every kustomize overlay renders, and every rendered object passes
+# strict schema validation for the pinned Kubernetes version.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+K8S_VERSION="${K8S_VERSION:-1.32.0}"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+status=0
+for overlay in deploy/overlays/*/; do
+  name=$(basename "$overlay")
+  if ! kubectl kustomize "$overlay" > "$out/$name.yaml"; then
+    echo "deploy: overlay $name does not render"; status=1; continue
+  fi
+  if ! .venv/bin/kubernetes-validate --quiet --strict -k "$K8S_VERSION" "$out/$name.yaml"; then
+    echo "deploy: overlay $name fails schema validation"; status=1; continue
+  fi
+  echo "deploy: overlay $name renders $(grep -c '^kind:' "$out/$name.yaml") objects, all valid for Kubernetes $K8S_VERSION"
+done
+exit $status
