@@ -6,5 +6,8 @@
 //! surprising.
 
 pub mod spec;
+mod value;
+
+pub use value::UnknownVariant;
 
 pub use spec::*;

@@ -8,6 +8,20 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::Serialize;
 
+mod aws;
+mod azure;
+mod baidu;
+mod gcp;
+mod openstack;
+mod tencent;
+
+pub use aws::*;
+pub use azure::*;
+pub use baidu::*;
+pub use gcp::*;
+pub use openstack::*;
+pub use tencent::*;
+
 /// Which cloud's annotations are interpreted (and which provider will build the LB).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -26,6 +40,53 @@ pub enum Cloud {
     Tencent,
     /// Baidu Cloud CCE (annotations parsed; no provider in this repository).
     Baidu,
+}
+
+impl Cloud {
+    /// Every cloud, in declaration order.
+    pub const ALL: &'static [Cloud] = &[
+        Cloud::Local,
+        Cloud::Aws,
+        Cloud::Gcp,
+        Cloud::Azure,
+        Cloud::Openstack,
+        Cloud::Tencent,
+        Cloud::Baidu,
+    ];
+
+    /// The lowercase name used on the command line and in serialized specs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Cloud::Local => "local",
+            Cloud::Aws => "aws",
+            Cloud::Gcp => "gcp",
+            Cloud::Azure => "azure",
+            Cloud::Openstack => "openstack",
+            Cloud::Tencent => "tencent",
+            Cloud::Baidu => "baidu",
+        }
+    }
+}
+
+impl fmt::Display for Cloud {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Cloud {
+    type Err = crate::UnknownVariant;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Cloud::ALL
+            .iter()
+            .copied()
+            .find(|cloud| cloud.as_str() == s)
+            .ok_or_else(|| crate::UnknownVariant {
+                value: s.to_owned(),
+                allowed: &["local", "aws", "gcp", "azure", "openstack", "tencent", "baidu"],
+            })
+    }
 }
 
 /// Identity of the Service a load balancer belongs to.
@@ -224,4 +285,42 @@ pub struct LoadBalancerSpec {
 pub enum ProviderSpec {
     /// The embedded `local` provider has no extra settings.
     Local,
+    /// Amazon: Classic ELB or NLB, listeners and health check resolved.
+    Aws(AwsSpec),
+    /// Google Cloud L4.
+    Gcp(GcpSpec),
+    /// Azure Standard Load Balancer.
+    Azure(AzureSpec),
+    /// OpenStack Octavia.
+    Openstack(OpenstackSpec),
+    /// Tencent TKE CLB.
+    Tencent(TencentSpec),
+    /// Baidu CCE BLB.
+    Baidu(BaiduSpec),
+}
+
+impl ProviderSpec {
+    /// The AWS extension, when this spec was parsed for AWS.
+    pub fn as_aws(&self) -> Option<&AwsSpec> {
+        match self {
+            ProviderSpec::Aws(aws) => Some(aws),
+            _ => None,
+        }
+    }
+
+    /// The GCP extension, when this spec was parsed for GCP.
+    pub fn as_gcp(&self) -> Option<&GcpSpec> {
+        match self {
+            ProviderSpec::Gcp(gcp) => Some(gcp),
+            _ => None,
+        }
+    }
+
+    /// The Azure extension, when this spec was parsed for Azure.
+    pub fn as_azure(&self) -> Option<&AzureSpec> {
+        match self {
+            ProviderSpec::Azure(azure) => Some(azure),
+            _ => None,
+        }
+    }
 }
