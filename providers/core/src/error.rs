@@ -42,7 +42,10 @@ pub enum ProviderError {
 impl ProviderError {
     /// True when the same call may succeed later without any change to the Service.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ProviderError::Retryable { .. } | ProviderError::Internal { .. })
+        matches!(
+            self,
+            ProviderError::Retryable { .. } | ProviderError::Internal { .. }
+        )
     }
 
     /// A fixed label for metrics (`retryable`, `user`, `implemented_elsewhere`, `internal`).

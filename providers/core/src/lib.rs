@@ -3,15 +3,23 @@
 //!
 //! This crate knows no cloud SDK; each cloud crate depends on it, and the binary wires them.
 
+pub mod api;
+pub mod calls;
 pub mod error;
 pub mod naming;
+pub mod ratelimit;
+pub mod retry;
 pub mod types;
 
 use async_trait::async_trait;
 
+pub use api::CloudApi;
+pub use calls::{CallCounter, CallKind, CallRecord, CallSnapshot};
 pub use error::ProviderError;
 pub use kube_lb_annotations as annotations;
 pub use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+pub use ratelimit::{RateLimit, RateLimits};
+pub use retry::RetryPolicy;
 pub use types::{BackendNode, LoadBalancerIngress, LoadBalancerStatus, NodeAddress};
 
 /// A cloud (or the embedded `local` pool) that can build load balancers for Services.
@@ -39,12 +47,26 @@ pub trait LoadBalancerProvider: Send + Sync + std::fmt::Debug {
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError>;
 
     /// The current status of the Service's load balancer, or `None` if none exists.
-    async fn status(&self, service: &ServiceKey)
-    -> Result<Option<LoadBalancerStatus>, ProviderError>;
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError>;
 
     /// Provider-specific node filter applied on top of the controller's generic one
     /// (e.g. AWS `target-node-labels`). Defaults to accepting every node.
     fn accepts_node(&self, _spec: &LoadBalancerSpec, _node: &BackendNode) -> bool {
         true
+    }
+
+    /// Tells the provider, at controller start-up and before any `ensure`, that `service`
+    /// already has `status` (from `.status.loadBalancer`), so a provider that keeps its state in
+    /// memory (the `local` pool) can re-adopt it instead of handing the address out again.
+    /// Providers whose state lives in the cloud ignore it.
+    async fn adopt(
+        &self,
+        _service: &ServiceKey,
+        _status: &LoadBalancerStatus,
+    ) -> Result<(), ProviderError> {
+        Ok(())
     }
 }

@@ -42,7 +42,10 @@ mod tests {
     #[test]
     fn name_matches_upstream_shape() {
         let cases = [
-            ("8ae4a1c2-6b2e-11e9-a923-1681be663d3e", "a8ae4a1c26b2e11e9a9231681be663d3"),
+            (
+                "8ae4a1c2-6b2e-11e9-a923-1681be663d3e",
+                "a8ae4a1c26b2e11e9a9231681be663d3",
+            ),
             ("short", "ashort"),
             ("", "a"),
         ];
@@ -60,7 +63,13 @@ mod tests {
             uid: "u".into(),
         };
         let tags = ownership_tags("c1", &svc);
-        assert_eq!(tags.get("kubernetes.io/cluster/c1").map(String::as_str), Some("owned"));
-        assert_eq!(tags.get(SERVICE_NAME_TAG).map(String::as_str), Some("prod/web"));
+        assert_eq!(
+            tags.get("kubernetes.io/cluster/c1").map(String::as_str),
+            Some("owned")
+        );
+        assert_eq!(
+            tags.get(SERVICE_NAME_TAG).map(String::as_str),
+            Some("prod/web")
+        );
     }
 }

@@ -1,0 +1,173 @@
+//! Retrying cloud calls with jittered exponential backoff, classifying failures with
+//! [`ProviderError::is_retryable`].
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::ProviderError;
+
+/// How many times and how patiently to retry a failing call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Delay before the first retry (before jitter).
+    pub base: Duration,
+    /// Upper bound of any single delay.
+    pub max: Duration,
+    /// Total attempts including the first; 1 disables retrying.
+    pub max_attempts: u32,
+}
+
+impl Default for RetryPolicy {
+    /// 4 attempts, 200 ms doubling up to 5 s: absorbs throttling bursts without holding a
+    /// reconcile for long; the controller's own per-Service backoff takes over after that.
+    fn default() -> Self {
+        Self {
+            base: Duration::from_millis(200),
+            max: Duration::from_secs(5),
+            max_attempts: 4,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn none() -> Self {
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// The delay after the `retry`-th failure (0-based), with `jitter` in `[0, 1]` choosing a
+    /// point in the upper half of the exponential step ("equal jitter"): never less than half
+    /// the step, so retries spread out without collapsing to zero.
+    pub fn delay(&self, retry: u32, jitter: f64) -> Duration {
+        let step = self
+            .base
+            .checked_mul(2u32.saturating_pow(retry))
+            .unwrap_or(self.max)
+            .min(self.max);
+        let half = step / 2;
+        half + half.mul_f64(jitter.clamp(0.0, 1.0))
+    }
+
+    /// Runs `call` until it succeeds, fails with a non-retryable error, or runs out of attempts.
+    /// Sleeps with `tokio::time`, so tests can use a paused clock.
+    pub async fn retry<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        mut call: F,
+    ) -> Result<T, ProviderError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ProviderError>>,
+    {
+        let attempts = self.max_attempts.max(1);
+        let mut retry = 0;
+        loop {
+            match call().await {
+                Ok(value) => return Ok(value),
+                Err(error) if error.is_retryable() && retry + 1 < attempts => {
+                    let delay = self.delay(retry, rand::rng().random::<f64>());
+                    tracing::debug!(operation, attempt = retry + 1, ?delay, %error, "retrying cloud call");
+                    tokio::time::sleep(delay).await;
+                    retry += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy {
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+            max_attempts: 5,
+        }
+    }
+
+    #[test]
+    fn delay_doubles_and_caps() {
+        let cases = [
+            (0, 1.0, Duration::from_millis(100)),
+            (0, 0.0, Duration::from_millis(50)),
+            (1, 1.0, Duration::from_millis(200)),
+            (3, 1.0, Duration::from_millis(800)),
+            (4, 1.0, Duration::from_secs(1)),
+            (40, 1.0, Duration::from_secs(1)),
+            (40, 0.0, Duration::from_millis(500)),
+            (2, 0.5, Duration::from_millis(300)),
+        ];
+        for (retry, jitter, want) in cases {
+            assert_eq!(
+                policy().delay(retry, jitter),
+                want,
+                "retry {retry} jitter {jitter}"
+            );
+        }
+    }
+
+    fn throttled() -> ProviderError {
+        ProviderError::Retryable {
+            operation: "Describe",
+            message: "Throttling".into(),
+            source: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_retryable_errors_with_backoff() {
+        let calls = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
+        let result = policy()
+            .retry("Describe", || async {
+                if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                    Err(throttled())
+                } else {
+                    Ok(7)
+                }
+            })
+            .await;
+        assert_eq!(result.ok(), Some(7));
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        let waited = start.elapsed();
+        // Two delays: [50,100] ms + [100,200] ms.
+        assert!(waited >= Duration::from_millis(150), "waited {waited:?}");
+        assert!(waited <= Duration::from_millis(300), "waited {waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn user_errors_are_not_retried() {
+        let calls = AtomicU32::new(0);
+        let result: Result<(), _> = policy()
+            .retry("Create", || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(ProviderError::user("bad certificate"))
+            })
+            .await;
+        assert!(matches!(result, Err(ProviderError::User { .. })));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_after_max_attempts() {
+        let calls = AtomicU32::new(0);
+        let result: Result<(), _> = policy()
+            .retry("Describe", || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(throttled())
+            })
+            .await;
+        assert!(result.is_err_and(|e| e.is_retryable()));
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+    }
+}
