@@ -1,1 +1,366 @@
-//! Embedded provider: IP pool on this machine.
+//! The embedded `local` provider: load-balancer addresses come from a pool on this machine
+//! (by default inside 127.0.0.0/8, so nothing needs configuring), and the set of allocated
+//! addresses with their ports is published on a watch channel for the dataplane to serve.
+
+pub mod pool;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Mutex, PoisonError};
+
+use async_trait::async_trait;
+use ipnet::IpNet;
+use kube_lb_annotations::{LoadBalancerSpec, PortSpec, Protocol, ServiceKey};
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, CallKind, CloudApi, LoadBalancerIngress, LoadBalancerProvider,
+    LoadBalancerStatus, ProviderError, RateLimits, RetryPolicy,
+};
+use tokio::sync::watch;
+
+pub use pool::{DEFAULT_POOL, IpRange, Pool, PoolError};
+
+/// Provider name used in logs and metric labels.
+pub const PROVIDER_NAME: &str = "local";
+/// The API family label of every pool operation (for rate limiting and call counting).
+const FAMILY: &str = "pool";
+
+/// One listening port of a local load balancer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalPort {
+    /// The Service port name, matching the EndpointSlice port name.
+    pub name: Option<String>,
+    /// Transport protocol.
+    pub protocol: Protocol,
+    /// The port clients connect to on [`LocalLoadBalancer::ip`].
+    pub port: u16,
+}
+
+/// What the dataplane must serve for one Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalLoadBalancer {
+    /// The allocated address.
+    pub ip: IpAddr,
+    /// Ports to listen on.
+    pub ports: Vec<LocalPort>,
+    /// Allowed client ranges; empty allows everyone.
+    pub source_ranges: Vec<IpNet>,
+}
+
+impl LocalLoadBalancer {
+    fn new(ip: IpAddr, spec: &LoadBalancerSpec) -> Self {
+        Self {
+            ip,
+            ports: spec.ports.iter().map(local_port).collect(),
+            source_ranges: spec.source_ranges.cidrs.clone(),
+        }
+    }
+
+    fn status(&self) -> LoadBalancerStatus {
+        LoadBalancerStatus {
+            ingress: vec![LoadBalancerIngress {
+                ip: Some(self.ip),
+                hostname: None,
+            }],
+        }
+    }
+}
+
+fn local_port(port: &PortSpec) -> LocalPort {
+    LocalPort {
+        name: port.name.clone(),
+        protocol: port.protocol,
+        port: port.port,
+    }
+}
+
+/// Every local load balancer, by Service.
+pub type LocalLoadBalancers = BTreeMap<ServiceKey, LocalLoadBalancer>;
+
+/// The `local` provider. Its state lives in memory; after a restart the controller re-adopts
+/// allocations from Service statuses through [`LoadBalancerProvider::adopt`].
+#[derive(Debug)]
+pub struct LocalProvider {
+    pool: Mutex<Pool>,
+    api: CloudApi,
+    published: watch::Sender<LocalLoadBalancers>,
+}
+
+impl LocalProvider {
+    /// A provider over `pool`, counting its operations on `counter`.
+    pub fn new(pool: Pool, counter: CallCounter) -> Self {
+        Self {
+            pool: Mutex::new(pool),
+            // In-memory operations never fail transiently, and nothing needs protecting from
+            // bursts; the counter is what matters.
+            api: CloudApi::new(
+                PROVIDER_NAME,
+                counter,
+                RateLimits::unlimited(),
+                RetryPolicy::none(),
+            ),
+            published: watch::Sender::new(BTreeMap::new()),
+        }
+    }
+
+    /// The load balancers to serve; updated on every change.
+    pub fn subscribe(&self) -> watch::Receiver<LocalLoadBalancers> {
+        self.published.subscribe()
+    }
+
+    /// The call counter.
+    pub fn counter(&self) -> &CallCounter {
+        self.api.counter()
+    }
+
+    fn with_pool<T>(&self, f: impl FnOnce(&mut Pool) -> T) -> T {
+        f(&mut self.pool.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn current(&self, service: &ServiceKey) -> Option<LocalLoadBalancer> {
+        self.published.borrow().get(service).cloned()
+    }
+
+    fn publish(&self, service: &ServiceKey, lb: Option<LocalLoadBalancer>) {
+        self.published.send_if_modified(|all| match lb {
+            Some(lb) => all.insert(service.clone(), lb.clone()).as_ref() != Some(&lb),
+            None => all.remove(service).is_some(),
+        });
+    }
+}
+
+fn pool_error(error: PoolError) -> ProviderError {
+    match error {
+        PoolError::OutsidePool { .. } | PoolError::InUse { .. } | PoolError::Exhausted { .. } => {
+            ProviderError::user(error.to_string())
+        }
+        PoolError::InvalidRange { .. } | PoolError::Empty => ProviderError::Internal {
+            message: error.to_string(),
+            source: Some(Box::new(error)),
+        },
+    }
+}
+
+#[async_trait]
+impl LoadBalancerProvider for LocalProvider {
+    fn name(&self) -> &'static str {
+        PROVIDER_NAME
+    }
+
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        _backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let service = &spec.service;
+        // Backends do not matter here: the local dataplane forwards straight to endpoints.
+        let current = self
+            .api
+            .call(FAMILY, "get", CallKind::Read, || async {
+                Ok(self.current(service))
+            })
+            .await?;
+        let held = self.with_pool(|pool| pool.get(service));
+        if let Some(lb) = current
+            && held == Some(lb.ip)
+            && spec.requested_ip.is_none_or(|ip| ip == lb.ip)
+            && lb == LocalLoadBalancer::new(lb.ip, spec)
+        {
+            return Ok(lb.status());
+        }
+        let lb = self
+            .api
+            .call(FAMILY, "allocate", CallKind::Mutate, || async {
+                let ip = self
+                    .with_pool(|pool| pool.allocate(service, spec.requested_ip))
+                    .map_err(pool_error)?;
+                let lb = LocalLoadBalancer::new(ip, spec);
+                self.publish(service, Some(lb.clone()));
+                Ok(lb)
+            })
+            .await?;
+        tracing::info!(service = %service, provider = PROVIDER_NAME, lb = %lb.ip, "local load balancer ensured");
+        Ok(lb.status())
+    }
+
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        let exists = self
+            .api
+            .call(FAMILY, "get", CallKind::Read, || async {
+                Ok(self.current(service).is_some()
+                    || self.with_pool(|pool| pool.get(service)).is_some())
+            })
+            .await?;
+        if !exists {
+            return Ok(());
+        }
+        self.api
+            .call(FAMILY, "release", CallKind::Mutate, || async {
+                let released = self.with_pool(|pool| pool.release(service));
+                self.publish(service, None);
+                if let Some(ip) = released {
+                    tracing::info!(service = %service, provider = PROVIDER_NAME, lb = %ip, "local load balancer released");
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        self.api
+            .call(FAMILY, "get", CallKind::Read, || async {
+                Ok(self.current(service).map(|lb| lb.status()))
+            })
+            .await
+    }
+
+    async fn adopt(
+        &self,
+        service: &ServiceKey,
+        status: &LoadBalancerStatus,
+    ) -> Result<(), ProviderError> {
+        let Some(ip) = status.ingress.iter().find_map(|ingress| ingress.ip) else {
+            return Ok(());
+        };
+        self.api
+            .call(FAMILY, "adopt", CallKind::Mutate, || async {
+                self.with_pool(|pool| pool.adopt(service, ip))
+                    .map_err(pool_error)
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube_lb_annotations::{
+        Cloud, ProviderSpec, Scheme, SessionAffinity, SourceRangeOrigin, SourceRanges, TargetPort,
+        TrafficPolicy,
+    };
+
+    use super::*;
+
+    fn spec(name: &str, port: u16) -> LoadBalancerSpec {
+        LoadBalancerSpec {
+            service: ServiceKey {
+                namespace: "default".into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+            },
+            cloud: Cloud::Local,
+            ports: vec![PortSpec {
+                name: Some("http".into()),
+                protocol: Protocol::Tcp,
+                port,
+                node_port: Some(30080),
+                target_port: TargetPort::Number(8080),
+            }],
+            scheme: Scheme::External,
+            requested_ip: None,
+            source_ranges: SourceRanges {
+                cidrs: vec![],
+                origin: SourceRangeOrigin::Default,
+            },
+            traffic_policy: TrafficPolicy::Cluster,
+            session_affinity: SessionAffinity::None,
+            load_balancer_class: None,
+            allocate_node_ports: true,
+            external_ips: vec![],
+            topology_keys: vec![],
+            extra_tags: BTreeMap::new(),
+            provider: ProviderSpec::Local,
+        }
+    }
+
+    fn provider(range: &str) -> LocalProvider {
+        LocalProvider::new(
+            Pool::new(vec![range.parse().unwrap()]).unwrap(),
+            CallCounter::new(),
+        )
+    }
+
+    fn ip_of(status: &LoadBalancerStatus) -> IpAddr {
+        status.ingress[0].ip.unwrap()
+    }
+
+    #[tokio::test]
+    async fn ensure_allocates_publishes_and_resync_mutates_nothing() {
+        let p = provider("127.0.0.10-127.0.0.20");
+        let rx = p.subscribe();
+        let status = p.ensure(&spec("web", 80), &[]).await.unwrap();
+        assert_eq!(ip_of(&status).to_string(), "127.0.0.10");
+        assert_eq!(rx.borrow().values().next().unwrap().ports[0].port, 80);
+        let before = p.counter().snapshot();
+        let again = p.ensure(&spec("web", 80), &[]).await.unwrap();
+        assert_eq!(again, status);
+        assert_eq!(p.counter().snapshot().since(&before).mutations(), 0);
+        // A port change is a mutation that keeps the address.
+        let changed = p.ensure(&spec("web", 8080), &[]).await.unwrap();
+        assert_eq!(changed, status);
+        assert_eq!(
+            p.counter().snapshot().since(&before).operation("allocate"),
+            1
+        );
+        assert_eq!(rx.borrow().values().next().unwrap().ports[0].port, 8080);
+    }
+
+    #[tokio::test]
+    async fn requested_ip_is_honoured_or_a_user_error() {
+        let p = provider("127.0.0.10-127.0.0.20");
+        let mut s = spec("a", 80);
+        s.requested_ip = Some("127.0.0.15".parse().unwrap());
+        assert_eq!(
+            ip_of(&p.ensure(&s, &[]).await.unwrap()).to_string(),
+            "127.0.0.15"
+        );
+        let mut other = spec("b", 80);
+        other.requested_ip = Some("127.0.0.15".parse().unwrap());
+        let err = p.ensure(&other, &[]).await.unwrap_err();
+        assert!(!err.is_retryable());
+        assert!(
+            err.to_string().contains("in use by Service default/a"),
+            "{err}"
+        );
+        other.requested_ip = Some("192.0.2.1".parse().unwrap());
+        let err = p.ensure(&other, &[]).await.unwrap_err();
+        assert!(
+            err.to_string().contains("not in the local address pool"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn delete_releases_and_is_idempotent() {
+        let p = provider("127.0.0.10-127.0.0.20");
+        let s = spec("web", 80);
+        p.ensure(&s, &[]).await.unwrap();
+        p.delete(&s.service).await.unwrap();
+        assert!(p.subscribe().borrow().is_empty());
+        assert_eq!(p.status(&s.service).await.unwrap(), None);
+        let before = p.counter().snapshot();
+        p.delete(&s.service).await.unwrap();
+        assert_eq!(p.counter().snapshot().since(&before).mutations(), 0);
+        // The address is free again.
+        let next = p.ensure(&spec("other", 80), &[]).await.unwrap();
+        assert_eq!(ip_of(&next).to_string(), "127.0.0.10");
+    }
+
+    #[tokio::test]
+    async fn adopted_addresses_are_kept_and_not_reused() {
+        let p = provider("127.0.0.10-127.0.0.20");
+        let old = spec("old", 80);
+        let status = LoadBalancerStatus {
+            ingress: vec![LoadBalancerIngress {
+                ip: Some("127.0.0.10".parse().unwrap()),
+                hostname: None,
+            }],
+        };
+        p.adopt(&old.service, &status).await.unwrap();
+        let fresh = p.ensure(&spec("fresh", 80), &[]).await.unwrap();
+        assert_eq!(ip_of(&fresh).to_string(), "127.0.0.11");
+        assert_eq!(p.ensure(&old, &[]).await.unwrap(), status);
+        assert!(p.adopt(&spec("thief", 80).service, &status).await.is_err());
+    }
+}
