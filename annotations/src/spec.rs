@@ -84,7 +84,15 @@ impl std::str::FromStr for Cloud {
             .find(|cloud| cloud.as_str() == s)
             .ok_or_else(|| crate::UnknownVariant {
                 value: s.to_owned(),
-                allowed: &["local", "aws", "gcp", "azure", "openstack", "tencent", "baidu"],
+                allowed: &[
+                    "local",
+                    "aws",
+                    "gcp",
+                    "azure",
+                    "openstack",
+                    "tencent",
+                    "baidu",
+                ],
             })
     }
 }

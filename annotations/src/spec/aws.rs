@@ -120,8 +120,11 @@ pub struct NlbListener {
 pub enum HealthCheckPort {
     /// The traffic port: the node port of the listener (CLB: of the first listener).
     TrafficPort,
-    /// An explicit port (the `healthCheckNodePort` for `Local` services).
+    /// An explicit port (the `healthCheckNodePort` for `Local` services once known).
     Number(u16),
+    /// The Service's `healthCheckNodePort` (`Local` policy) before the API server has
+    /// allocated it; the provider reads the number from the core spec's traffic policy.
+    HealthCheckNodePort,
 }
 
 /// Resolved health check, upstream defaults and `Local` rules applied (aws.md §4.4, §4.5).

@@ -1,0 +1,408 @@
+//! OpenStack, Tencent TKE and Baidu CCE annotations (reference other-clouds.md §1.3, §2.3,
+//! §3.8). No provider in this repository builds these yet; the parsed spec is what one would use.
+
+use serde_json::{Map, Value};
+
+use super::Reader;
+use super::service::Core;
+use crate::diagnostics::{ErrorKind, Location};
+use crate::keys::{baidu, openstack, tencent};
+use crate::spec::{
+    BaiduSpec, InternetChargeType, LabelRequirement, LbMethod, OpenstackProxyProtocol,
+    OpenstackSpec, Scheme, SelectorOperator, TencentLoadBalanceType, TencentSpec,
+};
+
+/// Largest `internet-max-bandwidth-out` the seed documents (Mbps; newer TKE docs allow 2048).
+const MAX_BANDWIDTH_OUT: i64 = 2000;
+
+/// Warns that `spec.loadBalancerIP` has no effect for clouds whose providers ignore it.
+fn warn_ip_ignored(reader: &mut Reader<'_>, core: &Core, cloud: &str) {
+    if let Some(ip) = core.requested_ip {
+        reader.diag.warn(
+            Location::field("spec.loadBalancerIP"),
+            Some(&ip.to_string()),
+            format!(
+                "ignored by the {cloud} provider (the seed: unsupported loadBalancerIP is ignored)"
+            ),
+        );
+    }
+}
+
+/// OpenStack: booleans are exactly `true`/`false` upstream and anything else silently falls
+/// back to the default (kube-lb warns). `lb-method` and `proxy-protocol` values outside the
+/// documented sets are errors here (upstream: Octavia rejects the method; an unknown proxy
+/// value silently disables PROXY — kube-lb warns instead). PROXY and X-Forwarded-For together
+/// are an error upstream (same). `loadBalancerIP` is honoured (VIP or floating IP).
+pub(crate) fn parse_openstack(reader: &mut Reader<'_>, _core: &Core) -> (OpenstackSpec, Scheme) {
+    let internal = reader.true_flag(openstack::INTERNAL, false);
+    let floating_network_id = reader
+        .non_empty(openstack::FLOATING_NETWORK_ID)
+        .map(str::to_owned);
+    let subnet_id = reader.non_empty(openstack::SUBNET_ID).map(str::to_owned);
+    let lb_method = reader.non_empty(openstack::LB_METHOD).and_then(|raw| {
+        raw.parse::<LbMethod>()
+            .map_err(|error| {
+                reader.diag.error(
+                    Location::annotation(openstack::LB_METHOD),
+                    Some(raw),
+                    ErrorKind::Invalid,
+                    format!("must be {}", error.allowed_text()),
+                )
+            })
+            .ok()
+    });
+    let proxy_protocol = match reader.non_empty(openstack::PROXY_PROTOCOL) {
+        None | Some("false") => None,
+        Some(raw) => match raw.parse::<OpenstackProxyProtocol>() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                reader.diag.warn(
+                    Location::annotation(openstack::PROXY_PROTOCOL),
+                    Some(raw),
+                    "not \"true\", \"v1\" or \"v2\": upstream silently disables PROXY protocol",
+                );
+                None
+            }
+        },
+    };
+    let x_forwarded_for = reader.true_flag(openstack::X_FORWARDED_FOR, false);
+    if proxy_protocol.is_some() && x_forwarded_for {
+        reader.diag.error(
+            Location::annotation(openstack::X_FORWARDED_FOR),
+            Some("true"),
+            ErrorKind::Conflict,
+            "cannot be combined with loadbalancer.openstack.org/proxy-protocol; keep one",
+        );
+    }
+    let keep_floating_ip = reader.true_flag(openstack::KEEP_FLOATING_IP, false);
+    let connection_limit = match reader.non_empty(openstack::CONNECTION_LIMIT) {
+        None => -1,
+        Some(raw) => match raw.parse::<i64>() {
+            Ok(n) if n >= -1 => n,
+            _ => {
+                reader.diag.error(
+                    Location::annotation(openstack::CONNECTION_LIMIT),
+                    Some(raw),
+                    ErrorKind::Invalid,
+                    "must be an integer, -1 for unlimited",
+                );
+                -1
+            }
+        },
+    };
+    let spec = OpenstackSpec {
+        internal,
+        floating_network_id,
+        subnet_id,
+        lb_method,
+        proxy_protocol,
+        keep_floating_ip,
+        connection_limit,
+    };
+    (
+        spec,
+        if internal {
+            Scheme::Internal
+        } else {
+            Scheme::External
+        },
+    )
+}
+
+/// Tencent TKE: the eight seed annotations plus the internal subnet.
+///
+/// - internal subnet id must look like `subnet-…` (early: the CLB API rejects it);
+/// - backends-label is parsed with the `kubectl -l` grammar (error on bad syntax);
+/// - existed lbid must look like `lb-…` (early);
+/// - extensive/listener parameters must be a JSON object (empty = unset, as in the seed);
+///   `LoadBalancerType` there contradicting the internal-subnet annotation is an error;
+/// - loadbalance-type `classic` warns: new classic CLBs cannot be created any more;
+/// - charge type is one of two words (error otherwise);
+/// - bandwidth 1–2000 Mbps (seed range; error otherwise), public CLBs only (warn on internal);
+/// - local-svc-only-bind-node-with-pod is a Go bool; it only matters with `Local` (warn).
+pub(crate) fn parse_tencent(reader: &mut Reader<'_>, core: &Core) -> (TencentSpec, Scheme) {
+    warn_ip_ignored(reader, core, "tencent");
+    let internal_subnet_id = reader
+        .non_empty(tencent::INTERNAL_SUBNET_ID)
+        .and_then(|raw| {
+            if raw.starts_with("subnet-") {
+                Some(raw.to_owned())
+            } else {
+                reader.diag.error(
+                    Location::annotation(tencent::INTERNAL_SUBNET_ID),
+                    Some(raw),
+                    ErrorKind::Invalid,
+                    "must be a subnet ID such as \"subnet-xxxxxxxx\"",
+                );
+                None
+            }
+        });
+    let backends_label = match reader.non_empty(tencent::BACKENDS_LABEL) {
+        None => Vec::new(),
+        Some(raw) => match parse_label_selector(raw) {
+            Ok(requirements) => requirements,
+            Err(problem) => {
+                reader.diag.error(
+                    Location::annotation(tencent::BACKENDS_LABEL),
+                    Some(raw),
+                    ErrorKind::Invalid,
+                    format!("{problem}; expected a label selector such as \"key in (value1, value2)\" or \"group=access-layer\""),
+                );
+                Vec::new()
+            }
+        },
+    };
+    let existed_lb_id = reader.non_empty(tencent::EXISTED_LBID).and_then(|raw| {
+        if raw.starts_with("lb-") {
+            Some(raw.to_owned())
+        } else {
+            reader.diag.error(
+                Location::annotation(tencent::EXISTED_LBID),
+                Some(raw),
+                ErrorKind::Invalid,
+                "must be a CLB ID such as \"lb-6swtxxxx\"",
+            );
+            None
+        }
+    });
+    if existed_lb_id.is_some() && internal_subnet_id.is_some() {
+        reader.diag.warn(
+            Location::annotation(tencent::INTERNAL_SUBNET_ID),
+            internal_subnet_id.as_deref(),
+            "has no effect when an existing CLB is used (tke-existed-lbid)",
+        );
+    }
+    let extensive_parameters = json_object(reader, tencent::EXTENSIVE_PARAMETERS);
+    if let Some(Value::String(lb_type)) = extensive_parameters
+        .as_ref()
+        .and_then(|m| m.get("LoadBalancerType"))
+    {
+        let wants_internal = lb_type == "INTERNAL";
+        if wants_internal != internal_subnet_id.is_some() {
+            reader.diag.error(
+                Location::annotation(tencent::EXTENSIVE_PARAMETERS),
+                reader.all().get(tencent::EXTENSIVE_PARAMETERS).map(String::as_str),
+                ErrorKind::Conflict,
+                "LoadBalancerType contradicts the internal-subnetid annotation (INTERNAL needs a subnet, OPEN must not have one)",
+            );
+        }
+    }
+    let listener_parameters = json_object(reader, tencent::LISTENER_PARAMETERS);
+    let load_balance_type = reader.non_empty(tencent::LOADBALANCE_TYPE).and_then(|raw| {
+        match raw.parse::<TencentLoadBalanceType>() {
+            Ok(TencentLoadBalanceType::Classic) => {
+                reader.diag.warn(
+                    Location::annotation(tencent::LOADBALANCE_TYPE),
+                    Some(raw),
+                    "classic CLBs can no longer be created (the API accepts only application CLBs); deprecated upstream",
+                );
+                Some(TencentLoadBalanceType::Classic)
+            }
+            Ok(t) => Some(t),
+            Err(error) => {
+                reader.diag.error(
+                    Location::annotation(tencent::LOADBALANCE_TYPE),
+                    Some(raw),
+                    ErrorKind::Invalid,
+                    format!("must be {}", error.allowed_text()),
+                );
+                None
+            }
+        }
+    });
+    let internet_charge_type = reader
+        .non_empty(tencent::INTERNET_CHARGE_TYPE)
+        .and_then(|raw| {
+            raw.parse::<InternetChargeType>()
+                .map_err(|error| {
+                    reader.diag.error(
+                        Location::annotation(tencent::INTERNET_CHARGE_TYPE),
+                        Some(raw),
+                        ErrorKind::Invalid,
+                        format!("must be {}", error.allowed_text()),
+                    )
+                })
+                .ok()
+        });
+    let internet_max_bandwidth_out = reader.int_in(
+        tencent::INTERNET_MAX_BANDWIDTH_OUT,
+        1..=MAX_BANDWIDTH_OUT,
+        "Mbps",
+    );
+    if internal_subnet_id.is_some() {
+        for k in [
+            tencent::INTERNET_MAX_BANDWIDTH_OUT,
+            tencent::INTERNET_CHARGE_TYPE,
+        ] {
+            if let Some(raw) = reader.all().get(k) {
+                reader.diag.warn(
+                    Location::annotation(k),
+                    Some(raw),
+                    "applies to public CLBs only; ignored for an internal CLB",
+                );
+            }
+        }
+    }
+    let local_svc_only_bind_node_with_pod =
+        reader.go_bool(tencent::LOCAL_SVC_ONLY_BIND_NODE_WITH_POD, false);
+    if local_svc_only_bind_node_with_pod && !core.is_local() {
+        reader.diag.warn(
+            Location::annotation(tencent::LOCAL_SVC_ONLY_BIND_NODE_WITH_POD),
+            reader
+                .all()
+                .get(tencent::LOCAL_SVC_ONLY_BIND_NODE_WITH_POD)
+                .map(String::as_str),
+            "only has an effect with externalTrafficPolicy: Local",
+        );
+    }
+    let scheme = if internal_subnet_id.is_some() {
+        Scheme::Internal
+    } else {
+        Scheme::External
+    };
+    let spec = TencentSpec {
+        internal_subnet_id,
+        backends_label,
+        existed_lb_id,
+        extensive_parameters,
+        listener_parameters,
+        load_balance_type,
+        internet_charge_type,
+        internet_max_bandwidth_out,
+        local_svc_only_bind_node_with_pod,
+    };
+    (spec, scheme)
+}
+
+fn json_object(reader: &mut Reader<'_>, k: &'static str) -> Option<Map<String, Value>> {
+    let raw = reader.non_empty(k)?;
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(map)) => Some(map),
+        Ok(_) => {
+            reader.diag.error(
+                Location::annotation(k),
+                Some(raw),
+                ErrorKind::Invalid,
+                "must be a JSON object such as {\"VipIsp\":\"CTCC\"}",
+            );
+            None
+        }
+        Err(error) => {
+            reader.diag.error(
+                Location::annotation(k),
+                Some(raw),
+                ErrorKind::Invalid,
+                format!("must be a JSON object ({error})"),
+            );
+            None
+        }
+    }
+}
+
+/// Parses a label selector string (`kubectl -l` grammar): comma-separated requirements
+/// `k`, `!k`, `k=v`, `k==v`, `k!=v`, `k in (a, b)`, `k notin (a, b)`.
+pub fn parse_label_selector(input: &str) -> Result<Vec<LabelRequirement>, String> {
+    let mut requirements = Vec::new();
+    let mut rest = input.trim();
+    while !rest.is_empty() {
+        // A requirement ends at the first comma outside parentheses.
+        let mut depth = 0usize;
+        let mut end = rest.len();
+        for (i, c) in rest.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth = depth.saturating_sub(1),
+                ',' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let item = rest[..end].trim();
+        rest = rest.get(end + 1..).unwrap_or("").trim();
+        if item.is_empty() {
+            return Err("empty requirement".to_owned());
+        }
+        requirements.push(parse_requirement(item)?);
+    }
+    Ok(requirements)
+}
+
+fn valid_label_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+fn parse_requirement(item: &str) -> Result<LabelRequirement, String> {
+    let requirement = |key: &str, operator, values: Vec<String>| {
+        if !valid_label_part(key) {
+            return Err(format!("{key:?} is not a label key"));
+        }
+        if let Some(bad) = values
+            .iter()
+            .find(|v| !v.is_empty() && !valid_label_part(v))
+        {
+            return Err(format!("{bad:?} is not a label value"));
+        }
+        Ok(LabelRequirement {
+            key: key.to_owned(),
+            operator,
+            values,
+        })
+    };
+    if let Some(key) = item.strip_prefix('!') {
+        return requirement(key.trim(), SelectorOperator::DoesNotExist, Vec::new());
+    }
+    for (token, operator) in [
+        ("!=", SelectorOperator::NotEquals),
+        ("==", SelectorOperator::Equals),
+        ("=", SelectorOperator::Equals),
+    ] {
+        if let Some((key, value)) = item.split_once(token) {
+            return requirement(key.trim(), operator, vec![value.trim().to_owned()]);
+        }
+    }
+    let mut words = item.splitn(2, char::is_whitespace);
+    let key = words.next().unwrap_or_default().trim();
+    let tail = words.next().unwrap_or_default().trim();
+    if tail.is_empty() {
+        return requirement(key, SelectorOperator::Exists, Vec::new());
+    }
+    let (operator, set) = if let Some(set) = tail.strip_prefix("notin") {
+        (SelectorOperator::NotIn, set)
+    } else if let Some(set) = tail.strip_prefix("in") {
+        (SelectorOperator::In, set)
+    } else {
+        return Err(format!(
+            "{item:?}: expected =, ==, !=, in or notin after the key"
+        ));
+    };
+    let set = set.trim();
+    let inner = set
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(|| format!("{item:?}: the value set must be in parentheses"))?;
+    let values: Vec<String> = inner.split(',').map(|v| v.trim().to_owned()).collect();
+    if values.iter().all(String::is_empty) {
+        return Err(format!("{item:?}: the value set is empty"));
+    }
+    requirement(key, operator, values)
+}
+
+/// Baidu CCE: `cce-load-balancer-internal-vpc: "true"` → no EIP (exact `true`, warned
+/// otherwise). `loadBalancerIP` is not read by that provider (warned).
+pub(crate) fn parse_baidu(reader: &mut Reader<'_>, core: &Core) -> (BaiduSpec, Scheme) {
+    warn_ip_ignored(reader, core, "baidu");
+    let internal_vpc = reader.true_flag(baidu::INTERNAL_VPC, false);
+    (
+        BaiduSpec { internal_vpc },
+        if internal_vpc {
+            Scheme::Internal
+        } else {
+            Scheme::External
+        },
+    )
+}
