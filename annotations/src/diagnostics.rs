@@ -92,47 +92,68 @@ impl fmt::Display for ParseError {
     }
 }
 
-/// Every error found in one Service (never empty).
+/// Every error found in one Service (never empty), plus the warnings found on the way, so a
+/// user fixing the errors sees everything at once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
-#[serde(transparent)]
-pub struct ParseErrors(Vec<ParseError>);
+#[serde(rename_all = "camelCase")]
+pub struct ParseErrors {
+    errors: Vec<ParseError>,
+    warnings: Vec<Warning>,
+}
 
 impl ParseErrors {
     /// Wraps a non-empty list; `None` for an empty one.
     pub fn from_vec(errors: Vec<ParseError>) -> Option<ParseErrors> {
-        (!errors.is_empty()).then_some(ParseErrors(errors))
+        (!errors.is_empty()).then_some(ParseErrors {
+            errors,
+            warnings: Vec::new(),
+        })
     }
 
     /// A list of exactly one error.
     pub fn single(error: ParseError) -> ParseErrors {
-        ParseErrors(vec![error])
+        ParseErrors {
+            errors: vec![error],
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Attaches the warnings collected alongside the errors.
+    pub fn with_warnings(mut self, warnings: Vec<Warning>) -> ParseErrors {
+        self.warnings = warnings;
+        self
     }
 
     /// The individual errors, in the order they were found.
     pub fn errors(&self) -> &[ParseError] {
-        &self.0
+        &self.errors
+    }
+
+    /// Warnings found while parsing the same Service.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
     }
 
     /// True when the Service was skipped because it is not `type: LoadBalancer`; callers treat
     /// this as "not ours", not as a user error.
     pub fn is_not_load_balancer(&self) -> bool {
-        self.0.iter().any(|e| e.kind == ErrorKind::NotLoadBalancer)
+        self.errors.iter().any(|e| e.kind == ErrorKind::NotLoadBalancer)
     }
 
     /// Number of errors.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.errors.len()
     }
 
     /// Always false (kept for the `len` convention).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.errors.is_empty()
     }
 }
 
 impl fmt::Display for ParseErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, error) in self.0.iter().enumerate() {
+        for (i, error) in self.errors.iter().enumerate() {
             if i > 0 {
                 f.write_str("; ")?;
             }
@@ -147,7 +168,7 @@ impl IntoIterator for ParseErrors {
     type IntoIter = std::vec::IntoIter<ParseError>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter()
+        self.errors.into_iter()
     }
 }
 

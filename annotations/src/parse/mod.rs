@@ -93,7 +93,7 @@ pub fn parse(cloud: Cloud, service: &Service) -> Result<Parsed, ParseErrors> {
 
     let Reader { diag, .. } = reader;
     if let Some(errors) = ParseErrors::from_vec(diag.errors) {
-        return Err(errors);
+        return Err(errors.with_warnings(diag.warnings));
     }
     let spec = LoadBalancerSpec {
         service: core.service,
