@@ -137,7 +137,9 @@ impl ParseErrors {
     /// True when the Service was skipped because it is not `type: LoadBalancer`; callers treat
     /// this as "not ours", not as a user error.
     pub fn is_not_load_balancer(&self) -> bool {
-        self.errors.iter().any(|e| e.kind == ErrorKind::NotLoadBalancer)
+        self.errors
+            .iter()
+            .any(|e| e.kind == ErrorKind::NotLoadBalancer)
     }
 
     /// Number of errors.

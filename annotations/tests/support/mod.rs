@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
     ClientIPConfig, Service, ServicePort, ServiceSpec, SessionAffinityConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube_lb_annotations::{Cloud, ErrorKind, Parsed, ParseErrors, parse};
+use kube_lb_annotations::{Cloud, ErrorKind, ParseErrors, Parsed, parse};
 
 /// A Service under construction.
 #[derive(Debug, Clone)]
