@@ -221,8 +221,9 @@ fn valid_values_are_typed() {
 
 #[test]
 fn invalid_values_name_key_value_and_what_is_allowed() {
-    let cases: &[(&[(&str, &str)], bool, &str, ErrorKind, &str)] = &[
-        // (annotations, nlb?, key in message, kind, message fragment)
+    /// (annotations, on an NLB?, key in the message, kind, message fragment)
+    type Case<'a> = (&'a [(&'a str, &'a str)], bool, &'a str, ErrorKind, &'a str);
+    let cases: &[Case] = &[
         (
             &[(key::ACCESS_LOG_EMIT_INTERVAL, "30")],
             false,
