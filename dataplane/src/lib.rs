@@ -1,1 +1,7 @@
-//! Node dataplane: model, nftables renderer, userspace proxy, health servers.
+//! Node dataplane of kube-lb: a pure model of what one node must program for every Service
+//! port ([`model`]), an nftables backend ([`nft`]), a tokio userspace proxy ([`userspace`]) and
+//! the kube-proxy compatible health servers ([`health`]).
+
+pub mod model;
+pub mod nft;
+pub mod testing;

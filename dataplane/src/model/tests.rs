@@ -1,0 +1,446 @@
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{EndpointAddress, EndpointPort, EndpointSubset, Endpoints};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::*;
+use crate::testing::{node, service, slice};
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+fn ep(text: &str, port: u16) -> EndpointAddr {
+    EndpointAddr { ip: ip(text), port }
+}
+
+fn index(node_name: &str, cidrs: &[&str]) -> Index {
+    let mut index = Index::new(IndexConfig {
+        node_name: node_name.into(),
+        nodeport_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+    });
+    index.apply_node(&node("n1", "za", "r1", &["10.0.0.11", "192.168.1.11"]));
+    index.apply_node(&node("n2", "za", "r1", &["10.0.0.12"]));
+    index.apply_node(&node("n3", "zb", "r1", &["10.0.0.13"]));
+    index.apply_node(&node("n4", "zc", "r2", &["10.0.0.14"]));
+    index
+}
+
+fn port_of<'a>(
+    snapshot: &'a Snapshot,
+    name: &str,
+    port: u16,
+    protocol: Protocol,
+) -> &'a ServicePortModel {
+    snapshot
+        .ports
+        .get(&PortKey {
+            service: ServiceKey::new("default", name),
+            protocol,
+            port,
+        })
+        .unwrap_or_else(|| panic!("no port {name}:{port}"))
+}
+
+#[test]
+fn frontends_come_from_spec_and_status() {
+    let mut index = index("n1", &["10.0.0.0/24"]);
+    index.apply_service(
+        &service("default", "web", "10.96.0.10")
+            .port("http", "TCP", 80)
+            .node_port(30080)
+            .load_balancer(&["192.0.2.10"])
+            .external_ips(&["203.0.113.10"])
+            .source_ranges(&["10.0.0.100/32"])
+            .affinity(30)
+            .build(),
+    );
+    index.apply_endpoint_slice(
+        &slice("default", "web", "web-1")
+            .port("http", "TCP", 8080)
+            .endpoint("10.244.1.10", "n1")
+            .build(),
+    );
+    let snapshot = index.snapshot();
+    assert_eq!(
+        snapshot.nodeport_addresses,
+        vec![ip("10.0.0.11")],
+        "filtered by --nodeport-addresses"
+    );
+    let web = port_of(&snapshot, "web", 80, Protocol::Tcp);
+    assert_eq!(web.cluster_ips, vec![ip("10.96.0.10")]);
+    assert_eq!(web.node_port, Some(30080));
+    assert_eq!(web.load_balancer_ips, vec![ip("192.0.2.10")]);
+    assert_eq!(web.external_ips, vec![ip("203.0.113.10")]);
+    assert_eq!(web.source_ranges, vec!["10.0.0.100/32".parse().unwrap()]);
+    assert_eq!(web.affinity_timeout, Some(Duration::from_secs(30)));
+    assert_eq!(web.cluster_endpoints, vec![ep("10.244.1.10", 8080)]);
+}
+
+#[test]
+fn nodeport_addresses_default_to_every_node_address() {
+    let index = index("n1", &[]);
+    assert_eq!(
+        index.snapshot().nodeport_addresses,
+        vec![ip("10.0.0.11"), ip("192.168.1.11")]
+    );
+}
+
+#[test]
+fn skipped_services() {
+    let cases = [
+        (
+            "headless",
+            service("default", "s", "None").port("", "TCP", 80).build(),
+        ),
+        (
+            "external-name",
+            service("default", "s", "10.96.0.1")
+                .port("", "TCP", 80)
+                .type_("ExternalName")
+                .build(),
+        ),
+        (
+            "other proxy",
+            service("default", "s", "10.96.0.1")
+                .port("", "TCP", 80)
+                .label(SERVICE_PROXY_NAME_LABEL, "x")
+                .build(),
+        ),
+        (
+            "headless label",
+            service("default", "s", "10.96.0.1")
+                .port("", "TCP", 80)
+                .label(HEADLESS_LABEL, "")
+                .build(),
+        ),
+    ];
+    for (what, svc) in cases {
+        let mut index = index("n1", &[]);
+        index.apply_service(&svc);
+        assert!(
+            index.snapshot().ports.is_empty(),
+            "{what} must not be proxied"
+        );
+    }
+}
+
+#[test]
+fn endpoint_conditions_and_terminating_fallback() {
+    // (endpoints as (ip, ready, serving, terminating), expected usable)
+    type Conditions<'a> = Vec<(&'a str, bool, bool, bool)>;
+    let cases: Vec<(Conditions, Vec<&str>)> = vec![
+        (
+            vec![
+                ("10.244.1.1", true, true, false),
+                ("10.244.1.2", false, false, false),
+            ],
+            vec!["10.244.1.1"],
+        ),
+        (
+            vec![
+                ("10.244.1.1", true, true, false),
+                ("10.244.1.2", false, true, true),
+            ],
+            vec!["10.244.1.1"],
+        ),
+        (
+            vec![
+                ("10.244.1.1", false, true, true),
+                ("10.244.1.2", false, false, true),
+            ],
+            vec!["10.244.1.1"],
+        ),
+        (vec![("10.244.1.1", false, false, false)], vec![]),
+    ];
+    for (endpoints, expected) in cases {
+        let mut index = index("n1", &[]);
+        index.apply_service(
+            &service("default", "web", "10.96.0.10")
+                .port("", "TCP", 80)
+                .build(),
+        );
+        let mut builder = slice("default", "web", "web-1").port("", "TCP", 8080);
+        for (address, ready, serving, terminating) in &endpoints {
+            builder = builder.endpoint_with(address, "n1", *ready, *serving, *terminating);
+        }
+        index.apply_endpoint_slice(&builder.build());
+        let snapshot = index.snapshot();
+        let web = port_of(&snapshot, "web", 80, Protocol::Tcp);
+        let expected: Vec<EndpointAddr> = expected.iter().map(|a| ep(a, 8080)).collect();
+        assert_eq!(web.cluster_endpoints, expected, "{endpoints:?}");
+        assert_eq!(web.local_endpoints, expected, "{endpoints:?}");
+        assert_eq!(web.has_endpoints, !expected.is_empty());
+    }
+}
+
+#[test]
+fn named_target_ports_resolve_per_slice() {
+    let mut index = index("n1", &[]);
+    index.apply_service(
+        &service("default", "web", "10.96.0.10")
+            .port("http", "TCP", 80)
+            .port("dns", "UDP", 53)
+            .build(),
+    );
+    // Two slices: pods that number the named port differently.
+    index.apply_endpoint_slice(
+        &slice("default", "web", "a")
+            .port("http", "TCP", 8080)
+            .port("dns", "UDP", 5353)
+            .endpoint("10.244.1.1", "n1")
+            .build(),
+    );
+    index.apply_endpoint_slice(
+        &slice("default", "web", "b")
+            .port("http", "TCP", 9090)
+            .endpoint("10.244.2.1", "n2")
+            .build(),
+    );
+    let snapshot = index.snapshot();
+    assert_eq!(
+        port_of(&snapshot, "web", 80, Protocol::Tcp).cluster_endpoints,
+        vec![ep("10.244.1.1", 8080), ep("10.244.2.1", 9090)]
+    );
+    assert_eq!(
+        port_of(&snapshot, "web", 53, Protocol::Udp).cluster_endpoints,
+        vec![ep("10.244.1.1", 5353)]
+    );
+}
+
+#[test]
+fn traffic_policies_split_local_and_cluster() {
+    let mut index = index("n1", &[]);
+    index.apply_service(
+        &service("default", "web", "10.96.0.10")
+            .port("", "TCP", 80)
+            .node_port(30080)
+            .load_balancer(&["192.0.2.1"])
+            .local(32000)
+            .internal_local()
+            .build(),
+    );
+    index.apply_endpoint_slice(
+        &slice("default", "web", "a")
+            .port("", "TCP", 8080)
+            .endpoint("10.244.1.1", "n1")
+            .endpoint("10.244.2.1", "n2")
+            .endpoint_with("10.244.1.2", "n1", false, true, true)
+            .build(),
+    );
+    let snapshot = index.snapshot();
+    let web = port_of(&snapshot, "web", 80, Protocol::Tcp);
+    assert_eq!(web.external_policy, TrafficPolicy::Local);
+    assert_eq!(web.external_endpoints(), &[ep("10.244.1.1", 8080)]);
+    assert_eq!(web.internal_endpoints(), &[ep("10.244.1.1", 8080)]);
+    assert_eq!(
+        web.cluster_endpoints,
+        vec![ep("10.244.1.1", 8080), ep("10.244.2.1", 8080)]
+    );
+    let health = &snapshot.health_checks[&ServiceKey::new("default", "web")];
+    assert_eq!(
+        health,
+        &HealthCheckModel {
+            node_port: 32000,
+            local_ready_endpoints: 1
+        }
+    );
+
+    // On n3 nothing is local: health reports 0 and external endpoints are empty.
+    let mut remote = index_with(&index_objects(), "n3");
+    let snapshot = remote.snapshot();
+    assert_eq!(
+        snapshot.health_checks[&ServiceKey::new("default", "web")].local_ready_endpoints,
+        0
+    );
+    assert!(
+        port_of(&snapshot, "web", 80, Protocol::Tcp)
+            .external_endpoints()
+            .is_empty()
+    );
+    assert!(
+        !remote.apply_node(&node("n3", "zb", "r1", &["10.0.0.13"])),
+        "unchanged node"
+    );
+}
+
+fn index_objects() -> (
+    k8s_openapi::api::core::v1::Service,
+    k8s_openapi::api::discovery::v1::EndpointSlice,
+) {
+    (
+        service("default", "web", "10.96.0.10")
+            .port("", "TCP", 80)
+            .node_port(30080)
+            .load_balancer(&["192.0.2.1"])
+            .local(32000)
+            .build(),
+        slice("default", "web", "a")
+            .port("", "TCP", 8080)
+            .endpoint("10.244.1.1", "n1")
+            .endpoint("10.244.2.1", "n2")
+            .build(),
+    )
+}
+
+fn index_with(
+    objects: &(
+        k8s_openapi::api::core::v1::Service,
+        k8s_openapi::api::discovery::v1::EndpointSlice,
+    ),
+    node_name: &str,
+) -> Index {
+    let mut index = index(node_name, &[]);
+    index.apply_service(&objects.0);
+    index.apply_endpoint_slice(&objects.1);
+    index
+}
+
+#[test]
+fn topology_keys_from_the_annotation() {
+    let keys = "kubernetes.io/hostname,topology.kubernetes.io/zone,topology.kubernetes.io/region";
+    // (endpoint nodes, keys, expected endpoint nodes) as seen from n1 (za, r1).
+    let cases: Vec<(&[&str], String, Vec<&str>)> = vec![
+        (&["n1", "n2", "n3", "n4"], keys.into(), vec!["n1"]),
+        (&["n2", "n3", "n4"], keys.into(), vec!["n2"]),
+        (&["n3", "n4"], keys.into(), vec!["n3"]),
+        (&["n4"], keys.into(), vec![]),
+        (&["n4"], format!("{keys},*"), vec!["n4"]),
+        // Invalid keys ("*" not last) are ignored with a warning: the Service is not proxied.
+    ];
+    let node_ip = |name: &str| format!("10.244.{}.1", &name[1..]);
+    for (nodes, annotation, expected) in cases {
+        let mut index = index("n1", &[]);
+        index.apply_service(
+            &service("default", "web", "10.96.0.10")
+                .port("", "TCP", 80)
+                .annotate(topology::TOPOLOGY_KEYS_ANNOTATION, &annotation)
+                .build(),
+        );
+        let mut builder = slice("default", "web", "a").port("", "TCP", 8080);
+        for node in nodes {
+            builder = builder.endpoint(&node_ip(node), node);
+        }
+        index.apply_endpoint_slice(&builder.build());
+        let snapshot = index.snapshot();
+        let web = port_of(&snapshot, "web", 80, Protocol::Tcp);
+        let expected: Vec<EndpointAddr> = expected.iter().map(|n| ep(&node_ip(n), 8080)).collect();
+        assert_eq!(web.cluster_endpoints, expected, "{nodes:?} {annotation}");
+        assert!(web.has_endpoints);
+    }
+}
+
+#[test]
+fn invalid_topology_keys_skip_the_service_with_a_warning() {
+    let mut index = index("n1", &[]);
+    index.apply_service(
+        &service("default", "web", "10.96.0.10")
+            .port("", "TCP", 80)
+            .annotate(
+                topology::TOPOLOGY_KEYS_ANNOTATION,
+                "*,kubernetes.io/hostname",
+            )
+            .build(),
+    );
+    assert!(index.snapshot().ports.is_empty());
+    assert!(index.warnings()[&ServiceKey::new("default", "web")].contains("last"));
+}
+
+#[test]
+fn load_balancer_proxy_mode_ingress_is_not_programmed() {
+    let mut svc = service("default", "web", "10.96.0.10")
+        .port("", "TCP", 80)
+        .load_balancer(&["192.0.2.1", "192.0.2.2"])
+        .build();
+    if let Some(ingress) = svc
+        .status
+        .as_mut()
+        .and_then(|s| s.load_balancer.as_mut())
+        .and_then(|lb| lb.ingress.as_mut())
+    {
+        ingress[1].ip_mode = Some("Proxy".into());
+    }
+    let mut index = index("n1", &[]);
+    index.apply_service(&svc);
+    assert_eq!(
+        port_of(&index.snapshot(), "web", 80, Protocol::Tcp).load_balancer_ips,
+        vec![ip("192.0.2.1")]
+    );
+}
+
+#[test]
+fn selector_less_services_use_endpoints_objects() {
+    let mut index = index("n1", &[]);
+    index.apply_service(
+        &service("default", "ext", "10.96.0.20")
+            .port("db", "TCP", 5432)
+            .no_selector()
+            .build(),
+    );
+    let endpoints = Endpoints {
+        metadata: ObjectMeta {
+            namespace: Some("default".into()),
+            name: Some("ext".into()),
+            ..ObjectMeta::default()
+        },
+        subsets: Some(vec![EndpointSubset {
+            addresses: Some(vec![EndpointAddress {
+                ip: "172.16.0.5".into(),
+                ..EndpointAddress::default()
+            }]),
+            not_ready_addresses: Some(vec![EndpointAddress {
+                ip: "172.16.0.6".into(),
+                ..EndpointAddress::default()
+            }]),
+            ports: Some(vec![EndpointPort {
+                name: Some("db".into()),
+                port: 5432,
+                protocol: Some("TCP".into()),
+                app_protocol: None,
+            }]),
+        }]),
+    };
+    assert!(index.apply_endpoints(&endpoints));
+    assert!(
+        !index.apply_endpoints(&endpoints),
+        "same object again is no change"
+    );
+    assert_eq!(
+        port_of(&index.snapshot(), "ext", 5432, Protocol::Tcp).cluster_endpoints,
+        vec![ep("172.16.0.5", 5432)]
+    );
+}
+
+#[test]
+fn updates_report_changes_only() {
+    let mut index = index("n1", &[]);
+    let svc = service("default", "web", "10.96.0.10")
+        .port("", "TCP", 80)
+        .build();
+    let eps = slice("default", "web", "a")
+        .port("", "TCP", 8080)
+        .endpoint("10.244.1.1", "n1")
+        .build();
+    assert!(index.apply_service(&svc));
+    assert!(index.apply_endpoint_slice(&eps));
+    // A relist delivers the same objects (new resourceVersion, same content).
+    let mut relisted = svc.clone();
+    relisted.metadata.resource_version = Some("42".into());
+    assert!(!index.apply_service(&relisted));
+    assert!(!index.apply_endpoint_slice(&eps));
+    let mut heartbeat = node("n1", "za", "r1", &["10.0.0.11", "192.168.1.11"]);
+    heartbeat.metadata.resource_version = Some("7".into());
+    assert!(!index.apply_node(&heartbeat));
+    assert!(
+        index.apply_service(
+            &service("default", "web", "10.96.0.10")
+                .port("", "TCP", 81)
+                .build()
+        )
+    );
+    assert!(index.delete_endpoint_slice("default", "a"));
+    assert!(!index.delete_endpoint_slice("default", "a"));
+    assert!(index.delete_service("default", "web"));
+    assert!(!index.delete_service("default", "web"));
+}

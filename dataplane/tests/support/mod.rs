@@ -1,0 +1,463 @@
+//! A small lab of network namespaces: a switch, clients, nodes, and backend "pods" running
+//! `kube-lb-probe serve`. Everything is created per test under a unique prefix and removed on drop;
+//! the root namespace is never touched.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// The probe binary built with this crate.
+pub const PROBE: &str = env!("CARGO_BIN_EXE_kube-lb-probe");
+
+/// Runs a command, panicking with its output on failure.
+pub fn run(args: &[&str]) -> String {
+    let output = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{args:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// True when this process may create network namespaces and run nft (root + `ip netns`).
+pub fn have_netns() -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    if !root {
+        return false;
+    }
+    let name = format!(
+        "klb-probe-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    );
+    let ok = Command::new("ip")
+        .args(["netns", "add", &name])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok {
+        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+    }
+    ok && Command::new("nft")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Skips the calling test loudly when root + netns are missing.
+#[macro_export]
+macro_rules! require_netns {
+    () => {
+        if !support::have_netns() {
+            eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
+            return;
+        }
+    };
+}
+
+/// One backend pod.
+#[derive(Debug, Clone)]
+pub struct Pod {
+    /// Identity it answers with.
+    pub name: String,
+    /// Its address.
+    pub ip: String,
+    /// Node it runs on.
+    pub node: String,
+}
+
+/// The namespaces of one test.
+pub struct Lab {
+    prefix: String,
+    namespaces: Vec<String>,
+    children: Vec<Child>,
+    /// Pods by name.
+    pub pods: BTreeMap<String, Pod>,
+}
+
+/// Node `i` (1-based) has LAN address 10.0.0.1i and pod subnet 10.244.i.0/24.
+pub fn node_ip(i: usize) -> String {
+    format!("10.0.0.{}", 10 + i)
+}
+
+impl Lab {
+    /// Creates the switch, `nodes` nodes and two clients (10.0.0.100 and 10.0.0.101) whose routes
+    /// to Service ranges (10.96/16, 192.0.2/24, 203.0.113/24) go via node 1.
+    pub fn new(nodes: usize) -> Lab {
+        let prefix = format!(
+            "klb{}x{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        let mut lab = Lab {
+            prefix,
+            namespaces: Vec::new(),
+            children: Vec::new(),
+            pods: BTreeMap::new(),
+        };
+        let switch = lab.add_ns("sw");
+        run(&["ip", "-n", &switch, "link", "add", "br0", "type", "bridge"]);
+        run(&["ip", "-n", &switch, "link", "set", "br0", "up"]);
+        for i in 1..=nodes {
+            let ns = lab.add_ns(&format!("n{i}"));
+            lab.attach(
+                &switch,
+                &ns,
+                &format!("n{i}"),
+                &format!("{}/24", node_ip(i)),
+            );
+            // Forwarding node; no ICMP redirects (they would use up the per-host ICMP budget
+            // the rejects of Services without endpoints need).
+            for setting in [
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.conf.all.send_redirects=0",
+                "net.ipv4.icmp_ratelimit=0",
+            ] {
+                run(&["ip", "netns", "exec", &ns, "sysctl", "-qw", setting]);
+            }
+            // Like a real node: Service addresses without rules follow the default route.
+            run(&["ip", "-n", &ns, "route", "add", "default", "dev", "eth0"]);
+            run(&["ip", "-n", &ns, "link", "add", "cbr0", "type", "bridge"]);
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("10.244.{i}.1/24"),
+                "dev",
+                "cbr0",
+            ]);
+            run(&["ip", "-n", &ns, "link", "set", "cbr0", "up"]);
+            for j in 1..=nodes {
+                if j != i {
+                    run(&[
+                        "ip",
+                        "-n",
+                        &ns,
+                        "route",
+                        "add",
+                        &format!("10.244.{j}.0/24"),
+                        "via",
+                        &node_ip(j),
+                    ]);
+                }
+            }
+        }
+        for (name, address) in [("c", "10.0.0.100"), ("c2", "10.0.0.101")] {
+            let ns = lab.add_ns(name);
+            lab.attach(&switch, &ns, name, &format!("{address}/24"));
+            for range in ["10.96.0.0/16", "192.0.2.0/24", "203.0.113.0/24"] {
+                run(&["ip", "-n", &ns, "route", "add", range, "via", &node_ip(1)]);
+            }
+        }
+        lab
+    }
+
+    /// Full name of a namespace of this lab.
+    pub fn ns(&self, short: &str) -> String {
+        format!("{}{short}", self.prefix)
+    }
+
+    fn add_ns(&mut self, short: &str) -> String {
+        let name = self.ns(short);
+        run(&["ip", "netns", "add", &name]);
+        run(&["ip", "-n", &name, "link", "set", "lo", "up"]);
+        self.namespaces.push(name.clone());
+        name
+    }
+
+    /// A veth from the switch bridge into `ns` as `eth0` with `cidr`.
+    fn attach(&self, switch: &str, ns: &str, port: &str, cidr: &str) {
+        run(&[
+            "ip", "-n", switch, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+            "netns", ns,
+        ]);
+        run(&[
+            "ip", "-n", switch, "link", "set", port, "master", "br0", "up",
+        ]);
+        run(&["ip", "-n", ns, "addr", "add", cidr, "dev", "eth0"]);
+        run(&["ip", "-n", ns, "link", "set", "eth0", "up"]);
+    }
+
+    /// Starts pod `name` on node `node` (1-based) as 10.244.node.(10+index), serving TCP+UDP 8080.
+    pub fn pod(&mut self, name: &str, node: usize) -> Pod {
+        let index = self
+            .pods
+            .values()
+            .filter(|p| p.node == format!("n{node}"))
+            .count();
+        let ip = format!("10.244.{node}.{}", 10 + index);
+        let node_ns = self.ns(&format!("n{node}"));
+        let ns = self.add_ns(&format!("p{name}"));
+        let veth = format!("v{name}");
+        run(&[
+            "ip", "-n", &node_ns, "link", "add", &veth, "type", "veth", "peer", "name", "eth0",
+            "netns", &ns,
+        ]);
+        run(&[
+            "ip", "-n", &node_ns, "link", "set", &veth, "master", "cbr0", "up",
+        ]);
+        run(&[
+            "ip",
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{ip}/24"),
+            "dev",
+            "eth0",
+        ]);
+        run(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
+        run(&[
+            "ip",
+            "-n",
+            &ns,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("10.244.{node}.1"),
+        ]);
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns, PROBE, "serve", name, "8080"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start probe server");
+        // The server prints "ready" once both sockets are bound.
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut ready)
+            .expect("ready line");
+        assert_eq!(ready.trim(), "ready", "pod {name} did not start");
+        self.children.push(child);
+        let pod = Pod {
+            name: name.into(),
+            ip,
+            node: format!("n{node}"),
+        };
+        self.pods.insert(name.into(), pod.clone());
+        pod
+    }
+
+    /// Adds an address to node `node`'s LAN interface (and an on-link route on the clients).
+    pub fn add_node_address(&self, node: usize, cidr: &str) {
+        run(&[
+            "ip",
+            "-n",
+            &self.ns(&format!("n{node}")),
+            "addr",
+            "add",
+            cidr,
+            "dev",
+            "eth0",
+        ]);
+        let net: ipnet::IpNet = cidr.parse().expect("cidr");
+        for client in ["c", "c2"] {
+            run(&[
+                "ip",
+                "-n",
+                &self.ns(client),
+                "route",
+                "add",
+                &net.trunc().to_string(),
+                "dev",
+                "eth0",
+            ]);
+        }
+    }
+
+    /// Sends the client's traffic for `range` via node `node`.
+    pub fn route_via(&self, client: &str, range: &str, node: usize) {
+        run(&[
+            "ip",
+            "-n",
+            &self.ns(client),
+            "route",
+            "replace",
+            range,
+            "via",
+            &node_ip(node),
+        ]);
+    }
+
+    /// `count` TCP requests from `client` to `addr`, each on a new connection.
+    pub fn tcp(&self, client: &str, addr: &str, count: usize, timeout_ms: u64) -> Vec<Outcome> {
+        let out = run(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.ns(client),
+            PROBE,
+            "tcp",
+            addr,
+            &count.to_string(),
+            &timeout_ms.to_string(),
+        ]);
+        out.lines().map(Outcome::parse).collect()
+    }
+
+    /// `count` UDP datagrams from one socket of `client` (optionally a fixed source port).
+    pub fn udp(
+        &self,
+        client: &str,
+        addr: &str,
+        count: usize,
+        timeout_ms: u64,
+        source_port: Option<u16>,
+    ) -> Vec<Outcome> {
+        let ns = self.ns(client);
+        let count = count.to_string();
+        let timeout = timeout_ms.to_string();
+        let port = source_port.map(|p| p.to_string());
+        let mut args = vec![
+            "ip", "netns", "exec", &ns, PROBE, "udp", addr, &count, &timeout,
+        ];
+        if let Some(port) = &port {
+            args.push(port);
+        }
+        run(&args).lines().map(Outcome::parse).collect()
+    }
+
+    /// Opens one long-lived TCP connection from `client`.
+    pub fn hold(&mut self, client: &str, addr: &str) -> Held {
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns(client),
+                PROBE,
+                "hold",
+                addr,
+                "2000",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start hold");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        self.children.push(child);
+        Held { stdin, stdout }
+    }
+
+    /// Runs a command inside one of the lab's namespaces.
+    pub fn exec(&self, short: &str, args: &[&str]) -> String {
+        let ns = self.ns(short);
+        let mut full = vec!["ip", "netns", "exec", ns.as_str()];
+        full.extend_from_slice(args);
+        run(&full)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in self.namespaces.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// A long-lived client connection.
+pub struct Held {
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Held {
+    /// One request on the held connection.
+    pub fn request(&mut self) -> Outcome {
+        writeln!(self.stdin, "go").expect("write");
+        self.stdin.flush().expect("flush");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read");
+        Outcome::parse(&line)
+    }
+}
+
+/// Result of one probe request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The endpoint `name` answered and saw the client as `source` (ip:port).
+    Ok {
+        /// Pod name.
+        name: String,
+        /// Source address the pod saw.
+        source: String,
+    },
+    /// Failed: `refused`, `timeout`, `reset`, …
+    Err(String),
+}
+
+impl Outcome {
+    fn parse(line: &str) -> Outcome {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("ok"), Some(name), Some(source)) => Outcome::Ok {
+                name: name.into(),
+                source: source.into(),
+            },
+            (_, Some(kind), _) => Outcome::Err(kind.into()),
+            _ => Outcome::Err(format!("unparsable {line:?}")),
+        }
+    }
+
+    /// Pod name if it succeeded.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Outcome::Ok { name, .. } => Some(name),
+            Outcome::Err(_) => None,
+        }
+    }
+
+    /// Source IP the pod saw, if it succeeded.
+    pub fn source_ip(&self) -> Option<&str> {
+        match self {
+            Outcome::Ok { source, .. } => source.rsplit_once(':').map(|(ip, _)| ip),
+            Outcome::Err(_) => None,
+        }
+    }
+}
+
+/// Names of the pods that answered.
+pub fn names(outcomes: &[Outcome]) -> std::collections::BTreeSet<String> {
+    outcomes
+        .iter()
+        .filter_map(|o| o.name().map(str::to_owned))
+        .collect()
+}
+
+/// Polls `check` until it returns true or `ceiling` passes.
+pub fn eventually(ceiling: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return true;
+        }
+        if start.elapsed() > ceiling {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
