@@ -138,8 +138,10 @@ pub enum TargetPort {
 
 /// One Service port, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PortSpec {
     /// Port name (required and unique when the Service has more than one port).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Transport protocol.
     pub protocol: Protocol,
@@ -266,6 +268,7 @@ pub struct LoadBalancerSpec {
     /// Internal or internet-facing.
     pub scheme: Scheme,
     /// `spec.loadBalancerIP`, when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub requested_ip: Option<IpAddr>,
     /// Allowed client ranges.
     pub source_ranges: SourceRanges,
@@ -274,14 +277,18 @@ pub struct LoadBalancerSpec {
     /// `spec.sessionAffinity` and its timeout.
     pub session_affinity: SessionAffinity,
     /// `spec.loadBalancerClass`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub load_balancer_class: Option<String>,
     /// `spec.allocateLoadBalancerNodePorts` (default true).
     pub allocate_node_ports: bool,
     /// `spec.externalIPs`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub external_ips: Vec<IpAddr>,
     /// Ordered topology keys (seed 002); empty when unset.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub topology_keys: Vec<TopologyKey>,
     /// Extra tags the user asked for (e.g. AWS `additional-resource-tags`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub extra_tags: BTreeMap<String, String>,
     /// The provider-specific extension.
     pub provider: ProviderSpec,

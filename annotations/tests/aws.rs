@@ -747,8 +747,8 @@ fn surprising_upstream_behaviour_is_a_warning() {
         ),
         (
             svc_lb("ns", "web").annotate("cloud.google.com/load-balancer-type", "Internal"),
-            "cloud.google.com/load-balancer-type",
-            "read only for cloud gcp",
+            "metadata.annotations",
+            "for cloud gcp have no effect on cloud aws: cloud.google.com/load-balancer-type",
         ),
     ];
     for (builder, at, needle) in cases {

@@ -546,8 +546,13 @@ fn other_clouds_annotations_warn_as_having_no_effect() {
     assert_eq!(parsed.spec.scheme, Scheme::External);
     assert_warning(
         &parsed,
-        "aws-load-balancer-internal",
-        "read only for cloud aws",
+        "metadata.annotations",
+        "1 annotation(s) for cloud aws have no effect on cloud local: \
+         service.beta.kubernetes.io/aws-load-balancer-internal",
     );
-    assert_warning(&parsed, azure::INTERNAL, "read only for cloud azure");
+    assert_warning(
+        &parsed,
+        "metadata.annotations",
+        "for cloud azure have no effect",
+    );
 }

@@ -117,22 +117,27 @@ pub fn parse(cloud: Cloud, service: &Service) -> Result<Parsed, ParseErrors> {
     })
 }
 
-/// Annotations of another cloud have no effect here; say so, since a wrong `--cloud` or a
-/// manifest copied between clusters is the usual cause.
+/// Annotations of another cloud have no effect here; say so once per cloud, since a wrong
+/// `--cloud` or a manifest copied between clusters is the usual cause.
 fn warn_foreign_annotations(reader: &mut Reader<'_>, cloud: Cloud) {
-    let foreign: Vec<(String, String, Cloud)> = reader
-        .all()
-        .iter()
-        .filter_map(|(key, value)| {
-            let owner = keys::cloud_of_key(key)?;
-            (owner != cloud && !reader.was_read(key)).then(|| (key.clone(), value.clone(), owner))
-        })
-        .collect();
-    for (key, value, owner) in foreign {
+    let mut foreign: BTreeMap<Cloud, Vec<String>> = BTreeMap::new();
+    for key in reader.all().keys() {
+        if let Some(owner) = keys::cloud_of_key(key)
+            && owner != cloud
+            && !reader.was_read(key)
+        {
+            foreign.entry(owner).or_default().push(key.clone());
+        }
+    }
+    for (owner, keys) in foreign {
         reader.diag.warn(
-            Location::Annotation(key),
-            Some(&value),
-            format!("read only for cloud {owner}; this Service is parsed for {cloud}, so it has no effect"),
+            Location::field("metadata.annotations"),
+            None,
+            format!(
+                "{} annotation(s) for cloud {owner} have no effect on cloud {cloud}: {}",
+                keys.len(),
+                keys.join(", ")
+            ),
         );
     }
 }
