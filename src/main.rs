@@ -3,9 +3,9 @@
 //! Each subcommand lives in its own module under `cli/`; this file only parses the command line,
 //! sets up logging and maps results to exit codes.
 
-mod cli;
-
 use std::process::ExitCode;
+
+use kube_lb::cli;
 
 use clap::{Parser, Subcommand};
 

@@ -1,12 +1,162 @@
-//! `kube-lb controller`.
+//! `kube-lb controller`: the Service load-balancer controller for a real cluster.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use kube_lb_provider_core::CallCounter;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::cloud::{self, CloudArgs};
+use crate::controller::{ControllerConfig, LoadBalancerController};
+use crate::leader::{LeaderConfig, LeaderElector, default_identity};
+use crate::metrics::Metrics;
 
 /// Arguments of `kube-lb controller`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(flatten)]
+    pub cloud: CloudArgs,
+
+    /// Kubeconfig file; without it `$KUBECONFIG`, `~/.kube/config` and then the in-cluster
+    /// service account are tried, in that order.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The `spec.loadBalancerClass` this controller handles.
+    #[arg(long, env = "KUBE_LB_LOAD_BALANCER_CLASS")]
+    pub load_balancer_class: Option<String>,
+
+    /// Whether Services without `spec.loadBalancerClass` are handled too. Defaults to true when
+    /// no `--load-balancer-class` is given, false otherwise (as upstream, a classed controller
+    /// leaves unclassed Services to the default implementation).
+    #[arg(long, env = "KUBE_LB_DEFAULT_CLASS")]
+    pub default_class: Option<bool>,
+
+    /// Services reconciled in parallel.
+    #[arg(long, env = "KUBE_LB_CONCURRENCY", default_value_t = 4)]
+    pub concurrency: u16,
+
+    /// Elect a leader on a Lease so only one replica acts.
+    #[arg(long, env = "KUBE_LB_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(
+        long,
+        env = "KUBE_LB_LEADER_ELECT_NAMESPACE",
+        default_value = "kube-system"
+    )]
+    pub leader_elect_namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "KUBE_LB_LEADER_ELECT_NAME",
+        default_value = "kube-lb-controller"
+    )]
+    pub leader_elect_name: String,
+
+    /// Lease validity after the last renewal.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long a leader keeps acting while renewals fail.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// Interval between lease attempts.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    pub leader_elect_retry_period: Duration,
+
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, env = "KUBE_LB_METRICS_ADDR", default_value = "0.0.0.0:10258")]
+    pub metrics_addr: SocketAddr,
+
+    /// First retry delay after a retryable failure (doubles per failure).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    pub backoff_base: Duration,
+
+    /// Longest retry delay.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "300s")]
+    pub backoff_max: Duration,
+}
+
+/// A client from `--kubeconfig`, or the inferred configuration.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default()).await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
 
 /// Runs `kube-lb controller`.
-pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`kube-lb controller` is not available in this build yet")
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let client = client(args.kubeconfig.as_deref()).await?;
+    let counter = CallCounter::new();
+    let metrics = Arc::new(Metrics::new());
+    metrics.observe_calls(&counter);
+    let provider = cloud::build(&args.cloud, counter).await?;
+    let identity = default_identity();
+
+    let mut config = ControllerConfig::new(args.cloud.cloud.annotations_cloud());
+    config.default_class = args
+        .default_class
+        .unwrap_or(args.load_balancer_class.is_none());
+    config.load_balancer_class = args.load_balancer_class;
+    config.concurrency = args.concurrency;
+    config.backoff_base = args.backoff_base;
+    config.backoff_max = args.backoff_max;
+    config.identity = identity.clone();
+
+    let shutdown = CancellationToken::new();
+    let (leading, elector) = if args.leader_elect {
+        let mut leader = LeaderConfig::new(
+            &args.leader_elect_namespace,
+            &args.leader_elect_name,
+            identity,
+        );
+        leader.lease_duration = args.leader_elect_lease_duration;
+        leader.renew_deadline = args.leader_elect_renew_deadline;
+        leader.retry_period = args.leader_elect_retry_period;
+        let (rx, task) = LeaderElector::new(client.clone(), leader).spawn(shutdown.clone());
+        (rx, Some(task))
+    } else {
+        (watch::channel(true).1, None)
+    };
+    // Ready as soon as we serve: followers are ready too (they stand by).
+    let (_ready_tx, ready_rx) = watch::channel(true);
+    let (_, server) = crate::health::serve(
+        args.metrics_addr,
+        metrics.clone(),
+        ready_rx,
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
+
+    let controller = LoadBalancerController::new(client, provider.provider, config, metrics);
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        crate::cli::wait_for_signal().await;
+        tracing::info!("shutting down");
+        signal.cancel();
+    });
+    let result = controller.run(leading, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(elector) = elector {
+        let _ = elector.await;
+    }
+    let _ = server.await;
+    result?;
+    Ok(ExitCode::SUCCESS)
 }

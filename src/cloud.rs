@@ -1,0 +1,102 @@
+//! Choosing and building the load-balancer provider from the command line.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use kube_lb_annotations::Cloud;
+use kube_lb_provider_core::{CallCounter, LoadBalancerProvider};
+use kube_lb_provider_local::{DEFAULT_POOL, IpRange, LocalProvider, Pool};
+
+/// The providers this binary knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CloudName {
+    /// Addresses from a pool on this machine (the embedded default).
+    Local,
+    /// Amazon Web Services (Classic ELB / NLB); needs the `aws` cargo feature.
+    Aws,
+    /// Google Cloud; needs the `gcp` cargo feature.
+    Gcp,
+    /// Microsoft Azure; needs the `azure` cargo feature.
+    Azure,
+}
+
+impl CloudName {
+    /// Whose annotations the controller interprets.
+    pub fn annotations_cloud(self) -> Cloud {
+        match self {
+            CloudName::Local => Cloud::Local,
+            CloudName::Aws => Cloud::Aws,
+            CloudName::Gcp => Cloud::Gcp,
+            CloudName::Azure => Cloud::Azure,
+        }
+    }
+}
+
+/// Provider selection flags shared by `controller` and `reconcile`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CloudArgs {
+    /// Which provider builds the load balancers.
+    #[arg(long, value_enum, env = "KUBE_LB_CLOUD", default_value_t = CloudName::Local)]
+    pub cloud: CloudName,
+
+    /// Provider configuration file (region, endpoint overrides, ...), as the cloud expects.
+    #[arg(long, env = "KUBE_LB_CLOUD_CONFIG")]
+    pub cloud_config: Option<PathBuf>,
+
+    /// Cluster name used in load-balancer ownership tags (`kubernetes.io/cluster/<name>`).
+    #[arg(long, env = "KUBE_LB_CLUSTER_NAME", default_value = "kubernetes")]
+    pub cluster_name: String,
+
+    /// Address ranges of the `local` provider: CIDRs or FIRST-LAST, comma separated.
+    #[arg(long, env = "KUBE_LB_LOCAL_POOL", value_delimiter = ',', default_value = DEFAULT_POOL)]
+    pub local_pool: Vec<IpRange>,
+}
+
+/// A built provider, plus the concrete `local` one when that was chosen (its address set
+/// feeds the embedded forwarder).
+#[derive(Debug, Clone)]
+pub struct Provider {
+    /// The provider the controller calls.
+    pub provider: Arc<dyn LoadBalancerProvider>,
+    /// The same provider when it is `local`.
+    pub local: Option<Arc<LocalProvider>>,
+}
+
+/// A `local` provider over `ranges`.
+pub fn local_provider(ranges: Vec<IpRange>, counter: CallCounter) -> anyhow::Result<Provider> {
+    let pool = Pool::new(ranges).context("invalid --local-pool")?;
+    let local = Arc::new(LocalProvider::new(pool, counter));
+    Ok(Provider {
+        provider: local.clone(),
+        local: Some(local),
+    })
+}
+
+/// Builds the provider chosen by `args`, counting its calls on `counter`.
+pub async fn build(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
+    match args.cloud {
+        CloudName::Local => local_provider(args.local_pool.clone(), counter),
+        CloudName::Aws => aws(args, counter).await,
+        CloudName::Gcp => {
+            anyhow::bail!("--cloud gcp: the GCP provider is not wired into this build of kube-lb")
+        }
+        CloudName::Azure => anyhow::bail!(
+            "--cloud azure: the Azure provider is not wired into this build of kube-lb"
+        ),
+    }
+}
+
+#[cfg(feature = "aws")]
+async fn aws(args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
+    anyhow::bail!(
+        "--cloud aws: the AWS provider crate does not expose AwsProvider::from_cloud_config yet (cloud config {:?}, cluster {})",
+        args.cloud_config,
+        args.cluster_name
+    )
+}
+
+#[cfg(not(feature = "aws"))]
+async fn aws(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
+    anyhow::bail!("--cloud aws: this kube-lb was built without the `aws` cargo feature")
+}

@@ -1,0 +1,323 @@
+//! One reconcile of one Service: decide whether it is ours, then apply (ensure the load
+//! balancer, write the status) or clean up (delete the load balancer, release the finalizer).
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+use serde_json::json;
+
+use super::events::Reason;
+use super::{Context, Error, ErrorClass, Outcome, ServiceName, backoff_delay, nodes, status};
+
+/// The upstream finalizer: the load balancer must be deleted before the Service goes away.
+pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+
+/// What to do with a Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Not ours and nothing of ours on it.
+    Ignore,
+    /// Ours: ensure (or, when it is being deleted, clean up) through the finalizer helper.
+    Manage,
+    /// Carries our finalizer but is no longer ours (type changed away from LoadBalancer):
+    /// delete the load balancer, clear the status, remove the finalizer.
+    Release,
+}
+
+impl Disposition {
+    /// Decides from the Service alone.
+    pub fn of(service: &Service, config: &super::ControllerConfig) -> Self {
+        let finalized = service.finalizers().iter().any(|f| f == FINALIZER);
+        let deleting = service.metadata.deletion_timestamp.is_some();
+        match (deleting, finalized, config.manages(service)) {
+            (true, true, _) | (false, _, true) => Disposition::Manage,
+            (false, true, false) => Disposition::Release,
+            (true, false, _) | (false, false, false) => Disposition::Ignore,
+        }
+    }
+}
+
+/// The provider-facing identity of a Service.
+pub fn service_key(service: &Service) -> Result<ServiceKey, Error> {
+    Ok(ServiceKey {
+        namespace: service
+            .namespace()
+            .ok_or(Error::MissingField("namespace"))?,
+        name: service
+            .metadata
+            .name
+            .clone()
+            .ok_or(Error::MissingField("name"))?,
+        uid: service.uid().ok_or(Error::MissingField("uid"))?,
+    })
+}
+
+/// A fingerprint of what the user controls (spec, annotations, labels): a Service that failed
+/// with a user error is not retried until this changes.
+fn user_fingerprint(service: &Service) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_string(&service.spec)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    service.annotations().hash(&mut hasher);
+    service.labels().hash(&mut hasher);
+    hasher.finish()
+}
+
+fn hash_of<T: serde::Serialize>(value: &T) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_string(value)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Entry point called by the runtime for every Service event and requeue.
+#[tracing::instrument(skip_all, fields(service = %ServiceName::of(&service), provider = ctx.provider.name()))]
+pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let mut timer = ctx.metrics.reconcile_timer();
+    let namespace = service
+        .namespace()
+        .ok_or(Error::MissingField("namespace"))?;
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let action = match Disposition::of(&service, &ctx.config) {
+        Disposition::Ignore => {
+            ctx.forget(
+                &ObjectRef::from_obj(service.as_ref()),
+                &ServiceName::of(&service),
+            );
+            Action::await_change()
+        }
+        Disposition::Release => release(&api, service, &ctx).await?,
+        Disposition::Manage => finalizer(&api, FINALIZER, service, |event| async {
+            match event {
+                Finalizer::Apply(service) => apply(&api, service, &ctx).await,
+                Finalizer::Cleanup(service) => cleanup(service, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e)))?,
+    };
+    timer.success();
+    Ok(action)
+}
+
+/// Chooses the retry by error class: retryable errors back off per Service (5 s doubling to
+/// 300 s by default); user errors wait for the Service to change.
+pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
+    let class = error.class();
+    ctx.metrics.error(class, error.kind());
+    let key = ObjectRef::from_obj(service.as_ref());
+    match class {
+        ErrorClass::User => {
+            tracing::info!(service = %ServiceName::of(&service), %error, "user error; waiting for the Service to change");
+            Action::await_change()
+        }
+        ErrorClass::Retryable => {
+            let failures = ctx.with_state(&key, |s| {
+                s.failures = s.failures.saturating_add(1);
+                s.failures
+            });
+            let delay = backoff_delay(ctx.config.backoff_base, ctx.config.backoff_max, failures);
+            tracing::warn!(service = %ServiceName::of(&service), %error, ?delay, failures, "reconcile failed; retrying");
+            Action::requeue(delay)
+        }
+    }
+}
+
+async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Result<Action, Error> {
+    if !ctx.is_leading() {
+        return Ok(Action::await_change());
+    }
+    let key = ObjectRef::from_obj(service.as_ref());
+    let name = ServiceName::of(&service);
+    let fingerprint = user_fingerprint(&service);
+    if ctx.with_state(&key, |s| s.user_error) == Some(fingerprint) {
+        // Already reported; nothing the user has not changed can succeed now.
+        return Ok(Action::await_change());
+    }
+    let parsed = match kube_lb_annotations::parse(ctx.config.cloud, &service) {
+        Ok(parsed) => parsed,
+        Err(errors) => {
+            let text = errors.to_string();
+            ctx.events
+                .publish(&service, Reason::SyncLoadBalancerFailed, text.clone())
+                .await;
+            ctx.with_state(&key, |s| s.user_error = Some(fingerprint));
+            ctx.set_outcome(&name, Some(Outcome::UserError(text)));
+            return Err(Error::InvalidService(errors));
+        }
+    };
+    if ctx.with_state(&key, |s| s.warned.replace(fingerprint)) != Some(fingerprint) {
+        for warning in &parsed.warnings {
+            ctx.events
+                .publish(&service, Reason::AnnotationWarning, warning.to_string())
+                .await;
+        }
+    }
+    let spec = parsed.spec;
+    if ctx.nodes.wait_until_ready().await.is_err() || ctx.slices.wait_until_ready().await.is_err() {
+        // The watches are gone: the controller is shutting down.
+        return Ok(Action::await_change());
+    }
+    let backends = backends_for(&spec, ctx);
+    let hashes = (hash_of(&spec), hash_of(&backends));
+    let applied = ctx.with_state(&key, |s| s.applied);
+    let spec_changed = applied.map(|a| a.0) != Some(hashes.0);
+    let backends_changed = applied.map(|a| a.1) != Some(hashes.1);
+    if spec_changed {
+        ctx.events
+            .publish(
+                &service,
+                Reason::EnsuringLoadBalancer,
+                "Ensuring load balancer",
+            )
+            .await;
+    }
+    tracing::debug!(backends = ?nodes::names(&backends), "ensuring load balancer");
+    let lb_status = match ctx.provider.ensure(&spec, &backends).await {
+        Ok(lb_status) => lb_status,
+        Err(error) => {
+            let text = format!("Error syncing load balancer: {error}");
+            ctx.events
+                .publish(&service, Reason::SyncLoadBalancerFailed, text.clone())
+                .await;
+            if error.is_retryable() {
+                ctx.set_outcome(&name, Some(Outcome::Retrying(text)));
+            } else {
+                ctx.with_state(&key, |s| s.user_error = Some(fingerprint));
+                ctx.set_outcome(&name, Some(Outcome::UserError(error.to_string())));
+            }
+            return Err(Error::Provider(error));
+        }
+    };
+    let ingress = status::ingress(&lb_status);
+    if let Some(patch) = status::patch_for(&service, &ingress) {
+        api.patch_status(
+            &service.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await?;
+    }
+    if spec_changed {
+        ctx.events
+            .publish(
+                &service,
+                Reason::EnsuredLoadBalancer,
+                "Ensured load balancer",
+            )
+            .await;
+    } else if backends_changed {
+        ctx.events
+            .publish(
+                &service,
+                Reason::UpdatedLoadBalancer,
+                "Updated load balancer with new hosts",
+            )
+            .await;
+    }
+    ctx.with_state(&key, |s| {
+        s.failures = 0;
+        s.user_error = None;
+        s.applied = Some(hashes);
+    });
+    let addresses: Vec<String> = ingress
+        .iter()
+        .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+        .collect();
+    if addresses.is_empty() {
+        // The provider is still provisioning (e.g. a DNS name not assigned yet).
+        ctx.set_outcome(
+            &name,
+            Some(Outcome::Retrying("load balancer has no address yet".into())),
+        );
+        return Ok(Action::requeue(ctx.config.backoff_base));
+    }
+    ctx.set_outcome(&name, Some(Outcome::Ready(addresses)));
+    Ok(Action::requeue(ctx.config.resync))
+}
+
+fn backends_for(spec: &LoadBalancerSpec, ctx: &Context) -> Vec<kube_lb_provider_core::BackendNode> {
+    let node_state = ctx.nodes.state();
+    let eligible = nodes::eligible_nodes(node_state.iter().map(AsRef::as_ref));
+    let slice_state = ctx.slices.state();
+    nodes::select_backends(
+        spec,
+        &eligible,
+        slice_state.iter().map(AsRef::as_ref),
+        |n| ctx.provider.accepts_node(spec, n),
+    )
+}
+
+async fn cleanup(service: Arc<Service>, ctx: &Context) -> Result<Action, Error> {
+    if !ctx.is_leading() {
+        return Ok(Action::await_change());
+    }
+    let key = service_key(&service)?;
+    ctx.events
+        .publish(
+            &service,
+            Reason::DeletingLoadBalancer,
+            "Deleting load balancer",
+        )
+        .await;
+    if let Err(error) = ctx.provider.delete(&key).await {
+        ctx.events
+            .publish(
+                &service,
+                Reason::SyncLoadBalancerFailed,
+                format!("Error deleting load balancer: {error}"),
+            )
+            .await;
+        return Err(Error::Provider(error));
+    }
+    ctx.events
+        .publish(
+            &service,
+            Reason::DeletedLoadBalancer,
+            "Deleted load balancer",
+        )
+        .await;
+    ctx.forget(
+        &ObjectRef::from_obj(service.as_ref()),
+        &ServiceName::of(&service),
+    );
+    Ok(Action::await_change())
+}
+
+/// The Service stopped being ours while carrying our finalizer: delete the load balancer, then
+/// clear the status, then drop the finalizer, in that order so a crash at any point is redone.
+async fn release(
+    api: &Api<Service>,
+    service: Arc<Service>,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    if !ctx.is_leading() {
+        return Ok(Action::await_change());
+    }
+    cleanup(service.clone(), ctx).await?;
+    let name = service.name_any();
+    if let Some(patch) = status::patch_for(&service, &[]) {
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    if let Some(index) = service.finalizers().iter().position(|f| f == FINALIZER) {
+        // `test` guards against removing someone else's finalizer if the list changed.
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            { "op": "test", "path": format!("/metadata/finalizers/{index}"), "value": FINALIZER },
+            { "op": "remove", "path": format!("/metadata/finalizers/{index}") },
+        ]))
+        .map_err(|_| Error::MissingField("finalizers"))?;
+        api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await?;
+    }
+    Ok(Action::await_change())
+}
