@@ -2,6 +2,8 @@
 //! port ([`model`]), an nftables backend ([`nft`]), a tokio userspace proxy ([`userspace`]) and
 //! the kube-proxy compatible health servers ([`health`]).
 
+pub mod health;
 pub mod model;
 pub mod nft;
 pub mod testing;
+pub mod userspace;

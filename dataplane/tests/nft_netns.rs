@@ -41,7 +41,10 @@ impl Cluster {
             .map(|i| {
                 let mut index = Index::new(IndexConfig {
                     node_name: format!("n{i}"),
-                    nodeport_cidrs: nodeport_cidrs.iter().map(|c| c.parse().expect("cidr")).collect(),
+                    nodeport_cidrs: nodeport_cidrs
+                        .iter()
+                        .map(|c| c.parse().expect("cidr"))
+                        .collect(),
                 });
                 for object in &node_objects {
                     index.apply_node(object);

@@ -790,3 +790,6 @@ pub fn udp_cleanup(old: &Snapshot, new: &Snapshot) -> UdpCleanup {
     }
     cleanup
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,525 @@
+//! Userspace backend: tokio listeners on every frontend address of a [`Snapshot`], forwarding TCP
+//! streams and UDP datagrams to endpoints chosen by a [`Scheduler`].
+//!
+//! Behaviour the tests rely on:
+//! - a frontend without usable endpoints has **no listener**, so clients are refused by the
+//!   kernel rather than accepted and closed; listeners close when their Service goes;
+//! - endpoint changes update the pool in place: listeners and established connections stay;
+//! - a failed connect is retried on another endpoint with growing timeouts (250 ms … 2 s);
+//! - no SCTP socket is ever opened (tokio has none, and opening one would load the `sctp`
+//!   module); SCTP Service ports are reported as skipped.
+//!
+//! ```no_run
+//! # async fn example(snapshot: kube_lb_dataplane::model::Snapshot) {
+//! use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
+//! let mut proxy = UserspaceProxy::new(UserspaceConfig::default());
+//! let report = proxy.apply(&snapshot).await;
+//! for (frontend, error) in &report.failed {
+//!     eprintln!("cannot listen on {frontend}: {error}");
+//! }
+//! # }
+//! ```
+
+pub mod proxy_protocol;
+pub mod scheduler;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+pub use scheduler::{Pool, Scheduler};
+
+use crate::model::{EndpointAddr, PortKey, Protocol, ProxyProtocol, Snapshot};
+
+/// Settings of the userspace backend.
+#[derive(Debug, Clone)]
+pub struct UserspaceConfig {
+    /// Endpoint choice.
+    pub scheduler: Scheduler,
+    /// A UDP client session ends after this long without a datagram in either direction.
+    pub udp_idle_timeout: Duration,
+    /// One connect attempt per entry, each with that timeout, each on another endpoint.
+    pub connect_timeouts: Vec<Duration>,
+}
+
+impl Default for UserspaceConfig {
+    fn default() -> Self {
+        UserspaceConfig {
+            scheduler: Scheduler::RoundRobin,
+            udp_idle_timeout: Duration::from_secs(30),
+            connect_timeouts: [250, 500, 1000, 2000]
+                .into_iter()
+                .map(Duration::from_millis)
+                .collect(),
+        }
+    }
+}
+
+/// One address and protocol the proxy listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Frontend {
+    /// TCP or UDP.
+    pub protocol: Protocol,
+    /// Listening address.
+    pub addr: SocketAddr,
+}
+
+impl fmt::Display for Frontend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.protocol)
+    }
+}
+
+/// What one frontend forwards to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrontendSpec {
+    /// The Service port it belongs to.
+    pub service: PortKey,
+    /// Endpoints (already filtered by traffic policy and topology).
+    pub endpoints: Vec<EndpointAddr>,
+    /// ClientIP affinity timeout.
+    pub affinity_timeout: Option<Duration>,
+    /// PROXY protocol header to send (TCP only).
+    pub proxy_protocol: Option<ProxyProtocol>,
+}
+
+/// Frontends with at least one endpoint, per snapshot: ClusterIPs (internal endpoints), LB and
+/// external IPs and NodePorts on the node's NodePort addresses (external endpoints). Also returns
+/// the SCTP ports it skipped.
+pub fn frontends(snapshot: &Snapshot) -> (BTreeMap<Frontend, FrontendSpec>, Vec<PortKey>) {
+    let mut out = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for port in snapshot.ports.values() {
+        if port.key.protocol == Protocol::Sctp {
+            skipped.push(port.key.clone());
+            continue;
+        }
+        let spec = |endpoints: &[EndpointAddr]| FrontendSpec {
+            service: port.key.clone(),
+            endpoints: endpoints.to_vec(),
+            affinity_timeout: port.affinity_timeout,
+            proxy_protocol: port.proxy_protocol,
+        };
+        let mut add = |ip: IpAddr, number: u16, endpoints: &[EndpointAddr]| {
+            if !endpoints.is_empty() {
+                let frontend = Frontend {
+                    protocol: port.key.protocol,
+                    addr: SocketAddr::new(ip, number),
+                };
+                out.insert(frontend, spec(endpoints));
+            }
+        };
+        for ip in &port.cluster_ips {
+            add(*ip, port.key.port, port.internal_endpoints());
+        }
+        for ip in port.load_balancer_ips.iter().chain(&port.external_ips) {
+            add(*ip, port.key.port, port.external_endpoints());
+        }
+        if let Some(node_port) = port.node_port {
+            for ip in &snapshot.nodeport_addresses {
+                add(*ip, node_port, port.external_endpoints());
+            }
+        }
+    }
+    (out, skipped)
+}
+
+/// Result of [`UserspaceProxy::apply`].
+#[derive(Debug, Default, Clone)]
+pub struct ApplyReport {
+    /// Listeners opened.
+    pub opened: Vec<Frontend>,
+    /// Listeners closed (Service gone or no endpoints left).
+    pub closed: Vec<Frontend>,
+    /// Listeners whose endpoints or settings changed in place.
+    pub updated: Vec<Frontend>,
+    /// Frontends that could not be bound (retried on the next apply).
+    pub failed: Vec<(Frontend, String)>,
+    /// SCTP Service ports this backend does not serve.
+    pub skipped_sctp: Vec<PortKey>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pool: Mutex<Pool>,
+    proxy_protocol: Mutex<Option<ProxyProtocol>>,
+}
+
+impl Shared {
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn proxy_protocol(&self) -> Option<ProxyProtocol> {
+        *self
+            .proxy_protocol
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug)]
+struct Listener {
+    spec: FrontendSpec,
+    shared: Arc<Shared>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Listener {
+    /// Stops accepting and waits until the socket is closed, so the next connection attempt is
+    /// refused by the kernel.
+    async fn close(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// The userspace dataplane: feed it snapshots with [`UserspaceProxy::apply`].
+#[derive(Debug)]
+pub struct UserspaceProxy {
+    config: Arc<UserspaceConfig>,
+    listeners: BTreeMap<Frontend, Listener>,
+}
+
+impl UserspaceProxy {
+    /// A proxy with no listeners.
+    pub fn new(config: UserspaceConfig) -> Self {
+        UserspaceProxy {
+            config: Arc::new(config),
+            listeners: BTreeMap::new(),
+        }
+    }
+
+    /// Frontends currently listening.
+    pub fn listening(&self) -> Vec<Frontend> {
+        self.listeners.keys().copied().collect()
+    }
+
+    /// Makes the listeners match `snapshot`: opens missing ones, closes those without a Service or
+    /// endpoints, and updates endpoint pools in place.
+    pub async fn apply(&mut self, snapshot: &Snapshot) -> ApplyReport {
+        let (wanted, skipped_sctp) = frontends(snapshot);
+        let mut report = ApplyReport {
+            skipped_sctp,
+            ..ApplyReport::default()
+        };
+        let stale: Vec<Frontend> = self
+            .listeners
+            .keys()
+            .filter(|f| !wanted.contains_key(f))
+            .copied()
+            .collect();
+        for frontend in stale {
+            if let Some(listener) = self.listeners.remove(&frontend) {
+                listener.close().await;
+            }
+            tracing::info!(%frontend, "closed listener");
+            report.closed.push(frontend);
+        }
+        for (frontend, spec) in wanted {
+            if let Some(listener) = self.listeners.get_mut(&frontend) {
+                if listener.spec != spec {
+                    listener
+                        .shared
+                        .pool()
+                        .update(spec.endpoints.clone(), spec.affinity_timeout);
+                    *listener
+                        .shared
+                        .proxy_protocol
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = spec.proxy_protocol;
+                    listener.spec = spec;
+                    report.updated.push(frontend);
+                }
+                continue;
+            }
+            match self.open(frontend, spec).await {
+                Ok(listener) => {
+                    tracing::info!(%frontend, service = %listener.spec.service, "listening");
+                    self.listeners.insert(frontend, listener);
+                    report.opened.push(frontend);
+                }
+                Err(error) => {
+                    tracing::warn!(%frontend, %error, "cannot listen");
+                    report.failed.push((frontend, error.to_string()));
+                }
+            }
+        }
+        report
+    }
+
+    async fn open(&self, frontend: Frontend, spec: FrontendSpec) -> std::io::Result<Listener> {
+        let shared = Arc::new(Shared {
+            pool: Mutex::new(Pool::new(
+                self.config.scheduler,
+                frontend.addr,
+                spec.endpoints.clone(),
+                spec.affinity_timeout,
+            )),
+            proxy_protocol: Mutex::new(spec.proxy_protocol),
+        });
+        let config = self.config.clone();
+        let task = match frontend.protocol {
+            Protocol::Tcp => {
+                let listener = TcpListener::bind(frontend.addr).await?;
+                tokio::spawn(serve_tcp(listener, frontend.addr, shared.clone(), config))
+            }
+            Protocol::Udp => {
+                let socket = UdpSocket::bind(frontend.addr).await?;
+                tokio::spawn(serve_udp(Arc::new(socket), shared.clone(), config))
+            }
+            Protocol::Sctp => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "SCTP is not proxied in userspace",
+                ));
+            }
+        };
+        Ok(Listener {
+            spec,
+            shared,
+            task: Some(task),
+        })
+    }
+}
+
+async fn serve_tcp(
+    listener: TcpListener,
+    frontend: SocketAddr,
+    shared: Arc<Shared>,
+    config: Arc<UserspaceConfig>,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((client, peer)) => {
+                tokio::spawn(forward_tcp(
+                    client,
+                    peer,
+                    frontend,
+                    shared.clone(),
+                    config.clone(),
+                ));
+            }
+            Err(error) => {
+                // Typically EMFILE: back off briefly instead of spinning.
+                tracing::warn!(%frontend, %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Decrements the active-connection count when a forwarded connection ends.
+struct ActiveGuard {
+    shared: Arc<Shared>,
+    endpoint: EndpointAddr,
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.shared.pool().disconnected(self.endpoint);
+    }
+}
+
+async fn forward_tcp(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    frontend: SocketAddr,
+    shared: Arc<Shared>,
+    config: Arc<UserspaceConfig>,
+) {
+    let _ = client.set_nodelay(true);
+    let mut failed = Vec::new();
+    for timeout in &config.connect_timeouts {
+        let Some(endpoint) = shared.pool().pick(peer.ip(), &failed, Instant::now()) else {
+            break;
+        };
+        let mut upstream = match tokio::time::timeout(
+            *timeout,
+            TcpStream::connect(endpoint.socket_addr()),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                tracing::debug!(%frontend, %endpoint, %error, "connect failed, trying another endpoint");
+                failed.push(endpoint);
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!(%frontend, %endpoint, "connect timed out, trying another endpoint");
+                failed.push(endpoint);
+                continue;
+            }
+        };
+        let _ = upstream.set_nodelay(true);
+        shared.pool().connected(endpoint);
+        let _guard = ActiveGuard {
+            shared: shared.clone(),
+            endpoint,
+        };
+        if let Some(version) = shared.proxy_protocol()
+            && upstream
+                .write_all(&proxy_protocol::header(version, peer, frontend))
+                .await
+                .is_err()
+        {
+            return;
+        }
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        return;
+    }
+    tracing::warn!(%frontend, client = %peer, "no endpoint accepted the connection");
+}
+
+type Sessions = Arc<Mutex<HashMap<SocketAddr, Arc<UdpSession>>>>;
+
+#[derive(Debug)]
+struct UdpSession {
+    upstream: UdpSocket,
+    last_seen: Mutex<Instant>,
+}
+
+impl UdpSession {
+    fn touch(&self) {
+        *self
+            .last_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    fn deadline(&self, idle: Duration) -> Instant {
+        *self
+            .last_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            + idle
+    }
+}
+
+async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>, config: Arc<UserspaceConfig>) {
+    let sessions: Sessions = Arc::default();
+    // Session tasks die with this task (the JoinSet aborts them on drop).
+    let mut tasks = JoinSet::new();
+    let mut buffer = vec![0u8; 65_535];
+    loop {
+        let (len, peer) = tokio::select! {
+            received = socket.recv_from(&mut buffer) => match received {
+                Ok(received) => received,
+                Err(error) => {
+                    tracing::debug!(%error, "udp receive failed");
+                    continue;
+                }
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+        };
+        let existing = sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&peer)
+            .cloned();
+        let session = match existing {
+            Some(session) => session,
+            None => {
+                let Some(session) = open_udp_session(peer, &shared).await else {
+                    continue;
+                };
+                let session = Arc::new(session);
+                let endpoint = session_endpoint(&session);
+                sessions
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(peer, session.clone());
+                tasks.spawn(relay_replies(
+                    socket.clone(),
+                    peer,
+                    session.clone(),
+                    sessions.clone(),
+                    shared.clone(),
+                    endpoint,
+                    config.udp_idle_timeout,
+                ));
+                session
+            }
+        };
+        session.touch();
+        if let Err(error) = session.upstream.send(&buffer[..len]).await {
+            tracing::debug!(client = %peer, %error, "udp send to endpoint failed");
+        }
+    }
+}
+
+fn session_endpoint(session: &UdpSession) -> Option<EndpointAddr> {
+    session.upstream.peer_addr().ok().map(|addr| EndpointAddr {
+        ip: addr.ip(),
+        port: addr.port(),
+    })
+}
+
+async fn open_udp_session(peer: SocketAddr, shared: &Arc<Shared>) -> Option<UdpSession> {
+    let endpoint = shared.pool().pick(peer.ip(), &[], Instant::now())?;
+    let local: SocketAddr = if endpoint.ip.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0u16; 8], 0).into()
+    };
+    let upstream = UdpSocket::bind(local).await.ok()?;
+    upstream.connect(endpoint.socket_addr()).await.ok()?;
+    shared.pool().connected(endpoint);
+    Some(UdpSession {
+        upstream,
+        last_seen: Mutex::new(Instant::now()),
+    })
+}
+
+async fn relay_replies(
+    socket: Arc<UdpSocket>,
+    peer: SocketAddr,
+    session: Arc<UdpSession>,
+    sessions: Sessions,
+    shared: Arc<Shared>,
+    endpoint: Option<EndpointAddr>,
+    idle: Duration,
+) {
+    let mut buffer = vec![0u8; 65_535];
+    loop {
+        match tokio::time::timeout_at(session.deadline(idle), session.upstream.recv(&mut buffer))
+            .await
+        {
+            Ok(Ok(len)) => {
+                session.touch();
+                if socket.send_to(&buffer[..len], peer).await.is_err() {
+                    break;
+                }
+            }
+            // ICMP errors from the endpoint (e.g. port unreachable) end the session.
+            Ok(Err(_)) => break,
+            Err(_) if Instant::now() >= session.deadline(idle) => break,
+            Err(_) => continue,
+        }
+    }
+    sessions
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&peer);
+    if let Some(endpoint) = endpoint {
+        shared.pool().disconnected(endpoint);
+    }
+}
