@@ -1,1 +1,96 @@
-//! In-memory Kubernetes API server.
+//! In-memory Kubernetes API server for tests and `kube-lb up`.
+//!
+//! It speaks enough of the Kubernetes REST API over real HTTP for kube-rs (clients, watchers,
+//! reflectors, controllers) and kubectl: core/v1 namespaces, services, endpoints, nodes, pods,
+//! events and configmaps; discovery.k8s.io/v1 endpointslices; coordination.k8s.io/v1 leases;
+//! events.k8s.io/v1 events. Objects are stored as JSON, so unknown fields survive.
+//!
+//! Semantics follow kube-apiserver where clients can tell: one increasing resourceVersion,
+//! optimistic concurrency (409), all four patch types, `/status` subresources, finalizers,
+//! label/field selectors, paging, watches with bookmarks, streaming lists and 410 Gone past a
+//! bounded history, Service defaulting/validation/ClusterIP and NodePort allocation, and errors
+//! as `kind: Status`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use kube_lb_mock_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
+//!
+//! let server = ApiServer::builder()
+//!     .history(100)                                  // small history: forces relists
+//!     .service_cidr("10.96.0.0/16".parse()?)
+//!     .node_port_range(30000..=30100)
+//!     .start()
+//!     .await?;
+//! let client = server.client()?;                     // kube::Client
+//! server.seed(serde_json::json!({
+//!     "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+//!     "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.2"}]}
+//! }))?;
+//! server.faults().add(FaultRule::new(FaultAction::InternalError).verb(Verb::Patch).fraction(0.2));
+//! # drop(client); Ok(()) }
+//! ```
+
+pub mod faults;
+pub mod http;
+pub mod meta;
+pub mod patch;
+pub mod persistence;
+pub mod resources;
+pub mod selectors;
+pub mod server;
+pub mod services;
+pub mod status;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use faults::{FaultAction, FaultRule, Faults, Verb};
+pub use server::{ApiServer, ApiServerBuilder, RunningApiServer};
+pub use status::ApiError;
+
+/// Failures of the library API (starting, seeding, writing files).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The state file could not be read or written.
+    #[error(transparent)]
+    Persist(#[from] persistence::PersistError),
+    /// The API rejected an object (seed, manifest, default namespaces).
+    #[error("the API server rejected the object: {0}")]
+    Api(#[from] ApiError),
+    /// An object's `apiVersion`/`kind` is not served.
+    #[error("apiVersion {api_version:?} kind {kind:?} is not served by this API server")]
+    UnknownKind {
+        /// The object's apiVersion.
+        api_version: String,
+        /// The object's kind.
+        kind: String,
+    },
+    /// An object could not be turned into JSON.
+    #[error("the object does not serialise to JSON: {0}")]
+    Serialize(#[source] serde_json::Error),
+    /// A manifest is not valid YAML.
+    #[error("invalid YAML manifest: {0}")]
+    Yaml(#[source] serde_yaml_ng::Error),
+    /// Writing a file (kubeconfig) failed.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kube-rs client could not be built.
+    #[error("cannot build a kube client: {0}")]
+    Client(String),
+}

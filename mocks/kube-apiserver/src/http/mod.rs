@@ -1,0 +1,558 @@
+//! The HTTP front end: routing, request decoding, Status errors and the REST verbs.
+
+mod discovery;
+mod openapi;
+mod params;
+mod route;
+mod table;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::faults::{Faults, Verb};
+use crate::patch::{self, PatchKind};
+use crate::resources::{self, ResourceId};
+use crate::status::{self, ApiError};
+use crate::store::{Part, Preconditions, Snapshot, Store};
+pub use discovery::{MAJOR, MINOR};
+use params::{ContinueToken, Params};
+use route::Route;
+
+/// Shared state of the HTTP handlers.
+#[derive(Debug)]
+pub struct AppState {
+    /// The object store.
+    pub store: Arc<Store>,
+    /// Fault injection rules.
+    pub faults: Arc<Faults>,
+    /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// Upper bound of a watch without `timeoutSeconds`.
+    pub max_watch: Duration,
+    /// `host:port` the server is reachable at (reported by `/api`).
+    pub server_address: String,
+}
+
+/// The router serving the whole API.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new().fallback(handle).with_state(state)
+}
+
+/// A JSON response.
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (
+        code,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response()
+}
+
+fn error_response(error: &ApiError) -> Response {
+    let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = json_response(code, &error.to_status());
+    if let Some(secs) = error.details.retry_after_seconds
+        && let Ok(value) = HeaderValue::from_str(&secs.to_string())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|q| q.0)
+        .unwrap_or_default()
+}
+
+fn verb_of(method: &Method, route: &Route, params: &Params) -> Option<Verb> {
+    let collection = matches!(route, Route::Collection { .. });
+    Some(match *method {
+        Method::GET if params.watch => Verb::Watch,
+        Method::GET if collection => Verb::List,
+        Method::GET => Verb::Get,
+        Method::POST => Verb::Create,
+        Method::PUT => Verb::Update,
+        Method::PATCH => Verb::Patch,
+        Method::DELETE if collection => Verb::DeleteCollection,
+        Method::DELETE => Verb::Delete,
+        _ => return None,
+    })
+}
+
+async fn handle(
+    State(app): State<Arc<AppState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_string();
+    let Some(route) = route::parse(&path) else {
+        return error_response(&ApiError::no_route(&path));
+    };
+    let params = match Params::parse(&query_pairs(&uri)) {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
+    let resource_name = match &route {
+        Route::Collection { resource, .. } | Route::Object { resource, .. } => {
+            resources::get(*resource).plural
+        }
+        _ => "",
+    };
+    if let Some(verb) = verb_of(&method, &route, &params)
+        && let Some(action) = app.faults.decide(verb, resource_name)
+    {
+        match action.error(resource_name) {
+            Some(error) => {
+                tracing::debug!(%path, code = error.code, "injected fault");
+                return error_response(&error);
+            }
+            None => {
+                if let crate::faults::FaultAction::Delay(delay) = action {
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+    let result = dispatch(&app, &method, route, params, &headers, &body).await;
+    match result {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::debug!(%method, %path, code = error.code, reason = error.reason, "request failed");
+            error_response(&error)
+        }
+    }
+}
+
+async fn dispatch(
+    app: &AppState,
+    method: &Method,
+    route: Route,
+    params: Params,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let get_only = |doc: Value| {
+        if *method == Method::GET {
+            Ok(json_response(StatusCode::OK, &doc))
+        } else {
+            Err(ApiError::method_not_allowed("only GET is served here"))
+        }
+    };
+    match route {
+        Route::Version => get_only(discovery::version()),
+        Route::Health => Ok((StatusCode::OK, "ok").into_response()),
+        Route::CoreVersions => get_only(discovery::core_versions(&app.server_address)),
+        Route::OpenApiIndex => get_only(openapi::index()),
+        Route::OpenApiDocument(path) => match openapi::group_version(&path) {
+            Some(doc) => get_only(doc),
+            None => Err(ApiError::no_route(&format!("/openapi/v3/{path}"))),
+        },
+        Route::Groups => get_only(discovery::groups()),
+        Route::Group(name) => get_only(discovery::group(&name)),
+        Route::Resources { group, version } => get_only(discovery::resource_list(&group, &version)),
+        Route::Collection {
+            resource,
+            namespace,
+            legacy_watch,
+        } => {
+            let namespace = namespace.as_deref();
+            match *method {
+                Method::GET if params.watch || legacy_watch => {
+                    watch::serve(app, resource, namespace, &params)
+                }
+                Method::GET => list(app, resource, namespace, &params, headers),
+                Method::POST => {
+                    let object = decode_body(body, headers)?;
+                    let created = app
+                        .store
+                        .create(resource, namespace, object, params.dry_run)?;
+                    Ok(json_response(StatusCode::CREATED, &created))
+                }
+                Method::DELETE => delete_collection(app, resource, namespace, &params, body),
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "{method} is not supported on a collection"
+                ))),
+            }
+        }
+        Route::Object {
+            resource,
+            namespace,
+            name,
+            subresource,
+            legacy_watch,
+        } => {
+            let def = resources::get(resource);
+            let part = match subresource.as_deref() {
+                None => Part::Main,
+                Some("status") if def.has_status => Part::Status,
+                Some(other) => {
+                    return Err(ApiError::no_route(&format!(
+                        "{}/{other}",
+                        def.object_path(namespace.as_deref(), &name)
+                    )));
+                }
+            };
+            let namespace = namespace.as_deref();
+            if legacy_watch {
+                return watch::serve_one(app, resource, namespace, &name, &params);
+            }
+            match *method {
+                Method::GET => {
+                    let object = app.store.get(resource, namespace, &name)?;
+                    if wants_table(headers) {
+                        let snapshot = Snapshot {
+                            resource_version: app.store.current_version(),
+                            items: vec![(
+                                (namespace.unwrap_or_default().to_string(), name.clone()),
+                                object,
+                            )],
+                        };
+                        return Ok(json_response(
+                            StatusCode::OK,
+                            &table::render(
+                                resource,
+                                &snapshot.items,
+                                snapshot.resource_version,
+                                None,
+                            ),
+                        ));
+                    }
+                    Ok(json_response(StatusCode::OK, &object))
+                }
+                Method::PUT => {
+                    let object = decode_body(body, headers)?;
+                    let updated = app.store.update(
+                        resource,
+                        namespace,
+                        &name,
+                        part,
+                        params.dry_run,
+                        move |_| Ok(object),
+                    )?;
+                    Ok(json_response(StatusCode::OK, &updated))
+                }
+                Method::PATCH => patch_object(
+                    app, resource, namespace, &name, part, &params, headers, body,
+                ),
+                Method::DELETE => delete_object(app, resource, namespace, &name, &params, body),
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "{method} is not supported on an object"
+                ))),
+            }
+        }
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+}
+
+fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
+    let value: Value = if content_type(headers).contains("yaml") {
+        serde_yaml_ng::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?
+    };
+    if !value.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    Ok(value)
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("as=Table"))
+}
+
+fn list(
+    app: &AppState,
+    resource: ResourceId,
+    namespace: Option<&str>,
+    params: &Params,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let snapshot = match &params.continue_from {
+        Some(token) => app
+            .store
+            .list(resource, namespace, crate::store::ReadAt::Exact(token.resource_version))
+            .map_err(|e| {
+                if e.code == 410 {
+                    ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                    )
+                } else {
+                    e
+                }
+            })?,
+        None => app.store.list(resource, namespace, params.read_at()?)?,
+    };
+    let after = params.continue_from.as_ref().map(|t| t.after.clone());
+    let mut matching = snapshot
+        .items
+        .into_iter()
+        .filter(|(key, _)| after.as_ref().is_none_or(|a| key > a))
+        .filter(|(_, obj)| params.labels.matches(obj) && params.fields.matches(obj));
+    let mut items = Vec::new();
+    let mut next = None;
+    let mut remaining = 0usize;
+    for (key, object) in matching.by_ref() {
+        if params.limit > 0 && items.len() == params.limit {
+            remaining = 1;
+            break;
+        }
+        items.push((key, object));
+    }
+    if remaining > 0 {
+        remaining += matching.count();
+        if let Some((last, _)) = items.last() {
+            next = Some(ContinueToken {
+                resource_version: snapshot.resource_version,
+                after: last.clone(),
+            });
+        }
+    }
+    if wants_table(headers) {
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::render(
+                resource,
+                &items,
+                snapshot.resource_version,
+                next.as_ref().map(ContinueToken::encode),
+            ),
+        ));
+    }
+    let def = resources::get(resource);
+    let mut metadata = json!({"resourceVersion": snapshot.resource_version.to_string()});
+    if let Some(token) = &next {
+        metadata["continue"] = json!(token.encode());
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    // Written piecewise so a large list is serialised once, straight from the stored values.
+    let mut out = Vec::with_capacity(256 + items.len() * 1024);
+    out.extend_from_slice(b"{\"kind\":");
+    serde_json::to_writer(&mut out, &def.list_kind()).map_err(internal)?;
+    out.extend_from_slice(b",\"apiVersion\":");
+    serde_json::to_writer(&mut out, &def.api_version()).map_err(internal)?;
+    out.extend_from_slice(b",\"metadata\":");
+    serde_json::to_writer(&mut out, &metadata).map_err(internal)?;
+    out.extend_from_slice(b",\"items\":[");
+    for (i, (_, object)) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, object.as_ref()).map_err(internal)?;
+    }
+    out.extend_from_slice(b"]}");
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        Body::from(out),
+    )
+        .into_response())
+}
+
+fn internal(error: serde_json::Error) -> ApiError {
+    ApiError::internal(format!("encoding the response failed: {error}"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn patch_object(
+    app: &AppState,
+    resource: ResourceId,
+    namespace: Option<&str>,
+    name: &str,
+    part: Part,
+    params: &Params,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let kind = PatchKind::from_content_type(content_type(headers))
+        .map_err(|_| ApiError::unsupported_media_type(content_type(headers)))?;
+    let patch_doc =
+        patch::parse_body(kind, body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    if kind == PatchKind::Apply {
+        if params.field_manager.as_deref().is_none_or(str::is_empty) {
+            return Err(ApiError::bad_request(
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            ));
+        }
+        let exists = app.store.get(resource, namespace, name).is_ok();
+        if !exists && part == Part::Main {
+            let mut object = patch_doc;
+            crate::meta::metadata_mut(&mut object).insert("name".into(), json!(name));
+            let created = app
+                .store
+                .create(resource, namespace, object, params.dry_run)?;
+            return Ok(json_response(StatusCode::CREATED, &created));
+        }
+    }
+    let def = resources::get(resource);
+    let updated = app
+        .store
+        .update(resource, namespace, name, part, params.dry_run, |current| {
+            patch::apply(kind, current, &patch_doc).map_err(|e| match e {
+                patch::PatchError::JsonPatch(_) | patch::PatchError::Shape(_) => ApiError::invalid(
+                    def,
+                    name,
+                    vec![crate::status::Cause {
+                        reason: "FieldValueInvalid",
+                        message: e.to_string(),
+                        field: String::new(),
+                    }],
+                ),
+                other => ApiError::bad_request(other.to_string()),
+            })
+        })?;
+    Ok(json_response(StatusCode::OK, &updated))
+}
+
+fn delete_options(body: &Bytes, params: &Params) -> Result<(Preconditions, bool), ApiError> {
+    let mut preconditions = Preconditions::default();
+    let mut dry_run = params.dry_run;
+    if !body.is_empty() {
+        let options: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+        preconditions.uid = options
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        preconditions.resource_version = options
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if let Some(policy) = options.get("propagationPolicy").and_then(Value::as_str)
+            && !matches!(policy, "Orphan" | "Background" | "Foreground")
+        {
+            return Err(ApiError::bad_request(format!(
+                "propagationPolicy {policy:?} is not supported"
+            )));
+        }
+        if let Some(modes) = options.get("dryRun").and_then(Value::as_array) {
+            dry_run |= modes.iter().any(|m| m == "All");
+        }
+    }
+    Ok((preconditions, dry_run))
+}
+
+fn delete_object(
+    app: &AppState,
+    resource: ResourceId,
+    namespace: Option<&str>,
+    name: &str,
+    params: &Params,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let (preconditions, dry_run) = delete_options(body, params)?;
+    let deleted = app
+        .store
+        .delete(resource, namespace, name, &preconditions, dry_run)?;
+    if deleted.gone && resource == resources::namespaces() {
+        delete_namespace_contents(app, name);
+    }
+    if !deleted.gone {
+        // Still held by finalizers (or a dry run): kube-apiserver answers with the object.
+        return Ok(json_response(StatusCode::OK, &deleted.object));
+    }
+    let def = resources::get(resource);
+    let mut success = status::success();
+    success["details"] = json!({
+        "name": name,
+        "group": def.group,
+        "kind": def.plural,
+        "uid": deleted.object.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+    });
+    Ok(json_response(StatusCode::OK, &success))
+}
+
+/// Deleting a namespace deletes what it contains (finalizers still hold objects that have
+/// them).
+fn delete_namespace_contents(app: &AppState, namespace: &str) {
+    for (id, def) in resources::RESOURCES.iter().enumerate() {
+        if !def.namespaced {
+            continue;
+        }
+        let Ok(snapshot) = app
+            .store
+            .list(id, Some(namespace), crate::store::ReadAt::Latest)
+        else {
+            continue;
+        };
+        for ((_, name), _) in snapshot.items {
+            if let Err(error) =
+                app.store
+                    .delete(id, Some(namespace), &name, &Preconditions::default(), false)
+            {
+                tracing::debug!(namespace, name, %error, "namespace cleanup skipped an object");
+            }
+        }
+    }
+}
+
+fn delete_collection(
+    app: &AppState,
+    resource: ResourceId,
+    namespace: Option<&str>,
+    params: &Params,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let (_, dry_run) = delete_options(body, params)?;
+    let snapshot = app
+        .store
+        .list(resource, namespace, crate::store::ReadAt::Latest)?;
+    let mut deleted = Vec::new();
+    for ((ns, name), object) in snapshot.items {
+        if !(params.labels.matches(&object) && params.fields.matches(&object)) {
+            continue;
+        }
+        let ns = (!ns.is_empty()).then_some(ns);
+        match app.store.delete(
+            resource,
+            ns.as_deref(),
+            &name,
+            &Preconditions::default(),
+            dry_run,
+        ) {
+            Ok(outcome) => deleted.push((*outcome.object).clone()),
+            // Deleted concurrently: nothing left to do for it.
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let def = resources::get(resource);
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": def.list_kind(),
+            "apiVersion": def.api_version(),
+            "metadata": {"resourceVersion": app.store.current_version().to_string()},
+            "items": deleted,
+        }),
+    ))
+}

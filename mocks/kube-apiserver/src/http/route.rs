@@ -1,0 +1,226 @@
+//! Maps request paths to what they address, without touching the store.
+
+use crate::resources::{self, ResourceId};
+
+/// What a request path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `/version`.
+    Version,
+    /// `/healthz`, `/livez`, `/readyz`.
+    Health,
+    /// `/api`.
+    CoreVersions,
+    /// `/openapi/v3`.
+    OpenApiIndex,
+    /// `/openapi/v3/<group-version path>`.
+    OpenApiDocument(String),
+    /// `/apis`.
+    Groups,
+    /// `/apis/<group>`.
+    Group(String),
+    /// `/api/v1` or `/apis/<group>/<version>`.
+    Resources {
+        /// API group ("" for core).
+        group: String,
+        /// API version.
+        version: String,
+    },
+    /// A collection: one namespace, all namespaces, or a cluster-scoped resource.
+    Collection {
+        /// The resource.
+        resource: ResourceId,
+        /// Namespace from the path, if any.
+        namespace: Option<String>,
+        /// Reached through the legacy `/watch/` prefix.
+        legacy_watch: bool,
+    },
+    /// One object, or one of its subresources.
+    Object {
+        /// The resource.
+        resource: ResourceId,
+        /// Namespace from the path, if any.
+        namespace: Option<String>,
+        /// Object name.
+        name: String,
+        /// Subresource (`status`).
+        subresource: Option<String>,
+        /// Reached through the legacy `/watch/` prefix.
+        legacy_watch: bool,
+    },
+}
+
+/// Parses a request path; `None` when it names nothing this server serves.
+pub fn parse(path: &str) -> Option<Route> {
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    match segments.as_slice() {
+        ["version"] => Some(Route::Version),
+        ["healthz" | "livez" | "readyz", ..] => Some(Route::Health),
+        ["api"] => Some(Route::CoreVersions),
+        ["openapi", "v3"] => Some(Route::OpenApiIndex),
+        ["openapi", "v3", rest @ ..] => Some(Route::OpenApiDocument(rest.join("/"))),
+        ["apis"] => Some(Route::Groups),
+        ["apis", group] => known_group(group).then(|| Route::Group((*group).to_string())),
+        ["api", version, rest @ ..] => resource_route("", version, rest),
+        ["apis", group, version, rest @ ..] => resource_route(group, version, rest),
+        _ => None,
+    }
+}
+
+fn known_group(group: &str) -> bool {
+    resources::RESOURCES
+        .iter()
+        .any(|r| r.group == group && !group.is_empty())
+}
+
+fn resource_route(group: &str, version: &str, rest: &[&str]) -> Option<Route> {
+    if !resources::RESOURCES
+        .iter()
+        .any(|r| r.group == group && r.version == version)
+    {
+        return None;
+    }
+    let (legacy_watch, rest) = match rest {
+        ["watch", tail @ ..] => (true, tail),
+        _ => (false, rest),
+    };
+    let find = |plural: &str| resources::find(group, version, plural);
+    let namespaced = |plural: &str| find(plural).filter(|id| resources::get(*id).namespaced);
+    let cluster = |plural: &str| find(plural);
+    let object = |resource, namespace: Option<&str>, name: &str, sub: Option<&str>| {
+        Some(Route::Object {
+            resource,
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+            subresource: sub.map(str::to_string),
+            legacy_watch,
+        })
+    };
+    let collection = |resource, namespace: Option<&str>| {
+        Some(Route::Collection {
+            resource,
+            namespace: namespace.map(str::to_string),
+            legacy_watch,
+        })
+    };
+    match rest {
+        [] if !legacy_watch => Some(Route::Resources {
+            group: group.to_string(),
+            version: version.to_string(),
+        }),
+        // Namespace subresources share the shape of a namespaced collection; no resource is
+        // called `status` or `finalize`, so those words decide.
+        ["namespaces", ns, sub @ ("status" | "finalize")] if group.is_empty() => {
+            object(resources::namespaces(), None, ns, Some(sub))
+        }
+        ["namespaces", ns, plural] => collection(namespaced(plural)?, Some(ns)),
+        ["namespaces", ns, plural, name] => object(namespaced(plural)?, Some(ns), name, None),
+        ["namespaces", ns, plural, name, sub] => {
+            object(namespaced(plural)?, Some(ns), name, Some(sub))
+        }
+        [plural] => collection(cluster(plural)?, None),
+        [plural, name] => {
+            let id = cluster(plural)?;
+            (!resources::get(id).namespaced).then_some(())?;
+            object(id, None, name, None)
+        }
+        [plural, name, sub] => {
+            let id = cluster(plural)?;
+            (!resources::get(id).namespaced).then_some(())?;
+            object(id, None, name, Some(sub))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(group: &str, plural: &str) -> ResourceId {
+        resources::find(group, "v1", plural).unwrap()
+    }
+
+    #[test]
+    fn routes_table() {
+        let svc = id("", "services");
+        let ns = id("", "namespaces");
+        let node = id("", "nodes");
+        let slices = id("discovery.k8s.io", "endpointslices");
+        let obj =
+            |resource, namespace: Option<&str>, name: &str, sub: Option<&str>| Route::Object {
+                resource,
+                namespace: namespace.map(str::to_string),
+                name: name.to_string(),
+                subresource: sub.map(str::to_string),
+                legacy_watch: false,
+            };
+        let coll = |resource, namespace: Option<&str>| Route::Collection {
+            resource,
+            namespace: namespace.map(str::to_string),
+            legacy_watch: false,
+        };
+        let cases: Vec<(&str, Option<Route>)> = vec![
+            ("/version", Some(Route::Version)),
+            ("/api", Some(Route::CoreVersions)),
+            ("/apis", Some(Route::Groups)),
+            (
+                "/apis/discovery.k8s.io",
+                Some(Route::Group("discovery.k8s.io".into())),
+            ),
+            ("/apis/nope.io", None),
+            (
+                "/api/v1",
+                Some(Route::Resources {
+                    group: String::new(),
+                    version: "v1".into(),
+                }),
+            ),
+            ("/api/v1/services", Some(coll(svc, None))),
+            (
+                "/api/v1/namespaces/default/services",
+                Some(coll(svc, Some("default"))),
+            ),
+            (
+                "/api/v1/namespaces/default/services/web",
+                Some(obj(svc, Some("default"), "web", None)),
+            ),
+            (
+                "/api/v1/namespaces/default/services/web/status",
+                Some(obj(svc, Some("default"), "web", Some("status"))),
+            ),
+            ("/api/v1/namespaces", Some(coll(ns, None))),
+            (
+                "/api/v1/namespaces/kube-system",
+                Some(obj(ns, None, "kube-system", None)),
+            ),
+            (
+                "/api/v1/namespaces/x/status",
+                Some(obj(ns, None, "x", Some("status"))),
+            ),
+            (
+                "/api/v1/nodes/n1/status",
+                Some(obj(node, None, "n1", Some("status"))),
+            ),
+            ("/api/v1/services/web", None),
+            ("/api/v1/namespaces/default/nodes", None),
+            (
+                "/apis/discovery.k8s.io/v1/namespaces/a/endpointslices",
+                Some(coll(slices, Some("a"))),
+            ),
+            ("/api/v2/services", None),
+            ("/api/v1/nothings", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(parse(path), want, "{path}");
+        }
+        assert_eq!(
+            parse("/api/v1/watch/namespaces/default/services"),
+            Some(Route::Collection {
+                resource: svc,
+                namespace: Some("default".into()),
+                legacy_watch: true
+            })
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! Watch streams: newline-delimited JSON events, bookmarks, initial events and expiry.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::AppState;
+use super::params::Params;
+use crate::resources::{self, ResourceId};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::store::{Event, EventType};
+
+/// Annotation on the bookmark that ends the initial events of a streaming list.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Which events of the store one watch passes on.
+#[derive(Debug, Clone)]
+struct Filter {
+    resource: ResourceId,
+    namespace: Option<String>,
+    name: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn matches(&self, object: &Value) -> bool {
+        let meta_matches = |field: &str, want: &Option<String>| {
+            want.as_deref().is_none_or(|w| {
+                object
+                    .pointer(&format!("/metadata/{field}"))
+                    .and_then(Value::as_str)
+                    == Some(w)
+            })
+        };
+        meta_matches("namespace", &self.namespace)
+            && meta_matches("name", &self.name)
+            && self.labels.matches(object)
+            && self.fields.matches(object)
+    }
+
+    /// What the watcher sees of a change: selector watches see an object that stops matching
+    /// as DELETED and one that starts matching as ADDED.
+    fn translate(&self, event: &Event) -> Option<EventType> {
+        if event.resource != self.resource {
+            return None;
+        }
+        let now = self.matches(&event.object);
+        let before = event.previous.as_deref().is_some_and(|p| self.matches(p));
+        match event.event_type {
+            EventType::Added => now.then_some(EventType::Added),
+            EventType::Deleted => (now || before).then_some(EventType::Deleted),
+            EventType::Modified => match (before, now) {
+                (true, true) => Some(EventType::Modified),
+                (false, true) => Some(EventType::Added),
+                (true, false) => Some(EventType::Deleted),
+                (false, false) => None,
+            },
+        }
+    }
+}
+
+fn line(event_type: &str, object: &Value) -> Bytes {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(event_type.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    // Serialising a JSON value into memory cannot fail.
+    let _ = serde_json::to_writer(&mut out, object);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
+fn bookmark(resource: ResourceId, rv: u64, initial_end: bool) -> Bytes {
+    let def = resources::get(resource);
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({INITIAL_EVENTS_END: "true"});
+    }
+    line(
+        "BOOKMARK",
+        &json!({"kind": def.kind, "apiVersion": def.api_version(), "metadata": metadata}),
+    )
+}
+
+fn expired_line(message: &str) -> Bytes {
+    line("ERROR", &ApiError::expired(message).to_status())
+}
+
+/// Serves a collection watch.
+pub fn serve(
+    app: &AppState,
+    resource: ResourceId,
+    namespace: Option<&str>,
+    params: &Params,
+) -> Result<Response, ApiError> {
+    let filter = Filter {
+        resource,
+        namespace: namespace.map(str::to_string),
+        name: None,
+        labels: params.labels.clone(),
+        fields: params.fields.clone(),
+    };
+    start(app, filter, params)
+}
+
+/// Serves a watch of one object (legacy `/watch/.../name` path).
+pub fn serve_one(
+    app: &AppState,
+    resource: ResourceId,
+    namespace: Option<&str>,
+    name: &str,
+    params: &Params,
+) -> Result<Response, ApiError> {
+    let filter = Filter {
+        resource,
+        namespace: namespace.map(str::to_string),
+        name: Some(name.to_string()),
+        labels: params.labels.clone(),
+        fields: params.fields.clone(),
+    };
+    start(app, filter, params)
+}
+
+fn start(app: &AppState, filter: Filter, params: &Params) -> Result<Response, ApiError> {
+    let from = params.watch_from()?;
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    match app.store.watch(filter.resource, from) {
+        Ok(subscription) => {
+            let timeout = params.timeout.unwrap_or(app.max_watch).min(app.max_watch);
+            let settings = Settings {
+                bookmarks: params.bookmarks,
+                initial_end_bookmark: params.send_initial_events,
+                bookmark_interval: app.bookmark_interval,
+                timeout,
+            };
+            tokio::spawn(pump(tx, subscription, filter, settings));
+        }
+        Err(error) if error.code == 410 => {
+            // kube-apiserver accepts the watch and reports expiry as its first event.
+            let message = error.message.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(expired_line(&message)).await;
+            });
+        }
+        Err(error) => return Err(error),
+    }
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+    });
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    bookmarks: bool,
+    initial_end_bookmark: bool,
+    bookmark_interval: Duration,
+    timeout: Duration,
+}
+
+/// Feeds one watch connection until the client goes away, the timeout passes or the watcher
+/// falls too far behind.
+async fn pump(
+    tx: mpsc::Sender<Bytes>,
+    subscription: crate::store::Subscription,
+    filter: Filter,
+    settings: Settings,
+) {
+    let crate::store::Subscription {
+        initial,
+        backlog,
+        resource_version,
+        mut live,
+    } = subscription;
+    let mut last_rv = resource_version;
+    for object in initial.iter().filter(|o| filter.matches(o)) {
+        if tx.send(line("ADDED", object)).await.is_err() {
+            return;
+        }
+    }
+    if settings.initial_end_bookmark
+        && tx
+            .send(bookmark(filter.resource, resource_version, true))
+            .await
+            .is_err()
+    {
+        return;
+    }
+    for event in &backlog {
+        last_rv = last_rv.max(event.resource_version);
+        if let Some(kind) = filter.translate(event)
+            && tx.send(line(kind.as_str(), &event.object)).await.is_err()
+        {
+            return;
+        }
+    }
+    let deadline = tokio::time::sleep(settings.timeout);
+    tokio::pin!(deadline);
+    let mut ticker = tokio::time::interval(settings.bookmark_interval);
+    ticker.reset();
+    loop {
+        tokio::select! {
+            () = &mut deadline => return,
+            () = tx.closed() => return,
+            _ = ticker.tick(), if settings.bookmarks => {
+                if tx.send(bookmark(filter.resource, last_rv, false)).await.is_err() {
+                    return;
+                }
+            }
+            received = live.recv() => match received {
+                Ok(event) => {
+                    last_rv = last_rv.max(event.resource_version);
+                    if let Some(kind) = filter.translate(&event)
+                        && tx.send(line(kind.as_str(), &event.object)).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::debug!(missed, "watcher fell behind; ending its watch with 410");
+                    let _ = tx
+                        .send(expired_line("the watch fell behind and events were dropped; relist"))
+                        .await;
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Object metadata bookkeeping shared by every resource: uids, timestamps, names.
+
+use std::time::SystemTime;
+
+use rand::Rng;
+use serde_json::{Map, Value};
+
+/// Current time in the RFC 3339 second-precision format Kubernetes uses for `metav1.Time`.
+pub fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// A random RFC 4122 version-4 UUID string.
+pub fn new_uid() -> String {
+    let mut bytes: [u8; 16] = rand::rng().random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// The random suffix kube-apiserver appends to `generateName` (5 characters from an alphabet
+/// without vowels, so no words are spelled by accident).
+pub fn name_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
+}
+
+/// `metadata` of an object as a mutable map, created if missing or not an object.
+pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.is_object() {
+        *object = Value::Object(Map::new());
+    }
+    let Value::Object(map) = object else {
+        unreachable!("object was just made a JSON object")
+    };
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    match meta {
+        Value::Object(m) => m,
+        _ => unreachable!("metadata was just made a JSON object"),
+    }
+}
+
+/// A string field of `metadata`, if present and non-empty.
+pub fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
+    object
+        .get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// `metadata.name`.
+pub fn name(object: &Value) -> Option<&str> {
+    meta_str(object, "name")
+}
+
+/// `metadata.namespace`.
+pub fn namespace(object: &Value) -> Option<&str> {
+    meta_str(object, "namespace")
+}
+
+/// `metadata.resourceVersion`.
+pub fn resource_version(object: &Value) -> Option<&str> {
+    meta_str(object, "resourceVersion")
+}
+
+/// `metadata.finalizers` as strings.
+pub fn finalizers(object: &Value) -> Vec<&str> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Whether `metadata.deletionTimestamp` is set.
+pub fn is_deleting(object: &Value) -> bool {
+    meta_str(object, "deletionTimestamp").is_some()
+}
+
+/// Whether `name` is a DNS-1123 subdomain (the general rule for object names).
+pub fn is_dns1123_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// Whether `name` is a DNS-1123 label (namespaces).
+pub fn is_dns1123_label(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 63 && !name.contains('.') && is_dns1123_subdomain(name)
+}
+
+/// Whether `name` is a DNS-1035 label (Service names: must start with a letter).
+pub fn is_dns1035_label(name: &str) -> bool {
+    is_dns1123_label(name) && name.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uid_shape() {
+        let uid = new_uid();
+        assert_eq!(uid.len(), 36);
+        assert_eq!(uid.as_bytes()[14], b'4');
+        assert_ne!(uid, new_uid());
+    }
+
+    #[test]
+    fn timestamp_shape() {
+        let ts = now();
+        assert!(ts.ends_with('Z') && ts.len() == 20, "{ts}");
+    }
+
+    #[test]
+    fn name_rules() {
+        let cases: &[(&str, bool, bool, bool)] = &[
+            // name, subdomain, label, dns1035
+            ("web", true, true, true),
+            ("web-1", true, true, true),
+            ("1web", true, true, false),
+            ("a.b", true, false, false),
+            ("Web", false, false, false),
+            ("-web", false, false, false),
+            ("web-", false, false, false),
+            ("", false, false, false),
+        ];
+        for (name, sub, label, d1035) in cases {
+            assert_eq!(is_dns1123_subdomain(name), *sub, "{name}");
+            assert_eq!(is_dns1123_label(name), *label, "{name}");
+            assert_eq!(is_dns1035_label(name), *d1035, "{name}");
+        }
+        assert!(!is_dns1123_label(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn generated_suffix() {
+        let s = name_suffix();
+        assert_eq!(s.len(), 5);
+        assert!(
+            s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! API errors rendered as `kind: Status` objects, the way kube-apiserver reports failures.
+
+use serde_json::{Value, json};
+
+use crate::resources::ResourceDef;
+
+/// One field-level cause of an `Invalid` (422) error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// Machine-readable reason, e.g. `FieldValueInvalid`, `FieldValueRequired`.
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+    /// JSON path of the offending field, e.g. `spec.ports[0].name`.
+    pub field: String,
+}
+
+impl Cause {
+    /// A `FieldValueInvalid` cause.
+    pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: \"{value}\": {detail}"),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueRequired` cause.
+    pub fn required(field: impl Into<String>) -> Self {
+        Self {
+            reason: "FieldValueRequired",
+            message: "Required value".to_string(),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueDuplicate` cause.
+    pub fn duplicate(field: impl Into<String>, value: &str) -> Self {
+        Self {
+            reason: "FieldValueDuplicate",
+            message: format!("Duplicate value: \"{value}\""),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueNotSupported` cause.
+    pub fn not_supported(field: impl Into<String>, value: &str, allowed: &[&str]) -> Self {
+        Self {
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: \"{value}\": supported values: {}",
+                allowed
+                    .iter()
+                    .map(|a| format!("\"{a}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            field: field.into(),
+        }
+    }
+
+    /// A `FieldValueForbidden` cause.
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueForbidden",
+            message: format!("Forbidden: {detail}"),
+            field: field.into(),
+        }
+    }
+
+    fn render(&self) -> String {
+        format!("{}: {}", self.field, self.message)
+    }
+}
+
+/// A failed API request: HTTP code plus the Status body fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// `reason` of the Status (`NotFound`, `Conflict`, ...).
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+    /// `details` (boxed: errors travel through many `Result`s and should stay small).
+    pub details: Box<Details>,
+}
+
+/// The `details` of a Status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Details {
+    /// `details.name`, when the error is about one object.
+    pub name: Option<String>,
+    /// `details.group`.
+    pub group: Option<String>,
+    /// `details.kind` (kube-apiserver puts the plural resource name here).
+    pub kind: Option<String>,
+    /// `details.causes`.
+    pub causes: Vec<Cause>,
+    /// `details.retryAfterSeconds`.
+    pub retry_after_seconds: Option<u32>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: Box::default(),
+        }
+    }
+
+    fn about(mut self, def: &ResourceDef, name: &str) -> Self {
+        self.details.name = Some(name.to_string());
+        self.details.group = Some(def.group.to_string());
+        self.details.kind = Some(def.plural.to_string());
+        self
+    }
+
+    /// 404 for a missing object.
+    pub fn not_found(def: &ResourceDef, name: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", def.group_resource()),
+        )
+        .about(def, name)
+    }
+
+    /// 404 for a path that names no resource.
+    pub fn no_route(path: &str) -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        )
+    }
+
+    /// 409 for a create of an existing name.
+    pub fn already_exists(def: &ResourceDef, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", def.group_resource()),
+        )
+        .about(def, name)
+    }
+
+    /// 409 for an update with a stale resourceVersion.
+    pub fn conflict(def: &ResourceDef, name: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; \
+                 please apply your changes to the latest version and try again",
+                def.group_resource()
+            ),
+        )
+        .about(def, name)
+    }
+
+    /// 410 for a resourceVersion older than the retained history.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    /// 422 with field causes.
+    pub fn invalid(def: &ResourceDef, name: &str, causes: Vec<Cause>) -> Self {
+        let rendered = causes
+            .iter()
+            .map(Cause::render)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let message = if causes.len() == 1 {
+            format!("{} \"{name}\" is invalid: {rendered}", def.kind)
+        } else {
+            format!("{} \"{name}\" is invalid: [{rendered}]", def.kind)
+        };
+        let mut err = Self::new(422, "Invalid", message).about(def, name);
+        err.details.kind = Some(def.kind.to_string());
+        err.details.causes = causes;
+        err
+    }
+
+    /// 400 for a malformed request.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    /// 405 for a verb the resource does not support.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+
+    /// 415 for a patch content type the server does not know.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"
+            ),
+        )
+    }
+
+    /// 500 (also used by fault injection).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    /// 429 (fault injection).
+    pub fn too_many_requests() -> Self {
+        let mut err = Self::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        );
+        err.details.retry_after_seconds = Some(1);
+        err
+    }
+
+    /// 504 for a resourceVersion newer than anything the server has seen.
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut err = Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        );
+        err.details.causes.push(Cause {
+            reason: "ResourceVersionTooLarge",
+            message: "Too large resource version".to_string(),
+            field: String::new(),
+        });
+        err.details.retry_after_seconds = Some(1);
+        err
+    }
+
+    /// The `kind: Status` body.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        let mut details = serde_json::Map::new();
+        let d = &self.details;
+        if let Some(name) = &d.name {
+            details.insert("name".into(), json!(name));
+        }
+        if let Some(group) = d.group.as_ref().filter(|g| !g.is_empty()) {
+            details.insert("group".into(), json!(group));
+        }
+        if let Some(kind) = &d.kind {
+            details.insert("kind".into(), json!(kind));
+        }
+        if !d.causes.is_empty() {
+            let causes: Vec<Value> = d
+                .causes
+                .iter()
+                .map(|c| {
+                    let mut cause = json!({"reason": c.reason, "message": c.message});
+                    if !c.field.is_empty() {
+                        cause["field"] = json!(c.field);
+                    }
+                    cause
+                })
+                .collect();
+            details.insert("causes".into(), Value::Array(causes));
+        }
+        if let Some(secs) = d.retry_after_seconds {
+            details.insert("retryAfterSeconds".into(), json!(secs));
+        }
+        if !details.is_empty() {
+            status["details"] = Value::Object(details);
+        }
+        status
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.code, self.reason, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The Status returned by a successful DELETE of an object that is gone immediately.
+pub fn success() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources;
+
+    #[test]
+    fn invalid_status_lists_causes() {
+        let def = resources::get(resources::services());
+        let err = ApiError::invalid(def, "web", vec![Cause::required("spec.ports[0].name")]);
+        let status = err.to_status();
+        assert_eq!(status["code"], 422);
+        assert_eq!(status["reason"], "Invalid");
+        assert_eq!(status["details"]["kind"], "Service");
+        assert_eq!(
+            status["details"]["causes"][0]["field"],
+            "spec.ports[0].name"
+        );
+        assert_eq!(
+            status["message"],
+            "Service \"web\" is invalid: spec.ports[0].name: Required value"
+        );
+    }
+
+    #[test]
+    fn not_found_names_group_resource() {
+        let def = resources::get(resources::find("coordination.k8s.io", "v1", "leases").unwrap());
+        let status = ApiError::not_found(def, "lock").to_status();
+        assert_eq!(
+            status["message"],
+            "leases.coordination.k8s.io \"lock\" not found"
+        );
+        assert_eq!(status["details"]["group"], "coordination.k8s.io");
+        assert_eq!(status["details"]["kind"], "leases");
+    }
+}

@@ -1,0 +1,785 @@
+//! The generic versioned object store: every resource's objects as JSON, one global
+//! resourceVersion counter, a bounded change history and the watch fan-out.
+//!
+//! All writes happen under one mutex and publish their event while still holding it, so the
+//! history and every subscriber see changes in resourceVersion order, and a watch that
+//! subscribes under the same lock neither misses nor duplicates an event between its starting
+//! point and the live stream.
+
+mod history;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
+
+pub use history::{Event, EventType, History, ObjectKey};
+
+use crate::meta;
+use crate::resources::{self, RESOURCES, ResourceId};
+use crate::services::{self, Allocator};
+use crate::status::{ApiError, Cause};
+
+/// Capacity of the live event channel; a watcher that falls this far behind gets 410 and
+/// relists, like a kube-apiserver watch cache overflow.
+const LIVE_CHANNEL_CAPACITY: usize = 16384;
+
+/// Which state a read observes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAt {
+    /// The newest state.
+    Latest,
+    /// Exactly the state at this version (`resourceVersionMatch=Exact`, continue tokens).
+    Exact(u64),
+    /// Any state at least this new (served as the newest state, or 504 if it is in the future).
+    NotOlderThan(u64),
+}
+
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchFrom {
+    /// Replay the current objects as ADDED events first (resourceVersion unset or "0", and
+    /// `sendInitialEvents=true`).
+    Snapshot,
+    /// Only changes after this version.
+    Version(u64),
+}
+
+/// Which part of an object an update may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The main resource: everything except `status` (for resources with a status
+    /// subresource).
+    Main,
+    /// The `/status` subresource: only `status`.
+    Status,
+}
+
+/// A consistent list result.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The version the list reflects.
+    pub resource_version: u64,
+    /// Objects sorted by namespace, then name.
+    pub items: Vec<(ObjectKey, Arc<Value>)>,
+}
+
+/// A started watch: the backlog to send first, then the live receiver.
+#[derive(Debug)]
+pub struct Subscription {
+    /// For [`WatchFrom::Snapshot`]: current objects to send as ADDED, sorted.
+    pub initial: Vec<Arc<Value>>,
+    /// For [`WatchFrom::Version`]: retained events after that version.
+    pub backlog: Vec<Arc<Event>>,
+    /// The store's version when the watch started (for the initial-events-end bookmark).
+    pub resource_version: u64,
+    /// Live events committed after the subscription (all resources; filter on receipt).
+    pub live: broadcast::Receiver<Arc<Event>>,
+}
+
+/// Result of a delete request.
+#[derive(Debug)]
+pub struct Deleted {
+    /// The object as last stored (with deletionTimestamp when finalizers hold it).
+    pub object: Arc<Value>,
+    /// Whether the object is gone (false while finalizers remain).
+    pub gone: bool,
+}
+
+/// Preconditions of a delete (`DeleteOptions.preconditions`).
+#[derive(Debug, Clone, Default)]
+pub struct Preconditions {
+    /// Required `metadata.uid`.
+    pub uid: Option<String>,
+    /// Required `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+/// Everything the server persists; allocations are derived from the Services on load.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Dump {
+    /// The global resourceVersion counter.
+    #[serde(rename = "resourceVersion")]
+    pub resource_version: u64,
+    /// Objects grouped by `apiVersion/plural`.
+    pub objects: BTreeMap<String, Vec<Value>>,
+}
+
+/// Configuration of a [`Store`].
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Number of events retained for watch resumption and consistent paging.
+    pub history: usize,
+    /// Allocator for Service cluster IPs and node ports.
+    pub allocator: Allocator,
+}
+
+struct State {
+    resource_version: u64,
+    objects: Vec<BTreeMap<ObjectKey, Arc<Value>>>,
+    history: History,
+    allocator: Allocator,
+}
+
+/// The shared object store.
+pub struct Store {
+    state: Mutex<State>,
+    live: broadcast::Sender<Arc<Event>>,
+    committed: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("resource_version", &self.current_version())
+            .finish_non_exhaustive()
+    }
+}
+
+fn key_for(namespace: Option<&str>, name: &str) -> ObjectKey {
+    (namespace.unwrap_or_default().to_string(), name.to_string())
+}
+
+fn rv_string(rv: u64) -> Value {
+    Value::String(rv.to_string())
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new(config: StoreConfig) -> Self {
+        let (live, _) = broadcast::channel(LIVE_CHANNEL_CAPACITY);
+        let (committed, _) = watch::channel(0);
+        Self {
+            state: Mutex::new(State {
+                resource_version: 0,
+                objects: vec![BTreeMap::new(); RESOURCES.len()],
+                history: History::new(config.history, 0),
+                allocator: config.allocator,
+            }),
+            live,
+            committed,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied write (writes are built
+        // on copies and swapped in), so a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The newest committed resourceVersion.
+    pub fn current_version(&self) -> u64 {
+        self.lock().resource_version
+    }
+
+    /// Follows the committed version (the persistence writer waits on it).
+    pub fn committed(&self) -> watch::Receiver<u64> {
+        self.committed.subscribe()
+    }
+
+    /// Reads one object.
+    pub fn get(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<Value>, ApiError> {
+        let state = self.lock();
+        state.objects[resource]
+            .get(&key_for(namespace, name))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(resources::get(resource), name))
+    }
+
+    /// Lists objects of a resource (one namespace or all), at the requested version.
+    pub fn list(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        at: ReadAt,
+    ) -> Result<Snapshot, ApiError> {
+        let state = self.lock();
+        let current = state.resource_version;
+        let in_scope = |key: &ObjectKey| namespace.is_none_or(|ns| key.0 == ns);
+        let collect = |map: &BTreeMap<ObjectKey, Arc<Value>>| -> Vec<(ObjectKey, Arc<Value>)> {
+            match namespace {
+                Some(ns) => map
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|(k, _)| k.0 == ns)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                None => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            }
+        };
+        match at {
+            ReadAt::Latest => Ok(Snapshot {
+                resource_version: current,
+                items: collect(&state.objects[resource]),
+            }),
+            ReadAt::NotOlderThan(rv) if rv <= current => Ok(Snapshot {
+                resource_version: current,
+                items: collect(&state.objects[resource]),
+            }),
+            ReadAt::NotOlderThan(rv) | ReadAt::Exact(rv) if rv > current => {
+                Err(ApiError::too_large_resource_version(rv, current))
+            }
+            ReadAt::Exact(rv) if rv == current => Ok(Snapshot {
+                resource_version: current,
+                items: collect(&state.objects[resource]),
+            }),
+            ReadAt::Exact(rv) | ReadAt::NotOlderThan(rv) => {
+                if rv < state.history.compacted() {
+                    return Err(ApiError::expired(format!(
+                        "The resourceVersion for the provided list is too old: {rv} (oldest retained: {})",
+                        state.history.compacted()
+                    )));
+                }
+                let scoped: BTreeMap<ObjectKey, Arc<Value>> = state.objects[resource]
+                    .iter()
+                    .filter(|(k, _)| in_scope(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let rewound = state.history.rewind(resource, scoped, rv);
+                Ok(Snapshot {
+                    resource_version: rv,
+                    items: rewound.into_iter().filter(|(k, _)| in_scope(k)).collect(),
+                })
+            }
+        }
+    }
+
+    /// Starts a watch of one resource.
+    pub fn watch(&self, resource: ResourceId, from: WatchFrom) -> Result<Subscription, ApiError> {
+        let state = self.lock();
+        let live = self.live.subscribe();
+        match from {
+            WatchFrom::Snapshot => Ok(Subscription {
+                initial: state.objects[resource].values().cloned().collect(),
+                backlog: Vec::new(),
+                resource_version: state.resource_version,
+                live,
+            }),
+            WatchFrom::Version(rv) => {
+                if rv < state.history.compacted() {
+                    return Err(ApiError::expired(format!(
+                        "too old resource version: {rv} ({})",
+                        state.history.compacted()
+                    )));
+                }
+                Ok(Subscription {
+                    initial: Vec::new(),
+                    backlog: state.history.since(resource, rv),
+                    resource_version: state.resource_version,
+                    live,
+                })
+            }
+        }
+    }
+
+    /// Commits a new version of `key` (or its removal when `object` is `None`) and publishes
+    /// the event. Must be called with the state locked.
+    fn commit(
+        &self,
+        state: &mut State,
+        resource: ResourceId,
+        key: ObjectKey,
+        event_type: EventType,
+        mut object: Value,
+        previous: Option<Arc<Value>>,
+    ) -> Arc<Value> {
+        state.resource_version += 1;
+        let rv = state.resource_version;
+        meta::metadata_mut(&mut object).insert("resourceVersion".into(), rv_string(rv));
+        let object = Arc::new(object);
+        if event_type == EventType::Deleted {
+            state.objects[resource].remove(&key);
+        } else {
+            state.objects[resource].insert(key.clone(), object.clone());
+        }
+        let event = Arc::new(Event {
+            resource_version: rv,
+            resource,
+            event_type,
+            object: object.clone(),
+            previous,
+            key,
+        });
+        state.history.push(event.clone());
+        // No receivers is fine: nobody is watching.
+        let _ = self.live.send(event);
+        self.committed.send_replace(rv);
+        object
+    }
+
+    /// Creates an object. `namespace` is the request path's namespace (ignored for
+    /// cluster-scoped resources).
+    pub fn create(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        mut object: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        let def = resources::get(resource);
+        let namespace = if def.namespaced {
+            let body_ns = meta::namespace(&object).map(str::to_string);
+            match (namespace, body_ns) {
+                (Some(path_ns), Some(body_ns)) if path_ns != body_ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                (Some(path_ns), _) => Some(path_ns.to_string()),
+                (None, Some(body_ns)) => Some(body_ns),
+                (None, None) => Some("default".to_string()),
+            }
+        } else {
+            None
+        };
+        let mut state = self.lock();
+        let name = match meta::name(&object) {
+            Some(name) => name.to_string(),
+            None => match meta::meta_str(&object, "generateName") {
+                Some(prefix) => {
+                    let mut attempt = format!("{prefix}{}", meta::name_suffix());
+                    while state.objects[resource]
+                        .contains_key(&key_for(namespace.as_deref(), &attempt))
+                    {
+                        attempt = format!("{prefix}{}", meta::name_suffix());
+                    }
+                    attempt
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        def,
+                        "",
+                        vec![Cause::required("metadata.name")],
+                    ));
+                }
+            },
+        };
+        let key = key_for(namespace.as_deref(), &name);
+        if state.objects[resource].contains_key(&key) {
+            return Err(ApiError::already_exists(def, &name));
+        }
+        {
+            let meta = meta::metadata_mut(&mut object);
+            meta.insert("name".into(), json!(name));
+            match &namespace {
+                Some(ns) => meta.insert("namespace".into(), json!(ns)),
+                None => meta.remove("namespace"),
+            };
+            meta.insert("uid".into(), json!(meta::new_uid()));
+            meta.insert("creationTimestamp".into(), json!(meta::now()));
+            for field in [
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "resourceVersion",
+                "selfLink",
+                "managedFields",
+            ] {
+                meta.remove(field);
+            }
+            if def.sets_generation {
+                meta.insert("generation".into(), json!(1));
+            } else {
+                meta.remove("generation");
+            }
+        }
+        prepare_create(resource, &mut object);
+        set_type_meta(resource, &mut object);
+        let mut allocator = if dry_run {
+            Some(state.allocator.clone())
+        } else {
+            None
+        };
+        let alloc = allocator.as_mut().unwrap_or(&mut state.allocator);
+        admit(resource, None, &mut object, alloc)?;
+        if dry_run {
+            return Ok(Arc::new(object));
+        }
+        Ok(self.commit(&mut state, resource, key, EventType::Added, object, None))
+    }
+
+    /// Updates an existing object: `change` gets the current object and returns the proposed
+    /// one. A `metadata.resourceVersion` in the proposal must match (409 otherwise). Status and
+    /// immutable metadata are handled per `part`. An update that changes nothing commits
+    /// nothing and returns the stored object.
+    pub fn update<F>(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        part: Part,
+        dry_run: bool,
+        change: F,
+    ) -> Result<Arc<Value>, ApiError>
+    where
+        F: FnOnce(&Value) -> Result<Value, ApiError>,
+    {
+        let def = resources::get(resource);
+        let namespace = if def.namespaced { namespace } else { None };
+        let key = key_for(namespace, name);
+        let mut state = self.lock();
+        let current = state.objects[resource]
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(def, name))?;
+        let proposed = change(&current)?;
+        if let Some(body_name) = meta::name(&proposed)
+            && body_name != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let Some(rv) = meta::resource_version(&proposed)
+            && Some(rv) != meta::resource_version(&current)
+        {
+            return Err(ApiError::conflict(def, name));
+        }
+        let mut next = merge_parts(resource, part, &current, proposed);
+        carry_system_metadata(&current, &mut next);
+        if meta::is_deleting(&current) {
+            let old: Vec<&str> = meta::finalizers(&current);
+            let added: Vec<String> = meta::finalizers(&next)
+                .into_iter()
+                .filter(|f| !old.contains(f))
+                .map(str::to_string)
+                .collect();
+            if !added.is_empty() {
+                return Err(ApiError::invalid(
+                    def,
+                    name,
+                    vec![Cause::forbidden(
+                        "metadata.finalizers",
+                        &format!(
+                            "no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        ),
+                    )],
+                ));
+            }
+        }
+        if def.sets_generation && next.get("spec") != current.get("spec") {
+            let generation = current
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            meta::metadata_mut(&mut next).insert("generation".into(), json!(generation + 1));
+        }
+        set_type_meta(resource, &mut next);
+        let mut scratch = if dry_run {
+            Some(state.allocator.clone())
+        } else {
+            None
+        };
+        let alloc = scratch.as_mut().unwrap_or(&mut state.allocator);
+        admit(resource, Some(&current), &mut next, alloc)?;
+        if dry_run || next == *current {
+            return Ok(if dry_run { Arc::new(next) } else { current });
+        }
+        if meta::is_deleting(&next) && meta::finalizers(&next).is_empty() {
+            release(resource, &next, &mut state.allocator);
+            return Ok(self.commit(
+                &mut state,
+                resource,
+                key,
+                EventType::Deleted,
+                next,
+                Some(current),
+            ));
+        }
+        Ok(self.commit(
+            &mut state,
+            resource,
+            key,
+            EventType::Modified,
+            next,
+            Some(current),
+        ))
+    }
+
+    /// Deletes an object: gone at once without finalizers, otherwise marked with
+    /// `deletionTimestamp` and removed when the last finalizer is.
+    pub fn delete(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: &Preconditions,
+        dry_run: bool,
+    ) -> Result<Deleted, ApiError> {
+        let def = resources::get(resource);
+        let namespace = if def.namespaced { namespace } else { None };
+        let key = key_for(namespace, name);
+        let mut state = self.lock();
+        let current = state.objects[resource]
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(def, name))?;
+        if let Some(uid) = &preconditions.uid
+            && meta::meta_str(&current, "uid") != Some(uid.as_str())
+        {
+            return Err(ApiError::conflict(def, name));
+        }
+        if let Some(rv) = &preconditions.resource_version
+            && meta::resource_version(&current) != Some(rv.as_str())
+        {
+            return Err(ApiError::conflict(def, name));
+        }
+        if dry_run {
+            return Ok(Deleted {
+                object: current,
+                gone: false,
+            });
+        }
+        if !meta::finalizers(&current).is_empty() {
+            if meta::is_deleting(&current) {
+                return Ok(Deleted {
+                    object: current,
+                    gone: false,
+                });
+            }
+            let mut marked = (*current).clone();
+            let meta = meta::metadata_mut(&mut marked);
+            meta.insert("deletionTimestamp".into(), json!(meta::now()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            let object = self.commit(
+                &mut state,
+                resource,
+                key,
+                EventType::Modified,
+                marked,
+                Some(current),
+            );
+            return Ok(Deleted {
+                object,
+                gone: false,
+            });
+        }
+        release(resource, &current, &mut state.allocator);
+        let object = self.commit(
+            &mut state,
+            resource,
+            key,
+            EventType::Deleted,
+            (*current).clone(),
+            Some(current),
+        );
+        Ok(Deleted { object, gone: true })
+    }
+
+    /// Stores an object as given (status included), assigning metadata and allocations like a
+    /// create; for test fixtures and manifests loaded at start-up.
+    pub fn seed(&self, resource: ResourceId, object: Value) -> Result<Arc<Value>, ApiError> {
+        let status = object.get("status").cloned();
+        let namespace = meta::namespace(&object).map(str::to_string);
+        let created = self.create(resource, namespace.as_deref(), object, false)?;
+        match status {
+            Some(status) if resources::get(resource).has_status => {
+                let name = meta::name(&created).unwrap_or_default().to_string();
+                self.update(
+                    resource,
+                    namespace.as_deref(),
+                    &name,
+                    Part::Status,
+                    false,
+                    |cur| {
+                        let mut next = cur.clone();
+                        next["status"] = status;
+                        Ok(next)
+                    },
+                )
+            }
+            _ => Ok(created),
+        }
+    }
+
+    /// Everything, for persistence.
+    pub fn dump(&self) -> Dump {
+        let state = self.lock();
+        let objects = RESOURCES
+            .iter()
+            .enumerate()
+            .filter(|(id, _)| !state.objects[*id].is_empty())
+            .map(|(id, def)| {
+                (
+                    format!("{}/{}", def.api_version(), def.plural),
+                    state.objects[id].values().map(|v| (**v).clone()).collect(),
+                )
+            })
+            .collect();
+        Dump {
+            resource_version: state.resource_version,
+            objects,
+        }
+    }
+
+    /// Replaces the contents with a dump; allocations are rebuilt from the Services and the
+    /// history starts empty at the dump's version (older watches get 410 and relist).
+    pub fn restore(&self, dump: Dump) -> Result<(), ApiError> {
+        let mut state = self.lock();
+        let mut objects = vec![BTreeMap::new(); RESOURCES.len()];
+        let mut allocator = state.allocator.clone();
+        allocator.clear();
+        for (group_resource, items) in dump.objects {
+            let Some(id) = RESOURCES
+                .iter()
+                .position(|d| format!("{}/{}", d.api_version(), d.plural) == group_resource)
+            else {
+                return Err(ApiError::bad_request(format!(
+                    "state file names an unknown resource {group_resource}"
+                )));
+            };
+            for item in items {
+                let name = meta::name(&item).unwrap_or_default().to_string();
+                let namespace = meta::namespace(&item).map(str::to_string);
+                if id == resources::services() {
+                    allocator.restore(&item);
+                }
+                objects[id].insert(key_for(namespace.as_deref(), &name), Arc::new(item));
+            }
+        }
+        state.objects = objects;
+        state.allocator = allocator;
+        state.resource_version = dump.resource_version;
+        let limit = state.history_limit();
+        state.history = History::new(limit, dump.resource_version);
+        self.committed.send_replace(dump.resource_version);
+        Ok(())
+    }
+}
+
+impl State {
+    fn history_limit(&self) -> usize {
+        self.history.limit()
+    }
+}
+
+/// `apiVersion` and `kind` always reflect the resource served.
+fn set_type_meta(resource: ResourceId, object: &mut Value) {
+    let def = resources::get(resource);
+    if let Some(map) = object.as_object_mut() {
+        map.insert("apiVersion".into(), json!(def.api_version()));
+        map.insert("kind".into(), json!(def.kind));
+    }
+}
+
+/// Per-kind create-time resets kube-apiserver performs.
+fn prepare_create(resource: ResourceId, object: &mut Value) {
+    let def = resources::get(resource);
+    match def.kind {
+        // A new Service never starts with a status (load-balancer ingress is the
+        // controller's to write).
+        "Service" if def.group.is_empty() => {
+            if let Some(map) = object.as_object_mut() {
+                map.insert("status".into(), json!({"loadBalancer": {}}));
+            }
+        }
+        "Namespace" if def.group.is_empty() => {
+            object["status"] = json!({"phase": "Active"});
+        }
+        "Pod"
+            if def.group.is_empty()
+                && object
+                    .get("status")
+                    .is_none_or(|s| s.get("phase").is_none()) =>
+        {
+            object["status"]["phase"] = json!("Pending");
+        }
+        _ => {}
+    }
+}
+
+/// Builds the stored object from the proposal according to which part may change.
+fn merge_parts(resource: ResourceId, part: Part, current: &Value, proposed: Value) -> Value {
+    let def = resources::get(resource);
+    match part {
+        Part::Status => {
+            let mut next = current.clone();
+            match proposed.get("status") {
+                Some(status) => next["status"] = status.clone(),
+                None => {
+                    if let Some(map) = next.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+            next
+        }
+        Part::Main if def.has_status => {
+            let mut next = proposed;
+            if let Some(map) = next.as_object_mut() {
+                match current.get("status") {
+                    Some(status) => map.insert("status".into(), status.clone()),
+                    None => map.remove("status"),
+                };
+            }
+            next
+        }
+        Part::Main => proposed,
+    }
+}
+
+/// Metadata clients cannot change through an update.
+fn carry_system_metadata(current: &Value, next: &mut Value) {
+    let old_meta = current.get("metadata").cloned().unwrap_or(json!({}));
+    let meta = meta::metadata_mut(next);
+    for field in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "resourceVersion",
+    ] {
+        match old_meta.get(field) {
+            Some(v) => meta.insert(field.into(), v.clone()),
+            None => meta.remove(field),
+        };
+    }
+    meta.remove("managedFields");
+    meta.remove("selfLink");
+}
+
+/// Resource-specific validation and allocation.
+fn admit(
+    resource: ResourceId,
+    old: Option<&Value>,
+    object: &mut Value,
+    allocator: &mut Allocator,
+) -> Result<(), ApiError> {
+    let def = resources::get(resource);
+    let name = meta::name(object).unwrap_or_default().to_string();
+    let name_ok = if def.kind == "Namespace" {
+        meta::is_dns1123_label(&name)
+    } else {
+        meta::is_dns1123_subdomain(&name)
+    };
+    if !name_ok {
+        return Err(ApiError::invalid(
+            def,
+            &name,
+            vec![Cause::invalid(
+                "metadata.name",
+                &name,
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
+                 characters, '-' or '.', and must start and end with an alphanumeric character",
+            )],
+        ));
+    }
+    if resource == resources::services() {
+        services::admit(old, object, allocator)
+            .map_err(|causes| ApiError::invalid(def, &name, causes))?;
+    }
+    Ok(())
+}
+
+fn release(resource: ResourceId, object: &Value, allocator: &mut Allocator) {
+    if resource == resources::services() {
+        allocator.release(object);
+    }
+}

@@ -1,0 +1,452 @@
+//! kube-rs against the server over real HTTP: CRUD, every patch type, status, finalizers,
+//! 422s, selectors, paging.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{lb_service, service};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_lb_mock_apiserver::ApiServer;
+use serde_json::json;
+
+fn api_error(err: kube::Error) -> kube::core::Status {
+    match err {
+        kube::Error::Api(status) => *status,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn create_get_update_delete_service() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+
+    let created = services
+        .create(&PostParams::default(), &lb_service("web", 80))
+        .await
+        .unwrap();
+    let meta = &created.metadata;
+    assert!(meta.uid.is_some());
+    assert!(meta.creation_timestamp.is_some());
+    let rv1: u64 = meta.resource_version.as_deref().unwrap().parse().unwrap();
+    let spec = created.spec.as_ref().unwrap();
+    assert!(spec.cluster_ip.as_deref().unwrap().starts_with("10."));
+    let port = &spec.ports.as_ref().unwrap()[0];
+    assert_eq!(port.protocol.as_deref(), Some("TCP"));
+    assert!(port.node_port.is_some());
+    assert_eq!(spec.external_traffic_policy.as_deref(), Some("Cluster"));
+
+    // Duplicate create is 409 AlreadyExists.
+    let err = api_error(
+        services
+            .create(&PostParams::default(), &lb_service("web", 80))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "AlreadyExists"));
+
+    // Replace with the current resourceVersion works and bumps it; a stale one is 409 Conflict.
+    let mut changed = created.clone();
+    changed.metadata.labels = Some([("tier".to_string(), "front".to_string())].into());
+    let replaced = services
+        .replace("web", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let rv2: u64 = replaced
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rv2 > rv1);
+    let err = api_error(
+        services
+            .replace("web", &PostParams::default(), &changed)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+
+    // Status written through the main resource is ignored.
+    let mut with_status = replaced.clone();
+    with_status.status =
+        serde_json::from_value(json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.7"}]}}))
+            .unwrap();
+    let after = services
+        .replace("web", &PostParams::default(), &with_status)
+        .await
+        .unwrap();
+    assert!(
+        after
+            .status
+            .unwrap()
+            .load_balancer
+            .unwrap()
+            .ingress
+            .is_none()
+    );
+
+    let got = services.get("web").await.unwrap();
+    assert_eq!(got.metadata.labels.unwrap()["tier"], "front");
+
+    let deleted = services
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(deleted.is_right(), "no finalizers: gone immediately");
+    let err = api_error(services.get("web").await.unwrap_err());
+    assert_eq!((err.code, err.reason.as_str()), (404, "NotFound"));
+    assert_eq!(err.message, "services \"web\" not found");
+}
+
+#[tokio::test]
+async fn every_patch_type() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+    services
+        .create(&PostParams::default(), &lb_service("web", 80))
+        .await
+        .unwrap();
+    let pp = PatchParams::default();
+
+    let merged = services
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"annotations": {"a": "1"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(merged.metadata.annotations.unwrap()["a"], "1");
+
+    let json_patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "add", "path": "/metadata/labels", "value": {"via": "json-patch"}}
+    ]))
+    .unwrap();
+    let patched = services
+        .patch("web", &pp, &Patch::<()>::Json(json_patch))
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["via"], "json-patch");
+
+    // Strategic: ports merge by port number, keeping the allocated nodePort of port 80.
+    let before = services.get("web").await.unwrap();
+    let np80 = before.spec.unwrap().ports.unwrap()[0].node_port;
+    let strategic = services
+        .patch(
+            "web",
+            &pp,
+            &Patch::Strategic(json!({"spec": {"ports": [{"name": "https", "port": 443}]}})),
+        )
+        .await
+        .unwrap();
+    let ports = strategic.spec.unwrap().ports.unwrap();
+    assert_eq!(ports.len(), 2);
+    assert_eq!(ports[0].node_port, np80);
+    assert!(ports[1].node_port.is_some());
+
+    // Finalizers merge as a set.
+    let fin = services
+        .patch(
+            "web",
+            &pp,
+            &Patch::Strategic(json!({"metadata": {"finalizers": ["a.example/x"]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fin.metadata.finalizers.unwrap(), vec!["a.example/x"]);
+    let fin = services
+        .patch(
+            "web",
+            &pp,
+            &Patch::Strategic(json!({"metadata": {"finalizers": ["b.example/y"]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        fin.metadata.finalizers.unwrap(),
+        vec!["a.example/x", "b.example/y"]
+    );
+
+    // Server-side apply of a new object creates it; applying again merges.
+    let ssa = PatchParams::apply("kube-lb-test").force();
+    let applied = services
+        .patch(
+            "applied",
+            &ssa,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "applied"}, "spec": {"ports": [{"port": 53, "protocol": "UDP"}]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+            .protocol
+            .as_deref(),
+        Some("UDP")
+    );
+    let applied = services
+        .patch(
+            "applied",
+            &ssa,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "applied", "labels": {"x": "y"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.metadata.labels.unwrap()["x"], "y");
+
+    // Status patch changes only status.
+    let status = services
+        .patch_status(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {"ignored": "yes"}}, "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        status
+            .status
+            .unwrap()
+            .load_balancer
+            .unwrap()
+            .ingress
+            .unwrap()[0]
+            .ip
+            .as_deref(),
+        Some("192.0.2.1")
+    );
+    assert!(!status.metadata.labels.unwrap().contains_key("ignored"));
+
+    // A merge patch with a stale resourceVersion is a conflict.
+    let err = api_error(
+        services
+            .patch(
+                "web",
+                &pp,
+                &Patch::Merge(json!({"metadata": {"resourceVersion": "1"}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+    let mut svc = lb_service("held", 80);
+    svc.metadata.finalizers = Some(vec!["service.kube-lb.io/load-balancer".to_string()]);
+    let created = services.create(&PostParams::default(), &svc).await.unwrap();
+    let node_port = created.spec.unwrap().ports.unwrap()[0].node_port.unwrap();
+
+    let first = services
+        .delete("held", &DeleteParams::default())
+        .await
+        .unwrap();
+    let marked = first.left().expect("held by its finalizer");
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert!(services.get("held").await.is_ok());
+
+    // No new finalizers while deleting.
+    let err = api_error(
+        services
+            .patch(
+                "held",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": ["service.kube-lb.io/load-balancer", "other/x"]}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
+
+    services
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([{"op": "remove", "path": "/metadata/finalizers"}]))
+                    .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    let err = api_error(services.get("held").await.unwrap_err());
+    assert_eq!(err.code, 404);
+    // Its node port went back to the pool: a new Service may ask for it.
+    let reuse = service(
+        "reuse",
+        json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": node_port}]}),
+    );
+    services
+        .create(&PostParams::default(), &reuse)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn invalid_services_are_rejected_with_causes() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+    let cases = vec![
+        (
+            service(
+                "bad-name",
+                json!({"ports": [{"name": "HTTP_port", "port": 80}]}),
+            ),
+            vec!["spec.ports[0].name"],
+        ),
+        (
+            service("unnamed", json!({"ports": [{"port": 80}, {"port": 443}]})),
+            vec!["spec.ports[0].name", "spec.ports[1].name"],
+        ),
+        (
+            service(
+                "out-of-range",
+                json!({"clusterIP": "192.168.1.1", "ports": [{"port": 80}]}),
+            ),
+            vec!["spec.clusterIPs"],
+        ),
+        (
+            service(
+                "bad-node-port",
+                json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 1000}]}),
+            ),
+            vec!["spec.ports[0].nodePort"],
+        ),
+    ];
+    for (svc, fields) in cases {
+        let name = svc.metadata.name.clone().unwrap();
+        let err = api_error(
+            services
+                .create(&PostParams::default(), &svc)
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"), "{name}");
+        let status: serde_json::Value = reqwest::get(format!(
+            "{}/api/v1/namespaces/default/services/{name}",
+            server.url()
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        assert_eq!(status["code"], 404, "{name} must not have been stored");
+        // The causes are in the Status body; fetch them over raw HTTP to check the fields.
+        let raw = reqwest::Client::new()
+            .post(format!(
+                "{}/api/v1/namespaces/default/services",
+                server.url()
+            ))
+            .json(&svc)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(raw.status().as_u16(), 422);
+        let body: serde_json::Value = raw.json().await.unwrap();
+        let got: Vec<&str> = body["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect();
+        assert_eq!(got, fields, "{name}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn other_resources_and_selectors() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let client = server.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, zone) in [("n1", "a"), ("n2", "b"), ("n3", "a")] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": name, "labels": {"zone": zone}},
+                    "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.2"}]}}),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let zone_a = nodes
+        .list(&ListParams::default().labels("zone in (a)"))
+        .await
+        .unwrap();
+    assert_eq!(zone_a.items.len(), 2);
+    let not_a = nodes
+        .list(&ListParams::default().labels("zone notin (a)"))
+        .await
+        .unwrap();
+    assert_eq!(not_a.items.len(), 1);
+    let by_name = nodes
+        .list(&ListParams::default().fields("metadata.name=n2"))
+        .await
+        .unwrap();
+    assert_eq!(by_name.items[0].metadata.name.as_deref(), Some("n2"));
+    // Node status survives create (kube-apiserver keeps it for nodes).
+    let n1 = nodes.get("n1").await.unwrap();
+    assert_eq!(
+        n1.status.unwrap().addresses.unwrap()[0].address,
+        "127.0.0.2"
+    );
+
+    // Paging: three pages of one node each, all at the first page's version.
+    let mut seen = BTreeSet::new();
+    let mut params = ListParams::default().limit(1);
+    loop {
+        let page = nodes.list(&params).await.unwrap();
+        for n in &page.items {
+            seen.insert(n.metadata.name.clone().unwrap());
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    assert_eq!(seen.len(), 3);
+
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let slice = slices
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"generateName": "web-", "labels": {"kubernetes.io/service-name": "web"}},
+                "addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.1"]}], "ports": [{"port": 8080}]}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let name = slice.metadata.name.unwrap();
+    assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+    let all_slices: Api<EndpointSlice> = Api::all(client.clone());
+    assert_eq!(
+        all_slices
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+
+    let leases: Api<Lease> = Api::namespaced(client, "kube-system");
+    let lease = leases
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "kube-lb"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("a"));
+}
