@@ -64,9 +64,8 @@ pub fn parse(cloud: Cloud, service: &Service) -> Result<Parsed, ParseErrors> {
     let (provider, scheme) = match cloud {
         Cloud::Local => (ProviderSpec::Local, Scheme::External),
         Cloud::Aws => {
-            let aws = aws::parse(&mut reader, &mut core, service);
-            let scheme = aws.1;
-            (ProviderSpec::Aws(aws.0), scheme)
+            let (aws, scheme) = aws::parse(&mut reader, &mut core, service);
+            (ProviderSpec::Aws(aws), scheme)
         }
         Cloud::Gcp => {
             let (gcp, scheme) = gcp::parse(&mut reader, &core);
