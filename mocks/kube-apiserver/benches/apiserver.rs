@@ -63,7 +63,9 @@ async fn main() {
                 if i >= 2000 {
                     svc.spec.as_mut().expect("spec").type_ = Some("ClusterIP".into());
                 }
-                api.create(&PostParams::default(), &svc).await.expect("create")
+                api.create(&PostParams::default(), &svc)
+                    .await
+                    .expect("create")
             }
         })
         .buffer_unordered(64)
@@ -81,7 +83,14 @@ async fn main() {
     let mut bytes = 0;
     for _ in 0..5 {
         let t = Instant::now();
-        let body = http.get(&url).send().await.expect("list").bytes().await.expect("body");
+        let body = http
+            .get(&url)
+            .send()
+            .await
+            .expect("list")
+            .bytes()
+            .await
+            .expect("body");
         raw.push(t.elapsed());
         bytes = body.len();
     }
@@ -107,7 +116,10 @@ async fn main() {
 
     let rv = server.store().current_version().to_string();
     let mut events = api
-        .watch(&WatchParams::default().fields("metadata.name=svc-00000"), &rv)
+        .watch(
+            &WatchParams::default().fields("metadata.name=svc-00000"),
+            &rv,
+        )
         .await
         .expect("watch")
         .boxed();

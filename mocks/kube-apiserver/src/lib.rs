@@ -32,6 +32,7 @@
 
 pub mod faults;
 pub mod http;
+pub mod managed;
 pub mod meta;
 pub mod patch;
 pub mod persistence;

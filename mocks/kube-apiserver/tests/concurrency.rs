@@ -1,5 +1,8 @@
 //! Many clients at once: allocation without collisions and watch events in order.
 
+// Test helpers may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeSet;
@@ -31,7 +34,11 @@ async fn concurrent_creates_allocate_unique_addresses_and_ports() {
         .metadata
         .resource_version
         .unwrap();
-    let watch = api.watch(&WatchParams::default(), &start).await.unwrap().boxed();
+    let watch = api
+        .watch(&WatchParams::default(), &start)
+        .await
+        .unwrap()
+        .boxed();
 
     let creates = (0..CREATES).map(|i| {
         let api = api.clone();

@@ -1,6 +1,9 @@
 //! kube-rs against the server over real HTTP: CRUD, every patch type, status, finalizers,
 //! 422s, selectors, paging.
 
+// Test helpers may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeSet;
@@ -193,7 +196,8 @@ async fn every_patch_type() {
         .patch(
             "applied",
             &ssa,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "applied", "labels": {"x": "y"}}})),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "applied", "labels": {"x": "y"}},
+                "spec": {"ports": [{"port": 53, "protocol": "UDP"}]}})),
         )
         .await
         .unwrap();
@@ -221,6 +225,51 @@ async fn every_patch_type() {
         Some("192.0.2.1")
     );
     assert!(!status.metadata.labels.unwrap().contains_key("ignored"));
+
+    // Server-side apply of status: what the manager stops applying is removed.
+    let status_ssa = PatchParams::apply("lb-controller").force();
+    let applied = services
+        .patch_status(
+            "applied",
+            &status_ssa,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service",
+                "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.9"}]}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        applied
+            .status
+            .unwrap()
+            .load_balancer
+            .unwrap()
+            .ingress
+            .unwrap()[0]
+            .ip
+            .as_deref(),
+        Some("192.0.2.9")
+    );
+    let cleared = services
+        .patch_status(
+            "applied",
+            &status_ssa,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Service", "status": {"loadBalancer": {}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(
+        cleared
+            .status
+            .unwrap()
+            .load_balancer
+            .unwrap()
+            .ingress
+            .is_none()
+    );
+    // The spec applied by the other manager is untouched.
+    assert_eq!(cleared.metadata.labels.unwrap()["x"], "y");
 
     // A merge patch with a stale resourceVersion is a conflict.
     let err = api_error(

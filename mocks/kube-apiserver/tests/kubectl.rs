@@ -1,5 +1,8 @@
 //! kubectl 1.32 end to end against the server: apply, re-apply, get, describe, patch, delete.
 
+// Test helpers may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::process::Output;
 
@@ -106,12 +109,18 @@ async fn kubectl_end_to_end() {
     let kc = kubeconfig.as_path();
 
     let out = ok(kc, &["apply", "-f", v1.to_str().unwrap()]).await;
-    assert!(out.contains("service/web created") && out.contains("service/db created"), "{out}");
+    assert!(
+        out.contains("service/web created") && out.contains("service/db created"),
+        "{out}"
+    );
     let web = get_json(kc, &["get", "service", "web"]).await;
     let node_port = web["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
     let cluster_ip = web["spec"]["clusterIP"].as_str().unwrap().to_string();
     assert_eq!(web["spec"]["ports"].as_array().unwrap().len(), 2);
-    assert!(web["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].is_string());
+    assert!(
+        web["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .is_string()
+    );
 
     // Re-applying the same file changes nothing.
     let rv_before = web["metadata"]["resourceVersion"].clone();
@@ -127,48 +136,135 @@ async fn kubectl_end_to_end() {
     let ports = web["spec"]["ports"].as_array().unwrap();
     assert_eq!(ports.len(), 1, "{web}");
     assert_eq!(ports[0]["targetPort"], 9090);
-    assert_eq!(ports[0]["nodePort"].as_i64(), Some(node_port), "allocations are kept");
+    assert_eq!(
+        ports[0]["nodePort"].as_i64(),
+        Some(node_port),
+        "allocations are kept"
+    );
     assert_eq!(web["spec"]["clusterIP"], cluster_ip.as_str());
     assert_eq!(web["metadata"]["labels"]["tier"], "front");
-    assert!(web["metadata"]["annotations"].get("example.com/owner").is_none(), "{web}");
+    assert!(
+        web["metadata"]["annotations"]
+            .get("example.com/owner")
+            .is_none(),
+        "{web}"
+    );
 
     // Listing, in the table form kubectl prints.
     let table = ok(kc, &["get", "services", "-A", "-o", "wide"]).await;
-    let web_line = table.lines().find(|l| l.contains(" web ")).unwrap_or_default();
-    assert!(web_line.contains("LoadBalancer") && web_line.contains(&cluster_ip), "{table}");
+    let web_line = table
+        .lines()
+        .find(|l| l.contains(" web "))
+        .unwrap_or_default();
+    assert!(
+        web_line.contains("LoadBalancer") && web_line.contains(&cluster_ip),
+        "{table}"
+    );
     assert!(web_line.contains(&format!("80:{node_port}/TCP")), "{table}");
-    assert!(table.lines().any(|l| l.contains(" db ") && l.contains("None")), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(" db ") && l.contains("None")),
+        "{table}"
+    );
     let names = ok(kc, &["get", "svc", "-l", "tier=front", "-o", "name"]).await;
     assert_eq!(names.trim(), "service/web");
 
     let described = ok(kc, &["describe", "service", "web"]).await;
-    assert!(described.contains("Type:") && described.contains("LoadBalancer"), "{described}");
+    assert!(
+        described.contains("Type:") && described.contains("LoadBalancer"),
+        "{described}"
+    );
     assert!(described.contains(&cluster_ip), "{described}");
     assert!(described.contains("9090/TCP"), "{described}");
 
     // Every patch flavour kubectl offers.
-    ok(kc, &["patch", "service", "web", "-p", r#"{"metadata":{"labels":{"patched":"strategic"}}}"#]).await;
-    ok(kc, &["patch", "service", "web", "--type=merge", "-p", r#"{"spec":{"sessionAffinity":"ClientIP"}}"#]).await;
-    ok(kc, &["patch", "service", "web", "--type=json", "-p", r#"[{"op":"add","path":"/metadata/annotations/note","value":"json"}]"#]).await;
+    ok(
+        kc,
+        &[
+            "patch",
+            "service",
+            "web",
+            "-p",
+            r#"{"metadata":{"labels":{"patched":"strategic"}}}"#,
+        ],
+    )
+    .await;
+    ok(
+        kc,
+        &[
+            "patch",
+            "service",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"sessionAffinity":"ClientIP"}}"#,
+        ],
+    )
+    .await;
+    ok(
+        kc,
+        &[
+            "patch",
+            "service",
+            "web",
+            "--type=json",
+            "-p",
+            r#"[{"op":"add","path":"/metadata/annotations/note","value":"json"}]"#,
+        ],
+    )
+    .await;
     let web = get_json(kc, &["get", "service", "web"]).await;
     assert_eq!(web["metadata"]["labels"]["patched"], "strategic");
     assert_eq!(web["spec"]["sessionAffinity"], "ClientIP");
-    assert_eq!(web["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"], 10800);
+    assert_eq!(
+        web["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"],
+        10800
+    );
     assert_eq!(web["metadata"]["annotations"]["note"], "json");
 
     // A bad patch is rejected with the server's message.
-    let out = kubectl(kc, &["patch", "service", "web", "--type=merge", "-p", r#"{"spec":{"ports":[{"name":"BAD_NAME","port":80}]}}"#]).await;
+    let out = kubectl(
+        kc,
+        &[
+            "patch",
+            "service",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"ports":[{"name":"BAD_NAME","port":80}]}}"#,
+        ],
+    )
+    .await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("spec.ports[0].name") && stderr.contains("Invalid"), "{stderr}");
+    assert!(
+        stderr.contains("spec.ports[0].name") && stderr.contains("Invalid"),
+        "{stderr}"
+    );
 
     // Status is written through the subresource only.
-    ok(kc, &["patch", "service", "web", "--subresource=status", "--type=merge", "-p", r#"{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}"#]).await;
+    ok(
+        kc,
+        &[
+            "patch",
+            "service",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}"#,
+        ],
+    )
+    .await;
     let table = ok(kc, &["get", "service", "web"]).await;
     assert!(table.contains("192.0.2.10"), "{table}");
 
     let out = ok(kc, &["delete", "-f", v1.to_str().unwrap()]).await;
-    assert!(out.contains("\"web\" deleted") && out.contains("\"db\" deleted"), "{out}");
+    assert!(
+        out.contains("\"web\" deleted") && out.contains("\"db\" deleted"),
+        "{out}"
+    );
     let out = kubectl(kc, &["get", "service", "web"]).await;
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("NotFound"));

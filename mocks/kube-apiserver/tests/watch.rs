@@ -1,6 +1,9 @@
 //! Watches over real HTTP: kube-rs watchers and reflectors across a forced 410 relist, a
 //! server restart with persistence and streaming lists; raw watch semantics.
 
+// Test helpers may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::collections::BTreeMap;
@@ -11,7 +14,9 @@ use std::time::Duration;
 use common::{eventually, lb_service};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube_lb_mock_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
@@ -26,7 +31,12 @@ async fn server_view(api: &Api<Service>) -> BTreeMap<String, String> {
         .unwrap()
         .items
         .into_iter()
-        .map(|s| (s.metadata.name.unwrap(), s.metadata.resource_version.unwrap()))
+        .map(|s| {
+            (
+                s.metadata.name.unwrap(),
+                s.metadata.resource_version.unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -45,7 +55,10 @@ fn reader_view(store: &Store<Service>) -> BTreeMap<String, String> {
 
 /// Runs a reflector in the background; returns its store and a counter of `Init` events
 /// (one per full (re)list).
-fn spawn_reflector(api: Api<Service>, config: watcher::Config) -> (Store<Service>, Arc<AtomicUsize>) {
+fn spawn_reflector(
+    api: Api<Service>,
+    config: watcher::Config,
+) -> (Store<Service>, Arc<AtomicUsize>) {
     let (reader, writer) = reflector::store();
     let inits = Arc::new(AtomicUsize::new(0));
     let counter = inits.clone();
@@ -130,13 +143,20 @@ async fn reflector_relists_after_410() {
 async fn reflector_survives_restart_with_persistence() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.json");
-    let first = ApiServer::builder().state_file(&state).start().await.unwrap();
+    let first = ApiServer::builder()
+        .state_file(&state)
+        .start()
+        .await
+        .unwrap();
     let addr = first.addr();
     let api: Api<Service> = Api::namespaced(first.client().unwrap(), "default");
     let mut before = BTreeMap::new();
     for i in 0..5 {
         let svc = api
-            .create(&PostParams::default(), &lb_service(&format!("keep-{i}"), 80))
+            .create(
+                &PostParams::default(),
+                &lb_service(&format!("keep-{i}"), 80),
+            )
             .await
             .unwrap();
         before.insert(svc.metadata.name.clone().unwrap(), svc);
@@ -158,13 +178,22 @@ async fn reflector_survives_restart_with_persistence() {
     for (name, old) in &before {
         let now = api2.get(name).await.unwrap();
         assert_eq!(now.metadata.uid, old.metadata.uid);
-        assert_eq!(now.spec.as_ref().unwrap().cluster_ip, old.spec.as_ref().unwrap().cluster_ip);
+        assert_eq!(
+            now.spec.as_ref().unwrap().cluster_ip,
+            old.spec.as_ref().unwrap().cluster_ip
+        );
     }
     let fresh = api2
         .create(&PostParams::default(), &lb_service("fresh", 80))
         .await
         .unwrap();
-    let fresh_rv: u64 = fresh.metadata.resource_version.clone().unwrap().parse().unwrap();
+    let fresh_rv: u64 = fresh
+        .metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(fresh_rv > last_rv);
     let fresh_spec = fresh.spec.unwrap();
     for old in before.values() {
@@ -175,7 +204,9 @@ async fn reflector_survives_restart_with_persistence() {
             old_spec.ports.as_ref().unwrap()[0].node_port
         );
     }
-    api2.delete("keep-0", &DeleteParams::default()).await.unwrap();
+    api2.delete("keep-0", &DeleteParams::default())
+        .await
+        .unwrap();
     // The reflector (still pointed at the same address) catches up with the new server.
     converged(&api2, &store, "sync with the restarted server").await;
     second.shutdown().await;
@@ -208,7 +239,13 @@ async fn raw_watch_semantics() {
         .await
         .unwrap();
     let api: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
-    let start = api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap();
+    let start = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
 
     // A selector watch sees an object that stops matching as DELETED.
     let mut labelled = lb_service("sel", 80);
@@ -219,9 +256,13 @@ async fn raw_watch_semantics() {
         .unwrap();
     futures::pin_mut!(stream);
     api.create(&PostParams::default(), &labelled).await.unwrap();
-    api.patch("sel", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "b"}}})))
-        .await
-        .unwrap();
+    api.patch(
+        "sel",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "b"}}})),
+    )
+    .await
+    .unwrap();
     let mut kinds = Vec::new();
     while kinds.len() < 3 {
         match stream.try_next().await.unwrap().unwrap() {
@@ -252,8 +293,15 @@ async fn raw_watch_semantics() {
     }
     // And a list at that exact version is 410 as well.
     let err = api
-        .list(&ListParams::default().at(&start).matching(kube::api::VersionMatch::Exact))
+        .list(
+            &ListParams::default()
+                .at(&start)
+                .matching(kube::api::VersionMatch::Exact),
+        )
         .await
         .unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 410), "{err:?}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 410),
+        "{err:?}"
+    );
 }

@@ -19,6 +19,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::faults::{Faults, Verb};
+use crate::managed;
 use crate::patch::{self, PatchKind};
 use crate::resources::{self, ResourceId};
 use crate::status::{self, ApiError};
@@ -397,15 +398,32 @@ fn patch_object(
         .map_err(|_| ApiError::unsupported_media_type(content_type(headers)))?;
     let patch_doc =
         patch::parse_body(kind, body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let def = resources::get(resource);
+    let manager = params.field_manager.clone().unwrap_or_default();
+    let subresource = if part == Part::Status { "status" } else { "" };
+    let patch_error = |e: patch::PatchError| match e {
+        patch::PatchError::JsonPatch(_) | patch::PatchError::Shape(_) => ApiError::invalid(
+            def,
+            name,
+            vec![crate::status::Cause {
+                reason: "FieldValueInvalid",
+                message: e.to_string(),
+                field: String::new(),
+            }],
+        ),
+        other => ApiError::bad_request(other.to_string()),
+    };
     if kind == PatchKind::Apply {
-        if params.field_manager.as_deref().is_none_or(str::is_empty) {
+        if manager.is_empty() {
             return Err(ApiError::bad_request(
                 "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
             ));
         }
         let exists = app.store.get(resource, namespace, name).is_ok();
         if !exists && part == Part::Main {
-            let mut object = patch_doc;
+            let mut object =
+                managed::apply(&json!({}), &patch_doc, &manager, "", &def.api_version())
+                    .map_err(patch_error)?;
             crate::meta::metadata_mut(&mut object).insert("name".into(), json!(name));
             let created = app
                 .store
@@ -413,22 +431,21 @@ fn patch_object(
             return Ok(json_response(StatusCode::CREATED, &created));
         }
     }
-    let def = resources::get(resource);
     let updated = app
         .store
         .update(resource, namespace, name, part, params.dry_run, |current| {
-            patch::apply(kind, current, &patch_doc).map_err(|e| match e {
-                patch::PatchError::JsonPatch(_) | patch::PatchError::Shape(_) => ApiError::invalid(
-                    def,
-                    name,
-                    vec![crate::status::Cause {
-                        reason: "FieldValueInvalid",
-                        message: e.to_string(),
-                        field: String::new(),
-                    }],
-                ),
-                other => ApiError::bad_request(other.to_string()),
-            })
+            if kind == PatchKind::Apply {
+                managed::apply(
+                    current,
+                    &patch_doc,
+                    &manager,
+                    subresource,
+                    &def.api_version(),
+                )
+            } else {
+                patch::apply(kind, current, &patch_doc)
+            }
+            .map_err(patch_error)
         })?;
     Ok(json_response(StatusCode::OK, &updated))
 }

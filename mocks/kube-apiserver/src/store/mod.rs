@@ -377,7 +377,6 @@ impl Store {
                 "deletionGracePeriodSeconds",
                 "resourceVersion",
                 "selfLink",
-                "managedFields",
             ] {
                 meta.remove(field);
             }
@@ -706,6 +705,10 @@ fn merge_parts(resource: ResourceId, part: Part, current: &Value, proposed: Valu
                     }
                 }
             }
+            // A status apply records its ownership in metadata.
+            if let Some(owned) = proposed.pointer("/metadata/managedFields") {
+                meta::metadata_mut(&mut next).insert("managedFields".into(), owned.clone());
+            }
             next
         }
         Part::Main if def.has_status => {
@@ -741,7 +744,13 @@ fn carry_system_metadata(current: &Value, next: &mut Value) {
             None => meta.remove(field),
         };
     }
-    meta.remove("managedFields");
+    // Field ownership survives updates that do not mention it (kube-apiserver resets it only
+    // when a client sends a replacement).
+    if !meta.contains_key("managedFields")
+        && let Some(owned) = old_meta.get("managedFields")
+    {
+        meta.insert("managedFields".into(), owned.clone());
+    }
     meta.remove("selfLink");
 }
 
