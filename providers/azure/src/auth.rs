@@ -1,0 +1,171 @@
+//! Access tokens for ARM: the service-principal client-credentials flow against Entra ID, or
+//! the instance metadata service for managed identities. Tokens are cached until shortly
+//! before they expire.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::config::AzureConfig;
+use crate::error::AzureError;
+
+/// The instance metadata service's token endpoint.
+const IMDS_TOKEN_URL: &str = "http://169.254.169.254/metadata/identity/oauth2/token";
+/// Tokens are renewed this long before they expire.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(120);
+
+/// Where tokens come from.
+#[derive(Clone)]
+enum Credential {
+    ClientSecret {
+        token_url: String,
+        client_id: String,
+        secret: String,
+        scope: String,
+    },
+    ManagedIdentity {
+        resource: String,
+        client_id: Option<String>,
+    },
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::ClientSecret {
+                token_url,
+                client_id,
+                ..
+            } => f
+                .debug_struct("ClientSecret")
+                .field("token_url", token_url)
+                .field("client_id", client_id)
+                .finish_non_exhaustive(),
+            Credential::ManagedIdentity { client_id, .. } => f
+                .debug_struct("ManagedIdentity")
+                .field("client_id", client_id)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TokenResponse {
+    access_token: String,
+    #[serde(default)]
+    expires_in: Option<serde_json::Value>,
+}
+
+/// Hands out a valid bearer token, fetching a new one when the cached one is about to expire.
+#[derive(Debug)]
+pub struct TokenSource {
+    http: reqwest::Client,
+    credential: Credential,
+    cached: Mutex<Option<(String, Instant)>>,
+}
+
+impl TokenSource {
+    /// The credential the config describes.
+    pub fn from_config(config: &AzureConfig, http: reqwest::Client) -> TokenSource {
+        let resource = config.resource_manager();
+        let credential = if config.use_managed_identity_extension {
+            Credential::ManagedIdentity {
+                resource: format!("{resource}/"),
+                client_id: (!config.user_assigned_identity_id.is_empty())
+                    .then(|| config.user_assigned_identity_id.clone()),
+            }
+        } else {
+            Credential::ClientSecret {
+                token_url: format!(
+                    "{}/{}/oauth2/v2.0/token",
+                    config.active_directory(),
+                    config.tenant_id
+                ),
+                client_id: config.aad_client_id.clone(),
+                secret: config.aad_client_secret.clone(),
+                scope: format!("{resource}/.default"),
+            }
+        };
+        TokenSource {
+            http,
+            credential,
+            cached: Mutex::new(None),
+        }
+    }
+
+    /// A token valid for at least [`EXPIRY_MARGIN`].
+    pub async fn token(&self) -> Result<String, AzureError> {
+        let mut cached = self.cached.lock().await;
+        if let Some((token, expires)) = cached.as_ref()
+            && Instant::now() + EXPIRY_MARGIN < *expires
+        {
+            return Ok(token.clone());
+        }
+        let response = match &self.credential {
+            Credential::ClientSecret {
+                token_url,
+                client_id,
+                secret,
+                scope,
+            } => {
+                self.http
+                    .post(token_url)
+                    .form(&[
+                        ("grant_type", "client_credentials"),
+                        ("client_id", client_id.as_str()),
+                        ("client_secret", secret.as_str()),
+                        ("scope", scope.as_str()),
+                    ])
+                    .send()
+                    .await
+            }
+            Credential::ManagedIdentity {
+                resource,
+                client_id,
+            } => {
+                let mut query = vec![
+                    ("api-version", "2018-02-01"),
+                    ("resource", resource.as_str()),
+                ];
+                if let Some(id) = client_id {
+                    query.push(("client_id", id.as_str()));
+                }
+                self.http
+                    .get(IMDS_TOKEN_URL)
+                    .header("Metadata", "true")
+                    .query(&query)
+                    .send()
+                    .await
+            }
+        }
+        .map_err(|e| AzureError::Auth(format!("token request failed: {e}")))?;
+        let status = response.status();
+        if !status.is_success() {
+            // The error body names the problem (e.g. AADSTS7000215) and never echoes the secret.
+            let body = response.text().await.unwrap_or_default();
+            return Err(AzureError::Auth(format!(
+                "token endpoint answered {status}: {body}"
+            )));
+        }
+        let parsed: TokenResponse = response
+            .json()
+            .await
+            .map_err(|e| AzureError::Auth(format!("token response unreadable: {e}")))?;
+        let lifetime = parsed
+            .expires_in
+            .and_then(|v| {
+                v.as_u64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            })
+            .unwrap_or(300);
+        let token = parsed.access_token;
+        *cached = Some((
+            token.clone(),
+            Instant::now() + Duration::from_secs(lifetime),
+        ));
+        Ok(token)
+    }
+}

@@ -1,0 +1,838 @@
+//! `plan(observed, desired) -> actions`: the pure diff between what exists in Azure and what
+//! the Service wants (or, with no desired state, what deleting it needs). Comparisons look
+//! only at the fields kube-lb sets, so server-filled fields (IDs, etags, back-references,
+//! allocated addresses, defaults) never cause a write: a resync of an unchanged Service plans
+//! nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube_lb_provider_core::ServiceKey;
+use md5::{Digest, Md5};
+
+use crate::arm::{
+    BackendAddressPool, FrontendIpConfiguration, FrontendProperties, LoadBalancer,
+    LoadBalancingRule, Probe, PublicIp, SecurityGroup, SecurityRule, SecurityRuleProperties, Sku,
+    SubResource, resource_group_of,
+};
+use crate::desired::{
+    AllowEntry, CLUSTER_TAG, DNS_LABEL_TAG, Desired, FrontendKind, LEGACY_CLUSTER_TAG,
+    LEGACY_SERVICE_TAG, MANAGED_PRIORITY_MAX, MANAGED_PRIORITY_MIN, MANAGED_RULE_PREFIX, PipChoice,
+    SERVICE_TAG, Settings,
+};
+use crate::error::AzureError;
+
+/// What exists in Azure that matters to one Service.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// The cluster's shared load balancers that exist (external and/or internal).
+    pub load_balancers: Vec<LoadBalancer>,
+    /// Public IPs in the resource groups the Service may use.
+    pub public_ips: Vec<PublicIp>,
+    /// The cluster security group, when configured and present.
+    pub security_group: Option<SecurityGroup>,
+}
+
+/// One write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Create or update a public IP.
+    PutPublicIp {
+        /// Resource group.
+        rg: String,
+        /// The object (with the etag it was computed from, if it exists).
+        pip: PublicIp,
+    },
+    /// Create or update a shared load balancer.
+    PutLoadBalancer(LoadBalancer),
+    /// Delete a shared load balancer that no longer has frontends.
+    DeleteLoadBalancer {
+        /// Name.
+        name: String,
+        /// Etag it was observed with.
+        etag: Option<String>,
+    },
+    /// Update the cluster security group.
+    PutSecurityGroup {
+        /// Resource group.
+        rg: String,
+        /// The object.
+        nsg: SecurityGroup,
+    },
+    /// Delete a public IP the Service owned.
+    DeletePublicIp {
+        /// Resource group.
+        rg: String,
+        /// Name.
+        name: String,
+        /// Etag it was observed with.
+        etag: Option<String>,
+    },
+}
+
+impl Action {
+    /// A short label for logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Action::PutPublicIp { pip, .. } => format!("put public IP {}", pip.name),
+            Action::PutLoadBalancer(lb) => format!("put load balancer {}", lb.name),
+            Action::DeleteLoadBalancer { name, .. } => format!("delete load balancer {name}"),
+            Action::PutSecurityGroup { nsg, .. } => format!("put security group {}", nsg.name),
+            Action::DeletePublicIp { name, .. } => format!("delete public IP {name}"),
+        }
+    }
+}
+
+/// True when a child named `name` belongs to the Service whose names start with `prefix`.
+pub fn owned_child(prefix: &str, name: &str) -> bool {
+    name.eq_ignore_ascii_case(prefix)
+        || name
+            .get(..prefix.len() + 1)
+            .is_some_and(|head| head.eq_ignore_ascii_case(&format!("{prefix}-")))
+}
+
+/// True when `pip`'s tags say `service` of `cluster` owns it.
+pub fn owns_public_ip(pip: &PublicIp, cluster: &str, service: &ServiceKey) -> bool {
+    let tag = |new: &str, legacy: &str| pip.tags.get(new).or_else(|| pip.tags.get(legacy)).cloned();
+    let service_name = service.to_string();
+    let listed = tag(SERVICE_TAG, LEGACY_SERVICE_TAG)
+        .is_some_and(|v| v.split(',').any(|s| s.trim() == service_name));
+    let cluster_ok = tag(CLUSTER_TAG, LEGACY_CLUSTER_TAG).is_none_or(|c| c == cluster);
+    listed && cluster_ok
+}
+
+fn same_id(a: Option<&SubResource>, b: Option<&SubResource>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.same(&b.id),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+fn set_if<T: PartialEq>(want: &Option<T>, have: &Option<T>) -> bool {
+    want.is_none() || want == have
+}
+
+fn frontend_matches(have: &FrontendIpConfiguration, want: &FrontendIpConfiguration) -> bool {
+    let (h, w) = (&have.properties, &want.properties);
+    if w.public_ip_address.is_some() {
+        return same_id(h.public_ip_address.as_ref(), w.public_ip_address.as_ref())
+            && h.subnet.is_none();
+    }
+    let address_ok = match &w.private_ip_address {
+        Some(ip) => {
+            h.private_ip_address.as_ref() == Some(ip)
+                && h.private_ip_allocation_method.as_deref() == Some("Static")
+        }
+        None => true,
+    };
+    same_id(h.subnet.as_ref(), w.subnet.as_ref()) && h.public_ip_address.is_none() && address_ok
+}
+
+fn rule_matches(have: &LoadBalancingRule, want: &LoadBalancingRule) -> bool {
+    let (h, w) = (&have.properties, &want.properties);
+    same_id(
+        h.frontend_ip_configuration.as_ref(),
+        w.frontend_ip_configuration.as_ref(),
+    ) && same_id(
+        h.backend_address_pool.as_ref(),
+        w.backend_address_pool.as_ref(),
+    ) && same_id(h.probe.as_ref(), w.probe.as_ref())
+        && h.protocol == w.protocol
+        && h.frontend_port == w.frontend_port
+        && set_if(&w.backend_port, &h.backend_port)
+        && set_if(&w.idle_timeout_in_minutes, &h.idle_timeout_in_minutes)
+        && set_if(&w.enable_floating_ip, &h.enable_floating_ip)
+        && set_if(&w.enable_tcp_reset, &h.enable_tcp_reset)
+        && set_if(&w.load_distribution, &h.load_distribution)
+}
+
+fn probe_matches(have: &Probe, want: &Probe) -> bool {
+    let (h, w) = (&have.properties, &want.properties);
+    h.protocol == w.protocol
+        && h.port == w.port
+        && set_if(&w.request_path, &h.request_path)
+        && set_if(&w.interval_in_seconds, &h.interval_in_seconds)
+        && set_if(&w.probe_threshold, &h.probe_threshold)
+}
+
+trait Named {
+    fn name(&self) -> &str;
+}
+
+impl Named for FrontendIpConfiguration {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+impl Named for LoadBalancingRule {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+impl Named for Probe {
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Makes the Service's children in `list` equal to `wanted`, keeping matching ones untouched
+/// (with their server-filled fields) and every other Service's children as they are. Returns
+/// whether anything changed.
+fn reconcile_children<T: Named + Clone>(
+    list: &mut Vec<T>,
+    prefix: &str,
+    wanted: &[T],
+    matches: fn(&T, &T) -> bool,
+) -> bool {
+    let mut changed = false;
+    let mut out = Vec::with_capacity(list.len() + wanted.len());
+    let mut placed = BTreeSet::new();
+    for item in list.drain(..) {
+        if !owned_child(prefix, item.name()) {
+            out.push(item);
+            continue;
+        }
+        match wanted
+            .iter()
+            .find(|w| w.name().eq_ignore_ascii_case(item.name()))
+        {
+            Some(want) if matches(&item, want) => {
+                placed.insert(want.name().to_ascii_lowercase());
+                out.push(item);
+            }
+            Some(want) => {
+                placed.insert(want.name().to_ascii_lowercase());
+                out.push(want.clone());
+                changed = true;
+            }
+            None => changed = true,
+        }
+    }
+    for want in wanted {
+        if !placed.contains(&want.name().to_ascii_lowercase()) {
+            out.push(want.clone());
+            changed = true;
+        }
+    }
+    *list = out;
+    changed
+}
+
+/// Removes every child of the Service; returns whether anything was removed.
+fn remove_service(lb: &mut LoadBalancer, prefix: &str) -> bool {
+    let props = &mut lb.properties;
+    let before = props.frontend_ip_configurations.len()
+        + props.load_balancing_rules.len()
+        + props.probes.len();
+    props
+        .frontend_ip_configurations
+        .retain(|c| !owned_child(prefix, &c.name));
+    props
+        .load_balancing_rules
+        .retain(|c| !owned_child(prefix, &c.name));
+    props.probes.retain(|c| !owned_child(prefix, &c.name));
+    before
+        != props.frontend_ip_configurations.len()
+            + props.load_balancing_rules.len()
+            + props.probes.len()
+}
+
+fn reconcile_pool(lb: &mut LoadBalancer, settings: &Settings, desired: &Desired) -> bool {
+    let pools = &mut lb.properties.backend_address_pools;
+    let (index, created) = match pools
+        .iter()
+        .position(|p| p.name.eq_ignore_ascii_case(settings.pool_name()))
+    {
+        Some(i) => (i, false),
+        None => {
+            pools.push(BackendAddressPool {
+                name: settings.pool_name().to_string(),
+                ..Default::default()
+            });
+            (pools.len() - 1, true)
+        }
+    };
+    let members = &mut pools[index].properties.load_balancer_backend_addresses;
+    let key = |m: &crate::arm::BackendAddress| (m.name.clone(), m.properties.ip_address.clone());
+    let have: BTreeSet<_> = members.iter().map(key).collect();
+    let want: BTreeSet<_> = desired.members.iter().map(key).collect();
+    let changed = if desired.exact_members {
+        if have != want {
+            *members = desired.members.clone();
+            true
+        } else {
+            false
+        }
+    } else {
+        let mut changed = false;
+        for member in &desired.members {
+            if !have.contains(&key(member)) {
+                members.retain(|m| m.name != member.name);
+                members.push(member.clone());
+                changed = true;
+            }
+        }
+        members.sort_by(|a, b| a.name.cmp(&b.name));
+        changed
+    };
+    changed || created
+}
+
+/// The Service's public IP: where it is, its ID and (when it exists) its address.
+#[derive(Debug, Clone, PartialEq)]
+struct ChosenIp {
+    id: String,
+    address: Option<String>,
+}
+
+fn find_pip<'a>(observed: &'a Observed, rg: &str, name: &str) -> Option<&'a PublicIp> {
+    observed.public_ips.iter().find(|p| {
+        p.name.eq_ignore_ascii_case(name)
+            && p.id
+                .as_deref()
+                .and_then(resource_group_of)
+                .is_some_and(|r| r.eq_ignore_ascii_case(rg))
+    })
+}
+
+fn pip_address(observed: &Observed, id: &str) -> Option<String> {
+    observed
+        .public_ips
+        .iter()
+        .find(|p| p.id.as_deref().is_some_and(|i| i.eq_ignore_ascii_case(id)))
+        .and_then(|p| p.properties.ip_address.clone())
+}
+
+fn plan_public_ip(
+    settings: &Settings,
+    desired: &Desired,
+    choice: &PipChoice,
+    observed: &Observed,
+    actions: &mut Vec<Action>,
+) -> Result<ChosenIp, AzureError> {
+    match choice {
+        PipChoice::Managed { rg, pip } => {
+            let id = settings.ids.public_ip(rg, &pip.name);
+            let Some(existing) = find_pip(observed, rg, &pip.name) else {
+                actions.push(Action::PutPublicIp {
+                    rg: rg.clone(),
+                    pip: pip.as_ref().clone(),
+                });
+                return Ok(ChosenIp { id, address: None });
+            };
+            let mut merged = existing.clone();
+            for (k, v) in &pip.tags {
+                // The service tag may list several Services sharing the address; keep them.
+                if k == SERVICE_TAG
+                    && merged
+                        .tags
+                        .get(k)
+                        .is_some_and(|have| have.split(',').any(|s| s.trim() == v))
+                {
+                    continue;
+                }
+                merged.tags.insert(k.clone(), v.clone());
+            }
+            let want_label = pip
+                .properties
+                .dns_settings
+                .as_ref()
+                .and_then(|d| d.domain_name_label.clone());
+            let have_label = merged
+                .properties
+                .dns_settings
+                .as_ref()
+                .and_then(|d| d.domain_name_label.clone());
+            let service = desired.service.to_string();
+            if want_label.is_some() && want_label != have_label {
+                merged.properties.dns_settings = pip.properties.dns_settings.clone();
+            } else if want_label.is_none()
+                && have_label.is_some()
+                && merged.tags.get(DNS_LABEL_TAG) == Some(&service)
+            {
+                merged.properties.dns_settings = None;
+                merged.tags.remove(DNS_LABEL_TAG);
+            }
+            if merged != *existing {
+                actions.push(Action::PutPublicIp {
+                    rg: rg.clone(),
+                    pip: merged,
+                });
+            }
+            Ok(ChosenIp {
+                id,
+                address: existing.properties.ip_address.clone(),
+            })
+        }
+        PipChoice::Named { rg, name } => match find_pip(observed, rg, name) {
+            Some(pip) => Ok(ChosenIp {
+                id: pip
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| settings.ids.public_ip(rg, name)),
+                address: pip.properties.ip_address.clone(),
+            }),
+            None => Err(AzureError::User(format!(
+                "PublicIP from annotation azure-pip-name={name} doesn't exist in resource group {rg}"
+            ))),
+        },
+        PipChoice::ByAddress { rg, ip } => {
+            let text = ip.to_string();
+            let found = observed.public_ips.iter().find(|p| {
+                p.properties.ip_address.as_deref() == Some(text.as_str())
+                    && p.id
+                        .as_deref()
+                        .and_then(resource_group_of)
+                        .is_some_and(|r| r.eq_ignore_ascii_case(rg))
+            });
+            match found {
+                Some(pip) => Ok(ChosenIp {
+                    id: pip
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| settings.ids.public_ip(rg, &pip.name)),
+                    address: Some(text),
+                }),
+                None => Err(AzureError::User(format!(
+                    "user supplied IP address {ip} was not found in resource group {rg}: create a Standard static public IP with that address first"
+                ))),
+            }
+        }
+    }
+}
+
+fn wanted_frontend(desired: &Desired, pip_id: Option<&str>) -> FrontendIpConfiguration {
+    let properties = match &desired.frontend {
+        FrontendKind::Public(_) => FrontendProperties {
+            public_ip_address: pip_id.map(SubResource::new),
+            ..Default::default()
+        },
+        FrontendKind::Internal {
+            subnet_id,
+            private_ip,
+            ..
+        } => FrontendProperties {
+            subnet: Some(SubResource::new(subnet_id.clone())),
+            private_ip_address: private_ip.map(|ip| ip.to_string()),
+            private_ip_allocation_method: Some(
+                if private_ip.is_some() {
+                    "Static"
+                } else {
+                    "Dynamic"
+                }
+                .into(),
+            ),
+            ..Default::default()
+        },
+    };
+    FrontendIpConfiguration {
+        name: desired.frontend_name.clone(),
+        properties,
+        ..Default::default()
+    }
+}
+
+fn frontend_address(observed: &Observed, frontend: &FrontendIpConfiguration) -> Option<String> {
+    match &frontend.properties.public_ip_address {
+        Some(pip) => pip_address(observed, &pip.id),
+        None => frontend.properties.private_ip_address.clone(),
+    }
+}
+
+/// Plans the writes that take `observed` to `desired` (`None`: the Service is being deleted).
+pub fn plan(
+    settings: &Settings,
+    service: &ServiceKey,
+    desired: Option<&Desired>,
+    observed: &Observed,
+) -> Result<Vec<Action>, AzureError> {
+    let prefix = kube_lb_provider_core::naming::load_balancer_name(&service.uid);
+    let mut actions = Vec::new();
+    // 1. Public IP.
+    let chosen = match desired.map(|d| (d, &d.frontend)) {
+        Some((d, FrontendKind::Public(choice))) => {
+            Some(plan_public_ip(settings, d, choice, observed, &mut actions)?)
+        }
+        _ => None,
+    };
+    // 2. The load balancer that should hold the Service.
+    let mut lb_after: BTreeMap<String, Option<LoadBalancer>> = observed
+        .load_balancers
+        .iter()
+        .map(|lb| (lb.name.to_ascii_lowercase(), Some(lb.clone())))
+        .collect();
+    if let Some(desired) = desired {
+        let existing = lb_after
+            .get(&desired.lb_name.to_ascii_lowercase())
+            .cloned()
+            .flatten();
+        let mut lb = existing.clone().unwrap_or_else(|| LoadBalancer {
+            name: desired.lb_name.clone(),
+            location: settings.location.clone(),
+            sku: Some(Sku {
+                name: settings.sku.as_str().into(),
+                tier: Some("Regional".into()),
+            }),
+            ..Default::default()
+        });
+        let frontend = wanted_frontend(desired, chosen.as_ref().map(|c| c.id.as_str()));
+        let props = &mut lb.properties;
+        let mut changed = existing.is_none();
+        changed |= reconcile_children(
+            &mut props.frontend_ip_configurations,
+            &prefix,
+            &[frontend],
+            frontend_matches,
+        );
+        changed |= reconcile_children(&mut props.probes, &prefix, &desired.probes, probe_matches);
+        changed |= reconcile_children(
+            &mut props.load_balancing_rules,
+            &prefix,
+            &desired.rules,
+            rule_matches,
+        );
+        changed |= reconcile_pool(&mut lb, settings, desired);
+        if changed {
+            actions.push(Action::PutLoadBalancer(lb.clone()));
+        }
+        lb_after.insert(desired.lb_name.to_ascii_lowercase(), Some(lb));
+    }
+    // 3. Every other cluster load balancer must not hold the Service.
+    let keep = desired.map(|d| d.lb_name.to_ascii_lowercase());
+    for observed_lb in &observed.load_balancers {
+        let key = observed_lb.name.to_ascii_lowercase();
+        if Some(&key) == keep.as_ref() {
+            continue;
+        }
+        let mut lb = observed_lb.clone();
+        let removed = remove_service(&mut lb, &prefix);
+        if lb.properties.frontend_ip_configurations.is_empty() {
+            actions.push(Action::DeleteLoadBalancer {
+                name: lb.name.clone(),
+                etag: lb.etag.clone(),
+            });
+            lb_after.insert(key, None);
+        } else if removed {
+            actions.push(Action::PutLoadBalancer(lb.clone()));
+            lb_after.insert(key, Some(lb));
+        }
+    }
+    // 4. Security group.
+    if let (Some((rg, _)), Some(nsg)) = (&settings.security_group, &observed.security_group) {
+        let managed_here = desired.is_none_or(|d| d.security.is_some());
+        if managed_here {
+            let mut remove: BTreeSet<String> = BTreeSet::new();
+            for lb in &observed.load_balancers {
+                for fe in lb
+                    .properties
+                    .frontend_ip_configurations
+                    .iter()
+                    .filter(|f| owned_child(&prefix, &f.name))
+                {
+                    remove.extend(frontend_address(observed, fe));
+                }
+            }
+            for pip in observed
+                .public_ips
+                .iter()
+                .filter(|p| owns_public_ip(p, &settings.cluster, service))
+            {
+                remove.extend(pip.properties.ip_address.clone());
+            }
+            let add = desired.and_then(|d| {
+                let intent = d.security.as_ref()?;
+                let mut destinations: Vec<String> = match &intent.node_destinations {
+                    Some(nodes) => nodes.iter().map(ToString::to_string).collect(),
+                    None => {
+                        let address = match &d.frontend {
+                            FrontendKind::Public(_) => {
+                                chosen.as_ref().and_then(|c| c.address.clone())
+                            }
+                            FrontendKind::Internal {
+                                private_ip: Some(ip),
+                                ..
+                            } => Some(ip.to_string()),
+                            FrontendKind::Internal { .. } => lb_after
+                                .get(&d.lb_name.to_ascii_lowercase())
+                                .cloned()
+                                .flatten()
+                                .and_then(|lb| {
+                                    lb.properties
+                                        .frontend_ip_configurations
+                                        .iter()
+                                        .find(|f| f.name.eq_ignore_ascii_case(&d.frontend_name))
+                                        .and_then(|f| f.properties.private_ip_address.clone())
+                                }),
+                        };
+                        // Not known yet (address being allocated): the next round adds it.
+                        vec![address?]
+                    }
+                };
+                destinations.extend(intent.extra_destinations.iter().map(ToString::to_string));
+                Some((intent.allow.clone(), destinations, intent.deny_all))
+            });
+            let rules =
+                reconcile_security_rules(&nsg.properties.security_rules, &remove, add.as_ref());
+            if rules != nsg.properties.security_rules {
+                let mut updated = nsg.clone();
+                updated.properties.security_rules = rules;
+                actions.push(Action::PutSecurityGroup {
+                    rg: rg.clone(),
+                    nsg: updated,
+                });
+            }
+        }
+    }
+    // 5. Public IPs the Service owns but no longer uses, once nothing references them.
+    let referenced: BTreeSet<String> = lb_after
+        .values()
+        .flatten()
+        .flat_map(|lb| lb.properties.frontend_ip_configurations.iter())
+        .filter_map(|f| {
+            f.properties
+                .public_ip_address
+                .as_ref()
+                .map(|p| p.id.to_ascii_lowercase())
+        })
+        .collect();
+    let writes_pending = actions.iter().any(|a| {
+        matches!(
+            a,
+            Action::PutLoadBalancer(_) | Action::DeleteLoadBalancer { .. }
+        )
+    });
+    for pip in observed
+        .public_ips
+        .iter()
+        .filter(|p| owns_public_ip(p, &settings.cluster, service))
+    {
+        let id = pip.id.clone().unwrap_or_default();
+        if chosen
+            .as_ref()
+            .is_some_and(|c| c.id.eq_ignore_ascii_case(&id))
+        {
+            continue;
+        }
+        // Still attached (in ARM, or by a frontend we keep): wait for the LB write to land.
+        if referenced.contains(&id.to_ascii_lowercase())
+            || (pip.properties.ip_configuration.is_some() && writes_pending)
+        {
+            continue;
+        }
+        if pip.properties.ip_configuration.is_some() {
+            // Attached to something that is not ours: leave it; deleting would fail anyway.
+            continue;
+        }
+        let rg = resource_group_of(&id)
+            .unwrap_or(&settings.resource_group)
+            .to_string();
+        let service_name = service.to_string();
+        let owners: Vec<String> = pip
+            .tags
+            .get(SERVICE_TAG)
+            .or_else(|| pip.tags.get(LEGACY_SERVICE_TAG))
+            .map(|v| {
+                v.split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty() && *s != service_name)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if owners.is_empty() {
+            actions.push(Action::DeletePublicIp {
+                rg,
+                name: pip.name.clone(),
+                etag: pip.etag.clone(),
+            });
+        } else {
+            let mut shared = pip.clone();
+            shared.tags.insert(SERVICE_TAG.into(), owners.join(","));
+            actions.push(Action::PutPublicIp { rg, pip: shared });
+        }
+    }
+    Ok(actions)
+}
+
+/// The name of the consolidated allow rule for one (protocol, sources, ports) combination.
+pub fn allow_rule_name(entry: &AllowEntry) -> String {
+    let key = format!(
+        "{}_{}_{}",
+        entry.protocol,
+        entry.sources.join(","),
+        entry.ports.join(",")
+    );
+    let digest = Md5::digest(key.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{MANAGED_RULE_PREFIX}allow_IPv4_{hex}")
+}
+
+/// The deny-all rule's name.
+pub const DENY_ALL_RULE: &str = "k8s-azure-lb_deny-all_IPv4";
+
+fn is_managed(rule: &SecurityRule) -> bool {
+    rule.name.starts_with(MANAGED_RULE_PREFIX)
+        && (MANAGED_PRIORITY_MIN..=MANAGED_PRIORITY_MAX).contains(&rule.properties.priority)
+}
+
+fn set_destinations(rule: &mut SecurityRuleProperties, mut destinations: Vec<String>) {
+    destinations.sort();
+    destinations.dedup();
+    if destinations.len() == 1 {
+        rule.destination_address_prefix = destinations.pop();
+        rule.destination_address_prefixes.clear();
+    } else {
+        rule.destination_address_prefix = None;
+        rule.destination_address_prefixes = destinations;
+    }
+}
+
+fn new_rule(
+    name: String,
+    priority: u32,
+    protocol: &str,
+    access: &str,
+    sources: &[String],
+    ports: &[String],
+) -> SecurityRule {
+    let mut properties = SecurityRuleProperties {
+        protocol: protocol.to_string(),
+        access: access.to_string(),
+        direction: "Inbound".into(),
+        priority,
+        source_port_range: Some("*".into()),
+        ..Default::default()
+    };
+    if let [one] = sources {
+        properties.source_address_prefix = Some(one.clone());
+    } else {
+        properties.source_address_prefixes = sources.to_vec();
+    }
+    if let [one] = ports {
+        properties.destination_port_range = Some(one.clone());
+    } else {
+        properties.destination_port_ranges = ports.to_vec();
+    }
+    SecurityRule {
+        name,
+        properties,
+        ..Default::default()
+    }
+}
+
+/// Removes `remove` from every managed rule's destinations (dropping rules left empty), then
+/// adds `add`'s destinations to the consolidated rules they belong to, creating rules at the
+/// lowest free priority from 500 (allow) or the highest from 4095 (deny). Unmanaged rules are
+/// never touched.
+pub fn reconcile_security_rules(
+    rules: &[SecurityRule],
+    remove: &BTreeSet<String>,
+    add: Option<&(Vec<AllowEntry>, Vec<String>, bool)>,
+) -> Vec<SecurityRule> {
+    let mut out: Vec<SecurityRule> = rules.to_vec();
+    // Wanted destinations of every managed rule, by name; rules are rewritten only when their
+    // set changes, so an unchanged rule keeps its server-filled fields.
+    let mut wanted: BTreeMap<String, BTreeSet<String>> = out
+        .iter()
+        .filter(|r| is_managed(r))
+        .map(|r| {
+            let kept = r
+                .properties
+                .destinations()
+                .into_iter()
+                .filter(|d| !remove.contains(d))
+                .collect();
+            (r.name.clone(), kept)
+        })
+        .collect();
+    if let Some((entries, destinations, deny_all)) = add {
+        let mut ensure = |out: &mut Vec<SecurityRule>,
+                          name: String,
+                          make: &dyn Fn(u32) -> SecurityRule,
+                          upward: bool| {
+            if let Some(set) = wanted.get_mut(&name) {
+                set.extend(destinations.iter().cloned());
+                return;
+            }
+            let taken: BTreeSet<u32> = out
+                .iter()
+                .filter(|r| r.properties.direction.eq_ignore_ascii_case("Inbound"))
+                .map(|r| r.properties.priority)
+                .collect();
+            let mut free = MANAGED_PRIORITY_MIN..MANAGED_PRIORITY_MAX;
+            let priority = if upward {
+                free.find(|p| !taken.contains(p))
+            } else {
+                free.rev().find(|p| !taken.contains(p))
+            };
+            if let Some(priority) = priority {
+                out.push(make(priority));
+                wanted.insert(name, destinations.iter().cloned().collect());
+            }
+        };
+        for entry in entries {
+            let name = allow_rule_name(entry);
+            ensure(
+                &mut out,
+                name.clone(),
+                &|priority| {
+                    new_rule(
+                        name.clone(),
+                        priority,
+                        &entry.protocol,
+                        "Allow",
+                        &entry.sources,
+                        &entry.ports,
+                    )
+                },
+                true,
+            );
+        }
+        if *deny_all {
+            ensure(
+                &mut out,
+                DENY_ALL_RULE.to_string(),
+                &|priority| {
+                    new_rule(
+                        DENY_ALL_RULE.to_string(),
+                        priority,
+                        "*",
+                        "Deny",
+                        &["*".to_string()],
+                        &["*".to_string()],
+                    )
+                },
+                false,
+            );
+        }
+    }
+    out.retain_mut(|rule| {
+        let Some(want) = wanted.get(&rule.name) else {
+            return true;
+        };
+        if want.is_empty() {
+            return false;
+        }
+        let have: BTreeSet<String> = rule.properties.destinations().into_iter().collect();
+        if &have != want {
+            set_destinations(&mut rule.properties, want.iter().cloned().collect());
+        }
+        true
+    });
+    out
+}
+
+/// The Service's ingress address from `observed`, if its frontend exists.
+pub fn status_address(
+    settings: &Settings,
+    service: &ServiceKey,
+    observed: &Observed,
+) -> Option<String> {
+    let prefix = kube_lb_provider_core::naming::load_balancer_name(&service.uid);
+    let _ = settings;
+    observed
+        .load_balancers
+        .iter()
+        .flat_map(|lb| lb.properties.frontend_ip_configurations.iter())
+        .find(|f| owned_child(&prefix, &f.name))
+        .and_then(|f| frontend_address(observed, f))
+}

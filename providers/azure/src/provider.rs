@@ -1,0 +1,321 @@
+//! [`AzureProvider`]: observe → plan → apply, repeated until the plan is empty.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, LoadBalancerIngress, LoadBalancerProvider, LoadBalancerSpec,
+    LoadBalancerStatus, ProviderError, RateLimit, RateLimits, RetryPolicy, ServiceKey,
+};
+use tracing::{debug, info, instrument};
+
+use crate::arm::{Subnet, resource_group_of};
+use crate::client::{ArmClient, NetworkClient, PollSettings};
+use crate::config::AzureConfig;
+use crate::desired::{Desired, FrontendKind, PipChoice, Settings, desired};
+use crate::error::AzureError;
+use crate::plan::{Action, Observed, owned_child, plan, status_address};
+
+/// Where upstream keeps the cloud config on nodes.
+pub const DEFAULT_CLOUD_CONFIG: &str = "/etc/kubernetes/azure.json";
+/// Observe/plan/apply rounds before giving up (a 412 or a freshly allocated address costs one).
+const MAX_ROUNDS: u32 = 8;
+
+/// Tunables for [`AzureProvider::new`]; the defaults suit production.
+#[derive(Debug, Clone)]
+pub struct ProviderOptions {
+    /// Long-running operation polling.
+    pub poll: PollSettings,
+    /// Retries of throttled / failed calls.
+    pub retry: RetryPolicy,
+    /// Counter every call is recorded in.
+    pub counter: CallCounter,
+    /// Client-side rate limits (families `arm-read`, `arm-write`).
+    pub limits: RateLimits,
+    /// Per-request timeout.
+    pub request_timeout: Duration,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        ProviderOptions {
+            poll: PollSettings::default(),
+            retry: RetryPolicy::default(),
+            counter: CallCounter::new(),
+            limits: RateLimits::new(RateLimit::default()),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The Azure Standard Load Balancer provider.
+#[derive(Debug)]
+pub struct AzureProvider {
+    client: Arc<dyn NetworkClient>,
+    settings: Settings,
+    counter: CallCounter,
+    /// Reconciles of the shared load balancers are serialised, as upstream does: they rewrite
+    /// one object, and concurrent writers would only turn into 412 retries.
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl AzureProvider {
+    /// Reads `path` (default [`DEFAULT_CLOUD_CONFIG`]) and builds a provider for `cluster_name`.
+    pub async fn from_cloud_config(
+        path: Option<&Path>,
+        cluster_name: &str,
+    ) -> Result<AzureProvider, AzureError> {
+        let path = path.unwrap_or_else(|| Path::new(DEFAULT_CLOUD_CONFIG));
+        let config = AzureConfig::load(path)?;
+        let mut options = ProviderOptions::default();
+        if let (Some(qps), Some(bucket)) =
+            (config.rate_limit_qps_write, config.rate_limit_bucket_write)
+        {
+            let per_second = qps.ceil().max(1.0) as u32;
+            options.limits = RateLimits::new(RateLimit::default())
+                .with_family("arm-write", RateLimit::new(per_second, bucket));
+        }
+        if let Some(secs) = config.max_retry_after_seconds {
+            options.poll.max_interval = Duration::from_secs(secs);
+        }
+        AzureProvider::new(&config, cluster_name, options)
+    }
+
+    /// A provider talking ARM over HTTP as `config` says.
+    pub fn new(
+        config: &AzureConfig,
+        cluster_name: &str,
+        options: ProviderOptions,
+    ) -> Result<AzureProvider, AzureError> {
+        let client = ArmClient::from_config(config, &options)?;
+        let settings = Settings::new(config, cluster_name)?;
+        info!(
+            provider = "azure",
+            endpoint = %config.resource_manager(),
+            resource_group = %config.resource_group,
+            lb = %settings.lb_base_name,
+            "Azure provider configured"
+        );
+        Ok(AzureProvider {
+            client: Arc::new(client),
+            settings,
+            counter: options.counter,
+            lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// A provider over any [`NetworkClient`] (another transport, or a fake).
+    pub fn with_client(
+        client: Arc<dyn NetworkClient>,
+        settings: Settings,
+        counter: CallCounter,
+    ) -> AzureProvider {
+        AzureProvider {
+            client,
+            settings,
+            counter,
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The counter every ARM call is recorded in.
+    pub fn calls(&self) -> &CallCounter {
+        &self.counter
+    }
+
+    /// Cluster-wide settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    async fn observe(
+        &self,
+        service: &ServiceKey,
+        desired: Option<&Desired>,
+    ) -> Result<Observed, AzureError> {
+        let s = &self.settings;
+        let mut observed = Observed::default();
+        for name in [
+            s.lb_name(kube_lb_provider_core::annotations::Scheme::External),
+            s.lb_name(kube_lb_provider_core::annotations::Scheme::Internal),
+        ] {
+            if let Some(lb) = self
+                .client
+                .get_load_balancer(&s.lb_resource_group, &name)
+                .await?
+            {
+                observed.load_balancers.push(lb);
+            }
+        }
+        let mut groups: BTreeSet<String> = BTreeSet::from([s.resource_group.to_ascii_lowercase()]);
+        if let Some(Desired {
+            frontend: FrontendKind::Public(choice),
+            ..
+        }) = desired
+        {
+            let rg = match choice {
+                PipChoice::Managed { rg, .. }
+                | PipChoice::Named { rg, .. }
+                | PipChoice::ByAddress { rg, .. } => rg,
+            };
+            groups.insert(rg.to_ascii_lowercase());
+        }
+        let prefix = kube_lb_provider_core::naming::load_balancer_name(&service.uid);
+        for lb in &observed.load_balancers {
+            for fe in lb
+                .properties
+                .frontend_ip_configurations
+                .iter()
+                .filter(|f| owned_child(&prefix, &f.name))
+            {
+                if let Some(rg) = fe
+                    .properties
+                    .public_ip_address
+                    .as_ref()
+                    .and_then(|p| resource_group_of(&p.id))
+                {
+                    groups.insert(rg.to_ascii_lowercase());
+                }
+            }
+        }
+        for rg in groups {
+            observed
+                .public_ips
+                .extend(self.client.list_public_ips(&rg).await?);
+        }
+        if let Some((rg, name)) = &s.security_group {
+            observed.security_group = self.client.get_security_group(rg, name).await?;
+            if observed.security_group.is_none() && desired.is_some() {
+                return Err(AzureError::ConfigInvalid(format!(
+                    "security group {name} in resource group {rg} does not exist"
+                )));
+            }
+        }
+        if let Some(Desired {
+            frontend: FrontendKind::Internal { subnet, .. },
+            ..
+        }) = desired
+        {
+            let found: Option<Subnet> = self
+                .client
+                .get_subnet(&s.vnet_resource_group, &s.vnet, subnet)
+                .await?;
+            if found.is_none() {
+                return Err(AzureError::User(format!(
+                    "subnet {subnet} not found in virtual network {} (resource group {})",
+                    s.vnet, s.vnet_resource_group
+                )));
+            }
+        }
+        Ok(observed)
+    }
+
+    async fn apply(&self, action: &Action) -> Result<(), AzureError> {
+        let s = &self.settings;
+        match action {
+            Action::PutPublicIp { rg, pip } => self.client.put_public_ip(rg, pip).await.map(drop),
+            Action::PutLoadBalancer(lb) => self
+                .client
+                .put_load_balancer(&s.lb_resource_group, lb)
+                .await
+                .map(drop),
+            Action::DeleteLoadBalancer { name, etag } => {
+                self.client
+                    .delete_load_balancer(&s.lb_resource_group, name, etag.as_deref())
+                    .await
+            }
+            Action::PutSecurityGroup { rg, nsg } => {
+                self.client.put_security_group(rg, nsg).await.map(drop)
+            }
+            Action::DeletePublicIp { rg, name, etag } => {
+                self.client
+                    .delete_public_ip(rg, name, etag.as_deref())
+                    .await
+            }
+        }
+    }
+
+    /// Observes, plans and applies until the plan is empty; returns the final observation.
+    async fn converge(
+        &self,
+        service: &ServiceKey,
+        desired: Option<&Desired>,
+    ) -> Result<Observed, AzureError> {
+        for round in 0..MAX_ROUNDS {
+            let observed = self.observe(service, desired).await?;
+            let actions = plan(&self.settings, service, desired, &observed)?;
+            if actions.is_empty() {
+                debug!(%service, provider = "azure", round, "converged");
+                return Ok(observed);
+            }
+            for action in &actions {
+                debug!(%service, provider = "azure", action = %action.describe(), "applying");
+                match self.apply(action).await {
+                    Ok(()) => {}
+                    Err(AzureError::PreconditionFailed { operation }) => {
+                        // Someone changed the object since we read it: read again and re-plan.
+                        info!(%service, provider = "azure", operation, "etag changed; re-reading");
+                        break;
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        Err(AzureError::NotConverged(MAX_ROUNDS))
+    }
+
+    fn status_from(&self, service: &ServiceKey, observed: &Observed) -> Option<LoadBalancerStatus> {
+        let address = status_address(&self.settings, service, observed)?;
+        let ip = address.parse().ok()?;
+        Some(LoadBalancerStatus {
+            ingress: vec![LoadBalancerIngress {
+                ip: Some(ip),
+                hostname: None,
+            }],
+        })
+    }
+}
+
+#[async_trait]
+impl LoadBalancerProvider for AzureProvider {
+    fn name(&self) -> &'static str {
+        "azure"
+    }
+
+    #[instrument(skip_all, fields(service = %spec.service, provider = "azure"))]
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let desired = desired(&self.settings, spec, backends)?;
+        let _guard = self.lock.lock().await;
+        let observed = self.converge(&spec.service, Some(&desired)).await?;
+        self.status_from(&spec.service, &observed).ok_or_else(|| {
+            ProviderError::from(AzureError::Arm {
+                operation: "Status",
+                status: 0,
+                code: "NoAddress".into(),
+                message: format!("frontend {} has no address yet", desired.frontend_name),
+            })
+        })
+    }
+
+    #[instrument(skip_all, fields(service = %service, provider = "azure"))]
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        let _guard = self.lock.lock().await;
+        self.converge(service, None).await?;
+        Ok(())
+    }
+
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let observed = self.observe(service, None).await?;
+        Ok(self.status_from(service, &observed))
+    }
+}

@@ -1,0 +1,664 @@
+//! The Azure provider against the mock ARM server: every test reads the cloud state back.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kube_lb_mock_azure::{ArmError, Fault};
+use kube_lb_provider_azure::arm::{LoadBalancer, PublicIp, SecurityGroup, Subnet};
+use kube_lb_provider_azure::desired::Settings;
+use kube_lb_provider_azure::{ARM_OPERATIONS, ArmClient, AzureError, AzureProvider, NetworkClient};
+use kube_lb_provider_core::{CallCounter, LoadBalancerProvider, ProviderError};
+use support::*;
+
+const UID_A: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
+const UID_B: &str = "11111111-2222-3333-4444-555555555555";
+
+fn ip_of(status: &kube_lb_provider_core::LoadBalancerStatus) -> String {
+    status.ingress[0].ip.expect("ingress ip").to_string()
+}
+
+#[tokio::test]
+async fn external_service_gets_frontend_rules_probes_pool_pip_and_nsg() {
+    let h = harness().await;
+    let web = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)]);
+    let status = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let p = prefix(UID_A);
+
+    let pip = h
+        .arm
+        .public_ip(RG, &format!("{CLUSTER}-{p}"))
+        .expect("managed public IP");
+    assert_eq!(
+        ip_of(&status),
+        pip["properties"]["ipAddress"].as_str().unwrap()
+    );
+    assert_eq!(pip["tags"]["k8s-azure-service"], "default/web");
+    assert_eq!(pip["tags"]["k8s-azure-cluster-name"], CLUSTER);
+    assert_eq!(pip["sku"]["name"], "Standard");
+    assert_eq!(pip["properties"]["publicIPAllocationMethod"], "Static");
+
+    let lb = h.arm.load_balancer(RG, CLUSTER).expect("shared LB");
+    assert_eq!(lb["sku"]["name"], "Standard");
+    let fe = child(&lb, "frontendIPConfigurations", &p);
+    assert_eq!(fe["properties"]["publicIPAddress"]["id"], pip["id"]);
+    assert_eq!(
+        pip["properties"]["ipConfiguration"]["id"], fe["id"],
+        "PIP back-reference"
+    );
+    assert_eq!(
+        names(&lb["properties"]["loadBalancingRules"]),
+        vec![format!("{p}-TCP-443"), format!("{p}-TCP-80")]
+    );
+    let rule = child(&lb, "loadBalancingRules", &format!("{p}-TCP-443"));
+    assert_eq!(rule["properties"]["protocol"], "Tcp");
+    assert_eq!(rule["properties"]["frontendPort"], 443);
+    assert_eq!(
+        rule["properties"]["backendPort"], 443,
+        "floating IP keeps the service port"
+    );
+    assert_eq!(rule["properties"]["enableFloatingIP"], true);
+    assert_eq!(rule["properties"]["enableTcpReset"], true);
+    assert_eq!(rule["properties"]["idleTimeoutInMinutes"], 4);
+    let probe = child(&lb, "probes", &format!("{p}-TCP-443"));
+    assert_eq!(probe["properties"]["protocol"], "Tcp");
+    assert_eq!(
+        probe["properties"]["port"], 30443,
+        "Cluster policy probes the nodePort"
+    );
+    assert_eq!(probe["properties"]["intervalInSeconds"], 5);
+    assert_eq!(probe["properties"]["probeThreshold"], 2);
+    let pool = child(&lb, "backendAddressPools", CLUSTER);
+    let members: Vec<&str> = pool["properties"]["loadBalancerBackendAddresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["properties"]["ipAddress"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, vec!["10.224.0.11", "10.224.0.12"]);
+
+    let rules = managed_rules(&h.arm);
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    let allow = rules.values().next().unwrap();
+    assert_eq!(allow["sourceAddressPrefix"], "Internet");
+    assert_eq!(allow["access"], "Allow");
+    assert_eq!(allow["priority"], 500);
+    assert_eq!(destinations(allow), vec![ip_of(&status)]);
+    assert_eq!(
+        allow["destinationPortRanges"],
+        serde_json::json!(["80", "443"])
+    );
+
+    // Every write carried an etag precondition.
+    for entry in h.arm.mutations() {
+        if entry.method == "PUT" {
+            assert!(entry.if_match.is_some() || entry.status == 201, "{entry:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn no_op_resync_makes_zero_mutating_calls() {
+    let h = harness().await;
+    let web = svc("web", UID_A).source_ranges(&["203.0.113.0/24"]);
+    let internal = svc("db", UID_B).internal();
+    let first_web = h.provider.ensure(&web.spec(), &nodes(3)).await.unwrap();
+    let first_db = h
+        .provider
+        .ensure(&internal.spec(), &nodes(3))
+        .await
+        .unwrap();
+    h.arm.clear_journal();
+    let before = h.provider.calls().snapshot();
+
+    assert_eq!(
+        h.provider.ensure(&web.spec(), &nodes(3)).await.unwrap(),
+        first_web
+    );
+    assert_eq!(
+        h.provider
+            .ensure(&internal.spec(), &nodes(3))
+            .await
+            .unwrap(),
+        first_db
+    );
+
+    let mutations = h.arm.mutations();
+    assert!(mutations.is_empty(), "resync wrote: {mutations:?}");
+    assert!(!h.arm.journal().is_empty(), "resync should still read");
+    assert_eq!(h.provider.calls().snapshot().since(&before).mutations(), 0);
+}
+
+#[tokio::test]
+async fn internal_service_on_default_and_annotated_subnet_and_static_ip() {
+    let h = harness().await;
+    let db = svc("db", UID_A).internal();
+    let status = h.provider.ensure(&db.spec(), &nodes(1)).await.unwrap();
+    let p = prefix(UID_A);
+    let address: std::net::IpAddr = ip_of(&status).parse().unwrap();
+    assert!(
+        "10.224.0.0/16"
+            .parse::<ipnet::IpNet>()
+            .unwrap()
+            .contains(&address),
+        "{address}"
+    );
+    let lb = h
+        .arm
+        .load_balancer(RG, &format!("{CLUSTER}-internal"))
+        .expect("internal LB");
+    let fe = child(&lb, "frontendIPConfigurations", &p);
+    assert!(
+        fe["properties"]["subnet"]["id"]
+            .as_str()
+            .unwrap()
+            .ends_with("/subnets/nodes")
+    );
+    assert!(
+        h.arm.load_balancer(RG, CLUSTER).is_none(),
+        "no public LB for an internal Service"
+    );
+    assert!(
+        h.arm.public_ips().is_empty(),
+        "internal Services need no public IP"
+    );
+    assert!(
+        managed_rules(&h.arm).is_empty(),
+        "internal without ranges: VNet defaults apply"
+    );
+
+    // Annotated subnet plus a static address: the frontend moves and is renamed.
+    let moved = db
+        .clone()
+        .annotate("azure-load-balancer-internal-subnet", "apps")
+        .load_balancer_ip("10.225.0.50");
+    let status = h.provider.ensure(&moved.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(ip_of(&status), "10.225.0.50");
+    let lb = h
+        .arm
+        .load_balancer(RG, &format!("{CLUSTER}-internal"))
+        .unwrap();
+    assert_eq!(
+        names(&lb["properties"]["frontendIPConfigurations"]),
+        vec![format!("{p}-apps")]
+    );
+    let fe = child(&lb, "frontendIPConfigurations", &format!("{p}-apps"));
+    assert_eq!(fe["properties"]["privateIPAllocationMethod"], "Static");
+    assert_eq!(
+        names(&lb["properties"]["loadBalancingRules"]),
+        vec![format!("{p}-apps-TCP-80")]
+    );
+}
+
+#[tokio::test]
+async fn port_and_annotation_changes_replace_only_what_changed() {
+    let h = harness().await;
+    let other = svc("other", UID_B);
+    h.provider.ensure(&other.spec(), &nodes(2)).await.unwrap();
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let p = prefix(UID_A);
+    let q = prefix(UID_B);
+
+    let changed = web
+        .clone()
+        .ports(&[("http", 8080, "TCP", 31080), ("dns", 53, "UDP", 31053)])
+        .annotate("azure-load-balancer-tcp-idle-timeout", "10")
+        .annotate("azure-load-balancer-health-probe-protocol", "Http")
+        .annotate("azure-load-balancer-health-probe-request-path", "/ready");
+    h.provider.ensure(&changed.spec(), &nodes(2)).await.unwrap();
+    let lb = h.arm.load_balancer(RG, CLUSTER).unwrap();
+    assert_eq!(
+        names(&lb["properties"]["loadBalancingRules"]),
+        vec![
+            format!("{q}-TCP-80"),
+            format!("{p}-TCP-8080"),
+            format!("{p}-UDP-53")
+        ]
+    );
+    assert_eq!(
+        names(&lb["properties"]["probes"]),
+        vec![format!("{q}-TCP-80"), format!("{p}-TCP-8080")],
+        "UDP ports get no probe; the old probe is gone"
+    );
+    let rule = child(&lb, "loadBalancingRules", &format!("{p}-TCP-8080"));
+    assert_eq!(rule["properties"]["idleTimeoutInMinutes"], 10);
+    let probe = child(&lb, "probes", &format!("{p}-TCP-8080"));
+    assert_eq!(probe["properties"]["protocol"], "Http");
+    assert_eq!(probe["properties"]["requestPath"], "/ready");
+    assert_eq!(probe["properties"]["port"], 31080);
+    let udp = child(&lb, "loadBalancingRules", &format!("{p}-UDP-53"));
+    assert_eq!(udp["properties"]["protocol"], "Udp");
+    assert!(udp["properties"].get("probe").is_none());
+    // The other Service's rule is untouched.
+    let other_rule = child(&lb, "loadBalancingRules", &format!("{q}-TCP-80"));
+    assert_eq!(other_rule["properties"]["idleTimeoutInMinutes"], 4);
+    // NSG: one consolidated rule per protocol for this Service's address.
+    let web_ip =
+        h.arm.public_ip(RG, &format!("{CLUSTER}-{p}")).unwrap()["properties"]["ipAddress"].clone();
+    let rules = managed_rules(&h.arm);
+    let web_rules: Vec<_> = rules
+        .values()
+        .filter(|r| destinations(r).contains(&web_ip.as_str().unwrap().to_string()))
+        .collect();
+    let protocols: BTreeSet<String> = web_rules
+        .iter()
+        .map(|r| r["protocol"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        protocols,
+        BTreeSet::from(["Tcp".to_string(), "Udp".to_string()])
+    );
+}
+
+#[tokio::test]
+async fn local_and_cluster_policies_switch_probes() {
+    let h = harness().await;
+    let p = prefix(UID_A);
+    let web = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)]);
+    h.provider
+        .ensure(&web.clone().local(32000).spec(), &nodes(2))
+        .await
+        .unwrap();
+    let lb = h.arm.load_balancer(RG, CLUSTER).unwrap();
+    let local_probe = format!("{p}-TCP-32000");
+    assert_eq!(
+        names(&lb["properties"]["probes"]),
+        vec![local_probe.clone()]
+    );
+    let probe = child(&lb, "probes", &local_probe);
+    assert_eq!(probe["properties"]["protocol"], "Http");
+    assert_eq!(probe["properties"]["requestPath"], "/healthz");
+    assert_eq!(probe["properties"]["port"], 32000);
+    for rule in ["80", "443"] {
+        let rule = child(&lb, "loadBalancingRules", &format!("{p}-TCP-{rule}"));
+        assert!(
+            rule["properties"]["probe"]["id"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("/probes/{local_probe}"))
+        );
+    }
+
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let lb = h.arm.load_balancer(RG, CLUSTER).unwrap();
+    assert_eq!(
+        names(&lb["properties"]["probes"]),
+        vec![format!("{p}-TCP-443"), format!("{p}-TCP-80")]
+    );
+    assert_eq!(
+        child(&lb, "probes", &format!("{p}-TCP-80"))["properties"]["port"],
+        30080
+    );
+    assert_eq!(
+        child(&lb, "probes", &format!("{p}-TCP-80"))["properties"]["protocol"],
+        "Tcp"
+    );
+}
+
+#[tokio::test]
+async fn node_add_and_remove_update_the_shared_pool() {
+    let h = harness().await;
+    let web = svc("web", UID_A);
+    let members = |arm: &kube_lb_mock_azure::MockArm| -> Vec<String> {
+        let lb = arm.load_balancer(RG, CLUSTER).unwrap();
+        names(
+            &child(&lb, "backendAddressPools", CLUSTER)["properties"]["loadBalancerBackendAddresses"],
+        )
+    };
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(members(&h.arm), vec!["node-1", "node-2"]);
+    h.provider.ensure(&web.spec(), &nodes(3)).await.unwrap();
+    assert_eq!(members(&h.arm), vec!["node-1", "node-2", "node-3"]);
+    h.arm.clear_journal();
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(members(&h.arm), vec!["node-1"]);
+    let writes: Vec<String> = h
+        .arm
+        .mutations()
+        .iter()
+        .map(|e| format!("{} {}", e.method, e.path))
+        .collect();
+    assert_eq!(writes.len(), 1, "only the LB is rewritten: {writes:?}");
+    assert!(writes[0].ends_with(&format!("/loadBalancers/{CLUSTER}")));
+}
+
+#[tokio::test]
+async fn delete_removes_everything_owned_and_keeps_other_services() {
+    let h = harness().await;
+    let web = svc("web", UID_A).source_ranges(&["198.51.100.0/24"]);
+    let api = svc("api", UID_B);
+    let web_ip = ip_of(&h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap());
+    let api_ip = ip_of(&h.provider.ensure(&api.spec(), &nodes(2)).await.unwrap());
+
+    h.provider.delete(&web.spec().service).await.unwrap();
+    let lb = h
+        .arm
+        .load_balancer(RG, CLUSTER)
+        .expect("LB stays for the other Service");
+    let p = prefix(UID_A);
+    let q = prefix(UID_B);
+    assert_eq!(
+        names(&lb["properties"]["frontendIPConfigurations"]),
+        vec![q.clone()]
+    );
+    assert!(
+        names(&lb["properties"]["loadBalancingRules"])
+            .iter()
+            .all(|n| n.starts_with(&q))
+    );
+    assert!(
+        names(&lb["properties"]["probes"])
+            .iter()
+            .all(|n| n.starts_with(&q))
+    );
+    assert!(owned_pips(&h.arm, "default/web").is_empty());
+    let all_destinations: Vec<String> = managed_rules(&h.arm)
+        .values()
+        .flat_map(destinations)
+        .collect();
+    assert!(!all_destinations.contains(&web_ip), "{all_destinations:?}");
+    assert!(all_destinations.contains(&api_ip));
+    assert!(h.arm.public_ip(RG, &format!("{CLUSTER}-{p}")).is_none());
+
+    h.provider.delete(&api.spec().service).await.unwrap();
+    assert!(
+        h.arm.load_balancer(RG, CLUSTER).is_none(),
+        "an LB without frontends is deleted"
+    );
+    assert!(h.arm.public_ips().is_empty());
+    assert!(managed_rules(&h.arm).is_empty());
+    assert_eq!(h.provider.status(&api.spec().service).await.unwrap(), None);
+    // Deleting again is fine.
+    h.provider.delete(&api.spec().service).await.unwrap();
+}
+
+#[tokio::test]
+async fn delete_interrupted_halfway_is_finished_by_the_retry() {
+    let h = harness().await;
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    // The public IP delete fails on every attempt of the first try: the LB is already gone.
+    h.arm.inject(Fault::error(
+        "DELETE",
+        "/publicIPAddresses/",
+        ArmError::new(axum_status(500), "InternalServerError", "boom"),
+        4,
+    ));
+    let error = h.provider.delete(&web.spec().service).await.unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    assert!(h.arm.load_balancer(RG, CLUSTER).is_none());
+    assert_eq!(
+        owned_pips(&h.arm, "default/web").len(),
+        1,
+        "left behind by the failure"
+    );
+
+    h.provider.delete(&web.spec().service).await.unwrap();
+    assert!(owned_pips(&h.arm, "default/web").is_empty());
+    assert!(managed_rules(&h.arm).is_empty());
+
+    // A failed async operation (LB delete ends Failed) is also retried to completion.
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    h.arm.inject(Fault {
+        method: Some("LRO-DELETE".into()),
+        path_contains: "/loadBalancers/".into(),
+        skip: 0,
+        times: 1,
+        action: kube_lb_mock_azure::FaultAction::FailOperation(ArmError::new(
+            axum_status(500),
+            "InternalServerError",
+            "operation failed",
+        )),
+    });
+    assert!(h.provider.delete(&web.spec().service).await.is_err());
+    h.provider.delete(&web.spec().service).await.unwrap();
+    assert!(h.arm.load_balancer(RG, CLUSTER).is_none());
+    assert!(h.arm.public_ips().is_empty());
+}
+
+fn axum_status(code: u16) -> axum::http::StatusCode {
+    axum::http::StatusCode::from_u16(code).unwrap()
+}
+
+/// Lets another writer change the load balancer right before our first PUT of it.
+#[derive(Debug)]
+struct RacingClient {
+    inner: ArmClient,
+    raced: AtomicBool,
+}
+
+#[async_trait]
+impl NetworkClient for RacingClient {
+    async fn get_load_balancer(
+        &self,
+        rg: &str,
+        name: &str,
+    ) -> Result<Option<LoadBalancer>, AzureError> {
+        self.inner.get_load_balancer(rg, name).await
+    }
+    async fn put_load_balancer(
+        &self,
+        rg: &str,
+        lb: &LoadBalancer,
+    ) -> Result<LoadBalancer, AzureError> {
+        if lb.etag.is_some() && !self.raced.swap(true, Ordering::SeqCst) {
+            let mut theirs = self.inner.get_load_balancer(rg, &lb.name).await?.unwrap();
+            theirs
+                .tags
+                .insert("touched-by".into(), "someone-else".into());
+            self.inner.put_load_balancer(rg, &theirs).await?;
+        }
+        self.inner.put_load_balancer(rg, lb).await
+    }
+    async fn delete_load_balancer(
+        &self,
+        rg: &str,
+        name: &str,
+        etag: Option<&str>,
+    ) -> Result<(), AzureError> {
+        self.inner.delete_load_balancer(rg, name, etag).await
+    }
+    async fn list_public_ips(&self, rg: &str) -> Result<Vec<PublicIp>, AzureError> {
+        self.inner.list_public_ips(rg).await
+    }
+    async fn get_public_ip(&self, rg: &str, name: &str) -> Result<Option<PublicIp>, AzureError> {
+        self.inner.get_public_ip(rg, name).await
+    }
+    async fn put_public_ip(&self, rg: &str, pip: &PublicIp) -> Result<PublicIp, AzureError> {
+        self.inner.put_public_ip(rg, pip).await
+    }
+    async fn delete_public_ip(
+        &self,
+        rg: &str,
+        name: &str,
+        etag: Option<&str>,
+    ) -> Result<(), AzureError> {
+        self.inner.delete_public_ip(rg, name, etag).await
+    }
+    async fn get_security_group(
+        &self,
+        rg: &str,
+        name: &str,
+    ) -> Result<Option<SecurityGroup>, AzureError> {
+        self.inner.get_security_group(rg, name).await
+    }
+    async fn put_security_group(
+        &self,
+        rg: &str,
+        nsg: &SecurityGroup,
+    ) -> Result<SecurityGroup, AzureError> {
+        self.inner.put_security_group(rg, nsg).await
+    }
+    async fn get_subnet(
+        &self,
+        rg: &str,
+        vnet: &str,
+        subnet: &str,
+    ) -> Result<Option<Subnet>, AzureError> {
+        self.inner.get_subnet(rg, vnet, subnet).await
+    }
+}
+
+#[tokio::test]
+async fn a_concurrent_write_is_detected_by_etag_and_retried_after_rereading() {
+    let arm = mock().await;
+    let config: kube_lb_provider_azure::AzureConfig =
+        serde_json::from_value(config_json(&arm.url())).unwrap();
+    let options = fast_options();
+    let inner = ArmClient::from_config(&config, &options).unwrap();
+    let client = Arc::new(RacingClient {
+        inner,
+        raced: AtomicBool::new(false),
+    });
+    let provider = AzureProvider::with_client(
+        client,
+        Settings::new(&config, CLUSTER).unwrap(),
+        CallCounter::new(),
+    );
+    provider
+        .ensure(&svc("first", UID_B).spec(), &nodes(1))
+        .await
+        .unwrap();
+    provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+
+    let puts: Vec<u16> = arm
+        .journal()
+        .iter()
+        .filter(|e| e.method == "PUT" && e.path.ends_with(&format!("/loadBalancers/{CLUSTER}")))
+        .map(|e| e.status)
+        .collect();
+    assert!(puts.contains(&412), "the stale write was refused: {puts:?}");
+    let lb = arm.load_balancer(RG, CLUSTER).unwrap();
+    assert_eq!(
+        lb["tags"]["touched-by"], "someone-else",
+        "the other writer's change survived"
+    );
+    assert_eq!(
+        names(&lb["properties"]["frontendIPConfigurations"]),
+        vec![prefix(UID_B), prefix(UID_A)]
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn throttling_is_honoured_with_retry_after() {
+    let h = harness().await;
+    h.arm
+        .inject(Fault::throttle("PUT", "/publicIPAddresses/", 1, 1));
+    let started = Instant::now();
+    h.provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After: 1 was not waited for"
+    );
+    let pip_puts: Vec<u16> = h
+        .arm
+        .journal()
+        .iter()
+        .filter(|e| e.method == "PUT" && e.path.contains("/publicIPAddresses/"))
+        .map(|e| e.status)
+        .collect();
+    assert_eq!(pip_puts, vec![429, 201]);
+}
+
+#[tokio::test]
+async fn load_balancer_ip_uses_an_existing_public_ip_and_never_deletes_it() {
+    let h = harness().await;
+    let ip = h
+        .arm
+        .seed_public_ip(RG, "reserved-ip", serde_json::json!({}))
+        .unwrap();
+    let web = svc("web", UID_A).load_balancer_ip(&ip);
+    let status = h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(ip_of(&status), ip);
+    assert_eq!(h.arm.public_ips().len(), 1, "no managed PIP created");
+    h.provider.delete(&web.spec().service).await.unwrap();
+    let kept = h.arm.public_ip(RG, "reserved-ip").expect("user PIP kept");
+    assert!(kept["properties"].get("ipConfiguration").is_none());
+
+    let missing = svc("web", UID_A).load_balancer_ip("20.1.2.3");
+    let error = h
+        .provider
+        .ensure(&missing.spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ProviderError::User { .. }), "{error}");
+    assert!(error.to_string().contains("20.1.2.3"));
+}
+
+#[tokio::test]
+async fn switching_internal_to_external_moves_the_service_between_load_balancers() {
+    let h = harness().await;
+    let db = svc("db", UID_A).internal();
+    h.provider.ensure(&db.spec(), &nodes(1)).await.unwrap();
+    assert!(
+        h.arm
+            .load_balancer(RG, &format!("{CLUSTER}-internal"))
+            .is_some()
+    );
+    let public = svc("db", UID_A).annotate("azure-dns-label-name", "my-db");
+    h.provider.ensure(&public.spec(), &nodes(1)).await.unwrap();
+    assert!(
+        h.arm
+            .load_balancer(RG, &format!("{CLUSTER}-internal"))
+            .is_none(),
+        "emptied internal LB deleted"
+    );
+    let pip = h
+        .arm
+        .public_ip(RG, &format!("{CLUSTER}-{}", prefix(UID_A)))
+        .unwrap();
+    assert_eq!(pip["properties"]["dnsSettings"]["domainNameLabel"], "my-db");
+    assert_eq!(pip["tags"]["k8s-azure-dns-label-service"], "default/db");
+}
+
+#[tokio::test]
+async fn every_arm_call_made_is_in_the_role_definition() {
+    let h = harness().await;
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    h.provider
+        .ensure(&svc("db", UID_B).internal().spec(), &nodes(1))
+        .await
+        .unwrap();
+    h.provider.delete(&web.spec().service).await.unwrap();
+    let declared: BTreeSet<&str> = ARM_OPERATIONS.iter().copied().collect();
+    for entry in h.arm.journal() {
+        if entry.path.contains("/oauth2/") {
+            continue;
+        }
+        let segments: Vec<&str> = entry.path.split('/').collect();
+        let network = segments
+            .iter()
+            .position(|s| *s == "Microsoft.Network")
+            .unwrap();
+        let kinds: Vec<&str> = segments[network + 1..].iter().step_by(2).copied().collect();
+        let verb = match entry.method.as_str() {
+            "GET" => "read",
+            "PUT" => "write",
+            "DELETE" => "delete",
+            other => panic!("unexpected {other}"),
+        };
+        let action = format!("Microsoft.Network/{}/{verb}", kinds.join("/"));
+        assert!(
+            declared.contains(action.as_str()),
+            "{action} missing from ARM_OPERATIONS"
+        );
+    }
+}

@@ -1,0 +1,262 @@
+//! Fixtures: a mock ARM with the cluster's network, a provider pointed at it, Service and node
+//! builders.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube_lb_annotations::{Cloud, LoadBalancerSpec};
+use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
+use kube_lb_provider_azure::{AzureConfig, AzureProvider, PollSettings, ProviderOptions};
+use kube_lb_provider_core::types::NodeAddressKind;
+use kube_lb_provider_core::{BackendNode, NodeAddress, RateLimits, RetryPolicy};
+use serde_json::{Value, json};
+
+pub const RG: &str = "cluster-rg";
+pub const VNET: &str = "cluster-vnet";
+pub const NSG: &str = "cluster-nsg";
+pub const CLUSTER: &str = "kubernetes";
+
+pub struct Harness {
+    pub arm: MockArm,
+    pub provider: AzureProvider,
+    pub config: AzureConfig,
+}
+
+pub fn config_json(url: &str) -> Value {
+    json!({
+        "cloud": "AzurePublicCloud",
+        "tenantId": TENANT,
+        "subscriptionId": SUBSCRIPTION,
+        "aadClientId": CLIENT_ID,
+        "aadClientSecret": CLIENT_SECRET,
+        "resourceGroup": RG,
+        "location": LOCATION,
+        "vnetName": VNET,
+        "subnetName": "nodes",
+        "securityGroupName": NSG,
+        "loadBalancerSku": "standard",
+        "vmType": "vmss",
+        "resourceManagerEndpoint": url,
+        "activeDirectoryEndpoint": url,
+    })
+}
+
+pub fn fast_options() -> ProviderOptions {
+    ProviderOptions {
+        poll: PollSettings {
+            default_interval: Duration::from_millis(10),
+            max_interval: Duration::from_secs(2),
+            max_polls: 50,
+        },
+        retry: RetryPolicy {
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(50),
+            max_attempts: 4,
+        },
+        limits: RateLimits::unlimited(),
+        ..ProviderOptions::default()
+    }
+}
+
+pub async fn mock() -> MockArm {
+    MockArm::builder()
+        .subnet(RG, VNET, "10.224.0.0/12", "nodes", "10.224.0.0/16")
+        .subnet(RG, VNET, "10.224.0.0/12", "apps", "10.225.0.0/24")
+        .security_group(RG, NSG)
+        .start()
+        .await
+        .unwrap()
+}
+
+pub async fn harness() -> Harness {
+    let arm = mock().await;
+    let config: AzureConfig = serde_json::from_value(config_json(&arm.url())).unwrap();
+    let provider = AzureProvider::new(&config, CLUSTER, fast_options()).unwrap();
+    Harness {
+        arm,
+        provider,
+        config,
+    }
+}
+
+/// A LoadBalancer Service builder, parsed through the real annotation parser.
+#[derive(Clone)]
+pub struct Svc {
+    name: String,
+    uid: String,
+    annotations: BTreeMap<String, String>,
+    ports: Vec<Value>,
+    spec: serde_json::Map<String, Value>,
+}
+
+pub fn svc(name: &str, uid: &str) -> Svc {
+    Svc {
+        name: name.into(),
+        uid: uid.into(),
+        annotations: BTreeMap::new(),
+        ports: vec![
+            json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080}),
+        ],
+        spec: serde_json::Map::new(),
+    }
+}
+
+impl Svc {
+    pub fn annotate(mut self, key: &str, value: &str) -> Self {
+        self.annotations
+            .insert(format!("service.beta.kubernetes.io/{key}"), value.into());
+        self
+    }
+
+    pub fn internal(self) -> Self {
+        self.annotate("azure-load-balancer-internal", "true")
+    }
+
+    /// Replaces the ports: (name, port, protocol, nodePort).
+    pub fn ports(mut self, ports: &[(&str, u16, &str, u16)]) -> Self {
+        self.ports = ports
+            .iter()
+            .map(|(name, port, protocol, node_port)| {
+                json!({"name": name, "port": port, "protocol": protocol, "targetPort": port, "nodePort": node_port})
+            })
+            .collect();
+        self
+    }
+
+    pub fn local(mut self, health_check_node_port: u16) -> Self {
+        self.spec
+            .insert("externalTrafficPolicy".into(), json!("Local"));
+        self.spec
+            .insert("healthCheckNodePort".into(), json!(health_check_node_port));
+        self
+    }
+
+    pub fn load_balancer_ip(mut self, ip: &str) -> Self {
+        self.spec.insert("loadBalancerIP".into(), json!(ip));
+        self
+    }
+
+    pub fn source_ranges(mut self, ranges: &[&str]) -> Self {
+        self.spec
+            .insert("loadBalancerSourceRanges".into(), json!(ranges));
+        self
+    }
+
+    pub fn spec(&self) -> LoadBalancerSpec {
+        let mut spec = self.spec.clone();
+        spec.insert("type".into(), json!("LoadBalancer"));
+        spec.insert("ports".into(), json!(self.ports));
+        spec.entry("externalTrafficPolicy")
+            .or_insert(json!("Cluster"));
+        let service: Service = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": self.name, "namespace": "default", "uid": self.uid, "annotations": self.annotations},
+            "spec": spec,
+        }))
+        .unwrap();
+        kube_lb_annotations::parse(Cloud::Azure, &service)
+            .unwrap_or_else(|e| panic!("annotations rejected: {e:?}"))
+            .spec
+    }
+}
+
+pub fn node(name: &str, ip: &str) -> BackendNode {
+    BackendNode {
+        name: name.into(),
+        provider_id: None,
+        addresses: vec![NodeAddress {
+            kind: NodeAddressKind::InternalIp,
+            ip: ip.parse::<IpAddr>().unwrap(),
+        }],
+        labels: BTreeMap::new(),
+    }
+}
+
+pub fn nodes(n: usize) -> Vec<BackendNode> {
+    (1..=n)
+        .map(|i| node(&format!("node-{i}"), &format!("10.224.0.{}", 10 + i)))
+        .collect()
+}
+
+/// `a` + the UID without dashes (the Service's name prefix in Azure).
+pub fn prefix(uid: &str) -> String {
+    kube_lb_provider_core::naming::load_balancer_name(uid)
+}
+
+pub fn names(list: &Value) -> Vec<String> {
+    let mut names: Vec<String> = list
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+pub fn child<'a>(lb: &'a Value, collection: &str, name: &str) -> &'a Value {
+    lb["properties"][collection]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| {
+            panic!(
+                "{collection}/{name} missing in {}",
+                lb["properties"][collection]
+            )
+        })
+}
+
+/// Managed NSG rules (name → properties).
+pub fn managed_rules(arm: &MockArm) -> BTreeMap<String, Value> {
+    let nsg = arm.security_group(RG, NSG).unwrap();
+    nsg["properties"]["securityRules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("k8s-azure-lb_"))
+        })
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["properties"].clone(),
+            )
+        })
+        .collect()
+}
+
+pub fn destinations(rule: &Value) -> Vec<String> {
+    let mut all: Vec<String> = rule["destinationAddressPrefixes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(one) = rule["destinationAddressPrefix"].as_str() {
+        all.push(one.to_string());
+    }
+    all.sort();
+    all
+}
+
+/// Public IPs owned (by tag) by `ns/name`.
+pub fn owned_pips(arm: &MockArm, service: &str) -> Vec<Value> {
+    arm.public_ips()
+        .into_iter()
+        .filter(|p| {
+            p["tags"]["k8s-azure-service"]
+                .as_str()
+                .is_some_and(|v| v.split(',').any(|s| s == service))
+        })
+        .collect()
+}
