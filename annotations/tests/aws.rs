@@ -906,8 +906,6 @@ fn nlb_listener_matrix() {
         ("TCP", true, Some("ssl"), Tls, Tls),
         ("TCP", true, Some("tcp"), Tls, Tcp),
         ("TCP", false, Some("ssl"), Tcp, Tcp),
-        ("UDP", true, None, Udp, Udp),
-        ("UDP", true, Some("ssl"), Udp, Udp),
         ("UDP", false, None, Udp, Udp),
     ];
     for (protocol, cert, backend, listener, target) in cases {
@@ -932,6 +930,33 @@ fn nlb_listener_matrix() {
         assert_eq!(got.ssl_policy.is_some(), tls);
         assert_eq!(got.node_port, Some(30443));
     }
+}
+
+#[test]
+fn tls_on_udp_nlb_ports_is_an_early_error() {
+    let udp = || nlb().ports(vec![port("dns", "UDP", 53, 30053)]);
+    let errors = udp().annotate(key::SSL_CERT, CERT).err(Cloud::Aws);
+    assert_error(
+        &errors,
+        key::SSL_CERT,
+        ErrorKind::Unsupported,
+        "cannot terminate TLS on UDP",
+    );
+    let errors = udp()
+        .annotate(key::SSL_CERT, CERT)
+        .annotate(key::SSL_PORTS, "dns")
+        .err(Cloud::Aws);
+    assert_error(
+        &errors,
+        key::SSL_PORTS,
+        ErrorKind::Unsupported,
+        "port 53 is UDP",
+    );
+    // A cert for other ports only is fine: the UDP listener stays plain.
+    let spec = aws(&udp()
+        .annotate(key::SSL_CERT, CERT)
+        .annotate(key::SSL_PORTS, "443"));
+    assert_eq!(spec.nlb_listeners[0].protocol, NlbProtocol::Udp);
 }
 
 #[test]

@@ -64,6 +64,25 @@ pub(crate) fn parse(
     let mut nlb_listeners = Vec::new();
     for port in &core.ports {
         let selected = cert.is_some() && ssl_ports.selects(port);
+        if is_nlb && selected && port.protocol == Protocol::Udp {
+            // Early: NLB has no TLS over UDP; upstream silently builds a plain UDP listener,
+            // so the certificate the user asked for would protect nothing.
+            let at = if reader.all().contains_key(key::SSL_PORTS) {
+                key::SSL_PORTS
+            } else {
+                key::SSL_CERT
+            };
+            reader.diag.error(
+                Location::annotation(at),
+                reader.all().get(at).map(String::as_str),
+                ErrorKind::Unsupported,
+                format!(
+                    "port {} is UDP and an NLB cannot terminate TLS on UDP; list only TCP ports in \
+                     ssl-ports or remove ssl-cert",
+                    port.port
+                ),
+            );
+        }
         if is_nlb {
             nlb_listeners.push(nlb_listener(
                 port,
