@@ -16,9 +16,6 @@ pub enum Error {
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {0}")]
     Kube(#[source] kube::Error),
-    /// Adding or removing the finalizer failed (or the wrapped apply/cleanup did).
-    #[error("{0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     /// The Service lacks a field the API server always sets (name, namespace, uid).
     #[error("Service has no {0}")]
     MissingField(&'static str),
@@ -49,11 +46,6 @@ impl Error {
         match self {
             Error::InvalidService(_) => ErrorClass::User,
             Error::Provider(e) if !e.is_retryable() => ErrorClass::User,
-            Error::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.class(),
-                _ => ErrorClass::Retryable,
-            },
             _ => ErrorClass::Retryable,
         }
     }
@@ -64,11 +56,6 @@ impl Error {
             Error::InvalidService(_) => "invalid_service",
             Error::Provider(e) => e.class(),
             Error::Kube(_) => "kube",
-            Error::Finalizer(inner) => match inner.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.kind(),
-                _ => "finalizer",
-            },
             Error::MissingField(_) => "missing_field",
         }
     }
@@ -107,14 +94,18 @@ mod tests {
             ),
             (Error::MissingField("uid"), ErrorClass::Retryable),
             (
-                Error::Finalizer(Box::new(kube::runtime::finalizer::Error::ApplyFailed(
-                    Error::Provider(ProviderError::user("x")),
-                ))),
+                Error::InvalidService(
+                    kube_lb_annotations::ParseErrors::from_vec(vec![
+                        kube_lb_annotations::ParseError {
+                            location: kube_lb_annotations::Location::field("spec.ports"),
+                            value: None,
+                            kind: kube_lb_annotations::ErrorKind::Missing,
+                            detail: "at least one port".into(),
+                        },
+                    ])
+                    .unwrap(),
+                ),
                 ErrorClass::User,
-            ),
-            (
-                Error::Finalizer(Box::new(kube::runtime::finalizer::Error::UnnamedObject)),
-                ErrorClass::Retryable,
             ),
         ];
         for (error, want) in cases {

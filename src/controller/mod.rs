@@ -5,6 +5,7 @@
 
 mod error;
 pub mod events;
+pub mod finalizer;
 pub mod nodes;
 mod reconcile;
 pub mod status;
@@ -27,7 +28,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use error::{Error, ErrorClass};
-pub use reconcile::{Disposition, FINALIZER, service_key};
+pub use finalizer::FINALIZER;
+pub use reconcile::{Disposition, service_key};
 
 use crate::metrics::Metrics;
 

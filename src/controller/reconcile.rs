@@ -7,24 +7,20 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
-use serde_json::json;
 
 use super::events::Reason;
+use super::finalizer::{self, FINALIZER, Step};
 use super::{Context, Error, ErrorClass, Outcome, ServiceName, backoff_delay, nodes, status};
-
-/// The upstream finalizer: the load balancer must be deleted before the Service goes away.
-pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 
 /// What to do with a Service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
     /// Not ours and nothing of ours on it.
     Ignore,
-    /// Ours: ensure (or, when it is being deleted, clean up) through the finalizer helper.
+    /// Ours: add the finalizer, ensure, or (when it is being deleted) clean up.
     Manage,
     /// Carries our finalizer but is no longer ours (type changed away from LoadBalancer):
     /// delete the load balancer, clear the status, remove the finalizer.
@@ -83,6 +79,10 @@ fn hash_of<T: serde::Serialize>(value: &T) -> u64 {
 #[tracing::instrument(skip_all, fields(service = %ServiceName::of(&service), provider = ctx.provider.name()))]
 pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
     let mut timer = ctx.metrics.reconcile_timer();
+    if !ctx.is_leading() {
+        // A follower never writes; the leader will see this Service.
+        return Ok(Action::await_change());
+    }
     let namespace = service
         .namespace()
         .ok_or(Error::MissingField("namespace"))?;
@@ -96,14 +96,20 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
             Action::await_change()
         }
         Disposition::Release => release(&api, service, &ctx).await?,
-        Disposition::Manage => finalizer(&api, FINALIZER, service, |event| async {
-            match event {
-                Finalizer::Apply(service) => apply(&api, service, &ctx).await,
-                Finalizer::Cleanup(service) => cleanup(service, &ctx).await,
+        Disposition::Manage => match finalizer::step(&service) {
+            Step::Add => {
+                // Before any cloud call; the update triggers the next reconcile.
+                finalizer::set(&api, &service, true).await?;
+                Action::await_change()
             }
-        })
-        .await
-        .map_err(|e| Error::Finalizer(Box::new(e)))?,
+            Step::Apply => apply(&api, service, &ctx).await?,
+            Step::Cleanup => {
+                let action = cleanup(service.clone(), &ctx).await?;
+                finalizer::set(&api, &service, false).await?;
+                action
+            }
+            Step::Done => Action::await_change(),
+        },
     };
     timer.success();
     Ok(action)
@@ -143,8 +149,28 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
         // Already reported; nothing the user has not changed can succeed now.
         return Ok(Action::await_change());
     }
-    let parsed = match kube_lb_annotations::parse(ctx.config.cloud, &service) {
-        Ok(parsed) => parsed,
+    let (parsed, warnings) = match kube_lb_annotations::parse(ctx.config.cloud, &service) {
+        Ok(parsed) => {
+            let warnings = parsed.warnings.iter().map(ToString::to_string).collect();
+            (Ok(parsed.spec), warnings)
+        }
+        Err(errors) => {
+            let warnings = errors.warnings().iter().map(ToString::to_string).collect();
+            (Err(errors), warnings)
+        }
+    };
+    // One event per kind, each line exactly as `kube-lb lint` prints it: several events with
+    // the same reason would be folded into one series by the recorder, losing all but one text.
+    let warnings: Vec<String> = warnings;
+    if !warnings.is_empty()
+        && ctx.with_state(&key, |s| s.warned.replace(fingerprint)) != Some(fingerprint)
+    {
+        ctx.events
+            .publish(&service, Reason::AnnotationWarning, warnings.join("; "))
+            .await;
+    }
+    let spec = match parsed {
+        Ok(spec) => spec,
         Err(errors) => {
             let text = errors.to_string();
             ctx.events
@@ -155,14 +181,6 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
             return Err(Error::InvalidService(errors));
         }
     };
-    if ctx.with_state(&key, |s| s.warned.replace(fingerprint)) != Some(fingerprint) {
-        for warning in &parsed.warnings {
-            ctx.events
-                .publish(&service, Reason::AnnotationWarning, warning.to_string())
-                .await;
-        }
-    }
-    let spec = parsed.spec;
     if ctx.nodes.wait_until_ready().await.is_err() || ctx.slices.wait_until_ready().await.is_err() {
         // The watches are gone: the controller is shutting down.
         return Ok(Action::await_change());
@@ -309,15 +327,8 @@ async fn release(
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
     }
-    if let Some(index) = service.finalizers().iter().position(|f| f == FINALIZER) {
-        // `test` guards against removing someone else's finalizer if the list changed.
-        let patch: json_patch::Patch = serde_json::from_value(json!([
-            { "op": "test", "path": format!("/metadata/finalizers/{index}"), "value": FINALIZER },
-            { "op": "remove", "path": format!("/metadata/finalizers/{index}") },
-        ]))
-        .map_err(|_| Error::MissingField("finalizers"))?;
-        api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
-            .await?;
-    }
+    // Re-read: the status patch changed the resourceVersion the finalizer patch is guarded by.
+    let current = Arc::new(api.get(&name).await?);
+    finalizer::set(api, &current, false).await?;
     Ok(Action::await_change())
 }

@@ -1,0 +1,393 @@
+//! Shared harness for the controller integration tests: the in-memory API server over real
+//! HTTP, the controller with the `local` provider wrapped in a recording provider, fixture
+//! builders and condition waits with a ceiling.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use kube_lb::controller::{ControllerConfig, FINALIZER, LoadBalancerController, Outcomes};
+use kube_lb::metrics::Metrics;
+use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
+use kube_lb_mock_apiserver::{ApiServer, RunningApiServer};
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, LoadBalancerProvider, LoadBalancerStatus, ProviderError,
+};
+use kube_lb_provider_local::{LocalProvider, Pool};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How long any awaited condition may take before the test fails.
+pub const CEILING: Duration = Duration::from_secs(20);
+
+/// One call the controller made to the provider, with what the API server showed at that
+/// moment (so tests can check ordering against the finalizer).
+#[derive(Debug, Clone)]
+pub enum Call {
+    /// `ensure`.
+    Ensure {
+        service: String,
+        ports: Vec<u16>,
+        requested_ip: Option<String>,
+        backends: Vec<String>,
+        finalizer_present: bool,
+    },
+    /// `delete`.
+    Delete {
+        service: String,
+        finalizer_present: bool,
+    },
+}
+
+/// Wraps the local provider, recording every call and optionally failing `ensure` with
+/// retryable errors.
+pub struct RecordingProvider {
+    pub inner: LocalProvider,
+    client: Client,
+    calls: Mutex<Vec<Call>>,
+    failures_left: AtomicU32,
+}
+
+impl std::fmt::Debug for RecordingProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingProvider").finish_non_exhaustive()
+    }
+}
+
+impl RecordingProvider {
+    pub fn new(client: Client, pool: &str, counter: CallCounter) -> Self {
+        Self {
+            inner: LocalProvider::new(Pool::new(vec![pool.parse().unwrap()]).unwrap(), counter),
+            client,
+            calls: Mutex::new(Vec::new()),
+            failures_left: AtomicU32::new(0),
+        }
+    }
+
+    /// The next `n` ensures fail with a retryable error.
+    pub fn fail_next(&self, n: u32) {
+        self.failures_left.store(n, Ordering::SeqCst);
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn ensures_of(&self, service: &str) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| matches!(c, Call::Ensure { service: s, .. } if s == service))
+            .collect()
+    }
+
+    pub fn deletes_of(&self, service: &str) -> Vec<Call> {
+        self.calls()
+            .into_iter()
+            .filter(|c| matches!(c, Call::Delete { service: s, .. } if s == service))
+            .collect()
+    }
+
+    async fn has_finalizer(&self, key: &ServiceKey) -> bool {
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &key.namespace);
+        api.get_opt(&key.name)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.finalizers().iter().any(|f| f == FINALIZER))
+    }
+}
+
+#[async_trait]
+impl LoadBalancerProvider for RecordingProvider {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let finalizer_present = self.has_finalizer(&spec.service).await;
+        self.calls.lock().unwrap().push(Call::Ensure {
+            service: spec.service.to_string(),
+            ports: spec.ports.iter().map(|p| p.port).collect(),
+            requested_ip: spec.requested_ip.map(|ip| ip.to_string()),
+            backends: backends.iter().map(|b| b.name.clone()).collect(),
+            finalizer_present,
+        });
+        let left = self.failures_left.load(Ordering::SeqCst);
+        if left > 0 {
+            self.failures_left.store(left - 1, Ordering::SeqCst);
+            return Err(ProviderError::Retryable {
+                operation: "ensure",
+                message: "injected throttling".into(),
+                source: None,
+            });
+        }
+        self.inner.ensure(spec, backends).await
+    }
+
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        let finalizer_present = self.has_finalizer(service).await;
+        self.calls.lock().unwrap().push(Call::Delete {
+            service: service.to_string(),
+            finalizer_present,
+        });
+        self.inner.delete(service).await
+    }
+
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        self.inner.status(service).await
+    }
+
+    async fn adopt(
+        &self,
+        service: &ServiceKey,
+        status: &LoadBalancerStatus,
+    ) -> Result<(), ProviderError> {
+        self.inner.adopt(service, status).await
+    }
+}
+
+/// A running controller.
+pub struct Running {
+    pub provider: Arc<RecordingProvider>,
+    pub counter: CallCounter,
+    pub outcomes: watch::Receiver<Outcomes>,
+    pub leading: watch::Sender<bool>,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<(), kube::Error>>,
+}
+
+impl Running {
+    /// Stops the controller and waits for it.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(CEILING, self.task).await;
+    }
+}
+
+/// Test-friendly controller settings: short backoff so retries happen within the ceiling.
+pub fn test_config() -> ControllerConfig {
+    let mut config = ControllerConfig::new(Cloud::Local);
+    config.backoff_base = Duration::from_millis(200);
+    config.backoff_max = Duration::from_secs(2);
+    config.identity = "test-controller".into();
+    config
+}
+
+/// Starts a controller against `server`.
+pub fn start_controller(
+    server: &RunningApiServer,
+    config: ControllerConfig,
+    leading: bool,
+) -> Running {
+    let client = server.client().unwrap();
+    let counter = CallCounter::new();
+    let provider = Arc::new(RecordingProvider::new(
+        client.clone(),
+        "127.240.0.0/16",
+        counter.clone(),
+    ));
+    start_with_provider(server, config, leading, provider, counter)
+}
+
+pub fn start_with_provider(
+    server: &RunningApiServer,
+    config: ControllerConfig,
+    leading: bool,
+    provider: Arc<RecordingProvider>,
+    counter: CallCounter,
+) -> Running {
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        kube_lb::cli::init_logging(&filter, kube_lb::cli::LogFormat::Text);
+    }
+    let client = server.client().unwrap();
+    let metrics = Arc::new(Metrics::new());
+    metrics.observe_calls(&counter);
+    let controller = LoadBalancerController::new(client, provider.clone(), config, metrics);
+    let outcomes = controller.outcomes();
+    let (leading_tx, leading_rx) = watch::channel(leading);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(controller.run(leading_rx, shutdown.clone()));
+    Running {
+        provider,
+        counter,
+        outcomes,
+        leading: leading_tx,
+        shutdown,
+        task,
+    }
+}
+
+/// A server with one ready node `n1`.
+pub async fn server() -> RunningApiServer {
+    let server = ApiServer::builder().start().await.unwrap();
+    server.seed(node("n1")).unwrap();
+    server
+}
+
+/// A Ready node with an InternalIP.
+pub fn node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    })
+}
+
+/// Service fixture builder.
+#[derive(Debug, Clone)]
+pub struct Svc(pub Value);
+
+/// A `type: LoadBalancer` Service `ns/name` with one TCP port 80.
+pub fn svc_lb(ns: &str, name: &str) -> Svc {
+    Svc(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {"app": name},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+        }
+    }))
+}
+
+impl Svc {
+    pub fn annotate(mut self, key: &str, value: &str) -> Self {
+        self.0["metadata"]["annotations"][key] = json!(value);
+        self
+    }
+    pub fn port(mut self, port: u16) -> Self {
+        self.0["spec"]["ports"][0]["port"] = json!(port);
+        self
+    }
+    pub fn local(mut self) -> Self {
+        self.0["spec"]["externalTrafficPolicy"] = json!("Local");
+        self
+    }
+    pub fn class(mut self, class: &str) -> Self {
+        self.0["spec"]["loadBalancerClass"] = json!(class);
+        self
+    }
+    pub fn lb_ip(mut self, ip: &str) -> Self {
+        self.0["spec"]["loadBalancerIP"] = json!(ip);
+        self
+    }
+    pub fn service(&self) -> Service {
+        serde_json::from_value(self.0.clone()).unwrap()
+    }
+    /// Creates it through the API (as a user would).
+    pub async fn create(&self, client: &Client) -> Service {
+        let ns = self.0["metadata"]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        Api::<Service>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &self.service())
+            .await
+            .unwrap()
+    }
+}
+
+/// An EndpointSlice for `ns/service` with endpoints on the given nodes.
+pub fn slice(ns: &str, service: &str, endpoints: &[(&str, bool)]) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("{service}-slice"),
+            "namespace": ns,
+            "labels": {"kubernetes.io/service-name": service}
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": endpoints.iter().enumerate().map(|(i, (node, ready))| json!({
+            "addresses": [format!("10.1.0.{}", i + 1)],
+            "conditions": {"ready": ready},
+            "nodeName": node
+        })).collect::<Vec<_>>()
+    })
+}
+
+/// Polls `check` until it returns `Some`, failing the test after [`CEILING`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + CEILING;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {CEILING:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Reads a Service.
+pub async fn get_svc(client: &Client, ns: &str, name: &str) -> Option<Service> {
+    Api::<Service>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// The ingress IPs/hostnames of a Service.
+pub fn ingress_of(service: &Service) -> Vec<String> {
+    kube_lb::controller::status::current_ingress(service)
+        .into_iter()
+        .filter_map(|i| i.ip.or(i.hostname))
+        .collect()
+}
+
+/// Waits until `ns/name` has an address, returning it.
+pub async fn wait_address(client: &Client, ns: &str, name: &str) -> String {
+    eventually(&format!("an address on {ns}/{name}"), || async {
+        get_svc(client, ns, name)
+            .await
+            .and_then(|s| ingress_of(&s).into_iter().next())
+    })
+    .await
+}
+
+/// `reason → notes` of the events about `ns/name`.
+pub async fn events_of(client: &Client, ns: &str, name: &str) -> BTreeMap<String, Vec<String>> {
+    let events = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for event in events.items {
+        if event.regarding.as_ref().and_then(|r| r.name.as_deref()) != Some(name) {
+            continue;
+        }
+        out.entry(event.reason.clone().unwrap_or_default())
+            .or_default()
+            .push(event.note.clone().unwrap_or_default());
+    }
+    out
+}
