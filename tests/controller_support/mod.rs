@@ -391,3 +391,40 @@ pub async fn events_of(client: &Client, ns: &str, name: &str) -> BTreeMap<String
     }
     out
 }
+
+/// Starts a controller that campaigns for the Lease `kube-system/kube-lb-test` as `identity`,
+/// with short client-go-style timings.
+pub fn start_elected(server: &RunningApiServer, identity: &str) -> (Running, JoinHandle<()>) {
+    use kube_lb::leader::{LeaderConfig, LeaderElector};
+    let client = server.client().unwrap();
+    let counter = CallCounter::new();
+    let provider = Arc::new(RecordingProvider::new(
+        client.clone(),
+        "127.240.0.0/16",
+        counter.clone(),
+    ));
+    let mut lease = LeaderConfig::new("kube-system", "kube-lb-test", identity.to_string());
+    lease.lease_duration = Duration::from_secs(2);
+    lease.renew_deadline = Duration::from_millis(1500);
+    lease.retry_period = Duration::from_millis(200);
+    let shutdown = CancellationToken::new();
+    let (leading, elector) = LeaderElector::new(client.clone(), lease).spawn(shutdown.clone());
+    let metrics = Arc::new(Metrics::new());
+    let mut config = test_config();
+    config.identity = identity.to_string();
+    let controller = LoadBalancerController::new(client, provider.clone(), config, metrics);
+    let outcomes = controller.outcomes();
+    let task = tokio::spawn(controller.run(leading.clone(), shutdown.clone()));
+    let (leading_tx, _) = watch::channel(false);
+    (
+        Running {
+            provider,
+            counter,
+            outcomes,
+            leading: leading_tx,
+            shutdown,
+            task,
+        },
+        elector,
+    )
+}

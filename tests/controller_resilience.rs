@@ -1,0 +1,141 @@
+//! Failure handling: retryable provider errors back off and then succeed; a controller
+//! restarted mid-flight converges without handing an address out twice; with leader election
+//! only one of two replicas acts.
+#![allow(clippy::unwrap_used)]
+
+mod controller_support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use controller_support::*;
+use kube_lb::controller::{Outcome, ServiceName};
+
+#[tokio::test]
+async fn retryable_failures_back_off_then_succeed() {
+    let server = server().await;
+    let client = server.client().unwrap();
+    let running = start_controller(&server, test_config(), true);
+    running.provider.fail_next(3);
+    let started = Instant::now();
+    svc_lb("default", "web").create(&client).await;
+    let mut outcomes = running.outcomes.clone();
+    let key = ServiceName {
+        namespace: "default".into(),
+        name: "web".into(),
+    };
+    tokio::time::timeout(
+        CEILING,
+        outcomes.wait_for(|o| matches!(o.get(&key), Some(Outcome::Retrying(_)))),
+    )
+    .await
+    .expect("the failure is reported")
+    .unwrap();
+    wait_address(&client, "default", "web").await;
+    let elapsed = started.elapsed();
+
+    let calls = running.provider.ensures_of("default/web").len();
+    // Three failures, one success, then possibly a no-op re-sync after the status write.
+    assert!((4..=5).contains(&calls), "{calls} ensure calls");
+    // Backoff 200 ms doubling: 200 + 400 + 800 ms at least between the attempts.
+    assert!(
+        elapsed >= Duration::from_millis(1400),
+        "retried too fast: {elapsed:?}"
+    );
+    let events = events_of(&client, "default", "web").await;
+    assert!(
+        events
+            .get("SyncLoadBalancerFailed")
+            .is_some_and(|n| n.iter().any(|t| t.contains("injected throttling"))),
+        "{events:?}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn restart_mid_flight_converges_without_duplicate_addresses() {
+    let server = server().await;
+    let client = server.client().unwrap();
+    let first = start_controller(&server, test_config(), true);
+    for i in 0..20 {
+        svc_lb("default", &format!("svc-{i}")).create(&client).await;
+    }
+    // Stop while some Services still wait for an address.
+    let before: Vec<(String, String)> = eventually("a few addresses", || async {
+        let mut with = Vec::new();
+        for i in 0..20 {
+            let name = format!("svc-{i}");
+            if let Some(ip) = get_svc(&client, "default", &name)
+                .await
+                .and_then(|s| ingress_of(&s).pop())
+            {
+                with.push((name, ip));
+            }
+        }
+        (with.len() >= 3).then_some(with)
+    })
+    .await;
+    first.stop().await;
+    for i in 20..25 {
+        svc_lb("default", &format!("svc-{i}")).create(&client).await;
+    }
+
+    // A new process: a fresh, empty pool that must re-adopt from the statuses.
+    let second = start_controller(&server, test_config(), true);
+    let mut addresses = BTreeSet::new();
+    for i in 0..25 {
+        let ip = wait_address(&client, "default", &format!("svc-{i}")).await;
+        assert!(
+            addresses.insert(ip.clone()),
+            "address {ip} handed out twice"
+        );
+    }
+    for (name, ip) in before {
+        assert_eq!(
+            wait_address(&client, "default", &name).await,
+            ip,
+            "{name} kept its address"
+        );
+    }
+    assert_eq!(second.provider.inner.subscribe().borrow().len(), 25);
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn with_leader_election_only_one_replica_acts() {
+    let server = server().await;
+    let client = server.client().unwrap();
+    let (a, elector_a) = start_elected(&server, "replica-a");
+    let (b, elector_b) = start_elected(&server, "replica-b");
+    for i in 0..5 {
+        svc_lb("default", &format!("svc-{i}")).create(&client).await;
+    }
+    let mut first_addresses = BTreeSet::new();
+    for i in 0..5 {
+        first_addresses.insert(wait_address(&client, "default", &format!("svc-{i}")).await);
+    }
+    let (a_calls, b_calls) = (a.provider.calls().len(), b.provider.calls().len());
+    assert!(
+        (a_calls > 0) ^ (b_calls > 0),
+        "exactly one replica acts: a made {a_calls} calls, b made {b_calls}"
+    );
+    let (leader, leader_elector, follower, follower_elector) = if a_calls > 0 {
+        (a, elector_a, b, elector_b)
+    } else {
+        (b, elector_b, a, elector_a)
+    };
+
+    // The leader stops (releasing the lease); the follower takes over, re-adopts the existing
+    // addresses and serves new Services.
+    leader.stop().await;
+    let _ = leader_elector.await;
+    svc_lb("default", "late").create(&client).await;
+    let late = wait_address(&client, "default", "late").await;
+    assert!(
+        !first_addresses.contains(&late),
+        "{late} was already in use"
+    );
+    assert!(!follower.provider.ensures_of("default/late").is_empty());
+    follower.stop().await;
+    let _ = follower_elector.await;
+}
