@@ -226,13 +226,13 @@ fn azure_value_policy() {
             svc_lb("ns", "web").annotate(azure::PROBE_INTERVAL, "4"),
             azure::PROBE_INTERVAL,
             ErrorKind::OutOfRange,
-            "from 5",
+            "at least 5 (seconds)",
         ),
         (
             svc_lb("ns", "web").annotate(azure::PROBE_NUM, "1"),
             azure::PROBE_NUM,
             ErrorKind::OutOfRange,
-            "from 2",
+            "at least 2 (probes)",
         ),
         (
             svc_lb("ns", "web")

@@ -141,11 +141,15 @@ impl<'a> Reader<'a> {
             );
             return None;
         }
-        let allowed = format!(
-            "an integer from {} to {} ({unit})",
-            range.start(),
-            range.end()
-        );
+        let allowed = if *range.end() >= i64::from(u32::MAX) {
+            format!("an integer of at least {} ({unit})", range.start())
+        } else {
+            format!(
+                "an integer from {} to {} ({unit})",
+                range.start(),
+                range.end()
+            )
+        };
         match raw.parse::<i64>() {
             Ok(n) if range.contains(&n) => u32::try_from(n).ok(),
             Ok(_) => {
