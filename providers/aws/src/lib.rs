@@ -1,1 +1,35 @@
 //! AWS Classic ELB and NLB provider.
+//!
+//! Every `ensure` observes with scoped describes, plans a pure diff between observed and desired
+//! state (`clb::plan`, `nlb::plan`, `nodes`), and applies only the difference through one
+//! rate-limited, counted, retrying call path (`calls`). Names, tags and rule descriptions match
+//! the upstream provider (`naming`), so load balancers it created are adopted. A resync whose
+//! spec and node security groups are unchanged since the last full reconcile only reads what
+//! node changes affect (the CLB description, or the NLB target health) until
+//! `FullResyncSeconds` passes; then everything is re-read to heal drift.
+//!
+//! Where upstream is known to be wrong (reference aws.md §8.5) kube-lb converges instead:
+//! TCP→TLS modifies the listener in place (no DuplicateListener), the NLB health-check timeout is
+//! sent, thresholds are compared one by one, tags are reconciled (user tags removed from the
+//! annotation are removed), a scheme or EIP change recreates the load balancer and NLB subnets
+//! are updated with SetSubnets.
+
+pub mod calls;
+pub mod clb;
+pub mod clients;
+pub mod config;
+mod delete;
+pub mod desired;
+pub mod discovery;
+pub mod error;
+pub mod naming;
+pub mod nlb;
+pub mod nodes;
+mod provider;
+pub mod sg;
+pub mod tags;
+
+pub use calls::{CallStats, IAM_ACTIONS, OPERATIONS, Op, RateLimit, RateLimits, RetryPolicy};
+pub use config::CloudConfig;
+pub use error::AwsError;
+pub use provider::AwsProvider;

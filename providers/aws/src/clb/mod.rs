@@ -1,0 +1,4 @@
+//! Classic ELB.
+
+pub mod io;
+pub mod plan;

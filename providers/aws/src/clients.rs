@@ -1,0 +1,71 @@
+//! SDK clients sharing one rate-limited, counted call path.
+
+use std::sync::Arc;
+
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_smithy_http_client::tls;
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
+use aws_smithy_types::retry::RetryConfig;
+
+use crate::calls::Calls;
+use crate::error::AwsError;
+
+/// The HTTPS client: rustls with the `ring` provider (the same crypto kube already pulls in,
+/// so the build does not compile aws-lc).
+pub fn http_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
+
+/// Loads the standard configuration: region and credentials from the usual chain, endpoints
+/// from `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_<SERVICE>` (LocalStack, moto).
+pub async fn load_sdk_config() -> Result<SdkConfig, AwsError> {
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http_client())
+        .load()
+        .await;
+    if config.region().is_none() {
+        return Err(AwsError::Setup(
+            "no AWS region: set AWS_REGION (or a profile region)".to_string(),
+        ));
+    }
+    Ok(config)
+}
+
+/// The three service clients.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    /// EC2.
+    pub ec2: aws_sdk_ec2::Client,
+    /// Classic ELB.
+    pub elb: aws_sdk_elasticloadbalancing::Client,
+    /// ELBv2.
+    pub elbv2: aws_sdk_elasticloadbalancingv2::Client,
+    /// Rate limits, retries, counters.
+    pub calls: Arc<Calls>,
+}
+
+impl Clients {
+    /// Builds clients with the SDK's own retries off: [`Calls::run`] retries, so every attempt
+    /// is rate-limited and counted.
+    pub fn new(sdk: &SdkConfig, calls: Arc<Calls>) -> Self {
+        let ec2 = aws_sdk_ec2::config::Builder::from(sdk)
+            .retry_config(RetryConfig::disabled())
+            .build();
+        let elb = aws_sdk_elasticloadbalancing::config::Builder::from(sdk)
+            .retry_config(RetryConfig::disabled())
+            .build();
+        let elbv2 = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
+            .retry_config(RetryConfig::disabled())
+            .build();
+        Clients {
+            ec2: aws_sdk_ec2::Client::from_conf(ec2),
+            elb: aws_sdk_elasticloadbalancing::Client::from_conf(elb),
+            elbv2: aws_sdk_elasticloadbalancingv2::Client::from_conf(elbv2),
+            calls,
+        }
+    }
+}

@@ -1,0 +1,649 @@
+//! NLB reads (observe) and writes (apply).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use aws_sdk_elasticloadbalancingv2::types as v2;
+
+use crate::calls::ops;
+use crate::clients::Clients;
+use crate::error::AwsError;
+use crate::nlb::plan::{
+    NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg, SubnetMapping, TgHealth, TgRef,
+};
+
+/// The load balancer's ARN, DNS name, scheme and subnet mappings; `None` when absent.
+pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserved>, AwsError> {
+    let response = clients
+        .calls
+        .run(ops::V2_DESCRIBE_LOAD_BALANCERS, || {
+            clients.elbv2.describe_load_balancers().names(name).send()
+        })
+        .await;
+    let response = match response {
+        Ok(r) => r,
+        Err(e) if e.has_code(&["LoadBalancerNotFound"]) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(lb) = response.load_balancers().first() else {
+        return Ok(None);
+    };
+    let Some(arn) = lb.load_balancer_arn() else {
+        return Ok(None);
+    };
+    let subnet_mappings = lb
+        .availability_zones()
+        .iter()
+        .filter_map(|az| {
+            let address = az.load_balancer_addresses().first();
+            Some(SubnetMapping {
+                subnet_id: az.subnet_id()?.to_string(),
+                allocation_id: address.and_then(|a| a.allocation_id()).map(str::to_string),
+                private_ipv4: address
+                    .and_then(|a| a.private_ipv4_address())
+                    .map(str::to_string),
+            })
+        })
+        .collect();
+    Ok(Some(NlbObserved {
+        arn: arn.to_string(),
+        dns_name: lb.dns_name().map(str::to_string),
+        internal: lb.scheme().map(|s| s.as_str()) == Some("internal"),
+        subnet_mappings,
+        listeners: Vec::new(),
+        target_groups: Vec::new(),
+        attributes: None,
+        tags: None,
+    }))
+}
+
+/// Fills listeners, target groups (with targets, attributes and tags), LB attributes and tags.
+pub async fn observe_details(clients: &Clients, observed: &mut NlbObserved) -> Result<(), AwsError> {
+    let arn = observed.arn.clone();
+    let listeners = clients
+        .calls
+        .run(ops::V2_DESCRIBE_LISTENERS, || {
+            clients.elbv2.describe_listeners().load_balancer_arn(&arn).send()
+        })
+        .await?;
+    observed.listeners = listeners
+        .listeners()
+        .iter()
+        .filter_map(|l| {
+            Some(ObservedListener {
+                arn: l.listener_arn()?.to_string(),
+                port: l.port()?,
+                protocol: l.protocol()?.as_str().to_string(),
+                certificate: l
+                    .certificates()
+                    .first()
+                    .and_then(|c| c.certificate_arn())
+                    .map(str::to_string),
+                ssl_policy: l.ssl_policy().map(str::to_string),
+                target_group_arn: l
+                    .default_actions()
+                    .iter()
+                    .find_map(|a| a.target_group_arn())
+                    .map(str::to_string),
+            })
+        })
+        .collect();
+    let groups = clients
+        .calls
+        .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
+            clients.elbv2.describe_target_groups().load_balancer_arn(&arn).send()
+        })
+        .await?;
+    let mut target_groups: Vec<ObservedTg> = groups.target_groups().iter().filter_map(tg_from_sdk).collect();
+    for tg in &mut target_groups {
+        tg.targets = Some(read_targets(clients, &tg.arn).await?);
+        let response = clients
+            .calls
+            .run(ops::V2_DESCRIBE_TG_ATTRIBUTES, || {
+                clients
+                    .elbv2
+                    .describe_target_group_attributes()
+                    .target_group_arn(&tg.arn)
+                    .send()
+            })
+            .await?;
+        tg.attributes = Some(
+            response
+                .attributes()
+                .iter()
+                .filter_map(|a| Some((a.key()?.to_string(), a.value().unwrap_or("").to_string())))
+                .collect(),
+        );
+    }
+    let attributes = clients
+        .calls
+        .run(ops::V2_DESCRIBE_LB_ATTRIBUTES, || {
+            clients
+                .elbv2
+                .describe_load_balancer_attributes()
+                .load_balancer_arn(&arn)
+                .send()
+        })
+        .await?;
+    observed.attributes = Some(
+        attributes
+            .attributes()
+            .iter()
+            .filter_map(|a| Some((a.key()?.to_string(), a.value().unwrap_or("").to_string())))
+            .collect(),
+    );
+    let mut arns: Vec<String> = vec![arn.clone()];
+    arns.extend(target_groups.iter().map(|t| t.arn.clone()));
+    let tags = read_tags(clients, &arns).await?;
+    observed.tags = Some(tags.get(&arn).cloned().unwrap_or_default());
+    for tg in &mut target_groups {
+        tg.tags = Some(tags.get(&tg.arn).cloned().unwrap_or_default());
+    }
+    observed.target_groups = target_groups;
+    Ok(())
+}
+
+/// Tags of up to 20 resources per call.
+pub async fn read_tags(
+    clients: &Clients,
+    arns: &[String],
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, AwsError> {
+    let mut all = BTreeMap::new();
+    for chunk in arns.chunks(20) {
+        let response = clients
+            .calls
+            .run(ops::V2_DESCRIBE_TAGS, || {
+                clients
+                    .elbv2
+                    .describe_tags()
+                    .set_resource_arns(Some(chunk.to_vec()))
+                    .send()
+            })
+            .await?;
+        for description in response.tag_descriptions() {
+            if let Some(arn) = description.resource_arn() {
+                all.insert(
+                    arn.to_string(),
+                    description
+                        .tags()
+                        .iter()
+                        .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or("").to_string())))
+                        .collect(),
+                );
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Converts the SDK target group.
+pub fn tg_from_sdk(tg: &v2::TargetGroup) -> Option<ObservedTg> {
+    Some(ObservedTg {
+        arn: tg.target_group_arn()?.to_string(),
+        name: tg.target_group_name().unwrap_or_default().to_string(),
+        protocol: tg.protocol().map(|p| p.as_str().to_string()).unwrap_or_default(),
+        port: tg.port().unwrap_or_default(),
+        health: TgHealth {
+            protocol: tg
+                .health_check_protocol()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default(),
+            port: tg.health_check_port().unwrap_or("traffic-port").to_string(),
+            path: tg.health_check_path().map(str::to_string),
+            interval: tg.health_check_interval_seconds().unwrap_or_default(),
+            timeout: tg.health_check_timeout_seconds().unwrap_or_default(),
+            healthy: tg.healthy_threshold_count().unwrap_or_default(),
+            unhealthy: tg.unhealthy_threshold_count().unwrap_or_default(),
+        },
+        targets: None,
+        attributes: None,
+        tags: None,
+    })
+}
+
+/// Registered targets, ignoring those already draining.
+pub async fn read_targets(clients: &Clients, arn: &str) -> Result<BTreeSet<(String, i32)>, AwsError> {
+    let response = clients
+        .calls
+        .run(ops::V2_DESCRIBE_TARGET_HEALTH, || {
+            clients.elbv2.describe_target_health().target_group_arn(arn).send()
+        })
+        .await?;
+    Ok(response
+        .target_health_descriptions()
+        .iter()
+        .filter(|d| {
+            d.target_health().and_then(|h| h.state()) != Some(&v2::TargetHealthStateEnum::Draining)
+        })
+        .filter_map(|d| {
+            let target = d.target()?;
+            Some((target.id()?.to_string(), target.port()?))
+        })
+        .collect())
+}
+
+fn sdk_tags(tags: &BTreeMap<String, String>) -> Result<Vec<v2::Tag>, AwsError> {
+    Ok(tags
+        .iter()
+        .map(|(k, v)| v2::Tag::builder().key(k).value(v).build())
+        .collect())
+}
+
+fn sdk_targets(targets: &[(String, i32)]) -> Result<Vec<v2::TargetDescription>, AwsError> {
+    Ok(targets
+        .iter()
+        .map(|(id, port)| v2::TargetDescription::builder().id(id).port(*port).build())
+        .collect())
+}
+
+fn forward(tg: &str) -> Result<v2::Action, AwsError> {
+    Ok(v2::Action::builder()
+        .r#type(v2::ActionTypeEnum::Forward)
+        .target_group_arn(tg)
+        .build())
+}
+
+/// Resources created while applying: the LB and new target groups.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// LB ARN.
+    pub arn: Option<String>,
+    /// DNS name when (re)created.
+    pub dns_name: Option<String>,
+    /// New target groups per desired listener index.
+    pub new_tgs: BTreeMap<usize, String>,
+}
+
+async fn create_lb(clients: &Clients, desired: &NlbDesired) -> Result<(String, Option<String>), AwsError> {
+    let mappings: Vec<v2::SubnetMapping> = desired
+        .subnet_mappings
+        .iter()
+        .map(|m| {
+            v2::SubnetMapping::builder()
+                .subnet_id(&m.subnet_id)
+                .set_allocation_id(m.allocation_id.clone())
+                .set_private_ipv4_address(m.private_ipv4.clone())
+                .build()
+        })
+        .collect();
+    let tags = sdk_tags(&desired.tags)?;
+    let groups = (!desired.security_groups.is_empty()).then(|| desired.security_groups.clone());
+    let response = clients
+        .calls
+        .run(ops::V2_CREATE_LOAD_BALANCER, || {
+            clients
+                .elbv2
+                .create_load_balancer()
+                .name(&desired.name)
+                .r#type(v2::LoadBalancerTypeEnum::Network)
+                .scheme(if desired.internal {
+                    v2::LoadBalancerSchemeEnum::Internal
+                } else {
+                    v2::LoadBalancerSchemeEnum::InternetFacing
+                })
+                .set_subnet_mappings(Some(mappings.clone()))
+                .set_security_groups(groups.clone())
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await?;
+    let lb = response
+        .load_balancers()
+        .first()
+        .ok_or_else(|| AwsError::Unexpected("CreateLoadBalancer returned no load balancer".into()))?;
+    let arn = lb
+        .load_balancer_arn()
+        .ok_or_else(|| AwsError::Unexpected("CreateLoadBalancer returned no ARN".into()))?;
+    Ok((arn.to_string(), lb.dns_name().map(str::to_string)))
+}
+
+async fn create_tg(clients: &Clients, vpc: &str, desired: &NlbDesired, index: usize) -> Result<String, AwsError> {
+    let tg = &desired.listeners[index].target_group;
+    let tags = sdk_tags(&tg.tags)?;
+    let http = tg.health.protocol.eq_ignore_ascii_case("HTTP") || tg.health.protocol.eq_ignore_ascii_case("HTTPS");
+    let result = clients
+        .calls
+        .run(ops::V2_CREATE_TARGET_GROUP, || {
+            clients
+                .elbv2
+                .create_target_group()
+                .name(&tg.name)
+                .protocol(v2::ProtocolEnum::from(tg.protocol.as_str()))
+                .port(tg.port)
+                .vpc_id(vpc)
+                .target_type(v2::TargetTypeEnum::Instance)
+                .health_check_protocol(v2::ProtocolEnum::from(tg.health.protocol.as_str()))
+                .health_check_port(&tg.health.port)
+                .set_health_check_path(if http { tg.health.path.clone() } else { None })
+                .health_check_interval_seconds(tg.health.interval)
+                .health_check_timeout_seconds(tg.health.timeout)
+                .healthy_threshold_count(tg.health.healthy)
+                .unhealthy_threshold_count(tg.health.unhealthy)
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await;
+    match result {
+        Ok(response) => response
+            .target_groups()
+            .first()
+            .and_then(|t| t.target_group_arn())
+            .map(str::to_string)
+            .ok_or_else(|| AwsError::Unexpected("CreateTargetGroup returned no ARN".into())),
+        // Left over from an interrupted earlier attempt: same deterministic name, adopt it.
+        Err(e) if e.has_code(&["DuplicateTargetGroupName"]) => {
+            let response = clients
+                .calls
+                .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
+                    clients.elbv2.describe_target_groups().names(&tg.name).send()
+                })
+                .await?;
+            response
+                .target_groups()
+                .first()
+                .and_then(|t| t.target_group_arn())
+                .map(str::to_string)
+                .ok_or(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn resolve(tg: &TgRef, applied: &Applied) -> Result<String, AwsError> {
+    match tg {
+        TgRef::Existing(arn) => Ok(arn.clone()),
+        TgRef::New(index) => applied
+            .new_tgs
+            .get(index)
+            .cloned()
+            .ok_or_else(|| AwsError::Unexpected(format!("target group {index} was not created"))),
+    }
+}
+
+/// Deletes a load balancer by ARN.
+pub async fn delete_lb(clients: &Clients, arn: &str) -> Result<(), AwsError> {
+    match clients
+        .calls
+        .run(ops::V2_DELETE_LOAD_BALANCER, || {
+            clients.elbv2.delete_load_balancer().load_balancer_arn(arn).send()
+        })
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.has_code(&["LoadBalancerNotFound"]) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes a target group (absent is fine).
+pub async fn delete_tg(clients: &Clients, arn: &str) -> Result<(), AwsError> {
+    match clients
+        .calls
+        .run(ops::V2_DELETE_TARGET_GROUP, || {
+            clients.elbv2.delete_target_group().target_group_arn(arn).send()
+        })
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.has_code(&["TargetGroupNotFound"]) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Performs `actions` in order.
+pub async fn apply(
+    clients: &Clients,
+    vpc: &str,
+    observed_arn: Option<&str>,
+    desired: &NlbDesired,
+    actions: &[NlbAction],
+) -> Result<Applied, AwsError> {
+    let mut applied = Applied {
+        arn: observed_arn.map(str::to_string),
+        ..Applied::default()
+    };
+    for action in actions {
+        tracing::info!(lb = %desired.name, action = ?action, "applying NLB change");
+        let lb_arn = || {
+            applied
+                .arn
+                .clone()
+                .ok_or_else(|| AwsError::Unexpected("no load balancer ARN".into()))
+        };
+        match action {
+            NlbAction::Create => {
+                let (arn, dns) = create_lb(clients, desired).await?;
+                applied.arn = Some(arn);
+                applied.dns_name = dns;
+            }
+            NlbAction::Recreate => {
+                if let Some(arn) = observed_arn {
+                    delete_lb(clients, arn).await?;
+                }
+                let (arn, dns) = create_lb(clients, desired).await?;
+                applied.arn = Some(arn);
+                applied.dns_name = dns;
+            }
+            NlbAction::SetSubnets(subnets) => {
+                let arn = lb_arn()?;
+                clients
+                    .calls
+                    .run(ops::V2_SET_SUBNETS, || {
+                        clients
+                            .elbv2
+                            .set_subnets()
+                            .load_balancer_arn(&arn)
+                            .set_subnets(Some(subnets.clone()))
+                            .send()
+                    })
+                    .await?;
+            }
+            NlbAction::CreateTargetGroup { listener } => {
+                let arn = create_tg(clients, vpc, desired, *listener).await?;
+                applied.new_tgs.insert(*listener, arn);
+            }
+            NlbAction::ModifyTargetGroup { arn, health } => {
+                let http = health.protocol.eq_ignore_ascii_case("HTTP")
+                    || health.protocol.eq_ignore_ascii_case("HTTPS");
+                clients
+                    .calls
+                    .run(ops::V2_MODIFY_TARGET_GROUP, || {
+                        clients
+                            .elbv2
+                            .modify_target_group()
+                            .target_group_arn(arn)
+                            .health_check_port(&health.port)
+                            .set_health_check_path(if http { health.path.clone() } else { None })
+                            .health_check_interval_seconds(health.interval)
+                            .health_check_timeout_seconds(health.timeout)
+                            .healthy_threshold_count(health.healthy)
+                            .unhealthy_threshold_count(health.unhealthy)
+                            .send()
+                    })
+                    .await?;
+            }
+            NlbAction::ModifyTargetGroupAttributes {
+                target_group,
+                attributes,
+            } => {
+                let arn = resolve(target_group, &applied)?;
+                let attributes: Vec<v2::TargetGroupAttribute> = attributes
+                    .iter()
+                    .map(|(k, v)| v2::TargetGroupAttribute::builder().key(k).value(v).build())
+                    .collect();
+                clients
+                    .calls
+                    .run(ops::V2_MODIFY_TG_ATTRIBUTES, || {
+                        clients
+                            .elbv2
+                            .modify_target_group_attributes()
+                            .target_group_arn(&arn)
+                            .set_attributes(Some(attributes.clone()))
+                            .send()
+                    })
+                    .await?;
+            }
+            NlbAction::DeregisterTargets { arn, targets } => {
+                for chunk in targets.chunks(100) {
+                    let targets = sdk_targets(chunk)?;
+                    clients
+                        .calls
+                        .run(ops::V2_DEREGISTER_TARGETS, || {
+                            clients
+                                .elbv2
+                                .deregister_targets()
+                                .target_group_arn(arn)
+                                .set_targets(Some(targets.clone()))
+                                .send()
+                        })
+                        .await?;
+                }
+            }
+            NlbAction::RegisterTargets {
+                target_group,
+                targets,
+            } => {
+                let arn = resolve(target_group, &applied)?;
+                for chunk in targets.chunks(100) {
+                    let targets = sdk_targets(chunk)?;
+                    clients
+                        .calls
+                        .run(ops::V2_REGISTER_TARGETS, || {
+                            clients
+                                .elbv2
+                                .register_targets()
+                                .target_group_arn(&arn)
+                                .set_targets(Some(targets.clone()))
+                                .send()
+                        })
+                        .await?;
+                }
+            }
+            NlbAction::CreateListener {
+                listener,
+                target_group,
+            } => {
+                let l = &desired.listeners[*listener];
+                let tg = resolve(target_group, &applied)?;
+                let action = forward(&tg)?;
+                let arn = lb_arn()?;
+                let certificates = l
+                    .certificate
+                    .as_ref()
+                    .map(|c| vec![v2::Certificate::builder().certificate_arn(c).build()]);
+                let tags = sdk_tags(&desired.tags)?;
+                clients
+                    .calls
+                    .run(ops::V2_CREATE_LISTENER, || {
+                        clients
+                            .elbv2
+                            .create_listener()
+                            .load_balancer_arn(&arn)
+                            .port(l.port)
+                            .protocol(v2::ProtocolEnum::from(l.protocol.as_str()))
+                            .set_certificates(certificates.clone())
+                            .set_ssl_policy(l.ssl_policy.clone())
+                            .default_actions(action.clone())
+                            .set_tags(Some(tags.clone()))
+                            .send()
+                    })
+                    .await?;
+            }
+            NlbAction::ModifyListener {
+                arn,
+                listener,
+                target_group,
+            } => {
+                let l = &desired.listeners[*listener];
+                let tg = resolve(target_group, &applied)?;
+                let action = forward(&tg)?;
+                let certificates = l
+                    .certificate
+                    .as_ref()
+                    .map(|c| vec![v2::Certificate::builder().certificate_arn(c).build()]);
+                clients
+                    .calls
+                    .run(ops::V2_MODIFY_LISTENER, || {
+                        clients
+                            .elbv2
+                            .modify_listener()
+                            .listener_arn(arn)
+                            .port(l.port)
+                            .protocol(v2::ProtocolEnum::from(l.protocol.as_str()))
+                            .set_certificates(certificates.clone())
+                            .set_ssl_policy(l.ssl_policy.clone())
+                            .default_actions(action.clone())
+                            .send()
+                    })
+                    .await?;
+            }
+            NlbAction::DeleteListener { arn } => {
+                match clients
+                    .calls
+                    .run(ops::V2_DELETE_LISTENER, || {
+                        clients.elbv2.delete_listener().listener_arn(arn).send()
+                    })
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.has_code(&["ListenerNotFound"]) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            NlbAction::DeleteTargetGroup { arn } => delete_tg(clients, arn).await?,
+            NlbAction::ModifyLoadBalancerAttributes(attributes) => {
+                let arn = lb_arn()?;
+                let attributes: Vec<v2::LoadBalancerAttribute> = attributes
+                    .iter()
+                    .map(|(k, v)| v2::LoadBalancerAttribute::builder().key(k).value(v).build())
+                    .collect();
+                clients
+                    .calls
+                    .run(ops::V2_MODIFY_LB_ATTRIBUTES, || {
+                        clients
+                            .elbv2
+                            .modify_load_balancer_attributes()
+                            .load_balancer_arn(&arn)
+                            .set_attributes(Some(attributes.clone()))
+                            .send()
+                    })
+                    .await?;
+            }
+            NlbAction::AddTags { target_group, tags } => {
+                let arn = match target_group {
+                    Some(tg) => resolve(tg, &applied)?,
+                    None => lb_arn()?,
+                };
+                let tags = sdk_tags(tags)?;
+                clients
+                    .calls
+                    .run(ops::V2_ADD_TAGS, || {
+                        clients
+                            .elbv2
+                            .add_tags()
+                            .resource_arns(&arn)
+                            .set_tags(Some(tags.clone()))
+                            .send()
+                    })
+                    .await?;
+            }
+            NlbAction::RemoveTags { target_group, keys } => {
+                let arn = match target_group {
+                    Some(tg) => tg.clone(),
+                    None => lb_arn()?,
+                };
+                clients
+                    .calls
+                    .run(ops::V2_REMOVE_TAGS, || {
+                        clients
+                            .elbv2
+                            .remove_tags()
+                            .resource_arns(&arn)
+                            .set_tag_keys(Some(keys.clone()))
+                            .send()
+                    })
+                    .await?;
+            }
+        }
+    }
+    Ok(applied)
+}

@@ -1,0 +1,4 @@
+//! Network Load Balancer.
+
+pub mod io;
+pub mod plan;

@@ -1,0 +1,686 @@
+//! `AwsProvider`: observe → plan → apply for Classic ELBs and NLBs, plus resumable delete.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use aws_sdk_ec2::types::{ResourceType, TagSpecification};
+use kube_lb_annotations::{AwsLoadBalancerKind, LoadBalancerSpec, ServiceKey};
+use kube_lb_provider_core::naming::{cluster_tag_key, load_balancer_name};
+use kube_lb_provider_core::{
+    BackendNode, LoadBalancerIngress, LoadBalancerProvider, LoadBalancerStatus, ProviderError,
+};
+
+use crate::calls::{CallStats, Calls, ops};
+use crate::clb;
+use crate::clb::plan::{ClbAction, ClbDesired};
+use crate::clients::{Clients, load_sdk_config};
+use crate::config::{CloudConfig, NlbSecurityGroupMode};
+use crate::desired::{self, Context, Placement};
+use crate::discovery::{Discovery, InstanceInfo, instance_id_from_provider_id, select_subnets};
+use crate::error::AwsError;
+use crate::naming::{clb_security_group_description, clb_security_group_name};
+use crate::nlb;
+use crate::nlb::plan::{NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg};
+use crate::nodes::{self, Ownership};
+use crate::sg::{IngressRule, diff_rules};
+use crate::tags::security_group_tags;
+
+/// What the last full reconcile of a load balancer established, so a resync with an unchanged
+/// spec only reads what nodes change (instances / targets).
+#[derive(Debug, Clone)]
+enum Verified {
+    Clb {
+        fingerprint: u64,
+        at: Instant,
+        desired: ClbDesired,
+    },
+    Nlb {
+        fingerprint: u64,
+        at: Instant,
+        desired: NlbDesired,
+        arn: String,
+        dns_name: Option<String>,
+        target_groups: Vec<String>,
+    },
+}
+
+/// The AWS provider.
+#[derive(Debug)]
+pub struct AwsProvider {
+    clients: Clients,
+    config: CloudConfig,
+    cluster_id: String,
+    discovery: Discovery,
+    verified: Mutex<HashMap<String, Verified>>,
+}
+
+fn status(hostname: Option<String>) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: hostname
+            .map(|h| LoadBalancerIngress {
+                ip: None,
+                hostname: Some(h),
+            })
+            .into_iter()
+            .collect(),
+    }
+}
+
+fn fingerprint(spec: &LoadBalancerSpec, groups: &BTreeSet<String>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    format!("{spec:?}").hash(&mut hasher);
+    groups.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl AwsProvider {
+    /// Builds the provider from the standard AWS configuration chain (region, credentials,
+    /// `AWS_ENDPOINT_URL*`) and an optional cloud-config file.
+    pub async fn from_cloud_config(
+        path: Option<&Path>,
+        cluster_name: &str,
+    ) -> Result<AwsProvider, AwsError> {
+        let config = CloudConfig::load(path)?;
+        let sdk = load_sdk_config().await?;
+        Ok(AwsProvider::new(&sdk, config, cluster_name))
+    }
+
+    /// Builds the provider from an explicit SDK configuration (tests point it at moto).
+    pub fn new(sdk: &SdkConfig, config: CloudConfig, cluster_name: &str) -> AwsProvider {
+        let calls = Calls::new(&config.rate_limits, config.retry);
+        let cluster_id = config
+            .cluster_id
+            .clone()
+            .unwrap_or_else(|| cluster_name.to_string());
+        AwsProvider {
+            clients: Clients::new(sdk, calls),
+            config,
+            cluster_id,
+            discovery: Discovery::default(),
+            verified: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Calls made so far.
+    pub fn calls(&self) -> CallStats {
+        self.clients.calls.stats()
+    }
+
+    /// Calls made so far, resetting the counters.
+    pub fn take_calls(&self) -> CallStats {
+        self.clients.calls.take()
+    }
+
+    /// The SDK clients (tests read AWS state back through them).
+    pub fn clients(&self) -> &Clients {
+        &self.clients
+    }
+
+    /// The cluster ID used in ownership tags.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    fn cluster_tag(&self) -> String {
+        cluster_tag_key(&self.cluster_id)
+    }
+
+    fn context<'a>(&'a self, lb_name: &'a str) -> Context<'a> {
+        Context {
+            cluster_id: &self.cluster_id,
+            legacy_tag: self.config.legacy_cluster_tag,
+            lb_name,
+        }
+    }
+
+    fn cached(&self, name: &str) -> Option<Verified> {
+        self.verified.lock().ok().and_then(|v| v.get(name).cloned())
+    }
+
+    fn remember(&self, name: &str, verified: Option<Verified>) {
+        if let Ok(mut map) = self.verified.lock() {
+            match verified {
+                Some(v) => map.insert(name.to_string(), v),
+                None => map.remove(name),
+            };
+        }
+    }
+
+    async fn instances(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<BTreeMap<String, InstanceInfo>, AwsError> {
+        let ids: BTreeSet<String> = backends
+            .iter()
+            .filter(|node| self.accepts_node(spec, node))
+            .filter_map(|node| {
+                let id = node.provider_id.as_deref().and_then(instance_id_from_provider_id);
+                if id.is_none() {
+                    tracing::debug!(node = %node.name, "node has no AWS provider ID yet; skipped");
+                }
+                id.map(str::to_string)
+            })
+            .collect();
+        self.discovery
+            .instances(&self.clients, &ids, self.config.full_resync)
+            .await
+    }
+
+    fn vpc(
+        &self,
+        instances: &BTreeMap<String, InstanceInfo>,
+        fallback: Option<&str>,
+    ) -> Result<String, AwsError> {
+        self.config
+            .vpc
+            .clone()
+            .or_else(|| instances.values().find_map(|i| i.vpc_id.clone()))
+            .or_else(|| fallback.map(str::to_string))
+            .ok_or_else(|| {
+                AwsError::Invalid(
+                    "cannot determine the VPC: no node has an AWS instance yet; set VPC in the cloud config"
+                        .to_string(),
+                )
+            })
+    }
+
+    async fn subnets(
+        &self,
+        spec: &LoadBalancerSpec,
+        vpc: &str,
+        internal: bool,
+    ) -> Result<Vec<String>, AwsError> {
+        let aws = desired::aws_spec(spec)?;
+        if !aws.subnets.is_empty() {
+            let mut found = self
+                .discovery
+                .annotated_subnets(&self.clients, Some(vpc), &aws.subnets)
+                .await?;
+            found.sort_by(|a, b| (&a.zone, &a.id).cmp(&(&b.zone, &b.id)));
+            return Ok(found.into_iter().map(|s| s.id).collect());
+        }
+        let all = self
+            .discovery
+            .discovered_subnets(&self.clients, vpc, internal, self.config.full_resync)
+            .await?;
+        let chosen = select_subnets(&all, &self.cluster_tag(), internal);
+        if !chosen.is_empty() {
+            return Ok(chosen);
+        }
+        match &self.config.subnet_id {
+            Some(subnet) => {
+                tracing::warn!(vpc, subnet, "no tagged or public subnet found; using SubnetID");
+                Ok(vec![subnet.clone()])
+            }
+            None => Err(AwsError::Invalid(
+                "could not find any suitable subnets for creating the ELB".to_string(),
+            )),
+        }
+    }
+
+    /// Finds or creates `k8s-elb-<name>` and converges its ingress rules. Returns its ID and
+    /// whether it was just created.
+    async fn ensure_clb_group(
+        &self,
+        spec: &LoadBalancerSpec,
+        name: &str,
+        vpc: &str,
+    ) -> Result<(String, bool), AwsError> {
+        let group_name = clb_security_group_name(name);
+        let rules = desired::clb_security_group_rules(spec)?;
+        let existing = nodes::describe_groups(
+            &self.clients,
+            Some(vec![
+                crate::discovery::ec2_filter("group-name", [group_name.as_str()]),
+                crate::discovery::ec2_filter("vpc-id", [vpc]),
+            ]),
+            None,
+        )
+        .await?;
+        let aws = desired::aws_spec(spec)?;
+        if let Some(group) = existing.first() {
+            let owner = group.tags.get(&self.cluster_tag());
+            if owner.is_none() {
+                // Upstream repairs a missing ownership tag the same way.
+                let tags = security_group_tags(&self.cluster_id, &BTreeMap::new());
+                let tags: Vec<aws_sdk_ec2::types::Tag> = tags
+                    .iter()
+                    .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
+                    .collect();
+                self.clients
+                    .calls
+                    .run(ops::CREATE_TAGS, || {
+                        self.clients
+                            .ec2
+                            .create_tags()
+                            .resources(&group.id)
+                            .set_tags(Some(tags.clone()))
+                            .send()
+                    })
+                    .await?;
+            }
+            let changes = diff_rules(&group.ingress, &rules, |_| true);
+            nodes::apply_rule_changes(&self.clients, &group.id, &changes).await?;
+            return Ok((group.id.clone(), false));
+        }
+        let tags = security_group_tags(&self.cluster_id, &aws.additional_tags);
+        let spec_tags = TagSpecification::builder()
+            .resource_type(ResourceType::SecurityGroup)
+            .set_tags(Some(
+                tags.iter()
+                    .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
+                    .collect(),
+            ))
+            .build();
+        let description = clb_security_group_description(name, &spec.service);
+        let created = self
+            .clients
+            .calls
+            .run(ops::CREATE_SECURITY_GROUP, || {
+                self.clients
+                    .ec2
+                    .create_security_group()
+                    .group_name(&group_name)
+                    .description(&description)
+                    .vpc_id(vpc)
+                    .tag_specifications(spec_tags.clone())
+                    .send()
+            })
+            .await?;
+        let id = created
+            .group_id()
+            .ok_or_else(|| AwsError::Unexpected("CreateSecurityGroup returned no ID".into()))?
+            .to_string();
+        let changes = diff_rules(&[], &rules, |_| true);
+        nodes::apply_rule_changes(&self.clients, &id, &changes).await?;
+        Ok((id, true))
+    }
+
+    async fn ensure_clb(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, AwsError> {
+        let name = load_balancer_name(&spec.service.uid);
+        let instances = self.instances(spec, backends).await?;
+        let candidate_groups: BTreeSet<String> = instances
+            .values()
+            .flat_map(|i| i.security_groups.iter().cloned())
+            .collect();
+        let fp = fingerprint(spec, &candidate_groups);
+        let instance_ids: BTreeSet<String> = instances.keys().cloned().collect();
+
+        if let Some(Verified::Clb {
+            fingerprint: cached_fp,
+            at,
+            desired: cached,
+        }) = self.cached(&name)
+            && cached_fp == fp
+            && at.elapsed() < self.config.full_resync
+        {
+            let mut desired = cached;
+            desired.instances = instance_ids.clone();
+            if let Some(observed) = clb::io::describe(&self.clients, &name).await? {
+                let actions = clb::plan::plan(Some(&observed), &desired);
+                if !actions.iter().any(|a| matches!(a, ClbAction::Create | ClbAction::Recreate)) {
+                    clb::io::apply(&self.clients, &desired, &actions).await?;
+                    self.remember(
+                        &name,
+                        Some(Verified::Clb {
+                            fingerprint: fp,
+                            at,
+                            desired,
+                        }),
+                    );
+                    return Ok(status(observed.dns_name));
+                }
+            }
+        }
+
+        let observed = clb::io::describe(&self.clients, &name).await?;
+        let vpc = self.vpc(&instances, observed.as_ref().and_then(|o| o.vpc_id.as_deref()))?;
+        let internal = spec.scheme == kube_lb_annotations::Scheme::Internal;
+        let subnets = self.subnets(spec, &vpc, internal).await?;
+        let aws = desired::aws_spec(spec)?;
+        let (mut groups, lb_group_created) = if !aws.security_groups.is_empty() {
+            (aws.security_groups.clone(), false)
+        } else if let Some(group) = &self.config.elb_security_group {
+            (vec![group.clone()], false)
+        } else {
+            let (id, created) = self.ensure_clb_group(spec, &name, &vpc).await?;
+            (vec![id], created)
+        };
+        for extra in &aws.extra_security_groups {
+            if !groups.contains(extra) {
+                groups.push(extra.clone());
+            }
+        }
+        let ctx = self.context(&name);
+        let desired = desired::clb(
+            &ctx,
+            spec,
+            &Placement {
+                subnets,
+                security_groups: groups.clone(),
+                instances: instance_ids,
+            },
+        )?;
+        let observed = match observed {
+            Some(mut seen) => {
+                seen.attributes = Some(clb::io::read_attributes(&self.clients, &name).await?);
+                seen.tags = Some(clb::io::read_tags(&self.clients, &name).await?);
+                Some(seen)
+            }
+            None => None,
+        };
+        let actions = clb::plan::plan(observed.as_ref(), &desired);
+        let created_dns = clb::io::apply(&self.clients, &desired, &actions).await?;
+
+        if !self.config.disable_security_group_ingress
+            && let Some(primary) = groups.first()
+        {
+            let observed_groups = if lb_group_created {
+                // A group created just now cannot be referenced anywhere yet: only the node
+                // groups need reading.
+                nodes::describe_groups(
+                    &self.clients,
+                    None,
+                    Some(candidate_groups.iter().cloned().collect()),
+                )
+                .await?
+            } else {
+                nodes::observe_groups(&self.clients, &self.cluster_tag(), Some(&vpc), &candidate_groups)
+                    .await?
+            };
+            let node_groups = nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
+            let sources = vec![primary.clone()];
+            let plan = nodes::plan_node_groups(
+                &observed_groups,
+                &node_groups,
+                &[IngressRule::from_group(primary)],
+                Ownership::ClbSource(&sources),
+            );
+            for (group, changes) in &plan {
+                nodes::apply_rule_changes(&self.clients, group, changes).await?;
+            }
+        }
+
+        let dns = created_dns.or_else(|| observed.and_then(|o| o.dns_name));
+        self.remember(
+            &name,
+            Some(Verified::Clb {
+                fingerprint: fp,
+                at: Instant::now(),
+                desired,
+            }),
+        );
+        Ok(status(dns))
+    }
+
+    async fn ensure_nlb(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, AwsError> {
+        let name = load_balancer_name(&spec.service.uid);
+        let instances = self.instances(spec, backends).await?;
+        let candidate_groups: BTreeSet<String> = instances
+            .values()
+            .flat_map(|i| i.security_groups.iter().cloned())
+            .collect();
+        let fp = fingerprint(spec, &candidate_groups);
+        let instance_ids: BTreeSet<String> = instances.keys().cloned().collect();
+
+        if let Some(Verified::Nlb {
+            fingerprint: cached_fp,
+            at,
+            desired: cached,
+            arn,
+            dns_name,
+            target_groups,
+        }) = self.cached(&name)
+            && cached_fp == fp
+            && at.elapsed() < self.config.full_resync
+        {
+            let mut desired = cached;
+            desired.instances = instance_ids.clone();
+            let mut observed = NlbObserved {
+                arn: arn.clone(),
+                dns_name: dns_name.clone(),
+                internal: desired.internal,
+                subnet_mappings: desired.subnet_mappings.clone(),
+                listeners: Vec::new(),
+                target_groups: Vec::new(),
+                attributes: None,
+                tags: None,
+            };
+            for (listener, tg_arn) in desired.listeners.iter().zip(&target_groups) {
+                let targets = nlb::io::read_targets(&self.clients, tg_arn).await?;
+                observed.listeners.push(ObservedListener {
+                    arn: String::new(),
+                    port: listener.port,
+                    protocol: listener.protocol.clone(),
+                    certificate: listener.certificate.clone(),
+                    ssl_policy: listener.ssl_policy.clone(),
+                    target_group_arn: Some(tg_arn.clone()),
+                });
+                let tg = &listener.target_group;
+                observed.target_groups.push(ObservedTg {
+                    arn: tg_arn.clone(),
+                    name: tg.name.clone(),
+                    protocol: tg.protocol.clone(),
+                    port: tg.port,
+                    health: tg.health.clone(),
+                    targets: Some(targets),
+                    attributes: None,
+                    tags: None,
+                });
+            }
+            let actions = nlb::plan::plan(Some(&observed), &desired);
+            let only_targets = actions.iter().all(|a| {
+                matches!(
+                    a,
+                    NlbAction::RegisterTargets { .. } | NlbAction::DeregisterTargets { .. }
+                )
+            });
+            if only_targets {
+                let vpc = self.vpc(&instances, None).unwrap_or_default();
+                nlb::io::apply(&self.clients, &vpc, Some(&arn), &desired, &actions).await?;
+                self.remember(
+                    &name,
+                    Some(Verified::Nlb {
+                        fingerprint: fp,
+                        at,
+                        desired,
+                        arn,
+                        dns_name: dns_name.clone(),
+                        target_groups,
+                    }),
+                );
+                return Ok(status(dns_name));
+            }
+        }
+
+        let mut observed = nlb::io::describe(&self.clients, &name).await?;
+        if let Some(seen) = observed.as_mut() {
+            nlb::io::observe_details(&self.clients, seen).await?;
+        }
+        let vpc = self.vpc(&instances, None)?;
+        let internal = spec.scheme == kube_lb_annotations::Scheme::Internal;
+        let subnets = self.subnets(spec, &vpc, internal).await?;
+        let aws = desired::aws_spec(spec)?;
+        let groups = if self.config.nlb_security_group_mode == NlbSecurityGroupMode::Managed {
+            aws.security_groups.clone()
+        } else {
+            Vec::new()
+        };
+        let ctx = self.context(&name);
+        let desired = desired::nlb(&ctx, spec, &subnets, groups, instance_ids)?;
+        let actions = nlb::plan::plan(observed.as_ref(), &desired);
+        let recreated = actions
+            .iter()
+            .any(|a| matches!(a, NlbAction::Create | NlbAction::Recreate));
+        let applied = nlb::io::apply(
+            &self.clients,
+            &vpc,
+            observed.as_ref().map(|o| o.arn.as_str()),
+            &desired,
+            &actions,
+        )
+        .await?;
+        let arn = applied
+            .arn
+            .clone()
+            .ok_or_else(|| AwsError::Unexpected("NLB has no ARN after apply".into()))?;
+        let mut target_groups = Vec::new();
+        for (index, listener) in desired.listeners.iter().enumerate() {
+            let existing = if recreated {
+                None
+            } else {
+                observed.as_ref().and_then(|o| {
+                    o.listeners
+                        .iter()
+                        .find(|l| l.port == listener.port)
+                        .and_then(|l| l.target_group_arn.clone())
+                })
+            };
+            match applied.new_tgs.get(&index).cloned().or(existing) {
+                Some(tg) => target_groups.push(tg),
+                None => {
+                    return Err(AwsError::Unexpected(format!(
+                        "listener {} has no target group after apply",
+                        listener.port
+                    )));
+                }
+            }
+        }
+
+        if !self.config.disable_security_group_ingress {
+            let vpc_cidrs = self.discovery.vpc_cidrs(&self.clients, &vpc).await?;
+            let inputs = desired::nlb_node_rule_inputs(spec)?;
+            let rules = nodes::nlb_node_rules(&name, &inputs, &vpc_cidrs);
+            let observed_groups =
+                nodes::observe_groups(&self.clients, &self.cluster_tag(), Some(&vpc), &candidate_groups)
+                    .await?;
+            let node_groups = nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
+            let plan =
+                nodes::plan_node_groups(&observed_groups, &node_groups, &rules, Ownership::Nlb(&name));
+            for (group, changes) in &plan {
+                nodes::apply_rule_changes(&self.clients, group, changes).await?;
+            }
+        }
+
+        let dns_name = applied
+            .dns_name
+            .clone()
+            .or_else(|| if recreated { None } else { observed.and_then(|o| o.dns_name) });
+        self.remember(
+            &name,
+            Some(Verified::Nlb {
+                fingerprint: fp,
+                at: Instant::now(),
+                desired,
+                arn,
+                dns_name: dns_name.clone(),
+                target_groups,
+            }),
+        );
+        Ok(status(dns_name))
+    }
+
+    async fn delete_all(&self, service: &ServiceKey) -> Result<(), AwsError> {
+        crate::delete::delete(self, service).await
+    }
+
+    pub(crate) fn clients_ref(&self) -> &Clients {
+        &self.clients
+    }
+
+    pub(crate) fn config_ref(&self) -> &CloudConfig {
+        &self.config
+    }
+
+    pub(crate) fn discovery_ref(&self) -> &Discovery {
+        &self.discovery
+    }
+
+    pub(crate) fn cluster_tag_key(&self) -> String {
+        self.cluster_tag()
+    }
+
+    pub(crate) fn forget(&self, name: &str) {
+        self.remember(name, None);
+    }
+}
+
+fn to_provider_error(service: &ServiceKey, error: AwsError) -> ProviderError {
+    tracing::warn!(service = %service, provider = "aws", error = %error, "AWS reconcile failed");
+    ProviderError::from(error)
+}
+
+#[async_trait]
+impl LoadBalancerProvider for AwsProvider {
+    fn name(&self) -> &'static str {
+        "aws"
+    }
+
+    #[tracing::instrument(skip_all, fields(service = %spec.service, provider = "aws", lb = %load_balancer_name(&spec.service.uid)))]
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let aws = desired::aws_spec(spec).map_err(|e| to_provider_error(&spec.service, e))?;
+        let result = match aws.kind {
+            AwsLoadBalancerKind::ImplementedElsewhere => {
+                return Err(ProviderError::ImplementedElsewhere);
+            }
+            AwsLoadBalancerKind::Classic => self.ensure_clb(spec, backends).await,
+            AwsLoadBalancerKind::Nlb => self.ensure_nlb(spec, backends).await,
+        };
+        result.map_err(|e| {
+            // A failed apply leaves AWS in an unknown state: re-read everything next time.
+            self.forget(&load_balancer_name(&spec.service.uid));
+            to_provider_error(&spec.service, e)
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(service = %service, provider = "aws", lb = %load_balancer_name(&service.uid)))]
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        self.delete_all(service)
+            .await
+            .map_err(|e| to_provider_error(service, e))
+    }
+
+    async fn status(&self, service: &ServiceKey) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let name = load_balancer_name(&service.uid);
+        if let Some(clb) = clb::io::describe(&self.clients, &name)
+            .await
+            .map_err(|e| to_provider_error(service, e))?
+        {
+            return Ok(Some(status(clb.dns_name)));
+        }
+        Ok(nlb::io::describe(&self.clients, &name)
+            .await
+            .map_err(|e| to_provider_error(service, e))?
+            .map(|nlb| status(nlb.dns_name)))
+    }
+
+    fn accepts_node(&self, spec: &LoadBalancerSpec, node: &BackendNode) -> bool {
+        let Some(aws) = spec.provider.as_aws() else {
+            return true;
+        };
+        aws.target_node_labels.iter().all(|(key, value)| {
+            node.labels
+                .get(key)
+                .is_some_and(|have| value.is_empty() || have == value)
+        })
+    }
+}
