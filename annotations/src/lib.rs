@@ -8,6 +8,24 @@
 //! Value policy (design/ANNOTATIONS.md): *compatible* — accept what the upstream provider
 //! accepts; *early* — reject at parse time what the cloud would reject at sync time; *loud* —
 //! warn where upstream silently does something surprising. Each parser documents its choices.
+//!
+//! Decisions that cut across clouds:
+//! - A Service that is not `type: LoadBalancer` is not an error but a skip: `parse` returns one
+//!   error of kind [`ErrorKind::NotLoadBalancer`] and [`ParseErrors::is_not_load_balancer`] is
+//!   true. `spec.loadBalancerClass` is returned, not judged (the controller decides ownership).
+//! - `spec.loadBalancerIP` is honoured by `local`, GCP, Azure (the per-family annotations win)
+//!   and OpenStack; an error on AWS (upstream refuses it); ignored with a warning on Tencent
+//!   and Baidu, whose providers do not read it (the seed: an unsupported value is ignored).
+//! - Service port names are DNS-1123 labels (lowercase alphanumerics and '-', alphanumeric at
+//!   both ends, at most 63), which is what the API server checks for Service ports; the seeds
+//!   give the character rules without a length.
+//! - Seed 002 `topologyKeys` travels in the annotation [`keys::common::TOPOLOGY_KEYS`]
+//!   (comma-separated, same rules); [`lift_topology_keys`] moves the removed field of a raw
+//!   manifest into it.
+//! - Annotations of another cloud than the one parsed for produce one warning per cloud: they
+//!   have no effect, and a wrong `--cloud` or a copied manifest is the usual cause.
+//! - An empty value of a numeric annotation means "unset" (default applies) with a warning;
+//!   seed 001 itself shows `healthcheck-healthy-threshold: ""`.
 
 mod diagnostics;
 pub mod keys;
