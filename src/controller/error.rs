@@ -50,6 +50,11 @@ impl Error {
         }
     }
 
+    /// True for a 409 Conflict from the API server (an optimistic-concurrency loss).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(status)) if status.code == 409)
+    }
+
     /// A short label for metrics, never built from `Debug`.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -15,6 +15,9 @@ use super::events::Reason;
 use super::finalizer::{self, FINALIZER, Step};
 use super::{Context, Error, ErrorClass, Outcome, ServiceName, backoff_delay, nodes, status};
 
+/// Retry delay after a write conflict.
+const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// What to do with a Service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
@@ -121,6 +124,11 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
     let class = error.class();
     ctx.metrics.error(class, error.kind());
     let key = ObjectRef::from_obj(service.as_ref());
+    if error.is_conflict() {
+        // Someone wrote the Service since our cache saw it; the newer version is already on
+        // its way through the watch, so retry soon without counting a failure.
+        return Action::requeue(CONFLICT_RETRY);
+    }
     match class {
         ErrorClass::User => {
             tracing::info!(service = %ServiceName::of(&service), %error, "user error; waiting for the Service to change");
@@ -331,4 +339,94 @@ async fn release(
     let current = Arc::new(api.get(&name).await?);
     finalizer::set(api, &current, false).await?;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ServiceSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::jiff::Timestamp;
+    use kube_lb_annotations::Cloud;
+
+    use super::*;
+    use crate::controller::ControllerConfig;
+
+    fn svc(type_: &str, class: Option<&str>, finalized: bool, deleting: bool) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("u-1".into()),
+                finalizers: finalized.then(|| vec![FINALIZER.to_string()]),
+                deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some(type_.into()),
+                load_balancer_class: class.map(String::from),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn dispositions() {
+        let config = ControllerConfig::new(Cloud::Local);
+        let cases = [
+            (svc("LoadBalancer", None, false, false), Disposition::Manage),
+            (svc("LoadBalancer", None, true, false), Disposition::Manage),
+            (svc("LoadBalancer", None, true, true), Disposition::Manage),
+            (svc("LoadBalancer", None, false, true), Disposition::Ignore),
+            (svc("ClusterIP", None, false, false), Disposition::Ignore),
+            (svc("ClusterIP", None, true, false), Disposition::Release),
+            (svc("NodePort", None, true, true), Disposition::Manage),
+            (
+                svc("LoadBalancer", Some("other.io/x"), false, false),
+                Disposition::Ignore,
+            ),
+            (
+                svc("LoadBalancer", Some("other.io/x"), true, false),
+                Disposition::Release,
+            ),
+        ];
+        for (service, want) in cases {
+            assert_eq!(
+                Disposition::of(&service, &config),
+                want,
+                "{:?}",
+                service.spec
+            );
+        }
+    }
+
+    #[test]
+    fn service_key_and_fingerprints() {
+        let s = svc("LoadBalancer", None, false, false);
+        let key = service_key(&s).unwrap();
+        assert_eq!(
+            (key.namespace.as_str(), key.name.as_str(), key.uid.as_str()),
+            ("default", "web", "u-1")
+        );
+        let mut annotated = s.clone();
+        annotated
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("a".into(), "b".into());
+        assert_ne!(user_fingerprint(&s), user_fingerprint(&annotated));
+        let mut status_only = s.clone();
+        status_only.status = Some(Default::default());
+        assert_eq!(
+            user_fingerprint(&s),
+            user_fingerprint(&status_only),
+            "status is not the user's"
+        );
+        let mut nameless = s;
+        nameless.metadata.uid = None;
+        assert!(matches!(
+            service_key(&nameless),
+            Err(Error::MissingField("uid"))
+        ));
+    }
 }

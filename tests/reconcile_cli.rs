@@ -1,0 +1,176 @@
+//! `kube-lb reconcile` as scripts use it: exit codes, output formats, `--state-file` and
+//! `--delete`.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+const GOOD: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: LoadBalancer
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: prod}
+spec:
+  type: LoadBalancer
+  loadBalancerIP: 127.240.0.50
+  ports: [{name: https, port: 443, targetPort: 8443}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: internal, namespace: default}
+spec:
+  ports: [{port: 82}]
+"#;
+
+const BAD: &str = r#"
+apiVersion: v1
+kind: Service
+metadata:
+  name: bad
+  namespace: default
+  annotations:
+    service.beta.kubernetes.io/load-balancer-source-ranges: "nope"
+spec:
+  type: LoadBalancer
+  ports: [{port: 81}]
+"#;
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn reconcile(args: &[&str]) -> (i32, Vec<Value>, String) {
+    let out = Command::cargo_bin("kube-lb")
+        .unwrap()
+        .arg("--log")
+        .arg("warn")
+        .arg("reconcile")
+        .args(args)
+        .args(["-o", "json", "--timeout", "30s"])
+        .output()
+        .unwrap();
+    let rows = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    (
+        out.status.code().unwrap(),
+        rows,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn row<'a>(rows: &'a [Value], name: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no row {name} in {rows:?}"))
+}
+
+#[test]
+fn all_addressed_exits_0_and_prints_every_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "good.yaml", GOOD);
+    let (code, rows, stderr) = reconcile(&["-f", &file]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(rows.len(), 3);
+    assert_eq!(row(&rows, "api")["externalIp"], "127.240.0.50");
+    assert!(
+        row(&rows, "web")["externalIp"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.240.")
+    );
+    assert_eq!(row(&rows, "web")["status"], "Ready");
+    assert_eq!(row(&rows, "internal")["status"], "-");
+}
+
+#[test]
+fn a_user_error_exits_1_with_the_event_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write(dir.path(), "good.yaml", GOOD);
+    let bad = write(dir.path(), "bad.yaml", BAD);
+    let (code, rows, stderr) = reconcile(&["-f", &good, "-f", &bad]);
+    assert_eq!(code, 1, "{stderr}");
+    let bad = row(&rows, "bad");
+    assert_eq!(bad["status"], "Error");
+    assert_eq!(bad["externalIp"], "<pending>");
+    assert!(
+        bad["event"].as_str().unwrap().starts_with(
+            "annotation service.beta.kubernetes.io/load-balancer-source-ranges = \"nope\""
+        ),
+        "{bad}"
+    );
+    assert_eq!(row(&rows, "web")["status"], "Ready");
+}
+
+#[test]
+fn table_output_has_kubectl_like_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "good.yaml", GOOD);
+    let out = Command::cargo_bin("kube-lb")
+        .unwrap()
+        .args(["--log", "warn", "reconcile", "-f", &file])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header = text.lines().next().unwrap();
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(
+        columns,
+        [
+            "NAMESPACE",
+            "NAME",
+            "TYPE",
+            "EXTERNAL-IP",
+            "PORTS",
+            "STATUS/EVENT"
+        ]
+    );
+    assert!(text.contains("127.240.0.50"), "{text}");
+}
+
+#[test]
+fn state_file_makes_a_second_run_a_resync_and_delete_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "good.yaml", GOOD);
+    let state = dir.path().join("state.json").display().to_string();
+    let (code, first, stderr) = reconcile(&["-f", &file, "--state-file", &state]);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, second, stderr) = reconcile(&["-f", &file, "--state-file", &state]);
+    assert_eq!(code, 0, "{stderr}");
+    for name in ["web", "api"] {
+        assert_eq!(
+            row(&first, name)["externalIp"],
+            row(&second, name)["externalIp"],
+            "{name}"
+        );
+    }
+    let (code, deleted, stderr) = reconcile(&["-f", &file, "--state-file", &state, "--delete"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(row(&deleted, "web")["status"], "Deleted");
+    assert_eq!(row(&deleted, "internal")["status"], "-");
+}
+
+#[test]
+fn unavailable_cloud_and_timeouts_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "good.yaml", GOOD);
+    let (code, _, stderr) = reconcile(&["-f", &file, "--cloud", "gcp"]);
+    assert_eq!(code, 2, "{stderr}");
+    let out = Command::cargo_bin("kube-lb")
+        .unwrap()
+        .args(["--log", "warn", "reconcile", "-f", &file, "--timeout", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("timed out"));
+}
