@@ -126,6 +126,14 @@ pub fn load_balancer(
         .filter_map(|f| Some((lower(str_at(f, &["name"])?), f.clone())))
         .collect();
     let mut used_pips = BTreeSet::new();
+    // Addresses held by other load balancers, plus those this body's frontends take in order.
+    let mut taken = private_ips_in_use(state, id);
+    // Dynamic allocation must not hand out an address a later frontend asks for statically.
+    let requested_static: BTreeSet<IpAddr> = frontends
+        .iter()
+        .filter(|f| str_at(f, &["properties", "privateIPAllocationMethod"]) == Some("Static"))
+        .filter_map(|f| str_at(f, &["properties", "privateIPAddress"])?.parse().ok())
+        .collect();
     let mut new_frontends = Vec::with_capacity(frontends.len());
     for mut fe in frontends {
         let fe_name = str_at(&fe, &["name"]).unwrap_or_default().to_string();
@@ -177,7 +185,6 @@ pub fn load_balancer(
                 .unwrap_or("Dynamic")
                 .to_string();
             let method = method.as_str();
-            let taken = private_ips_in_use(state, id);
             let address = if method == "Static" {
                 let Some(address) = requested else {
                     return Err(ArmError::bad_request(
@@ -215,7 +222,9 @@ pub fn load_balancer(
                         })
                         .flatten()
                 });
-                match previous.or_else(|| first_free(prefix, &taken)) {
+                match previous.or_else(|| {
+                    first_free(prefix, &taken.union(&requested_static).copied().collect())
+                }) {
                     Some(a) => a,
                     None => {
                         return Err(ArmError::bad_request(
@@ -225,6 +234,7 @@ pub fn load_balancer(
                     }
                 }
             };
+            taken.insert(address);
             if let Some(props) = fe.get_mut("properties").and_then(Value::as_object_mut) {
                 props.insert("privateIPAddress".into(), json!(address.to_string()));
                 props.insert("privateIPAllocationMethod".into(), json!(method));

@@ -1,0 +1,526 @@
+//! The mock enforces what ARM enforces, checked over real HTTP without the provider.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+use kube_lb_mock_azure::{
+    ArmError, CLIENT_ID, CLIENT_SECRET, Fault, MockArm, Quotas, SUBSCRIPTION, TENANT,
+};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const RG: &str = "rg";
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+async fn setup(builder: kube_lb_mock_azure::MockArmBuilder) -> (MockArm, Client) {
+    let arm = builder
+        .subnet(RG, "vnet", "10.0.0.0/16", "nodes", "10.0.1.0/24")
+        .security_group(RG, "nsg")
+        .start()
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let token: Value = http
+        .post(format!("{}/{TENANT}/oauth2/v2.0/token", arm.url()))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", CLIENT_ID),
+            ("client_secret", CLIENT_SECRET),
+            ("scope", "https://management.azure.com/.default"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let client = Client {
+        http,
+        base: arm.url(),
+        token: token["access_token"].as_str().unwrap().to_string(),
+    };
+    (arm, client)
+}
+
+fn path(collection: &str, name: &str) -> String {
+    format!(
+        "/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/Microsoft.Network/{collection}/{name}"
+    )
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+}
+
+impl Answer {
+    fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or_default()
+    }
+}
+
+impl Client {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let url = if path.starts_with("http") {
+            path.to_string()
+        } else {
+            format!("{}{path}?api-version=2024-03-01", self.base)
+        };
+        let mut request = self.http.request(method, url).bearer_auth(&self.token);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        Answer {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
+    async fn put(&self, path: &str, body: Value) -> Answer {
+        self.call(reqwest::Method::PUT, path, Some(body), &[]).await
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.call(reqwest::Method::GET, path, None, &[]).await
+    }
+
+    async fn delete(&self, path: &str) -> Answer {
+        self.call(reqwest::Method::DELETE, path, None, &[]).await
+    }
+
+    /// Polls an `Azure-AsyncOperation` URL until it leaves `InProgress`.
+    async fn finish(&self, answer: &Answer) -> String {
+        let url = answer.headers["azure-asyncoperation"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        for _ in 0..10 {
+            let status = self.get(&url).await.body["status"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            if status != "InProgress" {
+                return status;
+            }
+        }
+        panic!("operation never finished");
+    }
+}
+
+fn pip_body() -> Value {
+    json!({"location": "eastus", "sku": {"name": "Standard"}, "properties": {"publicIPAllocationMethod": "Static"}})
+}
+
+fn lb_body(pip_id: &str) -> Value {
+    let lb = path("loadBalancers", "kubernetes");
+    json!({"location": "eastus", "sku": {"name": "Standard"}, "properties": {
+        "frontendIPConfigurations": [{"name": "fe", "properties": {"publicIPAddress": {"id": pip_id}}}],
+        "backendAddressPools": [{"name": "kubernetes"}],
+        "probes": [{"name": "fe-TCP-80", "properties": {"protocol": "Tcp", "port": 30080, "intervalInSeconds": 5}}],
+        "loadBalancingRules": [{"name": "fe-TCP-80", "properties": {
+            "protocol": "Tcp", "frontendPort": 80, "backendPort": 80,
+            "frontendIPConfiguration": {"id": format!("{lb}/frontendIPConfigurations/fe")},
+            "backendAddressPool": {"id": format!("{lb}/backendAddressPools/kubernetes")},
+            "probe": {"id": format!("{lb}/probes/fe-TCP-80")}}}]}})
+}
+
+#[tokio::test]
+async fn api_version_and_a_valid_token_are_required() {
+    let (arm, c) = setup(MockArm::builder()).await;
+    let no_version = c
+        .http
+        .get(format!("{}{}", c.base, path("publicIPAddresses", "x")))
+        .bearer_auth(&c.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_version.status(), StatusCode::BAD_REQUEST);
+    let body: Value = no_version.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "MissingApiVersionParameter");
+    let anonymous = c
+        .http
+        .get(format!(
+            "{}{}?api-version=2024-03-01",
+            c.base,
+            path("publicIPAddresses", "x")
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let wrong_secret = c
+        .http
+        .post(format!("{}/{TENANT}/oauth2/v2.0/token", c.base))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", CLIENT_ID),
+            ("client_secret", "nope"),
+            ("scope", "x/.default"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_secret.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        arm.journal()
+            .iter()
+            .all(|e| e.body.is_none() || !e.path.contains("oauth2")),
+        "secrets are not journaled"
+    );
+    assert_eq!(
+        c.get(&path("publicIPAddresses", "x")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn writes_are_async_operations_with_provisioning_states() {
+    let (arm, c) = setup(MockArm::builder().lro_polls(2)).await;
+    let created = c.put(&path("publicIPAddresses", "pip"), pip_body()).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    assert_eq!(created.body["properties"]["provisioningState"], "Updating");
+    assert_eq!(created.headers["retry-after"], "0");
+    assert_eq!(c.finish(&created).await, "Succeeded");
+    let pip = c.get(&path("publicIPAddresses", "pip")).await.body;
+    assert_eq!(pip["properties"]["provisioningState"], "Succeeded");
+    assert!(pip["properties"]["ipAddress"].as_str().is_some());
+    assert!(pip["etag"].as_str().unwrap().starts_with("W/\""));
+
+    let deleting = c.delete(&path("publicIPAddresses", "pip")).await;
+    assert_eq!(deleting.status, StatusCode::ACCEPTED);
+    assert!(deleting.headers.contains_key("location"));
+    assert_eq!(
+        c.get(&path("publicIPAddresses", "pip")).await.body["properties"]["provisioningState"],
+        "Deleting"
+    );
+    assert_eq!(c.finish(&deleting).await, "Succeeded");
+    assert!(arm.public_ip(RG, "pip").is_none());
+    assert_eq!(
+        c.delete(&path("publicIPAddresses", "pip")).await.status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+#[tokio::test]
+async fn etags_guard_every_write() {
+    let (_arm, c) = setup(MockArm::builder().lro_polls(0)).await;
+    let p = path("publicIPAddresses", "pip");
+    c.put(&p, pip_body()).await;
+    let etag = c.get(&p).await.body["etag"].as_str().unwrap().to_string();
+    let stale = "W/\"00000000-0000-0000-0000-000000000000\"";
+    let refused = c
+        .call(
+            reqwest::Method::PUT,
+            &p,
+            Some(pip_body()),
+            &[("if-match", stale)],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(refused.code(), "PreconditionFailed");
+    assert_eq!(
+        refused.body["error"]["details"][0]["code"],
+        "PreconditionFailedEtagMismatch"
+    );
+    let accepted = c
+        .call(
+            reqwest::Method::PUT,
+            &p,
+            Some(pip_body()),
+            &[("if-match", &etag)],
+        )
+        .await;
+    assert_eq!(accepted.status, StatusCode::OK);
+    assert_ne!(
+        c.get(&p).await.body["etag"].as_str().unwrap(),
+        etag,
+        "a write changes the etag"
+    );
+    let exists = c
+        .call(
+            reqwest::Method::PUT,
+            &p,
+            Some(pip_body()),
+            &[("if-none-match", "*")],
+        )
+        .await;
+    assert_eq!(exists.status, StatusCode::PRECONDITION_FAILED);
+}
+
+#[tokio::test]
+async fn referential_integrity_between_load_balancers_and_public_ips() {
+    let (arm, c) = setup(MockArm::builder().lro_polls(0)).await;
+    let pip_id = path("publicIPAddresses", "pip");
+    let missing = c
+        .put(&path("loadBalancers", "kubernetes"), lb_body(&pip_id))
+        .await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert_eq!(missing.code(), "InvalidResourceReference");
+
+    c.put(&pip_id, pip_body()).await;
+    let lb = c
+        .put(&path("loadBalancers", "kubernetes"), lb_body(&pip_id))
+        .await;
+    assert_eq!(lb.status, StatusCode::CREATED, "{}", lb.body);
+    let pip = arm.public_ip(RG, "pip").unwrap();
+    assert!(
+        pip["properties"]["ipConfiguration"]["id"]
+            .as_str()
+            .unwrap()
+            .ends_with("/frontendIPConfigurations/fe")
+    );
+    let stored = arm.load_balancer(RG, "kubernetes").unwrap();
+    assert_eq!(
+        stored["properties"]["probes"][0]["properties"]["loadBalancingRules"][0]["id"],
+        stored["properties"]["loadBalancingRules"][0]["id"]
+    );
+
+    let in_use = c.delete(&pip_id).await;
+    assert_eq!(in_use.status, StatusCode::BAD_REQUEST);
+    assert_eq!(in_use.code(), "PublicIPAddressCannotBeDeleted");
+
+    let second = c
+        .put(
+            &path("loadBalancers", "other"),
+            lb_body(&pip_id)
+                .to_string()
+                .replace("loadBalancers/kubernetes", "loadBalancers/other")
+                .parse()
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(second.code(), "PublicIPAddressInUse");
+
+    let mut dangling = lb_body(&pip_id);
+    dangling["properties"]["loadBalancingRules"][0]["properties"]["probe"]["id"] = json!(format!(
+        "{}/probes/nope",
+        path("loadBalancers", "kubernetes")
+    ));
+    assert_eq!(
+        c.put(&path("loadBalancers", "kubernetes"), dangling)
+            .await
+            .code(),
+        "InvalidResourceReference"
+    );
+
+    c.delete(&path("loadBalancers", "kubernetes")).await;
+    assert!(
+        arm.public_ip(RG, "pip").unwrap()["properties"]
+            .get("ipConfiguration")
+            .is_none()
+    );
+    assert_eq!(c.delete(&pip_id).await.status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn bodies_are_validated_like_the_real_api() {
+    let (_arm, c) = setup(MockArm::builder().lro_polls(0)).await;
+    let pip_id = path("publicIPAddresses", "pip");
+    c.put(&pip_id, pip_body()).await;
+    let lb = path("loadBalancers", "kubernetes");
+    type Mutation = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Mutation, &str)> = vec![
+        (
+            "protocol enum",
+            Box::new(|b| {
+                b["properties"]["loadBalancingRules"][0]["properties"]["protocol"] = json!("TCP")
+            }),
+            "InvalidRequestFormat",
+        ),
+        (
+            "port range",
+            Box::new(|b| {
+                b["properties"]["loadBalancingRules"][0]["properties"]["frontendPort"] =
+                    json!(70000)
+            }),
+            "InvalidRequestFormat",
+        ),
+        (
+            "probe interval",
+            Box::new(|b| {
+                b["properties"]["probes"][0]["properties"]["intervalInSeconds"] = json!(2)
+            }),
+            "InvalidRequestFormat",
+        ),
+        (
+            "sku enum",
+            Box::new(|b| b["sku"]["name"] = json!("Premium")),
+            "InvalidRequestFormat",
+        ),
+        (
+            "missing location",
+            Box::new(|b| {
+                b.as_object_mut().unwrap().remove("location");
+            }),
+            "LocationRequired",
+        ),
+        (
+            "http probe without path",
+            Box::new(|b| b["properties"]["probes"][0]["properties"]["protocol"] = json!("Http")),
+            "ProbeRequestPathRequired",
+        ),
+        (
+            "idle timeout",
+            Box::new(|b| {
+                b["properties"]["loadBalancingRules"][0]["properties"]["idleTimeoutInMinutes"] =
+                    json!(120)
+            }),
+            "InvalidRequestFormat",
+        ),
+        (
+            "child name",
+            Box::new(|b| b["properties"]["probes"][0]["name"] = json!("-bad")),
+            "InvalidResourceName",
+        ),
+    ];
+    for (what, mutate, code) in cases {
+        let mut body = lb_body(&pip_id);
+        mutate(&mut body);
+        let answer = c.put(&lb, body).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::BAD_REQUEST, code),
+            "{what}: {}",
+            answer.body
+        );
+    }
+    let bad_name = c
+        .put(&path("loadBalancers", "bad name!"), lb_body(&pip_id))
+        .await;
+    assert_eq!(bad_name.code(), "InvalidResourceName");
+    let dynamic_standard = c
+        .put(&path("publicIPAddresses", "dyn"), json!({"location": "eastus", "sku": {"name": "Standard"}, "properties": {"publicIPAllocationMethod": "Dynamic"}}))
+        .await;
+    assert_eq!(dynamic_standard.status, StatusCode::BAD_REQUEST);
+    let nsg = path("networkSecurityGroups", "nsg");
+    let rule = |prio: u32| {
+        json!({"name": format!("r{prio}"), "properties": {"protocol": "Tcp", "access": "Allow", "direction": "Inbound",
+        "priority": 500, "sourcePortRange": "*", "destinationPortRange": "80", "sourceAddressPrefix": "Internet", "destinationAddressPrefix": "20.0.0.1"}})
+    };
+    let clash = c
+        .put(
+            &nsg,
+            json!({"location": "eastus", "properties": {"securityRules": [rule(1), rule(2)]}}),
+        )
+        .await;
+    assert_eq!(clash.code(), "SecurityRuleConflict");
+}
+
+#[tokio::test]
+async fn internal_frontends_get_addresses_from_their_subnet() {
+    let (arm, c) = setup(MockArm::builder().lro_polls(0)).await;
+    let subnet = format!(
+        "/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes"
+    );
+    let fe = |name: &str, ip: Option<&str>| {
+        let mut props = json!({"subnet": {"id": subnet}, "privateIPAllocationMethod": if ip.is_some() { "Static" } else { "Dynamic" }});
+        if let Some(ip) = ip {
+            props["privateIPAddress"] = json!(ip);
+        }
+        json!({"name": name, "properties": props})
+    };
+    let body = |fes: Vec<Value>| json!({"location": "eastus", "sku": {"name": "Standard"}, "properties": {"frontendIPConfigurations": fes}});
+    let ok = c
+        .put(
+            &path("loadBalancers", "k-internal"),
+            body(vec![fe("a", None), fe("b", Some("10.0.1.50"))]),
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::CREATED, "{}", ok.body);
+    let lb = arm.load_balancer(RG, "k-internal").unwrap();
+    assert_eq!(
+        lb["properties"]["frontendIPConfigurations"][0]["properties"]["privateIPAddress"],
+        "10.0.1.4"
+    );
+    let outside = c
+        .put(
+            &path("loadBalancers", "k-internal"),
+            body(vec![fe("a", None), fe("b", Some("10.9.0.5"))]),
+        )
+        .await;
+    assert_eq!(outside.code(), "PrivateIPAddressNotInSubnet");
+    let taken = c
+        .put(
+            &path("loadBalancers", "k-internal"),
+            body(vec![
+                fe("a", None),
+                fe("b", Some("10.0.1.50")),
+                fe("c", Some("10.0.1.50")),
+            ]),
+        )
+        .await;
+    assert_eq!(taken.status, StatusCode::BAD_REQUEST);
+    let missing_subnet = c
+        .put(&path("loadBalancers", "x"), json!({"location": "eastus", "properties": {"frontendIPConfigurations": [{"name": "a", "properties": {"subnet": {"id": format!("{subnet}x")}}}]}}))
+        .await;
+    assert_eq!(missing_subnet.code(), "InvalidResourceReference");
+}
+
+#[tokio::test]
+async fn quotas_throttling_and_failed_operations() {
+    let (arm, c) = setup(MockArm::builder().lro_polls(0).quotas(Quotas {
+        public_ips: 1,
+        ..Quotas::default()
+    }))
+    .await;
+    assert_eq!(
+        c.put(&path("publicIPAddresses", "one"), pip_body())
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        c.put(&path("publicIPAddresses", "two"), pip_body())
+            .await
+            .code(),
+        "PublicIPCountLimitReached"
+    );
+
+    arm.inject(Fault::throttle("GET", "/publicIPAddresses/one", 7, 1));
+    let throttled = c.get(&path("publicIPAddresses", "one")).await;
+    assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(throttled.headers["retry-after"], "7");
+    assert_eq!(
+        c.get(&path("publicIPAddresses", "one")).await.status,
+        StatusCode::OK,
+        "fault fired once"
+    );
+
+    arm.inject(Fault {
+        method: Some("LRO-PUT".into()),
+        path_contains: "/publicIPAddresses/one".into(),
+        skip: 0,
+        times: 1,
+        action: kube_lb_mock_azure::FaultAction::FailOperation(ArmError::bad_request(
+            "InternalError",
+            "it broke",
+        )),
+    });
+    arm.set_lro_polls(1);
+    let put = c.put(&path("publicIPAddresses", "one"), pip_body()).await;
+    assert_eq!(c.finish(&put).await, "Failed");
+    assert_eq!(
+        arm.public_ip(RG, "one").unwrap()["properties"]["provisioningState"],
+        "Failed"
+    );
+    assert_eq!(arm.pending_faults(), 0);
+}
