@@ -30,6 +30,7 @@
 //! # drop(client); Ok(()) }
 //! ```
 
+pub mod events;
 pub mod faults;
 pub mod http;
 pub mod managed;

@@ -166,6 +166,16 @@ pub fn services() -> ResourceId {
     find("", "v1", "services").unwrap_or_default()
 }
 
+/// Id of the core/v1 Event resource.
+pub fn core_events() -> ResourceId {
+    find("", "v1", "events").unwrap_or_default()
+}
+
+/// Id of the events.k8s.io/v1 Event resource.
+pub fn events_v1() -> ResourceId {
+    find("events.k8s.io", "v1", "events").unwrap_or_default()
+}
+
 /// Id of the core/v1 Namespace resource.
 pub fn namespaces() -> ResourceId {
     find("", "v1", "namespaces").unwrap_or_default()

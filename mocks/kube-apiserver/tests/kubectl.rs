@@ -170,7 +170,41 @@ async fn kubectl_end_to_end() {
     let names = ok(kc, &["get", "svc", "-l", "tier=front", "-o", "name"]).await;
     assert_eq!(names.trim(), "service/web");
 
+    // An event recorded through events.k8s.io/v1 (as kube-rs' Recorder does) shows up in
+    // `kubectl describe`, which reads core/v1 Events.
+    let client = server.client().unwrap();
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(client.clone(), "default");
+    let web_ref = kube::Resource::object_ref(&services.get("web").await.unwrap(), &());
+    let recorder = kube::runtime::events::Recorder::new(
+        client,
+        kube::runtime::events::Reporter {
+            controller: "kube-lb-test".into(),
+            instance: None,
+        },
+    );
+    for _ in 0..2 {
+        recorder
+            .publish(
+                &kube::runtime::events::Event {
+                    type_: kube::runtime::events::EventType::Normal,
+                    reason: "EnsuredLoadBalancer".into(),
+                    note: Some("Ensured load balancer".into()),
+                    action: "Ensure".into(),
+                    secondary: None,
+                },
+                &web_ref,
+            )
+            .await
+            .unwrap();
+    }
+
     let described = ok(kc, &["describe", "service", "web"]).await;
+    assert!(
+        described.contains("EnsuredLoadBalancer") && described.contains("Ensured load balancer"),
+        "{described}"
+    );
+    assert!(described.contains("kube-lb-test"), "{described}");
     assert!(
         described.contains("Type:") && described.contains("LoadBalancer"),
         "{described}"

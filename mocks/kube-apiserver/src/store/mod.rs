@@ -307,9 +307,43 @@ impl Store {
         });
         state.history.push(event.clone());
         // No receivers is fine: nobody is watching.
-        let _ = self.live.send(event);
+        let _ = self.live.send(event.clone());
         self.committed.send_replace(rv);
+        if resource == resources::events_v1() {
+            self.mirror_core_event(state, &event);
+        }
         object
+    }
+
+    /// Keeps the core/v1 view of an events.k8s.io/v1 Event in step (one storage in
+    /// kube-apiserver; two here, written together under the lock).
+    fn mirror_core_event(&self, state: &mut State, event: &Event) {
+        let core = resources::core_events();
+        let existing = state.objects[core].get(&event.key).cloned();
+        match event.event_type {
+            EventType::Deleted => {
+                if let Some(previous) = existing {
+                    let last = (*previous).clone();
+                    self.commit(
+                        state,
+                        core,
+                        event.key.clone(),
+                        EventType::Deleted,
+                        last,
+                        Some(previous),
+                    );
+                }
+            }
+            EventType::Added | EventType::Modified => {
+                let converted = crate::events::to_core_v1(&event.object);
+                let kind = if existing.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                self.commit(state, core, event.key.clone(), kind, converted, existing);
+            }
+        }
     }
 
     /// Creates an object. `namespace` is the request path's namespace (ignored for
