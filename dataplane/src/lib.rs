@@ -7,3 +7,5 @@ pub mod model;
 pub mod nft;
 pub mod testing;
 pub mod userspace;
+#[cfg(feature = "watch")]
+pub mod watch;

@@ -1,0 +1,323 @@
+//! The proxy loop (feature `watch`): kube-rs watchers for Services, EndpointSlices, Endpoints and
+//! Nodes feed the [`Index`]; a real change schedules one sync of the backend and the health
+//! servers, at most once per `min_sync_period`. Relists that change nothing cost nothing.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::time::Instant;
+
+use crate::health::{ProxyHealth, ServiceHealthServers};
+use crate::model::{HEADLESS_LABEL, Index, IndexConfig, SERVICE_PROXY_NAME_LABEL, Snapshot};
+use crate::nft::{NftBackend, NftError};
+use crate::userspace::UserspaceProxy;
+
+/// Errors of the proxy loop.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// All watch streams ended (the client was dropped).
+    #[error("watch streams ended")]
+    StreamsEnded,
+}
+
+/// The backend the loop programs.
+#[derive(Debug)]
+pub enum Dataplane {
+    /// nftables.
+    Nft(Box<NftBackend>),
+    /// userspace listeners.
+    Userspace(UserspaceProxy),
+}
+
+impl Dataplane {
+    /// Programs `snapshot`.
+    pub async fn sync(&mut self, snapshot: &Snapshot) -> Result<(), NftError> {
+        match self {
+            Dataplane::Nft(backend) => {
+                let report = backend.sync(snapshot).await?;
+                for warning in &report.warnings {
+                    tracing::warn!(%warning, "service port not programmed");
+                }
+                tracing::info!(
+                    full = report.full,
+                    commands = report.commands,
+                    nft_ms = u64::try_from(report.nft_time.as_millis()).unwrap_or(u64::MAX),
+                    conntrack_deletions = report.conntrack_deletions,
+                    "synced nftables"
+                );
+            }
+            Dataplane::Userspace(proxy) => {
+                let report = proxy.apply(snapshot).await;
+                for key in &report.skipped_sctp {
+                    tracing::warn!(service = %key, "SCTP is not proxied by the userspace backend");
+                }
+                for (frontend, error) in &report.failed {
+                    tracing::warn!(%frontend, %error, "cannot listen");
+                }
+                tracing::info!(
+                    opened = report.opened.len(),
+                    closed = report.closed.len(),
+                    updated = report.updated.len(),
+                    failed = report.failed.len(),
+                    "synced userspace listeners"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Timing of the loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Minimum time between two syncs.
+    pub min_sync_period: Duration,
+    /// Retry interval after a failed sync.
+    pub sync_period: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            min_sync_period: Duration::from_secs(1),
+            sync_period: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One watch event of any kind the proxy follows.
+enum Change {
+    Service(Box<watcher::Event<Service>>),
+    Slice(Box<watcher::Event<EndpointSlice>>),
+    Endpoints(Box<watcher::Event<Endpoints>>),
+    Node(Box<watcher::Event<Node>>),
+}
+
+/// Tracks a relist so objects deleted while the watch was down are removed at `InitDone`.
+#[derive(Debug, Default)]
+struct Relist {
+    known: HashSet<(String, String)>,
+    listing: Option<HashSet<(String, String)>>,
+    synced: bool,
+}
+
+type ApplyFn<K> = fn(&mut Index, &K) -> bool;
+type DeleteFn = fn(&mut Index, &str, &str) -> bool;
+
+impl Relist {
+    /// Applies one event to the index; returns whether the index changed.
+    fn handle<K: Resource>(
+        &mut self,
+        index: &mut Index,
+        event: watcher::Event<K>,
+        apply: ApplyFn<K>,
+        delete: DeleteFn,
+    ) -> bool {
+        let key = |object: &K| {
+            (
+                object.meta().namespace.clone().unwrap_or_default(),
+                object.meta().name.clone().unwrap_or_default(),
+            )
+        };
+        match event {
+            watcher::Event::Apply(object) => {
+                self.known.insert(key(&object));
+                apply(index, &object)
+            }
+            watcher::Event::Delete(object) => {
+                let key = key(&object);
+                self.known.remove(&key);
+                delete(index, &key.0, &key.1)
+            }
+            watcher::Event::Init => {
+                self.listing = Some(HashSet::new());
+                false
+            }
+            watcher::Event::InitApply(object) => {
+                if let Some(listing) = &mut self.listing {
+                    listing.insert(key(&object));
+                }
+                self.known.insert(key(&object));
+                apply(index, &object)
+            }
+            watcher::Event::InitDone => {
+                self.synced = true;
+                let listed = self.listing.take().unwrap_or_default();
+                let gone: Vec<_> = self.known.difference(&listed).cloned().collect();
+                let mut changed = false;
+                for (namespace, name) in gone {
+                    self.known.remove(&(namespace.clone(), name.clone()));
+                    changed |= delete(index, &namespace, &name);
+                }
+                changed
+            }
+        }
+    }
+}
+
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    wrap: fn(Box<watcher::Event<K>>) -> Change,
+) -> impl Stream<Item = Change> + Send
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher(api, config).filter_map(move |event| async move {
+        match event {
+            Ok(event) => Some(wrap(Box::new(event))),
+            Err(error) => {
+                // The watcher retries with backoff on its own; the next Init relists.
+                tracing::warn!(%error, "watch error");
+                None
+            }
+        }
+    })
+}
+
+/// True unless the Node is being deleted (KEP-3836 node eligibility for `/healthz`).
+pub fn node_eligible(node: &Node) -> bool {
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_ref())
+        .is_some_and(|taints| {
+            taints
+                .iter()
+                .any(|taint| taint.key == "ToBeDeletedByClusterAutoscaler")
+        });
+    node.metadata.deletion_timestamp.is_none() && !tainted
+}
+
+/// Everything the loop drives.
+#[derive(Debug)]
+pub struct Proxy {
+    /// Node settings of the index.
+    pub index: IndexConfig,
+    /// The backend.
+    pub dataplane: Dataplane,
+    /// Freshness of the rules (shared with the `/healthz` server).
+    pub health: Arc<ProxyHealth>,
+    /// Health-check node port servers.
+    pub service_health: ServiceHealthServers,
+    /// Sync pacing.
+    pub timing: Timing,
+}
+
+/// Runs the proxy until `shutdown` resolves. Rules are only written once Services, EndpointSlices
+/// and Nodes have been listed completely.
+pub async fn run(
+    client: Client,
+    mut proxy: Proxy,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WatchError> {
+    let node_name = proxy.index.node_name.clone();
+    let restrict_health_bind = !proxy.index.nodeport_cidrs.is_empty();
+    let mut index = Index::new(proxy.index.clone());
+    let not_ours = format!("!{HEADLESS_LABEL},!{SERVICE_PROXY_NAME_LABEL}");
+    let mut changes = futures::stream::select_all([
+        watch(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default().labels(&not_ours),
+            Change::Service,
+        )
+        .boxed(),
+        watch(
+            Api::<EndpointSlice>::all(client.clone()),
+            watcher::Config::default(),
+            Change::Slice,
+        )
+        .boxed(),
+        watch(
+            Api::<Endpoints>::all(client.clone()),
+            watcher::Config::default(),
+            Change::Endpoints,
+        )
+        .boxed(),
+        watch(
+            Api::<Node>::all(client),
+            watcher::Config::default(),
+            Change::Node,
+        )
+        .boxed(),
+    ]);
+    let (mut services, mut slices, mut endpoints, mut nodes) = (
+        Relist::default(),
+        Relist::default(),
+        Relist::default(),
+        Relist::default(),
+    );
+    let mut dirty = false;
+    let mut next_sync = Instant::now();
+    let mut last_snapshot: Option<Snapshot> = None;
+    tokio::pin!(shutdown);
+
+    loop {
+        let sync_due = dirty && services.synced && slices.synced && nodes.synced;
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            change = changes.next() => {
+                let Some(change) = change else { return Err(WatchError::StreamsEnded) };
+                let changed = match change {
+                    Change::Service(event) => {
+                        services.handle(&mut index, *event, Index::apply_service, Index::delete_service)
+                    }
+                    Change::Slice(event) => {
+                        slices.handle(&mut index, *event, Index::apply_endpoint_slice, Index::delete_endpoint_slice)
+                    }
+                    Change::Endpoints(event) => {
+                        endpoints.handle(&mut index, *event, Index::apply_endpoints, Index::delete_endpoints)
+                    }
+                    Change::Node(event) => {
+                        if let watcher::Event::Apply(node) | watcher::Event::InitApply(node) = event.as_ref()
+                            && node.name_any() == node_name
+                        {
+                            proxy.health.set_node_eligible(node_eligible(node));
+                        }
+                        nodes.handle(&mut index, *event, Index::apply_node, |index, _, name| index.delete_node(name))
+                    }
+                };
+                if changed && !dirty {
+                    dirty = true;
+                    proxy.health.queued_update();
+                }
+            }
+            () = tokio::time::sleep_until(next_sync), if sync_due => {
+                for (service, warning) in index.warnings() {
+                    tracing::warn!(%service, %warning, "service not proxied");
+                }
+                let snapshot = index.snapshot();
+                if last_snapshot.as_ref() == Some(&snapshot) {
+                    // Changes that cancel out, or touch fields the dataplane ignores, cost nothing.
+                    dirty = false;
+                    proxy.health.updated();
+                    continue;
+                }
+                match proxy.dataplane.sync(&snapshot).await {
+                    Ok(()) => {
+                        if restrict_health_bind {
+                            proxy.service_health.set_bind_ips(snapshot.nodeport_addresses.clone());
+                        }
+                        for (service, error) in proxy.service_health.apply(&snapshot.health_checks).await {
+                            tracing::warn!(%service, %error, "health check node port not served");
+                        }
+                        dirty = false;
+                        proxy.health.updated();
+                        last_snapshot = Some(snapshot);
+                        next_sync = Instant::now() + proxy.timing.min_sync_period;
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "sync failed; retrying");
+                        next_sync = Instant::now() + proxy.timing.sync_period;
+                    }
+                }
+            }
+        }
+    }
+}
