@@ -1,5 +1,6 @@
 //! Fixture builder: `svc_lb("ns", "web").annotate(k, v).port(..).local()`.
 
+// Each test binary includes this module and uses a different subset of it.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
