@@ -599,7 +599,9 @@ fn security_intent(
     });
     Ok(Some(SecurityIntent {
         allow,
-        deny_all: azure.deny_all_except_source_ranges,
+        // A deny-all on node addresses would cut every Service off the nodes, so with floating
+        // IP disabled (traffic addressed to nodes) the deny rule is not written.
+        deny_all: azure.deny_all_except_source_ranges && floating,
         extra_destinations: azure.additional_public_ips.clone(),
         node_destinations,
     }))

@@ -571,8 +571,22 @@ pub fn plan(
                 destinations.extend(intent.extra_destinations.iter().map(ToString::to_string));
                 Some((intent.allow.clone(), destinations, intent.deny_all))
             });
-            let rules =
-                reconcile_security_rules(&nsg.properties.security_rules, &remove, add.as_ref());
+            // With floating IP disabled, rules target node IPs on the Service's node ports.
+            let exclusive_ports: BTreeSet<String> = observed
+                .load_balancers
+                .iter()
+                .flat_map(|lb| lb.properties.load_balancing_rules.iter())
+                .filter(|r| {
+                    owned_child(&prefix, &r.name) && r.properties.enable_floating_ip == Some(false)
+                })
+                .filter_map(|r| r.properties.backend_port.map(|p| p.to_string()))
+                .collect();
+            let rules = reconcile_security_rules(
+                &nsg.properties.security_rules,
+                &remove,
+                &exclusive_ports,
+                add.as_ref(),
+            );
             if rules != nsg.properties.security_rules {
                 let mut updated = nsg.clone();
                 updated.properties.security_rules = rules;
@@ -726,6 +740,7 @@ fn new_rule(
 pub fn reconcile_security_rules(
     rules: &[SecurityRule],
     remove: &BTreeSet<String>,
+    exclusive_ports: &BTreeSet<String>,
     add: Option<&(Vec<AllowEntry>, Vec<String>, bool)>,
 ) -> Vec<SecurityRule> {
     let mut out: Vec<SecurityRule> = rules.to_vec();
@@ -735,12 +750,23 @@ pub fn reconcile_security_rules(
         .iter()
         .filter(|r| is_managed(r))
         .map(|r| {
-            let kept = r
+            let ports: BTreeSet<String> = r
                 .properties
-                .destinations()
-                .into_iter()
-                .filter(|d| !remove.contains(d))
+                .destination_port_range
+                .iter()
+                .chain(r.properties.destination_port_ranges.iter())
+                .cloned()
                 .collect();
+            // Node ports belong to one Service: a rule only for them is that Service's alone.
+            let kept = if !ports.is_empty() && ports.is_subset(exclusive_ports) {
+                BTreeSet::new()
+            } else {
+                r.properties
+                    .destinations()
+                    .into_iter()
+                    .filter(|d| !remove.contains(d))
+                    .collect()
+            };
             (r.name.clone(), kept)
         })
         .collect();
@@ -835,4 +861,408 @@ pub fn status_address(
         .flat_map(|lb| lb.properties.frontend_ip_configurations.iter())
         .find(|f| owned_child(&prefix, &f.name))
         .and_then(|f| frontend_address(observed, f))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::Service;
+    use kube_lb_provider_core::annotations::{Cloud, LoadBalancerSpec};
+    use kube_lb_provider_core::types::NodeAddressKind;
+    use kube_lb_provider_core::{BackendNode, NodeAddress};
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::AzureConfig;
+    use crate::desired::desired;
+
+    fn settings() -> Settings {
+        let config: AzureConfig = serde_json::from_value(json!({
+            "subscriptionId": "sub", "resourceGroup": "rg", "location": "eastus",
+            "vnetName": "vnet", "subnetName": "nodes", "securityGroupName": "nsg",
+            "tenantId": "t", "aadClientId": "c", "aadClientSecret": "s"}))
+        .unwrap();
+        Settings::new(&config, "kubernetes").unwrap()
+    }
+
+    fn spec(
+        uid: &str,
+        annotations: serde_json::Value,
+        spec: serde_json::Value,
+    ) -> LoadBalancerSpec {
+        let mut full = json!({"type": "LoadBalancer", "externalTrafficPolicy": "Cluster",
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080},
+                      {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53, "nodePort": 30053}]});
+        for (k, v) in spec.as_object().unwrap() {
+            full[k] = v.clone();
+        }
+        let annotations: BTreeMap<String, String> = annotations
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    format!("service.beta.kubernetes.io/{k}"),
+                    v.as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let service: Service = serde_json::from_value(
+            json!({"metadata": {"name": "web", "namespace": "ns", "uid": uid,
+            "annotations": annotations}, "spec": full}),
+        )
+        .unwrap();
+        kube_lb_provider_core::annotations::parse(Cloud::Azure, &service)
+            .unwrap()
+            .spec
+    }
+
+    fn nodes(n: u8) -> Vec<BackendNode> {
+        (1..=n)
+            .map(|i| BackendNode {
+                name: format!("n{i}"),
+                provider_id: None,
+                addresses: vec![NodeAddress {
+                    kind: NodeAddressKind::InternalIp,
+                    ip: format!("10.0.0.{i}").parse().unwrap(),
+                }],
+                labels: BTreeMap::new(),
+            })
+            .collect()
+    }
+
+    /// What ARM would store after `actions`: IDs, etags, allocated addresses.
+    fn simulate(settings: &Settings, observed: &mut Observed, actions: &[Action]) {
+        let etag = |n: usize| Some(format!("W/\"{n}\""));
+        for (n, action) in actions.iter().enumerate() {
+            match action {
+                Action::PutPublicIp { rg, pip } => {
+                    let mut stored = pip.clone();
+                    stored.id = Some(settings.ids.public_ip(rg, &pip.name));
+                    stored.etag = etag(n);
+                    stored
+                        .properties
+                        .ip_address
+                        .get_or_insert_with(|| format!("20.0.0.{}", observed.public_ips.len() + 1));
+                    observed.public_ips.retain(|p| p.name != pip.name);
+                    observed.public_ips.push(stored);
+                }
+                Action::PutLoadBalancer(lb) => {
+                    let mut stored = lb.clone();
+                    let id = settings
+                        .ids
+                        .load_balancer(&settings.lb_resource_group, &lb.name);
+                    stored.etag = etag(n);
+                    for (i, fe) in stored
+                        .properties
+                        .frontend_ip_configurations
+                        .iter_mut()
+                        .enumerate()
+                    {
+                        fe.id = Some(format!("{id}/frontendIPConfigurations/{}", fe.name));
+                        if fe.properties.subnet.is_some()
+                            && fe.properties.private_ip_address.is_none()
+                        {
+                            fe.properties.private_ip_address = Some(format!("10.0.9.{}", i + 4));
+                        }
+                    }
+                    stored.id = Some(id);
+                    observed.load_balancers.retain(|l| l.name != lb.name);
+                    observed.load_balancers.push(stored);
+                }
+                Action::DeleteLoadBalancer { name, .. } => {
+                    observed.load_balancers.retain(|l| &l.name != name)
+                }
+                Action::PutSecurityGroup { nsg, .. } => {
+                    let mut stored = nsg.clone();
+                    stored.etag = etag(n);
+                    observed.security_group = Some(stored);
+                }
+                Action::DeletePublicIp { name, .. } => {
+                    observed.public_ips.retain(|p| &p.name != name)
+                }
+            }
+        }
+    }
+
+    fn empty_cluster() -> Observed {
+        Observed {
+            security_group: Some(SecurityGroup {
+                name: "nsg".into(),
+                location: "eastus".into(),
+                etag: Some("W/\"0\"".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Plans and simulates until nothing is left to do; returns the rounds it took.
+    fn converge(
+        settings: &Settings,
+        service: &ServiceKey,
+        desired: Option<&Desired>,
+        observed: &mut Observed,
+    ) -> usize {
+        for round in 1..=5 {
+            let actions = plan(settings, service, desired, observed).unwrap();
+            if actions.is_empty() {
+                return round;
+            }
+            simulate(settings, observed, &actions);
+        }
+        panic!("no convergence: {observed:#?}");
+    }
+
+    #[test]
+    fn every_shape_converges_and_then_plans_nothing() {
+        let uid = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
+        let cases = [
+            ("external", spec(uid, json!({}), json!({}))),
+            (
+                "external local",
+                spec(
+                    uid,
+                    json!({}),
+                    json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 32000}),
+                ),
+            ),
+            (
+                "internal dynamic",
+                spec(
+                    uid,
+                    json!({"azure-load-balancer-internal": "true"}),
+                    json!({}),
+                ),
+            ),
+            (
+                "internal static on subnet",
+                spec(
+                    uid,
+                    json!({"azure-load-balancer-internal": "true", "azure-load-balancer-internal-subnet": "apps"}),
+                    json!({"loadBalancerIP": "10.1.0.9"}),
+                ),
+            ),
+            (
+                "ranges, deny-all, idle, no floating ip",
+                spec(
+                    uid,
+                    json!({"azure-deny-all-except-load-balancer-source-ranges": "true", "azure-load-balancer-tcp-idle-timeout": "30",
+                        "azure-disable-load-balancer-floating-ip": "true"}),
+                    json!({"loadBalancerSourceRanges": ["203.0.113.0/24"]}),
+                ),
+            ),
+            (
+                "ranges and deny-all",
+                spec(
+                    uid,
+                    json!({"azure-deny-all-except-load-balancer-source-ranges": "true"}),
+                    json!({"loadBalancerSourceRanges": ["203.0.113.0/24", "198.51.100.0/24"]}),
+                ),
+            ),
+            (
+                "dns label and tags",
+                spec(
+                    uid,
+                    json!({"azure-dns-label-name": "web", "azure-pip-tags": "team=a"}),
+                    json!({}),
+                ),
+            ),
+        ];
+        let settings = settings();
+        for (name, spec) in cases {
+            let desired = desired(&settings, &spec, &nodes(2)).unwrap();
+            let mut observed = empty_cluster();
+            let rounds = converge(&settings, &spec.service, Some(&desired), &mut observed);
+            assert!(rounds <= 3, "{name}: {rounds} rounds");
+            assert!(
+                plan(&settings, &spec.service, Some(&desired), &observed)
+                    .unwrap()
+                    .is_empty(),
+                "{name}"
+            );
+            assert!(
+                status_address(&settings, &spec.service, &observed).is_some(),
+                "{name}: no address"
+            );
+            // Deleting converges to a cluster with nothing of the Service left.
+            converge(&settings, &spec.service, None, &mut observed);
+            assert!(observed.load_balancers.is_empty(), "{name}");
+            assert!(observed.public_ips.is_empty(), "{name}");
+            assert!(
+                observed
+                    .security_group
+                    .as_ref()
+                    .unwrap()
+                    .properties
+                    .security_rules
+                    .is_empty(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unchanged_service_plans_nothing_even_with_server_fields() {
+        let settings = settings();
+        let spec = spec("u-1", json!({}), json!({}));
+        let desired = desired(&settings, &spec, &nodes(3)).unwrap();
+        let mut observed = empty_cluster();
+        converge(&settings, &spec.service, Some(&desired), &mut observed);
+        // ARM adds back-references, defaults and provisioning states to what it stores.
+        for lb in &mut observed.load_balancers {
+            for rule in &mut lb.properties.load_balancing_rules {
+                rule.properties
+                    .extra
+                    .insert("provisioningState".into(), json!("Succeeded"));
+                rule.properties
+                    .extra
+                    .insert("disableOutboundSnat".into(), json!(false));
+            }
+            for probe in &mut lb.properties.probes {
+                probe
+                    .properties
+                    .extra
+                    .insert("loadBalancingRules".into(), json!([{"id": "x"}]));
+                probe
+                    .properties
+                    .extra
+                    .insert("numberOfProbes".into(), json!(2));
+            }
+        }
+        assert_eq!(
+            plan(&settings, &spec.service, Some(&desired), &observed).unwrap(),
+            vec![]
+        );
+        // A node leaving is one LB write and nothing else.
+        let fewer = super::super::desired::desired(&settings, &spec, &nodes(2)).unwrap();
+        let actions = plan(&settings, &spec.service, Some(&fewer), &observed).unwrap();
+        assert!(
+            matches!(actions.as_slice(), [Action::PutLoadBalancer(_)]),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn services_share_consolidated_security_rules() {
+        let entry = AllowEntry {
+            protocol: "Tcp".into(),
+            sources: vec!["Internet".into()],
+            ports: vec!["80".into()],
+        };
+        let add = |ip: &str| (vec![entry.clone()], vec![ip.to_string()], false);
+        let user_rule = new_rule(
+            "ssh".into(),
+            500,
+            "Tcp",
+            "Allow",
+            &["*".into()],
+            &["22".into()],
+        );
+        let one = reconcile_security_rules(
+            std::slice::from_ref(&user_rule),
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            Some(&add("20.0.0.1")),
+        );
+        assert_eq!(one.len(), 2);
+        assert_eq!(
+            one[1].properties.priority, 501,
+            "500 is taken by the user's rule"
+        );
+        let two = reconcile_security_rules(
+            &one,
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            Some(&add("20.0.0.2")),
+        );
+        assert_eq!(two.len(), 2, "same protocol, sources and ports: one rule");
+        assert_eq!(
+            two[1].properties.destinations(),
+            vec!["20.0.0.1", "20.0.0.2"]
+        );
+        let again = reconcile_security_rules(
+            &two,
+            &BTreeSet::from(["20.0.0.2".to_string()]),
+            &BTreeSet::new(),
+            Some(&add("20.0.0.2")),
+        );
+        assert_eq!(again, two, "re-adding what is there changes nothing");
+        let removed = reconcile_security_rules(
+            &two,
+            &BTreeSet::from(["20.0.0.1".to_string()]),
+            &BTreeSet::new(),
+            None,
+        );
+        assert_eq!(removed[1].properties.destinations(), vec!["20.0.0.2"]);
+        let gone = reconcile_security_rules(
+            &removed,
+            &BTreeSet::from(["20.0.0.2".to_string()]),
+            &BTreeSet::new(),
+            None,
+        );
+        assert_eq!(gone, vec![user_rule], "the user's rule is never touched");
+        let deny = reconcile_security_rules(
+            &[],
+            &BTreeSet::new(),
+            &BTreeSet::new(),
+            Some(&(vec![entry.clone()], vec!["20.0.0.3".into()], true)),
+        );
+        let deny_rule = deny.iter().find(|r| r.name == DENY_ALL_RULE).unwrap();
+        assert_eq!(
+            (
+                deny_rule.properties.priority,
+                deny_rule.properties.access.as_str()
+            ),
+            (4095, "Deny")
+        );
+    }
+
+    #[test]
+    fn ownership() {
+        let cases = [
+            ("a1b2", "a1b2", true),
+            ("a1b2", "a1b2-TCP-80", true),
+            ("a1b2", "a1b2c-TCP-80", false),
+            ("a1b2", "other", false),
+        ];
+        for (prefix, name, want) in cases {
+            assert_eq!(owned_child(prefix, name), want, "{prefix} {name}");
+        }
+        let service = ServiceKey {
+            namespace: "ns".into(),
+            name: "web".into(),
+            uid: "u".into(),
+        };
+        let pip = |tags: &[(&str, &str)]| PublicIp {
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        assert!(owns_public_ip(
+            &pip(&[("k8s-azure-service", "ns/a,ns/web")]),
+            "c",
+            &service
+        ));
+        assert!(owns_public_ip(
+            &pip(&[("service", "ns/web"), ("kubernetes-cluster-name", "c")]),
+            "c",
+            &service
+        ));
+        assert!(!owns_public_ip(
+            &pip(&[
+                ("k8s-azure-service", "ns/web"),
+                ("k8s-azure-cluster-name", "other")
+            ]),
+            "c",
+            &service
+        ));
+        assert!(
+            !owns_public_ip(&pip(&[]), "c", &service),
+            "untagged public IPs are the user's"
+        );
+    }
 }
