@@ -1,0 +1,1077 @@
+//! The thin I/O layer over `google-cloud-compute-v1`: one method per Compute call the
+//! provider makes, converting between the SDK models and [`crate::model`], counting every
+//! call, rate-limiting, retrying throttling in place (honouring `Retry-After`), and waiting for
+//! operations with a short poll interval.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::time::Duration;
+
+use google_cloud_compute_v1 as gce;
+use google_cloud_compute_v1::model as gm;
+use kube_lb_provider_core::{CallKind, CloudApi, ProviderError};
+
+use crate::error::{Failure, GcpError};
+use crate::model::{
+    Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind,
+    InstanceGroup, RulePorts, TargetPool, Timing, canon, merge_ranges, parse_range, range_text,
+};
+
+/// Longest `Retry-After` honoured in place; longer ones go back to the controller's backoff.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+/// Instances per `addInstance(s)`/`removeInstance(s)` call (the API's limit is 1000).
+const INSTANCE_BATCH: usize = 1000;
+
+/// How operations are polled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollSettings {
+    /// First delay between polls.
+    pub initial: Duration,
+    /// Longest delay between polls.
+    pub max: Duration,
+    /// Give up (retryable error) after this long.
+    pub timeout: Duration,
+}
+
+impl Default for PollSettings {
+    fn default() -> Self {
+        PollSettings {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(2),
+            timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Where an operation lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpScope {
+    /// `regions/<r>/operations`.
+    Region,
+    /// `zones/<z>/operations`.
+    Zone(String),
+    /// `global/operations`.
+    Global,
+}
+
+/// The outcome of a call: `Ok(Ok(v))` success, `Ok(Err(failure))` an API answer the caller
+/// may tolerate (404, in use, …), `Err` a failure that is already classified.
+pub type Outcome<T> = Result<Result<T, Failure>, ProviderError>;
+
+/// The Compute service clients.
+#[derive(Debug, Clone)]
+struct Clients {
+    addresses: gce::client::Addresses,
+    forwarding_rules: gce::client::ForwardingRules,
+    target_pools: gce::client::TargetPools,
+    http_health_checks: gce::client::HttpHealthChecks,
+    health_checks: gce::client::HealthChecks,
+    firewalls: gce::client::Firewalls,
+    backend_services: gce::client::RegionBackendServices,
+    instance_groups: gce::client::InstanceGroups,
+    instances: gce::client::Instances,
+    zones: gce::client::Zones,
+    region_operations: gce::client::RegionOperations,
+    zone_operations: gce::client::ZoneOperations,
+    global_operations: gce::client::GlobalOperations,
+}
+
+/// The API surface the provider uses, bound to one project and region.
+#[derive(Debug, Clone)]
+pub struct Gce {
+    clients: Clients,
+    api: CloudApi,
+    project: String,
+    region: String,
+    network: String,
+    poll: PollSettings,
+}
+
+macro_rules! client {
+    ($ty:ident, $endpoint:expr, $anonymous:expr) => {{
+        // Retries are ours (CloudApi), so the SDK's own policy is off to avoid multiplying them.
+        let mut builder = gce::client::$ty::builder()
+            .with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
+        if let Some(endpoint) = $endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        if $anonymous {
+            builder = builder
+                .with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
+        }
+        builder.build().await.map_err(|source| GcpError::Client {
+            service: stringify!($ty),
+            source,
+        })?
+    }};
+}
+
+impl Gce {
+    /// Builds every client. `endpoint` overrides the API host (the mock); `anonymous` sends no
+    /// credentials, otherwise Application Default Credentials are used.
+    pub async fn connect(
+        endpoint: Option<&str>,
+        anonymous: bool,
+        project: &str,
+        region: &str,
+        network: &str,
+        api: CloudApi,
+        poll: PollSettings,
+    ) -> Result<Gce, GcpError> {
+        // The SDK is built without its default TLS provider (no aws-lc C build); install ring.
+        // An error only means a provider is installed already, which is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let clients = Clients {
+            addresses: client!(Addresses, endpoint, anonymous),
+            forwarding_rules: client!(ForwardingRules, endpoint, anonymous),
+            target_pools: client!(TargetPools, endpoint, anonymous),
+            http_health_checks: client!(HttpHealthChecks, endpoint, anonymous),
+            health_checks: client!(HealthChecks, endpoint, anonymous),
+            firewalls: client!(Firewalls, endpoint, anonymous),
+            backend_services: client!(RegionBackendServices, endpoint, anonymous),
+            instance_groups: client!(InstanceGroups, endpoint, anonymous),
+            instances: client!(Instances, endpoint, anonymous),
+            zones: client!(Zones, endpoint, anonymous),
+            region_operations: client!(RegionOperations, endpoint, anonymous),
+            zone_operations: client!(ZoneOperations, endpoint, anonymous),
+            global_operations: client!(GlobalOperations, endpoint, anonymous),
+        };
+        Ok(Gce {
+            clients,
+            api,
+            project: project.to_string(),
+            region: region.to_string(),
+            network: network.to_string(),
+            poll,
+        })
+    }
+
+    /// The call counter, rate limits and retry policy in use.
+    pub fn api(&self) -> &CloudApi {
+        &self.api
+    }
+
+    // ------------------------------------------------------------------ plumbing
+
+    async fn call<T, F, Fut>(&self, family: &'static str, operation: &'static str, kind: CallKind, f: F) -> Outcome<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = gce::Result<T>>,
+    {
+        self.api
+            .call(family, operation, kind, || {
+                let attempt = f();
+                async move {
+                    match attempt.await {
+                        Ok(value) => Ok(Ok(value)),
+                        Err(error) => {
+                            let failure = Failure::from_client(&error);
+                            if failure.retry_in_place() {
+                                if let Some(delay) = failure.retry_after {
+                                    tracing::debug!(operation, ?delay, "throttled; honouring Retry-After");
+                                    tokio::time::sleep(delay.min(MAX_RETRY_AFTER)).await;
+                                }
+                                Err(failure.into_provider_error(operation))
+                            } else {
+                                Ok(Err(failure))
+                            }
+                        }
+                    }
+                }
+            })
+            .await
+    }
+
+    /// A mutating call followed by waiting for its operation.
+    async fn mutate<F, Fut>(&self, family: &'static str, operation: &'static str, scope: OpScope, f: F) -> Outcome<()>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = gce::Result<gm::Operation>>,
+    {
+        match self.call(family, operation, CallKind::Mutate, f).await? {
+            Ok(op) => self.wait(op, &scope, operation).await,
+            Err(failure) => Ok(Err(failure)),
+        }
+    }
+
+    async fn wait(&self, mut op: gm::Operation, scope: &OpScope, operation: &'static str) -> Outcome<()> {
+        let started = tokio::time::Instant::now();
+        let mut delay = self.poll.initial;
+        loop {
+            if op.status.as_ref().and_then(|s| s.name()) == Some("DONE") {
+                return Ok(operation_result(&op));
+            }
+            if started.elapsed() >= self.poll.timeout {
+                return Err(ProviderError::Retryable {
+                    operation,
+                    message: format!(
+                        "operation {} not done after {:?}",
+                        op.name.as_deref().unwrap_or_default(),
+                        self.poll.timeout
+                    ),
+                    source: None,
+                });
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(self.poll.max);
+            let name = op.name.clone().unwrap_or_default();
+            let polled = match scope {
+                OpScope::Region => {
+                    self.call("operations", "regionOperations.get", CallKind::Read, || {
+                        self.clients
+                            .region_operations
+                            .get()
+                            .set_project(&self.project)
+                            .set_region(&self.region)
+                            .set_operation(&name)
+                            .send()
+                    })
+                    .await?
+                }
+                OpScope::Zone(zone) => {
+                    self.call("operations", "zoneOperations.get", CallKind::Read, || {
+                        self.clients
+                            .zone_operations
+                            .get()
+                            .set_project(&self.project)
+                            .set_zone(zone)
+                            .set_operation(&name)
+                            .send()
+                    })
+                    .await?
+                }
+                OpScope::Global => {
+                    self.call("operations", "globalOperations.get", CallKind::Read, || {
+                        self.clients
+                            .global_operations
+                            .get()
+                            .set_project(&self.project)
+                            .set_operation(&name)
+                            .send()
+                    })
+                    .await?
+                }
+            };
+            match polled {
+                Ok(next) => op = next,
+                Err(failure) => return Ok(Err(failure)),
+            }
+        }
+    }
+
+    /// `Ok(None)` for 404, the value otherwise; other failures become provider errors.
+    fn found<T, U>(outcome: Outcome<T>, operation: &'static str, convert: impl FnOnce(T) -> U) -> Result<Option<U>, ProviderError> {
+        match outcome? {
+            Ok(value) => Ok(Some(convert(value))),
+            Err(failure) if failure.is_not_found() => Ok(None),
+            Err(failure) => Err(failure.into_provider_error(operation)),
+        }
+    }
+
+    /// Success, or the failure as a provider error.
+    pub fn done(outcome: Outcome<()>, operation: &'static str) -> Result<(), ProviderError> {
+        match outcome? {
+            Ok(()) => Ok(()),
+            Err(failure) => Err(failure.into_provider_error(operation)),
+        }
+    }
+
+    // ------------------------------------------------------------------ reads
+
+    /// The zones of the region.
+    pub async fn zones(&self) -> Result<Vec<String>, ProviderError> {
+        let filter = format!("region eq .*/regions/{}", self.region);
+        let list = self
+            .call("zones", "zones.list", CallKind::Read, || {
+                self.clients.zones.list().set_project(&self.project).set_filter(&filter).send()
+            })
+            .await?
+            .map_err(|f| f.into_provider_error("zones.list"))?;
+        let mut zones: Vec<String> = list.items.into_iter().filter_map(|z| z.name).collect();
+        zones.sort();
+        Ok(zones)
+    }
+
+    /// Network tags of the named instances in a zone.
+    pub async fn instance_tags(&self, zone: &str, names: &[String]) -> Result<Vec<(String, Vec<String>)>, ProviderError> {
+        let pattern: Vec<String> = names.iter().map(|n| regex_escape(n)).collect();
+        let filter = format!("name eq ({})", pattern.join("|"));
+        let mut out = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let token = page_token.clone();
+            let list = self
+                .call("instances", "instances.list", CallKind::Read, || {
+                    self.clients
+                        .instances
+                        .list()
+                        .set_project(&self.project)
+                        .set_zone(zone)
+                        .set_filter(&filter)
+                        .set_page_token(&token)
+                        .send()
+                })
+                .await?
+                .map_err(|f| f.into_provider_error("instances.list"))?;
+            for instance in list.items {
+                let tags = instance.tags.map(|t| t.items).unwrap_or_default();
+                out.push((instance.name.unwrap_or_default(), tags));
+            }
+            match list.next_page_token {
+                Some(next) if !next.is_empty() => page_token = next,
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Address by name.
+    pub async fn get_address(&self, name: &str) -> Result<Option<Address>, ProviderError> {
+        let outcome = self
+            .call("addresses", "addresses.get", CallKind::Read, || {
+                self.clients.addresses.get().set_project(&self.project).set_region(&self.region).set_address(name).send()
+            })
+            .await;
+        Self::found(outcome, "addresses.get", address_from)
+    }
+
+    /// The address holding `ip` in the region, if any.
+    pub async fn address_by_ip(&self, ip: std::net::IpAddr) -> Result<Option<Address>, ProviderError> {
+        let filter = format!("address eq {}", regex_escape(&ip.to_string()));
+        let list = self
+            .call("addresses", "addresses.list", CallKind::Read, || {
+                self.clients.addresses.list().set_project(&self.project).set_region(&self.region).set_filter(&filter).send()
+            })
+            .await?
+            .map_err(|f| f.into_provider_error("addresses.list"))?;
+        Ok(list.items.into_iter().next().map(address_from))
+    }
+
+    /// Forwarding rule by name.
+    pub async fn get_rule(&self, name: &str) -> Result<Option<ForwardingRule>, ProviderError> {
+        let outcome = self
+            .call("forwardingRules", "forwardingRules.get", CallKind::Read, || {
+                self.clients.forwarding_rules.get().set_project(&self.project).set_region(&self.region).set_forwarding_rule(name).send()
+            })
+            .await;
+        Self::found(outcome, "forwardingRules.get", rule_from)
+    }
+
+    /// Firewall by name.
+    pub async fn get_firewall(&self, name: &str) -> Result<Option<Firewall>, ProviderError> {
+        let outcome = self
+            .call("firewalls", "firewalls.get", CallKind::Read, || {
+                self.clients.firewalls.get().set_project(&self.project).set_firewall(name).send()
+            })
+            .await;
+        Self::found(outcome, "firewalls.get", firewall_from)
+    }
+
+    /// Health check by kind and name.
+    pub async fn get_health_check(&self, kind: HealthCheckKind, name: &str) -> Result<Option<HealthCheck>, ProviderError> {
+        match kind {
+            HealthCheckKind::LegacyHttp => {
+                let outcome = self
+                    .call("healthChecks", "httpHealthChecks.get", CallKind::Read, || {
+                        self.clients.http_health_checks.get().set_project(&self.project).set_http_health_check(name).send()
+                    })
+                    .await;
+                Self::found(outcome, "httpHealthChecks.get", legacy_health_check_from)
+            }
+            HealthCheckKind::Http => {
+                let outcome = self
+                    .call("healthChecks", "healthChecks.get", CallKind::Read, || {
+                        self.clients.health_checks.get().set_project(&self.project).set_health_check(name).send()
+                    })
+                    .await;
+                Self::found(outcome, "healthChecks.get", health_check_from)
+            }
+        }
+    }
+
+    /// Target pool by name.
+    pub async fn get_target_pool(&self, name: &str) -> Result<Option<TargetPool>, ProviderError> {
+        let outcome = self
+            .call("targetPools", "targetPools.get", CallKind::Read, || {
+                self.clients.target_pools.get().set_project(&self.project).set_region(&self.region).set_target_pool(name).send()
+            })
+            .await;
+        Self::found(outcome, "targetPools.get", target_pool_from)
+    }
+
+    /// Regional backend service by name.
+    pub async fn get_backend_service(&self, name: &str) -> Result<Option<BackendService>, ProviderError> {
+        let outcome = self
+            .call("backendServices", "regionBackendServices.get", CallKind::Read, || {
+                self.clients.backend_services.get().set_project(&self.project).set_region(&self.region).set_backend_service(name).send()
+            })
+            .await;
+        Self::found(outcome, "regionBackendServices.get", backend_service_from)
+    }
+
+    /// Instance group with its members, by zone and name.
+    pub async fn get_instance_group(&self, zone: &str, name: &str) -> Result<Option<InstanceGroup>, ProviderError> {
+        let outcome = self
+            .call("instanceGroups", "instanceGroups.get", CallKind::Read, || {
+                self.clients.instance_groups.get().set_project(&self.project).set_zone(zone).set_instance_group(name).send()
+            })
+            .await;
+        if Self::found(outcome, "instanceGroups.get", |_| ())?.is_none() {
+            return Ok(None);
+        }
+        let mut members = BTreeSet::new();
+        let mut page_token = String::new();
+        loop {
+            let token = page_token.clone();
+            let list = self
+                .call("instanceGroups", "instanceGroups.listInstances", CallKind::Read, || {
+                    let mut body = gm::InstanceGroupsListInstancesRequest::default();
+                    body.instance_state = Some(gm::instance_groups_list_instances_request::InstanceState::from("ALL"));
+                    self.clients
+                        .instance_groups
+                        .list_instances()
+                        .set_project(&self.project)
+                        .set_zone(zone)
+                        .set_instance_group(name)
+                        .set_page_token(&token)
+                        .set_body(body)
+                        .send()
+                })
+                .await?
+                .map_err(|f| f.into_provider_error("instanceGroups.listInstances"))?;
+            members.extend(list.items.into_iter().filter_map(|i| i.instance).map(|i| canon(&i)));
+            match list.next_page_token {
+                Some(next) if !next.is_empty() => page_token = next,
+                _ => break,
+            }
+        }
+        Ok(Some(InstanceGroup {
+            zone: zone.to_string(),
+            name: name.to_string(),
+            members,
+        }))
+    }
+
+    // ------------------------------------------------------------------ writes
+
+    /// Reserves an address.
+    pub async fn insert_address(&self, address: &Address) -> Outcome<()> {
+        let body = address_body(address);
+        self.mutate("addresses", "addresses.insert", OpScope::Region, || {
+            self.clients.addresses.insert().set_project(&self.project).set_region(&self.region).set_body(body.clone()).send()
+        })
+        .await
+    }
+
+    /// Releases an address.
+    pub async fn delete_address(&self, name: &str) -> Outcome<()> {
+        self.mutate("addresses", "addresses.delete", OpScope::Region, || {
+            self.clients.addresses.delete().set_project(&self.project).set_region(&self.region).set_address(name).send()
+        })
+        .await
+    }
+
+    /// Creates a forwarding rule.
+    pub async fn insert_rule(&self, rule: &ForwardingRule) -> Outcome<()> {
+        let body = rule_body(rule);
+        self.mutate("forwardingRules", "forwardingRules.insert", OpScope::Region, || {
+            self.clients.forwarding_rules.insert().set_project(&self.project).set_region(&self.region).set_body(body.clone()).send()
+        })
+        .await
+    }
+
+    /// Patches `allowGlobalAccess` (with the fingerprint read back).
+    pub async fn patch_global_access(&self, name: &str, allow: bool, fingerprint: Option<&[u8]>) -> Outcome<()> {
+        let mut body = gm::ForwardingRule::default();
+        body.allow_global_access = Some(allow);
+        body.fingerprint = fingerprint.map(bytes_of);
+        self.mutate("forwardingRules", "forwardingRules.patch", OpScope::Region, || {
+            self.clients
+                .forwarding_rules
+                .patch()
+                .set_project(&self.project)
+                .set_region(&self.region)
+                .set_forwarding_rule(name)
+                .set_body(body.clone())
+                .send()
+        })
+        .await
+    }
+
+    /// Deletes a forwarding rule.
+    pub async fn delete_rule(&self, name: &str) -> Outcome<()> {
+        self.mutate("forwardingRules", "forwardingRules.delete", OpScope::Region, || {
+            self.clients.forwarding_rules.delete().set_project(&self.project).set_region(&self.region).set_forwarding_rule(name).send()
+        })
+        .await
+    }
+
+    /// Creates (`update == false`) or replaces a firewall.
+    pub async fn put_firewall(&self, firewall: &Firewall, update: bool) -> Outcome<()> {
+        let body = firewall_body(firewall);
+        if update {
+            self.mutate("firewalls", "firewalls.update", OpScope::Global, || {
+                self.clients.firewalls.update().set_project(&self.project).set_firewall(&firewall.name).set_body(body.clone()).send()
+            })
+            .await
+        } else {
+            self.mutate("firewalls", "firewalls.insert", OpScope::Global, || {
+                self.clients.firewalls.insert().set_project(&self.project).set_body(body.clone()).send()
+            })
+            .await
+        }
+    }
+
+    /// Deletes a firewall.
+    pub async fn delete_firewall(&self, name: &str) -> Outcome<()> {
+        self.mutate("firewalls", "firewalls.delete", OpScope::Global, || {
+            self.clients.firewalls.delete().set_project(&self.project).set_firewall(name).send()
+        })
+        .await
+    }
+
+    /// Creates (`update == false`) or replaces a health check.
+    pub async fn put_health_check(&self, hc: &HealthCheck, update: bool) -> Outcome<()> {
+        match hc.kind {
+            HealthCheckKind::LegacyHttp => {
+                let body = legacy_health_check_body(hc);
+                if update {
+                    self.mutate("healthChecks", "httpHealthChecks.update", OpScope::Global, || {
+                        self.clients.http_health_checks.update().set_project(&self.project).set_http_health_check(&hc.name).set_body(body.clone()).send()
+                    })
+                    .await
+                } else {
+                    self.mutate("healthChecks", "httpHealthChecks.insert", OpScope::Global, || {
+                        self.clients.http_health_checks.insert().set_project(&self.project).set_body(body.clone()).send()
+                    })
+                    .await
+                }
+            }
+            HealthCheckKind::Http => {
+                let body = health_check_body(hc);
+                if update {
+                    self.mutate("healthChecks", "healthChecks.update", OpScope::Global, || {
+                        self.clients.health_checks.update().set_project(&self.project).set_health_check(&hc.name).set_body(body.clone()).send()
+                    })
+                    .await
+                } else {
+                    self.mutate("healthChecks", "healthChecks.insert", OpScope::Global, || {
+                        self.clients.health_checks.insert().set_project(&self.project).set_body(body.clone()).send()
+                    })
+                    .await
+                }
+            }
+        }
+    }
+
+    /// Deletes a health check.
+    pub async fn delete_health_check(&self, kind: HealthCheckKind, name: &str) -> Outcome<()> {
+        match kind {
+            HealthCheckKind::LegacyHttp => {
+                self.mutate("healthChecks", "httpHealthChecks.delete", OpScope::Global, || {
+                    self.clients.http_health_checks.delete().set_project(&self.project).set_http_health_check(name).send()
+                })
+                .await
+            }
+            HealthCheckKind::Http => {
+                self.mutate("healthChecks", "healthChecks.delete", OpScope::Global, || {
+                    self.clients.health_checks.delete().set_project(&self.project).set_health_check(name).send()
+                })
+                .await
+            }
+        }
+    }
+
+    /// Creates a target pool.
+    pub async fn insert_target_pool(&self, pool: &TargetPool) -> Outcome<()> {
+        let body = target_pool_body(pool);
+        self.mutate("targetPools", "targetPools.insert", OpScope::Region, || {
+            self.clients.target_pools.insert().set_project(&self.project).set_region(&self.region).set_body(body.clone()).send()
+        })
+        .await
+    }
+
+    /// Deletes a target pool.
+    pub async fn delete_target_pool(&self, name: &str) -> Outcome<()> {
+        self.mutate("targetPools", "targetPools.delete", OpScope::Region, || {
+            self.clients.target_pools.delete().set_project(&self.project).set_region(&self.region).set_target_pool(name).send()
+        })
+        .await
+    }
+
+    /// Adds (`add`) or removes instances from a target pool, in batches.
+    pub async fn pool_instances(&self, pool: &str, instances: &BTreeSet<String>, add: bool) -> Outcome<()> {
+        let all: Vec<&String> = instances.iter().collect();
+        for batch in all.chunks(INSTANCE_BATCH) {
+            let refs: Vec<gm::InstanceReference> = batch.iter().map(|i| instance_ref(i)).collect();
+            let outcome = if add {
+                let mut body = gm::TargetPoolsAddInstanceRequest::default();
+                body.instances = refs;
+                self.mutate("targetPools", "targetPools.addInstance", OpScope::Region, || {
+                    self.clients.target_pools.add_instance().set_project(&self.project).set_region(&self.region).set_target_pool(pool).set_body(body.clone()).send()
+                })
+                .await?
+            } else {
+                let mut body = gm::TargetPoolsRemoveInstanceRequest::default();
+                body.instances = refs;
+                self.mutate("targetPools", "targetPools.removeInstance", OpScope::Region, || {
+                    self.clients.target_pools.remove_instance().set_project(&self.project).set_region(&self.region).set_target_pool(pool).set_body(body.clone()).send()
+                })
+                .await?
+            };
+            if outcome.is_err() {
+                return Ok(outcome);
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Adds (`add`) or removes legacy health checks of a target pool.
+    pub async fn pool_health_checks(&self, pool: &str, health_checks: &BTreeSet<String>, add: bool) -> Outcome<()> {
+        let refs: Vec<gm::HealthCheckReference> = health_checks
+            .iter()
+            .map(|h| {
+                let mut r = gm::HealthCheckReference::default();
+                r.health_check = Some(h.clone());
+                r
+            })
+            .collect();
+        if add {
+            let mut body = gm::TargetPoolsAddHealthCheckRequest::default();
+            body.health_checks = refs;
+            self.mutate("targetPools", "targetPools.addHealthCheck", OpScope::Region, || {
+                self.clients.target_pools.add_health_check().set_project(&self.project).set_region(&self.region).set_target_pool(pool).set_body(body.clone()).send()
+            })
+            .await
+        } else {
+            let mut body = gm::TargetPoolsRemoveHealthCheckRequest::default();
+            body.health_checks = refs;
+            self.mutate("targetPools", "targetPools.removeHealthCheck", OpScope::Region, || {
+                self.clients.target_pools.remove_health_check().set_project(&self.project).set_region(&self.region).set_target_pool(pool).set_body(body.clone()).send()
+            })
+            .await
+        }
+    }
+
+    /// Creates an empty instance group in the cluster network.
+    pub async fn insert_instance_group(&self, zone: &str, name: &str) -> Outcome<()> {
+        let mut body = gm::InstanceGroup::default();
+        body.name = Some(name.to_string());
+        body.network = Some(self.network.clone());
+        let scope = OpScope::Zone(zone.to_string());
+        self.mutate("instanceGroups", "instanceGroups.insert", scope, || {
+            self.clients.instance_groups.insert().set_project(&self.project).set_zone(zone).set_body(body.clone()).send()
+        })
+        .await
+    }
+
+    /// Deletes an instance group.
+    pub async fn delete_instance_group(&self, zone: &str, name: &str) -> Outcome<()> {
+        let scope = OpScope::Zone(zone.to_string());
+        self.mutate("instanceGroups", "instanceGroups.delete", scope, || {
+            self.clients.instance_groups.delete().set_project(&self.project).set_zone(zone).set_instance_group(name).send()
+        })
+        .await
+    }
+
+    /// Adds (`add`) or removes instances of an instance group, in batches.
+    pub async fn group_instances(&self, zone: &str, name: &str, instances: &BTreeSet<String>, add: bool) -> Outcome<()> {
+        let all: Vec<&String> = instances.iter().collect();
+        for batch in all.chunks(INSTANCE_BATCH) {
+            let refs: Vec<gm::InstanceReference> = batch.iter().map(|i| instance_ref(i)).collect();
+            let scope = OpScope::Zone(zone.to_string());
+            let outcome = if add {
+                let mut body = gm::InstanceGroupsAddInstancesRequest::default();
+                body.instances = refs;
+                self.mutate("instanceGroups", "instanceGroups.addInstances", scope, || {
+                    self.clients.instance_groups.add_instances().set_project(&self.project).set_zone(zone).set_instance_group(name).set_body(body.clone()).send()
+                })
+                .await?
+            } else {
+                let mut body = gm::InstanceGroupsRemoveInstancesRequest::default();
+                body.instances = refs;
+                self.mutate("instanceGroups", "instanceGroups.removeInstances", scope, || {
+                    self.clients.instance_groups.remove_instances().set_project(&self.project).set_zone(zone).set_instance_group(name).set_body(body.clone()).send()
+                })
+                .await?
+            };
+            if outcome.is_err() {
+                return Ok(outcome);
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Creates (`update == false`) or replaces (fingerprint-checked) a backend service.
+    pub async fn put_backend_service(&self, service: &BackendService, update: bool) -> Outcome<()> {
+        let body = backend_service_body(service);
+        if update {
+            self.mutate("backendServices", "regionBackendServices.update", OpScope::Region, || {
+                self.clients
+                    .backend_services
+                    .update()
+                    .set_project(&self.project)
+                    .set_region(&self.region)
+                    .set_backend_service(&service.name)
+                    .set_body(body.clone())
+                    .send()
+            })
+            .await
+        } else {
+            self.mutate("backendServices", "regionBackendServices.insert", OpScope::Region, || {
+                self.clients.backend_services.insert().set_project(&self.project).set_region(&self.region).set_body(body.clone()).send()
+            })
+            .await
+        }
+    }
+
+    /// Deletes a backend service.
+    pub async fn delete_backend_service(&self, name: &str) -> Outcome<()> {
+        self.mutate("backendServices", "regionBackendServices.delete", OpScope::Region, || {
+            self.clients.backend_services.delete().set_project(&self.project).set_region(&self.region).set_backend_service(name).send()
+        })
+        .await
+    }
+}
+
+// ---------------------------------------------------------------------- conversions
+
+fn operation_result(op: &gm::Operation) -> Result<(), Failure> {
+    let Some(error) = &op.error else {
+        return Ok(());
+    };
+    let first = error.errors.first();
+    Err(Failure {
+        status: op.http_error_status_code.and_then(|s| u16::try_from(s).ok()),
+        reason: first.and_then(|e| e.code.clone()).unwrap_or_default(),
+        message: first
+            .and_then(|e| e.message.clone())
+            .or_else(|| op.http_error_message.clone())
+            .unwrap_or_else(|| "operation failed".to_string()),
+        retry_after: None,
+    })
+}
+
+/// Escapes RE2 metacharacters for GCE list filters.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn bytes_of(data: &[u8]) -> bytes::Bytes {
+    bytes::Bytes::copy_from_slice(data)
+}
+
+fn instance_ref(link: &str) -> gm::InstanceReference {
+    let mut r = gm::InstanceReference::default();
+    r.instance = Some(link.to_string());
+    r
+}
+
+fn enum_name<T>(value: Option<&T>, name: impl Fn(&T) -> Option<&str>) -> Option<String> {
+    value.and_then(name).map(str::to_string)
+}
+
+fn address_from(a: gm::Address) -> Address {
+    let internal = enum_name(a.address_type.as_ref(), |t| t.name()).as_deref() == Some("INTERNAL");
+    Address {
+        name: a.name.unwrap_or_default(),
+        description: a.description.unwrap_or_default(),
+        ip: a.address.and_then(|ip| ip.parse().ok()),
+        internal,
+        tier: if internal { None } else { enum_name(a.network_tier.as_ref(), |t| t.name()) },
+        subnetwork: a.subnetwork.map(|s| canon(&s)),
+    }
+}
+
+fn address_body(a: &Address) -> gm::Address {
+    let mut body = gm::Address::default();
+    body.name = Some(a.name.clone());
+    body.description = Some(a.description.clone());
+    body.address = a.ip.map(|ip| ip.to_string());
+    if a.internal {
+        body.address_type = Some(gm::address::AddressType::from("INTERNAL"));
+        body.subnetwork = a.subnetwork.clone();
+    } else {
+        body.address_type = Some(gm::address::AddressType::from("EXTERNAL"));
+        body.network_tier = Some(gm::address::NetworkTier::from(a.tier.as_deref().unwrap_or("PREMIUM")));
+    }
+    body
+}
+
+fn rule_from(r: gm::ForwardingRule) -> ForwardingRule {
+    let internal = enum_name(r.load_balancing_scheme.as_ref(), |s| s.name()).as_deref() == Some("INTERNAL");
+    let ports = if r.all_ports == Some(true) {
+        RulePorts::All
+    } else if !r.ports.is_empty() {
+        RulePorts::List(
+            r.ports
+                .iter()
+                .filter_map(|p| parse_range(p))
+                .flat_map(|(low, high)| low..=high)
+                .collect(),
+        )
+    } else {
+        match r.port_range.as_deref().and_then(parse_range) {
+            Some((low, high)) => RulePorts::Range(low, high),
+            None => RulePorts::All,
+        }
+    };
+    ForwardingRule {
+        name: r.name.unwrap_or_default(),
+        description: r.description.unwrap_or_default(),
+        ip: r.ip_address.and_then(|ip| ip.parse().ok()),
+        protocol: enum_name(r.ip_protocol.as_ref(), |p| p.name()).unwrap_or_else(|| "TCP".into()),
+        ports,
+        target: r.target.map(|t| canon(&t)),
+        backend_service: r.backend_service.map(|b| canon(&b)),
+        internal,
+        network: r.network.map(|n| canon(&n)),
+        subnetwork: r.subnetwork.map(|s| canon(&s)),
+        tier: if internal { None } else { enum_name(r.network_tier.as_ref(), |t| t.name()) },
+        global_access: r.allow_global_access.unwrap_or(false),
+        fingerprint: r.fingerprint.map(|f| f.to_vec()),
+    }
+}
+
+fn rule_body(r: &ForwardingRule) -> gm::ForwardingRule {
+    let mut body = gm::ForwardingRule::default();
+    body.name = Some(r.name.clone());
+    body.description = Some(r.description.clone());
+    body.ip_address = r.ip.map(|ip| ip.to_string());
+    body.ip_protocol = Some(gm::forwarding_rule::IPProtocol::from(r.protocol.as_str()));
+    match &r.ports {
+        RulePorts::Range(low, high) => body.port_range = Some(format!("{low}-{high}")),
+        RulePorts::List(ports) => body.ports = ports.iter().map(u16::to_string).collect(),
+        RulePorts::All => body.all_ports = Some(true),
+    }
+    body.target = r.target.clone();
+    body.backend_service = r.backend_service.clone();
+    if r.internal {
+        body.load_balancing_scheme = Some(gm::forwarding_rule::LoadBalancingScheme::from("INTERNAL"));
+        body.network = r.network.clone();
+        body.subnetwork = r.subnetwork.clone();
+        body.allow_global_access = Some(r.global_access);
+    } else {
+        body.load_balancing_scheme = Some(gm::forwarding_rule::LoadBalancingScheme::from("EXTERNAL"));
+        body.network_tier = Some(gm::forwarding_rule::NetworkTier::from(r.tier.as_deref().unwrap_or("PREMIUM")));
+    }
+    body
+}
+
+fn firewall_from(f: gm::Firewall) -> Firewall {
+    Firewall {
+        name: f.name.unwrap_or_default(),
+        description: f.description.unwrap_or_default(),
+        network: f.network.map(|n| canon(&n)).unwrap_or_default(),
+        allowed: f
+            .allowed
+            .into_iter()
+            .map(|a| {
+                let ranges = if a.ports.is_empty() {
+                    vec![(1, u16::MAX)]
+                } else {
+                    a.ports.iter().filter_map(|p| parse_range(p)).collect()
+                };
+                (a.ip_protocol.unwrap_or_default(), merge_ranges(ranges))
+            })
+            .collect(),
+        source_ranges: f.source_ranges.into_iter().collect(),
+        destination_ranges: f.destination_ranges.into_iter().collect(),
+        target_tags: f.target_tags.into_iter().collect(),
+    }
+}
+
+fn firewall_body(f: &Firewall) -> gm::Firewall {
+    let mut body = gm::Firewall::default();
+    body.name = Some(f.name.clone());
+    body.description = Some(f.description.clone());
+    body.network = Some(f.network.clone());
+    body.direction = Some(gm::firewall::Direction::from("INGRESS"));
+    body.allowed = f
+        .allowed
+        .iter()
+        .map(|(protocol, ranges)| {
+            let mut allowed = gm::firewall::Allowed::default();
+            allowed.ip_protocol = Some(protocol.clone());
+            allowed.ports = ranges.iter().map(|r| range_text(*r)).collect();
+            allowed
+        })
+        .collect();
+    body.source_ranges = f.source_ranges.iter().cloned().collect();
+    body.destination_ranges = f.destination_ranges.iter().cloned().collect();
+    body.target_tags = f.target_tags.iter().cloned().collect();
+    body
+}
+
+fn timing_of(interval: Option<i32>, timeout: Option<i32>, healthy: Option<i32>, unhealthy: Option<i32>) -> Timing {
+    Timing {
+        interval: interval.unwrap_or(5),
+        timeout: timeout.unwrap_or(5),
+        healthy: healthy.unwrap_or(2),
+        unhealthy: unhealthy.unwrap_or(2),
+    }
+}
+
+fn legacy_health_check_from(h: gm::HttpHealthCheck) -> HealthCheck {
+    HealthCheck {
+        kind: HealthCheckKind::LegacyHttp,
+        name: h.name.unwrap_or_default(),
+        description: h.description.unwrap_or_default(),
+        port: h.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(80),
+        path: h.request_path.unwrap_or_else(|| "/".into()),
+        timing: timing_of(h.check_interval_sec, h.timeout_sec, h.healthy_threshold, h.unhealthy_threshold),
+    }
+}
+
+fn legacy_health_check_body(h: &HealthCheck) -> gm::HttpHealthCheck {
+    let mut body = gm::HttpHealthCheck::default();
+    body.name = Some(h.name.clone());
+    body.description = Some(h.description.clone());
+    body.port = Some(i32::from(h.port));
+    body.request_path = Some(h.path.clone());
+    body.check_interval_sec = Some(h.timing.interval);
+    body.timeout_sec = Some(h.timing.timeout);
+    body.healthy_threshold = Some(h.timing.healthy);
+    body.unhealthy_threshold = Some(h.timing.unhealthy);
+    body
+}
+
+fn health_check_from(h: gm::HealthCheck) -> HealthCheck {
+    let http = h.http_health_check.unwrap_or_default();
+    HealthCheck {
+        kind: HealthCheckKind::Http,
+        name: h.name.unwrap_or_default(),
+        description: h.description.unwrap_or_default(),
+        port: http.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(80),
+        path: http.request_path.unwrap_or_else(|| "/".into()),
+        timing: timing_of(h.check_interval_sec, h.timeout_sec, h.healthy_threshold, h.unhealthy_threshold),
+    }
+}
+
+fn health_check_body(h: &HealthCheck) -> gm::HealthCheck {
+    let mut http = gm::HTTPHealthCheck::default();
+    http.port = Some(i32::from(h.port));
+    http.request_path = Some(h.path.clone());
+    let mut body = gm::HealthCheck::default();
+    body.name = Some(h.name.clone());
+    body.description = Some(h.description.clone());
+    body.r#type = Some(gm::health_check::Type::from("HTTP"));
+    body.http_health_check = Some(http);
+    body.check_interval_sec = Some(h.timing.interval);
+    body.timeout_sec = Some(h.timing.timeout);
+    body.healthy_threshold = Some(h.timing.healthy);
+    body.unhealthy_threshold = Some(h.timing.unhealthy);
+    body
+}
+
+fn target_pool_from(p: gm::TargetPool) -> TargetPool {
+    TargetPool {
+        name: p.name.unwrap_or_default(),
+        description: p.description.unwrap_or_default(),
+        instances: p.instances.iter().map(|i| canon(i)).collect(),
+        health_checks: p.health_checks.iter().map(|h| canon(h)).collect(),
+        session_affinity: enum_name(p.session_affinity.as_ref(), |s| s.name()).unwrap_or_else(|| "NONE".into()),
+    }
+}
+
+fn target_pool_body(p: &TargetPool) -> gm::TargetPool {
+    let mut body = gm::TargetPool::default();
+    body.name = Some(p.name.clone());
+    body.description = Some(p.description.clone());
+    body.instances = p.instances.iter().cloned().collect();
+    body.health_checks = p.health_checks.iter().cloned().collect();
+    body.session_affinity = Some(gm::target_pool::SessionAffinity::from(p.session_affinity.as_str()));
+    body
+}
+
+fn backend_service_from(b: gm::BackendService) -> BackendService {
+    BackendService {
+        name: b.name.unwrap_or_default(),
+        description: b.description.unwrap_or_default(),
+        protocol: enum_name(b.protocol.as_ref(), |p| p.name()).unwrap_or_default(),
+        health_checks: b.health_checks.iter().map(|h| canon(h)).collect(),
+        groups: b.backends.iter().filter_map(|x| x.group.as_deref()).map(canon).collect(),
+        session_affinity: enum_name(b.session_affinity.as_ref(), |s| s.name()).unwrap_or_else(|| "NONE".into()),
+        fingerprint: b.fingerprint.map(|f| f.to_vec()),
+    }
+}
+
+fn backend_service_body(b: &BackendService) -> gm::BackendService {
+    let mut body = gm::BackendService::default();
+    body.name = Some(b.name.clone());
+    body.description = Some(b.description.clone());
+    body.protocol = Some(gm::backend_service::Protocol::from(b.protocol.as_str()));
+    body.load_balancing_scheme = Some(gm::backend_service::LoadBalancingScheme::from("INTERNAL"));
+    body.health_checks = b.health_checks.iter().cloned().collect();
+    body.backends = b
+        .groups
+        .iter()
+        .map(|g| {
+            let mut backend = gm::Backend::default();
+            backend.group = Some(g.clone());
+            backend.balancing_mode = Some(gm::backend::BalancingMode::from("CONNECTION"));
+            backend
+        })
+        .collect();
+    body.session_affinity = Some(gm::backend_service::SessionAffinity::from(b.session_affinity.as_str()));
+    body.fingerprint = b.fingerprint.as_deref().map(bytes_of);
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_escape_regex_metacharacters() {
+        assert_eq!(regex_escape("10.0.0.1"), "10\\.0\\.0\\.1");
+        assert_eq!(regex_escape("node-1"), "node-1");
+    }
+
+    #[test]
+    fn models_round_trip_through_sdk_bodies() {
+        let rule = ForwardingRule {
+            name: "a1".into(),
+            description: "d".into(),
+            ip: Some("10.0.0.5".parse().unwrap()),
+            protocol: "TCP".into(),
+            ports: RulePorts::List([80, 443].into()),
+            target: None,
+            backend_service: Some("projects/p/regions/r/backendServices/a1".into()),
+            internal: true,
+            network: Some("projects/p/global/networks/n".into()),
+            subnetwork: Some("projects/p/regions/r/subnetworks/s".into()),
+            tier: None,
+            global_access: true,
+            fingerprint: None,
+        };
+        assert_eq!(rule_from(rule_body(&rule)), rule);
+        let firewall = Firewall {
+            name: "k8s-fw-a1".into(),
+            description: "x".into(),
+            network: "projects/p/global/networks/n".into(),
+            allowed: vec![("tcp".into(), vec![(80, 80), (443, 443)])],
+            source_ranges: ["0.0.0.0/0".to_string()].into(),
+            destination_ranges: ["10.0.0.5".to_string()].into(),
+            target_tags: ["node".to_string()].into(),
+        };
+        assert_eq!(firewall_from(firewall_body(&firewall)), firewall);
+        let hc = HealthCheck {
+            kind: HealthCheckKind::Http,
+            name: "k8s-c-node".into(),
+            description: "x".into(),
+            port: 10256,
+            path: "/healthz".into(),
+            timing: crate::model::DEFAULT_TIMING,
+        };
+        assert_eq!(health_check_from(health_check_body(&hc)), hc);
+        let legacy = HealthCheck { kind: HealthCheckKind::LegacyHttp, ..hc };
+        assert_eq!(legacy_health_check_from(legacy_health_check_body(&legacy)), legacy);
+    }
+}

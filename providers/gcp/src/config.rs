@@ -1,0 +1,237 @@
+//! The upstream `gce.conf` cloud-config (INI, `[global]` section), so files users already have
+//! keep working. Known upstream keys are accepted (those without meaning here are ignored);
+//! unknown keys produce warnings, not errors. kube-lb adds `region` and `cluster-id`.
+
+use std::collections::BTreeSet;
+
+use crate::error::GcpError;
+
+/// Upstream keys that are accepted but do not change what this provider does.
+const ACCEPTED_UPSTREAM_KEYS: &[&str] = &[
+    "token-body",
+    "secondary-range-name",
+    "container-api-endpoint",
+    "alpha-features",
+    "external-instance-groups-prefix",
+    "network-project-id",
+];
+
+/// The parsed configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CloudConfig {
+    /// `project-id` (required).
+    pub project_id: String,
+    /// `network-project-id`: the host project of a shared VPC (defaults to the project).
+    pub network_project_id: Option<String>,
+    /// `network-name` (default `default`).
+    pub network_name: String,
+    /// `subnetwork-name`: the cluster subnet, used for internal load balancers.
+    pub subnetwork_name: Option<String>,
+    /// `node-tags`: firewall target tags; when empty, tags are read from the node instances.
+    pub node_tags: Vec<String>,
+    /// `node-instance-prefix`.
+    pub node_instance_prefix: Option<String>,
+    /// `local-zone`: the zone the controller runs in.
+    pub local_zone: Option<String>,
+    /// `region` (kube-lb extension); derived from `local-zone` when absent.
+    pub region: String,
+    /// `multizone`: nodes may be in every zone of the region.
+    pub multizone: bool,
+    /// `regional`: a regional cluster (implies multizone).
+    pub regional: bool,
+    /// `api-endpoint`: Compute API base URL (tests point it at the mock).
+    pub api_endpoint: Option<String>,
+    /// `token-url`: `nil` means no credentials (anonymous), as for test endpoints.
+    pub token_url: Option<String>,
+    /// `cluster-id` (kube-lb extension): the `<cid>` in shared resource names
+    /// (`k8s-<cid>-node`, `k8s-ig--<cid>`); upstream reads it from the `ingress-uid` ConfigMap.
+    pub cluster_id: Option<String>,
+    /// Keys that were not recognised (reported as warnings).
+    pub unknown_keys: Vec<String>,
+}
+
+impl CloudConfig {
+    /// Parses `gce.conf` text.
+    pub fn parse(text: &str) -> Result<CloudConfig, GcpError> {
+        let mut config = CloudConfig {
+            network_name: "default".into(),
+            ..CloudConfig::default()
+        };
+        let mut region = None;
+        let mut section = String::new();
+        let mut seen = BTreeSet::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+                continue;
+            }
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = name.trim().to_ascii_lowercase();
+                continue;
+            }
+            let (key, value) = match line.split_once('=') {
+                Some((k, v)) => (k.trim().to_ascii_lowercase(), unquote(v.trim())),
+                // gcfg allows a bare key meaning `true`.
+                None => (line.to_ascii_lowercase(), "true".to_string()),
+            };
+            if section != "global" {
+                config.unknown_keys.push(format!("[{section}] {key}"));
+                continue;
+            }
+            let line_no = index + 1;
+            let bool_value = || parse_bool(&key, &value, line_no);
+            match key.as_str() {
+                "project-id" => config.project_id = value,
+                "network-project-id" => config.network_project_id = Some(value),
+                "network-name" => config.network_name = last_segment(&value),
+                "subnetwork-name" => config.subnetwork_name = Some(last_segment(&value)),
+                "node-tags" => config.node_tags.extend(
+                    value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_string),
+                ),
+                "node-instance-prefix" => config.node_instance_prefix = Some(value),
+                "local-zone" => config.local_zone = Some(value),
+                "region" => region = Some(value),
+                "multizone" => config.multizone = bool_value()?,
+                "regional" => config.regional = bool_value()?,
+                "api-endpoint" => config.api_endpoint = Some(value),
+                "token-url" => config.token_url = Some(value),
+                "cluster-id" => config.cluster_id = Some(value),
+                other if ACCEPTED_UPSTREAM_KEYS.contains(&other) => {}
+                other => config.unknown_keys.push(other.to_string()),
+            }
+            seen.insert(key);
+        }
+        if config.project_id.is_empty() {
+            return Err(GcpError::Config("project-id is required in [global]".into()));
+        }
+        config.region = match (region, &config.local_zone) {
+            (Some(region), _) => region,
+            (None, Some(zone)) => zone
+                .rsplit_once('-')
+                .map(|(region, _)| region.to_string())
+                .ok_or_else(|| GcpError::Config(format!("local-zone '{zone}' is not a zone name")))?,
+            (None, None) => {
+                return Err(GcpError::Config(
+                    "either local-zone or region is required in [global]".into(),
+                ));
+            }
+        };
+        if let Some(endpoint) = &config.api_endpoint {
+            config.api_endpoint = Some(normalise_endpoint(endpoint));
+        }
+        Ok(config)
+    }
+
+    /// True when calls go out without credentials (`token-url = nil`, or a plain-HTTP
+    /// endpoint such as the mock).
+    pub fn anonymous(&self) -> bool {
+        self.token_url.as_deref() == Some("nil")
+            || self
+                .api_endpoint
+                .as_deref()
+                .is_some_and(|e| e.starts_with("http://"))
+    }
+
+    /// The project holding the network (shared VPC host project, or the project itself).
+    pub fn network_project(&self) -> &str {
+        self.network_project_id.as_deref().unwrap_or(&self.project_id)
+    }
+}
+
+/// `api-endpoint` upstream is a full base path such as
+/// `https://www.googleapis.com/compute/v1/`; the client wants the host part only.
+fn normalise_endpoint(endpoint: &str) -> String {
+    let trimmed = endpoint.trim_end_matches('/');
+    let base = trimmed
+        .find("/compute/")
+        .map_or(trimmed, |idx| &trimmed[..idx]);
+    base.to_string()
+}
+
+fn unquote(value: &str) -> String {
+    value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(value)
+        .to_string()
+}
+
+/// Network and subnetwork may be given as names or URLs; keep the name.
+fn last_segment(value: &str) -> String {
+    value.trim_end_matches('/').rsplit('/').next().unwrap_or(value).to_string()
+}
+
+fn parse_bool(key: &str, value: &str, line: usize) -> Result<bool, GcpError> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        _ => Err(GcpError::Config(format!(
+            "line {line}: {key} must be true or false, got '{value}'"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_an_upstream_file() {
+        let text = r#"
+# written by kube-up
+[Global]
+project-id = my-proj
+network-project-id = host-proj
+network-name = projects/host-proj/global/networks/vpc
+subnetwork-name = nodes
+node-tags = gke-c1-node
+node-tags = extra
+node-instance-prefix = gke-c1
+multizone = true
+local-zone = europe-west1-b
+token-url = nil
+api-endpoint = http://127.0.0.1:9999/compute/v1/
+alpha-features = ILBSubsets
+some-new-key = 1
+"#;
+        let config = CloudConfig::parse(text).unwrap();
+        assert_eq!(config.project_id, "my-proj");
+        assert_eq!(config.network_project(), "host-proj");
+        assert_eq!(config.network_name, "vpc");
+        assert_eq!(config.subnetwork_name.as_deref(), Some("nodes"));
+        assert_eq!(config.node_tags, ["gke-c1-node", "extra"]);
+        assert!(config.multizone);
+        assert_eq!(config.region, "europe-west1");
+        assert_eq!(config.api_endpoint.as_deref(), Some("http://127.0.0.1:9999"));
+        assert!(config.anonymous());
+        assert_eq!(config.unknown_keys, ["some-new-key"]);
+    }
+
+    #[test]
+    fn region_key_wins_and_defaults_apply() {
+        let config =
+            CloudConfig::parse("[global]\nproject-id = p\nregion = us-east1\nlocal-zone = us-central1-a\n")
+                .unwrap();
+        assert_eq!(config.region, "us-east1");
+        assert_eq!(config.network_name, "default");
+        assert!(!config.anonymous());
+        assert!(config.node_tags.is_empty());
+    }
+
+    #[test]
+    fn rejects_what_cannot_work() {
+        let cases = [
+            "[global]\nlocal-zone = us-central1-a\n",
+            "[global]\nproject-id = p\n",
+            "[global]\nproject-id = p\nlocal-zone = nozone\n",
+            "[global]\nproject-id = p\nlocal-zone = us-central1-a\nmultizone = maybe\n",
+        ];
+        for text in cases {
+            assert!(CloudConfig::parse(text).is_err(), "{text}");
+        }
+    }
+}

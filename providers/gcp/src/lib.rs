@@ -1,0 +1,493 @@
+//! GCP provider: Services of type LoadBalancer as GCE passthrough L4 load balancers.
+//!
+//! - External (default): forwarding rule `a<uid>` over the port range → target pool (+ legacy
+//!   HTTP health check: shared `k8s-<cid>-node` for `Cluster`, per-Service `<lb>` on the
+//!   health-check node port for `Local`) + firewalls `k8s-fw-<lb>` and the health-check one.
+//! - Internal (`networking.gke.io/load-balancer-type: Internal` or the deprecated
+//!   `cloud.google.com/…`): per-zone instance groups `k8s-ig--<cid>` → regional backend service
+//!   (fingerprint-checked updates) → health check → INTERNAL forwarding rule (≤ 5 ports, else
+//!   all ports), subnet and global-access annotations.
+//!
+//! Unlike upstream, the IP stays reserved as address `<lb>` for the Service's lifetime instead
+//! of being reserved and released on every sync, so a converged Service costs reads only.
+//!
+//! Every sync is observe → [`plan`] (pure) → apply; names follow upstream so existing load
+//! balancers are adopted.
+
+pub mod client;
+pub mod config;
+pub mod desired;
+pub mod error;
+pub mod model;
+pub mod plan;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use async_trait::async_trait;
+use kube_lb_provider_core::naming::load_balancer_name;
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, CloudApi, LoadBalancerIngress, LoadBalancerProvider,
+    LoadBalancerSpec, LoadBalancerStatus, ProviderError, RateLimit, RateLimits, RetryPolicy,
+    ServiceKey,
+};
+
+pub use client::PollSettings;
+pub use config::CloudConfig;
+pub use error::GcpError;
+
+use crate::client::Gce;
+use crate::desired::{Desired, IpRequest, Settings, desired, node_instances};
+use crate::error::Failure;
+use crate::model::{HealthCheckKind, Refs};
+use crate::plan::{Action, IpSource, Observed, plan, plan_address, plan_delete};
+
+/// The Compute API methods this provider calls (for reviews and the IAM custom role).
+pub const API_METHODS: &[&str] = &[
+    "compute.addresses.get",
+    "compute.addresses.list",
+    "compute.addresses.insert",
+    "compute.addresses.delete",
+    "compute.forwardingRules.get",
+    "compute.forwardingRules.insert",
+    "compute.forwardingRules.patch",
+    "compute.forwardingRules.delete",
+    "compute.targetPools.get",
+    "compute.targetPools.insert",
+    "compute.targetPools.delete",
+    "compute.targetPools.addInstance",
+    "compute.targetPools.removeInstance",
+    "compute.targetPools.addHealthCheck",
+    "compute.targetPools.removeHealthCheck",
+    "compute.httpHealthChecks.get",
+    "compute.httpHealthChecks.insert",
+    "compute.httpHealthChecks.update",
+    "compute.httpHealthChecks.delete",
+    "compute.healthChecks.get",
+    "compute.healthChecks.insert",
+    "compute.healthChecks.update",
+    "compute.healthChecks.delete",
+    "compute.firewalls.get",
+    "compute.firewalls.insert",
+    "compute.firewalls.update",
+    "compute.firewalls.delete",
+    "compute.regionBackendServices.get",
+    "compute.regionBackendServices.insert",
+    "compute.regionBackendServices.update",
+    "compute.regionBackendServices.delete",
+    "compute.instanceGroups.get",
+    "compute.instanceGroups.insert",
+    "compute.instanceGroups.delete",
+    "compute.instanceGroups.addInstances",
+    "compute.instanceGroups.removeInstances",
+    "compute.instanceGroups.listInstances",
+    "compute.instances.list",
+    "compute.zones.list",
+    "compute.regionOperations.get",
+    "compute.zoneOperations.get",
+    "compute.globalOperations.get",
+];
+
+/// IAM permissions those methods need (for a least-privilege custom role).
+pub const IAM_PERMISSIONS: &[&str] = &[
+    "compute.addresses.create",
+    "compute.addresses.createInternal",
+    "compute.addresses.delete",
+    "compute.addresses.deleteInternal",
+    "compute.addresses.get",
+    "compute.addresses.list",
+    "compute.addresses.use",
+    "compute.addresses.useInternal",
+    "compute.forwardingRules.create",
+    "compute.forwardingRules.delete",
+    "compute.forwardingRules.get",
+    "compute.forwardingRules.update",
+    "compute.targetPools.create",
+    "compute.targetPools.delete",
+    "compute.targetPools.get",
+    "compute.targetPools.update",
+    "compute.targetPools.use",
+    "compute.httpHealthChecks.create",
+    "compute.httpHealthChecks.delete",
+    "compute.httpHealthChecks.get",
+    "compute.httpHealthChecks.update",
+    "compute.httpHealthChecks.useReadOnly",
+    "compute.healthChecks.create",
+    "compute.healthChecks.delete",
+    "compute.healthChecks.get",
+    "compute.healthChecks.update",
+    "compute.healthChecks.useReadOnly",
+    "compute.firewalls.create",
+    "compute.firewalls.delete",
+    "compute.firewalls.get",
+    "compute.firewalls.update",
+    "compute.networks.updatePolicy",
+    "compute.networks.use",
+    "compute.subnetworks.use",
+    "compute.regionBackendServices.create",
+    "compute.regionBackendServices.delete",
+    "compute.regionBackendServices.get",
+    "compute.regionBackendServices.update",
+    "compute.regionBackendServices.use",
+    "compute.instanceGroups.create",
+    "compute.instanceGroups.delete",
+    "compute.instanceGroups.get",
+    "compute.instanceGroups.update",
+    "compute.instanceGroups.use",
+    "compute.instances.list",
+    "compute.instances.use",
+    "compute.zones.list",
+    "compute.regionOperations.get",
+    "compute.zoneOperations.get",
+    "compute.globalOperations.get",
+];
+
+/// Knobs for tests and the binary; [`Default`] suits production.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Counts every Compute call (shared with the controller's metrics).
+    pub counter: CallCounter,
+    /// Client-side rate limits (upstream: 5 QPS for operation polling).
+    pub limits: RateLimits,
+    /// Retries of throttled / failed calls.
+    pub retry: RetryPolicy,
+    /// Operation polling.
+    pub poll: PollSettings,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            counter: CallCounter::new(),
+            limits: RateLimits::new(RateLimit::new(20, 20))
+                .with_family("operations", RateLimit::new(5, 5)),
+            retry: RetryPolicy::default(),
+            poll: PollSettings::default(),
+        }
+    }
+}
+
+/// The GCP load-balancer provider.
+#[derive(Debug)]
+pub struct GcpProvider {
+    gce: Gce,
+    settings: Settings,
+    node_tags: Vec<String>,
+    /// Shared resources (node health check, its firewall, instance groups) are written by
+    /// every Service; one sync at a time avoids racing ourselves on them.
+    shared: tokio::sync::Mutex<()>,
+}
+
+impl GcpProvider {
+    /// Reads `gce.conf` and connects. `cluster_name` becomes the `<cid>` of shared resource
+    /// names unless the config sets `cluster-id`.
+    pub async fn from_cloud_config(
+        path: Option<&Path>,
+        cluster_name: &str,
+    ) -> Result<GcpProvider, GcpError> {
+        let Some(path) = path else {
+            return Err(GcpError::Config(
+                "--cloud-config is required for gcp (project-id, local-zone or region)".into(),
+            ));
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| GcpError::ReadConfig {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let config = CloudConfig::parse(&text)?;
+        GcpProvider::from_config(config, cluster_name, Options::default()).await
+    }
+
+    /// Connects with a parsed config and explicit options.
+    pub async fn from_config(
+        config: CloudConfig,
+        cluster_name: &str,
+        options: Options,
+    ) -> Result<GcpProvider, GcpError> {
+        for key in &config.unknown_keys {
+            tracing::warn!(provider = "gcp", key = %key, "unknown cloud-config key ignored");
+        }
+        let api = CloudApi::new("gcp", options.counter, options.limits, options.retry);
+        let refs = Refs {
+            project: config.project_id.clone(),
+            network_project: config.network_project().to_string(),
+            region: config.region.clone(),
+            network: config.network_name.clone(),
+        };
+        let gce = Gce::connect(
+            config.api_endpoint.as_deref(),
+            config.anonymous(),
+            &config.project_id,
+            &config.region,
+            &refs.network(),
+            api,
+            options.poll,
+        )
+        .await?;
+        let zones = match (&config.local_zone, config.multizone || config.regional) {
+            (Some(zone), false) => vec![zone.clone()],
+            _ => gce.zones().await.map_err(GcpError::Startup)?,
+        };
+        let cluster_id = desired::sanitise_cluster_id(
+            config.cluster_id.as_deref().unwrap_or(cluster_name),
+        );
+        Ok(GcpProvider {
+            gce,
+            settings: Settings {
+                refs,
+                cluster_id,
+                subnetwork: config.subnetwork_name.clone(),
+                zones,
+                local_zone: config.local_zone.clone(),
+            },
+            node_tags: config.node_tags.clone(),
+            shared: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The call counter (every Compute call, by operation and read/mutate).
+    pub fn calls(&self) -> &CallCounter {
+        self.gce.api().counter()
+    }
+
+    /// The zones considered for nodes and instance groups.
+    pub fn zones(&self) -> &[String] {
+        &self.settings.zones
+    }
+
+    /// Firewall target tags: the configured `node-tags`, else per node instance the longest
+    /// network tag that prefixes its name (upstream's rule), else all its tags.
+    async fn target_tags(&self, backends: &[BackendNode]) -> Result<BTreeSet<String>, ProviderError> {
+        if !self.node_tags.is_empty() {
+            return Ok(self.node_tags.iter().cloned().collect());
+        }
+        let instances = node_instances(backends, &self.settings);
+        let mut zones: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for instance in &instances {
+            zones.entry(&instance.zone).or_default().push(instance.name.clone());
+        }
+        let mut tags = BTreeSet::new();
+        for (zone, names) in zones {
+            for (name, instance_tags) in self.gce.instance_tags(zone, &names).await? {
+                let best = instance_tags
+                    .iter()
+                    .filter(|t| name.starts_with(t.as_str()))
+                    .max_by_key(|t| t.len());
+                match best {
+                    Some(tag) => {
+                        tags.insert(tag.clone());
+                    }
+                    None => tags.extend(instance_tags.iter().cloned()),
+                }
+            }
+        }
+        Ok(tags)
+    }
+
+    async fn observe(&self, desired: &Desired) -> Result<Observed, ProviderError> {
+        let gce = &self.gce;
+        let lb = &desired.lb;
+        let user_address = match desired.ip {
+            IpRequest::Requested(ip) => gce.address_by_ip(ip).await?,
+            IpRequest::Any => None,
+        };
+        let mut other_own_health_checks = Vec::new();
+        for kind in [HealthCheckKind::LegacyHttp, HealthCheckKind::Http] {
+            let is_desired = kind == desired.health_check.kind && desired.health_check.name == *lb;
+            if !is_desired && gce.get_health_check(kind, lb).await?.is_some() {
+                other_own_health_checks.push(kind);
+            }
+        }
+        let mut groups = Vec::new();
+        for group in &desired.groups {
+            let have = gce.get_instance_group(&group.zone, &group.name).await?;
+            groups.push((group.zone.clone(), have));
+        }
+        Ok(Observed {
+            rule: gce.get_rule(lb).await?,
+            address: gce.get_address(lb).await?,
+            user_address,
+            firewall: gce.get_firewall(&desired.firewall.name).await?,
+            health_check: gce
+                .get_health_check(desired.health_check.kind, &desired.health_check.name)
+                .await?,
+            health_check_firewall: gce.get_firewall(&desired.health_check_firewall.name).await?,
+            target_pool: gce.get_target_pool(lb).await?,
+            backend_service: gce.get_backend_service(lb).await?,
+            other_own_health_checks,
+            groups,
+        })
+    }
+
+    /// Performs one action. "Already gone" deletes succeed; shared pieces in use elsewhere are
+    /// left alone.
+    async fn apply(&self, action: &Action, lb: &str) -> Result<(), ProviderError> {
+        tracing::info!(provider = "gcp", lb, action = %action.label(), "applying");
+        let gce = &self.gce;
+        let tolerate = |outcome: client::Outcome<()>, operation: &'static str, ok: &dyn Fn(&Failure) -> bool| {
+            match outcome? {
+                Ok(()) => Ok(()),
+                Err(failure) if ok(&failure) => Ok(()),
+                Err(failure) => Err(failure.into_provider_error(operation)),
+            }
+        };
+        let gone = |f: &Failure| f.is_not_found();
+        let gone_or_shared = |f: &Failure| f.is_not_found() || f.is_in_use();
+        match action {
+            Action::ReserveAddress(address) => Gce::done(gce.insert_address(address).await, "addresses.insert"),
+            Action::DeleteAddress(name) => tolerate(gce.delete_address(name).await, "addresses.delete", &gone),
+            Action::DeleteForwardingRule(name) => tolerate(gce.delete_rule(name).await, "forwardingRules.delete", &gone),
+            Action::InsertForwardingRule(rule) => Gce::done(gce.insert_rule(rule).await, "forwardingRules.insert"),
+            Action::PatchGlobalAccess { name, allow, fingerprint } => Gce::done(
+                gce.patch_global_access(name, *allow, fingerprint.as_deref()).await,
+                "forwardingRules.patch",
+            ),
+            Action::InsertFirewall(firewall) => tolerate(
+                gce.put_firewall(firewall, false).await,
+                "firewalls.insert",
+                // A shared firewall created by another Service's sync meanwhile is fine.
+                &|f: &Failure| f.is_conflict(),
+            ),
+            Action::UpdateFirewall(firewall) => Gce::done(gce.put_firewall(firewall, true).await, "firewalls.update"),
+            Action::DeleteFirewall(name) => tolerate(gce.delete_firewall(name).await, "firewalls.delete", &gone),
+            Action::InsertHealthCheck(hc) => tolerate(
+                gce.put_health_check(hc, false).await,
+                "healthChecks.insert",
+                &|f: &Failure| f.is_conflict(),
+            ),
+            Action::UpdateHealthCheck(hc) => Gce::done(gce.put_health_check(hc, true).await, "healthChecks.update"),
+            Action::DeleteHealthCheck { kind, name, firewall } => {
+                match gce.delete_health_check(*kind, name).await? {
+                    Ok(()) => {}
+                    Err(failure) if failure.is_not_found() => {}
+                    Err(failure) if failure.is_in_use() => {
+                        tracing::debug!(provider = "gcp", lb, health_check = %name, "health check still used elsewhere; kept");
+                        return Ok(());
+                    }
+                    Err(failure) => return Err(failure.into_provider_error("healthChecks.delete")),
+                }
+                tolerate(gce.delete_firewall(firewall).await, "firewalls.delete", &gone)
+            }
+            Action::InsertTargetPool(pool) => Gce::done(gce.insert_target_pool(pool).await, "targetPools.insert"),
+            Action::DeleteTargetPool(name) => tolerate(gce.delete_target_pool(name).await, "targetPools.delete", &gone),
+            Action::AddPoolInstances(pool, instances) => {
+                Gce::done(gce.pool_instances(pool, instances, true).await, "targetPools.addInstance")
+            }
+            Action::RemovePoolInstances(pool, instances) => {
+                Gce::done(gce.pool_instances(pool, instances, false).await, "targetPools.removeInstance")
+            }
+            Action::SwapPoolHealthCheck { pool, add, remove } => {
+                // A pool holds at most one legacy health check: remove before adding.
+                if !remove.is_empty() {
+                    Gce::done(gce.pool_health_checks(pool, remove, false).await, "targetPools.removeHealthCheck")?;
+                }
+                if !add.is_empty() {
+                    Gce::done(gce.pool_health_checks(pool, add, true).await, "targetPools.addHealthCheck")?;
+                }
+                Ok(())
+            }
+            Action::InsertInstanceGroup { zone, name } => tolerate(
+                gce.insert_instance_group(zone, name).await,
+                "instanceGroups.insert",
+                &|f: &Failure| f.is_conflict(),
+            ),
+            Action::AddGroupInstances { zone, name, instances } => tolerate(
+                gce.group_instances(zone, name, instances, true).await,
+                "instanceGroups.addInstances",
+                &|f: &Failure| f.reason == "memberAlreadyExists",
+            ),
+            Action::RemoveGroupInstances { zone, name, instances } => tolerate(
+                gce.group_instances(zone, name, instances, false).await,
+                "instanceGroups.removeInstances",
+                &|f: &Failure| f.reason == "memberNotFound",
+            ),
+            Action::DeleteInstanceGroup { zone, name } => {
+                tolerate(gce.delete_instance_group(zone, name).await, "instanceGroups.delete", &gone_or_shared)
+            }
+            Action::InsertBackendService(service) => {
+                Gce::done(gce.put_backend_service(service, false).await, "regionBackendServices.insert")
+            }
+            Action::UpdateBackendService(service) => {
+                Gce::done(gce.put_backend_service(service, true).await, "regionBackendServices.update")
+            }
+            Action::DeleteBackendService(name) => {
+                tolerate(gce.delete_backend_service(name).await, "regionBackendServices.delete", &gone)
+            }
+        }
+    }
+
+    async fn apply_all(&self, actions: &[Action], lb: &str) -> Result<(), ProviderError> {
+        for action in actions {
+            self.apply(action, lb).await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LoadBalancerProvider for GcpProvider {
+    fn name(&self) -> &'static str {
+        "gcp"
+    }
+
+    #[tracing::instrument(skip_all, fields(provider = "gcp", service = %spec.service, lb = %load_balancer_name(&spec.service.uid)))]
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let target_tags = self.target_tags(backends).await?;
+        let desired = desired(spec, backends, &self.settings, &target_tags)?;
+        let _shared = self.shared.lock().await;
+        let mut observed = self.observe(&desired).await?;
+
+        let (address_actions, ip_source) = plan_address(&desired, &observed)?;
+        self.apply_all(&address_actions, &desired.lb).await?;
+        let ip = match &ip_source {
+            IpSource::User(ip) | IpSource::Owned(Some(ip)) => *ip,
+            IpSource::Owned(None) => {
+                // GCE chose the IP: read the reservation back.
+                let address = self.gce.get_address(&desired.lb).await?;
+                let ip = address.as_ref().and_then(|a| a.ip);
+                observed.address = address;
+                ip.ok_or_else(|| ProviderError::Retryable {
+                    operation: "addresses.get",
+                    message: format!("address {} has no IP yet", desired.lb),
+                    source: None,
+                })?
+            }
+        };
+        let actions = plan(&desired, &observed, ip, &ip_source);
+        if actions.is_empty() && address_actions.is_empty() {
+            tracing::debug!("load balancer up to date");
+        }
+        self.apply_all(&actions, &desired.lb).await?;
+        Ok(LoadBalancerStatus {
+            ingress: vec![LoadBalancerIngress {
+                ip: Some(ip),
+                hostname: None,
+            }],
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(provider = "gcp", service = %service, lb = %load_balancer_name(&service.uid)))]
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        let lb = load_balancer_name(&service.uid);
+        let _shared = self.shared.lock().await;
+        let actions = plan_delete(&lb, &self.settings.cluster_id, &self.settings.zones);
+        self.apply_all(&actions, &lb).await
+    }
+
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let lb = load_balancer_name(&service.uid);
+        Ok(self.gce.get_rule(&lb).await?.map(|rule| LoadBalancerStatus {
+            ingress: vec![LoadBalancerIngress {
+                ip: rule.ip,
+                hostname: None,
+            }],
+        }))
+    }
+}

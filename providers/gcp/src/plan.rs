@@ -1,0 +1,481 @@
+//! The pure planner: what exists (observed) and what should (desired) in, an ordered list of
+//! API actions out. Two phases: the address first (its IP is needed by the firewall and the
+//! forwarding rule), then everything else. A converged load balancer plans nothing.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use kube_lb_provider_core::ProviderError;
+
+use crate::desired::{Desired, IpRequest, firewall_description, health_check_firewall_name};
+use crate::model::{
+    Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind,
+    InstanceGroup, TargetPool, canon, link_name,
+};
+
+/// What exists in the project for one Service (plus the shared pieces it uses).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Forwarding rule `<lb>`.
+    pub rule: Option<ForwardingRule>,
+    /// Address `<lb>` (ours).
+    pub address: Option<Address>,
+    /// The address holding the requested IP, when one exists under another name (user-owned).
+    pub user_address: Option<Address>,
+    /// Firewall `k8s-fw-<lb>`.
+    pub firewall: Option<Firewall>,
+    /// The desired health check, by name, in its collection.
+    pub health_check: Option<HealthCheck>,
+    /// The desired health-check firewall.
+    pub health_check_firewall: Option<Firewall>,
+    /// Target pool `<lb>`.
+    pub target_pool: Option<TargetPool>,
+    /// Backend service `<lb>`.
+    pub backend_service: Option<BackendService>,
+    /// Per-Service health checks `<lb>` that exist but are not the desired one.
+    pub other_own_health_checks: Vec<HealthCheckKind>,
+    /// Instance groups by zone (internal only), `None` where missing.
+    pub groups: Vec<(String, Option<InstanceGroup>)>,
+}
+
+/// One API call the applier makes, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Reserve address `<lb>` (with the given IP, or let GCE choose).
+    ReserveAddress(Address),
+    /// Release address `<lb>` (the forwarding rule keeps its IP if it uses it).
+    DeleteAddress(String),
+    /// Delete forwarding rule `<lb>`.
+    DeleteForwardingRule(String),
+    /// Create the forwarding rule.
+    InsertForwardingRule(ForwardingRule),
+    /// Change `allowGlobalAccess` in place (fingerprint-checked).
+    PatchGlobalAccess {
+        /// The rule.
+        name: String,
+        /// The new value.
+        allow: bool,
+        /// The fingerprint read back.
+        fingerprint: Option<Vec<u8>>,
+    },
+    /// Create a firewall.
+    InsertFirewall(Firewall),
+    /// Replace a firewall.
+    UpdateFirewall(Firewall),
+    /// Create a health check.
+    InsertHealthCheck(HealthCheck),
+    /// Replace a health check.
+    UpdateHealthCheck(HealthCheck),
+    /// Delete a health check that is no longer used; if it is deleted (not in use elsewhere),
+    /// delete its firewall too.
+    DeleteHealthCheck {
+        /// Which collection.
+        kind: HealthCheckKind,
+        /// The health check.
+        name: String,
+        /// Its firewall.
+        firewall: String,
+    },
+    /// Create the target pool.
+    InsertTargetPool(TargetPool),
+    /// Delete target pool `<lb>`.
+    DeleteTargetPool(String),
+    /// `addInstance`.
+    AddPoolInstances(String, BTreeSet<String>),
+    /// `removeInstance`.
+    RemovePoolInstances(String, BTreeSet<String>),
+    /// `addHealthCheck` / `removeHealthCheck` (swap the legacy health check in place).
+    SwapPoolHealthCheck {
+        /// The pool.
+        pool: String,
+        /// Health checks to add.
+        add: BTreeSet<String>,
+        /// Health checks to remove.
+        remove: BTreeSet<String>,
+    },
+    /// Create an (empty) instance group.
+    InsertInstanceGroup {
+        /// Zone.
+        zone: String,
+        /// Name.
+        name: String,
+    },
+    /// `addInstances`.
+    AddGroupInstances {
+        /// Zone.
+        zone: String,
+        /// Group.
+        name: String,
+        /// Instance links.
+        instances: BTreeSet<String>,
+    },
+    /// `removeInstances`.
+    RemoveGroupInstances {
+        /// Zone.
+        zone: String,
+        /// Group.
+        name: String,
+        /// Instance links.
+        instances: BTreeSet<String>,
+    },
+    /// Create the backend service.
+    InsertBackendService(BackendService),
+    /// Replace the backend service (carries the fingerprint read back).
+    UpdateBackendService(BackendService),
+    /// Delete backend service `<lb>`.
+    DeleteBackendService(String),
+    /// Delete a firewall.
+    DeleteFirewall(String),
+    /// Delete an instance group (tolerating "in use" by other Services).
+    DeleteInstanceGroup {
+        /// Zone.
+        zone: String,
+        /// Name.
+        name: String,
+    },
+}
+
+impl Action {
+    /// A short label for logs.
+    pub fn label(&self) -> String {
+        match self {
+            Action::ReserveAddress(a) => format!("reserve address {}", a.name),
+            Action::DeleteAddress(n) => format!("delete address {n}"),
+            Action::DeleteForwardingRule(n) => format!("delete forwarding rule {n}"),
+            Action::InsertForwardingRule(r) => format!("insert forwarding rule {}", r.name),
+            Action::PatchGlobalAccess { name, allow, .. } => {
+                format!("patch forwarding rule {name} allowGlobalAccess={allow}")
+            }
+            Action::InsertFirewall(f) => format!("insert firewall {}", f.name),
+            Action::UpdateFirewall(f) => format!("update firewall {}", f.name),
+            Action::InsertHealthCheck(h) => format!("insert {} {}", h.kind.collection(), h.name),
+            Action::UpdateHealthCheck(h) => format!("update {} {}", h.kind.collection(), h.name),
+            Action::DeleteHealthCheck { kind, name, .. } => {
+                format!("delete {} {name}", kind.collection())
+            }
+            Action::InsertTargetPool(p) => format!("insert target pool {}", p.name),
+            Action::DeleteTargetPool(n) => format!("delete target pool {n}"),
+            Action::AddPoolInstances(p, i) => format!("add {} instances to pool {p}", i.len()),
+            Action::RemovePoolInstances(p, i) => {
+                format!("remove {} instances from pool {p}", i.len())
+            }
+            Action::SwapPoolHealthCheck { pool, .. } => format!("swap health check of pool {pool}"),
+            Action::InsertInstanceGroup { zone, name } => format!("insert instance group {zone}/{name}"),
+            Action::AddGroupInstances { zone, name, instances } => {
+                format!("add {} instances to group {zone}/{name}", instances.len())
+            }
+            Action::RemoveGroupInstances { zone, name, instances } => {
+                format!("remove {} instances from group {zone}/{name}", instances.len())
+            }
+            Action::InsertBackendService(b) => format!("insert backend service {}", b.name),
+            Action::UpdateBackendService(b) => format!("update backend service {}", b.name),
+            Action::DeleteBackendService(n) => format!("delete backend service {n}"),
+            Action::DeleteFirewall(n) => format!("delete firewall {n}"),
+            Action::DeleteInstanceGroup { zone, name } => {
+                format!("delete instance group {zone}/{name}")
+            }
+        }
+    }
+}
+
+/// Where the IP comes from once the address phase is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpSource {
+    /// A user-reserved static address (never created or released by us).
+    User(IpAddr),
+    /// Our reservation `<lb>`; `Some` when its IP is already known.
+    Owned(Option<IpAddr>),
+}
+
+/// Phase 1: the address. Keeps a compatible reservation (no call), promotes the current
+/// forwarding-rule IP when the reservation is missing, and re-reserves when the wanted
+/// type, subnet, tier or IP changed. With a user-owned static address nothing is reserved.
+pub fn plan_address(desired: &Desired, observed: &Observed) -> Result<(Vec<Action>, IpSource), ProviderError> {
+    if let (IpRequest::Requested(ip), Some(user)) = (&desired.ip, &observed.user_address)
+        && user.name != desired.lb
+    {
+        if user.internal != desired.internal {
+            return Err(ProviderError::user(format!(
+                "loadBalancerIP {ip} is a static {} address, but the Service asks for an {} load \
+                 balancer",
+                if user.internal { "internal" } else { "external" },
+                if desired.internal { "internal" } else { "external" },
+            )));
+        }
+        if let (Some(wanted), Some(have)) = (&desired.address.tier, &user.tier)
+            && wanted != have
+        {
+            return Err(ProviderError::user(format!(
+                "loadBalancerIP {ip} is a {have} tier address, but the Service asks for {wanted}"
+            )));
+        }
+        return Ok((Vec::new(), IpSource::User(*ip)));
+    }
+    let requested = match desired.ip {
+        IpRequest::Requested(ip) => Some(ip),
+        IpRequest::Any => None,
+    };
+    let compatible = |a: &Address| {
+        a.internal == desired.address.internal
+            && a.subnetwork.as_deref().map(canon) == desired.address.subnetwork.as_deref().map(canon)
+            && (desired.address.tier.is_none() || a.tier == desired.address.tier)
+            && requested.is_none_or(|ip| a.ip == Some(ip))
+    };
+    if let Some(address) = &observed.address
+        && compatible(address)
+    {
+        return Ok((Vec::new(), IpSource::Owned(address.ip)));
+    }
+    let mut actions = Vec::new();
+    if let Some(address) = &observed.address {
+        actions.push(Action::DeleteAddress(address.name.clone()));
+    }
+    // Promote the forwarding rule's current IP when it can serve the wanted rule's kind, so
+    // the IP survives a re-creation of the rule.
+    let rule_ip = observed.rule.as_ref().and_then(|rule| {
+        let same_kind = rule.internal == desired.internal
+            && (!desired.internal
+                || rule.subnetwork.as_deref().map(canon)
+                    == desired.address.subnetwork.as_deref().map(canon))
+            && (desired.address.tier.is_none() || rule.tier == desired.address.tier);
+        same_kind.then_some(rule.ip).flatten()
+    });
+    let ip = requested.or(rule_ip);
+    if requested.is_some()
+        && observed.rule.as_ref().and_then(|r| r.ip) != requested
+        && !desired.internal
+    {
+        // An external IP that is neither reserved by the user nor on the rule already.
+        return Err(ProviderError::user(format!(
+            "requested ip \"{}\" is neither static nor assigned to the LB: reserve it as a \
+             regional static address in the cluster's region first",
+            requested.map(|i| i.to_string()).unwrap_or_default()
+        )));
+    }
+    actions.push(Action::ReserveAddress(Address {
+        ip,
+        ..desired.address.clone()
+    }));
+    Ok((actions, IpSource::Owned(ip)))
+}
+
+/// Phase 2: everything but the address, with the IP known.
+pub fn plan(desired: &Desired, observed: &Observed, ip: IpAddr, ip_source: &IpSource) -> Vec<Action> {
+    let mut before_rule = Vec::new();
+    let mut rule_actions = Vec::new();
+    let mut after_rule = Vec::new();
+
+    let mut wanted_rule = desired.rule.clone();
+    wanted_rule.ip = Some(ip);
+    let mut recreate_rule = observed
+        .rule
+        .as_ref()
+        .is_some_and(|rule| !rule.serves(&wanted_rule));
+
+    // Firewalls first (upstream order): traffic, then health checkers.
+    let mut firewall = desired.firewall.clone();
+    firewall.description = firewall_description(&desired.service, ip);
+    firewall.destination_ranges = BTreeSet::from([ip.to_string()]);
+    before_rule.extend(ensure_firewall(&firewall, observed.firewall.as_ref()));
+    before_rule.extend(ensure_firewall(
+        &desired.health_check_firewall,
+        observed.health_check_firewall.as_ref(),
+    ));
+
+    // Health check: create, or raise drifted values.
+    match &observed.health_check {
+        None => before_rule.push(Action::InsertHealthCheck(desired.health_check.clone())),
+        Some(have) => {
+            let mut wanted = desired.health_check.clone();
+            wanted.timing = wanted.timing.raised_to(have.timing);
+            if wanted != *have {
+                before_rule.push(Action::UpdateHealthCheck(wanted));
+            }
+        }
+    }
+    let mut stale_health_checks: BTreeSet<(HealthCheckKind, String)> = observed
+        .other_own_health_checks
+        .iter()
+        .map(|kind| (*kind, desired.lb.clone()))
+        .collect();
+
+    // External: target pool.
+    if let Some(pool) = &desired.target_pool {
+        match &observed.target_pool {
+            Some(have) if have.session_affinity == pool.session_affinity => {
+                let add: BTreeSet<String> = pool.instances.difference(&have.instances).cloned().collect();
+                let remove: BTreeSet<String> =
+                    have.instances.difference(&pool.instances).cloned().collect();
+                if !add.is_empty() {
+                    before_rule.push(Action::AddPoolInstances(pool.name.clone(), add));
+                }
+                if !remove.is_empty() {
+                    before_rule.push(Action::RemovePoolInstances(pool.name.clone(), remove));
+                }
+                let have_hcs: BTreeSet<String> = have.health_checks.iter().map(|h| canon(h)).collect();
+                let want_hcs: BTreeSet<String> = pool.health_checks.iter().map(|h| canon(h)).collect();
+                if have_hcs != want_hcs {
+                    for old in have_hcs.difference(&want_hcs) {
+                        stale_health_checks.insert((HealthCheckKind::LegacyHttp, link_name(old).to_string()));
+                    }
+                    before_rule.push(Action::SwapPoolHealthCheck {
+                        pool: pool.name.clone(),
+                        add: want_hcs.difference(&have_hcs).cloned().collect(),
+                        remove: have_hcs.difference(&want_hcs).cloned().collect(),
+                    });
+                }
+            }
+            Some(have) => {
+                // Session affinity cannot change in place: re-create pool (and rule).
+                recreate_rule |= observed.rule.is_some();
+                for old in &have.health_checks {
+                    if canon(old) != canon(pool.health_checks.first().map_or("", String::as_str)) {
+                        stale_health_checks.insert((HealthCheckKind::LegacyHttp, link_name(old).to_string()));
+                    }
+                }
+                before_rule.push(Action::DeleteTargetPool(have.name.clone()));
+                before_rule.push(Action::InsertTargetPool(pool.clone()));
+            }
+            None => before_rule.push(Action::InsertTargetPool(pool.clone())),
+        }
+    } else if let Some(have) = &observed.target_pool {
+        // Switched to internal: the pool goes once the rule no longer points at it.
+        after_rule.push(Action::DeleteTargetPool(have.name.clone()));
+        for old in &have.health_checks {
+            stale_health_checks.insert((HealthCheckKind::LegacyHttp, link_name(old).to_string()));
+        }
+    }
+
+    // Internal: instance groups, then the backend service.
+    if let Some(service) = &desired.backend_service {
+        for wanted in &desired.groups {
+            let have = observed
+                .groups
+                .iter()
+                .find(|(zone, _)| *zone == wanted.zone)
+                .and_then(|(_, g)| g.as_ref());
+            let have_members = have.map(|g| g.members.clone()).unwrap_or_default();
+            if have.is_none() && !wanted.members.is_empty() {
+                before_rule.push(Action::InsertInstanceGroup {
+                    zone: wanted.zone.clone(),
+                    name: wanted.name.clone(),
+                });
+            }
+            let add: BTreeSet<String> = wanted.members.difference(&have_members).cloned().collect();
+            let remove: BTreeSet<String> = have_members.difference(&wanted.members).cloned().collect();
+            if !add.is_empty() {
+                before_rule.push(Action::AddGroupInstances {
+                    zone: wanted.zone.clone(),
+                    name: wanted.name.clone(),
+                    instances: add,
+                });
+            }
+            if !remove.is_empty() {
+                before_rule.push(Action::RemoveGroupInstances {
+                    zone: wanted.zone.clone(),
+                    name: wanted.name.clone(),
+                    instances: remove,
+                });
+            }
+        }
+        match &observed.backend_service {
+            None => before_rule.push(Action::InsertBackendService(service.clone())),
+            Some(have) if !have.same_as(service) => {
+                if have.protocol != service.protocol {
+                    // A referenced backend service cannot change protocol.
+                    recreate_rule |= observed.rule.is_some();
+                }
+                for old in have.health_checks.difference(&service.health_checks) {
+                    stale_health_checks.insert((HealthCheckKind::Http, link_name(old).to_string()));
+                }
+                before_rule.push(Action::UpdateBackendService(BackendService {
+                    fingerprint: have.fingerprint.clone(),
+                    ..service.clone()
+                }));
+            }
+            Some(_) => {}
+        }
+    } else if let Some(have) = &observed.backend_service {
+        after_rule.push(Action::DeleteBackendService(have.name.clone()));
+        for old in &have.health_checks {
+            stale_health_checks.insert((HealthCheckKind::Http, link_name(old).to_string()));
+        }
+    }
+
+    // The forwarding rule last: "rule exists" means "load balancer complete".
+    match &observed.rule {
+        Some(rule) if recreate_rule => {
+            rule_actions.push(Action::InsertForwardingRule(wanted_rule.clone()));
+            before_rule.insert(0, Action::DeleteForwardingRule(rule.name.clone()));
+        }
+        Some(rule) => {
+            if rule.global_access != wanted_rule.global_access {
+                rule_actions.push(Action::PatchGlobalAccess {
+                    name: rule.name.clone(),
+                    allow: wanted_rule.global_access,
+                    fingerprint: rule.fingerprint.clone(),
+                });
+            }
+        }
+        None => rule_actions.push(Action::InsertForwardingRule(wanted_rule.clone())),
+    }
+
+    // Cleanup of what the Service no longer uses.
+    for (kind, name) in stale_health_checks {
+        if kind == desired.health_check.kind && name == desired.health_check.name {
+            continue;
+        }
+        after_rule.push(Action::DeleteHealthCheck {
+            kind,
+            firewall: health_check_firewall_name(kind, &name, &desired.lb),
+            name,
+        });
+    }
+    if let (IpSource::User(_), Some(address)) = (ip_source, &observed.address) {
+        after_rule.push(Action::DeleteAddress(address.name.clone()));
+    }
+
+    before_rule
+        .into_iter()
+        .chain(rule_actions)
+        .chain(after_rule)
+        .collect()
+}
+
+fn ensure_firewall(wanted: &Firewall, have: Option<&Firewall>) -> Option<Action> {
+    match have {
+        None => Some(Action::InsertFirewall(wanted.clone())),
+        Some(have) if !have.same_as(wanted) => Some(Action::UpdateFirewall(wanted.clone())),
+        Some(_) => None,
+    }
+}
+
+/// The deletions for a Service, in dependency order. Each step tolerates "not found"; shared
+/// pieces (node health checks, instance groups) also tolerate "in use" by other Services.
+pub fn plan_delete(lb: &str, cluster_id: &str, zones: &[String]) -> Vec<Action> {
+    use crate::desired::{firewall_name, instance_group_name, shared_health_check_name};
+    let shared = shared_health_check_name(cluster_id);
+    let mut actions = vec![
+        Action::DeleteForwardingRule(lb.to_string()),
+        Action::DeleteAddress(lb.to_string()),
+        Action::DeleteTargetPool(lb.to_string()),
+        Action::DeleteBackendService(lb.to_string()),
+        Action::DeleteFirewall(firewall_name(lb)),
+    ];
+    for kind in [HealthCheckKind::LegacyHttp, HealthCheckKind::Http] {
+        for name in [lb.to_string(), shared.clone()] {
+            actions.push(Action::DeleteHealthCheck {
+                kind,
+                firewall: health_check_firewall_name(kind, &name, lb),
+                name,
+            });
+        }
+    }
+    for zone in zones {
+        actions.push(Action::DeleteInstanceGroup {
+            zone: zone.clone(),
+            name: instance_group_name(cluster_id),
+        });
+    }
+    actions
+}
