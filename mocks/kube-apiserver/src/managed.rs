@@ -245,6 +245,18 @@ pub fn record(
         *list = Value::Array(Vec::new());
     }
     if let Value::Array(entries) = list {
+        // Re-applying the same fields keeps the entry (and its time) as it was, so a no-op
+        // apply stays a no-op and bumps no resourceVersion.
+        let unchanged = entries.iter().any(|e| {
+            e.get("manager") == entry.get("manager")
+                && e.get("operation") == entry.get("operation")
+                && e.get("subresource") == entry.get("subresource")
+                && e.get("apiVersion") == entry.get("apiVersion")
+                && e.get("fieldsV1") == entry.get("fieldsV1")
+        });
+        if unchanged {
+            return;
+        }
         entries.retain(|e| {
             !(e.get("manager").and_then(Value::as_str) == Some(manager)
                 && e.get("operation").and_then(Value::as_str) == Some("Apply")

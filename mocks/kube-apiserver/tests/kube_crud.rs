@@ -262,6 +262,7 @@ async fn every_patch_type() {
     assert!(
         cleared
             .status
+            .clone()
             .unwrap()
             .load_balancer
             .unwrap()
@@ -269,7 +270,22 @@ async fn every_patch_type() {
             .is_none()
     );
     // The spec applied by the other manager is untouched.
-    assert_eq!(cleared.metadata.labels.unwrap()["x"], "y");
+    assert_eq!(cleared.metadata.labels.as_ref().unwrap()["x"], "y");
+    // Re-applying the same status is a no-op: no new resourceVersion, so no watch event.
+    let again = services
+        .patch_status(
+            "applied",
+            &status_ssa,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Service", "status": {"loadBalancer": {}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        cleared.metadata.resource_version
+    );
 
     // A merge patch with a stale resourceVersion is a conflict.
     let err = api_error(

@@ -277,7 +277,20 @@ async fn kubectl_end_to_end() {
         "{stderr}"
     );
 
-    // Status is written through the subresource only.
+    // `kubectl get -w` prints the change as a table row (watch events carry Tables).
+    let mut watcher = tokio::process::Command::new(KUBECTL)
+        .env("KUBECONFIG", kc)
+        .args(["get", "service", "web", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+        watcher.stdout.take().unwrap(),
+    ));
+    let header = lines.next_line().await.unwrap().unwrap();
+    assert!(header.contains("EXTERNAL-IP"), "{header}");
+
     ok(
         kc,
         &[
@@ -293,6 +306,18 @@ async fn kubectl_end_to_end() {
     .await;
     let table = ok(kc, &["get", "service", "web"]).await;
     assert!(table.contains("192.0.2.10"), "{table}");
+    let seen = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("192.0.2.10") {
+                return line;
+            }
+        }
+        panic!("kubectl get -w ended without showing the new address");
+    })
+    .await
+    .expect("kubectl get -w shows the status change within 20s");
+    assert!(seen.contains("LoadBalancer"), "{seen}");
+    drop(watcher);
 
     let out = ok(kc, &["delete", "-f", v1.to_str().unwrap()]).await;
     assert!(

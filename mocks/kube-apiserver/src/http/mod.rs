@@ -175,7 +175,7 @@ async fn dispatch(
             let namespace = namespace.as_deref();
             match *method {
                 Method::GET if params.watch || legacy_watch => {
-                    watch::serve(app, resource, namespace, &params)
+                    watch::serve(app, resource, namespace, &params, wants_table(headers))
                 }
                 Method::GET => list(app, resource, namespace, &params, headers),
                 Method::POST => {
@@ -211,7 +211,14 @@ async fn dispatch(
             };
             let namespace = namespace.as_deref();
             if legacy_watch {
-                return watch::serve_one(app, resource, namespace, &name, &params);
+                return watch::serve_one(
+                    app,
+                    resource,
+                    namespace,
+                    &name,
+                    &params,
+                    wants_table(headers),
+                );
             }
             match *method {
                 Method::GET => {

@@ -24,6 +24,8 @@ pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 #[derive(Debug, Clone)]
 struct Filter {
     resource: ResourceId,
+    /// Wrap each object in a one-row Table (kubectl `get -w`).
+    table: bool,
     namespace: Option<String>,
     name: Option<String>,
     labels: LabelSelector,
@@ -67,6 +69,29 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// The event line for an object, as a Table row when the client asked for Tables.
+    fn event_line(&self, event_type: &str, object: &Value, rv: u64) -> Bytes {
+        if self.table {
+            let key = (
+                crate::meta::namespace(object)
+                    .unwrap_or_default()
+                    .to_string(),
+                crate::meta::name(object).unwrap_or_default().to_string(),
+            );
+            let row = super::table::render(
+                self.resource,
+                &[(key, std::sync::Arc::new(object.clone()))],
+                rv,
+                None,
+            );
+            line(event_type, &row)
+        } else {
+            line(event_type, object)
+        }
+    }
+}
+
 fn line(event_type: &str, object: &Value) -> Bytes {
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(b"{\"type\":\"");
@@ -100,9 +125,11 @@ pub fn serve(
     resource: ResourceId,
     namespace: Option<&str>,
     params: &Params,
+    table: bool,
 ) -> Result<Response, ApiError> {
     let filter = Filter {
         resource,
+        table,
         namespace: namespace.map(str::to_string),
         name: None,
         labels: params.labels.clone(),
@@ -118,9 +145,11 @@ pub fn serve_one(
     namespace: Option<&str>,
     name: &str,
     params: &Params,
+    table: bool,
 ) -> Result<Response, ApiError> {
     let filter = Filter {
         resource,
+        table,
         namespace: namespace.map(str::to_string),
         name: Some(name.to_string()),
         labels: params.labels.clone(),
@@ -192,7 +221,11 @@ async fn pump(
     } = subscription;
     let mut last_rv = resource_version;
     for object in initial.iter().filter(|o| filter.matches(o)) {
-        if tx.send(line("ADDED", object)).await.is_err() {
+        if tx
+            .send(filter.event_line("ADDED", object, resource_version))
+            .await
+            .is_err()
+        {
             return;
         }
     }
@@ -207,7 +240,10 @@ async fn pump(
     for event in &backlog {
         last_rv = last_rv.max(event.resource_version);
         if let Some(kind) = filter.translate(event)
-            && tx.send(line(kind.as_str(), &event.object)).await.is_err()
+            && tx
+                .send(filter.event_line(kind.as_str(), &event.object, event.resource_version))
+                .await
+                .is_err()
         {
             return;
         }
@@ -229,7 +265,10 @@ async fn pump(
                 Ok(event) => {
                     last_rv = last_rv.max(event.resource_version);
                     if let Some(kind) = filter.translate(&event)
-                        && tx.send(line(kind.as_str(), &event.object)).await.is_err()
+                        && tx
+                .send(filter.event_line(kind.as_str(), &event.object, event.resource_version))
+                .await
+                .is_err()
                     {
                         return;
                     }
