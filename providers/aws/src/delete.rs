@@ -37,18 +37,17 @@ pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), 
     // NLB and its target groups.
     let mut target_groups: BTreeSet<String> = BTreeSet::new();
     if let Some(nlb) = nlb::io::describe(clients, &name).await? {
-        let attached = clients
+        let listeners = clients
             .calls
-            .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
-                clients.elbv2.describe_target_groups().load_balancer_arn(&nlb.arn).send()
+            .run(ops::V2_DESCRIBE_LISTENERS, || {
+                clients.elbv2.describe_listeners().load_balancer_arn(&nlb.arn).send()
             })
             .await?;
-        target_groups.extend(
-            attached
-                .target_groups()
+        target_groups.extend(listeners.listeners().iter().flat_map(|l| {
+            l.default_actions()
                 .iter()
-                .filter_map(|t| t.target_group_arn().map(str::to_string)),
-        );
+                .filter_map(|a| a.target_group_arn().map(str::to_string))
+        }));
         nlb::io::delete_lb(clients, &nlb.arn).await?;
     }
     target_groups.extend(orphan_target_groups(provider, service, &name).await?);
@@ -153,10 +152,9 @@ async fn orphan_target_groups(
             .await?;
         for tg in response.target_groups() {
             if tg.target_group_name().is_some_and(|n| n.starts_with(&prefix))
-                && tg.load_balancer_arns().is_empty()
                 && let Some(arn) = tg.target_group_arn()
             {
-                candidates.push(arn.to_string());
+                candidates.push((arn.to_string(), tg.load_balancer_arns().is_empty()));
             }
         }
         marker = response.next_marker().map(str::to_string);
@@ -165,19 +163,25 @@ async fn orphan_target_groups(
         }
     }
     if candidates.is_empty() {
-        return Ok(candidates);
+        return Ok(Vec::new());
     }
-    let tags = nlb::io::read_tags(clients, &candidates).await?;
+    let arns: Vec<String> = candidates.iter().map(|(arn, _)| arn.clone()).collect();
+    let tags = nlb::io::read_tags(clients, &arns).await?;
     let cluster_tag = provider.cluster_tag_key();
     let service_name = service.to_string();
+    // Ours carry the LB-name tag; upstream's (no such tag) are taken only once detached.
     Ok(candidates
         .into_iter()
-        .filter(|arn| {
+        .filter(|(arn, detached)| {
             tags.get(arn).is_some_and(|t| {
                 t.contains_key(&cluster_tag)
                     && t.get(SERVICE_NAME_TAG) == Some(&service_name)
-                    && t.get(LB_NAME_TAG).is_none_or(|owner| owner == lb_name)
+                    && match t.get(LB_NAME_TAG) {
+                        Some(owner) => owner == lb_name,
+                        None => *detached,
+                    }
             })
         })
+        .map(|(arn, _)| arn)
         .collect())
 }

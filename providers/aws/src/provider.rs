@@ -456,6 +456,7 @@ impl AwsProvider {
                 dns_name: dns_name.clone(),
                 internal: desired.internal,
                 subnet_mappings: desired.subnet_mappings.clone(),
+                addresses_reported: false,
                 listeners: Vec::new(),
                 target_groups: Vec::new(),
                 attributes: None,

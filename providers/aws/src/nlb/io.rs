@@ -30,6 +30,10 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserve
     let Some(arn) = lb.load_balancer_arn() else {
         return Ok(None);
     };
+    let addresses_reported = lb
+        .availability_zones()
+        .iter()
+        .any(|az| !az.load_balancer_addresses().is_empty());
     let subnet_mappings = lb
         .availability_zones()
         .iter()
@@ -49,6 +53,7 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserve
         dns_name: lb.dns_name().map(str::to_string),
         internal: lb.scheme().map(|s| s.as_str()) == Some("internal"),
         subnet_mappings,
+        addresses_reported,
         listeners: Vec::new(),
         target_groups: Vec::new(),
         attributes: None,
@@ -87,13 +92,36 @@ pub async fn observe_details(clients: &Clients, observed: &mut NlbObserved) -> R
             })
         })
         .collect();
-    let groups = clients
-        .calls
-        .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
-            clients.elbv2.describe_target_groups().load_balancer_arn(&arn).send()
-        })
-        .await?;
-    let mut target_groups: Vec<ObservedTg> = groups.target_groups().iter().filter_map(tg_from_sdk).collect();
+    // The listeners' forward targets are the target groups that matter; describing them by
+    // ARN also works where the LB-ARN filter lags behind a ModifyListener (moto does).
+    let forwarded: Vec<String> = observed
+        .listeners
+        .iter()
+        .filter_map(|l| l.target_group_arn.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut target_groups: Vec<ObservedTg> = Vec::new();
+    if !forwarded.is_empty() {
+        match clients
+            .calls
+            .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
+                clients
+                    .elbv2
+                    .describe_target_groups()
+                    .set_target_group_arns(Some(forwarded.clone()))
+                    .send()
+            })
+            .await
+        {
+            Ok(groups) => {
+                target_groups = groups.target_groups().iter().filter_map(tg_from_sdk).collect();
+            }
+            // One of them was deleted behind our back: the plan replaces it.
+            Err(e) if e.has_code(&["TargetGroupNotFound"]) => {}
+            Err(e) => return Err(e),
+        }
+    }
     for tg in &mut target_groups {
         tg.targets = Some(read_targets(clients, &tg.arn).await?);
         let response = clients
@@ -348,6 +376,39 @@ async fn create_tg(clients: &Clients, vpc: &str, desired: &NlbDesired, index: us
     }
 }
 
+async fn create_listener(
+    clients: &Clients,
+    lb_arn: &str,
+    desired: &NlbDesired,
+    index: usize,
+    tg: &str,
+) -> Result<(), AwsError> {
+    let l = &desired.listeners[index];
+    let action = forward(tg)?;
+    let certificates = l
+        .certificate
+        .as_ref()
+        .map(|c| vec![v2::Certificate::builder().certificate_arn(c).build()]);
+    let tags = sdk_tags(&desired.tags)?;
+    clients
+        .calls
+        .run(ops::V2_CREATE_LISTENER, || {
+            clients
+                .elbv2
+                .create_listener()
+                .load_balancer_arn(lb_arn)
+                .port(l.port)
+                .protocol(v2::ProtocolEnum::from(l.protocol.as_str()))
+                .set_certificates(certificates.clone())
+                .set_ssl_policy(l.ssl_policy.clone())
+                .default_actions(action.clone())
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await?;
+    Ok(())
+}
+
 fn resolve(tg: &TgRef, applied: &Applied) -> Result<String, AwsError> {
     match tg {
         TgRef::Existing(arn) => Ok(arn.clone()),
@@ -522,31 +583,8 @@ pub async fn apply(
                 listener,
                 target_group,
             } => {
-                let l = &desired.listeners[*listener];
                 let tg = resolve(target_group, &applied)?;
-                let action = forward(&tg)?;
-                let arn = lb_arn()?;
-                let certificates = l
-                    .certificate
-                    .as_ref()
-                    .map(|c| vec![v2::Certificate::builder().certificate_arn(c).build()]);
-                let tags = sdk_tags(&desired.tags)?;
-                clients
-                    .calls
-                    .run(ops::V2_CREATE_LISTENER, || {
-                        clients
-                            .elbv2
-                            .create_listener()
-                            .load_balancer_arn(&arn)
-                            .port(l.port)
-                            .protocol(v2::ProtocolEnum::from(l.protocol.as_str()))
-                            .set_certificates(certificates.clone())
-                            .set_ssl_policy(l.ssl_policy.clone())
-                            .default_actions(action.clone())
-                            .set_tags(Some(tags.clone()))
-                            .send()
-                    })
-                    .await?;
+                create_listener(clients, &lb_arn()?, desired, *listener, &tg).await?;
             }
             NlbAction::ModifyListener {
                 arn,
@@ -560,7 +598,7 @@ pub async fn apply(
                     .certificate
                     .as_ref()
                     .map(|c| vec![v2::Certificate::builder().certificate_arn(c).build()]);
-                clients
+                let modified = clients
                     .calls
                     .run(ops::V2_MODIFY_LISTENER, || {
                         clients
@@ -574,7 +612,23 @@ pub async fn apply(
                             .default_actions(action.clone())
                             .send()
                     })
-                    .await?;
+                    .await;
+                match modified {
+                    Ok(_) => {}
+                    // Some ELBv2 implementations (moto) cannot switch a listener to TLS/UDP in
+                    // place. Replace it instead: a brief gap on this port, but it converges.
+                    Err(e) if e.has_code(&["UnsupportedProtocol"]) => {
+                        tracing::warn!(lb = %desired.name, port = l.port, error = %e, "ModifyListener unsupported; replacing the listener");
+                        clients
+                            .calls
+                            .run(ops::V2_DELETE_LISTENER, || {
+                                clients.elbv2.delete_listener().listener_arn(arn).send()
+                            })
+                            .await?;
+                        create_listener(clients, &lb_arn()?, desired, *listener, &tg).await?;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             NlbAction::DeleteListener { arn } => {
                 match clients

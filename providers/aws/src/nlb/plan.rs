@@ -158,6 +158,9 @@ pub struct NlbObserved {
     pub internal: bool,
     /// Subnet mappings.
     pub subnet_mappings: Vec<SubnetMapping>,
+    /// True when AWS reported the load balancer's addresses (EIP allocation, private IP). When
+    /// it does not (moto never does), address pinning cannot be compared and is left alone.
+    pub addresses_reported: bool,
     /// Listeners.
     pub listeners: Vec<ObservedListener>,
     /// Target groups attached to the load balancer.
@@ -298,7 +301,8 @@ pub fn plan(observed: Option<&NlbObserved>, desired: &NlbDesired) -> Vec<NlbActi
         None => None,
         Some(seen)
             if seen.internal != desired.internal
-                || mappings_need_recreate(&desired.subnet_mappings, &seen.subnet_mappings) =>
+                || (seen.addresses_reported
+                    && mappings_need_recreate(&desired.subnet_mappings, &seen.subnet_mappings)) =>
         {
             actions.push(NlbAction::Recreate);
             None
@@ -592,6 +596,7 @@ mod tests {
             dns_name: Some("dns".into()),
             internal: d.internal,
             subnet_mappings: d.subnet_mappings.clone(),
+            addresses_reported: true,
             listeners,
             target_groups: tgs,
             attributes: Some(BTreeMap::new()),
