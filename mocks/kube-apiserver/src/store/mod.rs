@@ -261,6 +261,12 @@ impl Store {
                 live,
             }),
             WatchFrom::Version(rv) => {
+                if rv > state.resource_version {
+                    return Err(ApiError::too_large_resource_version(
+                        rv,
+                        state.resource_version,
+                    ));
+                }
                 if rv < state.history.compacted() {
                     return Err(ApiError::expired(format!(
                         "too old resource version: {rv} ({})",
@@ -826,3 +832,6 @@ fn release(resource: ResourceId, object: &Value, allocator: &mut Allocator) {
         allocator.release(object);
     }
 }
+
+#[cfg(test)]
+mod tests;

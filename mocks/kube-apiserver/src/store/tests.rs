@@ -1,0 +1,294 @@
+//! Store semantics without HTTP.
+
+use serde_json::json;
+
+use super::*;
+use crate::services::DEFAULT_NODE_PORT_RANGE;
+
+fn store(history: usize) -> Store {
+    Store::new(StoreConfig {
+        history,
+        allocator: Allocator::new(services::default_service_cidr(), DEFAULT_NODE_PORT_RANGE),
+    })
+}
+
+fn cm(name: &str, data: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": data}})
+}
+
+fn configmaps() -> ResourceId {
+    resources::find("", "v1", "configmaps").unwrap()
+}
+
+#[test]
+fn versions_increase_and_noop_updates_commit_nothing() {
+    let s = store(10);
+    let a = s
+        .create(configmaps(), Some("ns"), cm("a", "1"), false)
+        .unwrap();
+    assert_eq!(meta::resource_version(&a), Some("1"));
+    let same = s
+        .update(configmaps(), Some("ns"), "a", Part::Main, false, |cur| {
+            Ok(cur.clone())
+        })
+        .unwrap();
+    assert_eq!(meta::resource_version(&same), Some("1"));
+    assert_eq!(s.current_version(), 1);
+    let changed = s
+        .update(configmaps(), Some("ns"), "a", Part::Main, false, |cur| {
+            let mut next = cur.clone();
+            next["data"]["k"] = json!("2");
+            Ok(next)
+        })
+        .unwrap();
+    assert_eq!(meta::resource_version(&changed), Some("2"));
+    // uid and creationTimestamp cannot be changed by an update.
+    let kept = s
+        .update(configmaps(), Some("ns"), "a", Part::Main, false, |cur| {
+            let mut next = cur.clone();
+            next["metadata"]["uid"] = json!("forged");
+            next["data"]["k"] = json!("3");
+            Ok(next)
+        })
+        .unwrap();
+    assert_eq!(kept["metadata"]["uid"], a["metadata"]["uid"]);
+}
+
+#[test]
+fn stale_resource_version_conflicts() {
+    let s = store(10);
+    s.create(configmaps(), Some("ns"), cm("a", "1"), false)
+        .unwrap();
+    let err = s
+        .update(configmaps(), Some("ns"), "a", Part::Main, false, |cur| {
+            let mut next = cur.clone();
+            next["metadata"]["resourceVersion"] = json!("999");
+            Ok(next)
+        })
+        .unwrap_err();
+    assert_eq!((err.code, err.reason), (409, "Conflict"));
+    let err = s
+        .create(configmaps(), Some("ns"), cm("a", "1"), false)
+        .unwrap_err();
+    assert_eq!((err.code, err.reason), (409, "AlreadyExists"));
+}
+
+#[test]
+fn dry_run_changes_nothing() {
+    let s = store(10);
+    let created = s
+        .create(configmaps(), Some("ns"), cm("a", "1"), true)
+        .unwrap();
+    assert_eq!(created["metadata"]["name"], "a");
+    assert_eq!(s.current_version(), 0);
+    assert!(s.get(configmaps(), Some("ns"), "a").is_err());
+}
+
+#[test]
+fn lists_at_older_versions_and_expiry() {
+    let s = store(3);
+    s.create(configmaps(), Some("ns"), cm("a", "1"), false)
+        .unwrap(); // rv 1
+    s.create(configmaps(), Some("ns"), cm("b", "1"), false)
+        .unwrap(); // rv 2
+    s.delete(
+        configmaps(),
+        Some("ns"),
+        "a",
+        &Preconditions::default(),
+        false,
+    )
+    .unwrap(); // rv 3
+    let at2 = s.list(configmaps(), Some("ns"), ReadAt::Exact(2)).unwrap();
+    let names: Vec<&str> = at2.items.iter().map(|(k, _)| k.1.as_str()).collect();
+    assert_eq!(names, vec!["a", "b"]);
+    let now = s.list(configmaps(), None, ReadAt::Latest).unwrap();
+    assert_eq!(now.items.len(), 1);
+    s.create(configmaps(), Some("ns"), cm("c", "1"), false)
+        .unwrap(); // rv 4, rv 1 compacted
+    assert_eq!(
+        s.list(configmaps(), Some("ns"), ReadAt::Exact(0))
+            .unwrap_err()
+            .code,
+        410
+    );
+    assert_eq!(
+        s.list(configmaps(), Some("ns"), ReadAt::Exact(99))
+            .unwrap_err()
+            .code,
+        504
+    );
+    assert_eq!(
+        s.watch(configmaps(), WatchFrom::Version(0))
+            .unwrap_err()
+            .code,
+        410
+    );
+    assert_eq!(
+        s.watch(configmaps(), WatchFrom::Version(99))
+            .unwrap_err()
+            .code,
+        504
+    );
+    let sub = s.watch(configmaps(), WatchFrom::Version(2)).unwrap();
+    let versions: Vec<u64> = sub.backlog.iter().map(|e| e.resource_version).collect();
+    assert_eq!(versions, vec![3, 4]);
+}
+
+#[test]
+fn finalizers_delay_removal() {
+    let s = store(10);
+    let mut obj = cm("a", "1");
+    obj["metadata"]["finalizers"] = json!(["x/y"]);
+    s.create(configmaps(), Some("ns"), obj, false).unwrap();
+    let first = s
+        .delete(
+            configmaps(),
+            Some("ns"),
+            "a",
+            &Preconditions::default(),
+            false,
+        )
+        .unwrap();
+    assert!(!first.gone);
+    assert!(meta::is_deleting(&first.object));
+    let again = s
+        .delete(
+            configmaps(),
+            Some("ns"),
+            "a",
+            &Preconditions::default(),
+            false,
+        )
+        .unwrap();
+    assert_eq!(
+        again.object, first.object,
+        "a second delete changes nothing"
+    );
+    let mut live = s
+        .watch(configmaps(), WatchFrom::Version(s.current_version()))
+        .unwrap()
+        .live;
+    s.update(configmaps(), Some("ns"), "a", Part::Main, false, |cur| {
+        let mut next = cur.clone();
+        next["metadata"]["finalizers"] = json!([]);
+        Ok(next)
+    })
+    .unwrap();
+    assert!(s.get(configmaps(), Some("ns"), "a").is_err());
+    let event = live.try_recv().unwrap();
+    assert_eq!(event.event_type, EventType::Deleted);
+}
+
+#[test]
+fn delete_preconditions() {
+    let s = store(10);
+    s.create(configmaps(), Some("ns"), cm("a", "1"), false)
+        .unwrap();
+    let wrong_uid = Preconditions {
+        uid: Some("nope".into()),
+        resource_version: None,
+    };
+    assert_eq!(
+        s.delete(configmaps(), Some("ns"), "a", &wrong_uid, false)
+            .unwrap_err()
+            .code,
+        409
+    );
+}
+
+#[test]
+fn status_part_changes_only_status() {
+    let s = store(10);
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"ports": [{"port": 80}]}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
+    let created = s
+        .create(resources::services(), Some("ns"), svc, false)
+        .unwrap();
+    assert_eq!(
+        created["status"],
+        json!({"loadBalancer": {}}),
+        "create resets status"
+    );
+    let updated = s
+        .update(
+            resources::services(),
+            Some("ns"),
+            "web",
+            Part::Status,
+            false,
+            |cur| {
+                let mut next = cur.clone();
+                next["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.1"}]);
+                next["spec"]["ports"][0]["port"] = json!(81);
+                Ok(next)
+            },
+        )
+        .unwrap();
+    assert_eq!(updated["spec"]["ports"][0]["port"], 80);
+    assert_eq!(
+        updated["status"]["loadBalancer"]["ingress"][0]["ip"],
+        "192.0.2.1"
+    );
+    let main = s
+        .update(
+            resources::services(),
+            Some("ns"),
+            "web",
+            Part::Main,
+            false,
+            |cur| {
+                let mut next = cur.clone();
+                next["status"] = json!({});
+                Ok(next)
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        main["status"]["loadBalancer"]["ingress"][0]["ip"],
+        "192.0.2.1"
+    );
+}
+
+#[test]
+fn dump_and_restore_keep_versions_and_allocations() {
+    let s = store(10);
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30007}]}});
+    s.create(resources::services(), Some("ns"), svc.clone(), false)
+        .unwrap();
+    let dump = s.dump();
+    let t = store(10);
+    t.restore(dump).unwrap();
+    assert_eq!(t.current_version(), 1);
+    let mut clash = svc;
+    clash["metadata"]["name"] = json!("other");
+    let err = t
+        .create(resources::services(), Some("ns"), clash, false)
+        .unwrap_err();
+    assert_eq!(
+        err.code, 422,
+        "node port 30007 is still allocated after restore"
+    );
+}
+
+#[test]
+fn events_v1_are_mirrored_into_core_events() {
+    let s = store(10);
+    let ev = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e1"},
+        "regarding": {"kind": "Service", "name": "web"}, "note": "hello", "reason": "R", "type": "Normal"});
+    s.create(resources::events_v1(), Some("ns"), ev, false)
+        .unwrap();
+    let core = s.get(resources::core_events(), Some("ns"), "e1").unwrap();
+    assert_eq!(core["message"], "hello");
+    assert_eq!(core["involvedObject"]["name"], "web");
+    s.delete(
+        resources::events_v1(),
+        Some("ns"),
+        "e1",
+        &Preconditions::default(),
+        false,
+    )
+    .unwrap();
+    assert!(s.get(resources::core_events(), Some("ns"), "e1").is_err());
+}
