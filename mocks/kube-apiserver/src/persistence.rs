@@ -137,7 +137,7 @@ mod tests {
         let mut objects = BTreeMap::new();
         objects.insert(
             "v1/services".to_string(),
-            vec![serde_json::json!({"metadata": {"name": "a"}})],
+            vec![Arc::new(serde_json::json!({"metadata": {"name": "a"}}))],
         );
         let dump = Dump {
             resource_version: 9,

@@ -515,3 +515,134 @@ async fn other_resources_and_selectors() {
         .unwrap();
     assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("a"));
 }
+
+#[tokio::test]
+async fn delete_collection_and_namespace_cleanup() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let server = ApiServer::builder().start().await.unwrap();
+    let client = server.client().unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let team: Api<Service> = Api::namespaced(client.clone(), "team");
+    for (name, tier) in [("a", "front"), ("b", "front"), ("c", "back")] {
+        let mut svc = lb_service(name, 80);
+        svc.metadata.namespace = Some("team".into());
+        svc.metadata.labels = Some([("tier".to_string(), tier.to_string())].into());
+        team.create(&PostParams::default(), &svc).await.unwrap();
+    }
+    let deleted = team
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("tier=front"),
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = deleted
+        .left()
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| s.metadata.name.unwrap())
+        .collect();
+    assert_eq!(names, vec!["a", "b"]);
+    assert_eq!(
+        team.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+
+    // Deleting the namespace removes what is left in it; other namespaces are untouched.
+    let default_ns: Api<Service> = Api::namespaced(client, "default");
+    default_ns
+        .create(&PostParams::default(), &lb_service("elsewhere", 80))
+        .await
+        .unwrap();
+    namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        team.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert_eq!(
+        default_ns
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_get_status_errors() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("{}/api/v1/namespaces/default/services", server.url());
+    let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            http.post(&url)
+                .json(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
+            400,
+            "BadRequest",
+        ),
+        (http.post(&url).body("{not json"), 400, "BadRequest"),
+        (
+            http.post(&url).json(
+                &json!({"apiVersion": "v1", "kind": "Service", "spec": {"ports": [{"port": 80}]}}),
+            ),
+            422,
+            "Invalid",
+        ),
+        (
+            http.patch(format!("{url}/missing"))
+                .header("content-type", "application/merge-patch+json")
+                .body("{}"),
+            404,
+            "NotFound",
+        ),
+        (
+            http.patch(format!("{url}/missing"))
+                .header("content-type", "text/plain")
+                .body("{}"),
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            http.get(format!("{}/api/v1/nothings", server.url())),
+            404,
+            "NotFound",
+        ),
+        (
+            http.get(format!("{url}?labelSelector=a%20in%20(b")),
+            400,
+            "BadRequest",
+        ),
+        (
+            http.get(format!("{url}?resourceVersion=notanumber&watch=true")),
+            400,
+            "BadRequest",
+        ),
+    ];
+    for (request, code, reason) in cases {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), code);
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["kind"], "Status");
+        assert_eq!(
+            (body["code"].as_u64(), body["reason"].as_str()),
+            (Some(code.into()), Some(reason)),
+            "{body}"
+        );
+    }
+}

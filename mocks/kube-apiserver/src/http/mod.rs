@@ -180,6 +180,7 @@ async fn dispatch(
                 Method::GET => list(app, resource, namespace, &params, headers),
                 Method::POST => {
                     let object = decode_body(body, headers)?;
+                    check_type(resources::get(resource), &object)?;
                     let created = app
                         .store
                         .create(resource, namespace, object, params.dry_run)?;
@@ -245,6 +246,7 @@ async fn dispatch(
                 }
                 Method::PUT => {
                     let object = decode_body(body, headers)?;
+                    check_type(def, &object)?;
                     let updated = app.store.update(
                         resource,
                         namespace,
@@ -286,6 +288,22 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     }
     Ok(value)
+}
+
+/// A body naming another type than the URL is a client mistake (400), not a conversion.
+fn check_type(def: &resources::ResourceDef, object: &Value) -> Result<(), ApiError> {
+    let kind = object.get("kind").and_then(Value::as_str);
+    let api_version = object.get("apiVersion").and_then(Value::as_str);
+    if kind.is_some_and(|k| k != def.kind) || api_version.is_some_and(|v| v != def.api_version()) {
+        return Err(ApiError::bad_request(format!(
+            "the body is a {} {} but the request is for {} {}",
+            api_version.unwrap_or_default(),
+            kind.unwrap_or_default(),
+            def.api_version(),
+            def.kind
+        )));
+    }
+    Ok(())
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {

@@ -103,7 +103,7 @@ pub struct Dump {
     #[serde(rename = "resourceVersion")]
     pub resource_version: u64,
     /// Objects grouped by `apiVersion/plural`.
-    pub objects: BTreeMap<String, Vec<Value>>,
+    pub objects: BTreeMap<String, Vec<Arc<Value>>>,
 }
 
 /// Configuration of a [`Store`].
@@ -635,7 +635,7 @@ impl Store {
         }
     }
 
-    /// Everything, for persistence.
+    /// Everything, for persistence. Cheap under the lock: objects are shared, not copied.
     pub fn dump(&self) -> Dump {
         let state = self.lock();
         let objects = RESOURCES
@@ -645,7 +645,7 @@ impl Store {
             .map(|(id, def)| {
                 (
                     format!("{}/{}", def.api_version(), def.plural),
-                    state.objects[id].values().map(|v| (**v).clone()).collect(),
+                    state.objects[id].values().cloned().collect(),
                 )
             })
             .collect();
@@ -677,7 +677,7 @@ impl Store {
                 if id == resources::services() {
                     allocator.restore(&item);
                 }
-                objects[id].insert(key_for(namespace.as_deref(), &name), Arc::new(item));
+                objects[id].insert(key_for(namespace.as_deref(), &name), item);
             }
         }
         state.objects = objects;
