@@ -168,7 +168,21 @@ pub fn encode(fields: &BTreeSet<FieldPath>) -> Value {
         }
         node.insert(".".to_string(), json!({}));
     }
-    Value::Object(root)
+    let mut encoded = Value::Object(root);
+    drop_leaf_markers(&mut encoded);
+    encoded
+}
+
+/// A leaf is written `{}`; only nodes with children need `.` to say they are owned themselves.
+fn drop_leaf_markers(node: &mut Value) {
+    if let Value::Object(map) = node {
+        if map.len() == 1 && map.contains_key(".") {
+            map.clear();
+        }
+        for child in map.values_mut() {
+            drop_leaf_markers(child);
+        }
+    }
 }
 
 /// Decodes `FieldsV1` (as written by [`encode`]) back into paths.
@@ -315,7 +329,14 @@ mod tests {
                 .any(|p| p == &vec![Step::Field("kind".into())])
         );
         let encoded = encode(&fields);
-        assert!(encoded["f:spec"]["f:ports"]["k:{\"port\":80}"]["f:name"].is_object());
+        assert_eq!(
+            encoded["f:spec"]["f:ports"]["k:{\"port\":80}"]["f:name"],
+            json!({})
+        );
+        assert_eq!(
+            encoded["f:spec"]["f:ports"]["k:{\"port\":80}"]["."],
+            json!({})
+        );
         assert!(encoded["f:metadata"]["f:finalizers"]["v:\"x/y\""].is_object());
         assert_eq!(decode(&encoded), fields);
     }
