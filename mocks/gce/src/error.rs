@@ -35,12 +35,20 @@ impl ApiError {
 
     /// 404 `notFound` for a canonical resource path.
     pub fn not_found(path: &str) -> Self {
-        ApiError::new(404, "notFound", format!("The resource '{path}' was not found"))
+        ApiError::new(
+            404,
+            "notFound",
+            format!("The resource '{path}' was not found"),
+        )
     }
 
     /// 409 `alreadyExists` for a canonical resource path.
     pub fn already_exists(path: &str) -> Self {
-        ApiError::new(409, "alreadyExists", format!("The resource '{path}' already exists"))
+        ApiError::new(
+            409,
+            "alreadyExists",
+            format!("The resource '{path}' already exists"),
+        )
     }
 
     /// 400 `resourceInUseByAnotherResource`; the message carries "is already being used by",

@@ -49,7 +49,9 @@ impl Filter {
             let (Some(field), Some(op), Some(value)) =
                 (tokens.get(i), tokens.get(i + 1), tokens.get(i + 2))
             else {
-                return Err(ApiError::invalid(format!("Invalid list filter expression '{expr}'")));
+                return Err(ApiError::invalid(format!(
+                    "Invalid list filter expression '{expr}'"
+                )));
             };
             let term = match op.as_str() {
                 "eq" | "ne" => {
@@ -144,7 +146,8 @@ mod tests {
 
     #[test]
     fn filters_match_like_gce() {
-        let address = json!({"name": "a1", "address": "10.0.0.5", "region": "https://x/regions/r1"});
+        let address =
+            json!({"name": "a1", "address": "10.0.0.5", "region": "https://x/regions/r1"});
         let cases = [
             ("", true),
             ("name eq a1", true),

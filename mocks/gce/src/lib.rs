@@ -148,7 +148,8 @@ impl MockGceBuilder {
 
     /// Starts on a free loopback port.
     pub async fn start(self) -> Result<MockGce, MockError> {
-        self.start_on(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await
+        self.start_on(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .await
     }
 
     /// Starts on the given address.
@@ -159,7 +160,12 @@ impl MockGceBuilder {
         };
         let mut subnetworks = Vec::new();
         for (name, cidr) in &self.subnetworks {
-            subnetworks.push((self.region.clone(), name.clone(), self.network.clone(), parse(cidr)?));
+            subnetworks.push((
+                self.region.clone(),
+                name.clone(),
+                self.network.clone(),
+                parse(cidr)?,
+            ));
         }
         let quotas = self
             .quotas
@@ -255,7 +261,9 @@ impl MockGce {
 
     fn store(&self) -> MutexGuard<'_, Store> {
         // A panic while holding the lock only happens in a failing test; keep serving.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Every request received so far.
@@ -363,7 +371,9 @@ async fn serve(
             .map(Some)
             .map_err(|e| ApiError::invalid(format!("Invalid JSON payload received. {e}")))
     };
-    let mut store = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut store = state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let seq = store.journal.len() as u64;
     let class = Store::class_of(method.as_str(), &path);
     let result = match parsed {

@@ -201,8 +201,14 @@ impl Store {
             store.put_new(Kind::Network, &path, body);
         }
         for (region, name, network, cidr) in store.topo.subnetworks.clone() {
-            let path = format!("projects/{}/regions/{region}/subnetworks/{name}", store.topo.project);
-            let network = store.link(&format!("projects/{}/global/networks/{network}", store.topo.project));
+            let path = format!(
+                "projects/{}/regions/{region}/subnetworks/{name}",
+                store.topo.project
+            );
+            let network = store.link(&format!(
+                "projects/{}/global/networks/{network}",
+                store.topo.project
+            ));
             let body = json!({"name": name, "network": network, "ipCidrRange": cidr.to_string(),
                 "gatewayAddress": cidr.hosts().next().map(|ip| ip.to_string())});
             store.put_new(Kind::Subnetwork, &path, body);
@@ -250,7 +256,10 @@ impl Store {
 
     fn fingerprint(&mut self) -> String {
         self.next_id += 1;
-        let mixed = self.next_id.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+        let mixed = self
+            .next_id
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(17);
         base64::engine::general_purpose::URL_SAFE.encode(mixed.to_be_bytes())
     }
 
@@ -266,7 +275,8 @@ impl Store {
             if parts.get(2) == Some(&"regions")
                 && let Some(region) = parts.get(3)
             {
-                let region_link = self.link(&format!("projects/{}/regions/{region}", self.project()));
+                let region_link =
+                    self.link(&format!("projects/{}/regions/{region}", self.project()));
                 object.insert("region".into(), json!(region_link));
             }
             if parts.get(2) == Some(&"zones")
@@ -280,7 +290,9 @@ impl Store {
     }
 
     fn get_res(&self, canon: &str) -> Result<&Value, ApiError> {
-        self.resources.get(canon).ok_or_else(|| ApiError::not_found(canon))
+        self.resources
+            .get(canon)
+            .ok_or_else(|| ApiError::not_found(canon))
     }
 
     fn expect_kind(&self, canon: &str, kind: Kind) -> Result<&Value, ApiError> {
@@ -362,7 +374,12 @@ impl Store {
         error: Option<(String, String, u16)>,
     ) -> Value {
         let id = self.fresh_id();
-        let name = format!("operation-{id}-{}", &self.fingerprint()[..6].to_ascii_lowercase().replace(['-', '_', '='], "x"));
+        let name = format!(
+            "operation-{id}-{}",
+            &self.fingerprint()[..6]
+                .to_ascii_lowercase()
+                .replace(['-', '_', '='], "x")
+        );
         let canon = format!("{scope_prefix}/operations/{name}");
         let now = rfc3339_now();
         let target_id = self
@@ -388,8 +405,13 @@ impl Store {
         });
         let parts: Vec<&str> = scope_prefix.split('/').collect();
         if let (Some(&scope_type), Some(&scope)) = (parts.get(2), parts.get(3)) {
-            let key = if scope_type == "regions" { "region" } else { "zone" };
-            let scope_link = self.link(&format!("projects/{}/{scope_type}/{scope}", self.project()));
+            let key = if scope_type == "regions" {
+                "region"
+            } else {
+                "zone"
+            };
+            let scope_link =
+                self.link(&format!("projects/{}/{scope_type}/{scope}", self.project()));
             body[key] = json!(scope_link);
         }
         if let Some((code, message, http)) = error {
@@ -409,7 +431,8 @@ impl Store {
                 o.remove("httpErrorMessage");
             }
         }
-        self.operations.insert(canon, Operation { body, polls_left });
+        self.operations
+            .insert(canon, Operation { body, polls_left });
         shown
     }
 
@@ -477,9 +500,23 @@ impl Store {
     fn split_for_fault(&self, path: &str) -> Result<(String, String), ApiError> {
         let canon = self.canon(path.trim_start_matches("/compute/v1/"))?;
         let parts: Vec<&str> = canon.split('/').collect();
-        let prefix_len = if parts.get(2) == Some(&"global") { 3 } else { 4 };
-        let prefix = parts.iter().take(prefix_len).copied().collect::<Vec<_>>().join("/");
-        let target = parts.iter().take(prefix_len + 2).copied().collect::<Vec<_>>().join("/");
+        let prefix_len = if parts.get(2) == Some(&"global") {
+            3
+        } else {
+            4
+        };
+        let prefix = parts
+            .iter()
+            .take(prefix_len)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("/");
+        let target = parts
+            .iter()
+            .take(prefix_len + 2)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("/");
         Ok((prefix, target))
     }
 
@@ -492,11 +529,19 @@ impl Store {
         body: Option<&Value>,
     ) -> Result<Value, ApiError> {
         let Some(rest) = path.strip_prefix("/compute/v1/projects/") else {
-            return Err(ApiError::new(404, "notFound", format!("Unknown path '{path}'")));
+            return Err(ApiError::new(
+                404,
+                "notFound",
+                format!("Unknown path '{path}'"),
+            ));
         };
         let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
         let Some((&project, segments)) = segments.split_first() else {
-            return Err(ApiError::new(404, "notFound", format!("Unknown path '{path}'")));
+            return Err(ApiError::new(
+                404,
+                "notFound",
+                format!("Unknown path '{path}'"),
+            ));
         };
         if project != self.project() {
             return Err(ApiError::not_found(&format!("projects/{project}")));
@@ -512,14 +557,25 @@ impl Store {
                 name: tail.first().copied(),
                 verb: tail.get(1).copied(),
             },
-            [scope_type @ ("regions" | "zones"), scope, collection, tail @ ..] => Target {
+            [
+                scope_type @ ("regions" | "zones"),
+                scope,
+                collection,
+                tail @ ..,
+            ] => Target {
                 scope_type,
                 scope: Some(scope),
                 collection,
                 name: tail.first().copied(),
                 verb: tail.get(1).copied(),
             },
-            _ => return Err(ApiError::new(404, "notFound", format!("Unknown path '{path}'"))),
+            _ => {
+                return Err(ApiError::new(
+                    404,
+                    "notFound",
+                    format!("Unknown path '{path}'"),
+                ));
+            }
         };
         if !self.known_scope(target.scope_type, target.scope) {
             let scope = target.scope.unwrap_or_default();
@@ -545,12 +601,21 @@ impl Store {
                     .remove(&canon)
                     .map(|_| json!({}))
                     .ok_or_else(|| ApiError::not_found(&canon)),
-                _ => Err(ApiError::new(405, "methodNotAllowed", "unsupported operation call")),
+                _ => Err(ApiError::new(
+                    405,
+                    "methodNotAllowed",
+                    "unsupported operation call",
+                )),
             };
         }
-        let kind = Kind::from_collection(target.scope_type, target.collection).ok_or_else(|| {
-            ApiError::new(404, "notFound", format!("Unknown collection '{}'", target.collection))
-        })?;
+        let kind =
+            Kind::from_collection(target.scope_type, target.collection).ok_or_else(|| {
+                ApiError::new(
+                    404,
+                    "notFound",
+                    format!("Unknown collection '{}'", target.collection),
+                )
+            })?;
         let collection = format!("{prefix}/{}", kind.collection());
         let empty = Value::Object(Map::new());
         let body = body.unwrap_or(&empty);
@@ -561,7 +626,9 @@ impl Store {
                 let canon = format!("{collection}/{name}");
                 self.get_res(&canon).cloned()
             }
-            ("DELETE", Some(name), None) => self.delete(kind, &prefix, &format!("{collection}/{name}")),
+            ("DELETE", Some(name), None) => {
+                self.delete(kind, &prefix, &format!("{collection}/{name}"))
+            }
             ("PUT", Some(name), None) => {
                 self.update(kind, &prefix, &format!("{collection}/{name}"), body, false)
             }
@@ -608,14 +675,20 @@ impl Store {
         let filter = Filter::parse(query.get("filter").map_or("", String::as_str))?;
         let max: usize = query
             .get("maxResults")
-            .map(|m| m.parse().map_err(|_| ApiError::invalid("Invalid maxResults")))
+            .map(|m| {
+                m.parse()
+                    .map_err(|_| ApiError::invalid("Invalid maxResults"))
+            })
             .transpose()?
             .unwrap_or(500)
             .clamp(1, 500);
         let start: usize = query
             .get("pageToken")
             .filter(|t| !t.is_empty())
-            .map(|t| t.parse().map_err(|_| ApiError::invalid("Invalid pageToken")))
+            .map(|t| {
+                t.parse()
+                    .map_err(|_| ApiError::invalid("Invalid pageToken"))
+            })
             .transpose()?
             .unwrap_or(0);
         let prefix = format!("{collection}/");
@@ -626,7 +699,12 @@ impl Store {
             .map(|(_, v)| v)
             .filter(|v| filter.matches(v))
             .collect();
-        let page: Vec<Value> = matching.iter().skip(start).take(max).map(|v| (*v).clone()).collect();
+        let page: Vec<Value> = matching
+            .iter()
+            .skip(start)
+            .take(max)
+            .map(|v| (*v).clone())
+            .collect();
         let mut out = json!({
             "kind": format!("{}List", kind.kind_name()),
             "id": collection,
@@ -702,7 +780,7 @@ impl Store {
         };
         let stored = strip_output_only(stored);
         self.put_new(kind, &canon, stored);
-        if kind == Kind::ForwardingRule {
+        if matches!(kind, Kind::ForwardingRule | Kind::Address) {
             self.mark_address_users();
         }
         Ok(self.operation(prefix, "insert", &canon, None))
@@ -721,18 +799,35 @@ impl Store {
     fn used_ips(&self) -> BTreeSet<IpAddr> {
         let mut used = BTreeSet::new();
         for (_, v) in self.of_kind(Kind::Address) {
-            if let Some(ip) = v.get("address").and_then(Value::as_str).and_then(|s| s.parse().ok()) {
+            if let Some(ip) = v
+                .get("address")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok())
+            {
                 used.insert(ip);
             }
         }
         for (_, v) in self.of_kind(Kind::ForwardingRule) {
-            if let Some(ip) = v.get("IPAddress").and_then(Value::as_str).and_then(|s| s.parse().ok()) {
+            if let Some(ip) = v
+                .get("IPAddress")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok())
+            {
                 used.insert(ip);
             }
         }
         for (_, v) in self.of_kind(Kind::Instance) {
-            for nic in v.get("networkInterfaces").and_then(Value::as_array).into_iter().flatten() {
-                if let Some(ip) = nic.get("networkIP").and_then(Value::as_str).and_then(|s| s.parse().ok()) {
+            for nic in v
+                .get("networkInterfaces")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(ip) = nic
+                    .get("networkIP")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse().ok())
+                {
                     used.insert(ip);
                 }
             }
@@ -766,7 +861,10 @@ impl Store {
     }
 
     fn forwarding_rule_by_ip(&self, region: &str, ip: &str) -> Option<String> {
-        let prefix = format!("projects/{}/regions/{region}/forwardingRules/", self.project());
+        let prefix = format!(
+            "projects/{}/regions/{region}/forwardingRules/",
+            self.project()
+        );
         self.of_kind(Kind::ForwardingRule)
             .find(|(path, v)| {
                 path.starts_with(&prefix) && v.get("IPAddress").and_then(Value::as_str) == Some(ip)
@@ -802,7 +900,11 @@ impl Store {
                     return Err(ApiError::invalid(format!(
                         "Invalid value for field 'resource.address': '{ip}'. The address is \
                          not within the range of {}",
-                        if internal { "the subnetwork" } else { "addresses available to the project" }
+                        if internal {
+                            "the subnetwork"
+                        } else {
+                            "addresses available to the project"
+                        }
                     )));
                 }
                 if let Some((other, _)) = self.address_by_ip(region, ip) {
@@ -833,13 +935,13 @@ impl Store {
     fn mark_address_users(&mut self) {
         let addresses: Vec<(String, String)> = self
             .of_kind(Kind::Address)
-            .filter_map(|(path, v)| {
-                Some((path.clone(), v.get("address")?.as_str()?.to_string()))
-            })
+            .filter_map(|(path, v)| Some((path.clone(), v.get("address")?.as_str()?.to_string())))
             .collect();
         for (path, ip) in addresses {
             let region = path.split('/').nth(3).unwrap_or_default().to_string();
-            let user = self.forwarding_rule_by_ip(&region, &ip).map(|fr| self.link(&fr));
+            let user = self
+                .forwarding_rule_by_ip(&region, &ip)
+                .map(|fr| self.link(&fr));
             if let Some(address) = self.resources.get_mut(&path) {
                 address["status"] = json!(if user.is_some() { "IN_USE" } else { "RESERVED" });
                 address["users"] = json!(user.into_iter().collect::<Vec<_>>());
@@ -862,7 +964,9 @@ impl Store {
         let region_prefix = format!("projects/{}/regions/{region}/", self.project());
         if let Some(target) = self.canon_field(body, "target")? {
             if !target.starts_with(&region_prefix) {
-                return Err(ApiError::invalid("The target must be in the forwarding rule's region"));
+                return Err(ApiError::invalid(
+                    "The target must be in the forwarding rule's region",
+                ));
             }
             self.expect_kind(&target, Kind::TargetPool)?;
             stored["target"] = json!(self.link(&target));
@@ -875,7 +979,10 @@ impl Store {
                      service's load balancing scheme must be {scheme}"
                 )));
             }
-            let bs_protocol = service.get("protocol").and_then(Value::as_str).unwrap_or("HTTP");
+            let bs_protocol = service
+                .get("protocol")
+                .and_then(Value::as_str)
+                .unwrap_or("HTTP");
             if bs_protocol != protocol && bs_protocol != "UNSPECIFIED" {
                 return Err(ApiError::invalid(format!(
                     "Invalid value for field 'resource.IPProtocol': '{protocol}'. The backend \
@@ -920,7 +1027,10 @@ impl Store {
         let requested = match opt_str(body, "IPAddress")? {
             Some(r) if r.contains("/addresses/") => {
                 let address = self.expect_kind(&self.canon(r)?, Kind::Address)?;
-                address.get("address").and_then(Value::as_str).map(str::to_string)
+                address
+                    .get("address")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
             }
             other => other.map(str::to_string),
         };
@@ -938,17 +1048,17 @@ impl Store {
                 }
                 match self.address_by_ip(region, &ip) {
                     Some((_, address)) => {
-                        let address_type =
-                            address.get("addressType").and_then(Value::as_str).unwrap_or("EXTERNAL");
+                        let address_type = address
+                            .get("addressType")
+                            .and_then(Value::as_str)
+                            .unwrap_or("EXTERNAL");
                         if (address_type == "INTERNAL") != internal {
                             return Err(ApiError::invalid(format!(
                                 "Invalid value for field 'resource.IPAddress': '{ip}'. The \
                                  address type {address_type} does not match the scheme {scheme}"
                             )));
                         }
-                        if !internal
-                            && address.get("networkTier") != stored.get("networkTier")
-                        {
+                        if !internal && address.get("networkTier") != stored.get("networkTier") {
                             return Err(ApiError::invalid(format!(
                                 "Invalid value for field 'resource.IPAddress': '{ip}'. The \
                                  address network tier does not match the forwarding rule"
@@ -956,11 +1066,11 @@ impl Store {
                         }
                     }
                     None if internal => {
-                        let parsed: IpAddr = ip.parse().map_err(|_| {
-                            ApiError::invalid(format!("Invalid IP address '{ip}'"))
-                        })?;
-                        let in_subnet = subnet_range
-                            .is_some_and(|range| IpNet::from(range).contains(&parsed));
+                        let parsed: IpAddr = ip
+                            .parse()
+                            .map_err(|_| ApiError::invalid(format!("Invalid IP address '{ip}'")))?;
+                        let in_subnet =
+                            subnet_range.is_some_and(|range| IpNet::from(range).contains(&parsed));
                         if !in_subnet {
                             return Err(ApiError::invalid(format!(
                                 "Invalid value for field 'resource.IPAddress': '{ip}'. The IP \
@@ -1026,7 +1136,12 @@ impl Store {
         stored["healthChecks"] = json!(hcs);
         let mut backends = Vec::new();
         let mut groups = Vec::new();
-        for backend in body.get("backends").and_then(Value::as_array).into_iter().flatten() {
+        for backend in body
+            .get("backends")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let group = self.canon(req_str(backend, "group")?)?;
             self.expect_kind(&group, Kind::InstanceGroup)?;
             let mut b = backend.clone();
@@ -1065,7 +1180,12 @@ impl Store {
             if path == service {
                 continue;
             }
-            for backend in bs.get("backends").and_then(Value::as_array).into_iter().flatten() {
+            for backend in bs
+                .get("backends")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if let Some(g) = backend.get("group").and_then(Value::as_str)
                     && let Ok(g) = self.canon(g)
                 {
@@ -1185,7 +1305,11 @@ impl Store {
             return Err(ApiError::new(
                 405,
                 "methodNotAllowed",
-                format!("{} does not support {}", kind.collection(), if patch { "patch" } else { "update" }),
+                format!(
+                    "{} does not support {}",
+                    kind.collection(),
+                    if patch { "patch" } else { "update" }
+                ),
             ));
         }
         let merged = if patch {
@@ -1247,13 +1371,26 @@ impl Store {
             stored["fingerprint"] = json!(self.fingerprint());
         }
         let mut stored = strip_output_only(stored);
-        for key in ["kind", "id", "selfLink", "creationTimestamp", "region", "zone"] {
+        for key in [
+            "kind",
+            "id",
+            "selfLink",
+            "creationTimestamp",
+            "region",
+            "zone",
+        ] {
             if let Some(v) = current.get(key) {
                 stored[key] = v.clone();
             }
         }
         if kind == Kind::ForwardingRule {
-            for key in ["IPAddress", "network", "subnetwork", "target", "backendService"] {
+            for key in [
+                "IPAddress",
+                "network",
+                "subnetwork",
+                "target",
+                "backendService",
+            ] {
                 if let Some(v) = current.get(key) {
                     stored[key] = v.clone();
                 }
@@ -1328,14 +1465,18 @@ impl Store {
                     .get("healthChecks")
                     .and_then(Value::as_array)
                     .filter(|a| !a.is_empty())
-                    .ok_or_else(|| ApiError::invalid("Required field 'healthChecks' not specified"))?;
+                    .ok_or_else(|| {
+                        ApiError::invalid("Required field 'healthChecks' not specified")
+                    })?;
                 let mut hcs: Vec<String> = str_list(&current, "healthChecks")?
                     .iter()
                     .filter_map(|h| self.canon(h).ok())
                     .collect();
                 for item in items {
                     let hc = self.canon(req_str(item, "healthCheck").map_err(|_| {
-                        ApiError::invalid("Required field 'healthChecks[].healthCheck' not specified")
+                        ApiError::invalid(
+                            "Required field 'healthChecks[].healthCheck' not specified",
+                        )
                     })?)?;
                     if verb == "addHealthCheck" {
                         self.expect_kind(&hc, Kind::HttpHealthCheck)?;
@@ -1372,11 +1513,17 @@ impl Store {
                             return Err(ApiError::new(
                                 400,
                                 "memberAlreadyExists",
-                                format!("The instance '{instance}' is already a member of '{canon}'"),
+                                format!(
+                                    "The instance '{instance}' is already a member of '{canon}'"
+                                ),
                             ));
                         }
                         if let Some(bs) = self.user_of(Kind::BackendService, "backends", canon) {
-                            self.check_single_lb_group(&bs, &[canon.to_string()], Some((canon, &instance)))?;
+                            self.check_single_lb_group(
+                                &bs,
+                                &[canon.to_string()],
+                                Some((canon, &instance)),
+                            )?;
                         }
                     } else if !members.remove(&instance) {
                         return Err(ApiError::new(
@@ -1424,12 +1571,23 @@ impl Store {
             .iter()
             .find(|(r, ..)| *r == region)
             .map(|(_, name, _, cidr)| (name.clone(), *cidr));
-        let ip = ip.or_else(|| subnet.as_ref().and_then(|(_, cidr)| self.allocate(*cidr, 1).ok()));
+        let ip = ip.or_else(|| {
+            subnet
+                .as_ref()
+                .and_then(|(_, cidr)| self.allocate(*cidr, 1).ok())
+        });
         let subnet_link = subnet.map(|(name, _)| {
-            self.link(&format!("projects/{}/regions/{region}/subnetworks/{name}", self.project()))
+            self.link(&format!(
+                "projects/{}/regions/{region}/subnetworks/{name}",
+                self.project()
+            ))
         });
         let canon = format!("projects/{}/zones/{zone}/instances/{name}", self.project());
-        let network = self.link(&format!("projects/{}/global/networks/{}", self.project(), self.topo.networks.first().map_or("default", String::as_str)));
+        let network = self.link(&format!(
+            "projects/{}/global/networks/{}",
+            self.project(),
+            self.topo.networks.first().map_or("default", String::as_str)
+        ));
         let body = json!({
             "name": name,
             "machineType": self.link(&format!("projects/{}/zones/{zone}/machineTypes/e2-standard-2", self.project())),
@@ -1461,14 +1619,27 @@ impl Store {
 
     /// Instance-group members (canonical instance paths) by group name.
     pub fn group_members(&self, zone: &str, group: &str) -> Option<Vec<String>> {
-        let canon = format!("projects/{}/zones/{zone}/instanceGroups/{group}", self.project());
-        self.ig_members.get(&canon).map(|m| m.iter().cloned().collect())
+        let canon = format!(
+            "projects/{}/zones/{zone}/instanceGroups/{group}",
+            self.project()
+        );
+        self.ig_members
+            .get(&canon)
+            .map(|m| m.iter().cloned().collect())
     }
 }
 
 fn strip_output_only(mut value: Value) -> Value {
     if let Some(object) = value.as_object_mut() {
-        for key in ["kind", "id", "selfLink", "creationTimestamp", "status", "users", "selfLinkWithId"] {
+        for key in [
+            "kind",
+            "id",
+            "selfLink",
+            "creationTimestamp",
+            "status",
+            "users",
+            "selfLinkWithId",
+        ] {
             object.remove(key);
         }
     }

@@ -112,36 +112,98 @@ impl Kind {
     fn input_fields(self) -> &'static [&'static str] {
         match self {
             Kind::Address => &[
-                "name", "description", "address", "addressType", "networkTier", "purpose",
-                "subnetwork", "network", "ipVersion", "prefixLength", "labels",
+                "name",
+                "description",
+                "address",
+                "addressType",
+                "networkTier",
+                "purpose",
+                "subnetwork",
+                "network",
+                "ipVersion",
+                "prefixLength",
+                "labels",
             ],
             Kind::ForwardingRule => &[
-                "name", "description", "IPAddress", "IPProtocol", "portRange", "ports",
-                "allPorts", "target", "backendService", "loadBalancingScheme", "network",
-                "subnetwork", "networkTier", "allowGlobalAccess", "ipVersion", "labels",
-                "fingerprint", "serviceLabel", "isMirroringCollector",
+                "name",
+                "description",
+                "IPAddress",
+                "IPProtocol",
+                "portRange",
+                "ports",
+                "allPorts",
+                "target",
+                "backendService",
+                "loadBalancingScheme",
+                "network",
+                "subnetwork",
+                "networkTier",
+                "allowGlobalAccess",
+                "ipVersion",
+                "labels",
+                "fingerprint",
+                "serviceLabel",
+                "isMirroringCollector",
             ],
             Kind::TargetPool => &[
-                "name", "description", "instances", "healthChecks", "sessionAffinity",
-                "backupPool", "failoverRatio",
+                "name",
+                "description",
+                "instances",
+                "healthChecks",
+                "sessionAffinity",
+                "backupPool",
+                "failoverRatio",
             ],
             Kind::BackendService => &[
-                "name", "description", "protocol", "loadBalancingScheme", "healthChecks",
-                "backends", "sessionAffinity", "fingerprint", "network", "timeoutSec",
-                "connectionDraining", "failoverPolicy",
+                "name",
+                "description",
+                "protocol",
+                "loadBalancingScheme",
+                "healthChecks",
+                "backends",
+                "sessionAffinity",
+                "fingerprint",
+                "network",
+                "timeoutSec",
+                "connectionDraining",
+                "failoverPolicy",
             ],
             Kind::HttpHealthCheck => &[
-                "name", "description", "port", "requestPath", "host", "checkIntervalSec",
-                "timeoutSec", "healthyThreshold", "unhealthyThreshold",
+                "name",
+                "description",
+                "port",
+                "requestPath",
+                "host",
+                "checkIntervalSec",
+                "timeoutSec",
+                "healthyThreshold",
+                "unhealthyThreshold",
             ],
             Kind::HealthCheck => &[
-                "name", "description", "type", "httpHealthCheck", "tcpHealthCheck",
-                "checkIntervalSec", "timeoutSec", "healthyThreshold", "unhealthyThreshold",
+                "name",
+                "description",
+                "type",
+                "httpHealthCheck",
+                "tcpHealthCheck",
+                "checkIntervalSec",
+                "timeoutSec",
+                "healthyThreshold",
+                "unhealthyThreshold",
                 "logConfig",
             ],
             Kind::Firewall => &[
-                "name", "description", "network", "priority", "direction", "sourceRanges",
-                "destinationRanges", "sourceTags", "targetTags", "allowed", "denied", "disabled",
+                "name",
+                "description",
+                "network",
+                "priority",
+                "direction",
+                "sourceRanges",
+                "destinationRanges",
+                "sourceTags",
+                "targetTags",
+                "allowed",
+                "denied",
+                "disabled",
                 "logConfig",
             ],
             Kind::InstanceGroup => &["name", "description", "network", "subnetwork", "namedPorts"],
@@ -152,8 +214,18 @@ impl Kind {
 
 /// Fields the server sets; clients may echo them back (e.g. a PUT of a GET result).
 const OUTPUT_ONLY: &[&str] = &[
-    "kind", "id", "selfLink", "creationTimestamp", "region", "zone", "status", "users", "size",
-    "selfLinkWithId", "labelFingerprint", "pscConnectionStatus",
+    "kind",
+    "id",
+    "selfLink",
+    "creationTimestamp",
+    "region",
+    "zone",
+    "status",
+    "users",
+    "size",
+    "selfLinkWithId",
+    "labelFingerprint",
+    "pscConnectionStatus",
 ];
 
 /// The name pattern shared by Compute resources (RFC 1035 label, ≤ 63 characters).
@@ -212,7 +284,9 @@ pub fn opt_int(body: &Value, name: &str) -> Result<Option<i64>, ApiError> {
 }
 
 fn bad_int(name: &str) -> ApiError {
-    ApiError::invalid(format!("Invalid value for field 'resource.{name}': expected an integer"))
+    ApiError::invalid(format!(
+        "Invalid value for field 'resource.{name}': expected an integer"
+    ))
 }
 
 /// A list-of-strings field (missing means empty).
@@ -325,7 +399,9 @@ const SESSION_AFFINITIES: &[&str] = &[
 /// Validates a body for insert or full update of `kind` (shape rules only).
 pub fn check_body(kind: Kind, body: &Value) -> Result<(), ApiError> {
     let Some(object) = body.as_object() else {
-        return Err(ApiError::invalid("Invalid JSON payload received: expected an object"));
+        return Err(ApiError::invalid(
+            "Invalid JSON payload received: expected an object",
+        ));
     };
     for key in object.keys() {
         if !kind.input_fields().contains(&key.as_str()) && !OUTPUT_ONLY.contains(&key.as_str()) {
@@ -353,12 +429,25 @@ pub fn check_body(kind: Kind, body: &Value) -> Result<(), ApiError> {
 }
 
 fn check_address(body: &Value) -> Result<(), ApiError> {
-    check_enum("addressType", opt_str(body, "addressType")?, &["EXTERNAL", "INTERNAL"])?;
+    check_enum(
+        "addressType",
+        opt_str(body, "addressType")?,
+        &["EXTERNAL", "INTERNAL"],
+    )?;
     check_enum("networkTier", opt_str(body, "networkTier")?, NETWORK_TIERS)?;
     check_enum(
         "purpose",
         opt_str(body, "purpose")?,
-        &["GCE_ENDPOINT", "SHARED_LOADBALANCER_VIP", "VPC_PEERING", "PRIVATE_SERVICE_CONNECT", "NAT_AUTO", "IPSEC_INTERCONNECT", "DNS_RESOLVER", "IPV6_ONLY_VM"],
+        &[
+            "GCE_ENDPOINT",
+            "SHARED_LOADBALANCER_VIP",
+            "VPC_PEERING",
+            "PRIVATE_SERVICE_CONNECT",
+            "NAT_AUTO",
+            "IPSEC_INTERCONNECT",
+            "DNS_RESOLVER",
+            "IPV6_ONLY_VM",
+        ],
     )?;
     if let Some(address) = opt_str(body, "address")?
         && address.parse::<IpAddr>().is_err()
@@ -387,7 +476,11 @@ fn check_forwarding_rule(body: &Value) -> Result<(), ApiError> {
         opt_str(body, "IPProtocol")?,
         &["TCP", "UDP", "ESP", "AH", "SCTP", "ICMP", "L3_DEFAULT"],
     )?;
-    check_enum("loadBalancingScheme", opt_str(body, "loadBalancingScheme")?, SCHEMES)?;
+    check_enum(
+        "loadBalancingScheme",
+        opt_str(body, "loadBalancingScheme")?,
+        SCHEMES,
+    )?;
     check_enum("networkTier", opt_str(body, "networkTier")?, NETWORK_TIERS)?;
     if let Some(ip) = opt_str(body, "IPAddress")?
         && ip.parse::<IpAddr>().is_err()
@@ -501,11 +594,25 @@ fn check_backend_service(body: &Value) -> Result<(), ApiError> {
     check_enum(
         "protocol",
         protocol,
-        &["HTTP", "HTTPS", "HTTP2", "TCP", "SSL", "UDP", "GRPC", "H2C", "UNSPECIFIED"],
+        &[
+            "HTTP",
+            "HTTPS",
+            "HTTP2",
+            "TCP",
+            "SSL",
+            "UDP",
+            "GRPC",
+            "H2C",
+            "UNSPECIFIED",
+        ],
     )?;
     let scheme = opt_str(body, "loadBalancingScheme")?;
     check_enum("loadBalancingScheme", scheme, SCHEMES)?;
-    check_enum("sessionAffinity", opt_str(body, "sessionAffinity")?, SESSION_AFFINITIES)?;
+    check_enum(
+        "sessionAffinity",
+        opt_str(body, "sessionAffinity")?,
+        SESSION_AFFINITIES,
+    )?;
     if scheme == Some("INTERNAL") {
         if !matches!(protocol, Some("TCP" | "UDP" | "UNSPECIFIED")) {
             return Err(ApiError::invalid(
@@ -522,11 +629,14 @@ fn check_backend_service(body: &Value) -> Result<(), ApiError> {
     }
     if let Some(backends) = field(body, "backends") {
         let Some(list) = backends.as_array() else {
-            return Err(ApiError::invalid("Invalid value for field 'resource.backends'"));
+            return Err(ApiError::invalid(
+                "Invalid value for field 'resource.backends'",
+            ));
         };
         for backend in list {
-            req_str(backend, "group")
-                .map_err(|_| ApiError::invalid("Required field 'resource.backends[].group' not specified"))?;
+            req_str(backend, "group").map_err(|_| {
+                ApiError::invalid("Required field 'resource.backends[].group' not specified")
+            })?;
             check_enum(
                 "backends[].balancingMode",
                 opt_str(backend, "balancingMode")?,
@@ -550,8 +660,18 @@ fn check_probe_timing(body: &Value) -> Result<(), ApiError> {
     let timeout = opt_int(body, "timeoutSec")?;
     check_range("checkIntervalSec", interval, 1, 300)?;
     check_range("timeoutSec", timeout, 1, 300)?;
-    check_range("healthyThreshold", opt_int(body, "healthyThreshold")?, 1, 10)?;
-    check_range("unhealthyThreshold", opt_int(body, "unhealthyThreshold")?, 1, 10)?;
+    check_range(
+        "healthyThreshold",
+        opt_int(body, "healthyThreshold")?,
+        1,
+        10,
+    )?;
+    check_range(
+        "unhealthyThreshold",
+        opt_int(body, "unhealthyThreshold")?,
+        1,
+        10,
+    )?;
     if timeout.unwrap_or(5) > interval.unwrap_or(5) {
         return Err(ApiError::invalid(
             "Invalid value for field 'resource.timeoutSec': must be less than or equal to \
@@ -581,7 +701,15 @@ fn check_health_check(body: &Value) -> Result<(), ApiError> {
     check_enum(
         "type",
         Some(kind),
-        &["TCP", "SSL", "HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC_WITH_TLS"],
+        &[
+            "TCP",
+            "SSL",
+            "HTTP",
+            "HTTPS",
+            "HTTP2",
+            "GRPC",
+            "GRPC_WITH_TLS",
+        ],
     )?;
     if kind == "HTTP" {
         let Some(http) = field(body, "httpHealthCheck") else {
@@ -609,7 +737,9 @@ fn check_firewall(body: &Value) -> Result<(), ApiError> {
         .chain(str_list(body, "sourceTags")?)
     {
         check_name(&tag).map_err(|_| {
-            ApiError::invalid(format!("Invalid value for field 'resource.targetTags': '{tag}'"))
+            ApiError::invalid(format!(
+                "Invalid value for field 'resource.targetTags': '{tag}'"
+            ))
         })?;
     }
     let rules = |name: &str| -> Result<Vec<Value>, ApiError> {

@@ -13,8 +13,8 @@ use kube_lb_provider_core::{CallKind, CloudApi, ProviderError};
 
 use crate::error::{Failure, GcpError};
 use crate::model::{
-    Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind,
-    InstanceGroup, RulePorts, TargetPool, Timing, canon, merge_ranges, parse_range, range_text,
+    Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind, InstanceGroup,
+    RulePorts, TargetPool, Timing, canon, merge_ranges, parse_range, range_text,
 };
 
 /// Longest `Retry-After` honoured in place; longer ones go back to the controller's backoff.
@@ -96,8 +96,9 @@ macro_rules! client {
             builder = builder.with_endpoint(endpoint);
         }
         if $anonymous {
-            builder = builder
-                .with_credentials(google_cloud_auth::credentials::anonymous::Builder::new().build());
+            builder = builder.with_credentials(
+                google_cloud_auth::credentials::anonymous::Builder::new().build(),
+            );
         }
         builder.build().await.map_err(|source| GcpError::Client {
             service: stringify!($ty),
@@ -153,7 +154,13 @@ impl Gce {
 
     // ------------------------------------------------------------------ plumbing
 
-    async fn call<T, F, Fut>(&self, family: &'static str, operation: &'static str, kind: CallKind, f: F) -> Outcome<T>
+    async fn call<T, F, Fut>(
+        &self,
+        family: &'static str,
+        operation: &'static str,
+        kind: CallKind,
+        f: F,
+    ) -> Outcome<T>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = gce::Result<T>>,
@@ -168,7 +175,11 @@ impl Gce {
                             let failure = Failure::from_client(&error);
                             if failure.retry_in_place() {
                                 if let Some(delay) = failure.retry_after {
-                                    tracing::debug!(operation, ?delay, "throttled; honouring Retry-After");
+                                    tracing::debug!(
+                                        operation,
+                                        ?delay,
+                                        "throttled; honouring Retry-After"
+                                    );
                                     tokio::time::sleep(delay.min(MAX_RETRY_AFTER)).await;
                                 }
                                 Err(failure.into_provider_error(operation))
@@ -183,7 +194,13 @@ impl Gce {
     }
 
     /// A mutating call followed by waiting for its operation.
-    async fn mutate<F, Fut>(&self, family: &'static str, operation: &'static str, scope: OpScope, f: F) -> Outcome<()>
+    async fn mutate<F, Fut>(
+        &self,
+        family: &'static str,
+        operation: &'static str,
+        scope: OpScope,
+        f: F,
+    ) -> Outcome<()>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = gce::Result<gm::Operation>>,
@@ -194,7 +211,12 @@ impl Gce {
         }
     }
 
-    async fn wait(&self, mut op: gm::Operation, scope: &OpScope, operation: &'static str) -> Outcome<()> {
+    async fn wait(
+        &self,
+        mut op: gm::Operation,
+        scope: &OpScope,
+        operation: &'static str,
+    ) -> Outcome<()> {
         let started = tokio::time::Instant::now();
         let mut delay = self.poll.initial;
         loop {
@@ -260,7 +282,11 @@ impl Gce {
     }
 
     /// `Ok(None)` for 404, the value otherwise; other failures become provider errors.
-    fn found<T, U>(outcome: Outcome<T>, operation: &'static str, convert: impl FnOnce(T) -> U) -> Result<Option<U>, ProviderError> {
+    fn found<T, U>(
+        outcome: Outcome<T>,
+        operation: &'static str,
+        convert: impl FnOnce(T) -> U,
+    ) -> Result<Option<U>, ProviderError> {
         match outcome? {
             Ok(value) => Ok(Some(convert(value))),
             Err(failure) if failure.is_not_found() => Ok(None),
@@ -283,7 +309,12 @@ impl Gce {
         let filter = format!("region eq .*/regions/{}", self.region);
         let list = self
             .call("zones", "zones.list", CallKind::Read, || {
-                self.clients.zones.list().set_project(&self.project).set_filter(&filter).send()
+                self.clients
+                    .zones
+                    .list()
+                    .set_project(&self.project)
+                    .set_filter(&filter)
+                    .send()
             })
             .await?
             .map_err(|f| f.into_provider_error("zones.list"))?;
@@ -293,7 +324,11 @@ impl Gce {
     }
 
     /// Network tags of the named instances in a zone.
-    pub async fn instance_tags(&self, zone: &str, names: &[String]) -> Result<Vec<(String, Vec<String>)>, ProviderError> {
+    pub async fn instance_tags(
+        &self,
+        zone: &str,
+        names: &[String],
+    ) -> Result<Vec<(String, Vec<String>)>, ProviderError> {
         let pattern: Vec<String> = names.iter().map(|n| regex_escape(n)).collect();
         let filter = format!("name eq ({})", pattern.join("|"));
         let mut out = Vec::new();
@@ -328,18 +363,33 @@ impl Gce {
     pub async fn get_address(&self, name: &str) -> Result<Option<Address>, ProviderError> {
         let outcome = self
             .call("addresses", "addresses.get", CallKind::Read, || {
-                self.clients.addresses.get().set_project(&self.project).set_region(&self.region).set_address(name).send()
+                self.clients
+                    .addresses
+                    .get()
+                    .set_project(&self.project)
+                    .set_region(&self.region)
+                    .set_address(name)
+                    .send()
             })
             .await;
         Self::found(outcome, "addresses.get", address_from)
     }
 
     /// The address holding `ip` in the region, if any.
-    pub async fn address_by_ip(&self, ip: std::net::IpAddr) -> Result<Option<Address>, ProviderError> {
+    pub async fn address_by_ip(
+        &self,
+        ip: std::net::IpAddr,
+    ) -> Result<Option<Address>, ProviderError> {
         let filter = format!("address eq {}", regex_escape(&ip.to_string()));
         let list = self
             .call("addresses", "addresses.list", CallKind::Read, || {
-                self.clients.addresses.list().set_project(&self.project).set_region(&self.region).set_filter(&filter).send()
+                self.clients
+                    .addresses
+                    .list()
+                    .set_project(&self.project)
+                    .set_region(&self.region)
+                    .set_filter(&filter)
+                    .send()
             })
             .await?
             .map_err(|f| f.into_provider_error("addresses.list"))?;
@@ -349,9 +399,20 @@ impl Gce {
     /// Forwarding rule by name.
     pub async fn get_rule(&self, name: &str) -> Result<Option<ForwardingRule>, ProviderError> {
         let outcome = self
-            .call("forwardingRules", "forwardingRules.get", CallKind::Read, || {
-                self.clients.forwarding_rules.get().set_project(&self.project).set_region(&self.region).set_forwarding_rule(name).send()
-            })
+            .call(
+                "forwardingRules",
+                "forwardingRules.get",
+                CallKind::Read,
+                || {
+                    self.clients
+                        .forwarding_rules
+                        .get()
+                        .set_project(&self.project)
+                        .set_region(&self.region)
+                        .set_forwarding_rule(name)
+                        .send()
+                },
+            )
             .await;
         Self::found(outcome, "forwardingRules.get", rule_from)
     }
@@ -360,27 +421,51 @@ impl Gce {
     pub async fn get_firewall(&self, name: &str) -> Result<Option<Firewall>, ProviderError> {
         let outcome = self
             .call("firewalls", "firewalls.get", CallKind::Read, || {
-                self.clients.firewalls.get().set_project(&self.project).set_firewall(name).send()
+                self.clients
+                    .firewalls
+                    .get()
+                    .set_project(&self.project)
+                    .set_firewall(name)
+                    .send()
             })
             .await;
         Self::found(outcome, "firewalls.get", firewall_from)
     }
 
     /// Health check by kind and name.
-    pub async fn get_health_check(&self, kind: HealthCheckKind, name: &str) -> Result<Option<HealthCheck>, ProviderError> {
+    pub async fn get_health_check(
+        &self,
+        kind: HealthCheckKind,
+        name: &str,
+    ) -> Result<Option<HealthCheck>, ProviderError> {
         match kind {
             HealthCheckKind::LegacyHttp => {
                 let outcome = self
-                    .call("healthChecks", "httpHealthChecks.get", CallKind::Read, || {
-                        self.clients.http_health_checks.get().set_project(&self.project).set_http_health_check(name).send()
-                    })
+                    .call(
+                        "healthChecks",
+                        "httpHealthChecks.get",
+                        CallKind::Read,
+                        || {
+                            self.clients
+                                .http_health_checks
+                                .get()
+                                .set_project(&self.project)
+                                .set_http_health_check(name)
+                                .send()
+                        },
+                    )
                     .await;
                 Self::found(outcome, "httpHealthChecks.get", legacy_health_check_from)
             }
             HealthCheckKind::Http => {
                 let outcome = self
                     .call("healthChecks", "healthChecks.get", CallKind::Read, || {
-                        self.clients.health_checks.get().set_project(&self.project).set_health_check(name).send()
+                        self.clients
+                            .health_checks
+                            .get()
+                            .set_project(&self.project)
+                            .set_health_check(name)
+                            .send()
                     })
                     .await;
                 Self::found(outcome, "healthChecks.get", health_check_from)
@@ -392,28 +477,63 @@ impl Gce {
     pub async fn get_target_pool(&self, name: &str) -> Result<Option<TargetPool>, ProviderError> {
         let outcome = self
             .call("targetPools", "targetPools.get", CallKind::Read, || {
-                self.clients.target_pools.get().set_project(&self.project).set_region(&self.region).set_target_pool(name).send()
+                self.clients
+                    .target_pools
+                    .get()
+                    .set_project(&self.project)
+                    .set_region(&self.region)
+                    .set_target_pool(name)
+                    .send()
             })
             .await;
         Self::found(outcome, "targetPools.get", target_pool_from)
     }
 
     /// Regional backend service by name.
-    pub async fn get_backend_service(&self, name: &str) -> Result<Option<BackendService>, ProviderError> {
+    pub async fn get_backend_service(
+        &self,
+        name: &str,
+    ) -> Result<Option<BackendService>, ProviderError> {
         let outcome = self
-            .call("backendServices", "regionBackendServices.get", CallKind::Read, || {
-                self.clients.backend_services.get().set_project(&self.project).set_region(&self.region).set_backend_service(name).send()
-            })
+            .call(
+                "backendServices",
+                "regionBackendServices.get",
+                CallKind::Read,
+                || {
+                    self.clients
+                        .backend_services
+                        .get()
+                        .set_project(&self.project)
+                        .set_region(&self.region)
+                        .set_backend_service(name)
+                        .send()
+                },
+            )
             .await;
         Self::found(outcome, "regionBackendServices.get", backend_service_from)
     }
 
     /// Instance group with its members, by zone and name.
-    pub async fn get_instance_group(&self, zone: &str, name: &str) -> Result<Option<InstanceGroup>, ProviderError> {
+    pub async fn get_instance_group(
+        &self,
+        zone: &str,
+        name: &str,
+    ) -> Result<Option<InstanceGroup>, ProviderError> {
         let outcome = self
-            .call("instanceGroups", "instanceGroups.get", CallKind::Read, || {
-                self.clients.instance_groups.get().set_project(&self.project).set_zone(zone).set_instance_group(name).send()
-            })
+            .call(
+                "instanceGroups",
+                "instanceGroups.get",
+                CallKind::Read,
+                || {
+                    self.clients
+                        .instance_groups
+                        .get()
+                        .set_project(&self.project)
+                        .set_zone(zone)
+                        .set_instance_group(name)
+                        .send()
+                },
+            )
             .await;
         if Self::found(outcome, "instanceGroups.get", |_| ())?.is_none() {
             return Ok(None);
@@ -423,22 +543,34 @@ impl Gce {
         loop {
             let token = page_token.clone();
             let list = self
-                .call("instanceGroups", "instanceGroups.listInstances", CallKind::Read, || {
-                    let mut body = gm::InstanceGroupsListInstancesRequest::default();
-                    body.instance_state = Some(gm::instance_groups_list_instances_request::InstanceState::from("ALL"));
-                    self.clients
-                        .instance_groups
-                        .list_instances()
-                        .set_project(&self.project)
-                        .set_zone(zone)
-                        .set_instance_group(name)
-                        .set_page_token(&token)
-                        .set_body(body)
-                        .send()
-                })
+                .call(
+                    "instanceGroups",
+                    "instanceGroups.listInstances",
+                    CallKind::Read,
+                    || {
+                        let mut body = gm::InstanceGroupsListInstancesRequest::default();
+                        body.instance_state = Some(
+                            gm::instance_groups_list_instances_request::InstanceState::from("ALL"),
+                        );
+                        self.clients
+                            .instance_groups
+                            .list_instances()
+                            .set_project(&self.project)
+                            .set_zone(zone)
+                            .set_instance_group(name)
+                            .set_page_token(&token)
+                            .set_body(body)
+                            .send()
+                    },
+                )
                 .await?
                 .map_err(|f| f.into_provider_error("instanceGroups.listInstances"))?;
-            members.extend(list.items.into_iter().filter_map(|i| i.instance).map(|i| canon(&i)));
+            members.extend(
+                list.items
+                    .into_iter()
+                    .filter_map(|i| i.instance)
+                    .map(|i| canon(&i)),
+            );
             match list.next_page_token {
                 Some(next) if !next.is_empty() => page_token = next,
                 _ => break,
@@ -457,7 +589,13 @@ impl Gce {
     pub async fn insert_address(&self, address: &Address) -> Outcome<()> {
         let body = address_body(address);
         self.mutate("addresses", "addresses.insert", OpScope::Region, || {
-            self.clients.addresses.insert().set_project(&self.project).set_region(&self.region).set_body(body.clone()).send()
+            self.clients
+                .addresses
+                .insert()
+                .set_project(&self.project)
+                .set_region(&self.region)
+                .set_body(body.clone())
+                .send()
         })
         .await
     }
@@ -465,7 +603,13 @@ impl Gce {
     /// Releases an address.
     pub async fn delete_address(&self, name: &str) -> Outcome<()> {
         self.mutate("addresses", "addresses.delete", OpScope::Region, || {
-            self.clients.addresses.delete().set_project(&self.project).set_region(&self.region).set_address(name).send()
+            self.clients
+                .addresses
+                .delete()
+                .set_project(&self.project)
+                .set_region(&self.region)
+                .set_address(name)
+                .send()
         })
         .await
     }
@@ -473,35 +617,67 @@ impl Gce {
     /// Creates a forwarding rule.
     pub async fn insert_rule(&self, rule: &ForwardingRule) -> Outcome<()> {
         let body = rule_body(rule);
-        self.mutate("forwardingRules", "forwardingRules.insert", OpScope::Region, || {
-            self.clients.forwarding_rules.insert().set_project(&self.project).set_region(&self.region).set_body(body.clone()).send()
-        })
+        self.mutate(
+            "forwardingRules",
+            "forwardingRules.insert",
+            OpScope::Region,
+            || {
+                self.clients
+                    .forwarding_rules
+                    .insert()
+                    .set_project(&self.project)
+                    .set_region(&self.region)
+                    .set_body(body.clone())
+                    .send()
+            },
+        )
         .await
     }
 
     /// Patches `allowGlobalAccess` (with the fingerprint read back).
-    pub async fn patch_global_access(&self, name: &str, allow: bool, fingerprint: Option<&[u8]>) -> Outcome<()> {
+    pub async fn patch_global_access(
+        &self,
+        name: &str,
+        allow: bool,
+        fingerprint: Option<&[u8]>,
+    ) -> Outcome<()> {
         let mut body = gm::ForwardingRule::default();
         body.allow_global_access = Some(allow);
         body.fingerprint = fingerprint.map(bytes_of);
-        self.mutate("forwardingRules", "forwardingRules.patch", OpScope::Region, || {
-            self.clients
-                .forwarding_rules
-                .patch()
-                .set_project(&self.project)
-                .set_region(&self.region)
-                .set_forwarding_rule(name)
-                .set_body(body.clone())
-                .send()
-        })
+        self.mutate(
+            "forwardingRules",
+            "forwardingRules.patch",
+            OpScope::Region,
+            || {
+                self.clients
+                    .forwarding_rules
+                    .patch()
+                    .set_project(&self.project)
+                    .set_region(&self.region)
+                    .set_forwarding_rule(name)
+                    .set_body(body.clone())
+                    .send()
+            },
+        )
         .await
     }
 
     /// Deletes a forwarding rule.
     pub async fn delete_rule(&self, name: &str) -> Outcome<()> {
-        self.mutate("forwardingRules", "forwardingRules.delete", OpScope::Region, || {
-            self.clients.forwarding_rules.delete().set_project(&self.project).set_region(&self.region).set_forwarding_rule(name).send()
-        })
+        self.mutate(
+            "forwardingRules",
+            "forwardingRules.delete",
+            OpScope::Region,
+            || {
+                self.clients
+                    .forwarding_rules
+                    .delete()
+                    .set_project(&self.project)
+                    .set_region(&self.region)
+                    .set_forwarding_rule(name)
+                    .send()
+            },
+        )
         .await
     }
 
@@ -510,12 +686,23 @@ impl Gce {
         let body = firewall_body(firewall);
         if update {
             self.mutate("firewalls", "firewalls.update", OpScope::Global, || {
-                self.clients.firewalls.update().set_project(&self.project).set_firewall(&firewall.name).set_body(body.clone()).send()
+                self.clients
+                    .firewalls
+                    .update()
+                    .set_project(&self.project)
+                    .set_firewall(&firewall.name)
+                    .set_body(body.clone())
+                    .send()
             })
             .await
         } else {
             self.mutate("firewalls", "firewalls.insert", OpScope::Global, || {
-                self.clients.firewalls.insert().set_project(&self.project).set_body(body.clone()).send()
+                self.clients
+                    .firewalls
+                    .insert()
+                    .set_project(&self.project)
+                    .set_body(body.clone())
+                    .send()
             })
             .await
         }
@@ -524,7 +711,12 @@ impl Gce {
     /// Deletes a firewall.
     pub async fn delete_firewall(&self, name: &str) -> Outcome<()> {
         self.mutate("firewalls", "firewalls.delete", OpScope::Global, || {
-            self.clients.firewalls.delete().set_project(&self.project).set_firewall(name).send()
+            self.clients
+                .firewalls
+                .delete()
+                .set_project(&self.project)
+                .set_firewall(name)
+                .send()
         })
         .await
     }
@@ -535,28 +727,70 @@ impl Gce {
             HealthCheckKind::LegacyHttp => {
                 let body = legacy_health_check_body(hc);
                 if update {
-                    self.mutate("healthChecks", "httpHealthChecks.update", OpScope::Global, || {
-                        self.clients.http_health_checks.update().set_project(&self.project).set_http_health_check(&hc.name).set_body(body.clone()).send()
-                    })
+                    self.mutate(
+                        "healthChecks",
+                        "httpHealthChecks.update",
+                        OpScope::Global,
+                        || {
+                            self.clients
+                                .http_health_checks
+                                .update()
+                                .set_project(&self.project)
+                                .set_http_health_check(&hc.name)
+                                .set_body(body.clone())
+                                .send()
+                        },
+                    )
                     .await
                 } else {
-                    self.mutate("healthChecks", "httpHealthChecks.insert", OpScope::Global, || {
-                        self.clients.http_health_checks.insert().set_project(&self.project).set_body(body.clone()).send()
-                    })
+                    self.mutate(
+                        "healthChecks",
+                        "httpHealthChecks.insert",
+                        OpScope::Global,
+                        || {
+                            self.clients
+                                .http_health_checks
+                                .insert()
+                                .set_project(&self.project)
+                                .set_body(body.clone())
+                                .send()
+                        },
+                    )
                     .await
                 }
             }
             HealthCheckKind::Http => {
                 let body = health_check_body(hc);
                 if update {
-                    self.mutate("healthChecks", "healthChecks.update", OpScope::Global, || {
-                        self.clients.health_checks.update().set_project(&self.project).set_health_check(&hc.name).set_body(body.clone()).send()
-                    })
+                    self.mutate(
+                        "healthChecks",
+                        "healthChecks.update",
+                        OpScope::Global,
+                        || {
+                            self.clients
+                                .health_checks
+                                .update()
+                                .set_project(&self.project)
+                                .set_health_check(&hc.name)
+                                .set_body(body.clone())
+                                .send()
+                        },
+                    )
                     .await
                 } else {
-                    self.mutate("healthChecks", "healthChecks.insert", OpScope::Global, || {
-                        self.clients.health_checks.insert().set_project(&self.project).set_body(body.clone()).send()
-                    })
+                    self.mutate(
+                        "healthChecks",
+                        "healthChecks.insert",
+                        OpScope::Global,
+                        || {
+                            self.clients
+                                .health_checks
+                                .insert()
+                                .set_project(&self.project)
+                                .set_body(body.clone())
+                                .send()
+                        },
+                    )
                     .await
                 }
             }
@@ -567,15 +801,35 @@ impl Gce {
     pub async fn delete_health_check(&self, kind: HealthCheckKind, name: &str) -> Outcome<()> {
         match kind {
             HealthCheckKind::LegacyHttp => {
-                self.mutate("healthChecks", "httpHealthChecks.delete", OpScope::Global, || {
-                    self.clients.http_health_checks.delete().set_project(&self.project).set_http_health_check(name).send()
-                })
+                self.mutate(
+                    "healthChecks",
+                    "httpHealthChecks.delete",
+                    OpScope::Global,
+                    || {
+                        self.clients
+                            .http_health_checks
+                            .delete()
+                            .set_project(&self.project)
+                            .set_http_health_check(name)
+                            .send()
+                    },
+                )
                 .await
             }
             HealthCheckKind::Http => {
-                self.mutate("healthChecks", "healthChecks.delete", OpScope::Global, || {
-                    self.clients.health_checks.delete().set_project(&self.project).set_health_check(name).send()
-                })
+                self.mutate(
+                    "healthChecks",
+                    "healthChecks.delete",
+                    OpScope::Global,
+                    || {
+                        self.clients
+                            .health_checks
+                            .delete()
+                            .set_project(&self.project)
+                            .set_health_check(name)
+                            .send()
+                    },
+                )
                 .await
             }
         }
@@ -585,7 +839,13 @@ impl Gce {
     pub async fn insert_target_pool(&self, pool: &TargetPool) -> Outcome<()> {
         let body = target_pool_body(pool);
         self.mutate("targetPools", "targetPools.insert", OpScope::Region, || {
-            self.clients.target_pools.insert().set_project(&self.project).set_region(&self.region).set_body(body.clone()).send()
+            self.clients
+                .target_pools
+                .insert()
+                .set_project(&self.project)
+                .set_region(&self.region)
+                .set_body(body.clone())
+                .send()
         })
         .await
     }
@@ -593,29 +853,64 @@ impl Gce {
     /// Deletes a target pool.
     pub async fn delete_target_pool(&self, name: &str) -> Outcome<()> {
         self.mutate("targetPools", "targetPools.delete", OpScope::Region, || {
-            self.clients.target_pools.delete().set_project(&self.project).set_region(&self.region).set_target_pool(name).send()
+            self.clients
+                .target_pools
+                .delete()
+                .set_project(&self.project)
+                .set_region(&self.region)
+                .set_target_pool(name)
+                .send()
         })
         .await
     }
 
     /// Adds (`add`) or removes instances from a target pool, in batches.
-    pub async fn pool_instances(&self, pool: &str, instances: &BTreeSet<String>, add: bool) -> Outcome<()> {
+    pub async fn pool_instances(
+        &self,
+        pool: &str,
+        instances: &BTreeSet<String>,
+        add: bool,
+    ) -> Outcome<()> {
         let all: Vec<&String> = instances.iter().collect();
         for batch in all.chunks(INSTANCE_BATCH) {
             let refs: Vec<gm::InstanceReference> = batch.iter().map(|i| instance_ref(i)).collect();
             let outcome = if add {
                 let mut body = gm::TargetPoolsAddInstanceRequest::default();
                 body.instances = refs;
-                self.mutate("targetPools", "targetPools.addInstance", OpScope::Region, || {
-                    self.clients.target_pools.add_instance().set_project(&self.project).set_region(&self.region).set_target_pool(pool).set_body(body.clone()).send()
-                })
+                self.mutate(
+                    "targetPools",
+                    "targetPools.addInstance",
+                    OpScope::Region,
+                    || {
+                        self.clients
+                            .target_pools
+                            .add_instance()
+                            .set_project(&self.project)
+                            .set_region(&self.region)
+                            .set_target_pool(pool)
+                            .set_body(body.clone())
+                            .send()
+                    },
+                )
                 .await?
             } else {
                 let mut body = gm::TargetPoolsRemoveInstanceRequest::default();
                 body.instances = refs;
-                self.mutate("targetPools", "targetPools.removeInstance", OpScope::Region, || {
-                    self.clients.target_pools.remove_instance().set_project(&self.project).set_region(&self.region).set_target_pool(pool).set_body(body.clone()).send()
-                })
+                self.mutate(
+                    "targetPools",
+                    "targetPools.removeInstance",
+                    OpScope::Region,
+                    || {
+                        self.clients
+                            .target_pools
+                            .remove_instance()
+                            .set_project(&self.project)
+                            .set_region(&self.region)
+                            .set_target_pool(pool)
+                            .set_body(body.clone())
+                            .send()
+                    },
+                )
                 .await?
             };
             if outcome.is_err() {
@@ -626,7 +921,12 @@ impl Gce {
     }
 
     /// Adds (`add`) or removes legacy health checks of a target pool.
-    pub async fn pool_health_checks(&self, pool: &str, health_checks: &BTreeSet<String>, add: bool) -> Outcome<()> {
+    pub async fn pool_health_checks(
+        &self,
+        pool: &str,
+        health_checks: &BTreeSet<String>,
+        add: bool,
+    ) -> Outcome<()> {
         let refs: Vec<gm::HealthCheckReference> = health_checks
             .iter()
             .map(|h| {
@@ -638,16 +938,40 @@ impl Gce {
         if add {
             let mut body = gm::TargetPoolsAddHealthCheckRequest::default();
             body.health_checks = refs;
-            self.mutate("targetPools", "targetPools.addHealthCheck", OpScope::Region, || {
-                self.clients.target_pools.add_health_check().set_project(&self.project).set_region(&self.region).set_target_pool(pool).set_body(body.clone()).send()
-            })
+            self.mutate(
+                "targetPools",
+                "targetPools.addHealthCheck",
+                OpScope::Region,
+                || {
+                    self.clients
+                        .target_pools
+                        .add_health_check()
+                        .set_project(&self.project)
+                        .set_region(&self.region)
+                        .set_target_pool(pool)
+                        .set_body(body.clone())
+                        .send()
+                },
+            )
             .await
         } else {
             let mut body = gm::TargetPoolsRemoveHealthCheckRequest::default();
             body.health_checks = refs;
-            self.mutate("targetPools", "targetPools.removeHealthCheck", OpScope::Region, || {
-                self.clients.target_pools.remove_health_check().set_project(&self.project).set_region(&self.region).set_target_pool(pool).set_body(body.clone()).send()
-            })
+            self.mutate(
+                "targetPools",
+                "targetPools.removeHealthCheck",
+                OpScope::Region,
+                || {
+                    self.clients
+                        .target_pools
+                        .remove_health_check()
+                        .set_project(&self.project)
+                        .set_region(&self.region)
+                        .set_target_pool(pool)
+                        .set_body(body.clone())
+                        .send()
+                },
+            )
             .await
         }
     }
@@ -659,7 +983,13 @@ impl Gce {
         body.network = Some(self.network.clone());
         let scope = OpScope::Zone(zone.to_string());
         self.mutate("instanceGroups", "instanceGroups.insert", scope, || {
-            self.clients.instance_groups.insert().set_project(&self.project).set_zone(zone).set_body(body.clone()).send()
+            self.clients
+                .instance_groups
+                .insert()
+                .set_project(&self.project)
+                .set_zone(zone)
+                .set_body(body.clone())
+                .send()
         })
         .await
     }
@@ -668,13 +998,25 @@ impl Gce {
     pub async fn delete_instance_group(&self, zone: &str, name: &str) -> Outcome<()> {
         let scope = OpScope::Zone(zone.to_string());
         self.mutate("instanceGroups", "instanceGroups.delete", scope, || {
-            self.clients.instance_groups.delete().set_project(&self.project).set_zone(zone).set_instance_group(name).send()
+            self.clients
+                .instance_groups
+                .delete()
+                .set_project(&self.project)
+                .set_zone(zone)
+                .set_instance_group(name)
+                .send()
         })
         .await
     }
 
     /// Adds (`add`) or removes instances of an instance group, in batches.
-    pub async fn group_instances(&self, zone: &str, name: &str, instances: &BTreeSet<String>, add: bool) -> Outcome<()> {
+    pub async fn group_instances(
+        &self,
+        zone: &str,
+        name: &str,
+        instances: &BTreeSet<String>,
+        add: bool,
+    ) -> Outcome<()> {
         let all: Vec<&String> = instances.iter().collect();
         for batch in all.chunks(INSTANCE_BATCH) {
             let refs: Vec<gm::InstanceReference> = batch.iter().map(|i| instance_ref(i)).collect();
@@ -682,16 +1024,40 @@ impl Gce {
             let outcome = if add {
                 let mut body = gm::InstanceGroupsAddInstancesRequest::default();
                 body.instances = refs;
-                self.mutate("instanceGroups", "instanceGroups.addInstances", scope, || {
-                    self.clients.instance_groups.add_instances().set_project(&self.project).set_zone(zone).set_instance_group(name).set_body(body.clone()).send()
-                })
+                self.mutate(
+                    "instanceGroups",
+                    "instanceGroups.addInstances",
+                    scope,
+                    || {
+                        self.clients
+                            .instance_groups
+                            .add_instances()
+                            .set_project(&self.project)
+                            .set_zone(zone)
+                            .set_instance_group(name)
+                            .set_body(body.clone())
+                            .send()
+                    },
+                )
                 .await?
             } else {
                 let mut body = gm::InstanceGroupsRemoveInstancesRequest::default();
                 body.instances = refs;
-                self.mutate("instanceGroups", "instanceGroups.removeInstances", scope, || {
-                    self.clients.instance_groups.remove_instances().set_project(&self.project).set_zone(zone).set_instance_group(name).set_body(body.clone()).send()
-                })
+                self.mutate(
+                    "instanceGroups",
+                    "instanceGroups.removeInstances",
+                    scope,
+                    || {
+                        self.clients
+                            .instance_groups
+                            .remove_instances()
+                            .set_project(&self.project)
+                            .set_zone(zone)
+                            .set_instance_group(name)
+                            .set_body(body.clone())
+                            .send()
+                    },
+                )
                 .await?
             };
             if outcome.is_err() {
@@ -705,30 +1071,57 @@ impl Gce {
     pub async fn put_backend_service(&self, service: &BackendService, update: bool) -> Outcome<()> {
         let body = backend_service_body(service);
         if update {
-            self.mutate("backendServices", "regionBackendServices.update", OpScope::Region, || {
-                self.clients
-                    .backend_services
-                    .update()
-                    .set_project(&self.project)
-                    .set_region(&self.region)
-                    .set_backend_service(&service.name)
-                    .set_body(body.clone())
-                    .send()
-            })
+            self.mutate(
+                "backendServices",
+                "regionBackendServices.update",
+                OpScope::Region,
+                || {
+                    self.clients
+                        .backend_services
+                        .update()
+                        .set_project(&self.project)
+                        .set_region(&self.region)
+                        .set_backend_service(&service.name)
+                        .set_body(body.clone())
+                        .send()
+                },
+            )
             .await
         } else {
-            self.mutate("backendServices", "regionBackendServices.insert", OpScope::Region, || {
-                self.clients.backend_services.insert().set_project(&self.project).set_region(&self.region).set_body(body.clone()).send()
-            })
+            self.mutate(
+                "backendServices",
+                "regionBackendServices.insert",
+                OpScope::Region,
+                || {
+                    self.clients
+                        .backend_services
+                        .insert()
+                        .set_project(&self.project)
+                        .set_region(&self.region)
+                        .set_body(body.clone())
+                        .send()
+                },
+            )
             .await
         }
     }
 
     /// Deletes a backend service.
     pub async fn delete_backend_service(&self, name: &str) -> Outcome<()> {
-        self.mutate("backendServices", "regionBackendServices.delete", OpScope::Region, || {
-            self.clients.backend_services.delete().set_project(&self.project).set_region(&self.region).set_backend_service(name).send()
-        })
+        self.mutate(
+            "backendServices",
+            "regionBackendServices.delete",
+            OpScope::Region,
+            || {
+                self.clients
+                    .backend_services
+                    .delete()
+                    .set_project(&self.project)
+                    .set_region(&self.region)
+                    .set_backend_service(name)
+                    .send()
+            },
+        )
         .await
     }
 }
@@ -741,7 +1134,9 @@ fn operation_result(op: &gm::Operation) -> Result<(), Failure> {
     };
     let first = error.errors.first();
     Err(Failure {
-        status: op.http_error_status_code.and_then(|s| u16::try_from(s).ok()),
+        status: op
+            .http_error_status_code
+            .and_then(|s| u16::try_from(s).ok()),
         reason: first.and_then(|e| e.code.clone()).unwrap_or_default(),
         message: first
             .and_then(|e| e.message.clone())
@@ -784,7 +1179,11 @@ fn address_from(a: gm::Address) -> Address {
         description: a.description.unwrap_or_default(),
         ip: a.address.and_then(|ip| ip.parse().ok()),
         internal,
-        tier: if internal { None } else { enum_name(a.network_tier.as_ref(), |t| t.name()) },
+        tier: if internal {
+            None
+        } else {
+            enum_name(a.network_tier.as_ref(), |t| t.name())
+        },
         subnetwork: a.subnetwork.map(|s| canon(&s)),
     }
 }
@@ -799,13 +1198,16 @@ fn address_body(a: &Address) -> gm::Address {
         body.subnetwork = a.subnetwork.clone();
     } else {
         body.address_type = Some(gm::address::AddressType::from("EXTERNAL"));
-        body.network_tier = Some(gm::address::NetworkTier::from(a.tier.as_deref().unwrap_or("PREMIUM")));
+        body.network_tier = Some(gm::address::NetworkTier::from(
+            a.tier.as_deref().unwrap_or("PREMIUM"),
+        ));
     }
     body
 }
 
 fn rule_from(r: gm::ForwardingRule) -> ForwardingRule {
-    let internal = enum_name(r.load_balancing_scheme.as_ref(), |s| s.name()).as_deref() == Some("INTERNAL");
+    let internal =
+        enum_name(r.load_balancing_scheme.as_ref(), |s| s.name()).as_deref() == Some("INTERNAL");
     let ports = if r.all_ports == Some(true) {
         RulePorts::All
     } else if !r.ports.is_empty() {
@@ -833,7 +1235,11 @@ fn rule_from(r: gm::ForwardingRule) -> ForwardingRule {
         internal,
         network: r.network.map(|n| canon(&n)),
         subnetwork: r.subnetwork.map(|s| canon(&s)),
-        tier: if internal { None } else { enum_name(r.network_tier.as_ref(), |t| t.name()) },
+        tier: if internal {
+            None
+        } else {
+            enum_name(r.network_tier.as_ref(), |t| t.name())
+        },
         global_access: r.allow_global_access.unwrap_or(false),
         fingerprint: r.fingerprint.map(|f| f.to_vec()),
     }
@@ -853,13 +1259,17 @@ fn rule_body(r: &ForwardingRule) -> gm::ForwardingRule {
     body.target = r.target.clone();
     body.backend_service = r.backend_service.clone();
     if r.internal {
-        body.load_balancing_scheme = Some(gm::forwarding_rule::LoadBalancingScheme::from("INTERNAL"));
+        body.load_balancing_scheme =
+            Some(gm::forwarding_rule::LoadBalancingScheme::from("INTERNAL"));
         body.network = r.network.clone();
         body.subnetwork = r.subnetwork.clone();
         body.allow_global_access = Some(r.global_access);
     } else {
-        body.load_balancing_scheme = Some(gm::forwarding_rule::LoadBalancingScheme::from("EXTERNAL"));
-        body.network_tier = Some(gm::forwarding_rule::NetworkTier::from(r.tier.as_deref().unwrap_or("PREMIUM")));
+        body.load_balancing_scheme =
+            Some(gm::forwarding_rule::LoadBalancingScheme::from("EXTERNAL"));
+        body.network_tier = Some(gm::forwarding_rule::NetworkTier::from(
+            r.tier.as_deref().unwrap_or("PREMIUM"),
+        ));
     }
     body
 }
@@ -909,7 +1319,12 @@ fn firewall_body(f: &Firewall) -> gm::Firewall {
     body
 }
 
-fn timing_of(interval: Option<i32>, timeout: Option<i32>, healthy: Option<i32>, unhealthy: Option<i32>) -> Timing {
+fn timing_of(
+    interval: Option<i32>,
+    timeout: Option<i32>,
+    healthy: Option<i32>,
+    unhealthy: Option<i32>,
+) -> Timing {
     Timing {
         interval: interval.unwrap_or(5),
         timeout: timeout.unwrap_or(5),
@@ -925,7 +1340,12 @@ fn legacy_health_check_from(h: gm::HttpHealthCheck) -> HealthCheck {
         description: h.description.unwrap_or_default(),
         port: h.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(80),
         path: h.request_path.unwrap_or_else(|| "/".into()),
-        timing: timing_of(h.check_interval_sec, h.timeout_sec, h.healthy_threshold, h.unhealthy_threshold),
+        timing: timing_of(
+            h.check_interval_sec,
+            h.timeout_sec,
+            h.healthy_threshold,
+            h.unhealthy_threshold,
+        ),
     }
 }
 
@@ -950,7 +1370,12 @@ fn health_check_from(h: gm::HealthCheck) -> HealthCheck {
         description: h.description.unwrap_or_default(),
         port: http.port.and_then(|p| u16::try_from(p).ok()).unwrap_or(80),
         path: http.request_path.unwrap_or_else(|| "/".into()),
-        timing: timing_of(h.check_interval_sec, h.timeout_sec, h.healthy_threshold, h.unhealthy_threshold),
+        timing: timing_of(
+            h.check_interval_sec,
+            h.timeout_sec,
+            h.healthy_threshold,
+            h.unhealthy_threshold,
+        ),
     }
 }
 
@@ -976,7 +1401,8 @@ fn target_pool_from(p: gm::TargetPool) -> TargetPool {
         description: p.description.unwrap_or_default(),
         instances: p.instances.iter().map(|i| canon(i)).collect(),
         health_checks: p.health_checks.iter().map(|h| canon(h)).collect(),
-        session_affinity: enum_name(p.session_affinity.as_ref(), |s| s.name()).unwrap_or_else(|| "NONE".into()),
+        session_affinity: enum_name(p.session_affinity.as_ref(), |s| s.name())
+            .unwrap_or_else(|| "NONE".into()),
     }
 }
 
@@ -986,7 +1412,9 @@ fn target_pool_body(p: &TargetPool) -> gm::TargetPool {
     body.description = Some(p.description.clone());
     body.instances = p.instances.iter().cloned().collect();
     body.health_checks = p.health_checks.iter().cloned().collect();
-    body.session_affinity = Some(gm::target_pool::SessionAffinity::from(p.session_affinity.as_str()));
+    body.session_affinity = Some(gm::target_pool::SessionAffinity::from(
+        p.session_affinity.as_str(),
+    ));
     body
 }
 
@@ -996,8 +1424,14 @@ fn backend_service_from(b: gm::BackendService) -> BackendService {
         description: b.description.unwrap_or_default(),
         protocol: enum_name(b.protocol.as_ref(), |p| p.name()).unwrap_or_default(),
         health_checks: b.health_checks.iter().map(|h| canon(h)).collect(),
-        groups: b.backends.iter().filter_map(|x| x.group.as_deref()).map(canon).collect(),
-        session_affinity: enum_name(b.session_affinity.as_ref(), |s| s.name()).unwrap_or_else(|| "NONE".into()),
+        groups: b
+            .backends
+            .iter()
+            .filter_map(|x| x.group.as_deref())
+            .map(canon)
+            .collect(),
+        session_affinity: enum_name(b.session_affinity.as_ref(), |s| s.name())
+            .unwrap_or_else(|| "NONE".into()),
         fingerprint: b.fingerprint.map(|f| f.to_vec()),
     }
 }
@@ -1019,7 +1453,9 @@ fn backend_service_body(b: &BackendService) -> gm::BackendService {
             backend
         })
         .collect();
-    body.session_affinity = Some(gm::backend_service::SessionAffinity::from(b.session_affinity.as_str()));
+    body.session_affinity = Some(gm::backend_service::SessionAffinity::from(
+        b.session_affinity.as_str(),
+    ));
     body.fingerprint = b.fingerprint.as_deref().map(bytes_of);
     body
 }
@@ -1071,7 +1507,13 @@ mod tests {
             timing: crate::model::DEFAULT_TIMING,
         };
         assert_eq!(health_check_from(health_check_body(&hc)), hc);
-        let legacy = HealthCheck { kind: HealthCheckKind::LegacyHttp, ..hc };
-        assert_eq!(legacy_health_check_from(legacy_health_check_body(&legacy)), legacy);
+        let legacy = HealthCheck {
+            kind: HealthCheckKind::LegacyHttp,
+            ..hc
+        };
+        assert_eq!(
+            legacy_health_check_from(legacy_health_check_body(&legacy)),
+            legacy
+        );
     }
 }

@@ -106,14 +106,18 @@ impl CloudConfig {
             seen.insert(key);
         }
         if config.project_id.is_empty() {
-            return Err(GcpError::Config("project-id is required in [global]".into()));
+            return Err(GcpError::Config(
+                "project-id is required in [global]".into(),
+            ));
         }
         config.region = match (region, &config.local_zone) {
             (Some(region), _) => region,
             (None, Some(zone)) => zone
                 .rsplit_once('-')
                 .map(|(region, _)| region.to_string())
-                .ok_or_else(|| GcpError::Config(format!("local-zone '{zone}' is not a zone name")))?,
+                .ok_or_else(|| {
+                    GcpError::Config(format!("local-zone '{zone}' is not a zone name"))
+                })?,
             (None, None) => {
                 return Err(GcpError::Config(
                     "either local-zone or region is required in [global]".into(),
@@ -138,7 +142,9 @@ impl CloudConfig {
 
     /// The project holding the network (shared VPC host project, or the project itself).
     pub fn network_project(&self) -> &str {
-        self.network_project_id.as_deref().unwrap_or(&self.project_id)
+        self.network_project_id
+            .as_deref()
+            .unwrap_or(&self.project_id)
     }
 }
 
@@ -162,7 +168,12 @@ fn unquote(value: &str) -> String {
 
 /// Network and subnetwork may be given as names or URLs; keep the name.
 fn last_segment(value: &str) -> String {
-    value.trim_end_matches('/').rsplit('/').next().unwrap_or(value).to_string()
+    value
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or(value)
+        .to_string()
 }
 
 fn parse_bool(key: &str, value: &str, line: usize) -> Result<bool, GcpError> {
@@ -206,16 +217,20 @@ some-new-key = 1
         assert_eq!(config.node_tags, ["gke-c1-node", "extra"]);
         assert!(config.multizone);
         assert_eq!(config.region, "europe-west1");
-        assert_eq!(config.api_endpoint.as_deref(), Some("http://127.0.0.1:9999"));
+        assert_eq!(
+            config.api_endpoint.as_deref(),
+            Some("http://127.0.0.1:9999")
+        );
         assert!(config.anonymous());
         assert_eq!(config.unknown_keys, ["some-new-key"]);
     }
 
     #[test]
     fn region_key_wins_and_defaults_apply() {
-        let config =
-            CloudConfig::parse("[global]\nproject-id = p\nregion = us-east1\nlocal-zone = us-central1-a\n")
-                .unwrap();
+        let config = CloudConfig::parse(
+            "[global]\nproject-id = p\nregion = us-east1\nlocal-zone = us-central1-a\n",
+        )
+        .unwrap();
         assert_eq!(config.region, "us-east1");
         assert_eq!(config.network_name, "default");
         assert!(!config.anonymous());

@@ -83,7 +83,13 @@ pub fn sanitise_cluster_id(cluster: &str) -> String {
     let mut id: String = cluster
         .to_ascii_lowercase()
         .chars()
-        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     id.truncate(40);
     id.trim_matches('-').to_string()
@@ -106,7 +112,11 @@ pub struct NodeInstance {
 /// Where a node's VM is: `spec.providerID` `gce://<project>/<zone>/<name>`, else the zone
 /// labels and the node name, else the local zone.
 pub fn node_instance(node: &BackendNode, local_zone: Option<&str>) -> Option<NodeInstance> {
-    if let Some(rest) = node.provider_id.as_deref().and_then(|p| p.strip_prefix("gce://")) {
+    if let Some(rest) = node
+        .provider_id
+        .as_deref()
+        .and_then(|p| p.strip_prefix("gce://"))
+    {
         let parts: Vec<&str> = rest.split('/').collect();
         if let [_, zone, name] = parts.as_slice()
             && !zone.is_empty()
@@ -295,7 +305,10 @@ pub fn desired(
         description: hc_description,
         network: refs.network(),
         allowed: vec![("tcp".to_string(), vec![(hc_port, hc_port)])],
-        source_ranges: HEALTH_CHECK_SOURCE_RANGES.iter().map(|s| s.to_string()).collect(),
+        source_ranges: HEALTH_CHECK_SOURCE_RANGES
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
         destination_ranges: BTreeSet::new(),
         target_tags: target_tags.clone(),
     };
@@ -369,7 +382,14 @@ pub fn desired(
             RulePorts::List(ports.iter().copied().collect())
         };
         let backend = refs.regional("backendServices", &lb);
-        (None, Some(backend_service), groups, rule_ports, None, Some(backend))
+        (
+            None,
+            Some(backend_service),
+            groups,
+            rule_ports,
+            None,
+            Some(backend),
+        )
     } else {
         let pool = TargetPool {
             name: lb.clone(),
@@ -381,7 +401,14 @@ pub fn desired(
         let low = ports.first().copied().unwrap_or_default();
         let high = ports.last().copied().unwrap_or_default();
         let target = refs.regional("targetPools", &lb);
-        (Some(pool), None, Vec::new(), RulePorts::Range(low, high), Some(target), None)
+        (
+            Some(pool),
+            None,
+            Vec::new(),
+            RulePorts::Range(low, high),
+            Some(target),
+            None,
+        )
     };
 
     let rule = ForwardingRule {
@@ -433,4 +460,247 @@ pub fn firewall_description(service: &str, ip: IpAddr) -> String {
         "kubernetes.io/service-ip": ip.to_string(),
     })
     .to_string()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use kube_lb_annotations::Cloud;
+
+    /// Settings as the provider builds them for `mock-project` / `us-central1`.
+    pub(crate) fn settings() -> Settings {
+        Settings {
+            refs: Refs {
+                project: "p".into(),
+                network_project: "p".into(),
+                region: "r1".into(),
+                network: "net".into(),
+            },
+            cluster_id: "c1".into(),
+            subnetwork: Some("nodes".into()),
+            zones: vec!["r1-a".into(), "r1-b".into()],
+            local_zone: Some("r1-a".into()),
+        }
+    }
+
+    /// A parsed spec for a Service with the given annotations and spec fields merged in.
+    pub(crate) fn spec(
+        annotations: serde_json::Value,
+        extra: serde_json::Value,
+    ) -> LoadBalancerSpec {
+        let mut service = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "ns", "uid": "0123-4567", "annotations": annotations},
+            "spec": {"type": "LoadBalancer", "ports": [
+                {"name": "a", "port": 80, "nodePort": 30080, "protocol": "TCP"},
+                {"name": "b", "port": 443, "nodePort": 30443, "protocol": "TCP"}]},
+        });
+        if let (Some(target), Some(source)) = (service["spec"].as_object_mut(), extra.as_object()) {
+            for (k, v) in source {
+                target.insert(k.clone(), v.clone());
+            }
+        }
+        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(service).unwrap();
+        kube_lb_annotations::parse(Cloud::Gcp, &service)
+            .unwrap()
+            .spec
+    }
+
+    pub(crate) fn node(zone: &str, name: &str) -> BackendNode {
+        BackendNode {
+            name: name.into(),
+            provider_id: Some(format!("gce://p/{zone}/{name}")),
+            addresses: Vec::new(),
+            labels: Default::default(),
+        }
+    }
+
+    pub(crate) fn tags() -> BTreeSet<String> {
+        BTreeSet::from(["node-tag".to_string()])
+    }
+
+    #[test]
+    fn node_instances_come_from_provider_id_then_labels_then_local_zone() {
+        let mut labelled = node("x", "n2");
+        labelled.provider_id = None;
+        labelled
+            .labels
+            .insert("topology.kubernetes.io/zone".into(), "r1-b".into());
+        let mut bare = labelled.clone();
+        bare.labels.clear();
+        bare.name = "n3".into();
+        let mut odd = bare.clone();
+        odd.provider_id = Some("aws:///us-east-1a/i-1".into());
+        odd.name = "n4".into();
+        let cases = [
+            (node("r1-a", "n1"), Some(("r1-a", "n1"))),
+            (labelled, Some(("r1-b", "n2"))),
+            (bare, Some(("r1-a", "n3"))),
+            (odd, Some(("r1-a", "n4"))),
+        ];
+        for (node, want) in cases {
+            let got = node_instance(&node, Some("r1-a"));
+            assert_eq!(
+                got.as_ref().map(|i| (i.zone.as_str(), i.name.as_str())),
+                want,
+                "{node:?}"
+            );
+        }
+        let mut nowhere = node("x", "n5");
+        nowhere.provider_id = None;
+        assert_eq!(node_instance(&nowhere, None), None);
+    }
+
+    #[test]
+    fn names_follow_upstream() {
+        assert_eq!(firewall_name("a1"), "k8s-fw-a1");
+        assert_eq!(shared_health_check_name("c1"), "k8s-c1-node");
+        assert_eq!(
+            health_check_firewall_name(HealthCheckKind::LegacyHttp, "a1", "a1"),
+            "k8s-a1-http-hc"
+        );
+        assert_eq!(
+            health_check_firewall_name(HealthCheckKind::LegacyHttp, "k8s-c1-node", "a1"),
+            "k8s-c1-node-http-hc"
+        );
+        assert_eq!(
+            health_check_firewall_name(HealthCheckKind::Http, "a1", "a1"),
+            "a1-hc"
+        );
+        assert_eq!(instance_group_name("c1"), "k8s-ig--c1");
+        assert_eq!(instance_group_name(""), "k8s-ig");
+        assert_eq!(sanitise_cluster_id("Prod_Cluster.1"), "prod-cluster-1");
+        assert!(sanitise_cluster_id(&"x".repeat(100)).len() <= 40);
+    }
+
+    #[test]
+    fn external_spec_maps_to_target_pool_resources() {
+        let spec = spec(
+            serde_json::json!({}),
+            serde_json::json!({"loadBalancerSourceRanges": ["10.1.2.3/8"]}),
+        );
+        let want = desired(&spec, &[node("r1-a", "n1")], &settings(), &tags()).unwrap();
+        assert!(!want.internal);
+        assert_eq!(want.rule.ports, RulePorts::Range(80, 443));
+        assert_eq!(
+            want.firewall.allowed,
+            vec![("tcp".to_string(), vec![(80, 80), (443, 443)])]
+        );
+        assert_eq!(
+            want.firewall.source_ranges,
+            BTreeSet::from(["10.0.0.0/8".to_string()])
+        );
+        assert_eq!(want.health_check.name, "k8s-c1-node");
+        assert_eq!(want.health_check.port, NODE_HEALTH_PORT);
+        let pool = want.target_pool.unwrap();
+        assert_eq!(
+            pool.instances,
+            BTreeSet::from(["projects/p/zones/r1-a/instances/n1".to_string()])
+        );
+        assert!(want.backend_service.is_none() && want.groups.is_empty());
+    }
+
+    #[test]
+    fn internal_spec_maps_to_backend_service_resources() {
+        let annotations = serde_json::json!({
+            "networking.gke.io/load-balancer-type": "Internal",
+            "networking.gke.io/internal-load-balancer-allow-global-access": "true",
+        });
+        let spec = spec(
+            annotations,
+            serde_json::json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 32000}),
+        );
+        let want = desired(&spec, &[node("r1-b", "n1")], &settings(), &tags()).unwrap();
+        assert!(want.internal && want.rule.global_access);
+        assert_eq!(want.rule.ports, RulePorts::List([80, 443].into()));
+        assert_eq!(
+            want.rule.subnetwork.as_deref(),
+            Some("projects/p/regions/r1/subnetworks/nodes")
+        );
+        assert_eq!(
+            (want.health_check.name.as_str(), want.health_check.port),
+            (want.lb.as_str(), 32000)
+        );
+        assert_eq!(want.health_check_firewall.name, format!("{}-hc", want.lb));
+        let groups: Vec<(&str, usize)> = want
+            .groups
+            .iter()
+            .map(|g| (g.zone.as_str(), g.members.len()))
+            .collect();
+        assert_eq!(groups, [("r1-a", 0), ("r1-b", 1)]);
+        let service = want.backend_service.unwrap();
+        assert_eq!(
+            service.groups,
+            BTreeSet::from(["projects/p/zones/r1-b/instanceGroups/k8s-ig--c1".to_string()])
+        );
+    }
+
+    #[test]
+    fn more_than_five_internal_ports_use_all_ports() {
+        let ports: Vec<serde_json::Value> = (0..6)
+            .map(|i| serde_json::json!({"name": format!("p{i}"), "port": 80 + i, "nodePort": 30000 + i, "protocol": "TCP"}))
+            .collect();
+        let spec = spec(
+            serde_json::json!({"cloud.google.com/load-balancer-type": "Internal"}),
+            serde_json::json!({"ports": ports}),
+        );
+        let want = desired(&spec, &[], &settings(), &tags()).unwrap();
+        assert_eq!(want.rule.ports, RulePorts::All);
+    }
+
+    #[test]
+    fn unbuildable_specs_are_user_errors() {
+        let udp_and_tcp = serde_json::json!({"ports": [
+            {"name": "a", "port": 53, "nodePort": 30053, "protocol": "UDP"},
+            {"name": "b", "port": 80, "nodePort": 30080, "protocol": "TCP"}]});
+        let sctp = serde_json::json!({"ports": [{"name": "a", "port": 9, "nodePort": 30009, "protocol": "SCTP"}]});
+        let cases = [
+            (
+                spec(serde_json::json!({}), udp_and_tcp),
+                settings(),
+                tags(),
+                "mix protocols",
+            ),
+            (
+                spec(serde_json::json!({}), sctp),
+                settings(),
+                tags(),
+                "SCTP",
+            ),
+            (
+                spec(serde_json::json!({}), serde_json::json!({})),
+                settings(),
+                BTreeSet::new(),
+                "node-tags",
+            ),
+            (
+                spec(
+                    serde_json::json!({"networking.gke.io/load-balancer-type": "Internal"}),
+                    serde_json::json!({}),
+                ),
+                Settings {
+                    subnetwork: None,
+                    ..settings()
+                },
+                tags(),
+                "subnet",
+            ),
+        ];
+        for (spec, settings, tags, needle) in cases {
+            let error = desired(&spec, &[], &settings, &tags).unwrap_err();
+            assert_eq!(error.class(), "user", "{needle}");
+            assert!(
+                error.to_string().contains(needle),
+                "{error} should mention {needle}"
+            );
+        }
+        let rbs = spec(
+            serde_json::json!({"cloud.google.com/l4-rbs": "enabled"}),
+            serde_json::json!({}),
+        );
+        assert!(matches!(
+            desired(&rbs, &[], &settings(), &tags()),
+            Err(ProviderError::ImplementedElsewhere)
+        ));
+    }
 }

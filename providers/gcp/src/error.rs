@@ -163,7 +163,10 @@ mod tests {
             (failure(Some(503), "backendError", ""), "retryable"),
             (failure(Some(412), "conditionNotMet", ""), "retryable"),
             (failure(None, "", "connection reset"), "retryable"),
-            (failure(Some(403), "quotaExceeded", "Quota 'FORWARDING_RULES'"), "user"),
+            (
+                failure(Some(403), "quotaExceeded", "Quota 'FORWARDING_RULES'"),
+                "user",
+            ),
             (failure(Some(400), "invalid", "bad IP"), "user"),
             (failure(Some(403), "forbidden", ""), "user"),
             (failure(Some(404), "notFound", ""), "internal"),

@@ -228,9 +228,8 @@ impl GcpProvider {
             (Some(zone), false) => vec![zone.clone()],
             _ => gce.zones().await.map_err(GcpError::Startup)?,
         };
-        let cluster_id = desired::sanitise_cluster_id(
-            config.cluster_id.as_deref().unwrap_or(cluster_name),
-        );
+        let cluster_id =
+            desired::sanitise_cluster_id(config.cluster_id.as_deref().unwrap_or(cluster_name));
         Ok(GcpProvider {
             gce,
             settings: Settings {
@@ -257,14 +256,20 @@ impl GcpProvider {
 
     /// Firewall target tags: the configured `node-tags`, else per node instance the longest
     /// network tag that prefixes its name (upstream's rule), else all its tags.
-    async fn target_tags(&self, backends: &[BackendNode]) -> Result<BTreeSet<String>, ProviderError> {
+    async fn target_tags(
+        &self,
+        backends: &[BackendNode],
+    ) -> Result<BTreeSet<String>, ProviderError> {
         if !self.node_tags.is_empty() {
             return Ok(self.node_tags.iter().cloned().collect());
         }
         let instances = node_instances(backends, &self.settings);
         let mut zones: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
         for instance in &instances {
-            zones.entry(&instance.zone).or_default().push(instance.name.clone());
+            zones
+                .entry(&instance.zone)
+                .or_default()
+                .push(instance.name.clone());
         }
         let mut tags = BTreeSet::new();
         for (zone, names) in zones {
@@ -311,7 +316,9 @@ impl GcpProvider {
             health_check: gce
                 .get_health_check(desired.health_check.kind, &desired.health_check.name)
                 .await?,
-            health_check_firewall: gce.get_firewall(&desired.health_check_firewall.name).await?,
+            health_check_firewall: gce
+                .get_firewall(&desired.health_check_firewall.name)
+                .await?,
             target_pool: gce.get_target_pool(lb).await?,
             backend_service: gce.get_backend_service(lb).await?,
             other_own_health_checks,
@@ -324,7 +331,9 @@ impl GcpProvider {
     async fn apply(&self, action: &Action, lb: &str) -> Result<(), ProviderError> {
         tracing::info!(provider = "gcp", lb, action = %action.label(), "applying");
         let gce = &self.gce;
-        let tolerate = |outcome: client::Outcome<()>, operation: &'static str, ok: &dyn Fn(&Failure) -> bool| {
+        let tolerate = |outcome: client::Outcome<()>,
+                        operation: &'static str,
+                        ok: &dyn Fn(&Failure) -> bool| {
             match outcome? {
                 Ok(()) => Ok(()),
                 Err(failure) if ok(&failure) => Ok(()),
@@ -334,12 +343,25 @@ impl GcpProvider {
         let gone = |f: &Failure| f.is_not_found();
         let gone_or_shared = |f: &Failure| f.is_not_found() || f.is_in_use();
         match action {
-            Action::ReserveAddress(address) => Gce::done(gce.insert_address(address).await, "addresses.insert"),
-            Action::DeleteAddress(name) => tolerate(gce.delete_address(name).await, "addresses.delete", &gone),
-            Action::DeleteForwardingRule(name) => tolerate(gce.delete_rule(name).await, "forwardingRules.delete", &gone),
-            Action::InsertForwardingRule(rule) => Gce::done(gce.insert_rule(rule).await, "forwardingRules.insert"),
-            Action::PatchGlobalAccess { name, allow, fingerprint } => Gce::done(
-                gce.patch_global_access(name, *allow, fingerprint.as_deref()).await,
+            Action::ReserveAddress(address) => {
+                Gce::done(gce.insert_address(address).await, "addresses.insert")
+            }
+            Action::DeleteAddress(name) => {
+                tolerate(gce.delete_address(name).await, "addresses.delete", &gone)
+            }
+            Action::DeleteForwardingRule(name) => {
+                tolerate(gce.delete_rule(name).await, "forwardingRules.delete", &gone)
+            }
+            Action::InsertForwardingRule(rule) => {
+                Gce::done(gce.insert_rule(rule).await, "forwardingRules.insert")
+            }
+            Action::PatchGlobalAccess {
+                name,
+                allow,
+                fingerprint,
+            } => Gce::done(
+                gce.patch_global_access(name, *allow, fingerprint.as_deref())
+                    .await,
                 "forwardingRules.patch",
             ),
             Action::InsertFirewall(firewall) => tolerate(
@@ -348,15 +370,25 @@ impl GcpProvider {
                 // A shared firewall created by another Service's sync meanwhile is fine.
                 &|f: &Failure| f.is_conflict(),
             ),
-            Action::UpdateFirewall(firewall) => Gce::done(gce.put_firewall(firewall, true).await, "firewalls.update"),
-            Action::DeleteFirewall(name) => tolerate(gce.delete_firewall(name).await, "firewalls.delete", &gone),
+            Action::UpdateFirewall(firewall) => {
+                Gce::done(gce.put_firewall(firewall, true).await, "firewalls.update")
+            }
+            Action::DeleteFirewall(name) => {
+                tolerate(gce.delete_firewall(name).await, "firewalls.delete", &gone)
+            }
             Action::InsertHealthCheck(hc) => tolerate(
                 gce.put_health_check(hc, false).await,
                 "healthChecks.insert",
                 &|f: &Failure| f.is_conflict(),
             ),
-            Action::UpdateHealthCheck(hc) => Gce::done(gce.put_health_check(hc, true).await, "healthChecks.update"),
-            Action::DeleteHealthCheck { kind, name, firewall } => {
+            Action::UpdateHealthCheck(hc) => {
+                Gce::done(gce.put_health_check(hc, true).await, "healthChecks.update")
+            }
+            Action::DeleteHealthCheck {
+                kind,
+                name,
+                firewall,
+            } => {
                 match gce.delete_health_check(*kind, name).await? {
                     Ok(()) => {}
                     Err(failure) if failure.is_not_found() => {}
@@ -366,23 +398,41 @@ impl GcpProvider {
                     }
                     Err(failure) => return Err(failure.into_provider_error("healthChecks.delete")),
                 }
-                tolerate(gce.delete_firewall(firewall).await, "firewalls.delete", &gone)
+                tolerate(
+                    gce.delete_firewall(firewall).await,
+                    "firewalls.delete",
+                    &gone,
+                )
             }
-            Action::InsertTargetPool(pool) => Gce::done(gce.insert_target_pool(pool).await, "targetPools.insert"),
-            Action::DeleteTargetPool(name) => tolerate(gce.delete_target_pool(name).await, "targetPools.delete", &gone),
-            Action::AddPoolInstances(pool, instances) => {
-                Gce::done(gce.pool_instances(pool, instances, true).await, "targetPools.addInstance")
+            Action::InsertTargetPool(pool) => {
+                Gce::done(gce.insert_target_pool(pool).await, "targetPools.insert")
             }
-            Action::RemovePoolInstances(pool, instances) => {
-                Gce::done(gce.pool_instances(pool, instances, false).await, "targetPools.removeInstance")
-            }
+            Action::DeleteTargetPool(name) => tolerate(
+                gce.delete_target_pool(name).await,
+                "targetPools.delete",
+                &gone,
+            ),
+            Action::AddPoolInstances(pool, instances) => Gce::done(
+                gce.pool_instances(pool, instances, true).await,
+                "targetPools.addInstance",
+            ),
+            Action::RemovePoolInstances(pool, instances) => Gce::done(
+                gce.pool_instances(pool, instances, false).await,
+                "targetPools.removeInstance",
+            ),
             Action::SwapPoolHealthCheck { pool, add, remove } => {
                 // A pool holds at most one legacy health check: remove before adding.
                 if !remove.is_empty() {
-                    Gce::done(gce.pool_health_checks(pool, remove, false).await, "targetPools.removeHealthCheck")?;
+                    Gce::done(
+                        gce.pool_health_checks(pool, remove, false).await,
+                        "targetPools.removeHealthCheck",
+                    )?;
                 }
                 if !add.is_empty() {
-                    Gce::done(gce.pool_health_checks(pool, add, true).await, "targetPools.addHealthCheck")?;
+                    Gce::done(
+                        gce.pool_health_checks(pool, add, true).await,
+                        "targetPools.addHealthCheck",
+                    )?;
                 }
                 Ok(())
             }
@@ -391,28 +441,42 @@ impl GcpProvider {
                 "instanceGroups.insert",
                 &|f: &Failure| f.is_conflict(),
             ),
-            Action::AddGroupInstances { zone, name, instances } => tolerate(
+            Action::AddGroupInstances {
+                zone,
+                name,
+                instances,
+            } => tolerate(
                 gce.group_instances(zone, name, instances, true).await,
                 "instanceGroups.addInstances",
                 &|f: &Failure| f.reason == "memberAlreadyExists",
             ),
-            Action::RemoveGroupInstances { zone, name, instances } => tolerate(
+            Action::RemoveGroupInstances {
+                zone,
+                name,
+                instances,
+            } => tolerate(
                 gce.group_instances(zone, name, instances, false).await,
                 "instanceGroups.removeInstances",
                 &|f: &Failure| f.reason == "memberNotFound",
             ),
-            Action::DeleteInstanceGroup { zone, name } => {
-                tolerate(gce.delete_instance_group(zone, name).await, "instanceGroups.delete", &gone_or_shared)
-            }
-            Action::InsertBackendService(service) => {
-                Gce::done(gce.put_backend_service(service, false).await, "regionBackendServices.insert")
-            }
-            Action::UpdateBackendService(service) => {
-                Gce::done(gce.put_backend_service(service, true).await, "regionBackendServices.update")
-            }
-            Action::DeleteBackendService(name) => {
-                tolerate(gce.delete_backend_service(name).await, "regionBackendServices.delete", &gone)
-            }
+            Action::DeleteInstanceGroup { zone, name } => tolerate(
+                gce.delete_instance_group(zone, name).await,
+                "instanceGroups.delete",
+                &gone_or_shared,
+            ),
+            Action::InsertBackendService(service) => Gce::done(
+                gce.put_backend_service(service, false).await,
+                "regionBackendServices.insert",
+            ),
+            Action::UpdateBackendService(service) => Gce::done(
+                gce.put_backend_service(service, true).await,
+                "regionBackendServices.update",
+            ),
+            Action::DeleteBackendService(name) => tolerate(
+                gce.delete_backend_service(name).await,
+                "regionBackendServices.delete",
+                &gone,
+            ),
         }
     }
 
@@ -483,11 +547,15 @@ impl LoadBalancerProvider for GcpProvider {
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
         let lb = load_balancer_name(&service.uid);
-        Ok(self.gce.get_rule(&lb).await?.map(|rule| LoadBalancerStatus {
-            ingress: vec![LoadBalancerIngress {
-                ip: rule.ip,
-                hostname: None,
-            }],
-        }))
+        Ok(self
+            .gce
+            .get_rule(&lb)
+            .await?
+            .map(|rule| LoadBalancerStatus {
+                ingress: vec![LoadBalancerIngress {
+                    ip: rule.ip,
+                    hostname: None,
+                }],
+            }))
     }
 }

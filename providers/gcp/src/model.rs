@@ -35,7 +35,10 @@ pub struct Refs {
 impl Refs {
     /// `projects/<p>/regions/<r>/<collection>/<name>`.
     pub fn regional(&self, collection: &str, name: &str) -> String {
-        format!("projects/{}/regions/{}/{collection}/{name}", self.project, self.region)
+        format!(
+            "projects/{}/regions/{}/{collection}/{name}",
+            self.project, self.region
+        )
     }
 
     /// `projects/<p>/global/<collection>/<name>`.
@@ -50,7 +53,10 @@ impl Refs {
 
     /// The network.
     pub fn network(&self) -> String {
-        format!("projects/{}/global/networks/{}", self.network_project, self.network)
+        format!(
+            "projects/{}/global/networks/{}",
+            self.network_project, self.network
+        )
     }
 
     /// A subnetwork of the region in the network project.
@@ -340,9 +346,18 @@ mod tests {
     #[test]
     fn canonical_links() {
         let cases = [
-            ("https://compute.googleapis.com/compute/v1/projects/p/regions/r/targetPools/a", "projects/p/regions/r/targetPools/a"),
-            ("http://127.0.0.1:1/compute/v1/projects/p/global/firewalls/f/", "projects/p/global/firewalls/f"),
-            ("projects/p/zones/z/instances/i", "projects/p/zones/z/instances/i"),
+            (
+                "https://compute.googleapis.com/compute/v1/projects/p/regions/r/targetPools/a",
+                "projects/p/regions/r/targetPools/a",
+            ),
+            (
+                "http://127.0.0.1:1/compute/v1/projects/p/global/firewalls/f/",
+                "projects/p/global/firewalls/f",
+            ),
+            (
+                "projects/p/zones/z/instances/i",
+                "projects/p/zones/z/instances/i",
+            ),
         ];
         for (link, want) in cases {
             assert_eq!(canon(link), want);
@@ -371,8 +386,21 @@ mod tests {
 
     #[test]
     fn timing_only_rises() {
-        let existing = Timing { interval: 30, timeout: 1, healthy: 1, unhealthy: 1 };
+        let existing = Timing {
+            interval: 30,
+            timeout: 1,
+            healthy: 1,
+            unhealthy: 1,
+        };
         let merged = DEFAULT_TIMING.raised_to(existing);
-        assert_eq!(merged, Timing { interval: 30, timeout: 1, healthy: 1, unhealthy: 3 });
+        assert_eq!(
+            merged,
+            Timing {
+                interval: 30,
+                timeout: 1,
+                healthy: 1,
+                unhealthy: 3
+            }
+        );
     }
 }

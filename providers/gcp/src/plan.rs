@@ -9,8 +9,8 @@ use kube_lb_provider_core::ProviderError;
 
 use crate::desired::{Desired, IpRequest, firewall_description, health_check_firewall_name};
 use crate::model::{
-    Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind,
-    InstanceGroup, TargetPool, canon, link_name,
+    Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind, InstanceGroup,
+    TargetPool, canon, link_name,
 };
 
 /// What exists in the project for one Service (plus the shared pieces it uses).
@@ -160,12 +160,25 @@ impl Action {
                 format!("remove {} instances from pool {p}", i.len())
             }
             Action::SwapPoolHealthCheck { pool, .. } => format!("swap health check of pool {pool}"),
-            Action::InsertInstanceGroup { zone, name } => format!("insert instance group {zone}/{name}"),
-            Action::AddGroupInstances { zone, name, instances } => {
+            Action::InsertInstanceGroup { zone, name } => {
+                format!("insert instance group {zone}/{name}")
+            }
+            Action::AddGroupInstances {
+                zone,
+                name,
+                instances,
+            } => {
                 format!("add {} instances to group {zone}/{name}", instances.len())
             }
-            Action::RemoveGroupInstances { zone, name, instances } => {
-                format!("remove {} instances from group {zone}/{name}", instances.len())
+            Action::RemoveGroupInstances {
+                zone,
+                name,
+                instances,
+            } => {
+                format!(
+                    "remove {} instances from group {zone}/{name}",
+                    instances.len()
+                )
             }
             Action::InsertBackendService(b) => format!("insert backend service {}", b.name),
             Action::UpdateBackendService(b) => format!("update backend service {}", b.name),
@@ -190,7 +203,10 @@ pub enum IpSource {
 /// Phase 1: the address. Keeps a compatible reservation (no call), promotes the current
 /// forwarding-rule IP when the reservation is missing, and re-reserves when the wanted
 /// type, subnet, tier or IP changed. With a user-owned static address nothing is reserved.
-pub fn plan_address(desired: &Desired, observed: &Observed) -> Result<(Vec<Action>, IpSource), ProviderError> {
+pub fn plan_address(
+    desired: &Desired,
+    observed: &Observed,
+) -> Result<(Vec<Action>, IpSource), ProviderError> {
     if let (IpRequest::Requested(ip), Some(user)) = (&desired.ip, &observed.user_address)
         && user.name != desired.lb
     {
@@ -198,8 +214,16 @@ pub fn plan_address(desired: &Desired, observed: &Observed) -> Result<(Vec<Actio
             return Err(ProviderError::user(format!(
                 "loadBalancerIP {ip} is a static {} address, but the Service asks for an {} load \
                  balancer",
-                if user.internal { "internal" } else { "external" },
-                if desired.internal { "internal" } else { "external" },
+                if user.internal {
+                    "internal"
+                } else {
+                    "external"
+                },
+                if desired.internal {
+                    "internal"
+                } else {
+                    "external"
+                },
             )));
         }
         if let (Some(wanted), Some(have)) = (&desired.address.tier, &user.tier)
@@ -217,7 +241,8 @@ pub fn plan_address(desired: &Desired, observed: &Observed) -> Result<(Vec<Actio
     };
     let compatible = |a: &Address| {
         a.internal == desired.address.internal
-            && a.subnetwork.as_deref().map(canon) == desired.address.subnetwork.as_deref().map(canon)
+            && a.subnetwork.as_deref().map(canon)
+                == desired.address.subnetwork.as_deref().map(canon)
             && (desired.address.tier.is_none() || a.tier == desired.address.tier)
             && requested.is_none_or(|ip| a.ip == Some(ip))
     };
@@ -260,7 +285,12 @@ pub fn plan_address(desired: &Desired, observed: &Observed) -> Result<(Vec<Actio
 }
 
 /// Phase 2: everything but the address, with the IP known.
-pub fn plan(desired: &Desired, observed: &Observed, ip: IpAddr, ip_source: &IpSource) -> Vec<Action> {
+pub fn plan(
+    desired: &Desired,
+    observed: &Observed,
+    ip: IpAddr,
+    ip_source: &IpSource,
+) -> Vec<Action> {
     let mut before_rule = Vec::new();
     let mut rule_actions = Vec::new();
     let mut after_rule = Vec::new();
@@ -303,20 +333,30 @@ pub fn plan(desired: &Desired, observed: &Observed, ip: IpAddr, ip_source: &IpSo
     if let Some(pool) = &desired.target_pool {
         match &observed.target_pool {
             Some(have) if have.session_affinity == pool.session_affinity => {
-                let add: BTreeSet<String> = pool.instances.difference(&have.instances).cloned().collect();
-                let remove: BTreeSet<String> =
-                    have.instances.difference(&pool.instances).cloned().collect();
+                let add: BTreeSet<String> = pool
+                    .instances
+                    .difference(&have.instances)
+                    .cloned()
+                    .collect();
+                let remove: BTreeSet<String> = have
+                    .instances
+                    .difference(&pool.instances)
+                    .cloned()
+                    .collect();
                 if !add.is_empty() {
                     before_rule.push(Action::AddPoolInstances(pool.name.clone(), add));
                 }
                 if !remove.is_empty() {
                     before_rule.push(Action::RemovePoolInstances(pool.name.clone(), remove));
                 }
-                let have_hcs: BTreeSet<String> = have.health_checks.iter().map(|h| canon(h)).collect();
-                let want_hcs: BTreeSet<String> = pool.health_checks.iter().map(|h| canon(h)).collect();
+                let have_hcs: BTreeSet<String> =
+                    have.health_checks.iter().map(|h| canon(h)).collect();
+                let want_hcs: BTreeSet<String> =
+                    pool.health_checks.iter().map(|h| canon(h)).collect();
                 if have_hcs != want_hcs {
                     for old in have_hcs.difference(&want_hcs) {
-                        stale_health_checks.insert((HealthCheckKind::LegacyHttp, link_name(old).to_string()));
+                        stale_health_checks
+                            .insert((HealthCheckKind::LegacyHttp, link_name(old).to_string()));
                     }
                     before_rule.push(Action::SwapPoolHealthCheck {
                         pool: pool.name.clone(),
@@ -330,7 +370,8 @@ pub fn plan(desired: &Desired, observed: &Observed, ip: IpAddr, ip_source: &IpSo
                 recreate_rule |= observed.rule.is_some();
                 for old in &have.health_checks {
                     if canon(old) != canon(pool.health_checks.first().map_or("", String::as_str)) {
-                        stale_health_checks.insert((HealthCheckKind::LegacyHttp, link_name(old).to_string()));
+                        stale_health_checks
+                            .insert((HealthCheckKind::LegacyHttp, link_name(old).to_string()));
                     }
                 }
                 before_rule.push(Action::DeleteTargetPool(have.name.clone()));
@@ -362,7 +403,8 @@ pub fn plan(desired: &Desired, observed: &Observed, ip: IpAddr, ip_source: &IpSo
                 });
             }
             let add: BTreeSet<String> = wanted.members.difference(&have_members).cloned().collect();
-            let remove: BTreeSet<String> = have_members.difference(&wanted.members).cloned().collect();
+            let remove: BTreeSet<String> =
+                have_members.difference(&wanted.members).cloned().collect();
             if !add.is_empty() {
                 before_rule.push(Action::AddGroupInstances {
                     zone: wanted.zone.clone(),
@@ -478,4 +520,336 @@ pub fn plan_delete(lb: &str, cluster_id: &str, zones: &[String]) -> Vec<Action> 
         });
     }
     actions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desired::tests::{node, settings, spec, tags};
+    use crate::desired::{desired, firewall_description};
+    use serde_json::json;
+
+    const IP: &str = "203.0.113.10";
+
+    fn want(annotations: serde_json::Value, extra: serde_json::Value) -> Desired {
+        let nodes = [node("r1-a", "n1"), node("r1-b", "n2")];
+        desired(&spec(annotations, extra), &nodes, &settings(), &tags()).unwrap()
+    }
+
+    fn external() -> Desired {
+        want(json!({}), json!({}))
+    }
+
+    fn internal() -> Desired {
+        want(
+            json!({"networking.gke.io/load-balancer-type": "Internal"}),
+            json!({}),
+        )
+    }
+
+    /// What the provider leaves behind after converging `desired` on `ip`.
+    fn converged(desired: &Desired, ip: &str) -> Observed {
+        let ip: IpAddr = ip.parse().unwrap();
+        let mut firewall = desired.firewall.clone();
+        firewall.description = firewall_description(&desired.service, ip);
+        firewall.destination_ranges = BTreeSet::from([ip.to_string()]);
+        let mut rule = desired.rule.clone();
+        rule.ip = Some(ip);
+        rule.fingerprint = Some(vec![1, 2, 3]);
+        rule.tier = rule
+            .tier
+            .or_else(|| (!rule.internal).then(|| "PREMIUM".to_string()));
+        let mut address = desired.address.clone();
+        address.ip = Some(ip);
+        address.tier = address
+            .tier
+            .or_else(|| (!address.internal).then(|| "PREMIUM".to_string()));
+        Observed {
+            rule: Some(rule),
+            address: Some(address),
+            user_address: None,
+            firewall: Some(firewall),
+            health_check: Some(desired.health_check.clone()),
+            health_check_firewall: Some(desired.health_check_firewall.clone()),
+            target_pool: desired.target_pool.clone(),
+            backend_service: desired.backend_service.clone().map(|b| BackendService {
+                fingerprint: Some(vec![9]),
+                ..b
+            }),
+            other_own_health_checks: Vec::new(),
+            groups: desired
+                .groups
+                .iter()
+                .map(|g| (g.zone.clone(), Some(g.clone())))
+                .collect(),
+        }
+    }
+
+    fn kinds(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .map(|a| a.label().split(' ').take(2).collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+
+    fn both_phases(desired: &Desired, observed: &Observed) -> (Vec<Action>, Vec<Action>) {
+        let (first, source) = plan_address(desired, observed).unwrap();
+        let ip = match source {
+            IpSource::User(ip) | IpSource::Owned(Some(ip)) => ip,
+            IpSource::Owned(None) => IP.parse().unwrap(),
+        };
+        let second = plan(desired, observed, ip, &source);
+        (first, second)
+    }
+
+    #[test]
+    fn converged_load_balancers_plan_nothing() {
+        let cases = [
+            ("external cluster", external()),
+            (
+                "external local",
+                want(
+                    json!({}),
+                    json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 31000}),
+                ),
+            ),
+            (
+                "external client-ip",
+                want(json!({}), json!({"sessionAffinity": "ClientIP"})),
+            ),
+            ("internal", internal()),
+            (
+                "internal global access",
+                want(
+                    json!({"networking.gke.io/load-balancer-type": "Internal",
+                    "networking.gke.io/internal-load-balancer-allow-global-access": "true"}),
+                    json!({}),
+                ),
+            ),
+        ];
+        for (name, desired) in cases {
+            let ip = if desired.internal { "10.0.0.9" } else { IP };
+            let (first, second) = both_phases(&desired, &converged(&desired, ip));
+            assert_eq!((first, second), (vec![], vec![]), "{name}");
+        }
+    }
+
+    #[test]
+    fn fresh_external_builds_in_dependency_order() {
+        let desired = external();
+        let (first, second) = both_phases(&desired, &Observed::default());
+        assert_eq!(kinds(&first), ["reserve address"]);
+        assert_eq!(
+            kinds(&second),
+            [
+                "insert firewall",
+                "insert firewall",
+                "insert httpHealthChecks",
+                "insert target",
+                "insert forwarding"
+            ]
+        );
+    }
+
+    #[test]
+    fn fresh_internal_builds_groups_before_the_backend_service() {
+        let desired = internal();
+        let (first, second) = both_phases(&desired, &Observed::default());
+        assert_eq!(kinds(&first), ["reserve address"]);
+        assert_eq!(
+            kinds(&second),
+            [
+                "insert firewall",
+                "insert firewall",
+                "insert healthChecks",
+                "insert instance",
+                "add 1",
+                "insert instance",
+                "add 1",
+                "insert backend",
+                "insert forwarding",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_adopted_rule_has_its_ip_promoted_once() {
+        let desired = external();
+        let mut observed = converged(&desired, IP);
+        observed.address = None;
+        let (first, second) = both_phases(&desired, &observed);
+        assert_eq!(
+            first,
+            vec![Action::ReserveAddress(Address {
+                ip: Some(IP.parse().unwrap()),
+                ..desired.address.clone()
+            })]
+        );
+        assert_eq!(second, vec![]);
+    }
+
+    #[test]
+    fn changes_that_need_a_new_rule_delete_it_first_and_create_it_last() {
+        let cases = [
+            (
+                "ports",
+                want(
+                    json!({}),
+                    json!({"ports": [{"name": "a", "port": 8080, "nodePort": 30080, "protocol": "TCP"}]}),
+                ),
+            ),
+            (
+                "affinity",
+                want(json!({}), json!({"sessionAffinity": "ClientIP"})),
+            ),
+        ];
+        for (name, changed) in cases {
+            let observed = converged(&external(), IP);
+            let (first, second) = both_phases(&changed, &observed);
+            assert!(first.is_empty(), "{name}: the address is kept");
+            assert_eq!(
+                second.first().map(Action::label),
+                Some(format!("delete forwarding rule {}", changed.lb)),
+                "{name}"
+            );
+            assert_eq!(
+                second.last().map(Action::label),
+                Some(format!("insert forwarding rule {}", changed.lb)),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn raised_health_check_values_are_kept_but_a_new_port_is_written() {
+        let desired = external();
+        let mut observed = converged(&desired, IP);
+        if let Some(hc) = observed.health_check.as_mut() {
+            hc.timing.interval = 60;
+        }
+        assert_eq!(both_phases(&desired, &observed), (vec![], vec![]));
+        if let Some(hc) = observed.health_check.as_mut() {
+            hc.port = 1;
+        }
+        let (_, second) = both_phases(&desired, &observed);
+        match second.as_slice() {
+            [Action::UpdateHealthCheck(hc)] => {
+                assert_eq!((hc.port, hc.timing.interval), (10256, 60))
+            }
+            other => panic!("unexpected plan {other:?}"),
+        }
+    }
+
+    #[test]
+    fn backend_service_updates_carry_the_fingerprint_and_protocol_changes_recreate_the_rule() {
+        let desired = internal();
+        let mut observed = converged(&desired, "10.0.0.9");
+        if let Some(bs) = observed.backend_service.as_mut() {
+            bs.session_affinity = "CLIENT_IP".into();
+        }
+        let (_, second) = both_phases(&desired, &observed);
+        match second.as_slice() {
+            [Action::UpdateBackendService(bs)] => assert_eq!(bs.fingerprint, Some(vec![9])),
+            other => panic!("unexpected plan {other:?}"),
+        }
+        if let Some(bs) = observed.backend_service.as_mut() {
+            bs.protocol = "UDP".into();
+        }
+        let (_, second) = both_phases(&desired, &observed);
+        assert_eq!(
+            kinds(&second),
+            ["delete forwarding", "update backend", "insert forwarding"]
+        );
+    }
+
+    #[test]
+    fn global_access_is_patched_in_place() {
+        let observed = converged(&internal(), "10.0.0.9");
+        let changed = want(
+            json!({"networking.gke.io/load-balancer-type": "Internal",
+            "networking.gke.io/internal-load-balancer-allow-global-access": "true"}),
+            json!({}),
+        );
+        let (_, second) = both_phases(&changed, &observed);
+        assert_eq!(
+            second,
+            vec![Action::PatchGlobalAccess {
+                name: changed.lb.clone(),
+                allow: true,
+                fingerprint: Some(vec![1, 2, 3])
+            }]
+        );
+    }
+
+    #[test]
+    fn switching_to_local_swaps_the_pool_health_check_and_drops_the_shared_one() {
+        let observed = converged(&external(), IP);
+        let local = want(
+            json!({}),
+            json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 31000}),
+        );
+        let mut observed = observed;
+        observed.health_check = None;
+        observed.health_check_firewall = None;
+        let (_, second) = both_phases(&local, &observed);
+        assert_eq!(
+            kinds(&second),
+            [
+                "insert firewall",
+                "insert httpHealthChecks",
+                "swap health",
+                "delete httpHealthChecks"
+            ]
+        );
+        assert!(
+            matches!(second.last(), Some(Action::DeleteHealthCheck { name, .. }) if name == "k8s-c1-node")
+        );
+    }
+
+    #[test]
+    fn a_user_owned_address_is_used_and_our_reservation_released() {
+        let desired = want(json!({}), json!({"loadBalancerIP": "198.51.100.5"}));
+        let mut observed = converged(&external(), IP);
+        observed.user_address = Some(Address {
+            name: "mine".into(),
+            description: String::new(),
+            ip: Some("198.51.100.5".parse().unwrap()),
+            internal: false,
+            tier: Some("PREMIUM".into()),
+            subnetwork: None,
+        });
+        let (first, second) = both_phases(&desired, &observed);
+        assert!(first.is_empty());
+        assert_eq!(
+            second.first().map(Action::label),
+            Some(format!("delete forwarding rule {}", desired.lb))
+        );
+        assert_eq!(
+            second.last(),
+            Some(&Action::DeleteAddress(desired.lb.clone()))
+        );
+    }
+
+    #[test]
+    fn delete_goes_from_the_rule_down_to_shared_pieces() {
+        let labels: Vec<String> = plan_delete("a1", "c1", &["z1".to_string()])
+            .iter()
+            .map(Action::label)
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "delete forwarding rule a1",
+                "delete address a1",
+                "delete target pool a1",
+                "delete backend service a1",
+                "delete firewall k8s-fw-a1",
+                "delete httpHealthChecks a1",
+                "delete httpHealthChecks k8s-c1-node",
+                "delete healthChecks a1",
+                "delete healthChecks k8s-c1-node",
+                "delete instance group z1/k8s-ig--c1",
+            ]
+        );
+    }
 }

@@ -1,6 +1,9 @@
 //! The GCP provider against the in-memory GCE mock (real HTTP on loopback). Every test reads
 //! the cloud state back from the mock instead of trusting the provider's answer.
 
+// Test helpers outside #[test] functions: a failed setup step should panic with its error.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -51,7 +54,9 @@ async fn env_with(builder: MockGceBuilder) -> Env {
         },
         ..Options::default()
     };
-    let provider = GcpProvider::from_config(config, "ignored", options).await.unwrap();
+    let provider = GcpProvider::from_config(config, "ignored", options)
+        .await
+        .unwrap();
     Env { gce, provider }
 }
 
@@ -121,8 +126,11 @@ impl Svc {
         self
     }
     fn spec(&self) -> LoadBalancerSpec {
-        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(self.0.clone()).unwrap();
-        kube_lb_annotations::parse(Cloud::Gcp, &service).unwrap().spec
+        let service: k8s_openapi::api::core::v1::Service =
+            serde_json::from_value(self.0.clone()).unwrap();
+        kube_lb_annotations::parse(Cloud::Gcp, &service)
+            .unwrap()
+            .spec
     }
     fn key(&self) -> ServiceKey {
         self.spec().service
@@ -148,7 +156,11 @@ const LB: &str = "a4b2a6798feb511e6bdea42010af0000";
 fn strs(value: &Value) -> Vec<String> {
     let mut out: Vec<String> = value
         .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default();
     out.sort();
     out
@@ -174,7 +186,11 @@ async fn assert_noop_resync(env: &Env, spec: &LoadBalancerSpec, nodes: &[Backend
     let calls = env.provider.calls().snapshot();
     env.provider.ensure(spec, nodes).await.unwrap();
     let mutations = env.gce.mutations_since(mark);
-    assert!(mutations.is_empty(), "resync mutated: {:?}", shorts(&mutations));
+    assert!(
+        mutations.is_empty(),
+        "resync mutated: {:?}",
+        shorts(&mutations)
+    );
     assert_eq!(env.provider.calls().snapshot().since(&calls).mutations(), 0);
     assert!(env.gce.journal_len() > mark, "resync should observe");
 }
@@ -192,7 +208,11 @@ const OWNED_COLLECTIONS: [&str; 8] = [
 
 fn assert_nothing_left(gce: &MockGce) {
     for collection in OWNED_COLLECTIONS {
-        assert_eq!(gce.names(collection), Vec::<String>::new(), "{collection} left behind");
+        assert_eq!(
+            gce.names(collection),
+            Vec::<String>::new(),
+            "{collection} left behind"
+        );
     }
 }
 
@@ -200,7 +220,11 @@ fn assert_nothing_left(gce: &MockGce) {
 async fn external_create_builds_every_resource_and_resync_is_free() {
     let env = env().await;
     let service = svc(UID).source_ranges(&["192.0.2.0/24", "198.51.100.7/32"]);
-    let status = env.provider.ensure(&service.spec(), &two_nodes()).await.unwrap();
+    let status = env
+        .provider
+        .ensure(&service.spec(), &two_nodes())
+        .await
+        .unwrap();
     let ip = status.ingress[0].ip.unwrap().to_string();
 
     let rule = env.gce.resource("forwardingRules", LB).unwrap();
@@ -208,39 +232,74 @@ async fn external_create_builds_every_resource_and_resync_is_free() {
     assert_eq!(rule["IPProtocol"], json!("TCP"));
     assert_eq!(rule["portRange"], json!("80-443"));
     assert_eq!(rule["loadBalancingScheme"], json!("EXTERNAL"));
-    assert!(rule["target"].as_str().unwrap().ends_with(&format!("/regions/us-central1/targetPools/{LB}")));
+    assert!(
+        rule["target"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/regions/us-central1/targetPools/{LB}"))
+    );
 
     let address = env.gce.resource("addresses", LB).unwrap();
     assert_eq!(address["address"], json!(ip));
     assert_eq!(address["status"], json!("IN_USE"));
 
     let pool = env.gce.resource("targetPools", LB).unwrap();
-    assert_eq!(names_of(&pool["instances"]), ["gke-c1-node-1", "gke-c1-node-2"]);
+    assert_eq!(
+        names_of(&pool["instances"]),
+        ["gke-c1-node-1", "gke-c1-node-2"]
+    );
     assert_eq!(names_of(&pool["healthChecks"]), ["k8s-c1-node"]);
 
     let hc = env.gce.resource("httpHealthChecks", "k8s-c1-node").unwrap();
-    assert_eq!((hc["port"].clone(), hc["requestPath"].clone()), (json!(10256), json!("/healthz")));
-    assert_eq!((hc["checkIntervalSec"].clone(), hc["timeoutSec"].clone()), (json!(8), json!(1)));
+    assert_eq!(
+        (hc["port"].clone(), hc["requestPath"].clone()),
+        (json!(10256), json!("/healthz"))
+    );
+    assert_eq!(
+        (hc["checkIntervalSec"].clone(), hc["timeoutSec"].clone()),
+        (json!(8), json!(1))
+    );
 
-    let fw = env.gce.resource("firewalls", &format!("k8s-fw-{LB}")).unwrap();
-    assert_eq!(strs(&fw["sourceRanges"]), ["192.0.2.0/24", "198.51.100.7/32"]);
-    assert_eq!(strs(&fw["destinationRanges"]), [ip.clone()]);
+    let fw = env
+        .gce
+        .resource("firewalls", &format!("k8s-fw-{LB}"))
+        .unwrap();
+    assert_eq!(
+        strs(&fw["sourceRanges"]),
+        ["192.0.2.0/24", "198.51.100.7/32"]
+    );
+    assert_eq!(strs(&fw["destinationRanges"]), std::slice::from_ref(&ip));
     assert_eq!(strs(&fw["targetTags"]), [TAG]);
-    assert_eq!(fw["allowed"], json!([{"IPProtocol": "tcp", "ports": ["80", "443"]}]));
+    assert_eq!(
+        fw["allowed"],
+        json!([{"IPProtocol": "tcp", "ports": ["80", "443"]}])
+    );
     assert!(fw["description"].as_str().unwrap().contains(&ip));
 
-    let hc_fw = env.gce.resource("firewalls", "k8s-c1-node-http-hc").unwrap();
+    let hc_fw = env
+        .gce
+        .resource("firewalls", "k8s-c1-node-http-hc")
+        .unwrap();
     assert_eq!(strs(&hc_fw["sourceRanges"]).len(), 4);
-    assert_eq!(hc_fw["allowed"], json!([{"IPProtocol": "tcp", "ports": ["10256"]}]));
+    assert_eq!(
+        hc_fw["allowed"],
+        json!([{"IPProtocol": "tcp", "ports": ["10256"]}])
+    );
 
-    assert_eq!(env.provider.status(&service.key()).await.unwrap(), Some(status));
+    assert_eq!(
+        env.provider.status(&service.key()).await.unwrap(),
+        Some(status)
+    );
     assert_noop_resync(&env, &service.spec(), &two_nodes()).await;
 }
 
 #[tokio::test]
 async fn operations_that_stay_running_are_polled_until_done() {
     let env = env_with(nodes_builder().running_polls(2)).await;
-    env.provider.ensure(&svc(UID).spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
     let polls = env
         .gce
         .journal()
@@ -254,48 +313,101 @@ async fn operations_that_stay_running_are_polled_until_done() {
 #[tokio::test]
 async fn port_and_source_range_changes_keep_the_ip() {
     let env = env().await;
-    let first = env.provider.ensure(&svc(UID).spec(), &two_nodes()).await.unwrap();
-    let changed = svc(UID).ports(&[80, 8080]).source_ranges(&["203.0.113.0/24"]);
+    let first = env
+        .provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
+    let changed = svc(UID)
+        .ports(&[80, 8080])
+        .source_ranges(&["203.0.113.0/24"]);
     let mark = env.gce.journal_len();
-    let second = env.provider.ensure(&changed.spec(), &two_nodes()).await.unwrap();
-    assert_eq!(first, second, "IP must survive re-creating the forwarding rule");
+    let second = env
+        .provider
+        .ensure(&changed.spec(), &two_nodes())
+        .await
+        .unwrap();
+    assert_eq!(
+        first, second,
+        "IP must survive re-creating the forwarding rule"
+    );
     let rule = env.gce.resource("forwardingRules", LB).unwrap();
     assert_eq!(rule["portRange"], json!("80-8080"));
-    let fw = env.gce.resource("firewalls", &format!("k8s-fw-{LB}")).unwrap();
-    assert_eq!(fw["allowed"], json!([{"IPProtocol": "tcp", "ports": ["80", "8080"]}]));
+    let fw = env
+        .gce
+        .resource("firewalls", &format!("k8s-fw-{LB}"))
+        .unwrap();
+    assert_eq!(
+        fw["allowed"],
+        json!([{"IPProtocol": "tcp", "ports": ["80", "8080"]}])
+    );
     assert_eq!(strs(&fw["sourceRanges"]), ["203.0.113.0/24"]);
     let mutations = shorts(&env.gce.mutations_since(mark));
     assert!(mutations.contains(&format!("DELETE regions/us-central1/forwardingRules/{LB}")));
-    assert!(!mutations.iter().any(|m| m.contains("/addresses")), "{mutations:?}");
+    assert!(
+        !mutations.iter().any(|m| m.contains("/addresses")),
+        "{mutations:?}"
+    );
     assert_noop_resync(&env, &changed.spec(), &two_nodes()).await;
 }
 
 #[tokio::test]
 async fn local_and_cluster_policies_swap_health_checks_in_place() {
     let env = env().await;
-    env.provider.ensure(&svc(UID).spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
 
     let local = svc(UID).local(31234);
     let mark = env.gce.journal_len();
-    env.provider.ensure(&local.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&local.spec(), &two_nodes())
+        .await
+        .unwrap();
     let pool = env.gce.resource("targetPools", LB).unwrap();
     assert_eq!(names_of(&pool["healthChecks"]), [LB]);
     let hc = env.gce.resource("httpHealthChecks", LB).unwrap();
-    assert_eq!((hc["port"].clone(), hc["requestPath"].clone()), (json!(31234), json!("/healthz")));
-    assert!(env.gce.resource("firewalls", &format!("k8s-{LB}-http-hc")).is_some());
+    assert_eq!(
+        (hc["port"].clone(), hc["requestPath"].clone()),
+        (json!(31234), json!("/healthz"))
+    );
+    assert!(
+        env.gce
+            .resource("firewalls", &format!("k8s-{LB}-http-hc"))
+            .is_some()
+    );
     // The shared check served only this Service, so it and its firewall are gone.
-    assert!(env.gce.resource("httpHealthChecks", "k8s-c1-node").is_none());
-    assert!(env.gce.resource("firewalls", "k8s-c1-node-http-hc").is_none());
+    assert!(
+        env.gce
+            .resource("httpHealthChecks", "k8s-c1-node")
+            .is_none()
+    );
+    assert!(
+        env.gce
+            .resource("firewalls", "k8s-c1-node-http-hc")
+            .is_none()
+    );
     let mutations = shorts(&env.gce.mutations_since(mark));
-    assert!(!mutations.iter().any(|m| m.contains("forwardingRules")), "no rule churn: {mutations:?}");
+    assert!(
+        !mutations.iter().any(|m| m.contains("forwardingRules")),
+        "no rule churn: {mutations:?}"
+    );
     assert_noop_resync(&env, &local.spec(), &two_nodes()).await;
 
     let back = local.cluster();
-    env.provider.ensure(&back.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&back.spec(), &two_nodes())
+        .await
+        .unwrap();
     let pool = env.gce.resource("targetPools", LB).unwrap();
     assert_eq!(names_of(&pool["healthChecks"]), ["k8s-c1-node"]);
     assert!(env.gce.resource("httpHealthChecks", LB).is_none());
-    assert!(env.gce.resource("firewalls", &format!("k8s-{LB}-http-hc")).is_none());
+    assert!(
+        env.gce
+            .resource("firewalls", &format!("k8s-{LB}-http-hc"))
+            .is_none()
+    );
     assert_noop_resync(&env, &back.spec(), &two_nodes()).await;
 }
 
@@ -303,11 +415,25 @@ async fn local_and_cluster_policies_swap_health_checks_in_place() {
 async fn shared_health_check_survives_while_another_service_uses_it() {
     let env = env().await;
     let other = "11111111-2222-3333-4444-555555555555";
-    env.provider.ensure(&svc(UID).spec(), &two_nodes()).await.unwrap();
-    env.provider.ensure(&svc(other).spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
+    env.provider
+        .ensure(&svc(other).spec(), &two_nodes())
+        .await
+        .unwrap();
     env.provider.delete(&svc(UID).key()).await.unwrap();
-    assert!(env.gce.resource("httpHealthChecks", "k8s-c1-node").is_some());
-    assert!(env.gce.resource("firewalls", "k8s-c1-node-http-hc").is_some());
+    assert!(
+        env.gce
+            .resource("httpHealthChecks", "k8s-c1-node")
+            .is_some()
+    );
+    assert!(
+        env.gce
+            .resource("firewalls", "k8s-c1-node-http-hc")
+            .is_some()
+    );
     env.provider.delete(&svc(other).key()).await.unwrap();
     assert_nothing_left(&env.gce);
 }
@@ -316,26 +442,39 @@ async fn shared_health_check_survives_while_another_service_uses_it() {
 async fn nodes_joining_and_leaving_update_pool_membership_only() {
     let env = env().await;
     let service = svc(UID);
-    env.provider.ensure(&service.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&service.spec(), &two_nodes())
+        .await
+        .unwrap();
     let mut nodes = two_nodes();
     nodes.push(node(ZONE_A, "gke-c1-node-3"));
     let mark = env.gce.journal_len();
     env.provider.ensure(&service.spec(), &nodes).await.unwrap();
     let pool = env.gce.resource("targetPools", LB).unwrap();
-    assert_eq!(names_of(&pool["instances"]), ["gke-c1-node-1", "gke-c1-node-2", "gke-c1-node-3"]);
+    assert_eq!(
+        names_of(&pool["instances"]),
+        ["gke-c1-node-1", "gke-c1-node-2", "gke-c1-node-3"]
+    );
     assert_eq!(
         shorts(&env.gce.mutations_since(mark)),
-        [format!("POST regions/us-central1/targetPools/{LB}/addInstance")]
+        [format!(
+            "POST regions/us-central1/targetPools/{LB}/addInstance"
+        )]
     );
 
     nodes.remove(0);
     let mark = env.gce.journal_len();
     env.provider.ensure(&service.spec(), &nodes).await.unwrap();
     let pool = env.gce.resource("targetPools", LB).unwrap();
-    assert_eq!(names_of(&pool["instances"]), ["gke-c1-node-2", "gke-c1-node-3"]);
+    assert_eq!(
+        names_of(&pool["instances"]),
+        ["gke-c1-node-2", "gke-c1-node-3"]
+    );
     assert_eq!(
         shorts(&env.gce.mutations_since(mark)),
-        [format!("POST regions/us-central1/targetPools/{LB}/removeInstance")]
+        [format!(
+            "POST regions/us-central1/targetPools/{LB}/removeInstance"
+        )]
     );
     assert_noop_resync(&env, &service.spec(), &nodes).await;
 }
@@ -344,7 +483,10 @@ async fn nodes_joining_and_leaving_update_pool_membership_only() {
 async fn delete_removes_everything_owned() {
     let env = env().await;
     let service = svc(UID).local(31234);
-    env.provider.ensure(&service.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&service.spec(), &two_nodes())
+        .await
+        .unwrap();
     env.provider.delete(&service.key()).await.unwrap();
     assert_nothing_left(&env.gce);
     assert_eq!(env.provider.status(&service.key()).await.unwrap(), None);
@@ -356,7 +498,10 @@ async fn delete_removes_everything_owned() {
 async fn delete_interrupted_halfway_finishes_on_retry() {
     let env = env().await;
     let service = svc(UID);
-    env.provider.ensure(&service.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&service.spec(), &two_nodes())
+        .await
+        .unwrap();
     // The forwarding rule and address go, then the target-pool delete operation fails.
     env.gce.inject(Fault::on(
         "DELETE",
@@ -370,7 +515,10 @@ async fn delete_interrupted_halfway_finishes_on_retry() {
     let error = env.provider.delete(&service.key()).await.unwrap_err();
     assert!(error.is_retryable(), "{error}");
     assert!(env.gce.resource("forwardingRules", LB).is_none());
-    assert!(env.gce.resource("targetPools", LB).is_some(), "the failed step left its resource");
+    assert!(
+        env.gce.resource("targetPools", LB).is_some(),
+        "the failed step left its resource"
+    );
     env.provider.delete(&service.key()).await.unwrap();
     assert_nothing_left(&env.gce);
 }
@@ -379,7 +527,11 @@ async fn delete_interrupted_halfway_finishes_on_retry() {
 async fn throttling_is_retried_after_retry_after() {
     let env = env().await;
     env.gce.throttle(2, 1);
-    let status = env.provider.ensure(&svc(UID).spec(), &two_nodes()).await.unwrap();
+    let status = env
+        .provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
     assert!(status.ingress[0].ip.is_some());
     let journal = env.gce.journal();
     let throttled: Vec<&JournalEntry> = journal.iter().filter(|e| e.status == 429).collect();
@@ -396,7 +548,11 @@ async fn throttling_is_retried_after_retry_after() {
 #[tokio::test]
 async fn quota_exhaustion_is_a_user_error() {
     let env = env_with(nodes_builder().quota("FORWARDING_RULES", 0)).await;
-    let error = env.provider.ensure(&svc(UID).spec(), &two_nodes()).await.unwrap_err();
+    let error = env
+        .provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap_err();
     assert_eq!(error.class(), "user", "{error}");
     assert!(error.to_string().contains("FORWARDING_RULES"), "{error}");
 }
@@ -405,14 +561,21 @@ async fn quota_exhaustion_is_a_user_error() {
 async fn user_owned_static_ip_is_used_and_never_released() {
     let env = env().await;
     let reserve = reqwest::Client::new()
-        .post(format!("{}/compute/v1/projects/mock-project/regions/us-central1/addresses", env.gce.url()))
+        .post(format!(
+            "{}/compute/v1/projects/mock-project/regions/us-central1/addresses",
+            env.gce.url()
+        ))
         .json(&json!({"name": "my-static-ip", "address": "203.0.113.200"}))
         .send()
         .await
         .unwrap();
     assert!(reserve.status().is_success());
     let service = svc(UID).ip("203.0.113.200");
-    let status = env.provider.ensure(&service.spec(), &two_nodes()).await.unwrap();
+    let status = env
+        .provider
+        .ensure(&service.spec(), &two_nodes())
+        .await
+        .unwrap();
     assert_eq!(status.ingress[0].ip.unwrap().to_string(), "203.0.113.200");
     assert_eq!(env.gce.names("addresses"), ["my-static-ip"]);
     assert_noop_resync(&env, &service.spec(), &two_nodes()).await;
@@ -430,34 +593,63 @@ async fn unreserved_requested_external_ip_is_a_user_error() {
         .await
         .unwrap_err();
     assert_eq!(error.class(), "user");
-    assert!(error.to_string().contains("neither static nor assigned"), "{error}");
+    assert!(
+        error.to_string().contains("neither static nor assigned"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
 async fn internal_create_uses_groups_backend_service_and_subnet() {
     let env = env().await;
     let service = svc(UID).internal();
-    let status = env.provider.ensure(&service.spec(), &two_nodes()).await.unwrap();
+    let status = env
+        .provider
+        .ensure(&service.spec(), &two_nodes())
+        .await
+        .unwrap();
     let ip = status.ingress[0].ip.unwrap();
     assert!(ip.to_string().starts_with("10.128."), "{ip}");
 
     let rule = env.gce.resource("forwardingRules", LB).unwrap();
     assert_eq!(rule["loadBalancingScheme"], json!("INTERNAL"));
     assert_eq!(strs(&rule["ports"]), ["443", "80"]);
-    assert!(rule["subnetwork"].as_str().unwrap().ends_with("/subnetworks/default"));
+    assert!(
+        rule["subnetwork"]
+            .as_str()
+            .unwrap()
+            .ends_with("/subnetworks/default")
+    );
     assert_eq!(rule["allowGlobalAccess"], json!(false));
-    assert!(rule["backendService"].as_str().unwrap().ends_with(&format!("/backendServices/{LB}")));
+    assert!(
+        rule["backendService"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/backendServices/{LB}"))
+    );
 
     let bs = env.gce.resource("backendServices", LB).unwrap();
     assert_eq!(bs["loadBalancingScheme"], json!("INTERNAL"));
     assert_eq!(bs["protocol"], json!("TCP"));
     assert_eq!(bs["backends"].as_array().unwrap().len(), 2);
-    assert!(bs["backends"].as_array().unwrap().iter().all(|b| b["balancingMode"] == json!("CONNECTION")));
+    assert!(
+        bs["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["balancingMode"] == json!("CONNECTION"))
+    );
     assert_eq!(names_of(&bs["healthChecks"]), ["k8s-c1-node"]);
     let fingerprint = bs["fingerprint"].as_str().unwrap().to_string();
 
-    assert_eq!(env.gce.group_members(ZONE_A, "k8s-ig--c1").unwrap(), ["gke-c1-node-1"]);
-    assert_eq!(env.gce.group_members(ZONE_B, "k8s-ig--c1").unwrap(), ["gke-c1-node-2"]);
+    assert_eq!(
+        env.gce.group_members(ZONE_A, "k8s-ig--c1").unwrap(),
+        ["gke-c1-node-1"]
+    );
+    assert_eq!(
+        env.gce.group_members(ZONE_B, "k8s-ig--c1").unwrap(),
+        ["gke-c1-node-2"]
+    );
     assert!(env.gce.resource("healthChecks", "k8s-c1-node").is_some());
     assert!(env.gce.resource("firewalls", "k8s-c1-node-hc").is_some());
     assert!(env.gce.resource("targetPools", LB).is_none());
@@ -465,7 +657,10 @@ async fn internal_create_uses_groups_backend_service_and_subnet() {
     assert_eq!(address["addressType"], json!("INTERNAL"));
 
     assert_noop_resync(&env, &service.spec(), &two_nodes()).await;
-    assert_eq!(env.gce.resource("backendServices", LB).unwrap()["fingerprint"], json!(fingerprint));
+    assert_eq!(
+        env.gce.resource("backendServices", LB).unwrap()["fingerprint"],
+        json!(fingerprint)
+    );
 }
 
 #[tokio::test]
@@ -478,14 +673,30 @@ async fn internal_node_changes_move_group_members_and_backends() {
     assert_eq!(bs["backends"].as_array().unwrap().len(), 1);
     let old_fingerprint = bs["fingerprint"].clone();
 
-    env.provider.ensure(&service.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&service.spec(), &two_nodes())
+        .await
+        .unwrap();
     let bs = env.gce.resource("backendServices", LB).unwrap();
-    assert_eq!(bs["backends"].as_array().unwrap().len(), 2, "new zone joins the backends");
-    assert_ne!(bs["fingerprint"], old_fingerprint, "update went through with the fingerprint");
-    assert_eq!(env.gce.group_members(ZONE_B, "k8s-ig--c1").unwrap(), ["gke-c1-node-2"]);
+    assert_eq!(
+        bs["backends"].as_array().unwrap().len(),
+        2,
+        "new zone joins the backends"
+    );
+    assert_ne!(
+        bs["fingerprint"], old_fingerprint,
+        "update went through with the fingerprint"
+    );
+    assert_eq!(
+        env.gce.group_members(ZONE_B, "k8s-ig--c1").unwrap(),
+        ["gke-c1-node-2"]
+    );
 
     env.provider.ensure(&service.spec(), &only_a).await.unwrap();
-    assert_eq!(env.gce.group_members(ZONE_B, "k8s-ig--c1").unwrap(), Vec::<String>::new());
+    assert_eq!(
+        env.gce.group_members(ZONE_B, "k8s-ig--c1").unwrap(),
+        Vec::<String>::new()
+    );
     let bs = env.gce.resource("backendServices", LB).unwrap();
     assert_eq!(bs["backends"].as_array().unwrap().len(), 1);
     assert_noop_resync(&env, &service.spec(), &only_a).await;
@@ -495,14 +706,24 @@ async fn internal_node_changes_move_group_members_and_backends() {
 async fn internal_annotations_subnet_global_access_and_many_ports() {
     let env = env().await;
     let base = svc(UID).internal();
-    env.provider.ensure(&base.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&base.spec(), &two_nodes())
+        .await
+        .unwrap();
 
-    let global = base
-        .clone()
-        .annotate("networking.gke.io/internal-load-balancer-allow-global-access", "true");
+    let global = base.clone().annotate(
+        "networking.gke.io/internal-load-balancer-allow-global-access",
+        "true",
+    );
     let mark = env.gce.journal_len();
-    env.provider.ensure(&global.spec(), &two_nodes()).await.unwrap();
-    assert_eq!(env.gce.resource("forwardingRules", LB).unwrap()["allowGlobalAccess"], json!(true));
+    env.provider
+        .ensure(&global.spec(), &two_nodes())
+        .await
+        .unwrap();
+    assert_eq!(
+        env.gce.resource("forwardingRules", LB).unwrap()["allowGlobalAccess"],
+        json!(true)
+    );
     assert_eq!(
         shorts(&env.gce.mutations_since(mark)),
         [format!("PATCH regions/us-central1/forwardingRules/{LB}")],
@@ -510,39 +731,82 @@ async fn internal_annotations_subnet_global_access_and_many_ports() {
     );
 
     let many = global.clone().ports(&[80, 81, 82, 83, 84, 85]);
-    env.provider.ensure(&many.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&many.spec(), &two_nodes())
+        .await
+        .unwrap();
     let rule = env.gce.resource("forwardingRules", LB).unwrap();
     assert_eq!(rule["allPorts"], json!(true));
 
     let subnet = many
         .clone()
         .annotate("networking.gke.io/internal-load-balancer-subnet", "ilb");
-    let status = env.provider.ensure(&subnet.spec(), &two_nodes()).await.unwrap();
-    assert!(status.ingress[0].ip.unwrap().to_string().starts_with("10.200.0."));
+    let status = env
+        .provider
+        .ensure(&subnet.spec(), &two_nodes())
+        .await
+        .unwrap();
+    assert!(
+        status.ingress[0]
+            .ip
+            .unwrap()
+            .to_string()
+            .starts_with("10.200.0.")
+    );
     let rule = env.gce.resource("forwardingRules", LB).unwrap();
-    assert!(rule["subnetwork"].as_str().unwrap().ends_with("/subnetworks/ilb"));
+    assert!(
+        rule["subnetwork"]
+            .as_str()
+            .unwrap()
+            .ends_with("/subnetworks/ilb")
+    );
     assert_noop_resync(&env, &subnet.spec(), &two_nodes()).await;
 
     let back = subnet.unannotate("networking.gke.io/internal-load-balancer-subnet");
-    let status = env.provider.ensure(&back.spec(), &two_nodes()).await.unwrap();
-    assert!(status.ingress[0].ip.unwrap().to_string().starts_with("10.128."));
+    let status = env
+        .provider
+        .ensure(&back.spec(), &two_nodes())
+        .await
+        .unwrap();
+    assert!(
+        status.ingress[0]
+            .ip
+            .unwrap()
+            .to_string()
+            .starts_with("10.128.")
+    );
     assert_eq!(env.gce.names("addresses"), [LB]);
 }
 
 #[tokio::test]
 async fn switching_scheme_replaces_the_load_balancer() {
     let env = env().await;
-    env.provider.ensure(&svc(UID).spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
     let internal = svc(UID).internal();
-    env.provider.ensure(&internal.spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&internal.spec(), &two_nodes())
+        .await
+        .unwrap();
     assert!(env.gce.names("targetPools").is_empty());
     assert!(env.gce.names("httpHealthChecks").is_empty());
-    assert_eq!(env.gce.resource("forwardingRules", LB).unwrap()["loadBalancingScheme"], json!("INTERNAL"));
+    assert_eq!(
+        env.gce.resource("forwardingRules", LB).unwrap()["loadBalancingScheme"],
+        json!("INTERNAL")
+    );
     assert_noop_resync(&env, &internal.spec(), &two_nodes()).await;
 
-    env.provider.ensure(&svc(UID).spec(), &two_nodes()).await.unwrap();
+    env.provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
     assert!(env.gce.names("backendServices").is_empty());
-    assert_eq!(env.gce.resource("forwardingRules", LB).unwrap()["loadBalancingScheme"], json!("EXTERNAL"));
+    assert_eq!(
+        env.gce.resource("forwardingRules", LB).unwrap()["loadBalancingScheme"],
+        json!("EXTERNAL")
+    );
     env.provider.delete(&svc(UID).key()).await.unwrap();
     assert_nothing_left(&env.gce);
 }
@@ -551,12 +815,18 @@ async fn switching_scheme_replaces_the_load_balancer() {
 async fn internal_delete_after_injected_failure_then_retry() {
     let env = env().await;
     let service = svc(UID).internal().local(31999);
-    env.provider.ensure(&service.spec(), &two_nodes()).await.unwrap();
-    env.gce.inject(Fault::on(
-        "DELETE",
-        "/backendServices/",
-        FaultResponse::Http(ApiError::new(503, "backendError", "try again")),
-    ).times(10));
+    env.provider
+        .ensure(&service.spec(), &two_nodes())
+        .await
+        .unwrap();
+    env.gce.inject(
+        Fault::on(
+            "DELETE",
+            "/backendServices/",
+            FaultResponse::Http(ApiError::new(503, "backendError", "try again")),
+        )
+        .times(10),
+    );
     assert!(env.provider.delete(&service.key()).await.is_err());
     assert!(env.gce.resource("backendServices", LB).is_some());
     env.gce.clear_faults();

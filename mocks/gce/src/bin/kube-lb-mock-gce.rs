@@ -30,7 +30,11 @@ struct Args {
     #[arg(long, default_value = "us-central1")]
     region: String,
     /// Zones of the region (comma separated).
-    #[arg(long, value_delimiter = ',', default_value = "us-central1-a,us-central1-b")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "us-central1-a,us-central1-b"
+    )]
     zones: Vec<String>,
     /// A VM fixture `ZONE/NAME[:TAG,TAG…]`; repeat for more nodes.
     #[arg(long = "instance")]
