@@ -142,6 +142,12 @@ pub const RESOURCES: &[ResourceDef] = &[
 /// Index of a resource in [`RESOURCES`].
 pub type ResourceId = usize;
 
+// Positions in RESOURCES of the kinds with special behaviour (checked by a test).
+const NAMESPACES: ResourceId = 0;
+const SERVICES: ResourceId = 1;
+const CORE_EVENTS: ResourceId = 5;
+const EVENTS_V1: ResourceId = 9;
+
 /// Looks up a resource by group, version and plural name.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<ResourceId> {
     RESOURCES
@@ -163,22 +169,22 @@ pub fn get(id: ResourceId) -> &'static ResourceDef {
 
 /// Id of the core/v1 Service resource.
 pub fn services() -> ResourceId {
-    find("", "v1", "services").unwrap_or_default()
+    SERVICES
 }
 
 /// Id of the core/v1 Event resource.
 pub fn core_events() -> ResourceId {
-    find("", "v1", "events").unwrap_or_default()
+    CORE_EVENTS
 }
 
 /// Id of the events.k8s.io/v1 Event resource.
 pub fn events_v1() -> ResourceId {
-    find("events.k8s.io", "v1", "events").unwrap_or_default()
+    EVENTS_V1
 }
 
 /// Id of the core/v1 Namespace resource.
 pub fn namespaces() -> ResourceId {
-    find("", "v1", "namespaces").unwrap_or_default()
+    NAMESPACES
 }
 
 /// Distinct `(group, version)` pairs, in table order.
@@ -204,6 +210,10 @@ mod tests {
         }
         assert_eq!(get(services()).kind, "Service");
         assert_eq!(get(namespaces()).kind, "Namespace");
+        assert_eq!(get(core_events()).api_version(), "v1");
+        assert_eq!(get(core_events()).kind, "Event");
+        assert_eq!(get(events_v1()).api_version(), "events.k8s.io/v1");
+        assert_eq!(get(events_v1()).kind, "Event");
     }
 
     #[test]
