@@ -80,6 +80,9 @@ pub fn save(path: &Path, dump: &Dump) -> Result<(), PersistError> {
     Ok(())
 }
 
+/// How long the writer waits after a change before writing, to batch bursts.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Writes the store to `path` whenever it changes, until `stop` fires; then writes once more.
 /// Changes arriving during a write are folded into the next one.
 pub async fn run_writer(
@@ -96,6 +99,11 @@ pub async fn run_writer(
                     break;
                 }
             }
+            _ = stop.changed() => break,
+        }
+        // Let a burst of writes settle so it costs one file write, not one per object.
+        tokio::select! {
+            () = tokio::time::sleep(COALESCE) => {}
             _ = stop.changed() => break,
         }
         written = write(&store, &path, written).await;
