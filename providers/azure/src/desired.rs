@@ -562,6 +562,14 @@ fn security_intent(
         && settings.sku == LbSku::Standard;
     for port in &spec.ports {
         let (_, protocol) = proto_label(port.protocol)?;
+        let skipped = azure
+            .port_overrides
+            .get(&port.port.to_string())
+            .or_else(|| port.name.as_ref().and_then(|n| azure.port_overrides.get(n)))
+            .is_some_and(|o| o.no_lb_rule);
+        if skipped {
+            continue;
+        }
         let number = if floating {
             Some(port.port)
         } else {

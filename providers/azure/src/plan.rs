@@ -597,6 +597,16 @@ pub fn plan(
             }
         }
     }
+    // Deleting: clear the security group first, while the load-balancer rules that tell which
+    // node ports were the Service's can still be read, so a failure later leaks nothing there.
+    if desired.is_none()
+        && let Some(index) = actions
+            .iter()
+            .position(|a| matches!(a, Action::PutSecurityGroup { .. }))
+    {
+        let nsg = actions.remove(index);
+        actions.insert(0, nsg);
+    }
     // 5. Public IPs the Service owns but no longer uses, once nothing references them.
     let referenced: BTreeSet<String> = lb_after
         .values()

@@ -662,3 +662,149 @@ async fn every_arm_call_made_is_in_the_role_definition() {
         );
     }
 }
+
+#[tokio::test]
+async fn long_retry_after_on_operations_is_capped_not_slept() {
+    let arm = kube_lb_mock_azure::MockArm::builder()
+        .subnet(RG, VNET, "10.224.0.0/12", "nodes", "10.224.0.0/16")
+        .security_group(RG, NSG)
+        .retry_after(30)
+        .lro_polls(2)
+        .start()
+        .await
+        .unwrap();
+    let config: kube_lb_provider_azure::AzureConfig =
+        serde_json::from_value(config_json(&arm.url())).unwrap();
+    let mut options = fast_options();
+    options.poll.max_interval = Duration::from_millis(50);
+    let provider = AzureProvider::new(&config, CLUSTER, options).unwrap();
+    let started = Instant::now();
+    provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let polls = arm
+        .journal()
+        .iter()
+        .filter(|e| e.path.contains("/operations/"))
+        .count();
+    assert!(
+        polls >= 3 * 3,
+        "every operation was polled until done: {polls}"
+    );
+    let tokens = arm
+        .journal()
+        .iter()
+        .filter(|e| e.path.contains("/oauth2/"))
+        .count();
+    assert_eq!(tokens, 1, "the token is cached");
+}
+
+#[tokio::test]
+async fn ha_ports_floating_ip_and_per_port_annotations() {
+    let h = harness().await;
+    let p = prefix(UID_A);
+    let ha = svc("gw", UID_A)
+        .internal()
+        .ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)])
+        .annotate("azure-load-balancer-enable-high-availability-ports", "true");
+    h.provider.ensure(&ha.spec(), &nodes(1)).await.unwrap();
+    let lb = h
+        .arm
+        .load_balancer(RG, &format!("{CLUSTER}-internal"))
+        .unwrap();
+    assert_eq!(
+        names(&lb["properties"]["loadBalancingRules"]),
+        vec![format!("{p}-TCP-80")]
+    );
+    let rule = child(&lb, "loadBalancingRules", &format!("{p}-TCP-80"));
+    assert_eq!(
+        (
+            rule["properties"]["protocol"].as_str(),
+            rule["properties"]["frontendPort"].as_u64()
+        ),
+        (Some("All"), Some(0))
+    );
+
+    let q = prefix(UID_B);
+    let web = svc("web", UID_B)
+        .ports(&[("http", 80, "TCP", 30080), ("admin", 9000, "TCP", 30900)])
+        .annotate("azure-disable-load-balancer-floating-ip", "true")
+        .annotate("port_9000_no_lb_rule", "true")
+        .annotate("port_80_health-probe_protocol", "Http")
+        .annotate("port_80_health-probe_request-path", "/healthz")
+        .annotate("azure-allowed-service-tags", "AzureFrontDoor.Backend");
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let lb = h.arm.load_balancer(RG, CLUSTER).unwrap();
+    assert_eq!(
+        names(&lb["properties"]["loadBalancingRules"]),
+        vec![format!("{q}-TCP-80")],
+        "port 9000 has no rule"
+    );
+    let rule = child(&lb, "loadBalancingRules", &format!("{q}-TCP-80"));
+    assert_eq!(rule["properties"]["enableFloatingIP"], false);
+    assert_eq!(
+        rule["properties"]["backendPort"], 30080,
+        "without floating IP the backend is the nodePort"
+    );
+    let probe = child(&lb, "probes", &format!("{q}-TCP-80"));
+    assert_eq!(
+        (
+            probe["properties"]["protocol"].as_str(),
+            probe["properties"]["requestPath"].as_str()
+        ),
+        (Some("Http"), Some("/healthz"))
+    );
+    let rules = managed_rules(&h.arm);
+    let node_rule = rules
+        .values()
+        .find(|r| r["sourceAddressPrefix"] == "AzureFrontDoor.Backend")
+        .expect("service-tag rule");
+    assert_eq!(
+        destinations(node_rule),
+        vec!["10.224.0.11", "10.224.0.12"],
+        "destinations are the nodes"
+    );
+    assert_eq!(
+        node_rule["destinationPortRange"], "30080",
+        "port 9000 has no rule, so no NSG entry"
+    );
+    h.provider.delete(&web.spec().service).await.unwrap();
+    assert!(
+        managed_rules(&h.arm)
+            .values()
+            .all(|r| r["sourceAddressPrefix"] != "AzureFrontDoor.Backend")
+    );
+}
+
+#[tokio::test]
+async fn pip_name_annotation_uses_the_named_public_ip() {
+    let h = harness().await;
+    let ip = h
+        .arm
+        .seed_public_ip(RG, "my-ip", serde_json::json!({"owner": "team-a"}))
+        .unwrap();
+    let web = svc("web", UID_A).annotate("azure-pip-name", "my-ip");
+    assert_eq!(
+        ip_of(&h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap()),
+        ip
+    );
+    let missing = svc("web", UID_A).annotate("azure-pip-name", "nope");
+    let error = h
+        .provider
+        .ensure(&missing.spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("azure-pip-name=nope"), "{error}");
+    h.provider.delete(&web.spec().service).await.unwrap();
+    assert_eq!(
+        h.arm.public_ip(RG, "my-ip").unwrap()["tags"]["owner"],
+        "team-a",
+        "never modified or deleted"
+    );
+}
