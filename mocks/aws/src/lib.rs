@@ -63,7 +63,10 @@ async fn free_port() -> Result<u16, MockAwsError> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(io("binding a free port"))?;
-    Ok(listener.local_addr().map_err(io("reading the port"))?.port())
+    Ok(listener
+        .local_addr()
+        .map_err(io("reading the port"))?
+        .port())
 }
 
 /// A running moto server, killed on drop.
@@ -112,7 +115,8 @@ impl MotoServer {
     async fn wait_ready(&self, ceiling: Duration) -> Result<(), MockAwsError> {
         let deadline = Instant::now() + ceiling;
         loop {
-            if let Ok(response) = http_request(self.addr, "GET", "/moto-api/data.json", &[], Bytes::new()).await
+            if let Ok(response) =
+                http_request(self.addr, "GET", "/moto-api/data.json", &[], Bytes::new()).await
                 && response.0.is_success()
             {
                 return Ok(());
@@ -157,7 +161,9 @@ impl MotoServer {
         )
         .await?;
         if !status.is_success() {
-            return Err(MockAwsError::Server(format!("RequestCertificate: {status}: {text}")));
+            return Err(MockAwsError::Server(format!(
+                "RequestCertificate: {status}: {text}"
+            )));
         }
         // {"CertificateArn": "arn:aws:acm:..."}
         text.split('"')
@@ -298,7 +304,9 @@ async fn proxy(state: Arc<ProxyState>, request: Request<Incoming>) -> Response<F
     };
     let fault = match state.plan {
         FaultPlan::None => None,
-        FaultPlan::ThrottleEvery(n) => (n > 0 && count % n == 0).then(|| throttle_response(&version)),
+        FaultPlan::ThrottleEvery(n) => {
+            (n > 0 && count % n == 0).then(|| throttle_response(&version))
+        }
         FaultPlan::ServerErrorEvery(n) => (n > 0 && count % n == 0).then(server_error_response),
     };
     if let Ok(mut seen) = state.seen.lock() {
@@ -318,9 +326,24 @@ async fn proxy(state: Arc<ProxyState>, request: Request<Incoming>) -> Response<F
         .filter(|(name, _)| name.as_str() != "host" && name.as_str() != "content-length")
         .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_string())))
         .collect();
-    let header_refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    match forward(state.upstream, parts.method.as_str(), path, &header_refs, body).await {
+    let header_refs: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    match forward(
+        state.upstream,
+        parts.method.as_str(),
+        path,
+        &header_refs,
+        body,
+    )
+    .await
+    {
         Ok(response) => response,
         Err(e) => {
             let mut response = Response::new(Full::new(Bytes::from(e.to_string())));
@@ -337,7 +360,9 @@ async fn forward(
     headers: &[(&str, &str)],
     body: Bytes,
 ) -> Result<Response<Full<Bytes>>, MockAwsError> {
-    let stream = TcpStream::connect(upstream).await.map_err(io("connecting upstream"))?;
+    let stream = TcpStream::connect(upstream)
+        .await
+        .map_err(io("connecting upstream"))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| MockAwsError::Server(format!("handshake: {e}")))?;
@@ -378,7 +403,9 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(io("binding the proxy"))?;
-        let addr = listener.local_addr().map_err(io("reading the proxy port"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(io("reading the proxy port"))?;
         let state = Arc::new(ProxyState {
             upstream,
             plan,
@@ -409,7 +436,11 @@ impl FaultProxy {
 
     /// Every request seen so far.
     pub fn seen(&self) -> Vec<Seen> {
-        self.state.seen.lock().map(|s| s.clone()).unwrap_or_default()
+        self.state
+            .seen
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -420,7 +451,10 @@ mod tests {
     #[test]
     fn form_values() {
         let body = "Action=DescribeLoadBalancers&Version=2012-06-01&LoadBalancerNames.member.1=a";
-        assert_eq!(form_value(body, "Action").as_deref(), Some("DescribeLoadBalancers"));
+        assert_eq!(
+            form_value(body, "Action").as_deref(),
+            Some("DescribeLoadBalancers")
+        );
         assert_eq!(form_value(body, "Version").as_deref(), Some("2012-06-01"));
         assert_eq!(form_value(body, "Missing"), None);
     }
@@ -428,14 +462,27 @@ mod tests {
     #[tokio::test]
     async fn proxy_throttles_every_nth_request_and_forwards_the_rest() {
         let moto = MotoServer::start().await.unwrap();
-        let proxy = FaultProxy::start(moto.addr(), FaultPlan::ThrottleEvery(2)).await.unwrap();
-        let addr: SocketAddr = proxy.endpoint().trim_start_matches("http://").parse().unwrap();
+        let proxy = FaultProxy::start(moto.addr(), FaultPlan::ThrottleEvery(2))
+            .await
+            .unwrap();
+        let addr: SocketAddr = proxy
+            .endpoint()
+            .trim_start_matches("http://")
+            .parse()
+            .unwrap();
         let form = Bytes::from_static(b"Action=DescribeVpcs&Version=2016-11-15");
         let auth = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0";
-        let headers = [("content-type", "application/x-www-form-urlencoded"), ("authorization", auth)];
-        let (first, body) = http_request(addr, "POST", "/", &headers, form.clone()).await.unwrap();
+        let headers = [
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("authorization", auth),
+        ];
+        let (first, body) = http_request(addr, "POST", "/", &headers, form.clone())
+            .await
+            .unwrap();
         assert!(first.is_success(), "{first}: {body}");
-        let (second, body) = http_request(addr, "POST", "/", &headers, form).await.unwrap();
+        let (second, body) = http_request(addr, "POST", "/", &headers, form)
+            .await
+            .unwrap();
         assert_eq!(second, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("RequestLimitExceeded"));
         let seen = proxy.seen();

@@ -110,11 +110,19 @@ pub struct Op {
 
 impl Op {
     const fn read(service: Service, name: &'static str) -> Self {
-        Op { service, name, access: Access::Read }
+        Op {
+            service,
+            name,
+            access: Access::Read,
+        }
     }
 
     const fn mutate(service: Service, name: &'static str) -> Self {
-        Op { service, name, access: Access::Mutate }
+        Op {
+            service,
+            name,
+            access: Access::Mutate,
+        }
     }
 
     /// The rate-limit family.
@@ -164,8 +172,7 @@ pub mod ops {
     pub const ELB_CREATE_LISTENERS: Op = Op::mutate(Service::Elb, "CreateLoadBalancerListeners");
     pub const ELB_DELETE_LISTENERS: Op = Op::mutate(Service::Elb, "DeleteLoadBalancerListeners");
     pub const ELB_CONFIGURE_HEALTH_CHECK: Op = Op::mutate(Service::Elb, "ConfigureHealthCheck");
-    pub const ELB_MODIFY_ATTRIBUTES: Op =
-        Op::mutate(Service::Elb, "ModifyLoadBalancerAttributes");
+    pub const ELB_MODIFY_ATTRIBUTES: Op = Op::mutate(Service::Elb, "ModifyLoadBalancerAttributes");
     pub const ELB_CREATE_POLICY: Op = Op::mutate(Service::Elb, "CreateLoadBalancerPolicy");
     pub const ELB_DELETE_POLICY: Op = Op::mutate(Service::Elb, "DeleteLoadBalancerPolicy");
     pub const ELB_SET_LISTENER_POLICIES: Op =
@@ -337,10 +344,22 @@ impl Default for RateLimits {
         let mut limits = BTreeMap::new();
         for family in Family::ALL {
             let limit = match (family.service, family.access) {
-                (Service::Ec2, Access::Read) => RateLimit { per_second: 20.0, burst: 40 },
-                (Service::Ec2, Access::Mutate) => RateLimit { per_second: 5.0, burst: 20 },
-                (_, Access::Read) => RateLimit { per_second: 10.0, burst: 40 },
-                (_, Access::Mutate) => RateLimit { per_second: 4.0, burst: 20 },
+                (Service::Ec2, Access::Read) => RateLimit {
+                    per_second: 20.0,
+                    burst: 40,
+                },
+                (Service::Ec2, Access::Mutate) => RateLimit {
+                    per_second: 5.0,
+                    burst: 20,
+                },
+                (_, Access::Read) => RateLimit {
+                    per_second: 10.0,
+                    burst: 40,
+                },
+                (_, Access::Mutate) => RateLimit {
+                    per_second: 4.0,
+                    burst: 20,
+                },
             };
             limits.insert(family, limit);
         }
@@ -356,10 +375,10 @@ impl RateLimits {
 
     /// The limit of one family.
     pub fn get(&self, family: Family) -> RateLimit {
-        self.limits
-            .get(&family)
-            .copied()
-            .unwrap_or(RateLimit { per_second: 10.0, burst: 10 })
+        self.limits.get(&family).copied().unwrap_or(RateLimit {
+            per_second: 10.0,
+            burst: 10,
+        })
     }
 }
 
@@ -589,7 +608,10 @@ mod tests {
         for (attempt, ceiling_ms) in [(1, 100), (2, 200), (3, 400), (4, 700), (9, 700)] {
             for _ in 0..200 {
                 let delay = policy.backoff(attempt, &mut rng);
-                assert!(delay <= Duration::from_millis(ceiling_ms), "attempt {attempt}");
+                assert!(
+                    delay <= Duration::from_millis(ceiling_ms),
+                    "attempt {attempt}"
+                );
             }
         }
     }

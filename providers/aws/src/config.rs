@@ -131,10 +131,11 @@ impl CloudConfig {
         match path {
             None => Ok(CloudConfig::default()),
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| AwsError::ConfigRead {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| AwsError::ConfigRead {
+                        path: path.display().to_string(),
+                        source,
+                    })?;
                 CloudConfig::parse(&text)
             }
         }
@@ -151,10 +152,12 @@ impl CloudConfig {
                 continue;
             }
             if let Some(header) = trimmed.strip_prefix('[') {
-                let header = header.strip_suffix(']').ok_or_else(|| AwsError::ConfigParse {
-                    line,
-                    message: format!("unterminated section header {trimmed:?}"),
-                })?;
+                let header = header
+                    .strip_suffix(']')
+                    .ok_or_else(|| AwsError::ConfigParse {
+                        line,
+                        message: format!("unterminated section header {trimmed:?}"),
+                    })?;
                 // `[ServiceOverride "1"]` → section name `serviceoverride`.
                 section = header
                     .split_whitespace()
@@ -218,7 +221,10 @@ impl CloudConfig {
                 }
             }
             lower if IGNORED_GLOBAL_KEYS.contains(&lower) => {
-                tracing::info!(key, "cloud-config key accepted for compatibility and ignored");
+                tracing::info!(
+                    key,
+                    "cloud-config key accepted for compatibility and ignored"
+                );
             }
             _ => {
                 return Err(AwsError::ConfigParse {
@@ -263,7 +269,9 @@ impl CloudConfig {
                     },
                 );
             }
-            "maxattempts" => self.retry.max_attempts = parse_number::<u32>(line, key, value)?.max(1),
+            "maxattempts" => {
+                self.retry.max_attempts = parse_number::<u32>(line, key, value)?.max(1)
+            }
             "retrybasedelaymillis" => {
                 self.retry.base_delay = Duration::from_millis(parse_number(line, key, value)?);
             }
@@ -303,7 +311,10 @@ mod tests {
         assert_eq!(config.elb_security_group.as_deref(), Some("sg-123"));
         assert_eq!(config.vpc.as_deref(), Some("vpc-9"));
         assert_eq!(config.subnet_id.as_deref(), Some("subnet-1"));
-        assert_eq!(config.nlb_security_group_mode, NlbSecurityGroupMode::Managed);
+        assert_eq!(
+            config.nlb_security_group_mode,
+            NlbSecurityGroupMode::Managed
+        );
     }
 
     #[test]
@@ -321,8 +332,16 @@ mod tests {
     #[test]
     fn rejects_bad_values_with_line_numbers() {
         let cases = [
-            ("[Global]\nNLBSecurityGroupMode = Shared\n", 2, "NLBSecurityGroupMode"),
-            ("[Global]\nDisableSecurityGroupIngress = maybe\n", 2, "boolean"),
+            (
+                "[Global]\nNLBSecurityGroupMode = Shared\n",
+                2,
+                "NLBSecurityGroupMode",
+            ),
+            (
+                "[Global]\nDisableSecurityGroupIngress = maybe\n",
+                2,
+                "boolean",
+            ),
             ("[Global]\n\nBogus = 1\n", 3, "Bogus"),
             ("Key = 1\n", 1, "outside"),
             ("[KubeLB]\nRateLimit = s3-read 1 1\n", 2, "s3-read"),
@@ -333,7 +352,10 @@ mod tests {
             match CloudConfig::parse(text) {
                 Err(AwsError::ConfigParse { line, message }) => {
                     assert_eq!(line, want_line, "{text}");
-                    assert!(message.contains(needle), "{message} should mention {needle}");
+                    assert!(
+                        message.contains(needle),
+                        "{message} should mention {needle}"
+                    );
                 }
                 other => panic!("{text}: expected a parse error, got {other:?}"),
             }

@@ -40,7 +40,11 @@ pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), 
         let listeners = clients
             .calls
             .run(ops::V2_DESCRIBE_LISTENERS, || {
-                clients.elbv2.describe_listeners().load_balancer_arn(&nlb.arn).send()
+                clients
+                    .elbv2
+                    .describe_listeners()
+                    .load_balancer_arn(&nlb.arn)
+                    .send()
             })
             .await?;
         target_groups.extend(listeners.listeners().iter().flat_map(|l| {
@@ -90,7 +94,12 @@ pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), 
         )
         .await?;
         let sources = vec![group.clone()];
-        let plan = nodes::plan_node_groups(&referencing, &BTreeSet::new(), &[], Ownership::ClbSource(&sources));
+        let plan = nodes::plan_node_groups(
+            &referencing,
+            &BTreeSet::new(),
+            &[],
+            Ownership::ClbSource(&sources),
+        );
         for (id, changes) in &plan {
             nodes::apply_rule_changes(clients, id, changes).await?;
         }
@@ -99,10 +108,19 @@ pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), 
         // BYO / shared groups: only revoke from cluster-tagged groups, never delete them.
         let sources: Vec<String> = lb_groups.iter().cloned().collect();
         if !sources.is_empty() {
-            let groups = nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &BTreeSet::new()).await?;
-            let still_used = sources.iter().any(|s| provider.config_ref().elb_security_group.as_deref() == Some(s.as_str()));
+            let groups =
+                nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &BTreeSet::new())
+                    .await?;
+            let still_used = sources
+                .iter()
+                .any(|s| provider.config_ref().elb_security_group.as_deref() == Some(s.as_str()));
             if !still_used {
-                let plan = nodes::plan_node_groups(&groups, &BTreeSet::new(), &[], Ownership::ClbSource(&sources));
+                let plan = nodes::plan_node_groups(
+                    &groups,
+                    &BTreeSet::new(),
+                    &[],
+                    Ownership::ClbSource(&sources),
+                );
                 for (id, changes) in &plan {
                     nodes::apply_rule_changes(clients, id, changes).await?;
                 }
@@ -151,7 +169,9 @@ async fn orphan_target_groups(
             })
             .await?;
         for tg in response.target_groups() {
-            if tg.target_group_name().is_some_and(|n| n.starts_with(&prefix))
+            if tg
+                .target_group_name()
+                .is_some_and(|n| n.starts_with(&prefix))
                 && let Some(arn) = tg.target_group_arn()
             {
                 candidates.push((arn.to_string(), tg.load_balancer_arns().is_empty()));

@@ -89,13 +89,17 @@ fn health_check_node_port(spec: &LoadBalancerSpec) -> Result<u16, AwsError> {
             health_check_node_port: Some(port),
         } => Ok(port),
         _ => Err(AwsError::Invalid(
-            "the health check uses healthCheckNodePort, but the Service has none allocated yet".to_string(),
+            "the health check uses healthCheckNodePort, but the Service has none allocated yet"
+                .to_string(),
         )),
     }
 }
 
 /// The explicit health-check port, `None` for the traffic port.
-fn explicit_health_port(spec: &LoadBalancerSpec, port: HealthCheckPort) -> Result<Option<u16>, AwsError> {
+fn explicit_health_port(
+    spec: &LoadBalancerSpec,
+    port: HealthCheckPort,
+) -> Result<Option<u16>, AwsError> {
     match port {
         HealthCheckPort::TrafficPort => Ok(None),
         HealthCheckPort::Number(n) => Ok(Some(n)),
@@ -146,7 +150,8 @@ pub fn clb(
     validate_common(spec)?;
     if spec.ports.iter().any(|p| p.protocol != Protocol::Tcp) {
         return Err(AwsError::Invalid(
-            "Classic ELB supports only TCP ports; use aws-load-balancer-type: nlb for UDP".to_string(),
+            "Classic ELB supports only TCP ports; use aws-load-balancer-type: nlb for UDP"
+                .to_string(),
         ));
     }
     let mut listeners: Vec<Listener> = aws
@@ -234,7 +239,10 @@ fn nlb_health(spec: &LoadBalancerSpec, check: &AwsHealthCheck) -> Result<TgHealt
             ));
         }
     };
-    let http = matches!(check.protocol, HealthCheckProtocol::Http | HealthCheckProtocol::Https);
+    let http = matches!(
+        check.protocol,
+        HealthCheckProtocol::Http | HealthCheckProtocol::Https
+    );
     Ok(TgHealth {
         protocol,
         port: explicit_health_port(spec, check.port)?
@@ -259,8 +267,14 @@ pub fn nlb(
     let aws = aws_spec(spec)?;
     validate_common(spec)?;
     for (what, count) in [
-        ("aws-load-balancer-eip-allocations", aws.eip_allocations.len()),
-        ("aws-load-balancer-private-ipv4-addresses", aws.private_ipv4_addresses.len()),
+        (
+            "aws-load-balancer-eip-allocations",
+            aws.eip_allocations.len(),
+        ),
+        (
+            "aws-load-balancer-private-ipv4-addresses",
+            aws.private_ipv4_addresses.len(),
+        ),
     ] {
         if count != 0 && count != subnets.len() {
             return Err(AwsError::Invalid(format!(
@@ -290,11 +304,16 @@ pub fn nlb(
             .to_string(),
     )]);
     if let Some(preserve) = aws.target_group_attributes.preserve_client_ip {
-        tg_attributes.insert("preserve_client_ip.enabled".to_string(), preserve.to_string());
+        tg_attributes.insert(
+            "preserve_client_ip.enabled".to_string(),
+            preserve.to_string(),
+        );
     }
     let mut listeners: Vec<ListenerDesired> = Vec::new();
     for l in &aws.nlb_listeners {
-        let Some(node_port) = l.node_port else { continue };
+        let Some(node_port) = l.node_port else {
+            continue;
+        };
         let target_protocol = l.target_protocol.as_str();
         listeners.push(ListenerDesired {
             port: i32::from(l.port),
@@ -329,8 +348,14 @@ pub fn nlb(
     listeners.sort_by_key(|l| l.port);
     let access = &aws.access_log;
     let mut attributes = BTreeMap::from([
-        ("load_balancing.cross_zone.enabled".to_string(), aws.cross_zone.to_string()),
-        ("access_logs.s3.enabled".to_string(), access.enabled.to_string()),
+        (
+            "load_balancing.cross_zone.enabled".to_string(),
+            aws.cross_zone.to_string(),
+        ),
+        (
+            "access_logs.s3.enabled".to_string(),
+            access.enabled.to_string(),
+        ),
     ]);
     if access.enabled {
         // The ELBv2 API rejects an empty bucket, so bucket and prefix go with enabled=true only.
@@ -371,7 +396,11 @@ pub struct NlbNodeRuleInputs {
 /// Node-rule inputs for an NLB (seed 001 table).
 pub fn nlb_node_rule_inputs(spec: &LoadBalancerSpec) -> Result<NlbNodeRuleInputs, AwsError> {
     let aws = aws_spec(spec)?;
-    let client_ports: BTreeSet<u16> = aws.nlb_listeners.iter().filter_map(|l| l.node_port).collect();
+    let client_ports: BTreeSet<u16> = aws
+        .nlb_listeners
+        .iter()
+        .filter_map(|l| l.node_port)
+        .collect();
     let udp = spec.ports.iter().any(|p| p.protocol == Protocol::Udp);
     let health_ports = match explicit_health_port(spec, aws.health_check.port)? {
         None => client_ports.clone(),

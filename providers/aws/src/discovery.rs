@@ -67,7 +67,9 @@ pub fn select_subnets(subnets: &[SubnetInfo], cluster_tag: &str, internal: bool)
             .tags
             .keys()
             .any(|k| k.starts_with("kubernetes.io/cluster/") && k != cluster_tag);
-        if (other_cluster && !subnet.tags.contains_key(cluster_tag)) || (!internal && !subnet.public) {
+        if (other_cluster && !subnet.tags.contains_key(cluster_tag))
+            || (!internal && !subnet.public)
+        {
             continue;
         }
         match best.get(subnet.zone.as_str()) {
@@ -85,11 +87,14 @@ struct Timed<T> {
     at: Instant,
 }
 
+/// Discovered subnets per (VPC, internal).
+type SubnetCache = HashMap<(String, bool), Timed<Vec<SubnetInfo>>>;
+
 /// Cached discovery results.
 #[derive(Default)]
 pub struct Discovery {
     instances: Mutex<HashMap<String, Timed<InstanceInfo>>>,
-    subnets: Mutex<HashMap<(String, bool), Timed<Vec<SubnetInfo>>>>,
+    subnets: Mutex<SubnetCache>,
     vpc_cidrs: Mutex<HashMap<String, Vec<String>>>,
 }
 
@@ -157,7 +162,9 @@ impl Discovery {
                     };
                     for reservation in response.reservations() {
                         for instance in reservation.instances() {
-                            let Some(id) = instance.instance_id() else { continue };
+                            let Some(id) = instance.instance_id() else {
+                                continue;
+                            };
                             found.push(InstanceInfo {
                                 id: id.to_string(),
                                 vpc_id: instance.vpc_id().map(str::to_string),
@@ -381,7 +388,10 @@ fn poisoned() -> AwsError {
 }
 
 /// The EC2 filter helper, shared with the other modules.
-pub(crate) fn ec2_filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Filter {
+pub(crate) fn ec2_filter(
+    name: &str,
+    values: impl IntoIterator<Item = impl Into<String>>,
+) -> Filter {
     filter(name, values)
 }
 
@@ -392,7 +402,10 @@ mod tests {
     #[test]
     fn provider_ids() {
         let cases = [
-            ("aws:///us-east-1a/i-0123456789abcdef0", Some("i-0123456789abcdef0")),
+            (
+                "aws:///us-east-1a/i-0123456789abcdef0",
+                Some("i-0123456789abcdef0"),
+            ),
             ("aws://us-east-1a/i-abc", Some("i-abc")),
             ("aws:///i-abc", Some("i-abc")),
             ("gce://p/z/i-abc", None),
@@ -409,7 +422,10 @@ mod tests {
             id: id.into(),
             zone: zone.into(),
             cidr: None,
-            tags: tags.iter().map(|t| (t.to_string(), "1".to_string())).collect(),
+            tags: tags
+                .iter()
+                .map(|t| (t.to_string(), "1".to_string()))
+                .collect(),
             public,
         }
     }
@@ -421,7 +437,12 @@ mod tests {
             subnet("subnet-b1", "b", true, &[]),
             subnet("subnet-a2", "a", true, &["kubernetes.io/role/elb"]),
             subnet("subnet-a1", "a", true, &[]),
-            subnet("subnet-c1", "c", false, &["kubernetes.io/role/internal-elb", c]),
+            subnet(
+                "subnet-c1",
+                "c",
+                false,
+                &["kubernetes.io/role/internal-elb", c],
+            ),
             subnet("subnet-c2", "c", true, &["kubernetes.io/cluster/other"]),
             subnet("subnet-b0", "b", true, &[c]),
         ];
@@ -432,7 +453,11 @@ mod tests {
         // Internal: private subnets qualify; the public-LB role tag does not count.
         assert_eq!(
             select_subnets(&subnets, c, true),
-            vec!["subnet-a1".to_string(), "subnet-b0".into(), "subnet-c1".into()]
+            vec![
+                "subnet-a1".to_string(),
+                "subnet-b0".into(),
+                "subnet-c1".into()
+            ]
         );
         assert!(select_subnets(&[], c, false).is_empty());
     }

@@ -49,8 +49,11 @@ const USER_ERROR_CODES: &[&str] = &[
 ];
 
 /// Codes of conditions that clear up on their own (dependencies still being torn down).
-const TRANSIENT_CONFLICT_CODES: &[&str] =
-    &["DependencyViolation", "ResourceInUse", "OperationNotPermitted"];
+const TRANSIENT_CONFLICT_CODES: &[&str] = &[
+    "DependencyViolation",
+    "ResourceInUse",
+    "OperationNotPermitted",
+];
 
 /// What went wrong in the AWS provider.
 #[derive(Debug, thiserror::Error)]
@@ -114,15 +117,18 @@ impl AwsError {
                 )
             }
             SdkError::TimeoutError(_) => ("Timeout".to_string(), "request timed out".to_string()),
-            SdkError::DispatchFailure(_) => {
-                ("Dispatch".to_string(), "could not send the request".to_string())
-            }
-            SdkError::ResponseError(_) => {
-                ("Response".to_string(), "could not read the response".to_string())
-            }
-            SdkError::ConstructionFailure(_) => {
-                ("Construction".to_string(), "could not build the request".to_string())
-            }
+            SdkError::DispatchFailure(_) => (
+                "Dispatch".to_string(),
+                "could not send the request".to_string(),
+            ),
+            SdkError::ResponseError(_) => (
+                "Response".to_string(),
+                "could not read the response".to_string(),
+            ),
+            SdkError::ConstructionFailure(_) => (
+                "Construction".to_string(),
+                "could not build the request".to_string(),
+            ),
             _ => ("Unknown".to_string(), error.to_string()),
         };
         AwsError::Api {

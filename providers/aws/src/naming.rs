@@ -145,7 +145,10 @@ mod tests {
             health_check_interval: 30,
         };
         let a = target_group_name(&svc("kube-system", "my.long-service-name"), input);
-        assert_eq!(a, target_group_name(&svc("kube-system", "my.long-service-name"), input));
+        assert_eq!(
+            a,
+            target_group_name(&svc("kube-system", "my.long-service-name"), input)
+        );
         assert!(a.starts_with("k8s-kubesyst-mylongse-"), "{a}");
         assert_eq!(a.len(), "k8s-kubesyst-mylongse-".len() + 10);
         assert!(a.len() <= 32);
@@ -153,7 +156,10 @@ mod tests {
             health_check_interval: 10,
             ..input
         };
-        assert_ne!(a, target_group_name(&svc("kube-system", "my.long-service-name"), other));
+        assert_ne!(
+            a,
+            target_group_name(&svc("kube-system", "my.long-service-name"), other)
+        );
     }
 
     #[test]
@@ -162,14 +168,19 @@ mod tests {
             let d = nlb_rule_description(kind, "abc");
             assert_eq!(parse_nlb_rule_description(&d), Some((kind, "abc")));
         }
-        assert_eq!(parse_nlb_rule_description("kubernetes.io/rule/nlb/mtu"), None);
+        assert_eq!(
+            parse_nlb_rule_description("kubernetes.io/rule/nlb/mtu"),
+            None
+        );
         assert_eq!(parse_nlb_rule_description("other"), None);
     }
 
     #[test]
     fn managed_policies() {
         assert!(is_managed_policy(PROXY_PROTOCOL_POLICY));
-        assert!(is_managed_policy(&ssl_negotiation_policy_name("ELBSecurityPolicy-2016-08")));
+        assert!(is_managed_policy(&ssl_negotiation_policy_name(
+            "ELBSecurityPolicy-2016-08"
+        )));
         assert!(!is_managed_policy("ELBSecurityPolicy-2016-08"));
     }
 }

@@ -10,20 +10,31 @@ use crate::desired::NlbNodeRuleInputs;
 use crate::discovery::{InstanceInfo, ec2_filter};
 use crate::error::AwsError;
 use crate::naming::{NlbRuleKind, nlb_rule_description, parse_nlb_rule_description};
-use crate::sg::{IngressRule, ObservedGroup, RuleChanges, RuleSource, diff_rules, node_group_for_instance};
+use crate::sg::{
+    IngressRule, ObservedGroup, RuleChanges, RuleSource, diff_rules, node_group_for_instance,
+};
 
 /// The rules every node group of an NLB needs (seed 001 table): client traffic on the node
 /// ports from the client CIDRs, ICMP path-MTU from the same CIDRs, and health checks from the
 /// VPC CIDRs — skipped when the client rule already admits them (all sources, TCP, same ports),
 /// as upstream does to save rule quota.
-pub fn nlb_node_rules(lb: &str, inputs: &NlbNodeRuleInputs, vpc_cidrs: &[String]) -> Vec<IngressRule> {
+pub fn nlb_node_rules(
+    lb: &str,
+    inputs: &NlbNodeRuleInputs,
+    vpc_cidrs: &[String],
+) -> Vec<IngressRule> {
     let client = nlb_rule_description(NlbRuleKind::Client, lb);
     let health = nlb_rule_description(NlbRuleKind::Health, lb);
     let mtu = nlb_rule_description(NlbRuleKind::Mtu, lb);
     let mut rules = Vec::new();
     for port in &inputs.client_ports {
         for cidr in &inputs.client_cidrs {
-            rules.push(IngressRule::port(&inputs.client_protocol, *port, cidr, Some(&client)));
+            rules.push(IngressRule::port(
+                &inputs.client_protocol,
+                *port,
+                cidr,
+                Some(&client),
+            ));
         }
     }
     for cidr in &inputs.client_cidrs {
@@ -63,8 +74,15 @@ fn hand_over_mtu(observed: &[IngressRule], lb: &str, changes: &mut RuleChanges) 
             .as_deref()
             .and_then(parse_nlb_rule_description)
             .is_some_and(|(kind, _)| kind == NlbRuleKind::Mtu);
-        let RuleSource::Cidr(cidr) = &revoked.source else { continue };
-        if !is_mtu || changes.authorize.iter().any(|r| r.protocol == "icmp" && r.source == revoked.source) {
+        let RuleSource::Cidr(cidr) = &revoked.source else {
+            continue;
+        };
+        if !is_mtu
+            || changes
+                .authorize
+                .iter()
+                .any(|r| r.protocol == "icmp" && r.source == revoked.source)
+        {
             continue;
         }
         let heir = observed.iter().find_map(|rule| {
@@ -111,7 +129,11 @@ pub fn plan_node_groups(
 ) -> BTreeMap<String, RuleChanges> {
     let mut plan = BTreeMap::new();
     for group in groups {
-        let wanted: &[IngressRule] = if node_groups.contains(&group.id) { desired } else { &[] };
+        let wanted: &[IngressRule] = if node_groups.contains(&group.id) {
+            desired
+        } else {
+            &[]
+        };
         let mut changes = diff_rules(&group.ingress, wanted, |r| ownership.owns(r));
         if let Ownership::Nlb(lb) = ownership {
             hand_over_mtu(&group.ingress, lb, &mut changes);
@@ -143,7 +165,10 @@ pub fn node_groups(
             }
             Ok(None) => tracing::warn!(instance = %info.id, "instance has no security group"),
             Err(message) => {
-                return Err(AwsError::Invalid(format!("instance {}: {message}", info.id)));
+                return Err(AwsError::Invalid(format!(
+                    "instance {}: {message}",
+                    info.id
+                )));
             }
         }
     }
@@ -200,7 +225,12 @@ pub async fn describe_groups(
             Err(e) if e.has_code(&["InvalidGroup.NotFound"]) => return Ok(groups),
             Err(e) => return Err(e),
         };
-        groups.extend(response.security_groups().iter().filter_map(ObservedGroup::from_sdk));
+        groups.extend(
+            response
+                .security_groups()
+                .iter()
+                .filter_map(ObservedGroup::from_sdk),
+        );
         token = response.next_token().map(str::to_string);
         if token.is_none() {
             return Ok(groups);
@@ -216,7 +246,11 @@ pub async fn apply_rule_changes(
     changes: &RuleChanges,
 ) -> Result<(), AwsError> {
     if !changes.revoke.is_empty() {
-        let permissions: Vec<_> = changes.revoke.iter().map(IngressRule::to_permission).collect();
+        let permissions: Vec<_> = changes
+            .revoke
+            .iter()
+            .map(IngressRule::to_permission)
+            .collect();
         match clients
             .calls
             .run(ops::REVOKE_INGRESS, || {
@@ -235,7 +269,11 @@ pub async fn apply_rule_changes(
         }
     }
     if !changes.authorize.is_empty() {
-        let permissions: Vec<_> = changes.authorize.iter().map(IngressRule::to_permission).collect();
+        let permissions: Vec<_> = changes
+            .authorize
+            .iter()
+            .map(IngressRule::to_permission)
+            .collect();
         match clients
             .calls
             .run(ops::AUTHORIZE_INGRESS, || {
@@ -278,7 +316,12 @@ mod tests {
             rules,
             vec![
                 IngressRule::mtu("0.0.0.0/0", Some("kubernetes.io/rule/nlb/mtu=lb")),
-                IngressRule::port("tcp", 30080, "0.0.0.0/0", Some("kubernetes.io/rule/nlb/client=lb")),
+                IngressRule::port(
+                    "tcp",
+                    30080,
+                    "0.0.0.0/0",
+                    Some("kubernetes.io/rule/nlb/client=lb")
+                ),
             ]
         );
         // Local policy with source ranges: health rule from the VPC CIDR on the HC node port.
@@ -287,14 +330,34 @@ mod tests {
             rules,
             vec![
                 IngressRule::mtu("1.2.3.0/24", Some("kubernetes.io/rule/nlb/mtu=lb")),
-                IngressRule::port("tcp", 30080, "1.2.3.0/24", Some("kubernetes.io/rule/nlb/client=lb")),
-                IngressRule::port("tcp", 31000, "10.0.0.0/16", Some("kubernetes.io/rule/nlb/health=lb")),
+                IngressRule::port(
+                    "tcp",
+                    30080,
+                    "1.2.3.0/24",
+                    Some("kubernetes.io/rule/nlb/client=lb")
+                ),
+                IngressRule::port(
+                    "tcp",
+                    31000,
+                    "10.0.0.0/16",
+                    Some("kubernetes.io/rule/nlb/health=lb")
+                ),
             ]
         );
         // UDP: client rule is UDP, health stays TCP.
         let rules = nlb_node_rules("lb", &inputs(&["0.0.0.0/0"], "udp", &[30080]), &vpc);
-        assert!(rules.contains(&IngressRule::port("udp", 30080, "0.0.0.0/0", Some("kubernetes.io/rule/nlb/client=lb"))));
-        assert!(rules.contains(&IngressRule::port("tcp", 30080, "10.0.0.0/16", Some("kubernetes.io/rule/nlb/health=lb"))));
+        assert!(rules.contains(&IngressRule::port(
+            "udp",
+            30080,
+            "0.0.0.0/0",
+            Some("kubernetes.io/rule/nlb/client=lb")
+        )));
+        assert!(rules.contains(&IngressRule::port(
+            "tcp",
+            30080,
+            "10.0.0.0/16",
+            Some("kubernetes.io/rule/nlb/health=lb")
+        )));
     }
 
     fn group(id: &str, ingress: Vec<IngressRule>) -> ObservedGroup {
@@ -310,7 +373,12 @@ mod tests {
     #[test]
     fn rules_leave_groups_that_no_longer_host_nodes_and_mtu_is_handed_over() {
         let mine = nlb_node_rules("me", &inputs(&["0.0.0.0/0"], "tcp", &[30080]), &[]);
-        let other_client = IngressRule::port("tcp", 30090, "0.0.0.0/0", Some("kubernetes.io/rule/nlb/client=other"));
+        let other_client = IngressRule::port(
+            "tcp",
+            30090,
+            "0.0.0.0/0",
+            Some("kubernetes.io/rule/nlb/client=other"),
+        );
         let groups = vec![
             group("sg-node", mine.clone()),
             group("sg-old", {
@@ -319,13 +387,24 @@ mod tests {
                 r
             }),
         ];
-        let plan = plan_node_groups(&groups, &BTreeSet::from(["sg-node".to_string()]), &mine, Ownership::Nlb("me"));
-        assert!(!plan.contains_key("sg-node"), "converged group must plan nothing");
+        let plan = plan_node_groups(
+            &groups,
+            &BTreeSet::from(["sg-node".to_string()]),
+            &mine,
+            Ownership::Nlb("me"),
+        );
+        assert!(
+            !plan.contains_key("sg-node"),
+            "converged group must plan nothing"
+        );
         let old = &plan["sg-old"];
         assert_eq!(old.revoke.len(), 2);
         assert_eq!(
             old.authorize,
-            vec![IngressRule::mtu("0.0.0.0/0", Some("kubernetes.io/rule/nlb/mtu=other"))]
+            vec![IngressRule::mtu(
+                "0.0.0.0/0",
+                Some("kubernetes.io/rule/nlb/mtu=other")
+            )]
         );
     }
 
@@ -334,7 +413,13 @@ mod tests {
         let lb_groups = vec!["sg-lb".to_string()];
         let groups = vec![
             group("sg-node", vec![]),
-            group("sg-stale", vec![IngressRule::from_group("sg-lb"), IngressRule::from_group("sg-x")]),
+            group(
+                "sg-stale",
+                vec![
+                    IngressRule::from_group("sg-lb"),
+                    IngressRule::from_group("sg-x"),
+                ],
+            ),
         ];
         let plan = plan_node_groups(
             &groups,
@@ -342,7 +427,13 @@ mod tests {
             &[IngressRule::from_group("sg-lb")],
             Ownership::ClbSource(&lb_groups),
         );
-        assert_eq!(plan["sg-node"].authorize, vec![IngressRule::from_group("sg-lb")]);
-        assert_eq!(plan["sg-stale"].revoke, vec![IngressRule::from_group("sg-lb")]);
+        assert_eq!(
+            plan["sg-node"].authorize,
+            vec![IngressRule::from_group("sg-lb")]
+        );
+        assert_eq!(
+            plan["sg-stale"].revoke,
+            vec![IngressRule::from_group("sg-lb")]
+        );
     }
 }

@@ -161,7 +161,10 @@ impl AwsProvider {
             .iter()
             .filter(|node| self.accepts_node(spec, node))
             .filter_map(|node| {
-                let id = node.provider_id.as_deref().and_then(instance_id_from_provider_id);
+                let id = node
+                    .provider_id
+                    .as_deref()
+                    .and_then(instance_id_from_provider_id);
                 if id.is_none() {
                     tracing::debug!(node = %node.name, "node has no AWS provider ID yet; skipped");
                 }
@@ -216,7 +219,11 @@ impl AwsProvider {
         }
         match &self.config.subnet_id {
             Some(subnet) => {
-                tracing::warn!(vpc, subnet, "no tagged or public subnet found; using SubnetID");
+                tracing::warn!(
+                    vpc,
+                    subnet,
+                    "no tagged or public subnet found; using SubnetID"
+                );
                 Ok(vec![subnet.clone()])
             }
             None => Err(AwsError::Invalid(
@@ -329,7 +336,10 @@ impl AwsProvider {
             desired.instances = instance_ids.clone();
             if let Some(observed) = clb::io::describe(&self.clients, &name).await? {
                 let actions = clb::plan::plan(Some(&observed), &desired);
-                if !actions.iter().any(|a| matches!(a, ClbAction::Create | ClbAction::Recreate)) {
+                if !actions
+                    .iter()
+                    .any(|a| matches!(a, ClbAction::Create | ClbAction::Recreate))
+                {
                     clb::io::apply(&self.clients, &desired, &actions).await?;
                     self.remember(
                         &name,
@@ -345,7 +355,10 @@ impl AwsProvider {
         }
 
         let observed = clb::io::describe(&self.clients, &name).await?;
-        let vpc = self.vpc(&instances, observed.as_ref().and_then(|o| o.vpc_id.as_deref()))?;
+        let vpc = self.vpc(
+            &instances,
+            observed.as_ref().and_then(|o| o.vpc_id.as_deref()),
+        )?;
         let internal = spec.scheme == kube_lb_annotations::Scheme::Internal;
         let subnets = self.subnets(spec, &vpc, internal).await?;
         let aws = desired::aws_spec(spec)?;
@@ -396,10 +409,16 @@ impl AwsProvider {
                 )
                 .await?
             } else {
-                nodes::observe_groups(&self.clients, &self.cluster_tag(), Some(&vpc), &candidate_groups)
-                    .await?
+                nodes::observe_groups(
+                    &self.clients,
+                    &self.cluster_tag(),
+                    Some(&vpc),
+                    &candidate_groups,
+                )
+                .await?
             };
-            let node_groups = nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
+            let node_groups =
+                nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
             let sources = vec![primary.clone()];
             let plan = nodes::plan_node_groups(
                 &observed_groups,
@@ -567,21 +586,33 @@ impl AwsProvider {
             let vpc_cidrs = self.discovery.vpc_cidrs(&self.clients, &vpc).await?;
             let inputs = desired::nlb_node_rule_inputs(spec)?;
             let rules = nodes::nlb_node_rules(&name, &inputs, &vpc_cidrs);
-            let observed_groups =
-                nodes::observe_groups(&self.clients, &self.cluster_tag(), Some(&vpc), &candidate_groups)
-                    .await?;
-            let node_groups = nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
-            let plan =
-                nodes::plan_node_groups(&observed_groups, &node_groups, &rules, Ownership::Nlb(&name));
+            let observed_groups = nodes::observe_groups(
+                &self.clients,
+                &self.cluster_tag(),
+                Some(&vpc),
+                &candidate_groups,
+            )
+            .await?;
+            let node_groups =
+                nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
+            let plan = nodes::plan_node_groups(
+                &observed_groups,
+                &node_groups,
+                &rules,
+                Ownership::Nlb(&name),
+            );
             for (group, changes) in &plan {
                 nodes::apply_rule_changes(&self.clients, group, changes).await?;
             }
         }
 
-        let dns_name = applied
-            .dns_name
-            .clone()
-            .or_else(|| if recreated { None } else { observed.and_then(|o| o.dns_name) });
+        let dns_name = applied.dns_name.clone().or_else(|| {
+            if recreated {
+                None
+            } else {
+                observed.and_then(|o| o.dns_name)
+            }
+        });
         self.remember(
             &name,
             Some(Verified::Nlb {
@@ -660,7 +691,10 @@ impl LoadBalancerProvider for AwsProvider {
             .map_err(|e| to_provider_error(service, e))
     }
 
-    async fn status(&self, service: &ServiceKey) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
         let name = load_balancer_name(&service.uid);
         if let Some(clb) = clb::io::describe(&self.clients, &name)
             .await

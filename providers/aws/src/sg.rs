@@ -103,7 +103,10 @@ impl IngressRule {
 pub fn flatten(permissions: &[IpPermission]) -> Vec<IngressRule> {
     let mut rules = Vec::new();
     for permission in permissions {
-        let protocol = permission.ip_protocol().unwrap_or("-1").to_ascii_lowercase();
+        let protocol = permission
+            .ip_protocol()
+            .unwrap_or("-1")
+            .to_ascii_lowercase();
         let (from_port, to_port) = if protocol == "-1" {
             (None, None)
         } else {
@@ -221,7 +224,10 @@ pub fn node_group_for_instance(
     instance_groups: &[String],
     tagged: &BTreeSet<String>,
 ) -> Result<Option<String>, String> {
-    let tagged_here: Vec<&String> = instance_groups.iter().filter(|g| tagged.contains(*g)).collect();
+    let tagged_here: Vec<&String> = instance_groups
+        .iter()
+        .filter(|g| tagged.contains(*g))
+        .collect();
     match (tagged_here.as_slice(), instance_groups) {
         ([one], _) => Ok(Some((*one).clone())),
         ([], []) => Ok(None),
@@ -233,7 +239,11 @@ pub fn node_group_for_instance(
         )),
         (several, _) => Err(format!(
             "instance has several cluster-tagged security groups ({}); tag only one",
-            several.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            several
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
     }
 }
@@ -261,30 +271,54 @@ mod tests {
     fn diff_cases() {
         let foreign = IngressRule::port("tcp", 22, "10.0.0.0/8", None);
         let cases: Vec<(&str, Vec<IngressRule>, Vec<IngressRule>, RuleChanges)> = vec![
-            ("no-op", vec![client(30080, "0.0.0.0/0", "me")], vec![client(30080, "0.0.0.0/0", "me")], RuleChanges::default()),
+            (
+                "no-op",
+                vec![client(30080, "0.0.0.0/0", "me")],
+                vec![client(30080, "0.0.0.0/0", "me")],
+                RuleChanges::default(),
+            ),
             (
                 "add missing",
                 vec![foreign.clone()],
                 vec![client(30080, "0.0.0.0/0", "me")],
-                RuleChanges { authorize: vec![client(30080, "0.0.0.0/0", "me")], revoke: vec![] },
+                RuleChanges {
+                    authorize: vec![client(30080, "0.0.0.0/0", "me")],
+                    revoke: vec![],
+                },
             ),
             (
                 "remove stale, keep foreign and other lb",
-                vec![foreign.clone(), client(30080, "0.0.0.0/0", "me"), client(30090, "0.0.0.0/0", "other")],
+                vec![
+                    foreign.clone(),
+                    client(30080, "0.0.0.0/0", "me"),
+                    client(30090, "0.0.0.0/0", "other"),
+                ],
                 vec![],
-                RuleChanges { authorize: vec![], revoke: vec![client(30080, "0.0.0.0/0", "me")] },
+                RuleChanges {
+                    authorize: vec![],
+                    revoke: vec![client(30080, "0.0.0.0/0", "me")],
+                },
             ),
             (
                 "same identity under another description satisfies",
-                vec![IngressRule::mtu("0.0.0.0/0", Some("kubernetes.io/rule/nlb/mtu"))],
-                vec![IngressRule::mtu("0.0.0.0/0", Some("kubernetes.io/rule/nlb/mtu=me"))],
+                vec![IngressRule::mtu(
+                    "0.0.0.0/0",
+                    Some("kubernetes.io/rule/nlb/mtu"),
+                )],
+                vec![IngressRule::mtu(
+                    "0.0.0.0/0",
+                    Some("kubernetes.io/rule/nlb/mtu=me"),
+                )],
                 RuleChanges::default(),
             ),
             (
                 "source range change replaces the rule",
                 vec![client(30080, "0.0.0.0/0", "me")],
                 vec![client(30080, "10.0.0.0/8", "me")],
-                RuleChanges { authorize: vec![client(30080, "10.0.0.0/8", "me")], revoke: vec![client(30080, "0.0.0.0/0", "me")] },
+                RuleChanges {
+                    authorize: vec![client(30080, "10.0.0.0/8", "me")],
+                    revoke: vec![client(30080, "0.0.0.0/0", "me")],
+                },
             ),
         ];
         for (name, observed, desired, want) in cases {
@@ -307,8 +341,14 @@ mod tests {
     fn node_group_selection() {
         let tagged: BTreeSet<String> = ["sg-t1".to_string(), "sg-t2".to_string()].into();
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(node_group_for_instance(&s(&["sg-a", "sg-t1"]), &tagged), Ok(Some("sg-t1".into())));
-        assert_eq!(node_group_for_instance(&s(&["sg-a"]), &tagged), Ok(Some("sg-a".into())));
+        assert_eq!(
+            node_group_for_instance(&s(&["sg-a", "sg-t1"]), &tagged),
+            Ok(Some("sg-t1".into()))
+        );
+        assert_eq!(
+            node_group_for_instance(&s(&["sg-a"]), &tagged),
+            Ok(Some("sg-a".into()))
+        );
         assert_eq!(node_group_for_instance(&s(&[]), &tagged), Ok(None));
         assert!(node_group_for_instance(&s(&["sg-a", "sg-b"]), &tagged).is_err());
         assert!(node_group_for_instance(&s(&["sg-t1", "sg-t2"]), &tagged).is_err());

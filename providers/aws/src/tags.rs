@@ -65,7 +65,10 @@ pub struct TagChanges {
 }
 
 /// Adds what differs; removes keys the tracker says kube-lb applied that are no longer wanted.
-pub fn diff_tags(observed: &BTreeMap<String, String>, desired: &BTreeMap<String, String>) -> TagChanges {
+pub fn diff_tags(
+    observed: &BTreeMap<String, String>,
+    desired: &BTreeMap<String, String>,
+) -> TagChanges {
     let add: BTreeMap<String, String> = desired
         .iter()
         .filter(|(k, v)| observed.get(*k) != Some(*v))
@@ -97,7 +100,10 @@ mod tests {
     }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -118,7 +124,10 @@ mod tests {
             ])
         );
         let legacy = resource_tags("c", true, &svc(), &BTreeMap::new());
-        assert_eq!(legacy.get("KubernetesCluster").map(String::as_str), Some("c"));
+        assert_eq!(
+            legacy.get("KubernetesCluster").map(String::as_str),
+            Some("c")
+        );
         assert!(!legacy.contains_key(TRACKER_TAG));
     }
 
@@ -139,7 +148,11 @@ mod tests {
         let changes = diff_tags(&before, &none);
         assert_eq!(
             changes.remove,
-            vec!["env".to_string(), "kube-lb.io/additional-tag-keys".into(), "team".into()]
+            vec![
+                "env".to_string(),
+                "kube-lb.io/additional-tag-keys".into(),
+                "team".into()
+            ]
         );
     }
 }

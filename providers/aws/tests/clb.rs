@@ -15,6 +15,9 @@ use kube_lb_provider_core::naming::load_balancer_name;
 
 const UID: &str = "11111111-2222-3333-4444-555555555555";
 
+/// (protocol, LB port, instance port, certificate, policies).
+type ListenerRow = (String, i32, i32, Option<String>, Vec<String>);
+
 fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
@@ -28,7 +31,10 @@ async fn plain_clb_create_resync_nodes_and_delete_with_exact_call_counts() {
     let name = load_balancer_name(UID);
 
     // Create: upstream needs ~17 calls (aws.md §3.1).
-    let status = provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
+    let status = provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let host = status.ingress[0].hostname.clone().unwrap();
     assert!(host.contains(&name), "{host}");
     let create = provider.take_calls();
@@ -57,13 +63,30 @@ async fn plain_clb_create_resync_nodes_and_delete_with_exact_call_counts() {
         .clone();
     assert_eq!(lb.scheme(), Some("internet-facing"));
     let listener = lb.listener_descriptions()[0].listener().unwrap();
-    assert_eq!((listener.protocol(), listener.load_balancer_port(), listener.instance_port()), ("TCP", 80, 30080));
+    assert_eq!(
+        (
+            listener.protocol(),
+            listener.load_balancer_port(),
+            listener.instance_port()
+        ),
+        ("TCP", 80, 30080)
+    );
     let hc = lb.health_check().unwrap();
     assert_eq!(
-        (hc.target(), hc.interval(), hc.timeout(), hc.healthy_threshold(), hc.unhealthy_threshold()),
+        (
+            hc.target(),
+            hc.interval(),
+            hc.timeout(),
+            hc.healthy_threshold(),
+            hc.unhealthy_threshold()
+        ),
         ("TCP:30080", 10, 5, 2, 6)
     );
-    let registered: BTreeSet<String> = lb.instances().iter().map(|i| i.instance_id().unwrap().to_string()).collect();
+    let registered: BTreeSet<String> = lb
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
     assert_eq!(registered, env.instances.iter().cloned().collect());
     let lb_sg = env.groups_named(&format!("k8s-elb-{name}")).await;
     assert_eq!(lb.security_groups(), lb_sg.as_slice());
@@ -71,12 +94,22 @@ async fn plain_clb_create_resync_nodes_and_delete_with_exact_call_counts() {
     lb_rules.sort();
     assert_eq!(
         lb_rules,
-        vec![IngressRule::mtu("0.0.0.0/0", None), IngressRule::port("tcp", 80, "0.0.0.0/0", None)]
+        vec![
+            IngressRule::mtu("0.0.0.0/0", None),
+            IngressRule::port("tcp", 80, "0.0.0.0/0", None)
+        ]
     );
-    assert!(env.rules(&env.node_sg).await.contains(&IngressRule::from_group(&lb_sg[0])));
+    assert!(
+        env.rules(&env.node_sg)
+            .await
+            .contains(&IngressRule::from_group(&lb_sg[0]))
+    );
 
     // No-op resync: no mutation, at most 2 reads (it is 1).
-    provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let resync = provider.take_calls();
     assert_eq!(resync.mutations, 0, "{:?}", resync.by_op);
     assert_eq!(resync.reads, 1, "{:?}", resync.by_op);
@@ -88,16 +121,34 @@ async fn plain_clb_create_resync_nodes_and_delete_with_exact_call_counts() {
     nodes.push(new.clone());
     provider.ensure(&spec, &env.nodes(&nodes)).await.unwrap();
     let add = provider.take_calls();
-    assert_eq!(add.mutating(), counts(&[("elb:RegisterInstancesWithLoadBalancer", 1)]));
+    assert_eq!(
+        add.mutating(),
+        counts(&[("elb:RegisterInstancesWithLoadBalancer", 1)])
+    );
     assert_eq!(lb_reads(&add), 1, "{:?}", add.by_op);
-    assert_eq!(add.count(kube_lb_provider_aws::calls::ops::DESCRIBE_INSTANCES), 1);
+    assert_eq!(
+        add.count(kube_lb_provider_aws::calls::ops::DESCRIBE_INSTANCES),
+        1
+    );
 
     // Node removed (or excluded by the controller): only the deregistration.
-    provider.ensure(&spec, &env.nodes(&nodes[1..])).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&nodes[1..]))
+        .await
+        .unwrap();
     let remove = provider.take_calls();
-    assert_eq!(remove.mutating(), counts(&[("elb:DeregisterInstancesFromLoadBalancer", 1)]));
+    assert_eq!(
+        remove.mutating(),
+        counts(&[("elb:DeregisterInstancesFromLoadBalancer", 1)])
+    );
     assert_eq!(remove.reads, 1);
-    let lb = env.elb.describe_load_balancers().load_balancer_names(&name).send().await.unwrap();
+    let lb = env
+        .elb
+        .describe_load_balancers()
+        .load_balancer_names(&name)
+        .send()
+        .await
+        .unwrap();
     let registered: BTreeSet<String> = lb.load_balancer_descriptions()[0]
         .instances()
         .iter()
@@ -107,20 +158,51 @@ async fn plain_clb_create_resync_nodes_and_delete_with_exact_call_counts() {
 
     // Local ↔ Cluster: only the health check changes.
     let local = service.clone().local(32000).spec();
-    provider.ensure(&local, &env.nodes(&nodes[1..])).await.unwrap();
+    provider
+        .ensure(&local, &env.nodes(&nodes[1..]))
+        .await
+        .unwrap();
     let switch = provider.take_calls();
-    assert_eq!(switch.mutating(), counts(&[("elb:ConfigureHealthCheck", 1)]));
-    let lb = env.elb.describe_load_balancers().load_balancer_names(&name).send().await.unwrap();
-    assert_eq!(lb.load_balancer_descriptions()[0].health_check().unwrap().target(), "HTTP:32000/healthz");
-    provider.ensure(&spec, &env.nodes(&nodes[1..])).await.unwrap();
-    assert_eq!(provider.take_calls().mutating(), counts(&[("elb:ConfigureHealthCheck", 1)]));
+    assert_eq!(
+        switch.mutating(),
+        counts(&[("elb:ConfigureHealthCheck", 1)])
+    );
+    let lb = env
+        .elb
+        .describe_load_balancers()
+        .load_balancer_names(&name)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        lb.load_balancer_descriptions()[0]
+            .health_check()
+            .unwrap()
+            .target(),
+        "HTTP:32000/healthz"
+    );
+    provider
+        .ensure(&spec, &env.nodes(&nodes[1..]))
+        .await
+        .unwrap();
+    assert_eq!(
+        provider.take_calls().mutating(),
+        counts(&[("elb:ConfigureHealthCheck", 1)])
+    );
 
     // Delete leaves nothing owned; a second delete is a no-op success.
     provider.delete(&spec.service).await.unwrap();
     assert!(provider.status(&spec.service).await.unwrap().is_none());
-    assert!(env.groups_named(&format!("k8s-elb-{name}")).await.is_empty());
     assert!(
-        !env.rules(&env.node_sg).await.iter().any(|r| r.source == RuleSource::Group(lb_sg[0].clone())),
+        env.groups_named(&format!("k8s-elb-{name}"))
+            .await
+            .is_empty()
+    );
+    assert!(
+        !env.rules(&env.node_sg)
+            .await
+            .iter()
+            .any(|r| r.source == RuleSource::Group(lb_sg[0].clone())),
         "node rule referencing the LB group must be gone"
     );
     provider.delete(&spec.service).await.unwrap();
@@ -152,7 +234,10 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
         .aws("ssl-cert", &env.cert)
         .aws("ssl-ports", "443")
         .aws("backend-protocol", "ssl")
-        .aws("ssl-negotiation-policy", "ELBSecurityPolicy-TLS-1-2-2017-01")
+        .aws(
+            "ssl-negotiation-policy",
+            "ELBSecurityPolicy-TLS-1-2-2017-01",
+        )
         .aws("proxy-protocol", "*")
         .aws("access-log-enabled", "true")
         .aws("access-log-emit-interval", "5")
@@ -170,7 +255,10 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
         .aws("extra-security-groups", &extra);
     let spec = service.spec();
     let name = load_balancer_name(UID);
-    provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let create = provider.take_calls();
     assert!(create.mutations <= 12, "{:?}", create.by_op);
 
@@ -184,7 +272,7 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
         .load_balancer_descriptions()[0]
         .clone();
     assert_eq!(lb.scheme(), Some("internal"));
-    let mut listeners: Vec<(String, i32, i32, Option<String>, Vec<String>)> = lb
+    let mut listeners: Vec<ListenerRow> = lb
         .listener_descriptions()
         .iter()
         .map(|d| {
@@ -226,7 +314,13 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
     );
     let hc = lb.health_check().unwrap();
     assert_eq!(
-        (hc.target(), hc.interval(), hc.timeout(), hc.healthy_threshold(), hc.unhealthy_threshold()),
+        (
+            hc.target(),
+            hc.interval(),
+            hc.timeout(),
+            hc.healthy_threshold(),
+            hc.unhealthy_threshold()
+        ),
         ("SSL:30080", 15, 4, 3, 4)
     );
     let lb_sg = env.groups_named(&format!("k8s-elb-{name}")).await;
@@ -241,9 +335,18 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
             IngressRule::port("tcp", 443, "10.0.0.0/8", None),
         ]
     );
-    assert!(env.rules(&extra).await.is_empty(), "BYO/extra groups get no rules");
+    assert!(
+        env.rules(&extra).await.is_empty(),
+        "BYO/extra groups get no rules"
+    );
 
-    let policies = env.elb.describe_load_balancer_policies().load_balancer_name(&name).send().await.unwrap();
+    let policies = env
+        .elb
+        .describe_load_balancer_policies()
+        .load_balancer_name(&name)
+        .send()
+        .await
+        .unwrap();
     let policy_attrs: BTreeMap<String, (String, String)> = policies
         .policy_descriptions()
         .iter()
@@ -261,7 +364,10 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
     assert_eq!(
         policy_attrs,
         BTreeMap::from([
-            ("k8s-proxyprotocol-enabled".to_string(), ("ProxyProtocol".to_string(), "true".to_string())),
+            (
+                "k8s-proxyprotocol-enabled".to_string(),
+                ("ProxyProtocol".to_string(), "true".to_string())
+            ),
             (
                 "k8s-SSLNegotiationPolicy-ELBSecurityPolicy-TLS-1-2-2017-01".to_string(),
                 (
@@ -290,7 +396,13 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
     assert_eq!((draining.enabled(), draining.timeout()), (true, Some(45)));
     assert_eq!(attrs.connection_settings().unwrap().idle_timeout(), 120);
 
-    let tags = env.elb.describe_tags().load_balancer_names(&name).send().await.unwrap();
+    let tags = env
+        .elb
+        .describe_tags()
+        .load_balancer_names(&name)
+        .send()
+        .await
+        .unwrap();
     let tags: BTreeMap<String, String> = tags.tag_descriptions()[0]
         .tags()
         .iter()
@@ -298,11 +410,20 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
         .collect();
     assert_eq!(tags.get("environment").map(String::as_str), Some("prod"));
     assert_eq!(tags.get("owner").map(String::as_str), Some("devops"));
-    assert_eq!(tags.get(common::CLUSTER_TAG).map(String::as_str), Some("owned"));
-    assert_eq!(tags.get("kubernetes.io/service-name").map(String::as_str), Some("default/shop"));
+    assert_eq!(
+        tags.get(common::CLUSTER_TAG).map(String::as_str),
+        Some("owned")
+    );
+    assert_eq!(
+        tags.get("kubernetes.io/service-name").map(String::as_str),
+        Some("default/shop")
+    );
 
     // No-op resync.
-    provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let resync = provider.take_calls();
     assert_eq!(resync.mutations, 0, "{:?}", resync.by_op);
     assert!(resync.reads <= 2);
@@ -314,7 +435,10 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
         .aws("additional-resource-tags", "environment=prod")
         .without("proxy-protocol")
         .spec();
-    provider.ensure(&changed_spec, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&changed_spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let update = provider.take_calls();
     assert_eq!(
         update.mutating(),
@@ -326,21 +450,59 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
             ("elb:SetLoadBalancerPoliciesForBackendServer", 2),
         ])
     );
-    let tags = env.elb.describe_tags().load_balancer_names(&name).send().await.unwrap();
-    let keys: BTreeSet<String> = tags.tag_descriptions()[0].tags().iter().map(|t| t.key().to_string()).collect();
-    assert!(keys.contains("environment") && !keys.contains("owner"), "{keys:?}");
-    provider.ensure(&changed_spec, &env.nodes(&env.instances)).await.unwrap();
+    let tags = env
+        .elb
+        .describe_tags()
+        .load_balancer_names(&name)
+        .send()
+        .await
+        .unwrap();
+    let keys: BTreeSet<String> = tags.tag_descriptions()[0]
+        .tags()
+        .iter()
+        .map(|t| t.key().to_string())
+        .collect();
+    assert!(
+        keys.contains("environment") && !keys.contains("owner"),
+        "{keys:?}"
+    );
+    provider
+        .ensure(&changed_spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     assert_eq!(provider.take_calls().mutations, 0);
 
     provider.delete(&spec.service).await.unwrap();
-    assert!(env.groups_named(&format!("k8s-elb-{name}")).await.is_empty());
-    let gone = env.elb.describe_load_balancers().load_balancer_names(&name).send().await;
+    assert!(
+        env.groups_named(&format!("k8s-elb-{name}"))
+            .await
+            .is_empty()
+    );
+    let gone = env
+        .elb
+        .describe_load_balancers()
+        .load_balancer_names(&name)
+        .send()
+        .await;
     assert!(gone.is_err(), "load balancer must be gone");
     assert!(
-        !env.rules(&env.node_sg).await.iter().any(|r| r.source == RuleSource::Group(lb_sg[0].clone()))
+        !env.rules(&env.node_sg)
+            .await
+            .iter()
+            .any(|r| r.source == RuleSource::Group(lb_sg[0].clone()))
     );
-    let extra_exists = env.ec2.describe_security_groups().group_ids(&extra).send().await.unwrap();
-    assert_eq!(extra_exists.security_groups().len(), 1, "extra groups are never deleted");
+    let extra_exists = env
+        .ec2
+        .describe_security_groups()
+        .group_ids(&extra)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        extra_exists.security_groups().len(),
+        1,
+        "extra groups are never deleted"
+    );
 }
 
 #[tokio::test]
@@ -367,10 +529,20 @@ async fn adopts_a_load_balancer_the_upstream_provider_created() {
         .unwrap();
     let provider = env.provider(env.config());
     let spec = svc("web", UID).port("http", 80, 30080, "TCP").spec();
-    provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let calls = provider.take_calls();
-    assert_eq!(calls.count(kube_lb_provider_aws::calls::ops::ELB_CREATE_LOAD_BALANCER), 0);
+    assert_eq!(
+        calls.count(kube_lb_provider_aws::calls::ops::ELB_CREATE_LOAD_BALANCER),
+        0
+    );
     let all = env.elb.describe_load_balancers().send().await.unwrap();
-    assert_eq!(all.load_balancer_descriptions().len(), 1, "adopted, not duplicated");
+    assert_eq!(
+        all.load_balancer_descriptions().len(),
+        1,
+        "adopted, not duplicated"
+    );
     provider.delete(&spec.service).await.unwrap();
 }

@@ -20,13 +20,31 @@ fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 }
 
 async fn lb_arn(env: &Env, name: &str) -> Option<String> {
-    let response = env.elbv2.describe_load_balancers().names(name).send().await.ok()?;
-    response.load_balancers().first()?.load_balancer_arn().map(str::to_string)
+    let response = env
+        .elbv2
+        .describe_load_balancers()
+        .names(name)
+        .send()
+        .await
+        .ok()?;
+    response
+        .load_balancers()
+        .first()?
+        .load_balancer_arn()
+        .map(str::to_string)
 }
 
 /// (port, protocol, certificate, ssl policy, target group ARN) per listener.
-async fn listeners(env: &Env, arn: &str) -> Vec<(i32, String, Option<String>, Option<String>, String)> {
-    let response = env.elbv2.describe_listeners().load_balancer_arn(arn).send().await.unwrap();
+type ListenerRow = (i32, String, Option<String>, Option<String>, String);
+
+async fn listeners(env: &Env, arn: &str) -> Vec<ListenerRow> {
+    let response = env
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(arn)
+        .send()
+        .await
+        .unwrap();
     let mut out: Vec<_> = response
         .listeners()
         .iter()
@@ -34,9 +52,15 @@ async fn listeners(env: &Env, arn: &str) -> Vec<(i32, String, Option<String>, Op
             (
                 l.port().unwrap(),
                 l.protocol().unwrap().as_str().to_string(),
-                l.certificates().first().and_then(|c| c.certificate_arn()).map(str::to_string),
+                l.certificates()
+                    .first()
+                    .and_then(|c| c.certificate_arn())
+                    .map(str::to_string),
                 l.ssl_policy().map(str::to_string),
-                l.default_actions()[0].target_group_arn().unwrap().to_string(),
+                l.default_actions()[0]
+                    .target_group_arn()
+                    .unwrap()
+                    .to_string(),
             )
         })
         .collect();
@@ -49,7 +73,11 @@ async fn our_rules(env: &Env, name: &str) -> Vec<IngressRule> {
         .rules(&env.node_sg)
         .await
         .into_iter()
-        .filter(|r| r.description.as_deref().is_some_and(|d| d.ends_with(&format!("={name}"))))
+        .filter(|r| {
+            r.description
+                .as_deref()
+                .is_some_and(|d| d.ends_with(&format!("={name}")))
+        })
         .collect();
     rules.sort();
     rules
@@ -67,7 +95,10 @@ async fn every_nlb_annotation_reaches_aws() {
         .aws("type", "nlb")
         .aws("ssl-cert", &env.cert)
         .aws("ssl-ports", "443")
-        .aws("ssl-negotiation-policy", "ELBSecurityPolicy-TLS-1-2-2017-01")
+        .aws(
+            "ssl-negotiation-policy",
+            "ELBSecurityPolicy-TLS-1-2-2017-01",
+        )
         .aws("backend-protocol", "tcp")
         .aws("cross-zone-load-balancing-enabled", "true")
         .aws("access-log-enabled", "true")
@@ -80,35 +111,83 @@ async fn every_nlb_annotation_reaches_aws() {
         .aws("healthcheck-timeout", "6")
         .aws("healthcheck-healthy-threshold", "2")
         .aws("healthcheck-unhealthy-threshold", "4")
-        .aws("target-group-attributes", "proxy_protocol_v2.enabled=true,preserve_client_ip.enabled=true")
+        .aws(
+            "target-group-attributes",
+            "proxy_protocol_v2.enabled=true,preserve_client_ip.enabled=true",
+        )
         .aws("eip-allocations", &eips.join(","));
     let spec = service.spec();
     let name = load_balancer_name(UID);
-    let status = provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
-    assert!(status.ingress[0].hostname.as_deref().unwrap().contains(&name));
+    let status = provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
+    assert!(
+        status.ingress[0]
+            .hostname
+            .as_deref()
+            .unwrap()
+            .contains(&name)
+    );
     let create = provider.take_calls();
     // Upstream: ~15 for one port, +3 per port, + attributes (aws.md §3.3).
     assert!(create.reads + create.mutations <= 18, "{:?}", create.by_op);
 
     let arn = lb_arn(&env, &name).await.unwrap();
-    let lb = env.elbv2.describe_load_balancers().names(&name).send().await.unwrap();
+    let lb = env
+        .elbv2
+        .describe_load_balancers()
+        .names(&name)
+        .send()
+        .await
+        .unwrap();
     let lb = &lb.load_balancers()[0];
     assert_eq!(lb.scheme().unwrap().as_str(), "internet-facing");
-    let zones: BTreeSet<String> = lb.availability_zones().iter().map(|z| z.subnet_id().unwrap().to_string()).collect();
+    let zones: BTreeSet<String> = lb
+        .availability_zones()
+        .iter()
+        .map(|z| z.subnet_id().unwrap().to_string())
+        .collect();
     assert_eq!(zones, env.subnets.iter().cloned().collect());
 
     let ls = listeners(&env, &arn).await;
     assert_eq!(ls.len(), 2);
-    assert_eq!((ls[0].0, ls[0].1.as_str(), ls[0].2.as_deref()), (80, "TCP", None));
     assert_eq!(
-        (ls[1].0, ls[1].1.as_str(), ls[1].2.as_deref(), ls[1].3.as_deref()),
-        (443, "TLS", Some(env.cert.as_str()), Some("ELBSecurityPolicy-TLS-1-2-2017-01"))
+        (ls[0].0, ls[0].1.as_str(), ls[0].2.as_deref()),
+        (80, "TCP", None)
     );
-    let tgs = env.elbv2.describe_target_groups().load_balancer_arn(&arn).send().await.unwrap();
-    let mut by_port: BTreeMap<i32, aws_sdk_elasticloadbalancingv2::types::TargetGroup> =
-        tgs.target_groups().iter().map(|t| (t.port().unwrap(), t.clone())).collect();
+    assert_eq!(
+        (
+            ls[1].0,
+            ls[1].1.as_str(),
+            ls[1].2.as_deref(),
+            ls[1].3.as_deref()
+        ),
+        (
+            443,
+            "TLS",
+            Some(env.cert.as_str()),
+            Some("ELBSecurityPolicy-TLS-1-2-2017-01")
+        )
+    );
+    let tgs = env
+        .elbv2
+        .describe_target_groups()
+        .load_balancer_arn(&arn)
+        .send()
+        .await
+        .unwrap();
+    let mut by_port: BTreeMap<i32, aws_sdk_elasticloadbalancingv2::types::TargetGroup> = tgs
+        .target_groups()
+        .iter()
+        .map(|t| (t.port().unwrap(), t.clone()))
+        .collect();
     let tg80 = by_port.remove(&30080).unwrap();
-    assert!(tg80.target_group_name().unwrap().starts_with("k8s-default-api-"));
+    assert!(
+        tg80.target_group_name()
+            .unwrap()
+            .starts_with("k8s-default-api-")
+    );
     assert_eq!(tg80.protocol().unwrap().as_str(), "TCP");
     assert_eq!(tg80.health_check_protocol().unwrap().as_str(), "HTTP");
     assert_eq!(tg80.health_check_path(), Some("/ready"));
@@ -124,7 +203,13 @@ async fn every_nlb_annotation_reaches_aws() {
         "the timeout is sent (upstream never sends it)"
     );
     assert!(by_port.contains_key(&30443));
-    let health = env.elbv2.describe_target_health().target_group_arn(tg80.target_group_arn().unwrap()).send().await.unwrap();
+    let health = env
+        .elbv2
+        .describe_target_health()
+        .target_group_arn(tg80.target_group_arn().unwrap())
+        .send()
+        .await
+        .unwrap();
     let targets: BTreeSet<String> = health
         .target_health_descriptions()
         .iter()
@@ -143,18 +228,44 @@ async fn every_nlb_annotation_reaches_aws() {
         .iter()
         .map(|a| (a.key().unwrap().to_string(), a.value().unwrap().to_string()))
         .collect();
-    assert_eq!(attrs.get("proxy_protocol_v2.enabled").map(String::as_str), Some("true"));
-    assert_eq!(attrs.get("preserve_client_ip.enabled").map(String::as_str), Some("true"));
-    let lb_attrs = env.elbv2.describe_load_balancer_attributes().load_balancer_arn(&arn).send().await.unwrap();
+    assert_eq!(
+        attrs.get("proxy_protocol_v2.enabled").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        attrs.get("preserve_client_ip.enabled").map(String::as_str),
+        Some("true")
+    );
+    let lb_attrs = env
+        .elbv2
+        .describe_load_balancer_attributes()
+        .load_balancer_arn(&arn)
+        .send()
+        .await
+        .unwrap();
     let lb_attrs: BTreeMap<String, String> = lb_attrs
         .attributes()
         .iter()
         .map(|a| (a.key().unwrap().to_string(), a.value().unwrap().to_string()))
         .collect();
-    assert_eq!(lb_attrs.get("load_balancing.cross_zone.enabled").map(String::as_str), Some("true"));
-    assert_eq!(lb_attrs.get("access_logs.s3.enabled").map(String::as_str), Some("true"));
-    assert_eq!(lb_attrs.get("access_logs.s3.bucket").map(String::as_str), Some("logs"));
-    assert_eq!(lb_attrs.get("access_logs.s3.prefix").map(String::as_str), Some("nlb"));
+    assert_eq!(
+        lb_attrs
+            .get("load_balancing.cross_zone.enabled")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        lb_attrs.get("access_logs.s3.enabled").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        lb_attrs.get("access_logs.s3.bucket").map(String::as_str),
+        Some("logs")
+    );
+    assert_eq!(
+        lb_attrs.get("access_logs.s3.prefix").map(String::as_str),
+        Some("nlb")
+    );
     let tags = env
         .elbv2
         .describe_tags()
@@ -170,8 +281,14 @@ async fn every_nlb_annotation_reaches_aws() {
             .map(|t| (t.key().unwrap().to_string(), t.value().unwrap().to_string()))
             .collect();
         assert_eq!(tags.get("environment").map(String::as_str), Some("prod"));
-        assert_eq!(tags.get(common::CLUSTER_TAG).map(String::as_str), Some("owned"));
-        assert_eq!(tags.get("kubernetes.io/service-name").map(String::as_str), Some("default/api"));
+        assert_eq!(
+            tags.get(common::CLUSTER_TAG).map(String::as_str),
+            Some("owned")
+        );
+        assert_eq!(
+            tags.get("kubernetes.io/service-name").map(String::as_str),
+            Some("default/api")
+        );
     }
 
     // Seed 001 table: client (node ports, source ranges), health (node ports, VPC CIDR — the
@@ -190,16 +307,28 @@ async fn every_nlb_annotation_reaches_aws() {
     assert_eq!(our_rules(&env, &name).await, want);
 
     // No-op resync: zero mutations, ≤ 2 reads (one DescribeTargetHealth per target group).
-    provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let resync = provider.take_calls();
     assert_eq!(resync.mutations, 0, "{:?}", resync.by_op);
     assert!(resync.reads <= 2, "{:?}", resync.by_op);
 
     // Annotation change: only the attribute call.
-    let changed = service.clone().aws("cross-zone-load-balancing-enabled", "false").spec();
-    provider.ensure(&changed, &env.nodes(&env.instances)).await.unwrap();
+    let changed = service
+        .clone()
+        .aws("cross-zone-load-balancing-enabled", "false")
+        .spec();
+    provider
+        .ensure(&changed, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let update = provider.take_calls();
-    assert_eq!(update.mutating(), counts(&[("elbv2:ModifyLoadBalancerAttributes", 1)]));
+    assert_eq!(
+        update.mutating(),
+        counts(&[("elbv2:ModifyLoadBalancerAttributes", 1)])
+    );
 
     // Health-check timeout and thresholds change in place (no target-group replacement).
     let changed = service
@@ -208,7 +337,10 @@ async fn every_nlb_annotation_reaches_aws() {
         .aws("healthcheck-unhealthy-threshold", "5")
         .aws("healthcheck-timeout", "5")
         .spec();
-    provider.ensure(&changed, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&changed, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let update = provider.take_calls();
     assert_eq!(update.mutating(), counts(&[("elbv2:ModifyTargetGroup", 2)]));
 
@@ -223,10 +355,15 @@ async fn every_nlb_annotation_reaches_aws() {
 async fn nlb_nodes_traffic_policy_tls_switch_and_labels() {
     let env = Env::start().await;
     let provider = env.provider(env.config());
-    let service = svc("dns", UID).port("tcp", 80, 30080, "TCP").aws("type", "nlb");
+    let service = svc("dns", UID)
+        .port("tcp", 80, 30080, "TCP")
+        .aws("type", "nlb");
     let spec = service.spec();
     let name = load_balancer_name(UID);
-    provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     let create = provider.take_calls();
     assert_eq!(
         create.mutating(),
@@ -260,13 +397,19 @@ async fn nlb_nodes_traffic_policy_tls_switch_and_labels() {
     assert_eq!(lb_reads(&add), 1, "{:?}", add.by_op);
 
     // Node removed: DeregisterTargets only.
-    provider.ensure(&spec, &env.nodes(&nodes[1..])).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&nodes[1..]))
+        .await
+        .unwrap();
     let remove = provider.take_calls();
     assert_eq!(remove.mutating(), counts(&[("elbv2:DeregisterTargets", 1)]));
     assert_eq!(lb_reads(&remove), 1);
 
     // target-node-labels: nodes without the label are not registered.
-    let labelled = service.clone().aws("target-node-labels", "pool=edge").spec();
+    let labelled = service
+        .clone()
+        .aws("target-node-labels", "pool=edge")
+        .spec();
     let mut edge = common::node(&nodes[1]);
     edge.labels.insert("pool".into(), "edge".into());
     let mut backends = vec![edge];
@@ -276,7 +419,13 @@ async fn nlb_nodes_traffic_policy_tls_switch_and_labels() {
     provider.ensure(&labelled, &backends).await.unwrap();
     let arn = lb_arn(&env, &name).await.unwrap();
     let tg = listeners(&env, &arn).await[0].4.clone();
-    let health = env.elbv2.describe_target_health().target_group_arn(&tg).send().await.unwrap();
+    let health = env
+        .elbv2
+        .describe_target_health()
+        .target_group_arn(&tg)
+        .send()
+        .await
+        .unwrap();
     let targets: Vec<String> = health
         .target_health_descriptions()
         .iter()
@@ -302,7 +451,13 @@ async fn nlb_nodes_traffic_policy_tls_switch_and_labels() {
         ])
     );
     let tg = listeners(&env, &arn).await[0].4.clone();
-    let described = env.elbv2.describe_target_groups().target_group_arns(&tg).send().await.unwrap();
+    let described = env
+        .elbv2
+        .describe_target_groups()
+        .target_group_arns(&tg)
+        .send()
+        .await
+        .unwrap();
     let described = &described.target_groups()[0];
     assert_eq!(described.health_check_protocol().unwrap().as_str(), "HTTP");
     assert_eq!(described.health_check_port(), Some("32000"));
@@ -314,7 +469,11 @@ async fn nlb_nodes_traffic_policy_tls_switch_and_labels() {
         Some(&format!("kubernetes.io/rule/nlb/health={name}")),
     );
     assert!(our_rules(&env, &name).await.contains(&health_rule));
-    assert_eq!(env.target_group_names().await.len(), 1, "the old target group is deleted");
+    assert_eq!(
+        env.target_group_names().await.len(),
+        1,
+        "the old target group is deleted"
+    );
 
     // TCP → TLS on the same port: ModifyListener in place (upstream fails with DuplicateListener).
     let tls = service
@@ -345,9 +504,21 @@ async fn nlb_nodes_traffic_policy_tls_switch_and_labels() {
 
     // Internal toggled: upstream never re-syncs the scheme; kube-lb recreates the NLB.
     let internal = service.clone().aws("internal", "true").spec();
-    provider.ensure(&internal, &env.nodes(&nodes)).await.unwrap();
-    let lb = env.elbv2.describe_load_balancers().names(&name).send().await.unwrap();
-    assert_eq!(lb.load_balancers()[0].scheme().unwrap().as_str(), "internal");
+    provider
+        .ensure(&internal, &env.nodes(&nodes))
+        .await
+        .unwrap();
+    let lb = env
+        .elbv2
+        .describe_load_balancers()
+        .names(&name)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        lb.load_balancers()[0].scheme().unwrap().as_str(),
+        "internal"
+    );
     assert_eq!(env.target_group_names().await.len(), 1);
 
     provider.delete(&spec.service).await.unwrap();
@@ -365,17 +536,28 @@ async fn delete_resumes_after_the_load_balancer_is_already_gone() {
         .aws("type", "nlb")
         .spec();
     let name = load_balancer_name(UID);
-    provider.ensure(&spec, &env.nodes(&env.instances)).await.unwrap();
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
     assert!(!our_rules(&env, &name).await.is_empty());
     // A crash right after DeleteLoadBalancer: the NLB is gone, everything else is left.
     let arn = lb_arn(&env, &name).await.unwrap();
-    env.elbv2.delete_load_balancer().load_balancer_arn(&arn).send().await.unwrap();
+    env.elbv2
+        .delete_load_balancer()
+        .load_balancer_arn(&arn)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(env.target_group_names().await.len(), 1);
 
     // A fresh provider (controller restart) with no memory of the load balancer.
     let restarted = env.provider(env.config());
     restarted.delete(&spec.service).await.unwrap();
-    assert!(env.target_group_names().await.is_empty(), "orphaned target group found by tags");
+    assert!(
+        env.target_group_names().await.is_empty(),
+        "orphaned target group found by tags"
+    );
     // Node rules are found by description on cluster-tagged groups.
     assert!(our_rules(&env, &name).await.is_empty());
     restarted.delete(&spec.service).await.unwrap();

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use aws_sdk_elasticloadbalancing::types as elb;
 
 use crate::calls::ops;
-use crate::clb::plan::{AccessLog, Attributes, ClbAction, ClbDesired, ClbObserved, HealthCheck, Listener, ObservedListener};
+use crate::clb::plan::{
+    AccessLog, Attributes, ClbAction, ClbDesired, ClbObserved, HealthCheck, Listener,
+    ObservedListener,
+};
 use crate::clients::Clients;
 use crate::error::AwsError;
 
@@ -19,7 +22,11 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<ClbObserve
     let response = clients
         .calls
         .run(ops::ELB_DESCRIBE_LOAD_BALANCERS, || {
-            clients.elb.describe_load_balancers().load_balancer_names(name).send()
+            clients
+                .elb
+                .describe_load_balancers()
+                .load_balancer_names(name)
+                .send()
         })
         .await;
     let response = match response {
@@ -40,7 +47,10 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<ClbObserve
                     lb_port: l.load_balancer_port(),
                     protocol: l.protocol().to_ascii_uppercase(),
                     instance_port: l.instance_port(),
-                    instance_protocol: l.instance_protocol().unwrap_or(l.protocol()).to_ascii_uppercase(),
+                    instance_protocol: l
+                        .instance_protocol()
+                        .unwrap_or(l.protocol())
+                        .to_ascii_uppercase(),
                     certificate: l.ssl_certificate_id().map(str::to_string),
                 },
                 policies: d.policy_names().to_vec(),
@@ -120,7 +130,10 @@ pub async fn read_attributes(clients: &Clients, name: &str) -> Result<Attributes
 }
 
 /// Reads the tags.
-pub async fn read_tags(clients: &Clients, name: &str) -> Result<BTreeMap<String, String>, AwsError> {
+pub async fn read_tags(
+    clients: &Clients,
+    name: &str,
+) -> Result<BTreeMap<String, String>, AwsError> {
     let response = clients
         .calls
         .run(ops::ELB_DESCRIBE_TAGS, || {
@@ -154,14 +167,18 @@ fn sdk_tags(tags: &BTreeMap<String, String>) -> Result<Vec<elb::Tag>, AwsError> 
 }
 
 fn sdk_instances(ids: &[String]) -> Vec<elb::Instance> {
-    ids.iter().map(|id| elb::Instance::builder().instance_id(id).build()).collect()
+    ids.iter()
+        .map(|id| elb::Instance::builder().instance_id(id).build())
+        .collect()
 }
 
 fn sdk_attributes(a: &Attributes) -> Result<elb::LoadBalancerAttributes, AwsError> {
     let log = &a.access_log;
     Ok(elb::LoadBalancerAttributes::builder()
         .cross_zone_load_balancing(
-            elb::CrossZoneLoadBalancing::builder().enabled(a.cross_zone).build(),
+            elb::CrossZoneLoadBalancing::builder()
+                .enabled(a.cross_zone)
+                .build(),
         )
         .access_log(
             elb::AccessLog::builder()
@@ -178,7 +195,9 @@ fn sdk_attributes(a: &Attributes) -> Result<elb::LoadBalancerAttributes, AwsErro
                 .build(),
         )
         .connection_settings(built(
-            elb::ConnectionSettings::builder().idle_timeout(a.idle_timeout).build(),
+            elb::ConnectionSettings::builder()
+                .idle_timeout(a.idle_timeout)
+                .build(),
         )?)
         .build())
 }
@@ -213,7 +232,11 @@ async fn delete_lb(clients: &Clients, name: &str) -> Result<(), AwsError> {
     clients
         .calls
         .run(ops::ELB_DELETE_LOAD_BALANCER, || {
-            clients.elb.delete_load_balancer().load_balancer_name(name).send()
+            clients
+                .elb
+                .delete_load_balancer()
+                .load_balancer_name(name)
+                .send()
         })
         .await?;
     Ok(())
@@ -254,8 +277,10 @@ pub async fn apply(
                     .await?;
             }
             ClbAction::CreateListeners(listeners) => {
-                let listeners: Vec<elb::Listener> =
-                    listeners.iter().map(sdk_listener).collect::<Result<_, _>>()?;
+                let listeners: Vec<elb::Listener> = listeners
+                    .iter()
+                    .map(sdk_listener)
+                    .collect::<Result<_, _>>()?;
                 clients
                     .calls
                     .run(ops::ELB_CREATE_LISTENERS, || {
@@ -426,8 +451,10 @@ pub async fn apply(
                     .await?;
             }
             ClbAction::RemoveTags(keys) => {
-                let keys: Vec<elb::TagKeyOnly> =
-                    keys.iter().map(|k| elb::TagKeyOnly::builder().key(k).build()).collect();
+                let keys: Vec<elb::TagKeyOnly> = keys
+                    .iter()
+                    .map(|k| elb::TagKeyOnly::builder().key(k).build())
+                    .collect();
                 clients
                     .calls
                     .run(ops::ELB_REMOVE_TAGS, || {

@@ -30,7 +30,9 @@ impl Listener {
         self.lb_port == other.lb_port
             && self.instance_port == other.instance_port
             && self.protocol.eq_ignore_ascii_case(&other.protocol)
-            && self.instance_protocol.eq_ignore_ascii_case(&other.instance_protocol)
+            && self
+                .instance_protocol
+                .eq_ignore_ascii_case(&other.instance_protocol)
             && match (&self.certificate, &other.certificate) {
                 (None, None) => true,
                 (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
@@ -119,12 +121,14 @@ impl Attributes {
         let log_ok = log.enabled == seen.enabled
             && (!log.enabled
                 || (log.bucket == seen.bucket
-                    && log.prefix.as_deref().unwrap_or("") == seen.prefix.as_deref().unwrap_or("")
+                    && log.prefix.as_deref().unwrap_or("")
+                        == seen.prefix.as_deref().unwrap_or("")
                     && (log.emit_interval.is_none() || log.emit_interval == seen.emit_interval)));
         self.cross_zone == observed.cross_zone
             && log_ok
             && self.draining_enabled == observed.draining_enabled
-            && (self.draining_timeout.is_none() || self.draining_timeout == observed.draining_timeout)
+            && (self.draining_timeout.is_none()
+                || self.draining_timeout == observed.draining_timeout)
             && self.idle_timeout == observed.idle_timeout
     }
 }
@@ -325,7 +329,11 @@ pub fn plan(observed: Option<&ClbObserved>, desired: &ClbDesired) -> Vec<ClbActi
     let mut delete: Vec<i32> = observed
         .listeners
         .iter()
-        .filter(|o| !keep.iter().any(|k| k.listener.lb_port == o.listener.lb_port))
+        .filter(|o| {
+            !keep
+                .iter()
+                .any(|k| k.listener.lb_port == o.listener.lb_port)
+        })
         .map(|o| o.listener.lb_port)
         .collect();
     delete.sort_unstable();
@@ -343,8 +351,16 @@ pub fn plan(observed: Option<&ClbObserved>, desired: &ClbDesired) -> Vec<ClbActi
         actions.push(ClbAction::CreateListeners(create));
     }
 
-    let attach: Vec<String> = desired.subnets.difference(&observed.subnets).cloned().collect();
-    let detach: Vec<String> = observed.subnets.difference(&desired.subnets).cloned().collect();
+    let attach: Vec<String> = desired
+        .subnets
+        .difference(&observed.subnets)
+        .cloned()
+        .collect();
+    let detach: Vec<String> = observed
+        .subnets
+        .difference(&desired.subnets)
+        .cloned()
+        .collect();
     if !attach.is_empty() {
         actions.push(ClbAction::AttachSubnets(attach));
     }
@@ -352,7 +368,9 @@ pub fn plan(observed: Option<&ClbObserved>, desired: &ClbDesired) -> Vec<ClbActi
         actions.push(ClbAction::DetachSubnets(detach));
     }
     if !same_set(&observed.security_groups, &desired.security_groups) {
-        actions.push(ClbAction::ApplySecurityGroups(desired.security_groups.clone()));
+        actions.push(ClbAction::ApplySecurityGroups(
+            desired.security_groups.clone(),
+        ));
     }
 
     if !observed
@@ -360,7 +378,9 @@ pub fn plan(observed: Option<&ClbObserved>, desired: &ClbDesired) -> Vec<ClbActi
         .as_ref()
         .is_some_and(|hc| hc.matches(&desired.health_check))
     {
-        actions.push(ClbAction::ConfigureHealthCheck(desired.health_check.clone()));
+        actions.push(ClbAction::ConfigureHealthCheck(
+            desired.health_check.clone(),
+        ));
     }
     if let Some(attributes) = &observed.attributes
         && !desired.attributes.satisfied_by(attributes)
@@ -459,7 +479,11 @@ fn plan_policies(
     };
     let observed_ports: BTreeSet<i32> = observed.backend_policies.keys().copied().collect();
     for port in desired_ports.union(&observed_ports) {
-        let current = observed.backend_policies.get(port).cloned().unwrap_or_default();
+        let current = observed
+            .backend_policies
+            .get(port)
+            .cloned()
+            .unwrap_or_default();
         let managed = if desired_ports.contains(port) {
             proxy.clone()
         } else {
@@ -485,7 +509,13 @@ fn plan_policies(
 mod tests {
     use super::*;
 
-    fn listener(port: i32, protocol: &str, node_port: i32, instance: &str, cert: Option<&str>) -> Listener {
+    fn listener(
+        port: i32,
+        protocol: &str,
+        node_port: i32,
+        instance: &str,
+        cert: Option<&str>,
+    ) -> Listener {
         Listener {
             lb_port: port,
             protocol: protocol.into(),
@@ -522,7 +552,10 @@ mod tests {
         let mut seen = ClbObserved::after_create(d);
         seen.health_check = Some(d.health_check.clone());
         seen.instances = d.instances.clone();
-        let ssl = d.ssl_negotiation_policy.as_ref().map(|r| ssl_negotiation_policy_name(r));
+        let ssl = d
+            .ssl_negotiation_policy
+            .as_ref()
+            .map(|r| ssl_negotiation_policy_name(r));
         for l in &mut seen.listeners {
             if l.listener.is_tls()
                 && let Some(name) = &ssl
@@ -533,7 +566,8 @@ mod tests {
         if d.proxy_protocol {
             seen.policies.insert(PROXY_PROTOCOL_POLICY.into());
             for l in &d.listeners {
-                seen.backend_policies.insert(l.instance_port, vec![PROXY_PROTOCOL_POLICY.into()]);
+                seen.backend_policies
+                    .insert(l.instance_port, vec![PROXY_PROTOCOL_POLICY.into()]);
             }
         }
         if let Some(name) = ssl {
@@ -561,7 +595,9 @@ mod tests {
         let mut with_everything = desired();
         with_everything.proxy_protocol = true;
         with_everything.ssl_negotiation_policy = Some("ELBSecurityPolicy-TLS-1-2-2017-01".into());
-        with_everything.listeners.push(listener(443, "SSL", 30443, "SSL", Some("arn:cert")));
+        with_everything
+            .listeners
+            .push(listener(443, "SSL", 30443, "SSL", Some("arn:cert")));
         with_everything.attributes.cross_zone = true;
         with_everything.attributes.access_log = AccessLog {
             enabled: true,
@@ -608,16 +644,27 @@ mod tests {
         cases.push((
             "node add and remove",
             d,
-            vec![ClbAction::Deregister(vec!["i-1".into()]), ClbAction::Register(vec!["i-3".into()])],
+            vec![
+                ClbAction::Deregister(vec!["i-1".into()]),
+                ClbAction::Register(vec!["i-3".into()]),
+            ],
         ));
 
         let mut d = base.clone();
         d.attributes.idle_timeout = 120;
-        cases.push(("idle timeout", d.clone(), vec![ClbAction::ModifyAttributes(d.attributes.clone())]));
+        cases.push((
+            "idle timeout",
+            d.clone(),
+            vec![ClbAction::ModifyAttributes(d.attributes.clone())],
+        ));
 
         let mut d = base.clone();
         d.health_check.target = "HTTP:31000/healthz".into();
-        cases.push(("local", d.clone(), vec![ClbAction::ConfigureHealthCheck(d.health_check.clone())]));
+        cases.push((
+            "local",
+            d.clone(),
+            vec![ClbAction::ConfigureHealthCheck(d.health_check.clone())],
+        ));
 
         let mut d = base.clone();
         d.listeners = vec![listener(80, "SSL", 30080, "TCP", Some("arn:c"))];
@@ -650,7 +697,10 @@ mod tests {
 
         let mut d = base.clone();
         d.internal = true;
-        let mut want = vec![ClbAction::Recreate, ClbAction::ConfigureHealthCheck(d.health_check.clone())];
+        let mut want = vec![
+            ClbAction::Recreate,
+            ClbAction::ConfigureHealthCheck(d.health_check.clone()),
+        ];
         want.push(ClbAction::Register(vec!["i-1".into(), "i-2".into()]));
         cases.push(("scheme change recreates", d, want));
 
@@ -659,7 +709,10 @@ mod tests {
         cases.push((
             "tag added",
             d,
-            vec![ClbAction::AddTags(BTreeMap::from([("env".into(), "prod".into())]))],
+            vec![ClbAction::AddTags(BTreeMap::from([(
+                "env".into(),
+                "prod".into(),
+            )]))],
         ));
 
         let mut d = base.clone();
@@ -701,7 +754,8 @@ mod tests {
     #[test]
     fn ssl_policy_is_set_on_tls_listeners_only_and_foreign_policies_stay() {
         let mut d = desired();
-        d.listeners.push(listener(443, "HTTPS", 30443, "HTTP", Some("arn:c")));
+        d.listeners
+            .push(listener(443, "HTTPS", 30443, "HTTP", Some("arn:c")));
         d.ssl_negotiation_policy = Some("P".into());
         let mut seen = converged(&desired());
         seen.listeners.push(ObservedListener {

@@ -8,7 +8,8 @@ use crate::calls::ops;
 use crate::clients::Clients;
 use crate::error::AwsError;
 use crate::nlb::plan::{
-    NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg, SubnetMapping, TgHealth, TgRef,
+    NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg, SubnetMapping, TgHealth,
+    TgRef,
 };
 
 /// The load balancer's ARN, DNS name, scheme and subnet mappings; `None` when absent.
@@ -62,12 +63,19 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserve
 }
 
 /// Fills listeners, target groups (with targets, attributes and tags), LB attributes and tags.
-pub async fn observe_details(clients: &Clients, observed: &mut NlbObserved) -> Result<(), AwsError> {
+pub async fn observe_details(
+    clients: &Clients,
+    observed: &mut NlbObserved,
+) -> Result<(), AwsError> {
     let arn = observed.arn.clone();
     let listeners = clients
         .calls
         .run(ops::V2_DESCRIBE_LISTENERS, || {
-            clients.elbv2.describe_listeners().load_balancer_arn(&arn).send()
+            clients
+                .elbv2
+                .describe_listeners()
+                .load_balancer_arn(&arn)
+                .send()
         })
         .await?;
     observed.listeners = listeners
@@ -115,7 +123,11 @@ pub async fn observe_details(clients: &Clients, observed: &mut NlbObserved) -> R
             .await
         {
             Ok(groups) => {
-                target_groups = groups.target_groups().iter().filter_map(tg_from_sdk).collect();
+                target_groups = groups
+                    .target_groups()
+                    .iter()
+                    .filter_map(tg_from_sdk)
+                    .collect();
             }
             // One of them was deleted behind our back: the plan replaces it.
             Err(e) if e.has_code(&["TargetGroupNotFound"]) => {}
@@ -194,7 +206,9 @@ pub async fn read_tags(
                     description
                         .tags()
                         .iter()
-                        .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or("").to_string())))
+                        .filter_map(|t| {
+                            Some((t.key()?.to_string(), t.value().unwrap_or("").to_string()))
+                        })
                         .collect(),
                 );
             }
@@ -208,7 +222,10 @@ pub fn tg_from_sdk(tg: &v2::TargetGroup) -> Option<ObservedTg> {
     Some(ObservedTg {
         arn: tg.target_group_arn()?.to_string(),
         name: tg.target_group_name().unwrap_or_default().to_string(),
-        protocol: tg.protocol().map(|p| p.as_str().to_string()).unwrap_or_default(),
+        protocol: tg
+            .protocol()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default(),
         port: tg.port().unwrap_or_default(),
         health: TgHealth {
             protocol: tg
@@ -229,11 +246,18 @@ pub fn tg_from_sdk(tg: &v2::TargetGroup) -> Option<ObservedTg> {
 }
 
 /// Registered targets, ignoring those already draining.
-pub async fn read_targets(clients: &Clients, arn: &str) -> Result<BTreeSet<(String, i32)>, AwsError> {
+pub async fn read_targets(
+    clients: &Clients,
+    arn: &str,
+) -> Result<BTreeSet<(String, i32)>, AwsError> {
     let response = clients
         .calls
         .run(ops::V2_DESCRIBE_TARGET_HEALTH, || {
-            clients.elbv2.describe_target_health().target_group_arn(arn).send()
+            clients
+                .elbv2
+                .describe_target_health()
+                .target_group_arn(arn)
+                .send()
         })
         .await?;
     Ok(response
@@ -281,7 +305,10 @@ pub struct Applied {
     pub new_tgs: BTreeMap<usize, String>,
 }
 
-async fn create_lb(clients: &Clients, desired: &NlbDesired) -> Result<(String, Option<String>), AwsError> {
+async fn create_lb(
+    clients: &Clients,
+    desired: &NlbDesired,
+) -> Result<(String, Option<String>), AwsError> {
     let mappings: Vec<v2::SubnetMapping> = desired
         .subnet_mappings
         .iter()
@@ -314,20 +341,25 @@ async fn create_lb(clients: &Clients, desired: &NlbDesired) -> Result<(String, O
                 .send()
         })
         .await?;
-    let lb = response
-        .load_balancers()
-        .first()
-        .ok_or_else(|| AwsError::Unexpected("CreateLoadBalancer returned no load balancer".into()))?;
+    let lb = response.load_balancers().first().ok_or_else(|| {
+        AwsError::Unexpected("CreateLoadBalancer returned no load balancer".into())
+    })?;
     let arn = lb
         .load_balancer_arn()
         .ok_or_else(|| AwsError::Unexpected("CreateLoadBalancer returned no ARN".into()))?;
     Ok((arn.to_string(), lb.dns_name().map(str::to_string)))
 }
 
-async fn create_tg(clients: &Clients, vpc: &str, desired: &NlbDesired, index: usize) -> Result<String, AwsError> {
+async fn create_tg(
+    clients: &Clients,
+    vpc: &str,
+    desired: &NlbDesired,
+    index: usize,
+) -> Result<String, AwsError> {
     let tg = &desired.listeners[index].target_group;
     let tags = sdk_tags(&tg.tags)?;
-    let http = tg.health.protocol.eq_ignore_ascii_case("HTTP") || tg.health.protocol.eq_ignore_ascii_case("HTTPS");
+    let http = tg.health.protocol.eq_ignore_ascii_case("HTTP")
+        || tg.health.protocol.eq_ignore_ascii_case("HTTPS");
     let result = clients
         .calls
         .run(ops::V2_CREATE_TARGET_GROUP, || {
@@ -362,7 +394,11 @@ async fn create_tg(clients: &Clients, vpc: &str, desired: &NlbDesired, index: us
             let response = clients
                 .calls
                 .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
-                    clients.elbv2.describe_target_groups().names(&tg.name).send()
+                    clients
+                        .elbv2
+                        .describe_target_groups()
+                        .names(&tg.name)
+                        .send()
                 })
                 .await?;
             response
@@ -412,11 +448,11 @@ async fn create_listener(
 fn resolve(tg: &TgRef, applied: &Applied) -> Result<String, AwsError> {
     match tg {
         TgRef::Existing(arn) => Ok(arn.clone()),
-        TgRef::New(index) => applied
-            .new_tgs
-            .get(index)
-            .cloned()
-            .ok_or_else(|| AwsError::Unexpected(format!("target group {index} was not created"))),
+        TgRef::New(index) => {
+            applied.new_tgs.get(index).cloned().ok_or_else(|| {
+                AwsError::Unexpected(format!("target group {index} was not created"))
+            })
+        }
     }
 }
 
@@ -425,7 +461,11 @@ pub async fn delete_lb(clients: &Clients, arn: &str) -> Result<(), AwsError> {
     match clients
         .calls
         .run(ops::V2_DELETE_LOAD_BALANCER, || {
-            clients.elbv2.delete_load_balancer().load_balancer_arn(arn).send()
+            clients
+                .elbv2
+                .delete_load_balancer()
+                .load_balancer_arn(arn)
+                .send()
         })
         .await
     {
@@ -440,7 +480,11 @@ pub async fn delete_tg(clients: &Clients, arn: &str) -> Result<(), AwsError> {
     match clients
         .calls
         .run(ops::V2_DELETE_TARGET_GROUP, || {
-            clients.elbv2.delete_target_group().target_group_arn(arn).send()
+            clients
+                .elbv2
+                .delete_target_group()
+                .target_group_arn(arn)
+                .send()
         })
         .await
     {

@@ -267,7 +267,10 @@ pub enum NlbAction {
     },
 }
 
-fn attributes_satisfied(desired: &BTreeMap<String, String>, observed: &BTreeMap<String, String>) -> bool {
+fn attributes_satisfied(
+    desired: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, String>,
+) -> bool {
     desired.iter().all(|(key, value)| {
         let seen = observed.get(key).map(String::as_str);
         // AWS omits some boolean attributes until they are set once; absent means false.
@@ -288,7 +291,13 @@ fn mappings_need_recreate(desired: &[SubnetMapping], observed: &[SubnetMapping])
     let pinned = |m: &[SubnetMapping]| -> BTreeSet<(String, Option<String>, Option<String>)> {
         m.iter()
             .filter(|s| s.allocation_id.is_some() || s.private_ipv4.is_some())
-            .map(|s| (s.subnet_id.clone(), s.allocation_id.clone(), s.private_ipv4.clone()))
+            .map(|s| {
+                (
+                    s.subnet_id.clone(),
+                    s.allocation_id.clone(),
+                    s.private_ipv4.clone(),
+                )
+            })
             .collect()
     };
     pinned(desired) != pinned(observed)
@@ -317,10 +326,16 @@ pub fn plan(observed: Option<&NlbObserved>, desired: &NlbDesired) -> Vec<NlbActi
         return actions;
     };
 
-    let desired_subnets: BTreeSet<&String> =
-        desired.subnet_mappings.iter().map(|m| &m.subnet_id).collect();
-    let observed_subnets: BTreeSet<&String> =
-        observed.subnet_mappings.iter().map(|m| &m.subnet_id).collect();
+    let desired_subnets: BTreeSet<&String> = desired
+        .subnet_mappings
+        .iter()
+        .map(|m| &m.subnet_id)
+        .collect();
+    let observed_subnets: BTreeSet<&String> = observed
+        .subnet_mappings
+        .iter()
+        .map(|m| &m.subnet_id)
+        .collect();
     if desired_subnets != observed_subnets {
         actions.push(NlbAction::SetSubnets(
             desired_subnets.into_iter().cloned().collect(),
@@ -357,7 +372,8 @@ pub fn plan(observed: Option<&NlbObserved>, desired: &NlbDesired) -> Vec<NlbActi
                     && same_tg
                     && (!tls
                         || (seen.certificate == listener.certificate
-                            && (listener.ssl_policy.is_none() || seen.ssl_policy == listener.ssl_policy)));
+                            && (listener.ssl_policy.is_none()
+                                || seen.ssl_policy == listener.ssl_policy)));
                 if !same {
                     actions.push(NlbAction::ModifyListener {
                         arn: seen.arn.clone(),
@@ -387,7 +403,9 @@ pub fn plan(observed: Option<&NlbObserved>, desired: &NlbDesired) -> Vec<NlbActi
     if let Some(attributes) = &observed.attributes
         && !attributes_satisfied(&desired.attributes, attributes)
     {
-        actions.push(NlbAction::ModifyLoadBalancerAttributes(desired.attributes.clone()));
+        actions.push(NlbAction::ModifyLoadBalancerAttributes(
+            desired.attributes.clone(),
+        ));
     }
     if let Some(tags) = &observed.tags {
         let TagChanges { add, remove } = diff_tags(tags, &desired.tags);
@@ -450,11 +468,16 @@ fn plan_fresh(desired: &NlbDesired, actions: &mut Vec<NlbAction>) {
         });
     }
     let defaults: BTreeMap<String, String> = BTreeMap::from([
-        ("load_balancing.cross_zone.enabled".to_string(), "false".to_string()),
+        (
+            "load_balancing.cross_zone.enabled".to_string(),
+            "false".to_string(),
+        ),
         ("access_logs.s3.enabled".to_string(), "false".to_string()),
     ]);
     if !attributes_satisfied(&desired.attributes, &defaults) {
-        actions.push(NlbAction::ModifyLoadBalancerAttributes(desired.attributes.clone()));
+        actions.push(NlbAction::ModifyLoadBalancerAttributes(
+            desired.attributes.clone(),
+        ));
     }
 }
 
@@ -495,7 +518,8 @@ fn plan_existing_tg(
         }
     }
     if let Some(registered) = &tg.targets {
-        let wanted: BTreeSet<(String, i32)> = targets_for(instances, desired.port).into_iter().collect();
+        let wanted: BTreeSet<(String, i32)> =
+            targets_for(instances, desired.port).into_iter().collect();
         let deregister: Vec<(String, i32)> = registered.difference(&wanted).cloned().collect();
         let register: Vec<(String, i32)> = wanted.difference(registered).cloned().collect();
         // Deregister first so a replaced node never receives traffic on a stale port.
@@ -538,7 +562,11 @@ mod tests {
             ssl_policy: None,
             target_group: TgDesired {
                 name: format!("k8s-ns-web-{node_port}"),
-                protocol: if protocol == "TLS" { "TCP".into() } else { protocol.into() },
+                protocol: if protocol == "TLS" {
+                    "TCP".into()
+                } else {
+                    protocol.into()
+                },
                 port: node_port,
                 health: health(),
                 attributes: BTreeMap::from([("proxy_protocol_v2.enabled".into(), "false".into())]),
@@ -586,7 +614,11 @@ mod tests {
                 protocol: l.target_group.protocol.clone(),
                 port: l.target_group.port,
                 health: l.target_group.health.clone(),
-                targets: Some(targets_for(&d.instances, l.target_group.port).into_iter().collect()),
+                targets: Some(
+                    targets_for(&d.instances, l.target_group.port)
+                        .into_iter()
+                        .collect(),
+                ),
                 attributes: Some(BTreeMap::new()),
                 tags: Some(l.target_group.tags.clone()),
             });
@@ -734,7 +766,10 @@ mod tests {
         });
         assert_eq!(
             plan(Some(&seen), &subnets),
-            vec![NlbAction::SetSubnets(vec!["subnet-a".into(), "subnet-b".into()])]
+            vec![NlbAction::SetSubnets(vec![
+                "subnet-a".into(),
+                "subnet-b".into()
+            ])]
         );
     }
 
@@ -744,14 +779,22 @@ mod tests {
         two.listeners.push(listener(443, "TCP", 30443));
         let seen = converged(&two);
         let mut d = desired();
-        d.attributes.insert("load_balancing.cross_zone.enabled".into(), "true".into());
-        d.listeners[0].target_group.attributes.insert("proxy_protocol_v2.enabled".into(), "true".into());
+        d.attributes
+            .insert("load_balancing.cross_zone.enabled".into(), "true".into());
+        d.listeners[0]
+            .target_group
+            .attributes
+            .insert("proxy_protocol_v2.enabled".into(), "true".into());
         let actions = plan(Some(&seen), &d);
         assert_eq!(
             actions,
             vec![
-                NlbAction::DeleteListener { arn: "l-443".into() },
-                NlbAction::DeleteTargetGroup { arn: "tg-30443".into() },
+                NlbAction::DeleteListener {
+                    arn: "l-443".into()
+                },
+                NlbAction::DeleteTargetGroup {
+                    arn: "tg-30443".into()
+                },
                 NlbAction::ModifyTargetGroupAttributes {
                     target_group: TgRef::Existing("tg-30080".into()),
                     attributes: d.listeners[0].target_group.attributes.clone()

@@ -97,7 +97,10 @@ impl Env {
             .send()
             .await
             .unwrap();
-        let main = tables.route_tables()[0].route_table_id().unwrap().to_string();
+        let main = tables.route_tables()[0]
+            .route_table_id()
+            .unwrap()
+            .to_string();
         ec2.create_route()
             .route_table_id(&main)
             .destination_cidr_block("0.0.0.0/0")
@@ -126,7 +129,10 @@ impl Env {
             .group_name("nodes")
             .description("cluster nodes")
             .vpc_id(&vpc)
-            .tag_specifications(tag_spec(ResourceType::SecurityGroup, &[(CLUSTER_TAG, "owned")]))
+            .tag_specifications(tag_spec(
+                ResourceType::SecurityGroup,
+                &[(CLUSTER_TAG, "owned")],
+            ))
             .send()
             .await
             .unwrap()
@@ -183,7 +189,13 @@ impl Env {
 
     /// The rules of a security group.
     pub async fn rules(&self, group: &str) -> Vec<sg::IngressRule> {
-        let response = self.ec2.describe_security_groups().group_ids(group).send().await.unwrap();
+        let response = self
+            .ec2
+            .describe_security_groups()
+            .group_ids(group)
+            .send()
+            .await
+            .unwrap();
         sg::flatten(response.security_groups()[0].ip_permissions())
     }
 
@@ -268,8 +280,9 @@ impl Svc {
     }
 
     pub fn without(mut self, suffix: &str) -> Self {
-        self.annotations
-            .remove(&format!("service.beta.kubernetes.io/aws-load-balancer-{suffix}"));
+        self.annotations.remove(&format!(
+            "service.beta.kubernetes.io/aws-load-balancer-{suffix}"
+        ));
         self
     }
 
@@ -334,5 +347,10 @@ impl Svc {
 
 /// Read operations other than the shared instance lookup, summed.
 pub fn lb_reads(stats: &kube_lb_provider_aws::CallStats) -> u64 {
-    stats.reads - stats.by_op.get("ec2:DescribeInstances").copied().unwrap_or(0)
+    stats.reads
+        - stats
+            .by_op
+            .get("ec2:DescribeInstances")
+            .copied()
+            .unwrap_or(0)
 }
