@@ -179,6 +179,101 @@ fn columns_and_cells(resource: ResourceId) -> (Vec<Value>, CellRenderer) {
                 ]
             },
         ),
+        ("", "Pod") => (
+            vec![
+                name_col,
+                column("Ready", "string", "", 0),
+                column("Status", "string", "", 0),
+                column("Restarts", "string", "", 0),
+                age_col,
+                column("IP", "string", "", 1),
+                column("Node", "string", "", 1),
+            ],
+            |o| {
+                let containers = o
+                    .pointer("/spec/containers")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len);
+                let statuses = o
+                    .pointer("/status/containerStatuses")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let ready = statuses.iter().filter(|c| c["ready"] == true).count();
+                let restarts: i64 = statuses
+                    .iter()
+                    .filter_map(|c| c["restartCount"].as_i64())
+                    .sum();
+                let or_none = |s: &str| {
+                    if s.is_empty() {
+                        "<none>".to_string()
+                    } else {
+                        s.to_string()
+                    }
+                };
+                vec![
+                    json!(str_at(o, "/metadata/name")),
+                    json!(format!("{ready}/{containers}")),
+                    json!(str_at(o, "/status/phase")),
+                    json!(restarts.to_string()),
+                    json!(age(str_at(o, "/metadata/creationTimestamp"))),
+                    json!(or_none(str_at(o, "/status/podIP"))),
+                    json!(or_none(str_at(o, "/spec/nodeName"))),
+                ]
+            },
+        ),
+        ("discovery.k8s.io", "EndpointSlice") => (
+            vec![
+                name_col,
+                column("AddressType", "string", "", 0),
+                column("Ports", "string", "", 0),
+                column("Endpoints", "string", "", 0),
+                age_col,
+            ],
+            |o| {
+                let ports = o
+                    .get("ports")
+                    .and_then(Value::as_array)
+                    .map(|ports| {
+                        ports
+                            .iter()
+                            .filter_map(|p| p["port"].as_i64())
+                            .map(|p| p.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| "<unset>".to_string());
+                let addresses: Vec<String> = o
+                    .get("endpoints")
+                    .and_then(Value::as_array)
+                    .map(|eps| {
+                        eps.iter()
+                            .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+                            .filter_map(|a| a.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let endpoints = if addresses.is_empty() {
+                    "<unset>".to_string()
+                } else if addresses.len() > 3 {
+                    format!(
+                        "{} + {} more...",
+                        addresses[..3].join(","),
+                        addresses.len() - 3
+                    )
+                } else {
+                    addresses.join(",")
+                };
+                vec![
+                    json!(str_at(o, "/metadata/name")),
+                    json!(str_at(o, "/addressType")),
+                    json!(ports),
+                    json!(endpoints),
+                    json!(age(str_at(o, "/metadata/creationTimestamp"))),
+                ]
+            },
+        ),
         _ => (vec![name_col, age_col], |o| {
             vec![
                 json!(str_at(o, "/metadata/name")),
@@ -254,6 +349,36 @@ mod tests {
             "default"
         );
         assert_eq!(table["columnDefinitions"].as_array().unwrap().len(), 7);
+    }
+
+    #[test]
+    fn pod_and_slice_rows() {
+        let pod = json!({"metadata": {"name": "p", "creationTimestamp": "2020-01-01T00:00:00Z"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "a"}, {"name": "b"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.5",
+                       "containerStatuses": [{"ready": true, "restartCount": 2}, {"ready": false, "restartCount": 1}]}});
+        let pods = crate::resources::find("", "v1", "pods").unwrap();
+        let table = render(pods, &[(("d".into(), "p".into()), Arc::new(pod))], 1, None);
+        let cells = &table["rows"][0]["cells"];
+        assert_eq!(cells[1], "1/2");
+        assert_eq!(cells[2], "Running");
+        assert_eq!(cells[3], "3");
+        assert_eq!(cells[5], "10.0.0.5");
+        assert_eq!(cells[6], "n1");
+
+        let slice = json!({"metadata": {"name": "s"}, "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"]}, {"addresses": ["10.0.0.2"]}], "ports": [{"port": 80}, {"port": 443}]});
+        let slices = crate::resources::find("discovery.k8s.io", "v1", "endpointslices").unwrap();
+        let table = render(
+            slices,
+            &[(("d".into(), "s".into()), Arc::new(slice))],
+            1,
+            None,
+        );
+        let cells = &table["rows"][0]["cells"];
+        assert_eq!(cells[1], "IPv4");
+        assert_eq!(cells[2], "80,443");
+        assert_eq!(cells[3], "10.0.0.1,10.0.0.2");
     }
 
     #[test]

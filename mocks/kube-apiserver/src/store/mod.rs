@@ -820,11 +820,40 @@ fn admit(
             )],
         ));
     }
+    default_protocols(def, object);
     if resource == resources::services() {
         services::admit(old, object, allocator)
             .map_err(|causes| ApiError::invalid(def, &name, causes))?;
     }
     Ok(())
+}
+
+/// Port protocols default to TCP in Pods and EndpointSlices, as kube-apiserver's defaulting
+/// does (Services get theirs in `services::apply_defaults`).
+fn default_protocols(def: &resources::ResourceDef, object: &mut Value) {
+    let default_list = |ports: Option<&mut Value>| {
+        if let Some(Value::Array(ports)) = ports {
+            for port in ports.iter_mut().filter(|p| p.is_object()) {
+                if port.get("protocol").is_none_or(Value::is_null) {
+                    port["protocol"] = json!("TCP");
+                }
+            }
+        }
+    };
+    match (def.group, def.kind) {
+        ("", "Pod") => {
+            for list in ["containers", "initContainers"] {
+                if let Some(Value::Array(containers)) = object.pointer_mut(&format!("/spec/{list}"))
+                {
+                    for container in containers.iter_mut() {
+                        default_list(container.get_mut("ports"));
+                    }
+                }
+            }
+        }
+        ("discovery.k8s.io", "EndpointSlice") => default_list(object.get_mut("ports")),
+        _ => {}
+    }
 }
 
 fn release(resource: ResourceId, object: &Value, allocator: &mut Allocator) {

@@ -292,3 +292,30 @@ fn events_v1_are_mirrored_into_core_events() {
     .unwrap();
     assert!(s.get(resources::core_events(), Some("ns"), "e1").is_err());
 }
+
+#[test]
+fn port_protocols_default_to_tcp() {
+    let s = store(10);
+    let pods = resources::find("", "v1", "pods").unwrap();
+    let pod = s
+        .create(
+            pods,
+            Some("ns"),
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]}]}}),
+            false,
+        )
+        .unwrap();
+    assert_eq!(pod["spec"]["containers"][0]["ports"][0]["protocol"], "TCP");
+    assert_eq!(pod["spec"]["containers"][0]["ports"][1]["protocol"], "UDP");
+    assert_eq!(pod["status"]["phase"], "Pending");
+    let slices = resources::find("discovery.k8s.io", "v1", "endpointslices").unwrap();
+    let slice = s
+        .create(
+            slices,
+            Some("ns"),
+            json!({"metadata": {"name": "s"}, "addressType": "IPv4", "ports": [{"port": 80}]}),
+            false,
+        )
+        .unwrap();
+    assert_eq!(slice["ports"][0]["protocol"], "TCP");
+}
