@@ -14,6 +14,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use kube_lb_provider_core::{CallCounter, CallKind};
 use rand::Rng;
 
 use crate::error::AwsError;
@@ -106,22 +107,26 @@ pub struct Op {
     pub name: &'static str,
     /// Read or mutate.
     pub access: Access,
+    /// `elb:DescribeLoadBalancers`, … (CLB and NLB share action names).
+    pub label: &'static str,
 }
 
 impl Op {
-    const fn read(service: Service, name: &'static str) -> Self {
+    const fn read(service: Service, name: &'static str, label: &'static str) -> Self {
         Op {
             service,
             name,
             access: Access::Read,
+            label,
         }
     }
 
-    const fn mutate(service: Service, name: &'static str) -> Self {
+    const fn mutate(service: Service, name: &'static str, label: &'static str) -> Self {
         Op {
             service,
             name,
             access: Access::Mutate,
+            label,
         }
     }
 
@@ -133,12 +138,7 @@ impl Op {
     /// The counter key: `elb:DescribeLoadBalancers`, `elbv2:DescribeLoadBalancers`, `ec2:…`
     /// (CLB and NLB share action names, so the service is part of the key).
     pub fn key(self) -> String {
-        let service = match self.service {
-            Service::Ec2 => "ec2",
-            Service::Elb => "elb",
-            Service::Elbv2 => "elbv2",
-        };
-        format!("{service}:{}", self.name)
+        self.label.to_string()
     }
 
     /// The IAM action, e.g. `elasticloadbalancing:CreateLoadBalancer`.
@@ -152,68 +152,208 @@ impl Op {
 pub mod ops {
     use super::{Op, Service};
 
-    pub const DESCRIBE_INSTANCES: Op = Op::read(Service::Ec2, "DescribeInstances");
-    pub const DESCRIBE_SUBNETS: Op = Op::read(Service::Ec2, "DescribeSubnets");
-    pub const DESCRIBE_ROUTE_TABLES: Op = Op::read(Service::Ec2, "DescribeRouteTables");
-    pub const DESCRIBE_VPCS: Op = Op::read(Service::Ec2, "DescribeVpcs");
-    pub const DESCRIBE_SECURITY_GROUPS: Op = Op::read(Service::Ec2, "DescribeSecurityGroups");
-    pub const CREATE_SECURITY_GROUP: Op = Op::mutate(Service::Ec2, "CreateSecurityGroup");
-    pub const DELETE_SECURITY_GROUP: Op = Op::mutate(Service::Ec2, "DeleteSecurityGroup");
-    pub const AUTHORIZE_INGRESS: Op = Op::mutate(Service::Ec2, "AuthorizeSecurityGroupIngress");
-    pub const REVOKE_INGRESS: Op = Op::mutate(Service::Ec2, "RevokeSecurityGroupIngress");
-    pub const CREATE_TAGS: Op = Op::mutate(Service::Ec2, "CreateTags");
+    pub const DESCRIBE_INSTANCES: Op =
+        Op::read(Service::Ec2, "DescribeInstances", "ec2:DescribeInstances");
+    pub const DESCRIBE_SUBNETS: Op =
+        Op::read(Service::Ec2, "DescribeSubnets", "ec2:DescribeSubnets");
+    pub const DESCRIBE_ROUTE_TABLES: Op = Op::read(
+        Service::Ec2,
+        "DescribeRouteTables",
+        "ec2:DescribeRouteTables",
+    );
+    pub const DESCRIBE_VPCS: Op = Op::read(Service::Ec2, "DescribeVpcs", "ec2:DescribeVpcs");
+    pub const DESCRIBE_SECURITY_GROUPS: Op = Op::read(
+        Service::Ec2,
+        "DescribeSecurityGroups",
+        "ec2:DescribeSecurityGroups",
+    );
+    pub const CREATE_SECURITY_GROUP: Op = Op::mutate(
+        Service::Ec2,
+        "CreateSecurityGroup",
+        "ec2:CreateSecurityGroup",
+    );
+    pub const DELETE_SECURITY_GROUP: Op = Op::mutate(
+        Service::Ec2,
+        "DeleteSecurityGroup",
+        "ec2:DeleteSecurityGroup",
+    );
+    pub const AUTHORIZE_INGRESS: Op = Op::mutate(
+        Service::Ec2,
+        "AuthorizeSecurityGroupIngress",
+        "ec2:AuthorizeSecurityGroupIngress",
+    );
+    pub const REVOKE_INGRESS: Op = Op::mutate(
+        Service::Ec2,
+        "RevokeSecurityGroupIngress",
+        "ec2:RevokeSecurityGroupIngress",
+    );
+    pub const CREATE_TAGS: Op = Op::mutate(Service::Ec2, "CreateTags", "ec2:CreateTags");
 
-    pub const ELB_DESCRIBE_LOAD_BALANCERS: Op = Op::read(Service::Elb, "DescribeLoadBalancers");
-    pub const ELB_DESCRIBE_ATTRIBUTES: Op =
-        Op::read(Service::Elb, "DescribeLoadBalancerAttributes");
-    pub const ELB_DESCRIBE_TAGS: Op = Op::read(Service::Elb, "DescribeTags");
-    pub const ELB_CREATE_LOAD_BALANCER: Op = Op::mutate(Service::Elb, "CreateLoadBalancer");
-    pub const ELB_DELETE_LOAD_BALANCER: Op = Op::mutate(Service::Elb, "DeleteLoadBalancer");
-    pub const ELB_CREATE_LISTENERS: Op = Op::mutate(Service::Elb, "CreateLoadBalancerListeners");
-    pub const ELB_DELETE_LISTENERS: Op = Op::mutate(Service::Elb, "DeleteLoadBalancerListeners");
-    pub const ELB_CONFIGURE_HEALTH_CHECK: Op = Op::mutate(Service::Elb, "ConfigureHealthCheck");
-    pub const ELB_MODIFY_ATTRIBUTES: Op = Op::mutate(Service::Elb, "ModifyLoadBalancerAttributes");
-    pub const ELB_CREATE_POLICY: Op = Op::mutate(Service::Elb, "CreateLoadBalancerPolicy");
-    pub const ELB_DELETE_POLICY: Op = Op::mutate(Service::Elb, "DeleteLoadBalancerPolicy");
-    pub const ELB_SET_LISTENER_POLICIES: Op =
-        Op::mutate(Service::Elb, "SetLoadBalancerPoliciesOfListener");
-    pub const ELB_SET_BACKEND_POLICIES: Op =
-        Op::mutate(Service::Elb, "SetLoadBalancerPoliciesForBackendServer");
-    pub const ELB_APPLY_SECURITY_GROUPS: Op =
-        Op::mutate(Service::Elb, "ApplySecurityGroupsToLoadBalancer");
-    pub const ELB_ATTACH_SUBNETS: Op = Op::mutate(Service::Elb, "AttachLoadBalancerToSubnets");
-    pub const ELB_DETACH_SUBNETS: Op = Op::mutate(Service::Elb, "DetachLoadBalancerFromSubnets");
-    pub const ELB_ADD_TAGS: Op = Op::mutate(Service::Elb, "AddTags");
-    pub const ELB_REMOVE_TAGS: Op = Op::mutate(Service::Elb, "RemoveTags");
-    pub const ELB_REGISTER: Op = Op::mutate(Service::Elb, "RegisterInstancesWithLoadBalancer");
-    pub const ELB_DEREGISTER: Op = Op::mutate(Service::Elb, "DeregisterInstancesFromLoadBalancer");
+    pub const ELB_DESCRIBE_LOAD_BALANCERS: Op = Op::read(
+        Service::Elb,
+        "DescribeLoadBalancers",
+        "elb:DescribeLoadBalancers",
+    );
+    pub const ELB_DESCRIBE_ATTRIBUTES: Op = Op::read(
+        Service::Elb,
+        "DescribeLoadBalancerAttributes",
+        "elb:DescribeLoadBalancerAttributes",
+    );
+    pub const ELB_DESCRIBE_TAGS: Op = Op::read(Service::Elb, "DescribeTags", "elb:DescribeTags");
+    pub const ELB_CREATE_LOAD_BALANCER: Op =
+        Op::mutate(Service::Elb, "CreateLoadBalancer", "elb:CreateLoadBalancer");
+    pub const ELB_DELETE_LOAD_BALANCER: Op =
+        Op::mutate(Service::Elb, "DeleteLoadBalancer", "elb:DeleteLoadBalancer");
+    pub const ELB_CREATE_LISTENERS: Op = Op::mutate(
+        Service::Elb,
+        "CreateLoadBalancerListeners",
+        "elb:CreateLoadBalancerListeners",
+    );
+    pub const ELB_DELETE_LISTENERS: Op = Op::mutate(
+        Service::Elb,
+        "DeleteLoadBalancerListeners",
+        "elb:DeleteLoadBalancerListeners",
+    );
+    pub const ELB_CONFIGURE_HEALTH_CHECK: Op = Op::mutate(
+        Service::Elb,
+        "ConfigureHealthCheck",
+        "elb:ConfigureHealthCheck",
+    );
+    pub const ELB_MODIFY_ATTRIBUTES: Op = Op::mutate(
+        Service::Elb,
+        "ModifyLoadBalancerAttributes",
+        "elb:ModifyLoadBalancerAttributes",
+    );
+    pub const ELB_CREATE_POLICY: Op = Op::mutate(
+        Service::Elb,
+        "CreateLoadBalancerPolicy",
+        "elb:CreateLoadBalancerPolicy",
+    );
+    pub const ELB_DELETE_POLICY: Op = Op::mutate(
+        Service::Elb,
+        "DeleteLoadBalancerPolicy",
+        "elb:DeleteLoadBalancerPolicy",
+    );
+    pub const ELB_SET_LISTENER_POLICIES: Op = Op::mutate(
+        Service::Elb,
+        "SetLoadBalancerPoliciesOfListener",
+        "elb:SetLoadBalancerPoliciesOfListener",
+    );
+    pub const ELB_SET_BACKEND_POLICIES: Op = Op::mutate(
+        Service::Elb,
+        "SetLoadBalancerPoliciesForBackendServer",
+        "elb:SetLoadBalancerPoliciesForBackendServer",
+    );
+    pub const ELB_APPLY_SECURITY_GROUPS: Op = Op::mutate(
+        Service::Elb,
+        "ApplySecurityGroupsToLoadBalancer",
+        "elb:ApplySecurityGroupsToLoadBalancer",
+    );
+    pub const ELB_ATTACH_SUBNETS: Op = Op::mutate(
+        Service::Elb,
+        "AttachLoadBalancerToSubnets",
+        "elb:AttachLoadBalancerToSubnets",
+    );
+    pub const ELB_DETACH_SUBNETS: Op = Op::mutate(
+        Service::Elb,
+        "DetachLoadBalancerFromSubnets",
+        "elb:DetachLoadBalancerFromSubnets",
+    );
+    pub const ELB_ADD_TAGS: Op = Op::mutate(Service::Elb, "AddTags", "elb:AddTags");
+    pub const ELB_REMOVE_TAGS: Op = Op::mutate(Service::Elb, "RemoveTags", "elb:RemoveTags");
+    pub const ELB_REGISTER: Op = Op::mutate(
+        Service::Elb,
+        "RegisterInstancesWithLoadBalancer",
+        "elb:RegisterInstancesWithLoadBalancer",
+    );
+    pub const ELB_DEREGISTER: Op = Op::mutate(
+        Service::Elb,
+        "DeregisterInstancesFromLoadBalancer",
+        "elb:DeregisterInstancesFromLoadBalancer",
+    );
 
-    pub const V2_DESCRIBE_LOAD_BALANCERS: Op = Op::read(Service::Elbv2, "DescribeLoadBalancers");
-    pub const V2_DESCRIBE_LISTENERS: Op = Op::read(Service::Elbv2, "DescribeListeners");
-    pub const V2_DESCRIBE_TARGET_GROUPS: Op = Op::read(Service::Elbv2, "DescribeTargetGroups");
-    pub const V2_DESCRIBE_TARGET_HEALTH: Op = Op::read(Service::Elbv2, "DescribeTargetHealth");
-    pub const V2_DESCRIBE_LB_ATTRIBUTES: Op =
-        Op::read(Service::Elbv2, "DescribeLoadBalancerAttributes");
-    pub const V2_DESCRIBE_TG_ATTRIBUTES: Op =
-        Op::read(Service::Elbv2, "DescribeTargetGroupAttributes");
-    pub const V2_DESCRIBE_TAGS: Op = Op::read(Service::Elbv2, "DescribeTags");
-    pub const V2_CREATE_LOAD_BALANCER: Op = Op::mutate(Service::Elbv2, "CreateLoadBalancer");
-    pub const V2_DELETE_LOAD_BALANCER: Op = Op::mutate(Service::Elbv2, "DeleteLoadBalancer");
-    pub const V2_CREATE_TARGET_GROUP: Op = Op::mutate(Service::Elbv2, "CreateTargetGroup");
-    pub const V2_MODIFY_TARGET_GROUP: Op = Op::mutate(Service::Elbv2, "ModifyTargetGroup");
-    pub const V2_DELETE_TARGET_GROUP: Op = Op::mutate(Service::Elbv2, "DeleteTargetGroup");
-    pub const V2_CREATE_LISTENER: Op = Op::mutate(Service::Elbv2, "CreateListener");
-    pub const V2_MODIFY_LISTENER: Op = Op::mutate(Service::Elbv2, "ModifyListener");
-    pub const V2_DELETE_LISTENER: Op = Op::mutate(Service::Elbv2, "DeleteListener");
-    pub const V2_REGISTER_TARGETS: Op = Op::mutate(Service::Elbv2, "RegisterTargets");
-    pub const V2_DEREGISTER_TARGETS: Op = Op::mutate(Service::Elbv2, "DeregisterTargets");
-    pub const V2_MODIFY_LB_ATTRIBUTES: Op =
-        Op::mutate(Service::Elbv2, "ModifyLoadBalancerAttributes");
-    pub const V2_MODIFY_TG_ATTRIBUTES: Op =
-        Op::mutate(Service::Elbv2, "ModifyTargetGroupAttributes");
-    pub const V2_SET_SUBNETS: Op = Op::mutate(Service::Elbv2, "SetSubnets");
-    pub const V2_ADD_TAGS: Op = Op::mutate(Service::Elbv2, "AddTags");
-    pub const V2_REMOVE_TAGS: Op = Op::mutate(Service::Elbv2, "RemoveTags");
+    pub const V2_DESCRIBE_LOAD_BALANCERS: Op = Op::read(
+        Service::Elbv2,
+        "DescribeLoadBalancers",
+        "elbv2:DescribeLoadBalancers",
+    );
+    pub const V2_DESCRIBE_LISTENERS: Op = Op::read(
+        Service::Elbv2,
+        "DescribeListeners",
+        "elbv2:DescribeListeners",
+    );
+    pub const V2_DESCRIBE_TARGET_GROUPS: Op = Op::read(
+        Service::Elbv2,
+        "DescribeTargetGroups",
+        "elbv2:DescribeTargetGroups",
+    );
+    pub const V2_DESCRIBE_TARGET_HEALTH: Op = Op::read(
+        Service::Elbv2,
+        "DescribeTargetHealth",
+        "elbv2:DescribeTargetHealth",
+    );
+    pub const V2_DESCRIBE_LB_ATTRIBUTES: Op = Op::read(
+        Service::Elbv2,
+        "DescribeLoadBalancerAttributes",
+        "elbv2:DescribeLoadBalancerAttributes",
+    );
+    pub const V2_DESCRIBE_TG_ATTRIBUTES: Op = Op::read(
+        Service::Elbv2,
+        "DescribeTargetGroupAttributes",
+        "elbv2:DescribeTargetGroupAttributes",
+    );
+    pub const V2_DESCRIBE_TAGS: Op = Op::read(Service::Elbv2, "DescribeTags", "elbv2:DescribeTags");
+    pub const V2_CREATE_LOAD_BALANCER: Op = Op::mutate(
+        Service::Elbv2,
+        "CreateLoadBalancer",
+        "elbv2:CreateLoadBalancer",
+    );
+    pub const V2_DELETE_LOAD_BALANCER: Op = Op::mutate(
+        Service::Elbv2,
+        "DeleteLoadBalancer",
+        "elbv2:DeleteLoadBalancer",
+    );
+    pub const V2_CREATE_TARGET_GROUP: Op = Op::mutate(
+        Service::Elbv2,
+        "CreateTargetGroup",
+        "elbv2:CreateTargetGroup",
+    );
+    pub const V2_MODIFY_TARGET_GROUP: Op = Op::mutate(
+        Service::Elbv2,
+        "ModifyTargetGroup",
+        "elbv2:ModifyTargetGroup",
+    );
+    pub const V2_DELETE_TARGET_GROUP: Op = Op::mutate(
+        Service::Elbv2,
+        "DeleteTargetGroup",
+        "elbv2:DeleteTargetGroup",
+    );
+    pub const V2_CREATE_LISTENER: Op =
+        Op::mutate(Service::Elbv2, "CreateListener", "elbv2:CreateListener");
+    pub const V2_MODIFY_LISTENER: Op =
+        Op::mutate(Service::Elbv2, "ModifyListener", "elbv2:ModifyListener");
+    pub const V2_DELETE_LISTENER: Op =
+        Op::mutate(Service::Elbv2, "DeleteListener", "elbv2:DeleteListener");
+    pub const V2_REGISTER_TARGETS: Op =
+        Op::mutate(Service::Elbv2, "RegisterTargets", "elbv2:RegisterTargets");
+    pub const V2_DEREGISTER_TARGETS: Op = Op::mutate(
+        Service::Elbv2,
+        "DeregisterTargets",
+        "elbv2:DeregisterTargets",
+    );
+    pub const V2_MODIFY_LB_ATTRIBUTES: Op = Op::mutate(
+        Service::Elbv2,
+        "ModifyLoadBalancerAttributes",
+        "elbv2:ModifyLoadBalancerAttributes",
+    );
+    pub const V2_MODIFY_TG_ATTRIBUTES: Op = Op::mutate(
+        Service::Elbv2,
+        "ModifyTargetGroupAttributes",
+        "elbv2:ModifyTargetGroupAttributes",
+    );
+    pub const V2_SET_SUBNETS: Op = Op::mutate(Service::Elbv2, "SetSubnets", "elbv2:SetSubnets");
+    pub const V2_ADD_TAGS: Op = Op::mutate(Service::Elbv2, "AddTags", "elbv2:AddTags");
+    pub const V2_REMOVE_TAGS: Op = Op::mutate(Service::Elbv2, "RemoveTags", "elbv2:RemoveTags");
 }
 
 /// Every operation the provider may call; the IAM policy in `deploy/` is generated from and
@@ -456,6 +596,7 @@ pub struct Calls {
     limiters: BTreeMap<Family, DefaultDirectRateLimiter>,
     retry: RetryPolicy,
     stats: Mutex<CallStats>,
+    counter: CallCounter,
 }
 
 impl fmt::Debug for Calls {
@@ -483,6 +624,16 @@ fn quota(limit: RateLimit) -> Quota {
 impl Calls {
     /// Builds the limiters for `limits`.
     pub fn new(limits: &RateLimits, retry: RetryPolicy) -> Arc<Self> {
+        Calls::with_counter(limits, retry, CallCounter::new())
+    }
+
+    /// Like [`Calls::new`], also recording every attempt on the shared core `counter` (which
+    /// feeds the binary's `cloud_calls` metrics) under provider `aws` and the operation label.
+    pub fn with_counter(
+        limits: &RateLimits,
+        retry: RetryPolicy,
+        counter: CallCounter,
+    ) -> Arc<Self> {
         let limiters = Family::ALL
             .into_iter()
             .map(|family| (family, RateLimiter::direct(quota(limits.get(family)))))
@@ -491,6 +642,7 @@ impl Calls {
             limiters,
             retry,
             stats: Mutex::new(CallStats::default()),
+            counter,
         })
     }
 
@@ -507,7 +659,17 @@ impl Calls {
             .unwrap_or_default()
     }
 
+    /// The shared core counter.
+    pub fn counter(&self) -> &CallCounter {
+        &self.counter
+    }
+
     fn record(&self, op: Op, retried: bool) {
+        let kind = match op.access {
+            Access::Read => CallKind::Read,
+            Access::Mutate => CallKind::Mutate,
+        };
+        self.counter.record("aws", op.label, kind);
         if let Ok(mut stats) = self.stats.lock() {
             *stats.by_op.entry(op.key()).or_default() += 1;
             match op.access {
@@ -576,9 +738,19 @@ mod tests {
     }
 
     #[test]
-    fn operation_keys_are_unique() {
+    fn operation_keys_are_unique_and_name_service_and_action() {
         let keys: BTreeSet<String> = OPERATIONS.iter().map(|op| op.key()).collect();
         assert_eq!(keys.len(), OPERATIONS.len());
+        for op in OPERATIONS {
+            let (service, action) = op.label.split_once(':').unwrap();
+            assert_eq!(action, op.name);
+            let want = match op.service {
+                Service::Ec2 => "ec2",
+                Service::Elb => "elb",
+                Service::Elbv2 => "elbv2",
+            };
+            assert_eq!(service, want);
+        }
     }
 
     #[test]
@@ -622,6 +794,7 @@ mod tests {
         calls.record(ops::ELB_DESCRIBE_LOAD_BALANCERS, false);
         calls.record(ops::ELB_REGISTER, false);
         calls.record(ops::ELB_REGISTER, true);
+        assert_eq!(calls.counter().snapshot().mutations(), 2);
         let stats = calls.take();
         assert_eq!(stats.reads, 1);
         assert_eq!(stats.mutations, 2);

@@ -13,7 +13,8 @@ use aws_sdk_ec2::types::{ResourceType, TagSpecification};
 use kube_lb_annotations::{AwsLoadBalancerKind, LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::naming::{cluster_tag_key, load_balancer_name};
 use kube_lb_provider_core::{
-    BackendNode, LoadBalancerIngress, LoadBalancerProvider, LoadBalancerStatus, ProviderError,
+    BackendNode, CallCounter, LoadBalancerIngress, LoadBalancerProvider, LoadBalancerStatus,
+    ProviderError,
 };
 
 use crate::calls::{CallStats, Calls, ops};
@@ -105,6 +106,12 @@ impl AwsProvider {
             discovery: Discovery::default(),
             verified: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The core call counter every AWS call is also recorded on (attach metric observers
+    /// with [`CallCounter::observe`]).
+    pub fn call_counter(&self) -> CallCounter {
+        self.clients.calls.counter().clone()
     }
 
     /// Calls made so far.
