@@ -524,3 +524,68 @@ async fn quotas_throttling_and_failed_operations() {
     );
     assert_eq!(arm.pending_faults(), 0);
 }
+
+#[tokio::test]
+async fn child_writes_change_the_parent_etag() {
+    let (arm, c) = setup(MockArm::builder().lro_polls(0)).await;
+    let pip_id = path("publicIPAddresses", "pip");
+    c.put(&pip_id, pip_body()).await;
+    c.put(&path("loadBalancers", "kubernetes"), lb_body(&pip_id))
+        .await;
+    let before = arm.load_balancer(RG, "kubernetes").unwrap()["etag"].clone();
+    let vnet = format!(
+        "/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/Microsoft.Network/virtualNetworks/vnet"
+    );
+    let pool = format!(
+        "{}/backendAddressPools/kubernetes",
+        path("loadBalancers", "kubernetes")
+    );
+    let members = json!({"properties": {"loadBalancerBackendAddresses": [
+        {"name": "node-1", "properties": {"ipAddress": "10.0.1.10", "virtualNetwork": {"id": vnet}}}]}});
+    let put = c.put(&pool, members.clone()).await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.body);
+    let lb = arm.load_balancer(RG, "kubernetes").unwrap();
+    assert_ne!(lb["etag"], before);
+    assert_eq!(
+        lb["properties"]["backendAddressPools"][0]["properties"]["loadBalancerBackendAddresses"][0]
+            ["name"],
+        "node-1"
+    );
+    let mut bad = members;
+    bad["properties"]["loadBalancerBackendAddresses"][0]["properties"]["virtualNetwork"]["id"] =
+        json!(format!("{vnet}-missing"));
+    assert_eq!(c.put(&pool, bad).await.code(), "InvalidResourceReference");
+    assert_eq!(
+        c.get(&format!(
+            "{}/probes/fe-TCP-80",
+            path("loadBalancers", "kubernetes")
+        ))
+        .await
+        .status,
+        StatusCode::OK
+    );
+
+    let rule = format!(
+        "{}/securityRules/allow-web",
+        path("networkSecurityGroups", "nsg")
+    );
+    let body = json!({"properties": {"protocol": "Tcp", "access": "Allow", "direction": "Inbound", "priority": 500,
+        "sourcePortRange": "*", "destinationPortRange": "80", "sourceAddressPrefix": "Internet", "destinationAddressPrefix": "*"}});
+    assert_eq!(c.put(&rule, body).await.status, StatusCode::CREATED);
+    let nsg = arm.security_group(RG, "nsg").unwrap();
+    assert_eq!(nsg["properties"]["securityRules"][0]["name"], "allow-web");
+    assert_eq!(
+        nsg["properties"]["defaultSecurityRules"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+    assert_eq!(c.delete(&rule).await.status, StatusCode::ACCEPTED);
+    assert!(
+        arm.security_group(RG, "nsg").unwrap()["properties"]["securityRules"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -858,13 +858,8 @@ pub fn reconcile_security_rules(
 }
 
 /// The Service's ingress address from `observed`, if its frontend exists.
-pub fn status_address(
-    settings: &Settings,
-    service: &ServiceKey,
-    observed: &Observed,
-) -> Option<String> {
+pub fn status_address(service: &ServiceKey, observed: &Observed) -> Option<String> {
     let prefix = kube_lb_provider_core::naming::load_balancer_name(&service.uid);
-    let _ = settings;
     observed
         .load_balancers
         .iter()
@@ -1093,7 +1088,7 @@ mod tests {
                 "{name}"
             );
             assert!(
-                status_address(&settings, &spec.service, &observed).is_some(),
+                status_address(&spec.service, &observed).is_some(),
                 "{name}: no address"
             );
             // Deleting converges to a cluster with nothing of the Service left.

@@ -268,7 +268,7 @@ impl AzureProvider {
     }
 
     fn status_from(&self, service: &ServiceKey, observed: &Observed) -> Option<LoadBalancerStatus> {
-        let address = status_address(&self.settings, service, observed)?;
+        let address = status_address(service, observed)?;
         let ip = address.parse().ok()?;
         Some(LoadBalancerStatus {
             ingress: vec![LoadBalancerIngress {
