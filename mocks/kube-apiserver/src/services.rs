@@ -533,6 +533,16 @@ pub fn validate(service: &Value) -> Vec<Cause> {
             "may only be set when `type` is 'NodePort' or 'LoadBalancer'",
         ));
     }
+    if ty != "LoadBalancer"
+        && spec
+            .get("allocateLoadBalancerNodePorts")
+            .is_some_and(|v| !v.is_null())
+    {
+        causes.push(Cause::forbidden(
+            "spec.allocateLoadBalancerNodePorts",
+            "may only be used when `type` is 'LoadBalancer'",
+        ));
+    }
     if let Some(t) = spec
         .pointer("/sessionAffinityConfig/clientIP/timeoutSeconds")
         .and_then(Value::as_i64)
@@ -641,14 +651,18 @@ fn patch_allocated_values(old: &Value, new: &mut Value) {
             }
         }
     }
-    if !matches!(new_type.as_str(), "NodePort" | "LoadBalancer") {
-        for field in ["externalTrafficPolicy", "allocateLoadBalancerNodePorts"] {
-            if spec.get(field).is_some()
-                && spec.get(field) == old_spec.get(field)
-                && let Some(map) = spec.as_object_mut()
-            {
-                map.remove(field);
-            }
+    // Fields the new type does not use are dropped when they were only carried along.
+    let unused: &[&str] = match new_type.as_str() {
+        "LoadBalancer" => &[],
+        "NodePort" => &["allocateLoadBalancerNodePorts"],
+        _ => &["externalTrafficPolicy", "allocateLoadBalancerNodePorts"],
+    };
+    for field in unused {
+        if spec.get(*field).is_some()
+            && spec.get(*field) == old_spec.get(*field)
+            && let Some(map) = spec.as_object_mut()
+        {
+            map.remove(*field);
         }
     }
     let old_hc = old_spec.get("healthCheckNodePort").and_then(Value::as_i64);
@@ -957,6 +971,10 @@ mod tests {
                 vec!["spec.loadBalancerSourceRanges[0]"],
             ),
             (
+                json!({"type": "NodePort", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}),
+                vec!["spec.allocateLoadBalancerNodePorts"],
+            ),
+            (
                 json!({"ports": [{"port": 80, "name": "ok", "targetPort": "Not-Valid"}]}),
                 vec!["spec.ports[0].targetPort"],
             ),
@@ -1079,6 +1097,48 @@ mod tests {
         moved["spec"]["clusterIPs"] = json!(["10.96.1.1"]);
         let causes = admit(Some(&cip), &mut moved, &mut a).unwrap_err();
         assert_eq!(fields(&causes), vec!["spec.clusterIPs[0]"]);
+    }
+
+    #[test]
+    fn traffic_policy_change_releases_health_check_port() {
+        let mut a = allocator();
+        let mut local = svc(
+            json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}),
+        );
+        admit(None, &mut local, &mut a).unwrap();
+        let hc = local["spec"]["healthCheckNodePort"].as_u64().unwrap();
+        assert_eq!(a.allocated_ports(), 2);
+        let mut cluster = local.clone();
+        cluster["spec"]["externalTrafficPolicy"] = json!("Cluster");
+        admit(Some(&local), &mut cluster, &mut a).unwrap();
+        assert!(cluster["spec"].get("healthCheckNodePort").is_none());
+        assert_eq!(a.allocated_ports(), 1);
+        // The freed port can be requested again.
+        let mut other = svc(
+            json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+            "healthCheckNodePort": hc, "ports": [{"port": 81}]}),
+        );
+        other["metadata"]["name"] = json!("other");
+        admit(None, &mut other, &mut a).unwrap();
+        assert_eq!(other["spec"]["healthCheckNodePort"].as_u64(), Some(hc));
+    }
+
+    #[test]
+    fn load_balancer_to_node_port_keeps_node_ports() {
+        let mut a = allocator();
+        let mut lb = svc(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+        admit(None, &mut lb, &mut a).unwrap();
+        let np = lb["spec"]["ports"][0]["nodePort"].clone();
+        let mut node_port = lb.clone();
+        node_port["spec"]["type"] = json!("NodePort");
+        admit(Some(&lb), &mut node_port, &mut a).unwrap();
+        assert_eq!(node_port["spec"]["ports"][0]["nodePort"], np);
+        assert!(
+            node_port["spec"]
+                .get("allocateLoadBalancerNodePorts")
+                .is_none()
+        );
+        assert_eq!(a.allocated_ports(), 1);
     }
 
     #[test]
