@@ -279,7 +279,14 @@ impl ArmClient {
                 ..
             }) => match source.downcast::<AzureError>() {
                 Ok(error) => Err(*error),
-                Err(_) => Err(AzureError::User(message)),
+                // Only this client builds these errors, so the source is always an AzureError;
+                // keep the text (as a transient failure) should that ever change.
+                Err(_) => Err(AzureError::Arm {
+                    operation,
+                    status: 503,
+                    code: "RetriesExhausted".into(),
+                    message,
+                }),
             },
             Err(other) => Err(AzureError::Arm {
                 operation,
