@@ -375,9 +375,9 @@ pub fn plan(
                     }
                 }
                 before_rule.push(Action::DeleteTargetPool(have.name.clone()));
-                before_rule.push(Action::InsertTargetPool(pool.clone()));
+                before_rule.extend(insert_target_pool(pool));
             }
-            None => before_rule.push(Action::InsertTargetPool(pool.clone())),
+            None => before_rule.extend(insert_target_pool(pool)),
         }
     } else if let Some(have) = &observed.target_pool {
         // Switched to internal: the pool goes once the rule no longer points at it.
@@ -482,6 +482,33 @@ pub fn plan(
         .chain(rule_actions)
         .chain(after_rule)
         .collect()
+}
+
+/// Instances listed in a target-pool insert; the rest follow with `addInstance` (upstream
+/// does the same to keep the insert body small).
+pub const POOL_INSERT_INSTANCES: usize = 200;
+
+fn insert_target_pool(pool: &TargetPool) -> Vec<Action> {
+    let first: BTreeSet<String> = pool
+        .instances
+        .iter()
+        .take(POOL_INSERT_INSTANCES)
+        .cloned()
+        .collect();
+    let rest: BTreeSet<String> = pool
+        .instances
+        .iter()
+        .skip(POOL_INSERT_INSTANCES)
+        .cloned()
+        .collect();
+    let mut actions = vec![Action::InsertTargetPool(TargetPool {
+        instances: first,
+        ..pool.clone()
+    })];
+    if !rest.is_empty() {
+        actions.push(Action::AddPoolInstances(pool.name.clone(), rest));
+    }
+    actions
 }
 
 fn ensure_firewall(wanted: &Firewall, have: Option<&Firewall>) -> Option<Action> {
@@ -828,6 +855,26 @@ mod tests {
             second.last(),
             Some(&Action::DeleteAddress(desired.lb.clone()))
         );
+    }
+
+    #[test]
+    fn large_pools_are_created_in_two_steps() {
+        let mut desired = external();
+        if let Some(pool) = desired.target_pool.as_mut() {
+            pool.instances = (0..250)
+                .map(|i| format!("projects/p/zones/r1-a/instances/n{i:03}"))
+                .collect();
+        }
+        let (_, second) = both_phases(&desired, &Observed::default());
+        let sizes: Vec<usize> = second
+            .iter()
+            .filter_map(|a| match a {
+                Action::InsertTargetPool(pool) => Some(pool.instances.len()),
+                Action::AddPoolInstances(_, instances) => Some(instances.len()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sizes, [200, 50]);
     }
 
     #[test]
