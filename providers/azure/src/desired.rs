@@ -617,7 +617,204 @@ fn security_intent(
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Service;
+    use kube_lb_provider_core::annotations::Cloud;
+    use serde_json::json;
+
     use super::*;
+
+    fn settings() -> Settings {
+        let config: AzureConfig = serde_json::from_value(json!({
+            "subscriptionId": "sub", "resourceGroup": "rg", "location": "eastus",
+            "vnetName": "vnet", "subnetName": "nodes", "securityGroupName": "nsg",
+            "tenantId": "t", "aadClientId": "c", "aadClientSecret": "s"}))
+        .unwrap();
+        Settings::new(&config, "k8s").unwrap()
+    }
+
+    fn spec(annotations: serde_json::Value, extra: serde_json::Value) -> LoadBalancerSpec {
+        let mut spec = json!({"type": "LoadBalancer", "externalTrafficPolicy": "Cluster", "ports": [
+            {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080},
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53, "nodePort": 30053}]});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        let annotations: BTreeMap<String, String> = annotations
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    format!("service.beta.kubernetes.io/{k}"),
+                    v.as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let service: Service = serde_json::from_value(
+            json!({"metadata": {"name": "s", "namespace": "n", "uid": "u-1", "annotations": annotations}, "spec": spec}),
+        )
+        .unwrap();
+        kube_lb_provider_core::annotations::parse(Cloud::Azure, &service)
+            .unwrap()
+            .spec
+    }
+
+    /// (rule name, protocol, frontend port, backend port, probe name)
+    type RuleRow = (String, String, u16, Option<u16>, Option<String>);
+
+    fn rows(d: &Desired) -> Vec<RuleRow> {
+        d.rules
+            .iter()
+            .map(|r| {
+                let p = &r.properties;
+                let probe = p
+                    .probe
+                    .as_ref()
+                    .map(|s| crate::arm::name_of(&s.id).to_string());
+                (
+                    r.name.clone(),
+                    p.protocol.clone(),
+                    p.frontend_port,
+                    p.backend_port,
+                    probe,
+                )
+            })
+            .collect()
+    }
+
+    fn row(name: &str, protocol: &str, port: u16, backend: u16, probe: Option<&str>) -> RuleRow {
+        (
+            name.into(),
+            protocol.into(),
+            port,
+            Some(backend),
+            probe.map(str::to_string),
+        )
+    }
+
+    #[test]
+    fn rules_and_probes_per_shape() {
+        let cases = [
+            (
+                "cluster: TCP probed on its nodePort, UDP unprobed",
+                spec(json!({}), json!({})),
+                "k8s",
+                vec![
+                    row("au1-TCP-80", "Tcp", 80, 80, Some("au1-TCP-80")),
+                    row("au1-UDP-53", "Udp", 53, 53, None),
+                ],
+                vec![("au1-TCP-80", "Tcp", 30080)],
+            ),
+            (
+                "local: one HTTP probe on the healthCheckNodePort for every rule",
+                spec(
+                    json!({}),
+                    json!({"externalTrafficPolicy": "Local", "healthCheckNodePort": 32100}),
+                ),
+                "k8s",
+                vec![
+                    row("au1-TCP-80", "Tcp", 80, 80, Some("au1-TCP-32100")),
+                    row("au1-UDP-53", "Udp", 53, 53, Some("au1-TCP-32100")),
+                ],
+                vec![("au1-TCP-32100", "Http", 32100)],
+            ),
+            (
+                "internal on an annotated subnet, floating IP off",
+                spec(
+                    json!({"azure-load-balancer-internal": "true", "azure-load-balancer-internal-subnet": "apps",
+                        "azure-disable-load-balancer-floating-ip": "true"}),
+                    json!({}),
+                ),
+                "k8s-internal",
+                vec![
+                    row("au1-apps-TCP-80", "Tcp", 80, 30080, Some("au1-apps-TCP-80")),
+                    row("au1-apps-UDP-53", "Udp", 53, 30053, None),
+                ],
+                vec![("au1-apps-TCP-80", "Tcp", 30080)],
+            ),
+            (
+                "HA ports: one All rule named after the first port",
+                spec(
+                    json!({"azure-load-balancer-internal": "true", "azure-load-balancer-enable-high-availability-ports": "true"}),
+                    json!({}),
+                ),
+                "k8s-internal",
+                vec![row("au1-TCP-80", "All", 0, 0, Some("au1-TCP-80"))],
+                vec![("au1-TCP-80", "Tcp", 30080)],
+            ),
+            (
+                "per-port probe override and no rule for dns",
+                spec(
+                    json!({"port_80_health-probe_protocol": "Https", "port_80_health-probe_port": "31443",
+                        "port_53_no_lb_rule": "true"}),
+                    json!({}),
+                ),
+                "k8s",
+                vec![row("au1-TCP-80", "Tcp", 80, 80, Some("au1-TCP-80"))],
+                vec![("au1-TCP-80", "Https", 31443)],
+            ),
+        ];
+        let settings = settings();
+        for (what, spec, lb, want_rules, want_probes) in cases {
+            let d = desired(&settings, &spec, &[]).unwrap();
+            assert_eq!(d.lb_name, lb, "{what}");
+            assert_eq!(rows(&d), want_rules, "{what}");
+            let probes: Vec<(&str, &str, u16)> = d
+                .probes
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.as_str(),
+                        p.properties.protocol.as_str(),
+                        p.properties.port,
+                    )
+                })
+                .collect();
+            assert_eq!(probes, want_probes, "{what}");
+        }
+    }
+
+    #[test]
+    fn security_sources() {
+        let settings = settings();
+        let sources = |spec: LoadBalancerSpec| -> Vec<Vec<String>> {
+            let d = desired(&settings, &spec, &[]).unwrap();
+            d.security
+                .map(|s| s.allow.into_iter().map(|e| e.sources).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            sources(spec(json!({}), json!({}))),
+            vec![vec!["Internet".to_string()]; 2]
+        );
+        assert!(
+            sources(spec(
+                json!({"azure-load-balancer-internal": "true"}),
+                json!({})
+            ))
+            .is_empty()
+        );
+        assert_eq!(
+            sources(spec(
+                json!({"azure-allowed-service-tags": "AzureCloud"}),
+                json!({"loadBalancerSourceRanges": ["10.1.0.0/16"]})
+            ))[0],
+            vec!["10.1.0.0/16".to_string(), "AzureCloud".to_string()]
+        );
+        assert!(
+            desired(
+                &settings,
+                &spec(
+                    json!({"azure-disable-load-balancer-nsg-rule": "true"}),
+                    json!({})
+                ),
+                &[]
+            )
+            .unwrap()
+            .security
+            .is_none()
+        );
+    }
 
     #[test]
     fn frontend_names() {
