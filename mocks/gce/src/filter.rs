@@ -32,52 +32,12 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Parses a filter expression; an empty expression matches everything.
+    /// Parses a filter expression; an empty expression matches everything. Parentheses at
+    /// the start of a term group terms; inside a value they belong to the regexp.
     pub fn parse(expr: &str) -> Result<Filter, ApiError> {
-        let cleaned: String = expr
-            .chars()
-            .map(|c| if c == '(' || c == ')' { ' ' } else { c })
-            .collect();
-        let tokens = tokenize(&cleaned);
+        let chars: Vec<char> = expr.chars().collect();
         let mut terms = Vec::new();
-        let mut i = 0;
-        while i < tokens.len() {
-            if tokens[i].eq_ignore_ascii_case("AND") {
-                i += 1;
-                continue;
-            }
-            let (Some(field), Some(op), Some(value)) =
-                (tokens.get(i), tokens.get(i + 1), tokens.get(i + 2))
-            else {
-                return Err(ApiError::invalid(format!(
-                    "Invalid list filter expression '{expr}'"
-                )));
-            };
-            let term = match op.as_str() {
-                "eq" | "ne" => {
-                    let re = Regex::new(&format!("^(?:{value})$")).map_err(|e| {
-                        ApiError::invalid(format!("Invalid regular expression '{value}': {e}"))
-                    })?;
-                    Term::Regex {
-                        field: field.clone(),
-                        re,
-                        negate: op == "ne",
-                    }
-                }
-                "=" | "!=" => Term::Exact {
-                    field: field.clone(),
-                    value: value.clone(),
-                    negate: op == "!=",
-                },
-                other => {
-                    return Err(ApiError::invalid(format!(
-                        "Invalid list filter expression '{expr}': unknown operator '{other}'"
-                    )));
-                }
-            };
-            terms.push(term);
-            i += 3;
-        }
+        parse_terms(&chars, expr, &mut terms)?;
         Ok(Filter { terms })
     }
 
@@ -96,31 +56,116 @@ impl Filter {
     }
 }
 
-/// Splits on whitespace, keeping double-quoted strings (without their quotes) as one token.
-fn tokenize(input: &str) -> Vec<String> {
-    let mut tokens = Vec::new();
-    let mut current = String::new();
-    let mut quoted = false;
-    for c in input.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                if !quoted {
-                    tokens.push(std::mem::take(&mut current));
-                }
-            }
-            c if c.is_whitespace() && !quoted => {
-                if !current.is_empty() {
-                    tokens.push(std::mem::take(&mut current));
-                }
-            }
-            c => current.push(c),
+fn malformed(expr: &str) -> ApiError {
+    ApiError::invalid(format!("Invalid list filter expression '{expr}'"))
+}
+
+fn skip_space(chars: &[char], mut i: usize) -> usize {
+    while i < chars.len() && chars[i].is_whitespace() {
+        i += 1;
+    }
+    i
+}
+
+/// A word up to the next whitespace.
+fn word(chars: &[char], mut i: usize) -> (String, usize) {
+    let start = i;
+    while i < chars.len() && !chars[i].is_whitespace() {
+        i += 1;
+    }
+    (chars[start..i].iter().collect(), i)
+}
+
+/// A value: a double-quoted string, or characters up to whitespace outside parentheses.
+fn value(chars: &[char], mut i: usize, expr: &str) -> Result<(String, usize), ApiError> {
+    if chars.get(i) == Some(&'"') {
+        let start = i + 1;
+        let end = chars[start..]
+            .iter()
+            .position(|c| *c == '"')
+            .map(|p| start + p)
+            .ok_or_else(|| malformed(expr))?;
+        return Ok((chars[start..end].iter().collect(), end + 1));
+    }
+    let start = i;
+    let mut depth = 0usize;
+    while i < chars.len() {
+        match chars[i] {
+            '(' => depth += 1,
+            ')' if depth == 0 => break,
+            ')' => depth -= 1,
+            c if c.is_whitespace() && depth == 0 => break,
+            _ => {}
         }
+        i += 1;
     }
-    if !current.is_empty() {
-        tokens.push(current);
+    if depth != 0 || i == start {
+        return Err(malformed(expr));
     }
-    tokens
+    Ok((chars[start..i].iter().collect(), i))
+}
+
+fn parse_terms(chars: &[char], expr: &str, terms: &mut Vec<Term>) -> Result<(), ApiError> {
+    let mut i = skip_space(chars, 0);
+    while i < chars.len() {
+        if chars[i] == '(' {
+            let mut depth = 0usize;
+            let mut close = None;
+            for (j, c) in chars.iter().enumerate().skip(i) {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            close = Some(j);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let close = close.ok_or_else(|| malformed(expr))?;
+            parse_terms(&chars[i + 1..close], expr, terms)?;
+            i = skip_space(chars, close + 1);
+            continue;
+        }
+        let (field, next) = word(chars, i);
+        if field.eq_ignore_ascii_case("AND") {
+            i = skip_space(chars, next);
+            continue;
+        }
+        let (op, next) = word(chars, skip_space(chars, next));
+        let start = skip_space(chars, next);
+        if op.is_empty() || start >= chars.len() {
+            return Err(malformed(expr));
+        }
+        let (value, next) = value(chars, start, expr)?;
+        let term = match op.as_str() {
+            "eq" | "ne" => {
+                let re = Regex::new(&format!("^(?:{value})$")).map_err(|e| {
+                    ApiError::invalid(format!("Invalid regular expression '{value}': {e}"))
+                })?;
+                Term::Regex {
+                    field,
+                    re,
+                    negate: op == "ne",
+                }
+            }
+            "=" | "!=" => Term::Exact {
+                field,
+                value,
+                negate: op == "!=",
+            },
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "Invalid list filter expression '{expr}': unknown operator '{other}'"
+                )));
+            }
+        };
+        terms.push(term);
+        i = skip_space(chars, next);
+    }
+    Ok(())
 }
 
 /// A top-level (or dotted) field of a resource as text; missing fields are the empty string.
@@ -160,6 +205,9 @@ mod tests {
             ("address = \"10.0.0.5\"", true),
             ("address != \"10.0.0.5\"", false),
             ("missing eq x", false),
+            ("name eq (a1|b1)", true),
+            ("name eq (b1|c1)", false),
+            ("(name eq (x|a1)) (address eq 10\\.0\\.0\\.5)", true),
         ];
         for (expr, want) in cases {
             let filter = Filter::parse(expr).unwrap();
@@ -169,7 +217,14 @@ mod tests {
 
     #[test]
     fn malformed_filters_are_rejected() {
-        for expr in ["name", "name eq", "name like x", "name eq ("] {
+        for expr in [
+            "name",
+            "name eq",
+            "name like x",
+            "name eq (",
+            "(name eq a",
+            "name = \"open",
+        ] {
             assert!(Filter::parse(expr).is_err(), "{expr}");
         }
     }

@@ -308,19 +308,33 @@ impl GcpProvider {
             let have = gce.get_instance_group(&group.zone, &group.name).await?;
             groups.push((group.zone.clone(), have));
         }
+        // Independent reads go out together: a resync costs one round trip, not seven.
+        let (
+            rule,
+            address,
+            firewall,
+            health_check,
+            health_check_firewall,
+            target_pool,
+            backend_service,
+        ) = tokio::join!(
+            gce.get_rule(lb),
+            gce.get_address(lb),
+            gce.get_firewall(&desired.firewall.name),
+            gce.get_health_check(desired.health_check.kind, &desired.health_check.name),
+            gce.get_firewall(&desired.health_check_firewall.name),
+            gce.get_target_pool(lb),
+            gce.get_backend_service(lb),
+        );
         Ok(Observed {
-            rule: gce.get_rule(lb).await?,
-            address: gce.get_address(lb).await?,
+            rule: rule?,
+            address: address?,
             user_address,
-            firewall: gce.get_firewall(&desired.firewall.name).await?,
-            health_check: gce
-                .get_health_check(desired.health_check.kind, &desired.health_check.name)
-                .await?,
-            health_check_firewall: gce
-                .get_firewall(&desired.health_check_firewall.name)
-                .await?,
-            target_pool: gce.get_target_pool(lb).await?,
-            backend_service: gce.get_backend_service(lb).await?,
+            firewall: firewall?,
+            health_check: health_check?,
+            health_check_firewall: health_check_firewall?,
+            target_pool: target_pool?,
+            backend_service: backend_service?,
             other_own_health_checks,
             groups,
         })
