@@ -808,3 +808,26 @@ async fn pip_name_annotation_uses_the_named_public_ip() {
         "never modified or deleted"
     );
 }
+
+#[tokio::test]
+async fn from_cloud_config_reads_azure_json_with_an_endpoint_override() {
+    let arm = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("azure.json");
+    std::fs::write(&path, config_json(&arm.url()).to_string()).unwrap();
+    let provider = AzureProvider::from_cloud_config(Some(&path), CLUSTER)
+        .await
+        .unwrap();
+    let status = provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert!(!status.ingress.is_empty());
+    assert!(arm.load_balancer(RG, CLUSTER).is_some());
+
+    std::fs::write(&path, r#"{"subscriptionId": "s"}"#).unwrap();
+    let error = AzureProvider::from_cloud_config(Some(&path), CLUSTER)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("cloud config"), "{error}");
+}
