@@ -254,39 +254,52 @@ impl GcpProvider {
         &self.settings.zones
     }
 
-    /// Firewall target tags: the configured `node-tags`, else per node instance the longest
-    /// network tag that prefixes its name (upstream's rule), else all its tags.
-    async fn target_tags(
+    /// Looks the backends' VMs up (one filtered list per zone). Returns the backends whose
+    /// instance exists (upstream also only warns about nodes it cannot find) and the firewall
+    /// target tags: the configured `node-tags`, else per instance the longest network tag that
+    /// prefixes its name (upstream's rule), else all its tags.
+    async fn resolve_nodes(
         &self,
         backends: &[BackendNode],
-    ) -> Result<BTreeSet<String>, ProviderError> {
-        if !self.node_tags.is_empty() {
-            return Ok(self.node_tags.iter().cloned().collect());
+    ) -> Result<(Vec<BackendNode>, BTreeSet<String>), ProviderError> {
+        let mut zones: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for instance in node_instances(backends, &self.settings) {
+            zones.entry(instance.zone).or_default().push(instance.name);
         }
-        let instances = node_instances(backends, &self.settings);
-        let mut zones: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-        for instance in &instances {
-            zones
-                .entry(&instance.zone)
-                .or_default()
-                .push(instance.name.clone());
-        }
-        let mut tags = BTreeSet::new();
+        let mut tags: BTreeSet<String> = self.node_tags.iter().cloned().collect();
+        let mut found = BTreeSet::new();
         for (zone, names) in zones {
-            for (name, instance_tags) in self.gce.instance_tags(zone, &names).await? {
-                let best = instance_tags
-                    .iter()
-                    .filter(|t| name.starts_with(t.as_str()))
-                    .max_by_key(|t| t.len());
-                match best {
-                    Some(tag) => {
-                        tags.insert(tag.clone());
+            for (name, instance_tags) in self.gce.instance_tags(&zone, &names).await? {
+                if self.node_tags.is_empty() {
+                    let best = instance_tags
+                        .iter()
+                        .filter(|t| name.starts_with(t.as_str()))
+                        .max_by_key(|t| t.len());
+                    match best {
+                        Some(tag) => {
+                            tags.insert(tag.clone());
+                        }
+                        None => tags.extend(instance_tags.iter().cloned()),
                     }
-                    None => tags.extend(instance_tags.iter().cloned()),
                 }
+                found.insert((zone.clone(), name));
             }
         }
-        Ok(tags)
+        let existing = backends
+            .iter()
+            .filter(|node| {
+                let instance = desired::node_instance(node, self.settings.local_zone.as_deref());
+                let exists = instance
+                    .as_ref()
+                    .is_some_and(|i| found.contains(&(i.zone.clone(), i.name.clone())));
+                if instance.is_some() && !exists {
+                    tracing::warn!(provider = "gcp", node = %node.name, "no GCE instance for node; left out");
+                }
+                exists
+            })
+            .cloned()
+            .collect();
+        Ok((existing, tags))
     }
 
     async fn observe(&self, desired: &Desired) -> Result<Observed, ProviderError> {
@@ -514,8 +527,8 @@ impl LoadBalancerProvider for GcpProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        let target_tags = self.target_tags(backends).await?;
-        let desired = desired(spec, backends, &self.settings, &target_tags)?;
+        let (backends, target_tags) = self.resolve_nodes(backends).await?;
+        let desired = desired(spec, &backends, &self.settings, &target_tags)?;
         let _shared = self.shared.lock().await;
         let mut observed = self.observe(&desired).await?;
 

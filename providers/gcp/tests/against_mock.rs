@@ -480,6 +480,19 @@ async fn nodes_joining_and_leaving_update_pool_membership_only() {
 }
 
 #[tokio::test]
+async fn nodes_without_a_vm_are_left_out() {
+    let env = env().await;
+    let mut nodes = two_nodes();
+    nodes.push(node(ZONE_B, "gke-c1-node-gone"));
+    env.provider.ensure(&svc(UID).spec(), &nodes).await.unwrap();
+    let pool = env.gce.resource("targetPools", LB).unwrap();
+    assert_eq!(
+        names_of(&pool["instances"]),
+        ["gke-c1-node-1", "gke-c1-node-2"]
+    );
+}
+
+#[tokio::test]
 async fn delete_removes_everything_owned() {
     let env = env().await;
     let service = svc(UID).local(31234);
