@@ -480,6 +480,34 @@ async fn nodes_joining_and_leaving_update_pool_membership_only() {
 }
 
 #[tokio::test]
+async fn network_tier_change_moves_to_a_new_address_of_that_tier() {
+    let env = env().await;
+    let first = env
+        .provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
+    let standard = svc(UID).annotate("cloud.google.com/network-tier", "Standard");
+    let second = env
+        .provider
+        .ensure(&standard.spec(), &two_nodes())
+        .await
+        .unwrap();
+    assert_ne!(first, second, "a Premium IP cannot become Standard");
+    let rule = env.gce.resource("forwardingRules", LB).unwrap();
+    assert_eq!(rule["networkTier"], json!("STANDARD"));
+    let address = env.gce.resource("addresses", LB).unwrap();
+    assert_eq!(address["networkTier"], json!("STANDARD"));
+    assert_eq!(address["address"], rule["IPAddress"]);
+    assert_eq!(
+        env.gce.names("addresses"),
+        [LB],
+        "the Premium reservation is released"
+    );
+    assert_noop_resync(&env, &standard.spec(), &two_nodes()).await;
+}
+
+#[tokio::test]
 async fn nodes_without_a_vm_are_left_out() {
     let env = env().await;
     let mut nodes = two_nodes();
