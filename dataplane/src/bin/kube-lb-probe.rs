@@ -5,6 +5,8 @@
 //!   `NAME PEER_IP:PEER_PORT`, so a client learns which endpoint answered and what source it saw.
 //! - `tcp ADDR COUNT TIMEOUT_MS`: COUNT fresh connections; prints `ok <reply>` or `err <kind>`.
 //! - `udp ADDR COUNT TIMEOUT_MS [SRC_PORT]`: COUNT datagrams from one socket.
+//! - `time ADDR COUNT`: COUNT TCP connects (handshake only); prints the median and p90 connect
+//!   time in microseconds, for the benchmarks.
 //! - `hold ADDR TIMEOUT_MS`: one connection; for each stdin line sends a request and prints the
 //!   reply (`ok …`/`err …`), to test that established connections survive rule changes.
 
@@ -21,6 +23,7 @@ fn main() -> ExitCode {
         ["udp", addr, count, timeout] => udp(addr, count, timeout, None),
         ["udp", addr, count, timeout, source] => udp(addr, count, timeout, Some(source)),
         ["hold", addr, timeout] => hold(addr, timeout),
+        ["time", addr, count] => connect_time(addr, count),
         _ => Err("usage: kube-lb-probe serve NAME PORT | tcp ADDR N MS | udp ADDR N MS [SRC] | hold ADDR MS".into()),
     };
     match result {
@@ -154,6 +157,28 @@ fn udp(addr: &str, count: &str, timeout: &str, source: Option<&&str>) -> Result<
             Err(error) => println!("err {}", error_kind(&error)),
         }
     }
+    Ok(())
+}
+
+fn connect_time(addr: &str, count: &str) -> Result<()> {
+    let addr = resolve(addr)?;
+    let count: usize = parse(count, "count")?;
+    let mut samples = Vec::with_capacity(count);
+    for _ in 0..count {
+        let started = std::time::Instant::now();
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .map_err(|e| format!("connect: {e}"))?;
+        samples.push(started.elapsed().as_micros());
+        drop(stream);
+    }
+    samples.sort_unstable();
+    let at = |q: f64| {
+        samples
+            .get(((samples.len() as f64 - 1.0) * q) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    println!("{} {}", at(0.5), at(0.9));
     Ok(())
 }
 

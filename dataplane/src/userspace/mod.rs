@@ -169,14 +169,15 @@ impl Shared {
 struct Listener {
     spec: FrontendSpec,
     shared: Arc<Shared>,
-    task: Option<JoinHandle<()>>,
+    /// Accept loops (several for TCP, sharing the address with SO_REUSEPORT) or the UDP loop.
+    tasks: Vec<JoinHandle<()>>,
 }
 
 impl Listener {
     /// Stops accepting and waits until the socket is closed, so the next connection attempt is
     /// refused by the kernel.
     async fn close(mut self) {
-        if let Some(task) = self.task.take() {
+        for task in std::mem::take(&mut self.tasks) {
             task.abort();
             let _ = task.await;
         }
@@ -185,7 +186,7 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Some(task) = &self.task {
+        for task in &self.tasks {
             task.abort();
         }
     }
@@ -276,14 +277,32 @@ impl UserspaceProxy {
             proxy_protocol: Mutex::new(spec.proxy_protocol),
         });
         let config = self.config.clone();
-        let task = match frontend.protocol {
+        let tasks = match frontend.protocol {
             Protocol::Tcp => {
-                let listener = TcpListener::bind(frontend.addr).await?;
-                tokio::spawn(serve_tcp(listener, frontend.addr, shared.clone(), config))
+                // One accept loop per worker thread: the kernel spreads new connections over
+                // the sockets, so accepting is not serialised on one task.
+                let loops = std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .clamp(1, 4);
+                let mut tasks = Vec::with_capacity(loops);
+                for _ in 0..loops {
+                    let listener = tcp_listener(frontend.addr)?;
+                    tasks.push(tokio::spawn(serve_tcp(
+                        listener,
+                        frontend.addr,
+                        shared.clone(),
+                        config.clone(),
+                    )));
+                }
+                tasks
             }
             Protocol::Udp => {
                 let socket = UdpSocket::bind(frontend.addr).await?;
-                tokio::spawn(serve_udp(Arc::new(socket), shared.clone(), config))
+                vec![tokio::spawn(serve_udp(
+                    Arc::new(socket),
+                    shared.clone(),
+                    config,
+                ))]
             }
             Protocol::Sctp => {
                 return Err(std::io::Error::new(
@@ -295,9 +314,21 @@ impl UserspaceProxy {
         Ok(Listener {
             spec,
             shared,
-            task: Some(task),
+            tasks,
         })
     }
+}
+
+fn tcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 async fn serve_tcp(
@@ -383,11 +414,21 @@ async fn forward_tcp(
         {
             return;
         }
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        // 64 KiB buffers: bulk transfers move in fewer syscalls than with the 8 KiB default.
+        let _ = tokio::io::copy_bidirectional_with_sizes(
+            &mut client,
+            &mut upstream,
+            COPY_BUFFER,
+            COPY_BUFFER,
+        )
+        .await;
         return;
     }
     tracing::warn!(%frontend, client = %peer, "no endpoint accepted the connection");
 }
+
+/// Buffer size per direction of a forwarded TCP connection.
+const COPY_BUFFER: usize = 64 * 1024;
 
 type Sessions = Arc<Mutex<HashMap<SocketAddr, Arc<UdpSession>>>>;
 

@@ -1,0 +1,640 @@
+//! Dataplane benchmarks, printing side-by-side ratios measured in one run.
+//!
+//! ```text
+//! sudo cargo bench -p kube-lb-dataplane --bench dataplane            # 1k and 10k Services
+//! sudo cargo bench -p kube-lb-dataplane --bench dataplane -- --quick # 1k only, short runs
+//! (`--kernel-only` / `--userspace-only` run one half)
+//! ```
+//!
+//! Needs root, `ip netns`, `nft`, `iptables-restore` and `haproxy`. Everything kernel-side happens
+//! in network namespaces created (and deleted) by the benchmark; userspace numbers use loopback.
+//!
+//! 1. nftables full sync of N Services × 10 endpoints, and a one-endpoint change among N, beside
+//!    an equivalent kube-proxy-style iptables ruleset loaded with `iptables-restore` in the same
+//!    namespace (full load, and a partial restore that rewrites KUBE-SERVICES like kube-proxy).
+//! 2. Connection setup time to Service #1 vs Service #N for both.
+//! 3. The userspace backend's request rate and throughput beside HAProxy and a direct connection.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark binary: failing loudly is the point
+
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use kube_lb_dataplane::model::{EndpointAddr, Index, IndexConfig, Snapshot};
+use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
+use kube_lb_dataplane::testing::{service, slice};
+use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_kube-lb-probe");
+const ENDPOINTS: usize = 10;
+const POD_IP: &str = "192.168.77.2";
+
+fn sh(args: &[&str]) -> String {
+    let output = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn sh_stdin(args: &[&str], input: &str) -> Duration {
+    let started = Instant::now();
+    let mut child = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), input.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    started.elapsed()
+}
+
+fn ip_at(base: Ipv4Addr, offset: usize) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(base) + u32::try_from(offset).unwrap())
+}
+
+fn cluster_ip(i: usize) -> Ipv4Addr {
+    ip_at(Ipv4Addr::new(10, 96, 0, 1), i)
+}
+
+/// Endpoints of Service `i`; the first and last Service point at the real pod.
+fn endpoints(i: usize, count: usize) -> Vec<(String, u16)> {
+    if i == 0 || i == count - 1 {
+        return vec![(POD_IP.to_owned(), 8080)];
+    }
+    (0..ENDPOINTS)
+        .map(|j| {
+            (
+                ip_at(Ipv4Addr::new(10, 128, 0, 0), i * ENDPOINTS + j).to_string(),
+                8080,
+            )
+        })
+        .collect()
+}
+
+fn snapshot(count: usize) -> Snapshot {
+    let mut index = Index::new(IndexConfig {
+        node_name: "bench".into(),
+        nodeport_cidrs: Vec::new(),
+    });
+    for i in 0..count {
+        let name = format!("svc-{i}");
+        index.apply_service(
+            &service("bench", &name, &cluster_ip(i).to_string())
+                .port("", "TCP", 80)
+                .build(),
+        );
+        let mut eps = slice("bench", &name, &name).port("", "TCP", 8080);
+        for (ip, _) in endpoints(i, count) {
+            eps = eps.endpoint(&ip, "bench");
+        }
+        index.apply_endpoint_slice(&eps.build());
+    }
+    index.snapshot()
+}
+
+fn hash(text: &str) -> String {
+    // Short stable chain suffix, like kube-proxy's base32 of a hash.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        h = (h ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
+    }
+    format!("{h:016X}")
+}
+
+/// kube-proxy's iptables layout for the same Services: KUBE-SERVICES → KUBE-SVC-* (statistic
+/// random) → KUBE-SEP-* (hairpin mark + DNAT). `only` limits the per-Service chains written
+/// (partial restore); KUBE-SERVICES is always written in full, as kube-proxy does.
+fn iptables_text(count: usize, only: Option<usize>, swap_endpoint: bool) -> String {
+    let mut chains = String::new();
+    let mut rules = String::new();
+    chains.push_str(
+        "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n:KUBE-POSTROUTING - [0:0]\n",
+    );
+    if only.is_none() {
+        rules.push_str("-A OUTPUT -j KUBE-SERVICES\n-A PREROUTING -j KUBE-SERVICES\n-A POSTROUTING -j KUBE-POSTROUTING\n");
+        rules.push_str("-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n");
+        rules.push_str("-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n-A KUBE-POSTROUTING -j MASQUERADE\n");
+    }
+    for i in 0..count {
+        let svc = format!("KUBE-SVC-{}", hash(&format!("svc-{i}")));
+        let _ = writeln!(
+            rules,
+            "-A KUBE-SERVICES -d {}/32 -p tcp -m tcp --dport 80 -j {svc}",
+            cluster_ip(i)
+        );
+        if only.is_some_and(|only| only != i) {
+            continue;
+        }
+        let _ = writeln!(chains, ":{svc} - [0:0]");
+        let mut eps = endpoints(i, count);
+        if swap_endpoint && let Some(last) = eps.last_mut() {
+            last.0 = "10.255.0.1".into();
+        }
+        let n = eps.len();
+        for (j, (ip, port)) in eps.iter().enumerate() {
+            let sep = format!("KUBE-SEP-{}", hash(&format!("svc-{i}-{ip}")));
+            let _ = writeln!(chains, ":{sep} - [0:0]");
+            if j + 1 < n {
+                let probability = 1.0 / (n - j) as f64;
+                let _ = writeln!(
+                    rules,
+                    "-A {svc} -m statistic --mode random --probability {probability:.10} -j {sep}"
+                );
+            } else {
+                let _ = writeln!(rules, "-A {svc} -j {sep}");
+            }
+            let _ = writeln!(rules, "-A {sep} -s {ip}/32 -j KUBE-MARK-MASQ");
+            let _ = writeln!(
+                rules,
+                "-A {sep} -p tcp -m tcp -j DNAT --to-destination {ip}:{port}"
+            );
+        }
+    }
+    format!("{chains}{rules}COMMIT\n")
+}
+
+struct Netns {
+    node: String,
+    pod: String,
+    server: std::process::Child,
+}
+
+impl Netns {
+    fn new() -> Netns {
+        let node = format!("klbbench{}n", std::process::id());
+        let pod = format!("klbbench{}p", std::process::id());
+        for ns in [&node, &pod] {
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+        }
+        sh(&[
+            "ip", "-n", &node, "link", "add", "veth0", "type", "veth", "peer", "name", "eth0",
+            "netns", &pod,
+        ]);
+        sh(&[
+            "ip",
+            "-n",
+            &node,
+            "addr",
+            "add",
+            "192.168.77.1/24",
+            "dev",
+            "veth0",
+        ]);
+        sh(&["ip", "-n", &node, "link", "set", "veth0", "up"]);
+        // Service addresses need a route before the nat output hook rewrites them.
+        sh(&["ip", "-n", &node, "route", "add", "default", "dev", "veth0"]);
+        sh(&[
+            "ip",
+            "-n",
+            &pod,
+            "addr",
+            "add",
+            &format!("{POD_IP}/24"),
+            "dev",
+            "eth0",
+        ]);
+        sh(&["ip", "-n", &pod, "link", "set", "eth0", "up"]);
+        sh(&[
+            "ip",
+            "-n",
+            &pod,
+            "route",
+            "add",
+            "default",
+            "via",
+            "192.168.77.1",
+        ]);
+        let mut server = Command::new("ip")
+            .args(["netns", "exec", &pod, PROBE, "serve", "pod", "8080"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        Netns { node, pod, server }
+    }
+
+    /// Median and p90 connect time (µs) from the node namespace.
+    fn connect_time(&self, addr: &str, count: usize) -> (u64, u64) {
+        let out = sh(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.node,
+            PROBE,
+            "time",
+            addr,
+            &count.to_string(),
+        ]);
+        let mut parts = out.split_whitespace().map(|p| p.parse::<u64>().unwrap());
+        (parts.next().unwrap(), parts.next().unwrap())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        for ns in [&self.node, &self.pod] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+}
+
+async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
+    let ns = Netns::new();
+    println!(
+        "== nftables (kube-lb) vs iptables-restore (kube-proxy layout), {ENDPOINTS} endpoints per Service"
+    );
+    println!(
+        "{:>8} | {:>14} {:>14} {:>7} | {:>14} {:>14} {:>7}",
+        "services", "nft full", "ipt full", "ratio", "nft 1 change", "ipt 1 change", "ratio"
+    );
+    let mut connect_rows = Vec::new();
+    for &count in sizes {
+        let snap = snapshot(count);
+        // nftables: full sync into an empty namespace, then one-endpoint changes.
+        let mut backend = NftBackend::new(NftConfig::default(), Commands::in_netns(&ns.node));
+        let started = Instant::now();
+        let report = backend.sync(&snap).await.expect("nft full sync");
+        let nft_full = started.elapsed();
+        assert!(report.full);
+        let mut changes = Vec::new();
+        let middle = snap.ports.keys().nth(count / 2).cloned().unwrap();
+        for round in 0..5u8 {
+            let mut changed = snap.clone();
+            if let Some(port) = changed.ports.get_mut(&middle)
+                && let Some(last) = port.cluster_endpoints.last_mut()
+            {
+                *last = EndpointAddr {
+                    ip: Ipv4Addr::new(10, 255, 0, round).into(),
+                    port: 8080,
+                };
+            }
+            let report = backend.sync(&changed).await.expect("nft change");
+            changes.push(report.nft_time);
+        }
+        let nft_change = median(changes);
+        let nft_connect = (
+            ns.connect_time(&format!("{}:80", cluster_ip(0)), connects),
+            ns.connect_time(&format!("{}:80", cluster_ip(count - 1)), connects),
+        );
+        sh(&[
+            "ip", "netns", "exec", &ns.node, "nft", "delete", "table", "ip", "kube-lb",
+        ]);
+        sh(&[
+            "ip", "netns", "exec", &ns.node, "nft", "delete", "table", "ip6", "kube-lb",
+        ]);
+
+        // iptables-restore with the kube-proxy layout.
+        let ipt_full = sh_stdin(
+            &["ip", "netns", "exec", &ns.node, "iptables-restore"],
+            &iptables_text(count, None, false),
+        );
+        let ipt_change = median(
+            (0..3)
+                .map(|round| {
+                    let text = iptables_text(count, Some(count / 2), round % 2 == 0);
+                    sh_stdin(
+                        &[
+                            "ip",
+                            "netns",
+                            "exec",
+                            &ns.node,
+                            "iptables-restore",
+                            "--noflush",
+                        ],
+                        &text,
+                    )
+                })
+                .collect(),
+        );
+        let ipt_connect = (
+            ns.connect_time(&format!("{}:80", cluster_ip(0)), connects),
+            ns.connect_time(&format!("{}:80", cluster_ip(count - 1)), connects),
+        );
+        sh(&[
+            "ip", "netns", "exec", &ns.node, "iptables", "-t", "nat", "-F",
+        ]);
+        sh(&[
+            "ip", "netns", "exec", &ns.node, "iptables", "-t", "nat", "-X",
+        ]);
+        println!(
+            "{count:>8} | {:>14} {:>14} {:>6.1}x | {:>14} {:>14} {:>6.1}x",
+            ms(nft_full),
+            ms(ipt_full),
+            ipt_full.as_secs_f64() / nft_full.as_secs_f64(),
+            ms(nft_change),
+            ms(ipt_change),
+            ipt_change.as_secs_f64() / nft_change.as_secs_f64()
+        );
+        connect_rows.push((count, nft_connect, ipt_connect));
+    }
+    println!(
+        "\n== connection setup time from the node, median / p90 in µs ({connects} connects each)"
+    );
+    println!(
+        "{:>8} | {:>16} {:>16} {:>7} | {:>16} {:>16} {:>7}",
+        "services", "nft svc #1", "nft svc #N", "N/1", "ipt svc #1", "ipt svc #N", "N/1"
+    );
+    for (count, nft, ipt) in connect_rows {
+        println!(
+            "{count:>8} | {:>16} {:>16} {:>6.2}x | {:>16} {:>16} {:>6.2}x",
+            format!("{} / {}", nft.0.0, nft.0.1),
+            format!("{} / {}", nft.1.0, nft.1.1),
+            nft.1.0 as f64 / nft.0.0.max(1) as f64,
+            format!("{} / {}", ipt.0.0, ipt.0.1),
+            format!("{} / {}", ipt.1.0, ipt.1.1),
+            ipt.1.0 as f64 / ipt.0.0.max(1) as f64,
+        );
+    }
+}
+
+/// Backend for the userspace comparison: line request/response, or `bulk N` streams N bytes.
+async fn backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let (read, mut write) = stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Some(size) = line
+                        .strip_prefix("bulk ")
+                        .and_then(|s| s.parse::<usize>().ok())
+                    {
+                        let chunk = vec![0u8; 64 * 1024];
+                        let mut left = size;
+                        while left > 0 {
+                            let n = left.min(chunk.len());
+                            if write.write_all(&chunk[..n]).await.is_err() {
+                                return;
+                            }
+                            left -= n;
+                        }
+                    } else if write.write_all(b"ok\n").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn one_request(stream: &mut BufReader<TcpStream>) -> std::io::Result<()> {
+    stream.get_mut().write_all(b"req\n").await?;
+    let mut line = String::new();
+    stream.read_line(&mut line).await?;
+    Ok(())
+}
+
+/// Requests/s with `concurrency` loops for `duration`; `reconnect` opens a connection per request.
+async fn request_rate(
+    target: SocketAddr,
+    concurrency: usize,
+    duration: Duration,
+    reconnect: bool,
+) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (done, stop) = (done.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut connection: Option<BufReader<TcpStream>> = None;
+            while !stop.load(Ordering::Relaxed) {
+                if connection.is_none() || reconnect {
+                    let Ok(stream) = TcpStream::connect(target).await else {
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    connection = Some(BufReader::new(stream));
+                }
+                if let Some(stream) = connection.as_mut() {
+                    if one_request(stream).await.is_ok() {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        connection = None;
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(duration).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = task.await;
+    }
+    done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+}
+
+/// MB/s pulling `bytes` over `streams` connections.
+async fn throughput(target: SocketAddr, streams: usize, bytes: usize) -> f64 {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..streams {
+        tasks.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(target).await.unwrap();
+            stream
+                .write_all(format!("bulk {bytes}\n").as_bytes())
+                .await
+                .unwrap();
+            let mut buffer = vec![0u8; 256 * 1024];
+            let mut left = bytes;
+            while left > 0 {
+                let n = stream.read(&mut buffer).await.unwrap();
+                assert!(n > 0, "stream ended early");
+                left = left.saturating_sub(n);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    (streams * bytes) as f64 / started.elapsed().as_secs_f64() / 1e6
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn userspace_benchmarks(quick: bool) {
+    // The proxies under test get their own runtime (2 workers), separate from the load generator.
+    let proxy_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend_addr = backend_runtime.block_on(backend());
+
+    // kube-lb userspace: a ClusterIP-like frontend on 127.0.0.2.
+    let userspace_port = free_port();
+    let mut proxy = UserspaceProxy::new(UserspaceConfig::default());
+    let snap = {
+        let mut index = Index::new(IndexConfig {
+            node_name: "bench".into(),
+            nodeport_cidrs: Vec::new(),
+        });
+        index.apply_service(
+            &service("bench", "web", "127.0.0.2")
+                .port("", "TCP", i32::from(userspace_port))
+                .build(),
+        );
+        index.apply_endpoint_slice(
+            &slice("bench", "web", "web")
+                .port("", "TCP", i32::from(backend_addr.port()))
+                .endpoint("127.0.0.1", "bench")
+                .build(),
+        );
+        index.snapshot()
+    };
+    let report = proxy_runtime.block_on(proxy.apply(&snap));
+    assert_eq!(report.opened.len(), 1, "{report:?}");
+
+    // HAProxy in TCP mode with the same backend.
+    let haproxy_port = free_port();
+    let config = format!(
+        "global\n  maxconn 4000\n  nbthread 2\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
+         listen bench\n  bind 127.0.0.3:{haproxy_port}\n  server s1 {backend_addr}\n"
+    );
+    let config_path =
+        std::env::temp_dir().join(format!("kube-lb-bench-haproxy-{}.cfg", std::process::id()));
+    std::fs::write(&config_path, config).unwrap();
+    let mut haproxy = Command::new("haproxy")
+        .arg("-f")
+        .arg(&config_path)
+        .arg("-db")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("haproxy");
+    let haproxy_addr: SocketAddr = format!("127.0.0.3:{haproxy_port}").parse().unwrap();
+    client_runtime.block_on(async {
+        for _ in 0..100 {
+            if TcpStream::connect(haproxy_addr).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("haproxy did not start");
+    });
+
+    let targets = [
+        ("direct", backend_addr),
+        (
+            "kube-lb userspace",
+            format!("127.0.0.2:{userspace_port}").parse().unwrap(),
+        ),
+        ("haproxy", haproxy_addr),
+    ];
+    let duration = Duration::from_secs(if quick { 1 } else { 3 });
+    let bulk = if quick { 64 << 20 } else { 512 << 20 };
+    println!(
+        "\n== userspace proxy on loopback ({}s per figure, 32 concurrent clients, 2 proxy threads)",
+        duration.as_secs()
+    );
+    println!(
+        "{:>18} | {:>16} {:>16} {:>14}",
+        "target", "req/s (new conn)", "req/s (keepalive)", "MB/s (1 stream)"
+    );
+    let mut rows = Vec::new();
+    for (name, target) in targets {
+        let (fresh, kept, mbps) = client_runtime.block_on(async {
+            (
+                request_rate(target, 32, duration, true).await,
+                request_rate(target, 32, duration, false).await,
+                throughput(target, 1, bulk).await,
+            )
+        });
+        println!("{name:>18} | {fresh:>16.0} {kept:>16.0} {mbps:>14.0}");
+        rows.push((name, fresh, kept, mbps));
+    }
+    let (_, u_fresh, u_kept, u_mbps) = rows[1];
+    let (_, h_fresh, h_kept, h_mbps) = rows[2];
+    println!(
+        "{:>18} | {:>15.2}x {:>15.2}x {:>13.2}x",
+        "userspace/haproxy",
+        u_fresh / h_fresh,
+        u_kept / h_kept,
+        u_mbps / h_mbps
+    );
+    let _ = haproxy.kill();
+    let _ = haproxy.wait();
+    let _ = std::fs::remove_file(config_path);
+    drop(proxy);
+}
+
+fn main() -> ExitCode {
+    let quick = std::env::args().any(|arg| arg == "--quick");
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    if !root {
+        eprintln!(
+            "SKIPPED: the dataplane benchmark needs root (network namespaces, nft, iptables)"
+        );
+        return ExitCode::SUCCESS;
+    }
+    let sizes: &[usize] = if quick { &[1_000] } else { &[1_000, 10_000] };
+    if !std::env::args().any(|arg| arg == "--userspace-only") {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(kernel_benchmarks(sizes, if quick { 100 } else { 500 }));
+    }
+    if !std::env::args().any(|arg| arg == "--kernel-only") {
+        userspace_benchmarks(quick);
+    }
+    ExitCode::SUCCESS
+}
