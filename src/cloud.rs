@@ -73,30 +73,69 @@ pub fn local_provider(ranges: Vec<IpRange>, counter: CallCounter) -> anyhow::Res
     })
 }
 
-/// Builds the provider chosen by `args`, counting its calls on `counter`.
+/// Builds the provider chosen by `args`, counting its calls on `counter` (cloud providers
+/// count through their own [`kube_lb_provider_core::CloudApi`]).
 pub async fn build(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
     match args.cloud {
         CloudName::Local => local_provider(args.local_pool.clone(), counter),
-        CloudName::Aws => aws(args, counter).await,
-        CloudName::Gcp => {
-            anyhow::bail!("--cloud gcp: the GCP provider is not wired into this build of kube-lb")
-        }
-        CloudName::Azure => anyhow::bail!(
-            "--cloud azure: the Azure provider is not wired into this build of kube-lb"
-        ),
+        CloudName::Aws => aws(args).await,
+        CloudName::Gcp => gcp(args).await,
+        CloudName::Azure => azure(args).await,
+    }
+}
+
+#[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
+fn cloud_provider(provider: Arc<dyn LoadBalancerProvider>) -> Provider {
+    Provider {
+        provider,
+        local: None,
     }
 }
 
 #[cfg(feature = "aws")]
-async fn aws(args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
-    anyhow::bail!(
-        "--cloud aws: the AWS provider crate does not expose AwsProvider::from_cloud_config yet (cloud config {:?}, cluster {})",
-        args.cloud_config,
-        args.cluster_name
+async fn aws(args: &CloudArgs) -> anyhow::Result<Provider> {
+    let provider = kube_lb_provider_aws::AwsProvider::from_cloud_config(
+        args.cloud_config.as_deref(),
+        &args.cluster_name,
     )
+    .await
+    .context("configuring the AWS provider")?;
+    Ok(cloud_provider(Arc::new(provider)))
 }
 
 #[cfg(not(feature = "aws"))]
-async fn aws(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
+async fn aws(_args: &CloudArgs) -> anyhow::Result<Provider> {
     anyhow::bail!("--cloud aws: this kube-lb was built without the `aws` cargo feature")
+}
+
+#[cfg(feature = "gcp")]
+async fn gcp(args: &CloudArgs) -> anyhow::Result<Provider> {
+    let provider = kube_lb_provider_gcp::GcpProvider::from_cloud_config(
+        args.cloud_config.as_deref(),
+        &args.cluster_name,
+    )
+    .await
+    .context("configuring the GCP provider")?;
+    Ok(cloud_provider(Arc::new(provider)))
+}
+
+#[cfg(not(feature = "gcp"))]
+async fn gcp(_args: &CloudArgs) -> anyhow::Result<Provider> {
+    anyhow::bail!("--cloud gcp: this kube-lb was built without the `gcp` cargo feature")
+}
+
+#[cfg(feature = "azure")]
+async fn azure(args: &CloudArgs) -> anyhow::Result<Provider> {
+    let provider = kube_lb_provider_azure::AzureProvider::from_cloud_config(
+        args.cloud_config.as_deref(),
+        &args.cluster_name,
+    )
+    .await
+    .context("configuring the Azure provider")?;
+    Ok(cloud_provider(Arc::new(provider)))
+}
+
+#[cfg(not(feature = "azure"))]
+async fn azure(_args: &CloudArgs) -> anyhow::Result<Provider> {
+    anyhow::bail!("--cloud azure: this kube-lb was built without the `azure` cargo feature")
 }

@@ -166,6 +166,7 @@ impl LoadBalancerProvider for RecordingProvider {
 /// A running controller.
 pub struct Running {
     pub provider: Arc<RecordingProvider>,
+    pub metrics: Arc<Metrics>,
     pub counter: CallCounter,
     pub outcomes: watch::Receiver<Outcomes>,
     pub leading: watch::Sender<bool>,
@@ -219,13 +220,14 @@ pub fn start_with_provider(
     let client = server.client().unwrap();
     let metrics = Arc::new(Metrics::new());
     metrics.observe_calls(&counter);
-    let controller = LoadBalancerController::new(client, provider.clone(), config, metrics);
+    let controller = LoadBalancerController::new(client, provider.clone(), config, metrics.clone());
     let outcomes = controller.outcomes();
     let (leading_tx, leading_rx) = watch::channel(leading);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(controller.run(leading_rx, shutdown.clone()));
     Running {
         provider,
+        metrics,
         counter,
         outcomes,
         leading: leading_tx,
@@ -412,13 +414,14 @@ pub fn start_elected(server: &RunningApiServer, identity: &str) -> (Running, Joi
     let metrics = Arc::new(Metrics::new());
     let mut config = test_config();
     config.identity = identity.to_string();
-    let controller = LoadBalancerController::new(client, provider.clone(), config, metrics);
+    let controller = LoadBalancerController::new(client, provider.clone(), config, metrics.clone());
     let outcomes = controller.outcomes();
     let task = tokio::spawn(controller.run(leading.clone(), shutdown.clone()));
     let (leading_tx, _) = watch::channel(false);
     (
         Running {
             provider,
+            metrics,
             counter,
             outcomes,
             leading: leading_tx,
