@@ -321,3 +321,79 @@ pub async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::service;
+
+    fn svc(name: &str, ip: &str) -> Service {
+        service("default", name, ip).port("", "TCP", 80).build()
+    }
+
+    #[test]
+    fn relists_remove_what_disappeared_and_report_changes_only() {
+        let mut index = Index::new(IndexConfig {
+            node_name: "n1".into(),
+            nodeport_cidrs: Vec::new(),
+        });
+        let mut relist = Relist::default();
+        let mut handle = |index: &mut Index, event| relist_handle(&mut relist, index, event);
+        assert!(!handle(&mut index, watcher::Event::Init));
+        assert!(handle(
+            &mut index,
+            watcher::Event::InitApply(svc("a", "10.96.0.1"))
+        ));
+        assert!(handle(
+            &mut index,
+            watcher::Event::InitApply(svc("b", "10.96.0.2"))
+        ));
+        assert!(!handle(&mut index, watcher::Event::InitDone));
+        assert_eq!(index.snapshot().ports.len(), 2);
+
+        // The watch restarts; "b" was deleted meanwhile and "a" is unchanged.
+        assert!(!handle(&mut index, watcher::Event::Init));
+        assert!(
+            !handle(&mut index, watcher::Event::InitApply(svc("a", "10.96.0.1"))),
+            "unchanged object"
+        );
+        assert!(handle(&mut index, watcher::Event::InitDone), "b is gone");
+        assert_eq!(index.snapshot().ports.len(), 1);
+
+        // A relist with nothing new changes nothing.
+        assert!(!handle(&mut index, watcher::Event::Init));
+        assert!(!handle(
+            &mut index,
+            watcher::Event::InitApply(svc("a", "10.96.0.1"))
+        ));
+        assert!(!handle(&mut index, watcher::Event::InitDone));
+        assert!(handle(
+            &mut index,
+            watcher::Event::Delete(svc("a", "10.96.0.1"))
+        ));
+        assert!(index.snapshot().ports.is_empty());
+    }
+
+    fn relist_handle(
+        relist: &mut Relist,
+        index: &mut Index,
+        event: watcher::Event<Service>,
+    ) -> bool {
+        relist.handle(index, event, Index::apply_service, Index::delete_service)
+    }
+
+    #[test]
+    fn nodes_being_deleted_are_not_eligible() {
+        let mut node = crate::testing::node("n1", "za", "r1", &["10.0.0.1"]);
+        assert!(node_eligible(&node));
+        node.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: "ToBeDeletedByClusterAutoscaler".into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert!(!node_eligible(&node));
+    }
+}
