@@ -433,3 +433,30 @@ async fn nodeport_addresses_limit_where_node_ports_answer() {
     );
     cluster.delete_slice("web-1");
 }
+
+#[tokio::test]
+async fn ipv6_services_load_into_the_ip6_table() {
+    require_netns!();
+    let lab = Lab::new(1);
+    let mut cluster = Cluster::new(&lab, 1, &[], NftConfig::default());
+    let web = service("default", "web6", "fd00:96::10")
+        .port("http", "TCP", 80)
+        .node_port(30081)
+        .load_balancer(&["2001:db8::10"])
+        .affinity(30)
+        .build();
+    let mut eps = slice("default", "web6", "web6-1")
+        .port("http", "TCP", 8080)
+        .endpoint("fd00:244::10", "n1")
+        .build();
+    eps.address_type = "IPv6".into();
+    cluster.apply(&[web], &[eps]);
+    cluster.sync().await;
+    let listing = lab.exec("n1", &["nft", "list", "table", "ip6", "kube-lb"]);
+    assert!(listing.contains("fd00:96::10 . tcp . 80"), "{listing}");
+    assert!(listing.contains("fd00:244::10 . 8080"), "{listing}");
+    assert!(
+        listing.contains("ip6 saddr map @aff_cl_default_web6_tcp_80_30"),
+        "{listing}"
+    );
+}
