@@ -45,12 +45,8 @@ pub struct Args {
     #[arg(long, env = "KUBE_LB_LEADER_ELECT")]
     pub leader_elect: bool,
 
-    /// Namespace of the leader-election Lease.
-    #[arg(
-        long,
-        env = "KUBE_LB_LEADER_ELECT_NAMESPACE",
-        default_value = "kube-system"
-    )]
+    /// Namespace of the leader-election Lease (in a Pod: its own, from `POD_NAMESPACE`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub leader_elect_namespace: String,
 
     /// Name of the leader-election Lease.
