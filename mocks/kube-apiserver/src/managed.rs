@@ -232,6 +232,30 @@ pub fn owned(object: &Value, manager: &str, subresource: &str) -> BTreeSet<Field
         .unwrap_or_default()
 }
 
+/// Forced apply semantics: fields this apply sets stop belonging to other appliers, so their
+/// next apply without those fields does not remove them.
+fn take_over(object: &mut Value, manager: &str, taken: &BTreeSet<FieldPath>) {
+    let Some(Value::Array(entries)) = object.pointer_mut("/metadata/managedFields") else {
+        return;
+    };
+    for entry in entries.iter_mut() {
+        if entry.get("manager").and_then(Value::as_str) == Some(manager)
+            || entry.get("operation").and_then(Value::as_str) != Some("Apply")
+        {
+            continue;
+        }
+        let Some(fields) = entry.get("fieldsV1") else {
+            continue;
+        };
+        let owned = decode(fields);
+        if owned.is_disjoint(taken) {
+            continue;
+        }
+        let kept: BTreeSet<FieldPath> = owned.difference(taken).cloned().collect();
+        entry["fieldsV1"] = encode(&kept);
+    }
+}
+
 /// Records what `manager` owns after an apply.
 pub fn record(
     object: &mut Value,
@@ -304,6 +328,7 @@ pub fn apply(
         }
         remove(&mut next, path);
     }
+    take_over(&mut next, manager, &now);
     record(&mut next, manager, subresource, api_version, &now);
     Ok(next)
 }
@@ -384,5 +409,18 @@ mod tests {
                 .len(),
             2
         );
+
+        // The same apply again changes nothing at all (no new time stamp either).
+        let again = apply(&after_other, &other, "someone-else", "", "v1").unwrap();
+        assert_eq!(again, after_other);
+
+        // A field another manager applied changes hands: the first manager dropping it later
+        // does not remove it.
+        let takeover = json!({"metadata": {"name": "web", "labels": {"a": "mine"}}});
+        let taken = apply(&after_other, &takeover, "third", "", "v1").unwrap();
+        let ctl_drops_a = json!({"metadata": {"name": "web"}, "status": {"loadBalancer": {}},
+            "spec": {"ports": [{"port": 80}]}});
+        let after_drop = apply(&taken, &ctl_drops_a, "ctl", "", "v1").unwrap();
+        assert_eq!(after_drop["metadata"]["labels"]["a"], "mine");
     }
 }
