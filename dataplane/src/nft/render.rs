@@ -346,12 +346,9 @@ fn render_port(
                 ruleset.chains.insert(chain.clone(), rules);
                 chain
             });
-            let missing = if local_chain.is_some() {
-                None
-            } else {
-                Some("drop")
-            };
-            (entry, false, missing.unwrap_or("drop"))
+            // Without a local endpoint, what the entry chain does not short-circuit is dropped
+            // (a silent drop, so a load balancer's retry goes to another node).
+            (entry, false, "drop")
         }
     };
     let local_missing = port.external_policy == TrafficPolicy::Local && local.is_empty();
