@@ -1,0 +1,457 @@
+//! The RBAC rules in `deploy/base/` are exactly what the code uses: the controller and the proxy
+//! binaries run against the in-memory API server through a recording HTTP proxy, every request
+//! is turned into an RBAC (apiGroup, resource, verb), and that set must equal the rules granted
+//! to each ServiceAccount — nothing missing (the pod would fail) and nothing unused.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube_lb_mock_apiserver::{ApiServer, RunningApiServer};
+use serde_json::json;
+
+/// One RBAC permission: (apiGroup, resource[/subresource], verb).
+type Permission = (String, String, String);
+
+/// Maps a Kubernetes API request to the permission it needs; `None` for non-resource URLs
+/// (discovery, /version), which every authenticated user may read.
+fn permission_for(method: &str, path: &str, query: &str) -> Option<Permission> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    // Namespaced paths start with namespaces/<ns>/<resource>; `namespaces/<name>` alone is the
+    // Namespace object itself.
+    let rest = match rest {
+        ["namespaces", _ns, resource, tail @ ..] => {
+            let mut v = vec![*resource];
+            v.extend_from_slice(tail);
+            v
+        }
+        other => other.to_vec(),
+    };
+    let (resource, name, subresource) = match rest.as_slice() {
+        [] => return None,
+        [resource] => (*resource, None, None),
+        [resource, name] => (*resource, Some(*name), None),
+        [resource, name, sub, ..] => (*resource, Some(*name), Some(*sub)),
+    };
+    let watching = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match (method, name) {
+        ("GET", _) if watching => "watch",
+        ("GET", Some(_)) => "get",
+        ("GET", None) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", Some(_)) => "delete",
+        ("DELETE", None) => "deletecollection",
+        _ => return None,
+    };
+    let resource = match subresource {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_string(),
+    };
+    Some((group.to_string(), resource, verb.to_string()))
+}
+
+#[test]
+fn request_mapping_follows_the_rbac_rules_of_kube_apiserver() {
+    let cases = [
+        (
+            "GET",
+            "/api/v1/services",
+            "watch=true&resourceVersion=1",
+            Some(("", "services", "watch")),
+        ),
+        (
+            "GET",
+            "/api/v1/services",
+            "limit=500",
+            Some(("", "services", "list")),
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/d/services/web",
+            "",
+            Some(("", "services", "get")),
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/d/services/web/status",
+            "",
+            Some(("", "services/status", "patch")),
+        ),
+        (
+            "POST",
+            "/apis/events.k8s.io/v1/namespaces/d/events",
+            "",
+            Some(("events.k8s.io", "events", "create")),
+        ),
+        (
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/s/leases/l",
+            "",
+            Some(("coordination.k8s.io", "leases", "update")),
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/kube-system",
+            "",
+            Some(("", "namespaces", "get")),
+        ),
+        (
+            "DELETE",
+            "/api/v1/namespaces/d/services",
+            "",
+            Some(("", "services", "deletecollection")),
+        ),
+        ("GET", "/apis", "", None),
+        ("GET", "/version", "", None),
+    ];
+    for (method, path, query, want) in cases {
+        let got = permission_for(method, path, query);
+        let want = want.map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()));
+        assert_eq!(got, want, "{method} {path}?{query}");
+    }
+}
+
+/// The permissions granted to `service_account` by the RBAC objects in `files`.
+fn granted(files: &[&str], service_account: &str) -> BTreeSet<Permission> {
+    let mut roles = std::collections::BTreeMap::new();
+    let mut bound = BTreeSet::new();
+    for file in files {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let obj: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+            let kind = obj["kind"].as_str().unwrap_or_default();
+            let name = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            match kind {
+                "ClusterRole" | "Role" => {
+                    roles.insert((kind.to_string(), name), obj["rules"].clone());
+                }
+                "ClusterRoleBinding" | "RoleBinding" => {
+                    let subjects = obj["subjects"].as_array().cloned().unwrap_or_default();
+                    if subjects.iter().any(|s| s["name"] == service_account) {
+                        bound.insert((
+                            obj["roleRef"]["kind"].as_str().unwrap().to_string(),
+                            obj["roleRef"]["name"].as_str().unwrap().to_string(),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut permissions = BTreeSet::new();
+    for role in bound {
+        let rules = roles
+            .get(&role)
+            .unwrap_or_else(|| panic!("binding to missing {role:?}"));
+        for rule in rules.as_array().unwrap() {
+            let strings = |key: &str| -> Vec<String> {
+                rule[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect()
+            };
+            for group in strings("apiGroups") {
+                for resource in strings("resources") {
+                    for verb in strings("verbs") {
+                        assert!(
+                            !group.contains('*') && !resource.contains('*') && !verb.contains('*'),
+                            "no wildcards in RBAC ({group} {resource} {verb})"
+                        );
+                        permissions.insert((group.clone(), resource.clone(), verb));
+                    }
+                }
+            }
+        }
+    }
+    permissions
+}
+
+/// A recording reverse proxy in front of the API server.
+struct Recorder {
+    addr: SocketAddr,
+    seen: Arc<Mutex<BTreeSet<Permission>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recorder {
+    async fn start(upstream: String) -> Recorder {
+        let seen = Arc::new(Mutex::new(BTreeSet::new()));
+        let state = (upstream, reqwest::Client::new(), seen.clone());
+        let app = axum::Router::new()
+            .fallback(forward)
+            .with_state(Arc::new(state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Recorder { addr, seen, task }
+    }
+
+    fn seen(&self) -> BTreeSet<Permission> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn kubeconfig(&self, dir: &Path, name: &str) -> std::path::PathBuf {
+        let path = dir.join(name);
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://{}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n\
+             current-context: c\n",
+            self.addr
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+type ProxyState = (String, reqwest::Client, Arc<Mutex<BTreeSet<Permission>>>);
+
+async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
+    let (upstream, client, seen) = &*state;
+    let method = request.method().as_str().to_string();
+    let path = request.uri().path().to_string();
+    let query = request.uri().query().unwrap_or_default().to_string();
+    if let Some(permission) = permission_for(&method, &path, &query) {
+        seen.lock().unwrap().insert(permission);
+    }
+    let url = if query.is_empty() {
+        format!("{upstream}{path}")
+    } else {
+        format!("{upstream}{path}?{query}")
+    };
+    let mut outgoing = client.request(request.method().clone(), url);
+    for (name, value) in request.headers() {
+        if name != "host" {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    let body = axum::body::to_bytes(request.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let response = outgoing.body(body).send().await.unwrap();
+    let mut builder = Response::builder().status(response.status());
+    for (name, value) in response.headers() {
+        builder = builder.header(name, value);
+    }
+    // Stream the body so watches keep flowing through the proxy.
+    let stream = response.bytes_stream().map_err(std::io::Error::other);
+    builder.body(Body::from_stream(stream)).unwrap()
+}
+
+/// Kills the child process on drop so a failed assertion leaves nothing running.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(args: &[&str], envs: &[(&str, &str)]) -> ChildGuard {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kube-lb"));
+    command
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    ChildGuard(command.spawn().unwrap())
+}
+
+/// Polls `check` until it returns true, failing the test after `ceiling`.
+async fn wait_for<F, Fut>(what: &str, ceiling: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < ceiling, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn seed_cluster(server: &RunningApiServer) {
+    server
+        .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-lb-system"}}))
+        .ok();
+    server
+        .seed(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }))
+        .unwrap();
+}
+
+fn lb_service(name: &str, port: u16) -> Service {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name},
+                 "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}
+    }))
+    .unwrap()
+}
+
+fn has_ingress(svc: &Service) -> bool {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_rbac_is_exactly_what_the_controller_uses() {
+    let server = ApiServer::builder().start().await.unwrap();
+    seed_cluster(&server).await;
+    let recorder = Recorder::start(server.url()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = recorder.kubeconfig(dir.path(), "controller.kubeconfig");
+    let _controller = spawn(
+        &[
+            "controller",
+            "--cloud=local",
+            "--leader-elect",
+            "--metrics-addr=127.0.0.1:0",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ],
+        &[
+            ("POD_NAMESPACE", "kube-lb-system"),
+            ("POD_NAME", "controller-0"),
+        ],
+    );
+
+    // A full lifecycle: create, change (a second Ensuring event patches the event series),
+    // delete (finalizer removal).
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+    services
+        .create(&PostParams::default(), &lb_service("web", 80))
+        .await
+        .unwrap();
+    let ceiling = Duration::from_secs(60);
+    wait_for("web to get an address", ceiling, || async {
+        services.get("web").await.is_ok_and(|s| has_ingress(&s))
+    })
+    .await;
+    let patch = json!({"spec": {"ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}});
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let patch = json!({"spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}});
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("the event series to be patched", ceiling, || async {
+        recorder.seen().contains(&(
+            "events.k8s.io".to_string(),
+            "events".to_string(),
+            "patch".to_string(),
+        ))
+    })
+    .await;
+    // The leader renews its Lease every retry period (2 s by default).
+    wait_for("the Lease to be renewed", ceiling, || async {
+        recorder.seen().contains(&(
+            "coordination.k8s.io".to_string(),
+            "leases".to_string(),
+            "update".to_string(),
+        ))
+    })
+    .await;
+    services
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("web to be gone", ceiling, || async {
+        matches!(services.get_opt("web").await, Ok(None))
+    })
+    .await;
+
+    let used = recorder.seen();
+    let granted = granted(&["deploy/base/rbac-controller.yaml"], "kube-lb-controller");
+    let missing: Vec<_> = used.difference(&granted).collect();
+    let unused: Vec<_> = granted.difference(&used).collect();
+    assert!(
+        missing.is_empty(),
+        "the controller needs RBAC it is not granted: {missing:?}"
+    );
+    assert!(
+        unused.is_empty(),
+        "RBAC granted to the controller but never used: {unused:?}"
+    );
+    recorder.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_rbac_is_exactly_what_the_proxy_uses() {
+    let server = ApiServer::builder().start().await.unwrap();
+    seed_cluster(&server).await;
+    let recorder = Recorder::start(server.url()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = recorder.kubeconfig(dir.path(), "proxy.kubeconfig");
+    let _proxy = spawn(
+        &[
+            "proxy",
+            "--node-name=n1",
+            "--mode=userspace",
+            "--healthz-addr=127.0.0.1:0",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let granted = granted(&["deploy/base/rbac-proxy.yaml"], "kube-lb-proxy");
+    // The proxy only reads; wait until it has started every watch it grants itself.
+    wait_for("the proxy's watches", Duration::from_secs(60), || async {
+        recorder.seen().iter().filter(|p| p.2 == "watch").count()
+            >= granted.iter().filter(|p| p.2 == "watch").count()
+    })
+    .await;
+    let used = recorder.seen();
+    let missing: Vec<_> = used.difference(&granted).collect();
+    let unused: Vec<_> = granted.difference(&used).collect();
+    assert!(
+        missing.is_empty(),
+        "the proxy needs RBAC it is not granted: {missing:?}"
+    );
+    assert!(
+        unused.is_empty(),
+        "RBAC granted to the proxy but never used: {unused:?}"
+    );
+    recorder.task.abort();
+}
