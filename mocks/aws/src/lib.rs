@@ -173,6 +173,185 @@ impl MotoServer {
     }
 }
 
+/// A VPC laid out like a small cluster: an internet gateway with a default route, two public
+/// subnets in two zones (tagged for load balancers and the cluster), a cluster-tagged node
+/// security group and `instances` instances in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNetwork {
+    /// VPC ID.
+    pub vpc: String,
+    /// Subnet IDs (us-east-1a, us-east-1b).
+    pub subnets: Vec<String>,
+    /// Node security group ID.
+    pub node_security_group: String,
+    /// Instance IDs.
+    pub instances: Vec<String>,
+}
+
+/// The text of the first `<tag>…</tag>` in an XML document.
+pub fn xml_value(xml: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let start = xml.find(&open)? + open.len();
+    let end = xml[start..].find(&format!("</{tag}>"))? + start;
+    Some(xml[start..end].to_string())
+}
+
+/// Every `<tag>…</tag>` text in an XML document.
+pub fn xml_values(xml: &str, tag: &str) -> Vec<String> {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let mut out = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find(&open) {
+        let after = &rest[start + open.len()..];
+        let Some(end) = after.find(&close) else { break };
+        out.push(after[..end].to_string());
+        rest = &after[end + close.len()..];
+    }
+    out
+}
+
+fn form_encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl MotoServer {
+    /// One EC2 Query API call; returns the XML body.
+    pub async fn ec2(&self, action: &str, params: &[(&str, &str)]) -> Result<String, MockAwsError> {
+        let mut body = format!("Action={action}&Version=2016-11-15");
+        for (key, value) in params {
+            body.push_str(&format!("&{}={}", form_encode(key), form_encode(value)));
+        }
+        let (status, text) = http_request(
+            self.addr,
+            "POST",
+            "/",
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                (
+                    "authorization",
+                    "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0",
+                ),
+            ],
+            Bytes::from(body),
+        )
+        .await?;
+        if !status.is_success() {
+            return Err(MockAwsError::Server(format!("{action}: {status}: {text}")));
+        }
+        Ok(text)
+    }
+
+    async fn ec2_id(
+        &self,
+        action: &str,
+        params: &[(&str, &str)],
+        tag: &str,
+    ) -> Result<String, MockAwsError> {
+        let xml = self.ec2(action, params).await?;
+        xml_value(&xml, tag)
+            .ok_or_else(|| MockAwsError::Server(format!("{action}: no <{tag}> in {xml}")))
+    }
+
+    /// Creates a [`ClusterNetwork`] for cluster `cluster`.
+    pub async fn cluster_network(
+        &self,
+        cluster: &str,
+        instances: usize,
+    ) -> Result<ClusterNetwork, MockAwsError> {
+        let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
+        let vpc = self
+            .ec2_id("CreateVpc", &[("CidrBlock", "10.0.0.0/16")], "vpcId")
+            .await?;
+        let igw = self
+            .ec2_id("CreateInternetGateway", &[], "internetGatewayId")
+            .await?;
+        self.ec2(
+            "AttachInternetGateway",
+            &[("InternetGatewayId", &igw), ("VpcId", &vpc)],
+        )
+        .await?;
+        let tables = self
+            .ec2(
+                "DescribeRouteTables",
+                &[("Filter.1.Name", "vpc-id"), ("Filter.1.Value.1", &vpc)],
+            )
+            .await?;
+        let table = xml_value(&tables, "routeTableId")
+            .ok_or_else(|| MockAwsError::Server("the VPC has no route table".into()))?;
+        self.ec2(
+            "CreateRoute",
+            &[
+                ("RouteTableId", &table),
+                ("DestinationCidrBlock", "0.0.0.0/0"),
+                ("GatewayId", &igw),
+            ],
+        )
+        .await?;
+        let mut subnets = Vec::new();
+        for (zone, cidr) in [("us-east-1a", "10.0.1.0/24"), ("us-east-1b", "10.0.2.0/24")] {
+            subnets.push(
+                self.ec2_id(
+                    "CreateSubnet",
+                    &[
+                        ("VpcId", &vpc),
+                        ("CidrBlock", cidr),
+                        ("AvailabilityZone", zone),
+                        ("TagSpecification.1.ResourceType", "subnet"),
+                        ("TagSpecification.1.Tag.1.Key", "kubernetes.io/role/elb"),
+                        ("TagSpecification.1.Tag.1.Value", "1"),
+                        ("TagSpecification.1.Tag.2.Key", &cluster_tag),
+                        ("TagSpecification.1.Tag.2.Value", "shared"),
+                    ],
+                    "subnetId",
+                )
+                .await?,
+            );
+        }
+        let node_security_group = self
+            .ec2_id(
+                "CreateSecurityGroup",
+                &[
+                    ("GroupName", "nodes"),
+                    ("GroupDescription", "cluster nodes"),
+                    ("VpcId", &vpc),
+                    ("TagSpecification.1.ResourceType", "security-group"),
+                    ("TagSpecification.1.Tag.1.Key", &cluster_tag),
+                    ("TagSpecification.1.Tag.1.Value", "owned"),
+                ],
+                "groupId",
+            )
+            .await?;
+        let count = instances.to_string();
+        let launched = self
+            .ec2(
+                "RunInstances",
+                &[
+                    ("ImageId", "ami-12c6146b"),
+                    ("MinCount", &count),
+                    ("MaxCount", &count),
+                    ("SubnetId", &subnets[0]),
+                    ("SecurityGroupId.1", &node_security_group),
+                ],
+            )
+            .await?;
+        Ok(ClusterNetwork {
+            vpc,
+            subnets,
+            node_security_group,
+            instances: xml_values(&launched, "instanceId"),
+        })
+    }
+}
+
 /// One plain HTTP/1.1 request over a fresh connection.
 async fn http_request(
     addr: SocketAddr,
@@ -447,6 +626,35 @@ impl FaultProxy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn cluster_network_is_created_through_the_query_api() {
+        let moto = MotoServer::start().await.unwrap();
+        let network = moto.cluster_network("demo", 2).await.unwrap();
+        assert!(network.vpc.starts_with("vpc-"));
+        assert_eq!(network.subnets.len(), 2);
+        assert_eq!(network.instances.len(), 2, "{network:?}");
+        let described = moto
+            .ec2(
+                "DescribeInstances",
+                &[("InstanceId.1", &network.instances[0])],
+            )
+            .await
+            .unwrap();
+        assert!(described.contains(&network.node_security_group));
+    }
+
+    #[test]
+    fn xml_helpers() {
+        let xml = "<a><id>1</id><x/><id>2</id></a>";
+        assert_eq!(xml_value(xml, "id").as_deref(), Some("1"));
+        assert_eq!(
+            xml_values(xml, "id"),
+            vec!["1".to_string(), "2".to_string()]
+        );
+        assert_eq!(xml_value(xml, "nope"), None);
+        assert_eq!(form_encode("a b/c"), "a%20b%2Fc");
+    }
 
     #[test]
     fn form_values() {

@@ -562,3 +562,80 @@ async fn delete_resumes_after_the_load_balancer_is_already_gone() {
     assert!(our_rules(&env, &name).await.is_empty());
     restarted.delete(&spec.service).await.unwrap();
 }
+
+#[tokio::test]
+async fn internal_nlb_in_annotated_subnets_with_private_addresses() {
+    let env = Env::start().await;
+    let provider = env.provider(env.config());
+    // One subnet by ID, one by its Name tag.
+    let spec = svc("internal", UID)
+        .port("udp", 53, 30053, "UDP")
+        .aws("type", "nlb")
+        .aws("internal", "true")
+        .aws("subnets", &format!("{},cluster-b", env.subnets[0]))
+        .aws("private-ipv4-addresses", "10.0.1.10,10.0.2.10")
+        .aws("healthcheck-port", "31053")
+        .spec();
+    let name = load_balancer_name(UID);
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
+    let calls = provider.take_calls();
+    assert_eq!(
+        calls.count(kube_lb_provider_aws::calls::ops::DESCRIBE_SUBNETS),
+        2,
+        "annotation resolved by ID and by Name"
+    );
+    let lb = env
+        .elbv2
+        .describe_load_balancers()
+        .names(&name)
+        .send()
+        .await
+        .unwrap();
+    let lb = &lb.load_balancers()[0];
+    assert_eq!(lb.scheme().unwrap().as_str(), "internal");
+    let zones: BTreeSet<String> = lb
+        .availability_zones()
+        .iter()
+        .map(|z| z.subnet_id().unwrap().to_string())
+        .collect();
+    assert_eq!(zones, env.subnets.iter().cloned().collect());
+    let arn = lb.load_balancer_arn().unwrap().to_string();
+    let ls = listeners(&env, &arn).await;
+    assert_eq!((ls[0].0, ls[0].1.as_str()), (53, "UDP"));
+    let tg = env
+        .elbv2
+        .describe_target_groups()
+        .target_group_arns(&ls[0].4)
+        .send()
+        .await
+        .unwrap();
+    let tg = &tg.target_groups()[0];
+    assert_eq!(tg.protocol().unwrap().as_str(), "UDP");
+    assert_eq!(tg.health_check_protocol().unwrap().as_str(), "TCP");
+    assert_eq!(tg.health_check_port(), Some("31053"));
+    // UDP client rule; TCP health rule on the explicit port from the VPC CIDR.
+    let rules = our_rules(&env, &name).await;
+    assert!(rules.contains(&IngressRule::port(
+        "udp",
+        30053,
+        "0.0.0.0/0",
+        Some(&format!("kubernetes.io/rule/nlb/client={name}"))
+    )));
+    assert!(rules.contains(&IngressRule::port(
+        "tcp",
+        31053,
+        "10.0.0.0/16",
+        Some(&format!("kubernetes.io/rule/nlb/health={name}"))
+    )));
+    provider
+        .ensure(&spec, &env.nodes(&env.instances))
+        .await
+        .unwrap();
+    assert_eq!(provider.take_calls().mutations, 0);
+    provider.delete(&spec.service).await.unwrap();
+    assert!(our_rules(&env, &name).await.is_empty());
+    assert!(env.target_group_names().await.is_empty());
+}

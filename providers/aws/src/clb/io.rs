@@ -224,8 +224,21 @@ async fn create(clients: &Clients, desired: &ClbDesired) -> Result<Option<String
                 .set_tags(Some(tags.clone()))
                 .send()
         })
-        .await?;
+        .await
+        .map_err(|e| type_clash(e, &desired.name))?;
     Ok(response.dns_name().map(str::to_string))
+}
+
+/// AWS load-balancer names are shared by Classic ELBs and NLBs: a clash on create means the
+/// Service's `aws-load-balancer-type` changed after creation, which upstream rejects too.
+pub(crate) fn type_clash(error: AwsError, name: &str) -> AwsError {
+    if error.has_code(&["DuplicateLoadBalancerName", "DuplicateAccessPointName"]) {
+        AwsError::Invalid(format!(
+            "a load balancer named {name} already exists with another type:              aws-load-balancer-type cannot change after creation (delete and re-create the Service)"
+        ))
+    } else {
+        error
+    }
 }
 
 async fn delete_lb(clients: &Clients, name: &str) -> Result<(), AwsError> {

@@ -340,7 +340,8 @@ async fn create_lb(
                 .set_tags(Some(tags.clone()))
                 .send()
         })
-        .await?;
+        .await
+        .map_err(|e| crate::clb::io::type_clash(e, &desired.name))?;
     let lb = response.load_balancers().first().ok_or_else(|| {
         AwsError::Unexpected("CreateLoadBalancer returned no load balancer".into())
     })?;

@@ -109,7 +109,10 @@ impl Env {
             .await
             .unwrap();
         let mut subnets = Vec::new();
-        for (zone, cidr) in [("us-east-1a", "10.0.1.0/24"), ("us-east-1b", "10.0.2.0/24")] {
+        for (zone, cidr, label) in [
+            ("us-east-1a", "10.0.1.0/24", "cluster-a"),
+            ("us-east-1b", "10.0.2.0/24", "cluster-b"),
+        ] {
             let subnet = ec2
                 .create_subnet()
                 .vpc_id(&vpc)
@@ -117,7 +120,11 @@ impl Env {
                 .availability_zone(zone)
                 .tag_specifications(tag_spec(
                     ResourceType::Subnet,
-                    &[(CLUSTER_TAG, "shared"), ("kubernetes.io/role/elb", "1")],
+                    &[
+                        (CLUSTER_TAG, "shared"),
+                        ("kubernetes.io/role/elb", "1"),
+                        ("Name", label),
+                    ],
                 ))
                 .send()
                 .await
