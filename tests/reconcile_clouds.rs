@@ -1,0 +1,439 @@
+//! `kube-lb reconcile --cloud {aws,gcp,azure}` as a user runs it, against a mock started by
+//! each test: the first run prints an address, a second run with the same state file changes
+//! nothing in the cloud, `--delete` leaves nothing owned, and a bad annotation exits 1 with
+//! its error text.
+#![cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+/// What one run printed.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The EXTERNAL-IP cell of `default/<name>` in the table.
+    fn external_ip(&self, name: &str) -> String {
+        let header = self.stdout.lines().next().unwrap_or_default();
+        assert!(header.contains("EXTERNAL-IP"), "no table: {self:?}");
+        let row = self
+            .stdout
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|cells| cells.first() == Some(&"default") && cells.get(1) == Some(&name))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no row for default/{name}:\n{}\n{}",
+                    self.stdout, self.stderr
+                )
+            });
+        row[3].to_string()
+    }
+}
+
+/// Runs the binary with `env` and `args` off the async runtime (the mocks serve on it).
+async fn reconcile(env: Vec<(String, String)>, args: Vec<String>) -> Run {
+    tokio::task::spawn_blocking(move || {
+        let out = Command::cargo_bin("kube-lb")
+            .unwrap()
+            .env_remove("KUBE_LB_CLOUD")
+            .env_remove("KUBE_LB_CLOUD_CONFIG")
+            .envs(env)
+            .args(["--log", "warn", "reconcile"])
+            .args(&args)
+            .args(["--timeout", "90s", "--backoff-base", "100ms"])
+            .output()
+            .unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+fn args(cloud: &str, manifest: &Path, config: Option<&Path>, state: &Path) -> Vec<String> {
+    let mut args = vec![
+        "-f".to_string(),
+        manifest.display().to_string(),
+        "--cloud".to_string(),
+        cloud.to_string(),
+        "--state-file".to_string(),
+        state.display().to_string(),
+    ];
+    if let Some(config) = config {
+        args.push("--cloud-config".to_string());
+        args.push(config.display().to_string());
+    }
+    args
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/clouds")
+        .join(name)
+}
+
+/// A LoadBalancer Service `bad` with one annotation the parser must refuse.
+fn bad_service(dir: &Path, key: &str, value: &str) -> PathBuf {
+    let path = dir.join("bad.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: bad\n  namespace: default\n  \
+             annotations: {{'{key}': '{value}'}}\nspec:\n  type: LoadBalancer\n  \
+             ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 30080}}]\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Asserts a run refused the bad annotation: exit 1, the key named in the output.
+fn assert_rejected(run: &Run, key: &str) {
+    assert_eq!(run.code, 1, "a bad annotation exits 1: {run:?}");
+    assert!(
+        run.stdout.contains("Error") && run.stdout.contains(key),
+        "the error names the annotation: {run:?}"
+    );
+}
+
+#[cfg(feature = "gcp")]
+mod gcp {
+    use super::*;
+    use kube_lb_mock_gce::{JournalEntry, MockGce};
+
+    const OWNED_COLLECTIONS: [&str; 8] = [
+        "forwardingRules",
+        "addresses",
+        "targetPools",
+        "httpHealthChecks",
+        "healthChecks",
+        "firewalls",
+        "backendServices",
+        "instanceGroups",
+    ];
+
+    async fn mock() -> MockGce {
+        MockGce::builder()
+            .instance("us-central1-a", "gke-c1-node-1", &["gke-c1-node"])
+            .instance("us-central1-b", "gke-c1-node-2", &["gke-c1-node"])
+            .start()
+            .await
+            .unwrap()
+    }
+
+    fn gce_conf(dir: &Path, gce: &MockGce) -> PathBuf {
+        let path = dir.join("gce.conf");
+        std::fs::write(
+            &path,
+            format!(
+                "[global]\nproject-id = {}\nlocal-zone = us-central1-a\nmultizone = true\n\
+                 network-name = default\nsubnetwork-name = default\nnode-tags = gke-c1-node\n\
+                 token-url = nil\napi-endpoint = {}/compute/v1/\n",
+                gce.project(),
+                gce.url()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    fn owned(gce: &MockGce) -> Vec<String> {
+        OWNED_COLLECTIONS
+            .iter()
+            .flat_map(|c| gce.names(c).into_iter().map(move |n| format!("{c}/{n}")))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconcile_create_resync_delete() {
+        let gce = mock().await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = gce_conf(dir.path(), &gce);
+        let state = dir.path().join("state.json");
+        let args = args("gcp", &fixture("gcp.yaml"), Some(&config), &state);
+
+        let first = reconcile(vec![], args.clone()).await;
+        assert_eq!(first.code, 0, "{first:?}");
+        let ip = first.external_ip("web");
+        assert!(ip.parse::<std::net::IpAddr>().is_ok(), "{first:?}");
+        assert_eq!(gce.names("forwardingRules").len(), 1);
+
+        let mark = gce.journal_len();
+        let second = reconcile(vec![], args.clone()).await;
+        assert_eq!(second.code, 0, "{second:?}");
+        assert_eq!(second.external_ip("web"), ip);
+        let mutations: Vec<String> = gce
+            .mutations_since(mark)
+            .iter()
+            .map(JournalEntry::short)
+            .collect();
+        assert_eq!(mutations, Vec::<String>::new(), "the second run mutated");
+
+        let mut delete = args;
+        delete.push("--delete".into());
+        let deleted = reconcile(vec![], delete).await;
+        assert_eq!(deleted.code, 0, "{deleted:?}");
+        assert_eq!(owned(&gce), Vec::<String>::new(), "left behind");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconcile_bad_annotation_exits_1() {
+        let gce = mock().await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = gce_conf(dir.path(), &gce);
+        let key = "networking.gke.io/load-balancer-type";
+        let manifest = bad_service(dir.path(), key, "Sideways");
+        let state = dir.path().join("state.json");
+        let run = reconcile(vec![], args("gcp", &manifest, Some(&config), &state)).await;
+        assert_rejected(&run, key);
+        assert_eq!(owned(&gce), Vec::<String>::new(), "nothing built");
+    }
+}
+
+#[cfg(feature = "azure")]
+mod azure {
+    use super::*;
+    use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
+    use serde_json::json;
+
+    async fn mock() -> MockArm {
+        MockArm::builder()
+            .subnet(
+                "cluster-rg",
+                "cluster-vnet",
+                "10.224.0.0/12",
+                "nodes",
+                "10.224.0.0/16",
+            )
+            .security_group("cluster-rg", "cluster-nsg")
+            .start()
+            .await
+            .unwrap()
+    }
+
+    fn azure_json(dir: &Path, arm: &MockArm) -> PathBuf {
+        let path = dir.join("azure.json");
+        let config = json!({
+            "cloud": "AzurePublicCloud",
+            "tenantId": TENANT,
+            "subscriptionId": SUBSCRIPTION,
+            "aadClientId": CLIENT_ID,
+            "aadClientSecret": CLIENT_SECRET,
+            "resourceGroup": "cluster-rg",
+            "location": LOCATION,
+            "vnetName": "cluster-vnet",
+            "subnetName": "nodes",
+            "securityGroupName": "cluster-nsg",
+            "loadBalancerSku": "standard",
+            "vmType": "vmss",
+            "resourceManagerEndpoint": arm.url(),
+            "activeDirectoryEndpoint": arm.url(),
+        });
+        std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+        path
+    }
+
+    fn mutations_since(arm: &MockArm, mark: usize) -> Vec<String> {
+        arm.journal()
+            .iter()
+            .skip(mark)
+            .filter(|e| e.is_mutation())
+            .map(|e| format!("{} {}", e.method, e.path))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconcile_create_resync_delete() {
+        let arm = mock().await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = azure_json(dir.path(), &arm);
+        let state = dir.path().join("state.json");
+        let args = args("azure", &fixture("azure.yaml"), Some(&config), &state);
+
+        let first = reconcile(vec![], args.clone()).await;
+        assert_eq!(first.code, 0, "{first:?}");
+        let ip = first.external_ip("web");
+        assert!(ip.parse::<std::net::IpAddr>().is_ok(), "{first:?}");
+        assert_eq!(arm.load_balancers().len(), 1);
+        assert_eq!(arm.public_ips().len(), 1);
+
+        let mark = arm.journal().len();
+        let second = reconcile(vec![], args.clone()).await;
+        assert_eq!(second.code, 0, "{second:?}");
+        assert_eq!(second.external_ip("web"), ip);
+        assert_eq!(
+            mutations_since(&arm, mark),
+            Vec::<String>::new(),
+            "the second run mutated"
+        );
+
+        let mut delete = args;
+        delete.push("--delete".into());
+        let deleted = reconcile(vec![], delete).await;
+        assert_eq!(deleted.code, 0, "{deleted:?}");
+        assert_eq!(arm.load_balancers(), Vec::<serde_json::Value>::new());
+        assert_eq!(arm.public_ips(), Vec::<serde_json::Value>::new());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconcile_bad_annotation_exits_1() {
+        let arm = mock().await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = azure_json(dir.path(), &arm);
+        let key = "service.beta.kubernetes.io/azure-load-balancer-health-probe-interval";
+        let manifest = bad_service(dir.path(), key, "often");
+        let state = dir.path().join("state.json");
+        let run = reconcile(vec![], args("azure", &manifest, Some(&config), &state)).await;
+        assert_rejected(&run, key);
+        assert!(arm.load_balancers().is_empty(), "nothing built");
+    }
+}
+
+#[cfg(feature = "aws")]
+mod aws {
+    use super::*;
+    use kube_lb_mock_aws::{MotoServer, xml_values};
+
+    async fn moto() -> MotoServer {
+        MotoServer::start().await.unwrap_or_else(|e| {
+            panic!(
+                "the AWS reconcile test needs moto's server (pip install 'moto[server]' into \
+                 .venv, or point KUBE_LB_MOTO_SERVER at moto_server): {e}"
+            )
+        })
+    }
+
+    fn env(moto: &MotoServer) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT_URL", moto.endpoint().as_str()),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_SESSION_TOKEN", "testing"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+            ("AWS_CONFIG_FILE", "/dev/null"),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// Nodes carrying the moto instances' provider IDs, plus the `web` Service.
+    fn manifest(dir: &Path, instances: &[String]) -> PathBuf {
+        let mut docs: Vec<String> = instances
+            .iter()
+            .enumerate()
+            .map(|(i, instance)| {
+                format!(
+                    "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{i}}}\n\
+                     spec: {{providerID: 'aws:///us-east-1a/{instance}'}}\n\
+                     status:\n  conditions: [{{type: Ready, status: 'True'}}]\n  \
+                     addresses: [{{type: InternalIP, address: 10.0.1.{}}}]\n",
+                    10 + i
+                )
+            })
+            .collect();
+        docs.push(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
+             spec:\n  type: LoadBalancer\n  selector: {app: web}\n  \
+             ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]\n"
+                .to_string(),
+        );
+        let path = dir.join("cluster.yaml");
+        std::fs::write(&path, docs.join("---\n")).unwrap();
+        path
+    }
+
+    /// The Classic ELB names in moto, read over the Query API.
+    async fn load_balancers(moto: &MotoServer) -> Vec<String> {
+        let body = reqwest::Client::new()
+            .post(moto.endpoint())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header(
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/\
+                 elasticloadbalancing/aws4_request, SignedHeaders=host, Signature=0",
+            )
+            .body("Action=DescribeLoadBalancers&Version=2012-06-01")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            body.contains("DescribeLoadBalancersResponse"),
+            "unexpected answer: {body}"
+        );
+        xml_values(&body, "LoadBalancerName")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconcile_create_resync_delete() {
+        let moto = moto().await;
+        let network = moto.cluster_network("kubernetes", 2).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = manifest(dir.path(), &network.instances);
+        let state = dir.path().join("state.json");
+        let args = args("aws", &manifest, None, &state);
+
+        let first = reconcile(env(&moto), args.clone()).await;
+        assert_eq!(first.code, 0, "{first:?}");
+        let hostname = first.external_ip("web");
+        assert!(hostname.ends_with(".amazonaws.com"), "{first:?}");
+        assert_eq!(load_balancers(&moto).await.len(), 1);
+
+        let second = reconcile(env(&moto), args.clone()).await;
+        assert_eq!(second.code, 0, "{second:?}");
+        assert_eq!(second.external_ip("web"), hostname);
+        assert_eq!(
+            load_balancers(&moto).await.len(),
+            1,
+            "the second run made another load balancer"
+        );
+
+        let mut delete = args;
+        delete.push("--delete".into());
+        let deleted = reconcile(env(&moto), delete).await;
+        assert_eq!(deleted.code, 0, "{deleted:?}");
+        assert_eq!(load_balancers(&moto).await, Vec::<String>::new());
+        let groups = moto
+            .ec2(
+                "DescribeSecurityGroups",
+                &[
+                    ("Filter.1.Name", "group-name"),
+                    ("Filter.1.Value.1", "k8s-elb-*"),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            xml_values(&groups, "groupId"),
+            Vec::<String>::new(),
+            "the CLB security group is left behind"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reconcile_bad_annotation_exits_1() {
+        let moto = moto().await;
+        let dir = tempfile::tempdir().unwrap();
+        let key = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
+        let manifest = bad_service(dir.path(), key, "often");
+        let state = dir.path().join("state.json");
+        let run = reconcile(env(&moto), args("aws", &manifest, None, &state)).await;
+        assert_rejected(&run, key);
+        assert_eq!(load_balancers(&moto).await, Vec::<String>::new());
+    }
+}

@@ -1,0 +1,183 @@
+//! AWS: moto's server (one per test) with a cluster network, the Classic ELB default.
+
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, Region};
+use aws_credential_types::Credentials;
+use kube_lb_annotations::Cloud;
+use kube_lb_mock_aws::{ClusterNetwork, MotoServer, xml_values};
+use kube_lb_provider_aws::{AwsProvider, CloudConfig};
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+
+use super::{Harness, UID, eventually};
+
+const CLUSTER: &str = "scenario";
+
+/// moto plus an AWS provider pointed at it.
+pub struct Aws {
+    moto: MotoServer,
+    network: ClusterNetwork,
+    provider: AwsProvider,
+    extra: Vec<String>,
+}
+
+fn node(instance: &str) -> BackendNode {
+    BackendNode {
+        name: format!("node-{instance}"),
+        provider_id: Some(format!("aws:///us-east-1a/{instance}")),
+        addresses: Vec::new(),
+        labels: Default::default(),
+    }
+}
+
+impl Aws {
+    /// The CLB name the provider gives the scenario Service (`a` + UID, 32 characters).
+    fn lb_name() -> String {
+        kube_lb_provider_core::naming::load_balancer_name(UID)
+    }
+
+    async fn load_balancer_names(&self) -> Vec<String> {
+        let described = self
+            .provider
+            .clients()
+            .elb
+            .describe_load_balancers()
+            .send()
+            .await
+            .unwrap();
+        described
+            .load_balancer_descriptions()
+            .iter()
+            .filter_map(|lb| lb.load_balancer_name().map(str::to_string))
+            .collect()
+    }
+}
+
+impl Harness for Aws {
+    const CLOUD: Cloud = Cloud::Aws;
+
+    async fn start() -> Aws {
+        let moto = MotoServer::start().await.unwrap_or_else(|e| {
+            panic!(
+                "the AWS scenarios need moto's server (pip install 'moto[server]' into .venv, \
+                 or point KUBE_LB_MOTO_SERVER at moto_server): {e}"
+            )
+        });
+        let network = moto.cluster_network(CLUSTER, 2).await.unwrap();
+        let sdk = aws_config::defaults(BehaviorVersion::latest())
+            .endpoint_url(moto.endpoint())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+            .http_client(kube_lb_provider_aws::clients::http_client())
+            .load()
+            .await;
+        let provider = AwsProvider::new(&sdk, CloudConfig::default(), CLUSTER);
+        Aws {
+            moto,
+            network,
+            provider,
+            extra: Vec::new(),
+        }
+    }
+
+    fn provider(&self) -> &dyn LoadBalancerProvider {
+        &self.provider
+    }
+
+    fn counter(&self) -> CallCounter {
+        self.provider.call_counter()
+    }
+
+    fn nodes(&self) -> Vec<BackendNode> {
+        self.network.instances.iter().map(|i| node(i)).collect()
+    }
+
+    async fn add_node(&mut self) -> BackendNode {
+        let launched = self
+            .moto
+            .ec2(
+                "RunInstances",
+                &[
+                    ("ImageId", "ami-12c6146b"),
+                    ("MinCount", "1"),
+                    ("MaxCount", "1"),
+                    ("SubnetId", &self.network.subnets[0]),
+                    ("SecurityGroupId.1", &self.network.node_security_group),
+                ],
+            )
+            .await
+            .unwrap();
+        let id = xml_values(&launched, "instanceId").remove(0);
+        self.extra.push(id.clone());
+        node(&id)
+    }
+
+    fn registration_operations(&self) -> &'static [&'static str] {
+        &["elb:RegisterInstancesWithLoadBalancer"]
+    }
+
+    async fn owned(&self) -> Vec<String> {
+        let mut owned = Vec::new();
+        let name = Aws::lb_name();
+        if self.load_balancer_names().await.contains(&name) {
+            owned.push(format!("load balancer {name}"));
+        }
+        // The CLB's own security group, found by its deterministic name.
+        let groups = self
+            .moto
+            .ec2(
+                "DescribeSecurityGroups",
+                &[
+                    ("Filter.1.Name", "group-name"),
+                    ("Filter.1.Value.1", &format!("k8s-elb-{name}")),
+                ],
+            )
+            .await
+            .unwrap();
+        owned.extend(
+            xml_values(&groups, "groupId")
+                .into_iter()
+                .map(|g| format!("security group {g}")),
+        );
+        // Rules the CLB added to the node security group (ingress from another group).
+        let node_group = self
+            .moto
+            .ec2(
+                "DescribeSecurityGroups",
+                &[("GroupId.1", &self.network.node_security_group)],
+            )
+            .await
+            .unwrap();
+        owned.extend(
+            xml_values(&node_group, "groupId")
+                .into_iter()
+                .filter(|g| *g != self.network.node_security_group)
+                .map(|g| format!("node security group rule from {g}")),
+        );
+        owned
+    }
+
+    fn mutations_seen_by_cloud_since(&self, _mark: usize) -> Vec<String> {
+        // moto keeps no request journal; the provider's counter is the only witness.
+        Vec::new()
+    }
+
+    fn mark(&self) -> usize {
+        0
+    }
+
+    async fn remove_load_balancer_out_of_band(&self) {
+        self.provider
+            .clients()
+            .elb
+            .delete_load_balancer()
+            .load_balancer_name(Aws::lb_name())
+            .send()
+            .await
+            .unwrap();
+        eventually("the CLB is gone", Duration::from_secs(30), || async {
+            !self.load_balancer_names().await.contains(&Aws::lb_name())
+        })
+        .await;
+    }
+}

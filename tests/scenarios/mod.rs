@@ -1,0 +1,170 @@
+//! Provider harnesses for the shared scenario table: each one starts its own cloud mock (moto's
+//! server, the GCE mock, the ARM mock), builds the real provider against it and exposes the
+//! few cloud-state reads the scenarios need. Set-up mirrors each provider's own tests, written
+//! against the crates' public APIs.
+
+#![allow(clippy::unwrap_used, dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+use serde_json::{Value, json};
+
+#[cfg(feature = "aws")]
+pub mod aws;
+#[cfg(feature = "azure")]
+pub mod azure;
+#[cfg(feature = "gcp")]
+pub mod gcp;
+
+/// The UID of the Service every scenario uses (the load-balancer names derive from it).
+pub const UID: &str = "5d4c3b2a-1f0e-4d3c-8b2a-19f8e7d6c5b4";
+
+/// One cloud, started fresh for one test.
+pub trait Harness: Sized {
+    /// Whose annotations the Service is parsed with.
+    const CLOUD: Cloud;
+
+    /// Starts the mock and builds the provider against it.
+    fn start() -> impl Future<Output = Self>;
+
+    /// The provider under test.
+    fn provider(&self) -> &dyn LoadBalancerProvider;
+
+    /// The counter the provider records every cloud call on.
+    fn counter(&self) -> CallCounter;
+
+    /// The backends the Service starts with (instances that exist in the mock).
+    fn nodes(&self) -> Vec<BackendNode>;
+
+    /// Makes one more node exist in the cloud and returns it as a backend.
+    fn add_node(&mut self) -> impl Future<Output = BackendNode>;
+
+    /// The operations a node added to the backends may legitimately mutate with.
+    fn registration_operations(&self) -> &'static [&'static str];
+
+    /// The per-cloud annotations the Service carries (kept minimal: the defaults).
+    fn annotations(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    /// Resources in the cloud owned by the Service's load balancer, by kind (empty when
+    /// nothing is left).
+    fn owned(&self) -> impl Future<Output = Vec<String>>;
+
+    /// Mutating requests the mock itself saw since [`Harness::mark`] (cross-checks the
+    /// provider's counter with the server's view where the mock keeps a journal).
+    fn mutations_seen_by_cloud_since(&self, mark: usize) -> Vec<String>;
+
+    /// A position in the mock's journal (0 where the mock keeps none).
+    fn mark(&self) -> usize;
+
+    /// Removes the Service's load balancer behind the provider's back, as an operator
+    /// deleting it in the console would, and waits until the cloud no longer shows it.
+    fn remove_load_balancer_out_of_band(&self) -> impl Future<Output = ()>;
+}
+
+/// The Service every scenario reconciles; built as the API server stores it.
+#[derive(Debug, Clone)]
+pub struct Svc {
+    annotations: BTreeMap<String, String>,
+    ports: Vec<(u16, u16)>,
+    local_health_port: Option<u16>,
+}
+
+impl Svc {
+    /// `default/web` with port 80 → node port 30080, externalTrafficPolicy Cluster.
+    pub fn new(annotations: BTreeMap<String, String>) -> Svc {
+        Svc {
+            annotations,
+            ports: vec![(80, 30080)],
+            local_health_port: None,
+        }
+    }
+
+    /// Replaces the ports (port, nodePort).
+    pub fn ports(mut self, ports: &[(u16, u16)]) -> Svc {
+        self.ports = ports.to_vec();
+        self
+    }
+
+    /// externalTrafficPolicy Local with this healthCheckNodePort.
+    pub fn local(mut self, health_port: u16) -> Svc {
+        self.local_health_port = Some(health_port);
+        self
+    }
+
+    /// externalTrafficPolicy Cluster.
+    pub fn cluster(mut self) -> Svc {
+        self.local_health_port = None;
+        self
+    }
+
+    /// The Service object.
+    pub fn service(&self) -> Service {
+        let ports: Vec<Value> = self
+            .ports
+            .iter()
+            .map(|(port, node_port)| {
+                json!({"name": format!("p{port}"), "port": port, "nodePort": node_port,
+                       "protocol": "TCP", "targetPort": port})
+            })
+            .collect();
+        let mut spec = json!({
+            "type": "LoadBalancer",
+            "selector": {"app": "web"},
+            "ports": ports,
+            "externalTrafficPolicy": "Cluster",
+        });
+        if let Some(port) = self.local_health_port {
+            spec["externalTrafficPolicy"] = json!("Local");
+            spec["healthCheckNodePort"] = json!(port);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "web", "namespace": "default", "uid": UID,
+                         "annotations": self.annotations},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    /// The spec, through the real annotation parser for `cloud`.
+    pub fn spec(&self, cloud: Cloud) -> LoadBalancerSpec {
+        match kube_lb_annotations::parse(cloud, &self.service()) {
+            Ok(parsed) => parsed.spec,
+            Err(errors) => panic!("the scenario Service does not parse for {cloud:?}: {errors:?}"),
+        }
+    }
+
+    /// The Service's key.
+    pub fn key(&self, cloud: Cloud) -> ServiceKey {
+        self.spec(cloud).service
+    }
+}
+
+/// Waits for `condition` to hold, polling, for at most `ceiling`.
+pub async fn eventually<F, Fut>(what: &str, ceiling: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if condition().await {
+            return;
+        }
+        assert!(
+            start.elapsed() < ceiling,
+            "{what}: not true after {ceiling:?}"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
