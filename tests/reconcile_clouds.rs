@@ -191,8 +191,9 @@ mod gcp {
         let gce = mock().await;
         let dir = tempfile::tempdir().unwrap();
         let config = gce_conf(dir.path(), &gce);
-        let key = "networking.gke.io/load-balancer-type";
-        let manifest = bad_service(dir.path(), key, "Sideways");
+        // (An unknown load-balancer-type only warns: upstream builds an external LB then.)
+        let key = "cloud.google.com/network-tier";
+        let manifest = bad_service(dir.path(), key, "Gold");
         let state = dir.path().join("state.json");
         let run = reconcile(vec![], args("gcp", &manifest, Some(&config), &state)).await;
         assert_rejected(&run, key);
