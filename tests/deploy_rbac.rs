@@ -3,6 +3,8 @@
 //! is turned into an RBAC (apiGroup, resource, verb), and that set must equal the rules granted
 //! to each ServiceAccount — nothing missing (the pod would fail) and nothing unused.
 
+#![allow(clippy::unwrap_used)] // test set-up: a failed unwrap is a failed test
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::Path;
