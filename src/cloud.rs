@@ -54,7 +54,7 @@ pub struct CloudArgs {
 }
 
 /// A built provider, plus the concrete `local` one when that was chosen (its address set
-/// feeds the embedded forwarder).
+/// feeds `kube-lb up`).
 #[derive(Debug, Clone)]
 pub struct Provider {
     /// The provider the controller calls.

@@ -1,13 +1,12 @@
 //! `kube-lb`: Kubernetes Service load-balancer controller and node dataplane.
 //!
 //! The binary (`main.rs`) only parses the command line; everything else lives here so the
-//! integration tests can drive the controller, the cloud selection and the forwarder directly.
+//! integration tests can drive the controller and the cloud selection directly.
 
 pub mod cli;
 pub mod cloud;
 pub mod controller;
 pub mod demo;
-pub mod forwarder;
 pub mod health;
 pub mod leader;
 pub mod manifests;

@@ -63,7 +63,7 @@ fn demo_serves_traffic_round_robin_and_stops_on_sigint() {
     };
     assert!(kubeconfig.exists(), "kubeconfig written");
 
-    // The forwarder may need a moment to bind after the address is published.
+    // The dataplane may need a moment to bind after the address is published.
     let deadline = Instant::now() + CEILING;
     let mut backends = BTreeSet::new();
     while backends.len() < 3 && Instant::now() < deadline {

@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
 use kube_lb_dataplane::model::{Index, IndexConfig, PROXY_PROTOCOL_ANNOTATION, Snapshot};
 use kube_lb_dataplane::testing::{node, service, slice};
-use kube_lb_dataplane::userspace::{Scheduler, UserspaceConfig, UserspaceProxy};
+use kube_lb_dataplane::userspace::{Scheduler, Serve, UserspaceConfig, UserspaceProxy};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 
@@ -456,4 +456,31 @@ async fn health_check_node_port_reports_local_endpoints() {
     // Service gone: the port closes.
     servers.apply(&snapshot(&[], &[]).health_checks).await;
     assert!(TcpStream::connect(&addr).await.is_err());
+}
+
+#[tokio::test]
+async fn load_balancer_ips_only_leaves_cluster_ips_alone() {
+    let a = backend("a").await;
+    let (cluster_ip, lb_ip) = ("127.77.9.1", "127.77.9.2");
+    let port = free_port(lb_ip).await;
+    let svc = service("default", "web", cluster_ip)
+        .port("", "TCP", i32::from(port))
+        .load_balancer(&[lb_ip])
+        .build();
+    let mut proxy = UserspaceProxy::new(UserspaceConfig {
+        serve: Serve::LoadBalancerIps,
+        ..UserspaceConfig::default()
+    });
+    proxy
+        .apply(&snapshot(&[svc], &slices("web", "TCP", &[&a])))
+        .await;
+    let listening: Vec<SocketAddr> = proxy.listening().iter().map(|f| f.addr).collect();
+    assert_eq!(
+        listening,
+        vec![SocketAddr::new(lb_ip.parse().unwrap(), port)]
+    );
+    assert_eq!(
+        name_of(&request(&format!("{lb_ip}:{port}")).await.unwrap()),
+        "a"
+    );
 }

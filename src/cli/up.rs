@@ -1,6 +1,6 @@
 //! `kube-lb up`: everything on this machine — the embedded API server, the controller with the
-//! `local` provider, and a TCP forwarder from each load-balancer address to the Service's
-//! ready endpoints.
+//! `local` provider, and the userspace dataplane serving each load-balancer address (TCP and
+//! UDP, round robin over the Service's ready endpoints).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::{ControllerConfig, LoadBalancerController, Outcome};
 use crate::metrics::Metrics;
-use crate::{cloud, demo, forwarder, manifests};
+use crate::{cloud, demo, manifests};
 
 /// Arguments of `kube-lb up`.
 #[derive(Debug, clap::Args)]
@@ -142,14 +142,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("Press Ctrl-C to stop.\n");
 
     let controller_task = tokio::spawn(controller.run(leading, shutdown.clone()));
-    let forwarder_task = tokio::spawn(forwarder::run(client, local.subscribe(), shutdown.clone()));
+    let dataplane_task = tokio::spawn(run_dataplane(client, shutdown.clone()));
     let printer = tokio::spawn(print_changes(local.subscribe(), outcomes, shutdown.clone()));
 
     crate::cli::wait_for_signal().await;
     println!("\nshutting down");
     shutdown.cancel();
     let controller_result = controller_task.await;
-    let _ = forwarder_task.await;
+    match dataplane_task.await {
+        Ok(Err(error)) => tracing::error!(error = %error, "the dataplane stopped"),
+        Err(error) => tracing::error!(error = %error, "the dataplane task failed"),
+        Ok(Ok(())) => {}
+    }
     let _ = printer.await;
     let _ = metrics_server.await;
     server.shutdown().await;
@@ -218,6 +222,35 @@ async fn print_changes(
             changed = outcomes.changed() => if changed.is_err() { return },
         }
     }
+}
+
+/// The dataplane of `up`: the userspace backend of `kube-lb proxy`, listening only on the
+/// `local` provider's load-balancer addresses. ClusterIPs and NodePorts of the embedded API
+/// server are not routed to this machine, so they are left alone.
+async fn run_dataplane(
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<(), kube_lb_dataplane::watch::WatchError> {
+    use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
+    use kube_lb_dataplane::model::IndexConfig;
+    use kube_lb_dataplane::userspace::{Serve, UserspaceConfig, UserspaceProxy};
+    use kube_lb_dataplane::watch::{self as dataplane_watch, Dataplane, Proxy, Timing};
+
+    let health = ProxyHealth::new(std::time::Duration::from_secs(60));
+    let proxy = Proxy {
+        index: IndexConfig {
+            node_name: "kube-lb-up".to_string(),
+            nodeport_cidrs: Vec::new(),
+        },
+        dataplane: Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
+            serve: Serve::LoadBalancerIps,
+            ..UserspaceConfig::default()
+        })),
+        health: health.clone(),
+        service_health: ServiceHealthServers::new(health, Vec::new()),
+        timing: Timing::default(),
+    };
+    dataplane_watch::run(client, proxy, shutdown.cancelled_owned()).await
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 pub mod proxy_protocol;
 pub mod scheduler;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -47,6 +47,20 @@ pub struct UserspaceConfig {
     pub udp_idle_timeout: Duration,
     /// One connect attempt per entry, each with that timeout, each on another endpoint.
     pub connect_timeouts: Vec<Duration>,
+    /// Which Service addresses get a listener.
+    pub serve: Serve,
+}
+
+/// Which Service addresses the userspace backend listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Serve {
+    /// ClusterIPs, NodePorts, load-balancer and external IPs: a full kube-proxy replacement.
+    #[default]
+    AllFrontends,
+    /// Only `status.loadBalancer.ingress` IPs. `kube-lb up` uses this: the `local` provider's
+    /// addresses are the only Service addresses that machine owns, so binding ClusterIPs would
+    /// only fail.
+    LoadBalancerIps,
 }
 
 impl Default for UserspaceConfig {
@@ -58,6 +72,7 @@ impl Default for UserspaceConfig {
                 .into_iter()
                 .map(Duration::from_millis)
                 .collect(),
+            serve: Serve::AllFrontends,
         }
     }
 }
@@ -216,7 +231,15 @@ impl UserspaceProxy {
     /// Makes the listeners match `snapshot`: opens missing ones, closes those without a Service or
     /// endpoints, and updates endpoint pools in place.
     pub async fn apply(&mut self, snapshot: &Snapshot) -> ApplyReport {
-        let (wanted, skipped_sctp) = frontends(snapshot);
+        let (mut wanted, skipped_sctp) = frontends(snapshot);
+        if self.config.serve == Serve::LoadBalancerIps {
+            let lb_ips: BTreeSet<IpAddr> = snapshot
+                .ports
+                .values()
+                .flat_map(|port| port.load_balancer_ips.iter().copied())
+                .collect();
+            wanted.retain(|frontend, _| lb_ips.contains(&frontend.addr.ip()));
+        }
         let mut report = ApplyReport {
             skipped_sctp,
             ..ApplyReport::default()
