@@ -306,14 +306,14 @@ async fn every_nlb_annotation_reaches_aws() {
     want.sort();
     assert_eq!(our_rules(&env, &name).await, want);
 
-    // No-op resync: zero mutations, ≤ 2 reads (one DescribeTargetHealth per target group).
+    // No-op resync: same spec, node groups and backends as the verified state → no call.
     provider
         .ensure(&spec, &env.nodes(&env.instances))
         .await
         .unwrap();
     let resync = provider.take_calls();
     assert_eq!(resync.mutations, 0, "{:?}", resync.by_op);
-    assert!(resync.reads <= 2, "{:?}", resync.by_op);
+    assert_eq!(resync.reads, 0, "{:?}", resync.by_op);
 
     // Annotation change: only the attribute call.
     let changed = service

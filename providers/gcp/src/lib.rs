@@ -507,6 +507,33 @@ impl GcpProvider {
         }
     }
 
+    /// Whether the resource a delete action targets is still there, so that repeating a finished
+    /// delete reads instead of issuing DELETEs that can only answer 404.
+    async fn still_exists(&self, action: &Action) -> Result<bool, ProviderError> {
+        let gce = &self.gce;
+        Ok(match action {
+            Action::DeleteForwardingRule(name) => gce.get_rule(name).await?.is_some(),
+            Action::DeleteAddress(name) => gce.get_address(name).await?.is_some(),
+            Action::DeleteTargetPool(name) => gce.get_target_pool(name).await?.is_some(),
+            Action::DeleteBackendService(name) => gce.get_backend_service(name).await?.is_some(),
+            Action::DeleteFirewall(name) => gce.get_firewall(name).await?.is_some(),
+            // A health check whose firewall outlived it (a delete cut short) still needs the
+            // action, which tolerates the health check being gone.
+            Action::DeleteHealthCheck {
+                kind,
+                name,
+                firewall,
+            } => {
+                gce.get_health_check(*kind, name).await?.is_some()
+                    || gce.get_firewall(firewall).await?.is_some()
+            }
+            Action::DeleteInstanceGroup { zone, name } => {
+                gce.get_instance_group(zone, name).await?.is_some()
+            }
+            _ => true,
+        })
+    }
+
     async fn apply_all(&self, actions: &[Action], lb: &str) -> Result<(), ProviderError> {
         for action in actions {
             self.apply(action, lb).await?;
@@ -565,7 +592,12 @@ impl LoadBalancerProvider for GcpProvider {
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
         let lb = load_balancer_name(&service.uid);
         let _shared = self.shared.lock().await;
-        let actions = plan_delete(&lb, &self.settings.cluster_id, &self.settings.zones);
+        let mut actions = Vec::new();
+        for action in plan_delete(&lb, &self.settings.cluster_id, &self.settings.zones) {
+            if self.still_exists(&action).await? {
+                actions.push(action);
+            }
+        }
         self.apply_all(&actions, &lb).await
     }
 
