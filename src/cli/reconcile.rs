@@ -333,7 +333,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     shutdown.cancel();
-    let _ = task.await;
+    // The answer is known; a controller slow to wind down must not hold the exit code back.
+    if tokio::time::timeout(std::time::Duration::from_secs(10), task)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the controller did not stop within 10 s; exiting anyway");
+    }
     server.shutdown().await;
 
     print(&rows, args.output)?;

@@ -247,6 +247,8 @@ impl LoadBalancerController {
     ) -> Result<(), kube::Error> {
         loop {
             tokio::select! {
+                // Shutdown wins over leadership when both are ready (e.g. a zero timeout).
+                biased;
                 () = shutdown.cancelled() => return Ok(()),
                 closed = async { leading.wait_for(|l| *l).await.is_err() } => if closed { return Ok(()) },
             }

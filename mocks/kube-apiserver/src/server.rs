@@ -22,6 +22,8 @@ use crate::resources;
 use crate::services::{self, Allocator};
 use crate::store::{Store, StoreConfig};
 
+/// How long `shutdown` waits for open requests (watches included) to finish.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 /// Namespaces every fresh server starts with, as a new cluster has them.
 const DEFAULT_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -363,8 +365,18 @@ impl RunningApiServer {
     /// file a last time.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        if let Some(serve) = self.serve.take() {
-            let _ = serve.await;
+        if let Some(mut serve) = self.serve.take() {
+            // Graceful shutdown waits for in-flight requests; a client that leaves a watch open
+            // must not keep the process alive, so the grace period is bounded.
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut serve)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "connections still open after the shutdown grace period; closing them"
+                );
+                serve.abort();
+            }
         }
         if let Some(writer) = self.writer.take() {
             let _ = writer.await;
