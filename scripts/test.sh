@@ -13,7 +13,7 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
-echo "== cargo nextest"
-cargo nextest run --workspace --all-features --no-fail-fast
 echo "== doc tests"
 cargo test --workspace --all-features --doc -q
+echo "== cargo nextest"
+cargo nextest run --workspace --all-features --no-fail-fast
