@@ -497,20 +497,118 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// CPU time in ns spent so far by the threads of process `pid` whose name starts with `prefix`
+/// (every thread when `None`), from `/proc/<pid>/task/*/schedstat`.
+fn cpu_ns(pid: u32, prefix: Option<&str>) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            prefix.is_none_or(|prefix| {
+                std::fs::read_to_string(task.path().join("comm"))
+                    .is_ok_and(|comm| comm.starts_with(prefix))
+            })
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// Proxy threads whose CPU time is charged to a target.
+#[derive(Clone, Copy)]
+enum Cpu {
+    /// No proxy: the client talks to the backend.
+    None,
+    /// Threads of a process, by name prefix.
+    Threads(u32, Option<&'static str>),
+}
+
+impl Cpu {
+    fn now(self) -> u64 {
+        match self {
+            Cpu::None => 0,
+            Cpu::Threads(pid, prefix) => cpu_ns(pid, prefix),
+        }
+    }
+}
+
+/// One target's figures in one round.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    fresh: f64,
+    kept: f64,
+    mbps: f64,
+    /// Proxy CPU µs per request, new connection per request / keep-alive.
+    fresh_cpu: f64,
+    kept_cpu: f64,
+}
+
+async fn measure(target: SocketAddr, cpu: Cpu, duration: Duration, bulk: usize) -> Figures {
+    let before = cpu.now();
+    let fresh = request_rate(target, CLIENTS, duration, true).await;
+    let middle = cpu.now();
+    let kept = request_rate(target, CLIENTS, duration, false).await;
+    let after = cpu.now();
+    let mbps = throughput(target, 1, bulk).await;
+    let per_request = |ns: u64, rate: f64| ns as f64 / 1e3 / (rate * duration.as_secs_f64());
+    Figures {
+        fresh,
+        kept,
+        mbps,
+        fresh_cpu: per_request(middle - before, fresh),
+        kept_cpu: per_request(after - middle, kept),
+    }
+}
+
+fn median_of(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Concurrent request loops of the load generator.
+const CLIENTS: usize = 32;
+/// Threads of each proxy under test: HAProxy's `nbthread` and the userspace backend's workers.
+const PROXY_THREADS: usize = 2;
+
+/// The userspace backend beside HAProxy and a direct connection: requests/s with a new connection
+/// per request and with keep-alive, single-stream throughput, and each proxy's CPU time per
+/// request. `--rounds N` (default 3, 1 with `--quick`) repeats the measurement with the proxies'
+/// order alternating and prints the median ratios.
 fn userspace_benchmarks(quick: bool) {
-    // The proxies under test get their own runtime (2 workers), separate from the load generator.
-    let proxy_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rounds: usize = std::env::args()
+        .skip_while(|arg| arg != "--rounds")
+        .nth(1)
+        .map_or(if quick { 1 } else { 3 }, |n| {
+            n.parse().expect("--rounds N")
+        });
+    // Load generator and backend get their own runtimes; the proxy runs on its own worker
+    // threads, this runtime only applies its configuration.
+    let control_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let client_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name("bench-client")
         .enable_all()
         .build()
         .unwrap();
     let backend_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name("bench-backend")
         .enable_all()
         .build()
         .unwrap();
@@ -518,7 +616,15 @@ fn userspace_benchmarks(quick: bool) {
 
     // kube-lb userspace: a ClusterIP-like frontend on 127.0.0.2.
     let userspace_port = free_port();
-    let mut proxy = UserspaceProxy::new(UserspaceConfig::default());
+    let proxy_config = UserspaceConfig {
+        workers: PROXY_THREADS.try_into().unwrap(),
+        ..UserspaceConfig::default()
+    };
+    let described = format!(
+        "kube-lb userspace: {} worker threads, scheduler {}, first connect timeout {:?}",
+        proxy_config.workers, proxy_config.scheduler, proxy_config.connect_timeouts[0]
+    );
+    let mut proxy = UserspaceProxy::new(proxy_config);
     let snap = {
         let mut index = Index::new(IndexConfig {
             node_name: "bench".into(),
@@ -537,18 +643,23 @@ fn userspace_benchmarks(quick: bool) {
         );
         index.snapshot()
     };
-    let report = proxy_runtime.block_on(proxy.apply(&snap));
+    let report = control_runtime.block_on(proxy.apply(&snap));
     assert_eq!(report.opened.len(), 1, "{report:?}");
 
-    // HAProxy in TCP mode with the same backend.
+    // HAProxy in TCP mode with the same backend, as many threads, no logging, no health checks.
     let haproxy_port = free_port();
     let config = format!(
-        "global\n  maxconn 4000\n  nbthread 2\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
+        "global\n  maxconn 4000\n  nbthread {PROXY_THREADS}\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
          listen bench\n  bind 127.0.0.3:{haproxy_port}\n  server s1 {backend_addr}\n"
     );
     let config_path =
         std::env::temp_dir().join(format!("kube-lb-bench-haproxy-{}.cfg", std::process::id()));
-    std::fs::write(&config_path, config).unwrap();
+    std::fs::write(&config_path, &config).unwrap();
+    let haproxy_version = sh(&["haproxy", "-v"])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned();
     let mut haproxy = Command::new("haproxy")
         .arg("-f")
         .arg(&config_path)
@@ -567,45 +678,98 @@ fn userspace_benchmarks(quick: bool) {
         panic!("haproxy did not start");
     });
 
+    let userspace_addr: SocketAddr = format!("127.0.0.2:{userspace_port}").parse().unwrap();
     let targets = [
-        ("direct", backend_addr),
+        ("direct", backend_addr, Cpu::None),
         (
             "kube-lb userspace",
-            format!("127.0.0.2:{userspace_port}").parse().unwrap(),
+            userspace_addr,
+            Cpu::Threads(std::process::id(), Some("klb-userspace")),
         ),
-        ("haproxy", haproxy_addr),
+        ("haproxy", haproxy_addr, Cpu::Threads(haproxy.id(), None)),
     ];
-    let duration = Duration::from_secs(if quick { 1 } else { 3 });
+    let duration = Duration::from_secs(if quick { 1 } else { 2 });
     let bulk = if quick { 64 << 20 } else { 512 << 20 };
     println!(
-        "\n== userspace proxy on loopback ({}s per figure, 32 concurrent clients, 2 proxy threads)",
+        "\n== userspace proxy on loopback: {rounds} round(s), {}s per figure, {CLIENTS} concurrent clients",
         duration.as_secs()
     );
+    println!("   {described}");
     println!(
-        "{:>18} | {:>16} {:>16} {:>14}",
-        "target", "req/s (new conn)", "req/s (keepalive)", "MB/s (1 stream)"
+        "   {haproxy_version}: {}",
+        config.lines().map(str::trim).collect::<Vec<_>>().join("; ")
     );
-    let mut rows = Vec::new();
-    for (name, target) in targets {
-        let (fresh, kept, mbps) = client_runtime.block_on(async {
-            (
-                request_rate(target, 32, duration, true).await,
-                request_rate(target, 32, duration, false).await,
-                throughput(target, 1, bulk).await,
-            )
-        });
-        println!("{name:>18} | {fresh:>16.0} {kept:>16.0} {mbps:>14.0}");
-        rows.push((name, fresh, kept, mbps));
+    println!(
+        "   same backend ({backend_addr}, 2 tokio threads) and client (2 tokio threads), all on loopback; load {}",
+        load_average()
+    );
+    let header = format!(
+        "{:>18} | {:>16} {:>17} {:>15} | {:>20}",
+        "target",
+        "req/s (new conn)",
+        "req/s (keepalive)",
+        "MB/s (1 stream)",
+        "proxy CPU µs/req n/k"
+    );
+    let mut results: Vec<[Figures; 3]> = Vec::new();
+    for round in 0..rounds {
+        // Alternate who goes first, so a load change during a round does not always favour one.
+        let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [0, 2, 1] };
+        println!("\n-- round {} of {rounds}\n{header}", round + 1);
+        let mut figures = [Figures::default(); 3];
+        for index in order {
+            let (name, addr, cpu) = targets[index];
+            let row = client_runtime.block_on(measure(addr, cpu, duration, bulk));
+            let cpu_text = match cpu {
+                Cpu::None => String::new(),
+                Cpu::Threads(..) => format!("{:.1} / {:.1}", row.fresh_cpu, row.kept_cpu),
+            };
+            println!(
+                "{name:>18} | {:>16.0} {:>17.0} {:>15.0} | {cpu_text:>20}",
+                row.fresh, row.kept, row.mbps
+            );
+            figures[index] = row;
+        }
+        results.push(figures);
     }
-    let (_, u_fresh, u_kept, u_mbps) = rows[1];
-    let (_, h_fresh, h_kept, h_mbps) = rows[2];
+    let ratio = |of: usize, to: usize, field: fn(&Figures) -> f64| {
+        median_of(
+            results
+                .iter()
+                .map(|round| field(&round[of]) / field(&round[to]))
+                .collect(),
+        )
+    };
     println!(
-        "{:>18} | {:>15.2}x {:>15.2}x {:>13.2}x",
-        "userspace/haproxy",
-        u_fresh / h_fresh,
-        u_kept / h_kept,
-        u_mbps / h_mbps
+        "\n-- median ratio over {rounds} round(s); load {}\n{:>18} | {:>16} {:>17} {:>15} | {:>20}",
+        load_average(),
+        "ratio",
+        "req/s (new conn)",
+        "req/s (keepalive)",
+        "MB/s (1 stream)",
+        "CPU/req n / k"
     );
+    for (name, of, to) in [
+        ("userspace/haproxy", 1, 2),
+        ("userspace/direct", 1, 0),
+        ("haproxy/direct", 2, 0),
+    ] {
+        let cpu = if to == 0 {
+            String::new()
+        } else {
+            format!(
+                "{:.2}x / {:.2}x",
+                ratio(of, to, |f| f.fresh_cpu),
+                ratio(of, to, |f| f.kept_cpu)
+            )
+        };
+        println!(
+            "{name:>18} | {:>15.2}x {:>16.2}x {:>14.2}x | {cpu:>20}",
+            ratio(of, to, |f| f.fresh),
+            ratio(of, to, |f| f.kept),
+            ratio(of, to, |f| f.mbps),
+        );
+    }
     let _ = haproxy.kill();
     let _ = haproxy.wait();
     let _ = std::fs::remove_file(config_path);

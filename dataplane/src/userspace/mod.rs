@@ -21,20 +21,26 @@
 //! ```
 
 pub mod proxy_protocol;
+pub mod relay;
 pub mod scheduler;
+mod workers;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
+use tokio::runtime::Handle;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 pub use scheduler::{Pool, Scheduler};
+use workers::Workers;
+pub use workers::default_workers;
 
 use crate::model::{EndpointAddr, PortKey, Protocol, ProxyProtocol, Snapshot};
 
@@ -49,6 +55,9 @@ pub struct UserspaceConfig {
     pub connect_timeouts: Vec<Duration>,
     /// Which Service addresses get a listener.
     pub serve: Serve,
+    /// Threads forwarding traffic (started on the first [`UserspaceProxy::apply`]), each with its
+    /// own listener per TCP frontend. [`default_workers`] unless set.
+    pub workers: NonZeroUsize,
 }
 
 /// Which Service addresses the userspace backend listens on.
@@ -73,6 +82,7 @@ impl Default for UserspaceConfig {
                 .map(Duration::from_millis)
                 .collect(),
             serve: Serve::AllFrontends,
+            workers: default_workers(),
         }
     }
 }
@@ -212,14 +222,17 @@ impl Drop for Listener {
 pub struct UserspaceProxy {
     config: Arc<UserspaceConfig>,
     listeners: BTreeMap<Frontend, Listener>,
+    /// Declared after `listeners` so their tasks are aborted before the workers stop.
+    workers: Option<Workers>,
 }
 
 impl UserspaceProxy {
-    /// A proxy with no listeners.
+    /// A proxy with no listeners; its worker threads start with the first listener.
     pub fn new(config: UserspaceConfig) -> Self {
         UserspaceProxy {
             config: Arc::new(config),
             listeners: BTreeMap::new(),
+            workers: None,
         }
     }
 
@@ -274,7 +287,7 @@ impl UserspaceProxy {
                 }
                 continue;
             }
-            match self.open(frontend, spec).await {
+            match self.open(frontend, spec) {
                 Ok(listener) => {
                     tracing::info!(%frontend, service = %listener.spec.service, "listening");
                     self.listeners.insert(frontend, listener);
@@ -289,7 +302,19 @@ impl UserspaceProxy {
         report
     }
 
-    async fn open(&self, frontend: Frontend, spec: FrontendSpec) -> std::io::Result<Listener> {
+    /// Opens the listener(s) of `frontend` on the worker threads: for TCP one `SO_REUSEPORT`
+    /// socket per worker, for UDP one socket on the next worker.
+    fn open(&mut self, frontend: Frontend, spec: FrontendSpec) -> std::io::Result<Listener> {
+        if frontend.protocol == Protocol::Sctp {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "SCTP is not proxied in userspace",
+            ));
+        }
+        let workers = match &mut self.workers {
+            Some(workers) => workers,
+            empty => empty.insert(Workers::start(self.config.workers)?),
+        };
         let shared = Arc::new(Shared {
             pool: Mutex::new(Pool::new(
                 self.config.scheduler,
@@ -299,41 +324,35 @@ impl UserspaceProxy {
             )),
             proxy_protocol: Mutex::new(spec.proxy_protocol),
         });
-        let config = self.config.clone();
-        let tasks = match frontend.protocol {
-            Protocol::Tcp => {
-                // One accept loop per worker thread: the kernel spreads new connections over
-                // the sockets, so accepting is not serialised on one task.
-                let loops = std::thread::available_parallelism()
-                    .map_or(1, |n| n.get())
-                    .clamp(1, 4);
-                let mut tasks = Vec::with_capacity(loops);
-                for _ in 0..loops {
-                    let listener = tcp_listener(frontend.addr)?;
-                    tasks.push(tokio::spawn(serve_tcp(
-                        listener,
-                        frontend.addr,
-                        shared.clone(),
-                        config.clone(),
-                    )));
-                }
-                tasks
-            }
-            Protocol::Udp => {
-                let socket = UdpSocket::bind(frontend.addr).await?;
-                vec![tokio::spawn(serve_udp(
-                    Arc::new(socket),
+        let mut tasks = Vec::new();
+        if frontend.protocol == Protocol::Tcp {
+            // Bind every socket before spawning anything, so a failure leaves nothing behind.
+            let listeners = workers
+                .all()
+                .iter()
+                .map(|worker| Ok((worker, on_worker(worker, || tcp_listener(frontend.addr))?)))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            for (worker, listener) in listeners {
+                tasks.push(worker.spawn(serve_tcp(
+                    listener,
+                    frontend.addr,
                     shared.clone(),
-                    config,
-                ))]
+                    self.config.clone(),
+                )));
             }
-            Protocol::Sctp => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::Unsupported,
-                    "SCTP is not proxied in userspace",
-                ));
-            }
-        };
+        } else {
+            let worker = workers.next();
+            let socket = on_worker(worker, || {
+                let socket = std::net::UdpSocket::bind(frontend.addr)?;
+                socket.set_nonblocking(true)?;
+                UdpSocket::from_std(socket)
+            })?;
+            tasks.push(worker.spawn(serve_udp(
+                Arc::new(socket),
+                shared.clone(),
+                self.config.clone(),
+            )));
+        }
         Ok(Listener {
             spec,
             shared,
@@ -342,16 +361,29 @@ impl UserspaceProxy {
     }
 }
 
+/// Runs `make` with `worker` as the current runtime, so the sockets it creates are registered with
+/// that worker's I/O driver.
+fn on_worker<T>(worker: &Handle, make: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+    let _entered = worker.enter();
+    make()
+}
+
+/// Pending connections the kernel queues per listening socket before refusing more (capped by
+/// `net.core.somaxconn`).
+const LISTEN_BACKLOG: u32 = 4096;
+
 fn tcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
+        TcpSocket::new_v4()?
     } else {
-        tokio::net::TcpSocket::new_v6()?
+        TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
     socket.set_reuseport(true)?;
+    // Accepted sockets inherit TCP_NODELAY from the listener: no setsockopt per connection.
+    socket.set_nodelay(true)?;
     socket.bind(addr)?;
-    socket.listen(1024)
+    socket.listen(LISTEN_BACKLOG)
 }
 
 async fn serve_tcp(
@@ -363,6 +395,7 @@ async fn serve_tcp(
     loop {
         match listener.accept().await {
             Ok((client, peer)) => {
+                // Spawned on this worker's runtime: the connection stays on this thread.
                 tokio::spawn(forward_tcp(
                     client,
                     peer,
@@ -392,6 +425,18 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// Opens a connection to `endpoint` with Nagle's algorithm off: the proxy writes what it read as
+/// soon as it read it, so delaying small segments would only add latency.
+async fn connect(endpoint: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = if endpoint.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_nodelay(true)?;
+    socket.connect(endpoint).await
+}
+
 async fn forward_tcp(
     mut client: TcpStream,
     peer: SocketAddr,
@@ -399,17 +444,13 @@ async fn forward_tcp(
     shared: Arc<Shared>,
     config: Arc<UserspaceConfig>,
 ) {
-    let _ = client.set_nodelay(true);
     let mut failed = Vec::new();
     for timeout in &config.connect_timeouts {
         let Some(endpoint) = shared.pool().pick(peer.ip(), &failed, Instant::now()) else {
             break;
         };
-        let mut upstream = match tokio::time::timeout(
-            *timeout,
-            TcpStream::connect(endpoint.socket_addr()),
-        )
-        .await
+        let mut upstream = match tokio::time::timeout(*timeout, connect(endpoint.socket_addr()))
+            .await
         {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => {
@@ -423,7 +464,6 @@ async fn forward_tcp(
                 continue;
             }
         };
-        let _ = upstream.set_nodelay(true);
         shared.pool().connected(endpoint);
         let _guard = ActiveGuard {
             shared: shared.clone(),
@@ -437,21 +477,13 @@ async fn forward_tcp(
         {
             return;
         }
-        // 64 KiB buffers: bulk transfers move in fewer syscalls than with the 8 KiB default.
-        let _ = tokio::io::copy_bidirectional_with_sizes(
-            &mut client,
-            &mut upstream,
-            COPY_BUFFER,
-            COPY_BUFFER,
-        )
-        .await;
+        if let Err(error) = relay::relay(&mut client, &mut upstream).await {
+            tracing::trace!(%frontend, client = %peer, %endpoint, %error, "connection ended with an error");
+        }
         return;
     }
     tracing::warn!(%frontend, client = %peer, "no endpoint accepted the connection");
 }
-
-/// Buffer size per direction of a forwarded TCP connection.
-const COPY_BUFFER: usize = 64 * 1024;
 
 type Sessions = Arc<Mutex<HashMap<SocketAddr, Arc<UdpSession>>>>;
 
