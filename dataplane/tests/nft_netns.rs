@@ -456,7 +456,91 @@ async fn ipv6_services_load_into_the_ip6_table() {
     assert!(listing.contains("fd00:96::10 . tcp . 80"), "{listing}");
     assert!(listing.contains("fd00:244::10 . 8080"), "{listing}");
     assert!(
-        listing.contains("ip6 saddr map @aff_cl_default_web6_tcp_80_30"),
+        listing.contains("meta mark . ip6 saddr map @affinity"),
         "{listing}"
+    );
+}
+
+#[tokio::test]
+async fn affinity_survives_other_endpoints_going_and_moves_when_its_endpoint_goes() {
+    require_netns!();
+    let mut lab = Lab::new(2);
+    let pods = [lab.pod("a", 1), lab.pod("b", 2), lab.pod("c", 2)];
+    let mut cluster = Cluster::new(&lab, 2, &[], NftConfig::default());
+    let web = service("default", "web", "10.96.0.10")
+        .port("http", "TCP", 80)
+        .affinity(600)
+        .build();
+    cluster.apply(
+        std::slice::from_ref(&web),
+        &[web_slice(&pods.iter().collect::<Vec<_>>())],
+    );
+    cluster.sync().await;
+    let first = lab.tcp("c", "10.96.0.10:80", 5, 2000);
+    assert!(all_ok(&first), "{first:?}");
+    assert_eq!(names(&first).len(), 1, "{first:?}");
+    let sticky = first[0].name().unwrap().to_owned();
+
+    // Another endpoint goes: the client keeps its endpoint.
+    let survivors: Vec<&support::Pod> = pods.iter().filter(|p| p.name != sticky).collect();
+    let mut kept: Vec<&support::Pod> = pods.iter().filter(|p| p.name == sticky).collect();
+    kept.push(survivors[0]);
+    cluster.apply(std::slice::from_ref(&web), &[web_slice(&kept)]);
+    cluster.sync().await;
+    let after = lab.tcp("c", "10.96.0.10:80", 10, 2000);
+    assert_eq!(
+        names(&after),
+        BTreeSet::from([sticky.clone()]),
+        "affinity lost when an unrelated endpoint went: {after:?}"
+    );
+
+    // Its own endpoint goes: the client is served by the other one, and sticks to it.
+    cluster.apply(std::slice::from_ref(&web), &[web_slice(&[survivors[0]])]);
+    cluster.sync().await;
+    let moved = lab.tcp("c", "10.96.0.10:80", 10, 2000);
+    assert_eq!(
+        names(&moved),
+        BTreeSet::from([survivors[0].name.clone()]),
+        "{moved:?}"
+    );
+    cluster.apply(&[web], &[web_slice(&[survivors[0], survivors[1]])]);
+    cluster.sync().await;
+    let again = lab.tcp("c", "10.96.0.10:80", 10, 2000);
+    assert_eq!(
+        names(&again),
+        BTreeSet::from([survivors[0].name.clone()]),
+        "the new choice was not remembered: {again:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_reaching_itself_through_its_service_is_masqueraded_others_keep_their_address() {
+    require_netns!();
+    let mut lab = Lab::new(1);
+    let a = lab.pod("a", 1);
+    let b = lab.pod("b", 1);
+    let config = NftConfig {
+        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        ..NftConfig::default()
+    };
+    let mut cluster = Cluster::new(&lab, 1, &[], config);
+    let only_a = service("default", "web", "10.96.0.10")
+        .port("http", "TCP", 80)
+        .build();
+    cluster.apply(&[only_a], &[web_slice(&[&a])]);
+    cluster.sync().await;
+    // Without masquerade the reply to itself would never pass the reverse NAT.
+    let hairpin = lab.tcp("pa", "10.96.0.10:80", 3, 2000);
+    assert!(all_ok(&hairpin), "{hairpin:?}");
+    assert!(
+        hairpin.iter().all(|o| o.source_ip() == Some("10.244.1.1")),
+        "{hairpin:?}"
+    );
+    // Pod to another pod keeps the pod's address (pod CIDR traffic is not masqueraded).
+    let other = lab.tcp("pb", "10.96.0.10:80", 3, 2000);
+    assert!(all_ok(&other), "{other:?}");
+    assert!(
+        other.iter().all(|o| o.source_ip() == Some(b.ip.as_str())),
+        "{other:?}"
     );
 }

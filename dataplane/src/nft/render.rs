@@ -2,17 +2,28 @@
 //! ([`Ruleset`]), and two rulesets become the `nft -f` text that turns one into the other.
 //!
 //! Layout (chosen by measurement, see the crate README in `dataplane/README.md`):
-//! - dispatch is O(1): `service-ips` (addr . proto . port) and `service-nodeports` (proto . port)
-//!   verdict maps jump to one chain per endpoint group;
-//! - an endpoint group chain (`cl_…` Cluster endpoints, `lo_…` local ones) writes a packet mark
-//!   `id << 12 | bucket` with `numgen`/`jhash … offset` and jumps to the shared `dispatch` chain,
-//!   whose single rule per protocol DNATs through the one `endpoints` map keyed by that mark.
-//!   One big map referenced by three rules keeps the kernel's per-binding validation cheap; a map
-//!   per Service, or one map referenced by every Service chain, is quadratic (measured);
+//! - Services own no chains. A frontend resolves to an endpoint *group* through data maps
+//!   (`service-groups`: addr . proto . port → group mark; `nodeport-groups`: proto . port → group
+//!   mark), and the `group-chains` verdict map sends the group mark to a chain shared by every
+//!   group of the same size and scheduler (`pick_random_10`). An endpoint change is therefore only
+//!   element updates, and the `nft` CLI — which lists every chain of the table before each run —
+//!   has a handful of chains to list instead of one per Service.
+//! - A shared pick chain DNATs through `buckets` ((group mark . bucket) → addr . port), chosen
+//!   with `numgen random` or `jhash` of the source. The big maps are referenced by a few rules
+//!   only: the kernel's per-binding validation is quadratic when every Service chain references
+//!   one shared map (measured).
+//! - ClientIP affinity: groups with affinity pick a *slot* (`slots`: (group mark . bucket) → slot
+//!   mark) whose endpoint lives in `endpoints` (slot mark → addr . port), and remember the slot
+//!   mark per client in the one dynamic `affinity` map. A slot keeps its endpoint while that
+//!   endpoint exists, so clients keep their endpoint across unrelated endpoint changes; a client
+//!   whose remembered slot was emptied falls through `dnat-remembered` into `group-repick`.
+//! - Round robin (`numgen inc`) keeps a counter per rule, so it cannot be shared: each group gets
+//!   its own `rr_<id>` chain that writes the slot mark and jumps to the DNAT chain.
 //! - masquerading is decided in postrouting from the connection's original destination (sets
-//!   `cluster-ips`, `masq-frontends`, `masq-nodeports`), so no per-Service masquerade chains exist.
+//!   `cluster-ips`, `masq-frontends`, `masq-nodeports`, and `hairpin` for pods reaching
+//!   themselves), so no per-Service masquerade chains exist.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
@@ -104,37 +115,36 @@ impl Default for NftConfig {
 }
 
 /// Sets and maps whose elements the renderer manages.
-pub const ELEMENT_CONTAINERS: [&str; 10] = [
-    "service-ips",
-    "service-nodeports",
+pub const ELEMENT_CONTAINERS: [&str; 20] = [
+    "group-chains",
+    "group-repick",
+    "service-groups",
+    "nodeport-groups",
+    "local-frontends",
+    "local-nodeports",
+    "local-service-groups",
+    "local-nodeport-groups",
+    "buckets",
+    "slots",
+    "endpoints",
     "no-endpoint-services",
     "no-endpoint-nodeports",
-    "firewall-ips",
-    "endpoints",
+    "firewall-frontends",
+    "firewall-allow",
     "nodeport-ips",
     "cluster-ips",
     "masq-frontends",
     "masq-nodeports",
+    "hairpin",
 ];
-
-/// A dynamic affinity map of one group chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AffinityMap {
-    /// Entry timeout in seconds.
-    pub timeout_secs: u64,
-    /// The group's endpoints; when they change, remembered buckets are void and the map is flushed.
-    pub endpoints: Vec<EndpointAddr>,
-}
 
 /// Everything one family's table holds beyond its fixed skeleton.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Ruleset {
-    /// Regular chains and their rules.
+    /// Regular chains (shared pick chains and per-group round-robin chains) and their rules.
     pub chains: BTreeMap<String, Vec<String>>,
     /// Container name → element key → value (`None` for sets).
     pub elements: BTreeMap<&'static str, BTreeMap<String, Option<String>>>,
-    /// Affinity map name → settings.
-    pub affinity_maps: BTreeMap<String, AffinityMap>,
 }
 
 impl Ruleset {
@@ -145,25 +155,29 @@ impl Ruleset {
             .insert(key, value);
     }
 
-    /// The group endpoints programmed under a mark, for tests and conntrack cleanup.
-    pub fn endpoint_elements(&self) -> impl Iterator<Item = (&String, &Option<String>)> {
-        self.elements.get("endpoints").into_iter().flatten()
+    /// Elements of one container, for tests and diagnostics.
+    pub fn container(&self, name: &str) -> impl Iterator<Item = (&String, &Option<String>)> {
+        self.elements.get(name).into_iter().flatten()
     }
 }
 
-/// Stable mark ids for group chains, so an unchanged Service keeps its chain text across syncs.
+/// State that keeps the rendering of unchanged Services stable across syncs: group mark ids,
+/// and for groups with affinity which slot each endpoint occupies.
 #[derive(Debug, Default, Clone)]
 pub struct GroupIds {
     ids: HashMap<String, u32>,
     free: Vec<u32>,
     next: u32,
+    slots: HashMap<String, Vec<Option<EndpointAddr>>>,
 }
 
 impl GroupIds {
-    fn get(&mut self, chain: &str) -> Option<u32> {
-        if let Some(id) = self.ids.get(chain) {
+    fn get(&mut self, group: &str) -> Option<u32> {
+        if let Some(id) = self.ids.get(group) {
             return Some(*id);
         }
+        // A reused id is harmless: affinity entries keyed by it can only name slots of the group
+        // that now owns the id, and empty slots fall back to a fresh choice.
         let id = match self.free.pop() {
             Some(id) => id,
             None => {
@@ -174,27 +188,58 @@ impl GroupIds {
                 self.next
             }
         };
-        self.ids.insert(chain.to_owned(), id);
+        self.ids.insert(group.to_owned(), id);
         Some(id)
     }
 
-    /// Frees the ids of chains that are no longer rendered.
-    pub fn retain(&mut self, chains: &BTreeMap<String, Vec<String>>) {
+    /// Slots of an affinity group after its endpoints became `endpoints`: survivors keep their
+    /// slot, newcomers fill the lowest empty ones.
+    fn assign_slots(
+        &mut self,
+        group: &str,
+        endpoints: &[EndpointAddr],
+    ) -> Vec<Option<EndpointAddr>> {
+        let previous = self.slots.remove(group).unwrap_or_default();
+        let wanted: BTreeSet<EndpointAddr> = endpoints.iter().copied().collect();
+        let mut slots: Vec<Option<EndpointAddr>> = previous
+            .into_iter()
+            .map(|slot| slot.filter(|endpoint| wanted.contains(endpoint)))
+            .collect();
+        let placed: BTreeSet<EndpointAddr> = slots.iter().flatten().copied().collect();
+        for endpoint in endpoints
+            .iter()
+            .filter(|endpoint| !placed.contains(endpoint))
+        {
+            match slots.iter_mut().find(|slot| slot.is_none()) {
+                Some(slot) => *slot = Some(*endpoint),
+                None => slots.push(Some(*endpoint)),
+            }
+        }
+        while slots.last().is_some_and(Option::is_none) {
+            slots.pop();
+        }
+        self.slots.insert(group.to_owned(), slots.clone());
+        slots
+    }
+
+    /// Frees the ids (and slots) of groups that are no longer rendered.
+    fn retain(&mut self, groups: &HashSet<String>) {
         let free = &mut self.free;
-        self.ids.retain(|chain, id| {
-            let keep = chains.contains_key(chain);
+        self.ids.retain(|group, id| {
+            let keep = groups.contains(group);
             if !keep {
                 free.push(*id);
             }
             keep
         });
+        self.slots.retain(|group, _| groups.contains(group));
     }
 }
 
-fn chain_base(port: &ServicePortModel) -> String {
+fn group_base(port: &ServicePortModel) -> String {
     let key = &port.key;
     format!(
-        "{}_{}_{}_{}",
+        "{}/{}/{}/{}",
         key.service.namespace, key.service.name, key.protocol, key.port
     )
 }
@@ -202,6 +247,9 @@ fn chain_base(port: &ServicePortModel) -> String {
 fn addr_port(ip: IpAddr, port: u16) -> String {
     format!("{ip} . {port}")
 }
+
+/// Keeps the mark's group id and clears the slot bits.
+const GROUP_MASK: u32 = !((1 << BUCKET_BITS) - 1) & 0x7fff_ffff;
 
 /// Renders one family's objects for a snapshot. Also returns Service ports skipped for lack of
 /// mark ids or over-large groups (as warnings).
@@ -211,331 +259,520 @@ pub fn render(
     config: &NftConfig,
     ids: &mut GroupIds,
 ) -> (Ruleset, Vec<String>) {
-    let mut ruleset = Ruleset::default();
-    let mut warnings = Vec::new();
+    let mut renderer = Renderer {
+        family,
+        config,
+        ids,
+        ruleset: Ruleset::default(),
+        warnings: Vec::new(),
+        groups: HashMap::new(),
+    };
     for ip in snapshot
         .nodeport_addresses
         .iter()
         .filter(|ip| family.contains(ip))
     {
-        ruleset.insert("nodeport-ips", ip.to_string(), None);
+        renderer
+            .ruleset
+            .insert("nodeport-ips", ip.to_string(), None);
     }
     for port in snapshot.ports.values() {
-        render_port(port, family, config, ids, &mut ruleset, &mut warnings);
+        renderer.port(port);
     }
-    ids.retain(&ruleset.chains);
+    let Renderer {
+        ids,
+        mut ruleset,
+        warnings,
+        groups,
+        ..
+    } = renderer;
+    ids.retain(&groups.keys().cloned().collect());
+    if !config
+        .cluster_cidrs
+        .iter()
+        .any(|net| family.net_contains(net))
+    {
+        // Without pod CIDRs all ClusterIP traffic is masqueraded: no hairpin case exists.
+        ruleset.elements.remove("hairpin");
+    }
     (ruleset, warnings)
 }
 
-fn render_port(
-    port: &ServicePortModel,
+struct Renderer<'a> {
     family: Family,
-    config: &NftConfig,
-    ids: &mut GroupIds,
-    ruleset: &mut Ruleset,
-    warnings: &mut Vec<String>,
-) {
-    let cluster_ips: Vec<IpAddr> = port
-        .cluster_ips
-        .iter()
-        .copied()
-        .filter(|ip| family.contains(ip))
-        .collect();
-    if cluster_ips.is_empty() {
-        return;
-    }
-    let fam = family.keyword();
-    let proto = port.key.protocol;
-    let number = port.key.port;
-    let base = chain_base(port);
-    let of_family = |eps: &[EndpointAddr]| -> Vec<EndpointAddr> {
-        eps.iter()
-            .copied()
-            .filter(|ep| family.contains(&ep.ip))
-            .collect()
-    };
-    let cluster = of_family(&port.cluster_endpoints);
-    let local = of_family(&port.local_endpoints);
-    let has_endpoints = port.has_endpoints;
-    let mut group =
-        |prefix: &str, endpoints: &[EndpointAddr], ruleset: &mut Ruleset| -> Option<String> {
-            if endpoints.is_empty() {
-                return None;
-            }
-            let chain = format!("{prefix}_{base}");
-            if !ruleset.chains.contains_key(&chain) {
-                match group_chain(&chain, endpoints, port, family, config, ids, ruleset) {
-                    Ok(()) => {}
-                    Err(warning) => {
-                        warnings.push(format!("{}: {warning}", port.key));
-                        return None;
-                    }
-                }
-            }
-            Some(chain)
-        };
+    config: &'a NftConfig,
+    ids: &'a mut GroupIds,
+    ruleset: Ruleset,
+    warnings: Vec<String>,
+    /// Group name → its mark (None: could not be programmed), so shared groups render once.
+    groups: HashMap<String, Option<u32>>,
+}
 
-    // ClusterIP traffic.
-    let internal = match port.internal_policy {
-        TrafficPolicy::Cluster => group("cl", &cluster, ruleset),
-        TrafficPolicy::Local => group("lo", &local, ruleset),
-    };
-    for ip in &cluster_ips {
-        let key = format!("{ip} . {proto} . {number}");
-        ruleset.insert("cluster-ips", ip.to_string(), None);
-        match (&internal, has_endpoints) {
-            (Some(chain), _) => ruleset.insert("service-ips", key, Some(format!("goto {chain}"))),
-            (None, false) => ruleset.insert(
-                "no-endpoint-services",
-                key,
-                Some("goto reject-chain".into()),
-            ),
-            // Endpoints exist, but none this node may use (internalTrafficPolicy Local or
-            // topology): the seed says traffic fails as if there were none.
-            (None, true) => ruleset.insert(
-                "no-endpoint-services",
-                key,
-                Some(
-                    if port.internal_policy == TrafficPolicy::Local {
-                        "drop"
-                    } else {
-                        "goto reject-chain"
-                    }
-                    .into(),
-                ),
-            ),
-        }
-    }
-
-    if !port.is_external() {
-        return;
-    }
-    let lb_ips: Vec<IpAddr> = port
-        .load_balancer_ips
-        .iter()
-        .copied()
-        .filter(|ip| family.contains(ip))
-        .collect();
-    let external_ips: Vec<IpAddr> = port
-        .external_ips
-        .iter()
-        .copied()
-        .filter(|ip| family.contains(ip))
-        .collect();
-    let (external, masquerade, missing_verdict) = match port.external_policy {
-        TrafficPolicy::Cluster => (group("cl", &cluster, ruleset), true, "goto reject-chain"),
-        TrafficPolicy::Local => {
-            let cluster_chain = group("cl", &cluster, ruleset);
-            let local_chain = group("lo", &local, ruleset);
-            let chain = format!("ext_{base}");
-            let mut rules = Vec::new();
-            if let Some(cluster_chain) = &cluster_chain {
-                if config
-                    .cluster_cidrs
-                    .iter()
-                    .any(|net| family.net_contains(net))
-                {
-                    rules.push(format!("{fam} saddr @cluster-cidrs goto {cluster_chain}"));
-                }
-                rules.push(format!("fib saddr type local goto {cluster_chain}"));
-            }
-            if let Some(local_chain) = &local_chain {
-                rules.push(format!("goto {local_chain}"));
-            }
-            let entry = (!rules.is_empty()).then(|| {
-                ruleset.chains.insert(chain.clone(), rules);
-                chain
-            });
-            // Without a local endpoint, what the entry chain does not short-circuit is dropped
-            // (a silent drop, so a load balancer's retry goes to another node).
-            (entry, false, "drop")
-        }
-    };
-    let local_missing = port.external_policy == TrafficPolicy::Local && local.is_empty();
-    let firewall = if port.source_ranges.is_empty() || lb_ips.is_empty() {
-        None
-    } else {
-        let chain = format!("fw_{base}");
-        let ranges: Vec<String> = port
-            .source_ranges
+impl Renderer<'_> {
+    fn of_family(&self, endpoints: &[EndpointAddr]) -> Vec<EndpointAddr> {
+        endpoints
             .iter()
-            .filter(|net| family.net_contains(net))
-            .map(|net| net.to_string())
-            .collect();
-        let rule = if ranges.is_empty() {
-            "drop".to_owned()
-        } else {
-            format!("{fam} saddr != {{ {} }} drop", ranges.join(", "))
-        };
-        ruleset.chains.insert(chain.clone(), vec![rule]);
-        Some(chain)
-    };
+            .copied()
+            .filter(|ep| self.family.contains(&ep.ip))
+            .collect()
+    }
 
-    let mut frontends: Vec<(IpAddr, bool)> = lb_ips.iter().map(|ip| (*ip, true)).collect();
-    frontends.extend(external_ips.iter().map(|ip| (*ip, false)));
-    for (ip, is_lb) in frontends {
-        let key = format!("{ip} . {proto} . {number}");
-        if is_lb && let Some(firewall) = &firewall {
-            ruleset.insert(
-                "firewall-ips",
-                key.clone(),
-                Some(format!("goto {firewall}")),
-            );
+    /// The group mark for `endpoints` of `port` (`kind`: "cl" all endpoints, "lo" local ones).
+    fn group(
+        &mut self,
+        kind: &str,
+        endpoints: &[EndpointAddr],
+        port: &ServicePortModel,
+    ) -> Option<u32> {
+        if endpoints.is_empty() {
+            return None;
         }
-        if !has_endpoints {
-            ruleset.insert(
-                "no-endpoint-services",
-                key,
-                Some("goto reject-chain".into()),
-            );
-            continue;
+        let name = format!("{kind}/{}", group_base(port));
+        if let Some(mark) = self.groups.get(&name) {
+            return *mark;
         }
-        if let Some(chain) = &external {
-            ruleset.insert("service-ips", key.clone(), Some(format!("goto {chain}")));
-            if masquerade {
-                ruleset.insert("masq-frontends", key.clone(), None);
+        let mark = match self.program_group(&name, endpoints, port) {
+            Ok(mark) => Some(mark),
+            Err(warning) => {
+                self.warnings.push(format!("{}: {warning}", port.key));
+                None
+            }
+        };
+        self.groups.insert(name, mark);
+        mark
+    }
+
+    fn program_group(
+        &mut self,
+        name: &str,
+        endpoints: &[EndpointAddr],
+        port: &ServicePortModel,
+    ) -> Result<u32, String> {
+        let Some(id) = self.ids.get(name) else {
+            return Err("no free mark id for the endpoint group".into());
+        };
+        let endpoints = if endpoints.len() > MAX_GROUP_ENDPOINTS {
+            self.warnings.push(format!(
+                "{}: only the first {MAX_GROUP_ENDPOINTS} of {} endpoints are programmed",
+                port.key,
+                endpoints.len()
+            ));
+            &endpoints[..MAX_GROUP_ENDPOINTS]
+        } else {
+            endpoints
+        };
+        let mark = id << BUCKET_BITS;
+        let fam = self.family.keyword();
+        let count = endpoints.len();
+        let affinity = port
+            .affinity_timeout
+            .map(|timeout| timeout.as_secs().max(1));
+        let remember = |secs: u64| {
+            format!(
+                "update @affinity {{ meta mark & {GROUP_MASK:#x} . {fam} saddr timeout {secs}s : meta mark }}"
+            )
+        };
+        let recall = |secs: u64| {
+            format!(
+                "meta mark set meta mark . {fam} saddr map @affinity {} goto dnat-remembered",
+                remember(secs)
+            )
+        };
+        let shared_select = match self.config.scheduler {
+            NftScheduler::Random => Some(format!("numgen random mod {count}")),
+            NftScheduler::SourceHash => {
+                Some(format!("jhash {fam} saddr mod {count} seed {HASH_SEED:#x}"))
+            }
+            NftScheduler::RoundRobin => None,
+        };
+        let scheduler = match self.config.scheduler {
+            NftScheduler::Random => "random",
+            NftScheduler::SourceHash => "sh",
+            NftScheduler::RoundRobin => "rr",
+        };
+        match (shared_select, affinity) {
+            (Some(select), None) => {
+                for (bucket, endpoint) in endpoints.iter().enumerate() {
+                    self.ruleset.insert(
+                        "buckets",
+                        format!("{mark} . {bucket}"),
+                        Some(addr_port(endpoint.ip, endpoint.port)),
+                    );
+                }
+                let chain = format!("pick_{scheduler}_{count}");
+                let rules = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+                    .iter()
+                    .map(|proto| {
+                        format!(
+                            "meta l4proto {proto} dnat {fam} to meta mark . {select} map @buckets"
+                        )
+                    })
+                    .collect();
+                self.ruleset.chains.insert(chain.clone(), rules);
+                self.ruleset.insert(
+                    "group-chains",
+                    mark.to_string(),
+                    Some(format!("goto {chain}")),
+                );
+            }
+            (Some(select), Some(secs)) => {
+                let slots = self.ids.assign_slots(name, endpoints);
+                let occupied = slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(slot, endpoint)| endpoint.map(|endpoint| (slot, endpoint)));
+                for (bucket, (slot, endpoint)) in occupied.enumerate() {
+                    let slot_mark = mark | u32::try_from(slot).unwrap_or(0);
+                    self.ruleset.insert(
+                        "slots",
+                        format!("{mark} . {bucket}"),
+                        Some(slot_mark.to_string()),
+                    );
+                    self.ruleset.insert(
+                        "endpoints",
+                        slot_mark.to_string(),
+                        Some(addr_port(endpoint.ip, endpoint.port)),
+                    );
+                }
+                let pick = format!("affpick_{scheduler}_{count}_{secs}");
+                let entry = format!("aff_{scheduler}_{count}_{secs}");
+                self.ruleset.chains.insert(
+                    pick.clone(),
+                    vec![format!(
+                        "meta mark set meta mark . {select} map @slots {} goto dnat-chosen",
+                        remember(secs)
+                    )],
+                );
+                self.ruleset
+                    .chains
+                    .insert(entry.clone(), vec![recall(secs), format!("goto {pick}")]);
+                self.ruleset.insert(
+                    "group-chains",
+                    mark.to_string(),
+                    Some(format!("goto {entry}")),
+                );
+                self.ruleset.insert(
+                    "group-repick",
+                    mark.to_string(),
+                    Some(format!("goto {pick}")),
+                );
+            }
+            (None, affinity) => {
+                // Round robin: buckets are the slots, in order.
+                for (bucket, endpoint) in endpoints.iter().enumerate() {
+                    let slot_mark = mark | u32::try_from(bucket).unwrap_or(0);
+                    self.ruleset.insert(
+                        "endpoints",
+                        slot_mark.to_string(),
+                        Some(addr_port(endpoint.ip, endpoint.port)),
+                    );
+                }
+                let choose = format!("meta mark set numgen inc mod {count} offset {mark}");
+                let entry = format!("rr_{id}");
+                match affinity {
+                    None => {
+                        self.ruleset
+                            .chains
+                            .insert(entry.clone(), vec![format!("{choose} goto dnat-chosen")]);
+                    }
+                    Some(secs) => {
+                        let pick = format!("rrpick_{id}");
+                        self.ruleset.chains.insert(
+                            pick.clone(),
+                            vec![format!("{choose} {} goto dnat-chosen", remember(secs))],
+                        );
+                        self.ruleset
+                            .chains
+                            .insert(entry.clone(), vec![recall(secs), format!("goto {pick}")]);
+                        self.ruleset.insert(
+                            "group-repick",
+                            mark.to_string(),
+                            Some(format!("goto {pick}")),
+                        );
+                    }
+                }
+                self.ruleset.insert(
+                    "group-chains",
+                    mark.to_string(),
+                    Some(format!("goto {entry}")),
+                );
             }
         }
-        if external.is_none() || local_missing {
-            ruleset.insert("no-endpoint-services", key, Some(missing_verdict.into()));
-        }
+        Ok(mark)
     }
-    if let Some(node_port) = port.node_port {
-        let key = format!("{proto} . {node_port}");
-        if !has_endpoints {
-            ruleset.insert(
-                "no-endpoint-nodeports",
-                key,
-                Some("goto reject-chain".into()),
-            );
+
+    fn port(&mut self, port: &ServicePortModel) {
+        let family = self.family;
+        let cluster_ips: Vec<IpAddr> = port
+            .cluster_ips
+            .iter()
+            .copied()
+            .filter(|ip| family.contains(ip))
+            .collect();
+        if cluster_ips.is_empty() {
             return;
         }
-        if let Some(chain) = &external {
-            ruleset.insert(
-                "service-nodeports",
-                key.clone(),
-                Some(format!("goto {chain}")),
-            );
-            if masquerade {
-                ruleset.insert("masq-nodeports", key.clone(), None);
+        let proto = port.key.protocol;
+        let number = port.key.port;
+        let cluster = self.of_family(&port.cluster_endpoints);
+        let local = self.of_family(&port.local_endpoints);
+        let has_endpoints = port.has_endpoints;
+        if self
+            .config
+            .cluster_cidrs
+            .iter()
+            .any(|net| family.net_contains(net))
+        {
+            for endpoint in &cluster {
+                self.ruleset
+                    .insert("hairpin", format!("{0} . {0}", endpoint.ip), None);
             }
         }
-        if external.is_none() || local_missing {
-            ruleset.insert("no-endpoint-nodeports", key, Some(missing_verdict.into()));
-        }
-    }
-}
 
-/// One endpoint group: a chain that picks a bucket into the shared `endpoints` map.
-fn group_chain(
-    chain: &str,
-    endpoints: &[EndpointAddr],
-    port: &ServicePortModel,
-    family: Family,
-    config: &NftConfig,
-    ids: &mut GroupIds,
-    ruleset: &mut Ruleset,
-) -> Result<(), String> {
-    let Some(id) = ids.get(chain) else {
-        return Err("no free mark id for the endpoint group".into());
-    };
-    let endpoints = if endpoints.len() > MAX_GROUP_ENDPOINTS {
-        &endpoints[..MAX_GROUP_ENDPOINTS]
-    } else {
-        endpoints
-    };
-    let base = id << BUCKET_BITS;
-    for (bucket, endpoint) in endpoints.iter().enumerate() {
-        let mark = base | u32::try_from(bucket).unwrap_or(0);
-        ruleset.insert(
-            "endpoints",
-            mark.to_string(),
-            Some(addr_port(endpoint.ip, endpoint.port)),
-        );
-    }
-    let fam = family.keyword();
-    let count = endpoints.len();
-    let select = match config.scheduler {
-        NftScheduler::Random => format!("numgen random mod {count} offset {base}"),
-        NftScheduler::RoundRobin => format!("numgen inc mod {count} offset {base}"),
-        NftScheduler::SourceHash => {
-            format!("jhash {fam} saddr mod {count} seed 0x6b6c6221 offset {base}")
+        // ClusterIP traffic.
+        let internal = match port.internal_policy {
+            TrafficPolicy::Cluster => self.group("cl", &cluster, port),
+            TrafficPolicy::Local => self.group("lo", &local, port),
+        };
+        for ip in &cluster_ips {
+            let key = format!("{ip} . {proto} . {number}");
+            self.ruleset.insert("cluster-ips", ip.to_string(), None);
+            match (internal, has_endpoints) {
+                (Some(mark), _) => {
+                    self.ruleset
+                        .insert("service-groups", key, Some(mark.to_string()));
+                }
+                (None, false) => self.ruleset.insert(
+                    "no-endpoint-services",
+                    key,
+                    Some("goto reject-chain".into()),
+                ),
+                // Endpoints exist, but none this node may use (internalTrafficPolicy Local or
+                // topology): the seed says traffic fails as if there were none.
+                (None, true) => self.ruleset.insert(
+                    "no-endpoint-services",
+                    key,
+                    Some(
+                        if port.internal_policy == TrafficPolicy::Local {
+                            "drop"
+                        } else {
+                            "goto reject-chain"
+                        }
+                        .into(),
+                    ),
+                ),
+            }
         }
-    };
-    let rules = match port.affinity_timeout {
-        None => vec![format!("meta mark set {select} goto dispatch")],
-        Some(timeout) => {
-            let secs = timeout.as_secs().max(1);
-            let map = format!("aff_{chain}_{secs}");
-            ruleset.affinity_maps.insert(
-                map.clone(),
-                AffinityMap {
-                    timeout_secs: secs,
-                    endpoints: endpoints.to_vec(),
-                },
+
+        if !port.is_external() {
+            return;
+        }
+        let of_family_ips = |ips: &[IpAddr]| -> Vec<IpAddr> {
+            ips.iter()
+                .copied()
+                .filter(|ip| family.contains(ip))
+                .collect()
+        };
+        let lb_ips = of_family_ips(&port.load_balancer_ips);
+        let external_ips = of_family_ips(&port.external_ips);
+        let cluster_mark = self.group("cl", &cluster, port);
+        let policy_local = port.external_policy == TrafficPolicy::Local;
+        let local_mark = if policy_local {
+            self.group("lo", &local, port)
+        } else {
+            None
+        };
+        // What external clients get when nothing can serve them: Cluster rejects like a Service
+        // without endpoints; Local drops silently so a load balancer's retry goes to another node.
+        let missing = if policy_local {
+            (local_mark.is_none()).then_some("drop")
+        } else {
+            (cluster_mark.is_none()).then_some("goto reject-chain")
+        };
+
+        if !port.source_ranges.is_empty() && !lb_ips.is_empty() {
+            let ranges: Vec<IpNet> = IpNet::aggregate(
+                &port
+                    .source_ranges
+                    .iter()
+                    .copied()
+                    .filter(|net| family.net_contains(net))
+                    .collect::<Vec<_>>(),
             );
-            let remember = format!("update @{map} {{ {fam} saddr : meta mark }} goto dispatch");
-            vec![
-                format!("meta mark set {fam} saddr map @{map} {remember}"),
-                format!("meta mark set {select} {remember}"),
-            ]
+            for ip in &lb_ips {
+                let key = format!("{ip} . {proto} . {number}");
+                for range in &ranges {
+                    self.ruleset
+                        .insert("firewall-allow", format!("{key} . {range}"), None);
+                }
+                // A frontend listed with no allowed range of this family drops every client.
+                self.ruleset.insert("firewall-frontends", key, None);
+            }
         }
-    };
-    ruleset.chains.insert(chain.to_owned(), rules);
-    Ok(())
+
+        let frontends = lb_ips
+            .iter()
+            .chain(&external_ips)
+            .map(|ip| format!("{ip} . {proto} . {number}"));
+        let node_port = port
+            .node_port
+            .map(|node_port| format!("{proto} . {node_port}"));
+        let targets = frontends
+            .map(|key| (key, Containers::FRONTEND))
+            .chain(node_port.map(|key| (key, Containers::NODE_PORT)));
+        for (key, containers) in targets {
+            if !has_endpoints {
+                self.ruleset.insert(
+                    containers.no_endpoint,
+                    key,
+                    Some("goto reject-chain".into()),
+                );
+                continue;
+            }
+            if let Some(mark) = cluster_mark {
+                // Under Local this entry serves pods and the node itself only.
+                self.ruleset
+                    .insert(containers.groups, key.clone(), Some(mark.to_string()));
+                if !policy_local {
+                    self.ruleset
+                        .insert(containers.masquerade, key.clone(), None);
+                }
+            }
+            if policy_local {
+                self.ruleset.insert(containers.local, key.clone(), None);
+                if let Some(mark) = local_mark {
+                    self.ruleset.insert(
+                        containers.local_groups,
+                        key.clone(),
+                        Some(mark.to_string()),
+                    );
+                }
+            }
+            if let Some(verdict) = missing {
+                self.ruleset
+                    .insert(containers.no_endpoint, key, Some(verdict.into()));
+            }
+        }
+    }
 }
 
-/// The fixed objects of a table: base chains, containers, dispatch and reject chains.
+/// The containers one kind of external frontend uses.
+struct Containers {
+    groups: &'static str,
+    local: &'static str,
+    local_groups: &'static str,
+    masquerade: &'static str,
+    no_endpoint: &'static str,
+}
+
+impl Containers {
+    const FRONTEND: Containers = Containers {
+        groups: "service-groups",
+        local: "local-frontends",
+        local_groups: "local-service-groups",
+        masquerade: "masq-frontends",
+        no_endpoint: "no-endpoint-services",
+    };
+    const NODE_PORT: Containers = Containers {
+        groups: "nodeport-groups",
+        local: "local-nodeports",
+        local_groups: "local-nodeport-groups",
+        masquerade: "masq-nodeports",
+        no_endpoint: "no-endpoint-nodeports",
+    };
+}
+
+/// Seed of the source-hash scheduler's `jhash` (any constant; fixed so hashing is stable).
+const HASH_SEED: u32 = 0x6b6c_6221;
+
+/// Most clients the `affinity` map remembers at once (all groups together).
+const AFFINITY_CAPACITY: u32 = 1 << 20;
+
+/// The fixed objects of a table: base chains, containers, DNAT and reject chains.
 pub fn skeleton(family: Family, config: &NftConfig) -> String {
     let fam = family.keyword();
     let table = &config.table;
     let addr = family.addr_type();
     let daddr = format!("{fam} daddr");
+    let frontend = format!("{addr} . inet_proto . inet_service");
+    let node_port = "inet_proto . inet_service";
     let mut out = String::new();
     let mut line = |text: String| {
         out.push_str(&text);
         out.push('\n');
     };
     line(format!("add table {fam} {table}"));
-    let verdict_maps = [
-        ("service-ips", format!("{addr} . inet_proto . inet_service")),
+    let declarations = [
+        ("map", "group-chains", "type mark : verdict;".to_owned()),
+        ("map", "group-repick", "type mark : verdict;".to_owned()),
+        ("map", "service-groups", format!("type {frontend} : mark;")),
         (
+            "map",
+            "nodeport-groups",
+            format!("type {node_port} : mark;"),
+        ),
+        ("set", "local-frontends", format!("type {frontend};")),
+        ("set", "local-nodeports", format!("type {node_port};")),
+        (
+            "map",
+            "local-service-groups",
+            format!("type {frontend} : mark;"),
+        ),
+        (
+            "map",
+            "local-nodeport-groups",
+            format!("type {node_port} : mark;"),
+        ),
+        (
+            "map",
+            "buckets",
+            format!("typeof meta mark . numgen random mod 2 : {fam} daddr . tcp dport;"),
+        ),
+        (
+            "map",
+            "slots",
+            "typeof meta mark . numgen random mod 2 : meta mark;".to_owned(),
+        ),
+        (
+            "map",
+            "endpoints",
+            format!("typeof meta mark : {fam} daddr . tcp dport;"),
+        ),
+        (
+            "map",
+            "affinity",
+            format!("type mark . {addr} : mark; flags dynamic,timeout; size {AFFINITY_CAPACITY};"),
+        ),
+        (
+            "map",
             "no-endpoint-services",
-            format!("{addr} . inet_proto . inet_service"),
+            format!("type {frontend} : verdict;"),
         ),
         (
-            "firewall-ips",
-            format!("{addr} . inet_proto . inet_service"),
-        ),
-        ("service-nodeports", "inet_proto . inet_service".to_owned()),
-        (
+            "map",
             "no-endpoint-nodeports",
-            "inet_proto . inet_service".to_owned(),
+            format!("type {node_port} : verdict;"),
+        ),
+        ("set", "firewall-frontends", format!("type {frontend};")),
+        (
+            "set",
+            "firewall-allow",
+            format!("type {frontend} . {addr}; flags interval;"),
+        ),
+        ("set", "nodeport-ips", format!("type {addr};")),
+        ("set", "cluster-ips", format!("type {addr};")),
+        ("set", "masq-frontends", format!("type {frontend};")),
+        ("set", "masq-nodeports", format!("type {node_port};")),
+        ("set", "hairpin", format!("type {addr} . {addr};")),
+        (
+            "set",
+            "cluster-cidrs",
+            format!("type {addr}; flags interval;"),
         ),
     ];
-    for (name, key) in verdict_maps {
-        line(format!(
-            "add map {fam} {table} {name} {{ type {key} : verdict; }}"
-        ));
+    for (kind, name, body) in declarations {
+        line(format!("add {kind} {fam} {table} {name} {{ {body} }}"));
     }
-    line(format!(
-        "add map {fam} {table} endpoints {{ typeof meta mark : {fam} daddr . tcp dport; }}"
-    ));
-    line(format!(
-        "add set {fam} {table} nodeport-ips {{ type {addr}; }}"
-    ));
-    line(format!(
-        "add set {fam} {table} cluster-ips {{ type {addr}; }}"
-    ));
-    line(format!(
-        "add set {fam} {table} masq-frontends {{ type {addr} . inet_proto . inet_service; }}"
-    ));
-    line(format!(
-        "add set {fam} {table} masq-nodeports {{ type inet_proto . inet_service; }}"
-    ));
-    line(format!(
-        "add set {fam} {table} cluster-cidrs {{ type {addr}; flags interval; }}"
-    ));
     let cidrs: Vec<String> = config
         .cluster_cidrs
         .iter()
@@ -549,12 +786,20 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
         ));
     }
 
-    line(format!("add chain {fam} {table} dispatch"));
-    for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
-        line(format!(
-            "add rule {fam} {table} dispatch meta l4proto {proto} dnat {fam} to meta mark map @endpoints"
-        ));
+    // DNAT to the slot in the mark. A remembered slot may have been emptied since: such a
+    // client forgets it (`update` would only refresh the stale entry's timeout, never its
+    // value) and chooses again; the repick chains end in `dnat-chosen`, so there is no loop.
+    for chain in ["dnat-chosen", "dnat-remembered"] {
+        line(format!("add chain {fam} {table} {chain}"));
+        for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+            line(format!(
+                "add rule {fam} {table} {chain} meta l4proto {proto} dnat {fam} to meta mark map @endpoints"
+            ));
+        }
     }
+    line(format!(
+        "add rule {fam} {table} dnat-remembered meta mark set meta mark & {GROUP_MASK:#x} delete @affinity {{ meta mark . {fam} saddr : meta mark }} meta mark vmap @group-repick"
+    ));
     line(format!("add chain {fam} {table} reject-chain"));
     line(format!("add rule {fam} {table} reject-chain reject"));
 
@@ -563,9 +808,25 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
             "add chain {fam} {table} {name} {{ type {kind} hook {hook} priority {priority}; policy accept; }}"
         )
     };
+    // Clients outside the cluster: neither a pod nor the node itself. Only they are held to
+    // externalTrafficPolicy Local.
+    let outside = format!("{fam} saddr != @cluster-cidrs fib saddr type != local");
+    let to_frontend = format!("{daddr} . meta l4proto . th dport");
+    let to_node_port = format!("{daddr} @nodeport-ips meta l4proto . th dport");
     let dispatch = [
-        format!("{daddr} . meta l4proto . th dport vmap @service-ips"),
-        format!("{daddr} @nodeport-ips meta l4proto . th dport vmap @service-nodeports"),
+        format!(
+            "{outside} {to_frontend} @local-frontends meta mark set {to_frontend} map @local-service-groups meta mark vmap @group-chains"
+        ),
+        // Local frontend without a local endpoint: leave it to the filter chains' drop.
+        format!("{outside} {to_frontend} @local-frontends return"),
+        format!("meta mark set {to_frontend} map @service-groups meta mark vmap @group-chains"),
+        format!(
+            "{to_node_port} @local-nodeports {outside} meta mark set meta l4proto . th dport map @local-nodeport-groups meta mark vmap @group-chains"
+        ),
+        format!("{to_node_port} @local-nodeports {outside} return"),
+        format!(
+            "{daddr} @nodeport-ips meta mark set meta l4proto . th dport map @nodeport-groups meta mark vmap @group-chains"
+        ),
     ];
     for hook in ["prerouting", "output"] {
         let name = format!("nat-{hook}");
@@ -577,7 +838,7 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
         let name = format!("firewall-{hook}");
         line(base(&name, "filter", hook, "-110"));
         line(format!(
-            "add rule {fam} {table} {name} ct state new {daddr} . meta l4proto . th dport vmap @firewall-ips"
+            "add rule {fam} {table} {name} ct state new {to_frontend} @firewall-frontends {to_frontend} . {fam} saddr != @firewall-allow drop"
         ));
     }
     // After DNAT: what is still addressed to a frontend has no usable endpoint here.
@@ -585,11 +846,11 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
         let name = format!("filter-{hook}");
         line(base(&name, "filter", hook, "0"));
         line(format!(
-            "add rule {fam} {table} {name} ct state new {daddr} . meta l4proto . th dport vmap @no-endpoint-services"
+            "add rule {fam} {table} {name} ct state new {to_frontend} vmap @no-endpoint-services"
         ));
         if hook != "forward" {
             line(format!(
-                "add rule {fam} {table} {name} ct state new {daddr} @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports"
+                "add rule {fam} {table} {name} ct state new {to_node_port} vmap @no-endpoint-nodeports"
             ));
         }
     }
@@ -605,6 +866,9 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
         line(post(format!(
             "{fam} saddr != @cluster-cidrs ct original {daddr} @cluster-ips"
         )));
+        // A pod that reached itself through a Service: without masquerade the reply would
+        // bypass the reverse NAT.
+        line(post(format!("{fam} saddr . {daddr} @hairpin")));
     }
     line(post(format!(
         "ct original {daddr} . meta l4proto . ct original proto-dst @masq-frontends"
@@ -633,6 +897,11 @@ fn element_lines(out: &mut String, verb: &str, prefix: &str, container: &str, it
             chunk.join(", ")
         );
     }
+}
+
+/// Chains that other rendered chains jump to; deleted after their referrers.
+fn is_jump_target(chain: &str) -> bool {
+    chain.starts_with("affpick_") || chain.starts_with("rrpick_")
 }
 
 /// The `nft -f` text that turns `old` (what was committed) into `new`. `None` = full sync:
@@ -665,21 +934,8 @@ pub fn diff(old: Option<&Ruleset>, new: &Ruleset, family: Family, config: &NftCo
             .collect();
         element_lines(&mut out, "delete", &prefix, container, &gone);
     }
-    // 2. New affinity maps.
-    for (name, map) in &new.affinity_maps {
-        if !old.affinity_maps.contains_key(name) {
-            let addr = family.addr_type();
-            let _ = writeln!(
-                out,
-                "add map {prefix} {name} {{ type {addr} : mark; flags dynamic,timeout; timeout {}s; }}",
-                map.timeout_secs
-            );
-        } else if old.affinity_maps.get(name) != Some(map) {
-            let _ = writeln!(out, "flush map {prefix} {name}");
-        }
-    }
-    // 3. New and changed chains (flush + refill is atomic within the transaction).
-    // All chains exist before any rule jumps to one.
+    // 2. New and changed chains (flush + refill is atomic within the transaction). All chains
+    // exist before any rule or element jumps to one.
     let mut refill = Vec::new();
     for (chain, rules) in &new.chains {
         match old.chains.get(chain) {
@@ -698,7 +954,7 @@ pub fn diff(old: Option<&Ruleset>, new: &Ruleset, family: Family, config: &NftCo
             let _ = writeln!(out, "add rule {prefix} {chain} {rule}");
         }
     }
-    // 4. Elements that are new or changed (their chains exist by now).
+    // 3. Elements that are new or changed.
     for container in ELEMENT_CONTAINERS {
         let before = old.elements.get(container);
         let added: Vec<String> = new
@@ -711,26 +967,15 @@ pub fn diff(old: Option<&Ruleset>, new: &Ruleset, family: Family, config: &NftCo
             .collect();
         element_lines(&mut out, "add", &prefix, container, &added);
     }
-    // 5. Chains nobody references any more: entry chains first, then the groups they jumped to.
+    // 4. Chains nobody references any more: referrers first, then what they jumped to.
     let mut gone: Vec<&String> = old
         .chains
         .keys()
         .filter(|chain| !new.chains.contains_key(*chain))
         .collect();
-    gone.sort_by_key(|chain| {
-        (
-            chain.starts_with("cl_") || chain.starts_with("lo_"),
-            chain.to_string(),
-        )
-    });
+    gone.sort_by_key(|chain| (is_jump_target(chain), chain.to_string()));
     for chain in gone {
         let _ = writeln!(out, "delete chain {prefix} {chain}");
-    }
-    // 6. Affinity maps of deleted or rewritten groups.
-    for name in old.affinity_maps.keys() {
-        if !new.affinity_maps.contains_key(name) {
-            let _ = writeln!(out, "delete map {prefix} {name}");
-        }
     }
     out
 }

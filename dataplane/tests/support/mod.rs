@@ -214,6 +214,20 @@ impl Lab {
         run(&[
             "ip", "-n", &node_ns, "link", "set", &veth, "master", "cbr0", "up",
         ]);
+        // As the CNI bridge plugin's hairpinMode does: a pod reaching itself through a Service
+        // leaves and re-enters by the same bridge port.
+        run(&[
+            "ip",
+            "-n",
+            &node_ns,
+            "link",
+            "set",
+            &veth,
+            "type",
+            "bridge_slave",
+            "hairpin",
+            "on",
+        ]);
         run(&[
             "ip",
             "-n",

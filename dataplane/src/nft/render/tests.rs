@@ -74,6 +74,15 @@ fn a_resync_without_changes_renders_nothing() {
     );
 }
 
+fn pick_rules(chain_select: &str) -> Vec<String> {
+    ["tcp", "udp", "sctp"]
+        .iter()
+        .map(|proto| {
+            format!("meta l4proto {proto} dnat ip to meta mark . {chain_select} map @buckets")
+        })
+        .collect()
+}
+
 #[test]
 fn incremental_diffs_touch_only_what_changed() {
     let mut renderer = Renderer::new();
@@ -82,11 +91,15 @@ fn incremental_diffs_touch_only_what_changed() {
         &[web_eps(&[("10.244.1.10", "n1"), ("10.244.2.10", "n2")])],
     ));
     assert_eq!(
-        two.chains["cl_default_web_tcp_80"],
-        vec!["meta mark set numgen random mod 2 offset 4096 goto dispatch"]
+        two.chains["pick_random_2"],
+        pick_rules("numgen random mod 2")
+    );
+    assert_eq!(
+        element(&two, "group-chains", "4096"),
+        Some(&Some("goto pick_random_2".into()))
     );
 
-    // Adding an endpoint: the group chain's modulus and one element.
+    // Adding an endpoint: the group moves to the shared chain for three, one bucket is added.
     let three = renderer.render(&snapshot(
         &[web()],
         &[web_eps(&[
@@ -97,12 +110,17 @@ fn incremental_diffs_touch_only_what_changed() {
     ));
     assert_eq!(
         diff(Some(&two), &three, Family::V4, &renderer.config),
-        "flush chain ip kube-lb cl_default_web_tcp_80\n\
-         add rule ip kube-lb cl_default_web_tcp_80 meta mark set numgen random mod 3 offset 4096 goto dispatch\n\
-         add element ip kube-lb endpoints { 4098 : 10.244.2.11 . 8080 }\n"
+        "delete element ip kube-lb group-chains { 4096 }\n\
+         add chain ip kube-lb pick_random_3\n\
+         add rule ip kube-lb pick_random_3 meta l4proto tcp dnat ip to meta mark . numgen random mod 3 map @buckets\n\
+         add rule ip kube-lb pick_random_3 meta l4proto udp dnat ip to meta mark . numgen random mod 3 map @buckets\n\
+         add rule ip kube-lb pick_random_3 meta l4proto sctp dnat ip to meta mark . numgen random mod 3 map @buckets\n\
+         add element ip kube-lb group-chains { 4096 : goto pick_random_3 }\n\
+         add element ip kube-lb buckets { 4096 . 2 : 10.244.2.11 . 8080 }\n\
+         delete chain ip kube-lb pick_random_2\n"
     );
 
-    // Replacing an endpoint keeps the count: only the map element changes.
+    // Replacing an endpoint keeps the count: one element changes, no chain is touched.
     let replaced = renderer.render(&snapshot(
         &[web()],
         &[web_eps(&[
@@ -113,19 +131,48 @@ fn incremental_diffs_touch_only_what_changed() {
     ));
     assert_eq!(
         diff(Some(&three), &replaced, Family::V4, &renderer.config),
-        "delete element ip kube-lb endpoints { 4098 }\n\
-         add element ip kube-lb endpoints { 4098 : 10.244.2.12 . 8080 }\n"
+        "delete element ip kube-lb buckets { 4096 . 2 }\n\
+         add element ip kube-lb buckets { 4096 . 2 : 10.244.2.12 . 8080 }\n"
     );
 
-    // Removing the Service: elements first, then the chain.
+    // Removing the Service: elements first, then the chain nobody uses any more.
     let gone = renderer.render(&snapshot(&[], &[]));
     assert_eq!(
         diff(Some(&replaced), &gone, Family::V4, &renderer.config),
-        "delete element ip kube-lb service-ips { 10.96.0.10 . tcp . 80 }\n\
-         delete element ip kube-lb endpoints { 4096, 4097, 4098 }\n\
+        "delete element ip kube-lb group-chains { 4096 }\n\
+         delete element ip kube-lb service-groups { 10.96.0.10 . tcp . 80 }\n\
+         delete element ip kube-lb buckets { 4096 . 0, 4096 . 1, 4096 . 2 }\n\
          delete element ip kube-lb cluster-ips { 10.96.0.10 }\n\
-         delete chain ip kube-lb cl_default_web_tcp_80\n"
+         delete chain ip kube-lb pick_random_3\n"
     );
+}
+
+#[test]
+fn groups_of_one_size_share_one_chain_and_services_own_none() {
+    let mut renderer = Renderer::new();
+    let services: Vec<_> = (0..50)
+        .map(|i| {
+            service("default", &format!("web{i}"), &format!("10.96.1.{i}"))
+                .port("", "TCP", 80)
+                .build()
+        })
+        .collect();
+    let slices: Vec<_> = (0..50)
+        .map(|i| {
+            slice("default", &format!("web{i}"), &format!("web{i}-1"))
+                .port("", "TCP", 8080)
+                .endpoint(&format!("10.244.1.{i}"), "n1")
+                .endpoint(&format!("10.244.2.{i}"), "n2")
+                .build()
+        })
+        .collect();
+    let ruleset = renderer.render(&snapshot(&services, &slices));
+    assert_eq!(
+        ruleset.chains.keys().collect::<Vec<_>>(),
+        vec!["pick_random_2"]
+    );
+    assert_eq!(ruleset.container("group-chains").count(), 50);
+    assert_eq!(ruleset.container("buckets").count(), 100);
 }
 
 #[test]
@@ -142,7 +189,10 @@ fn verdicts_follow_the_traffic_policy_matrix() {
     let cluster_ip = "10.96.0.10 . tcp . 80";
     let lb_ip = "192.0.2.10 . tcp . 80";
     let node_port = "tcp . 30080";
-    let goto = |chain: &str| Some(Some(format!("goto {chain}")));
+    // The first group rendered (all endpoints) gets id 1, the local group id 2.
+    let cluster_group = || Some(Some("4096".to_owned()));
+    let local_group = || Some(Some("8192".to_owned()));
+    let member = || Some(None);
     let verdict = |text: &str| Some(Some(text.to_owned()));
     type Row = (&'static str, &'static str, Option<Option<String>>);
     let cases: Vec<(&str, Snapshot, Vec<Row>)> = vec![
@@ -161,53 +211,53 @@ fn verdicts_follow_the_traffic_policy_matrix() {
                     node_port,
                     verdict("goto reject-chain"),
                 ),
-                ("service-ips", cluster_ip, None),
+                ("service-groups", cluster_ip, None),
             ],
         ),
         (
             "cluster policy: everything to the cluster group, external masqueraded",
             snapshot(&[lb(base())], std::slice::from_ref(&local_and_remote)),
             vec![
-                ("service-ips", cluster_ip, goto("cl_default_web_tcp_80")),
-                ("service-ips", lb_ip, goto("cl_default_web_tcp_80")),
-                (
-                    "service-nodeports",
-                    node_port,
-                    goto("cl_default_web_tcp_80"),
-                ),
-                ("masq-frontends", lb_ip, Some(None)),
-                ("masq-nodeports", node_port, Some(None)),
+                ("service-groups", cluster_ip, cluster_group()),
+                ("service-groups", lb_ip, cluster_group()),
+                ("nodeport-groups", node_port, cluster_group()),
+                ("masq-frontends", lb_ip, member()),
+                ("masq-nodeports", node_port, member()),
+                ("local-frontends", lb_ip, None),
                 ("no-endpoint-services", lb_ip, None),
             ],
         ),
         (
-            "local policy with a local endpoint: external entry chain, no masquerade",
+            "local policy with a local endpoint: outside clients to the local group, no masquerade",
             snapshot(
                 &[lb(base().local(32000))],
                 std::slice::from_ref(&local_and_remote),
             ),
             vec![
-                ("service-ips", lb_ip, goto("ext_default_web_tcp_80")),
-                (
-                    "service-nodeports",
-                    node_port,
-                    goto("ext_default_web_tcp_80"),
-                ),
+                ("local-frontends", lb_ip, member()),
+                ("local-service-groups", lb_ip, local_group()),
+                ("local-nodeports", node_port, member()),
+                ("local-nodeport-groups", node_port, local_group()),
+                // Pods and the node itself still use every endpoint.
+                ("service-groups", lb_ip, cluster_group()),
                 ("masq-frontends", lb_ip, None),
+                ("masq-nodeports", node_port, None),
                 ("no-endpoint-services", lb_ip, None),
             ],
         ),
         (
-            "local policy without a local endpoint: short-circuits stay, the rest is dropped",
+            "local policy without a local endpoint: pods still served, outside clients dropped",
             snapshot(
                 &[lb(base().local(32000))],
                 std::slice::from_ref(&remote_only),
             ),
             vec![
-                ("service-ips", lb_ip, goto("ext_default_web_tcp_80")),
+                ("local-frontends", lb_ip, member()),
+                ("local-service-groups", lb_ip, None),
+                ("service-groups", lb_ip, cluster_group()),
                 ("no-endpoint-services", lb_ip, verdict("drop")),
                 ("no-endpoint-nodeports", node_port, verdict("drop")),
-                ("service-ips", cluster_ip, goto("cl_default_web_tcp_80")),
+                ("service-groups", cluster_ip, cluster_group()),
             ],
         ),
         (
@@ -218,16 +268,33 @@ fn verdicts_follow_the_traffic_policy_matrix() {
             ),
             vec![
                 ("no-endpoint-services", cluster_ip, verdict("drop")),
-                ("service-ips", cluster_ip, None),
+                ("service-groups", cluster_ip, None),
             ],
         ),
         (
-            "source ranges: LB IP goes through the firewall chain",
+            "source ranges: the LB IP is filtered, overlapping ranges merged",
             snapshot(
-                &[lb(base().source_ranges(&["10.0.0.0/24"]))],
+                &[lb(base().source_ranges(&[
+                    "10.0.0.0/24",
+                    "10.0.0.128/25",
+                    "2001:db8::/32",
+                ]))],
                 std::slice::from_ref(&local_and_remote),
             ),
-            vec![("firewall-ips", lb_ip, goto("fw_default_web_tcp_80"))],
+            vec![
+                ("firewall-frontends", lb_ip, member()),
+                (
+                    "firewall-allow",
+                    "192.0.2.10 . tcp . 80 . 10.0.0.0/24",
+                    member(),
+                ),
+                (
+                    "firewall-allow",
+                    "192.0.2.10 . tcp . 80 . 10.0.0.128/25",
+                    None,
+                ),
+                ("firewall-frontends", cluster_ip, None),
+            ],
         ),
     ];
     for (what, snap, rows) in cases {
@@ -240,78 +307,128 @@ fn verdicts_follow_the_traffic_policy_matrix() {
             );
         }
     }
-    let ruleset = Renderer::new().render(&snapshot(
-        &[lb(base().source_ranges(&["10.0.0.0/24"]))],
-        &[local_and_remote],
-    ));
+}
+
+#[test]
+fn hairpin_pairs_exist_only_when_pod_traffic_is_not_masqueraded() {
+    let snap = snapshot(&[web()], &[web_eps(&[("10.244.1.10", "n1")])]);
+    let without = Renderer::new().render(&snap);
+    assert_eq!(without.container("hairpin").count(), 0);
+    let mut renderer = Renderer::new();
+    renderer.config.cluster_cidrs = vec!["10.244.0.0/16".parse().unwrap()];
+    let with = renderer.render(&snap);
     assert_eq!(
-        ruleset.chains["fw_default_web_tcp_80"],
-        vec!["ip saddr != { 10.0.0.0/24 } drop"]
+        element(&with, "hairpin", "10.244.1.10 . 10.244.1.10"),
+        Some(&None)
+    );
+    let text = diff(None, &with, Family::V4, &renderer.config);
+    assert!(
+        text.contains("ip saddr . ip daddr @hairpin masquerade"),
+        "{text}"
     );
 }
 
 #[test]
-fn schedulers_and_affinity_shape_the_group_chain() {
+fn schedulers_shape_the_pick_chains() {
     let eps = web_eps(&[("10.244.1.10", "n1"), ("10.244.2.10", "n2")]);
-    let cases = [
-        (
-            NftScheduler::Random,
-            "meta mark set numgen random mod 2 offset 4096 goto dispatch",
-        ),
-        (
-            NftScheduler::RoundRobin,
-            "meta mark set numgen inc mod 2 offset 4096 goto dispatch",
-        ),
+    for (scheduler, chain, select) in [
+        (NftScheduler::Random, "pick_random_2", "numgen random mod 2"),
         (
             NftScheduler::SourceHash,
-            "meta mark set jhash ip saddr mod 2 seed 0x6b6c6221 offset 4096 goto dispatch",
+            "pick_sh_2",
+            "jhash ip saddr mod 2 seed 0x6b6c6221",
         ),
-    ];
-    for (scheduler, rule) in cases {
+    ] {
         let mut renderer = Renderer::new();
         renderer.config.scheduler = scheduler;
         let ruleset = renderer.render(&snapshot(&[web()], std::slice::from_ref(&eps)));
-        assert_eq!(
-            ruleset.chains["cl_default_web_tcp_80"],
-            vec![rule.to_owned()],
-            "{scheduler:?}"
-        );
+        assert_eq!(ruleset.chains[chain], pick_rules(select), "{scheduler:?}");
     }
+    // Round robin keeps one counter per group: its chain is the group's own.
+    let mut renderer = Renderer::new();
+    renderer.config.scheduler = NftScheduler::RoundRobin;
+    let ruleset = renderer.render(&snapshot(&[web()], std::slice::from_ref(&eps)));
+    assert_eq!(
+        ruleset.chains["rr_1"],
+        vec!["meta mark set numgen inc mod 2 offset 4096 goto dnat-chosen"]
+    );
+    assert_eq!(
+        element(&ruleset, "endpoints", "4097"),
+        Some(&Some("10.244.2.10 . 8080".into()))
+    );
+}
 
+#[test]
+fn affinity_remembers_slots_that_survive_endpoint_changes() {
     let mut renderer = Renderer::new();
     let sticky = service("default", "web", "10.96.0.10")
         .port("", "TCP", 80)
         .affinity(60)
         .build();
-    let before = renderer.render(&snapshot(
-        std::slice::from_ref(&sticky),
-        std::slice::from_ref(&eps),
-    ));
-    let map = "aff_cl_default_web_tcp_80_60";
+    let three = [
+        ("10.244.1.10", "n1"),
+        ("10.244.2.10", "n2"),
+        ("10.244.2.11", "n2"),
+    ];
+    let before = renderer.render(&snapshot(std::slice::from_ref(&sticky), &[web_eps(&three)]));
+    let remember = "update @affinity { meta mark & 0x7ffff000 . ip saddr timeout 60s : meta mark }";
     assert_eq!(
-        before.chains["cl_default_web_tcp_80"],
+        before.chains["aff_random_3_60"],
         vec![
             format!(
-                "meta mark set ip saddr map @{map} update @{map} {{ ip saddr : meta mark }} goto dispatch"
+                "meta mark set meta mark . ip saddr map @affinity {remember} goto dnat-remembered"
             ),
-            format!(
-                "meta mark set numgen random mod 2 offset 4096 update @{map} {{ ip saddr : meta mark }} goto dispatch"
-            ),
+            "goto affpick_random_3_60".to_owned(),
         ]
     );
-    let full = diff(None, &before, Family::V4, &renderer.config);
-    assert!(full.contains(&format!(
-        "add map ip kube-lb {map} {{ type ipv4_addr : mark; flags dynamic,timeout; timeout 60s; }}"
-    )));
-    // Swapping an endpoint invalidates remembered buckets: the map is flushed.
-    let after = renderer.render(&snapshot(
-        &[sticky],
-        &[web_eps(&[("10.244.1.10", "n1"), ("10.244.2.11", "n2")])],
-    ));
-    assert!(
-        diff(Some(&before), &after, Family::V4, &renderer.config)
-            .contains(&format!("flush map ip kube-lb {map}\n"))
+    assert_eq!(
+        before.chains["affpick_random_3_60"],
+        vec![format!(
+            "meta mark set meta mark . numgen random mod 3 map @slots {remember} goto dnat-chosen"
+        )]
     );
+    assert_eq!(
+        element(&before, "group-repick", "4096"),
+        Some(&Some("goto affpick_random_3_60".into()))
+    );
+
+    // The first endpoint goes: the others keep their slot marks (and so their clients), the
+    // emptied slot disappears and the buckets point at the survivors.
+    let after = renderer.render(&snapshot(
+        std::slice::from_ref(&sticky),
+        &[web_eps(&three[1..])],
+    ));
+    let endpoints: Vec<(&String, &Option<String>)> = after.container("endpoints").collect();
+    assert_eq!(
+        endpoints,
+        vec![
+            (&"4097".to_owned(), &Some("10.244.2.10 . 8080".to_owned())),
+            (&"4098".to_owned(), &Some("10.244.2.11 . 8080".to_owned())),
+        ]
+    );
+    let slots: Vec<(&String, &Option<String>)> = after.container("slots").collect();
+    assert_eq!(
+        slots,
+        vec![
+            (&"4096 . 0".to_owned(), &Some("4097".to_owned())),
+            (&"4096 . 1".to_owned(), &Some("4098".to_owned())),
+        ]
+    );
+    // A newcomer takes the emptied slot.
+    let refilled = renderer.render(&snapshot(
+        std::slice::from_ref(&sticky),
+        &[web_eps(&[
+            ("10.244.2.10", "n2"),
+            ("10.244.2.11", "n2"),
+            ("10.244.3.10", "n2"),
+        ])],
+    ));
+    assert_eq!(
+        element(&refilled, "endpoints", "4096"),
+        Some(&Some("10.244.3.10 . 8080".into()))
+    );
+    let text = diff(Some(&after), &refilled, Family::V4, &renderer.config);
+    assert!(!text.contains("endpoints { 4097"), "{text}");
 }
 
 #[test]
@@ -335,12 +452,12 @@ fn full_sync_recreates_the_table_in_one_transaction() {
             .unwrap_or_else(|| panic!("{needle}"))
     };
     assert!(
-        position("add chain ip kube-lb cl_default_web_tcp_80")
-            < position("add element ip kube-lb service-ips")
+        position("add rule ip kube-lb pick_random_1")
+            < position("add element ip kube-lb group-chains")
     );
     assert!(
-        position("add rule ip kube-lb cl_default_web_tcp_80")
-            < position("add element ip kube-lb endpoints")
+        position("add element ip kube-lb group-chains")
+            < position("add element ip kube-lb service-groups")
     );
 }
 
