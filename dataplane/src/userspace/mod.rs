@@ -9,6 +9,12 @@
 //! - no SCTP socket is ever opened (tokio has none, and opening one would load the `sctp`
 //!   module); SCTP Service ports are reported as skipped.
 //!
+//! Traffic runs on the proxy's own worker threads ([`UserspaceConfig::workers`]), not on the
+//! caller's runtime: each TCP frontend has one `SO_REUSEPORT` listener per worker and a connection
+//! stays on the worker that accepted it. Endpoint choice is shared by all workers, so round robin
+//! and least-connection see every connection. Dropping the proxy stops the workers and closes
+//! every listener and forwarded connection.
+//!
 //! ```no_run
 //! # async fn example(snapshot: kube_lb_dataplane::model::Snapshot) {
 //! use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
@@ -617,5 +623,136 @@ async fn relay_replies(
         .remove(&peer);
     if let Some(endpoint) = endpoint {
         shared.pool().disconnected(endpoint);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    use crate::model::{Index, IndexConfig};
+    use crate::testing::{service, slice};
+
+    /// A TCP server answering every line with its name.
+    async fn named_backend(name: &'static str) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (read, mut write) = stream.into_split();
+                    let mut lines = BufReader::new(read).lines();
+                    while let Ok(Some(_)) = lines.next_line().await {
+                        if write
+                            .write_all(format!("{name}\n").as_bytes())
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn one_service(frontend: SocketAddr, endpoints: &[SocketAddr]) -> Snapshot {
+        let mut index = Index::new(IndexConfig {
+            node_name: "n1".into(),
+            nodeport_cidrs: Vec::new(),
+        });
+        index.apply_service(
+            &service("default", "web", &frontend.ip().to_string())
+                .port("", "TCP", i32::from(frontend.port()))
+                .build(),
+        );
+        for (i, endpoint) in endpoints.iter().enumerate() {
+            index.apply_endpoint_slice(
+                &slice("default", "web", &format!("web-{i}"))
+                    .port("", "TCP", i32::from(endpoint.port()))
+                    .endpoint(&endpoint.ip().to_string(), "n1")
+                    .build(),
+            );
+        }
+        index.snapshot()
+    }
+
+    /// Listening sockets on `addr` (IPv4), from `/proc/net/tcp`.
+    fn listening_sockets(addr: SocketAddr) -> usize {
+        let SocketAddr::V4(v4) = addr else {
+            panic!("IPv4 only");
+        };
+        let local = format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        );
+        std::fs::read_to_string("/proc/net/tcp")
+            .unwrap()
+            .lines()
+            .skip(1)
+            .filter(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A")
+            })
+            .count()
+    }
+
+    async fn ask(frontend: SocketAddr) -> String {
+        let mut stream = TcpStream::connect(frontend).await.unwrap();
+        stream.write_all(b"hi\n").await.unwrap();
+        let mut line = String::new();
+        BufReader::new(stream).read_line(&mut line).await.unwrap();
+        line.trim().to_owned()
+    }
+
+    #[tokio::test]
+    async fn accepted_connections_inherit_nodelay_from_the_listener() {
+        let listener = tcp_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
+
+    #[tokio::test]
+    async fn every_worker_listens_and_round_robin_spans_them() {
+        let endpoints = [
+            named_backend("a").await,
+            named_backend("b").await,
+            named_backend("c").await,
+        ];
+        let port = TcpListener::bind("127.77.9.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let frontend = SocketAddr::from(([127, 77, 9, 1], port));
+        let mut proxy = UserspaceProxy::new(UserspaceConfig {
+            workers: NonZeroUsize::new(3).unwrap(),
+            ..UserspaceConfig::default()
+        });
+        let report = proxy.apply(&one_service(frontend, &endpoints)).await;
+        assert_eq!(report.opened.len(), 1, "{report:?}");
+        assert_eq!(listening_sockets(frontend), 3);
+
+        // The kernel spreads connections over the three sockets, yet the pool is shared: the
+        // order stays one global round robin.
+        let mut answers = Vec::new();
+        for _ in 0..12 {
+            answers.push(ask(frontend).await);
+        }
+        let first: BTreeSet<&String> = answers[..3].iter().collect();
+        assert_eq!(first.len(), 3, "{answers:?}");
+        for cycle in answers.chunks(3) {
+            assert_eq!(cycle, &answers[..3], "{answers:?}");
+        }
+
+        proxy.apply(&one_service(frontend, &[])).await;
+        assert_eq!(listening_sockets(frontend), 0);
     }
 }

@@ -1,6 +1,7 @@
 //! Endpoint choice for the userspace backend: the IPVS schedulers the seeds list, plus ClientIP
 //! session affinity. Pure state, no I/O; time is passed in.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -150,12 +151,18 @@ impl Pool {
             *last = now;
             return Some(*endpoint);
         }
-        let candidates: Vec<EndpointAddr> = self
-            .endpoints
-            .iter()
-            .copied()
-            .filter(|e| !failed.contains(e))
-            .collect();
+        // Only a retry filters: the first attempt of every connection allocates nothing.
+        let candidates: Cow<'_, [EndpointAddr]> = if failed.is_empty() {
+            Cow::Borrowed(&self.endpoints)
+        } else {
+            Cow::Owned(
+                self.endpoints
+                    .iter()
+                    .copied()
+                    .filter(|e| !failed.contains(e))
+                    .collect(),
+            )
+        };
         if candidates.is_empty() {
             return None;
         }
