@@ -1,11 +1,14 @@
 //! Access tokens for ARM: the service-principal client-credentials flow against Entra ID, or
 //! the instance metadata service for managed identities. Tokens are cached until shortly
-//! before they expire.
+//! before they expire. [`TokenSource`] is the `azure_core` credential the SDK client uses.
 
 use std::fmt;
 use std::time::Duration;
 
+use azure_core::auth::{AccessToken, Secret, TokenCredential};
+use azure_core::error::ErrorKind;
 use serde::Deserialize;
+use time::OffsetDateTime;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -60,11 +63,21 @@ struct TokenResponse {
 }
 
 /// Hands out a valid bearer token, fetching a new one when the cached one is about to expire.
-#[derive(Debug)]
+/// It is the SDK's [`TokenCredential`], so the generated request builders and kube-lb's own
+/// operation polling share one cache.
 pub struct TokenSource {
     http: reqwest::Client,
     credential: Credential,
     cached: Mutex<Option<(String, Instant)>>,
+}
+
+impl fmt::Debug for TokenSource {
+    // Written by hand: a derived Debug would print the cached token.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenSource")
+            .field("credential", &self.credential)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TokenSource {
@@ -96,13 +109,13 @@ impl TokenSource {
         }
     }
 
-    /// A token valid for at least [`EXPIRY_MARGIN`].
-    pub async fn token(&self) -> Result<String, AzureError> {
+    /// A token valid for at least [`EXPIRY_MARGIN`], and when it expires.
+    pub async fn token(&self) -> Result<(String, Instant), AzureError> {
         let mut cached = self.cached.lock().await;
         if let Some((token, expires)) = cached.as_ref()
             && Instant::now() + EXPIRY_MARGIN < *expires
         {
-            return Ok(token.clone());
+            return Ok((token.clone(), *expires));
         }
         let response = match &self.credential {
             Credential::ClientSecret {
@@ -162,10 +175,30 @@ impl TokenSource {
             })
             .unwrap_or(300);
         let token = parsed.access_token;
-        *cached = Some((
-            token.clone(),
-            Instant::now() + Duration::from_secs(lifetime),
-        ));
-        Ok(token)
+        let expires = Instant::now() + Duration::from_secs(lifetime);
+        *cached = Some((token.clone(), expires));
+        Ok((token, expires))
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for TokenSource {
+    /// The scope comes from the cloud config (`<resource manager>/.default`), which is what the
+    /// SDK asks for too, so `scopes` is not consulted.
+    async fn get_token(&self, _scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        let (token, expires) = self
+            .token()
+            .await
+            .map_err(|error| azure_core::Error::new(ErrorKind::Credential, error))?;
+        let remaining = expires.saturating_duration_since(Instant::now());
+        Ok(AccessToken::new(
+            Secret::new(token),
+            OffsetDateTime::now_utc() + remaining,
+        ))
+    }
+
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        *self.cached.lock().await = None;
+        Ok(())
     }
 }

@@ -1,29 +1,48 @@
-//! [`NetworkClient`]: the handful of ARM calls the provider makes, as a small trait so the
-//! transport can be swapped (e.g. for the Azure SDK once an official Network crate ships), and
-//! [`ArmClient`], its implementation over `reqwest`.
+//! [`NetworkClient`]: the handful of ARM calls the provider makes, as a small trait (the seam
+//! the planner and provider are written against), and [`ArmClient`], its implementation on
+//! the `azure_mgmt_network` 0.21 SDK client over `azure_core` 0.21.
 //!
-//! Every write carries `If-Match` with the etag of the object it was computed from (or
-//! `If-None-Match: *` when creating), so a concurrent writer makes it fail with 412 instead of
-//! being overwritten. Long-running operations are polled through `Azure-AsyncOperation` (or
-//! `Location`), honouring `Retry-After` up to a cap; DELETE is awaited the same way.
+//! The SDK is the design's choice. It is frozen upstream (the legacy azure-sdk-for-rust), which
+//! is why nothing outside this module and [`crate::convert`] sees its types: swapping it for
+//! another transport means implementing [`NetworkClient`] again. The SDK gives typed builders
+//! and models; kube-lb adds what it lacks:
+//!
+//! * optimistic concurrency: every write carries `If-Match` with the etag of the object it was
+//!   computed from (or `If-None-Match: *` when creating), set by a pipeline policy
+//!   ([`crate::pipeline`]), so a concurrent writer makes it fail with 412, which surfaces as
+//!   [`AzureError::PreconditionFailed`] and makes the provider re-read and re-plan;
+//! * long-running operations: PUT and DELETE are issued with `.send()` and their
+//!   `Azure-AsyncOperation` (or `Location`) URL is polled here ([`crate::lro`]), honouring
+//!   `Retry-After` with a short default and a ceiling. The SDK's own PUT poller sleeps 30 s
+//!   when `Retry-After` is absent, drops the failure's code and message, and DELETE has no
+//!   poller at all;
+//! * one retry layer: azure_core's retry policy is switched off and every attempt goes through
+//!   [`CloudApi`] (client-side rate limit per family, backoff, call counting), as for the other
+//!   clouds. azure_core's policy would retry invisibly to the counters and the rate limiter and
+//!   would wait as long as any `Retry-After` says; here the server's `Retry-After` is honoured
+//!   up to [`PollSettings::max_interval`].
 
 use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use azure_core::auth::TokenCredential;
+use azure_core::error::ErrorKind;
+use azure_core::headers::Headers;
+use azure_core::{ClientOptions, Pipeline, RetryOptions, TransportOptions, Url};
+use azure_mgmt_network::package_2024_03::models;
+use futures::StreamExt;
 use kube_lb_provider_core::{CallKind, CloudApi, ProviderError};
-use reqwest::header::{HeaderMap, RETRY_AFTER};
-use reqwest::{Method, StatusCode};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use tracing::debug;
 
-use crate::arm::{
-    API_VERSION, ErrorBody, Ids, List, LoadBalancer, OperationStatus, PublicIp, SecurityGroup,
-    Subnet,
-};
+use crate::arm::{LoadBalancer, PublicIp, SecurityGroup, Subnet};
 use crate::auth::TokenSource;
 use crate::config::AzureConfig;
+use crate::convert::convert;
 use crate::error::AzureError;
+use crate::pipeline::{ForeignUrl, Precondition, Preconditions, Transport, WithholdToken, in_call};
 use crate::provider::ProviderOptions;
 
 /// The ARM calls the provider needs.
@@ -124,51 +143,117 @@ impl Default for PollSettings {
     }
 }
 
-/// One HTTP exchange's result.
-struct Raw {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Vec<u8>,
+/// What a PUT or DELETE answered before its operation finished.
+#[derive(Debug)]
+pub(crate) struct Started {
+    /// HTTP status (`200`, `201`, `202`, `204`).
+    pub(crate) status: u16,
+    /// Response headers (`Azure-AsyncOperation`, `Location`, `Retry-After`).
+    pub(crate) headers: Headers,
 }
 
-/// [`NetworkClient`] over `reqwest`, with rate limiting, retries and call counting from
-/// [`CloudApi`].
+/// [`NetworkClient`] on the `azure_mgmt_network` SDK client, with rate limiting, retries and
+/// call counting from [`CloudApi`].
 pub struct ArmClient {
-    http: reqwest::Client,
-    base: String,
-    ids: Ids,
-    tokens: TokenSource,
-    api: CloudApi,
-    poll: PollSettings,
+    pub(crate) sdk: azure_mgmt_network::package_2024_03::Client,
+    /// The same policies and transport as the SDK client's, for operation polling.
+    pub(crate) polls: Pipeline,
+    pub(crate) credential: Arc<dyn TokenCredential>,
+    pub(crate) scopes: Vec<String>,
+    endpoint: Url,
+    subscription: String,
+    pub(crate) api: CloudApi,
+    pub(crate) poll: PollSettings,
 }
 
 impl fmt::Debug for ArmClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ArmClient")
-            .field("base", &self.base)
-            .field("subscription", &self.ids.subscription)
+            .field("endpoint", &self.endpoint.as_str())
+            .field("subscription", &self.subscription)
             .field("poll", &self.poll)
             .finish_non_exhaustive()
     }
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let millis = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_millis)
-    };
-    millis("retry-after-ms")
-        .or_else(|| millis("x-ms-retry-after-ms"))
-        .or_else(|| {
-            headers
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs)
-        })
+/// The HTTP status of an SDK error that is an ARM answer.
+pub(crate) fn status_of(error: &azure_core::Error) -> Option<u16> {
+    match error.kind() {
+        ErrorKind::HttpResponse { status, .. } => Some(u16::from(*status)),
+        _ => None,
+    }
+}
+
+/// The first error of type `T` in `error`'s chain (the SDK wraps errors in context layers).
+fn find_in_chain<T: std::error::Error + 'static>(error: &azure_core::Error) -> Option<&T> {
+    let mut current: &(dyn std::error::Error + 'static) = error.get_ref()?;
+    loop {
+        if let Some(found) = current.downcast_ref::<T>() {
+            return Some(found);
+        }
+        current = current.source()?;
+    }
+}
+
+/// kube-lb's reading of an SDK error.
+pub(crate) fn classify(operation: &'static str, error: azure_core::Error) -> AzureError {
+    if let Some(foreign) = find_in_chain::<ForeignUrl>(&error) {
+        return AzureError::ForeignPollUrl {
+            operation,
+            url: foreign.url.clone(),
+        };
+    }
+    match error.kind().clone() {
+        ErrorKind::HttpResponse { status, error_code } => {
+            let status = u16::from(status);
+            if status == 412 {
+                return AzureError::PreconditionFailed { operation };
+            }
+            let message = error
+                .as_http_error()
+                .and_then(|e| e.error_message())
+                .unwrap_or_default()
+                .to_string();
+            AzureError::Arm {
+                operation,
+                status,
+                code: error_code.unwrap_or_default(),
+                message,
+            }
+        }
+        ErrorKind::Credential => match find_in_chain::<AzureError>(&error) {
+            Some(AzureError::Auth(message)) => AzureError::Auth(message.clone()),
+            _ => AzureError::Auth(error.to_string()),
+        },
+        ErrorKind::Io => AzureError::Transport {
+            operation,
+            source: error,
+        },
+        _ => AzureError::Sdk {
+            operation,
+            source: error,
+        },
+    }
+}
+
+fn missing_after_put(operation: &'static str, what: &str) -> AzureError {
+    AzureError::Arm {
+        operation,
+        status: 404,
+        code: "NotFound".into(),
+        message: format!("{what} not found after PUT"),
+    }
+}
+
+async fn started(response: azure_core::Response) -> azure_core::Result<Started> {
+    let (status, headers, body) = response.deconstruct();
+    // Read the body so the connection can be reused; the resource is read back after the
+    // operation, so its (provisional) content is not needed.
+    body.collect().await?;
+    Ok(Started {
+        status: u16::from(status),
+        headers,
+    })
 }
 
 impl ArmClient {
@@ -182,67 +267,76 @@ impl ArmClient {
             .timeout(options.request_timeout)
             .connect_timeout(Duration::from_secs(10))
             .build()
-            .map_err(|source| AzureError::Transport {
+            .map_err(|source| AzureError::Sdk {
                 operation: "BuildClient",
-                source,
+                source: azure_core::Error::new(ErrorKind::Other, source),
             })?;
-        let tokens = TokenSource::from_config(config, http.clone());
+        let resource_manager = config.resource_manager();
+        let endpoint = Url::parse(&resource_manager).map_err(|e| {
+            AzureError::ConfigInvalid(format!(
+                "resource manager endpoint {resource_manager:?}: {e}"
+            ))
+        })?;
+        let credential: Arc<dyn TokenCredential> =
+            Arc::new(TokenSource::from_config(config, http.clone()));
+        let scopes = vec![format!(
+            "{}/.default",
+            resource_manager.trim_end_matches('/')
+        )];
+
+        let mut client_options = ClientOptions::new(TransportOptions::new_custom_policy(Arc::new(
+            Transport::new(http, endpoint.clone()),
+        )))
+        .retry(RetryOptions::none());
+        client_options
+            .per_call_policies_mut()
+            .extend([Arc::new(WithholdToken) as _, Arc::new(Preconditions) as _]);
+        let sdk = azure_mgmt_network::package_2024_03::Client::new(
+            endpoint.clone(),
+            Arc::clone(&credential),
+            scopes.clone(),
+            client_options.clone(),
+        );
+        let polls = Pipeline::new(
+            Some(env!("CARGO_PKG_NAME")),
+            Some(env!("CARGO_PKG_VERSION")),
+            client_options,
+            Vec::new(),
+            Vec::new(),
+        );
         let api = CloudApi::new(
             "azure",
             options.counter.clone(),
             options.limits.clone(),
             options.retry,
         );
-        Ok(ArmClient::new(
-            http,
-            &config.resource_manager(),
-            &config.subscription_id,
-            tokens,
+        Ok(ArmClient {
+            sdk,
+            polls,
+            credential,
+            scopes,
+            endpoint,
+            subscription: config.subscription_id.clone(),
             api,
-            options.poll,
-        ))
+            poll: options.poll,
+        })
     }
 
-    /// A client for `base` (the resource manager URL) and `subscription`.
-    pub fn new(
-        http: reqwest::Client,
-        base: &str,
-        subscription: &str,
-        tokens: TokenSource,
-        api: CloudApi,
-        poll: PollSettings,
-    ) -> ArmClient {
-        ArmClient {
-            http,
-            base: base.trim_end_matches('/').to_string(),
-            ids: Ids {
-                subscription: subscription.to_string(),
-            },
-            tokens,
-            api,
-            poll,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}?api-version={API_VERSION}", self.base)
-    }
-
-    fn on_endpoint(&self, url: &str) -> bool {
-        url.starts_with(&format!("{}/", self.base))
-    }
-
-    /// One request through the rate limiter, counted, retried on throttling and 5xx (after the
-    /// server's `Retry-After`, capped). 412 and other client errors come back unretried.
-    async fn send(
+    /// One ARM request (`request` builds it afresh for every attempt) through the rate limiter,
+    /// counted, retried on throttling, 5xx and transport errors after the server's
+    /// `Retry-After` (capped). `Ok(None)` when ARM answers 404; 412 and other client errors
+    /// come back unretried.
+    pub(crate) async fn call<T, F, Fut>(
         &self,
         operation: &'static str,
         kind: CallKind,
-        method: Method,
-        url: &str,
-        body: Option<&serde_json::Value>,
-        preconditions: &[(&'static str, String)],
-    ) -> Result<Raw, AzureError> {
+        precondition: Option<Precondition>,
+        mut request: F,
+    ) -> Result<Option<T>, AzureError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = azure_core::Result<T>>,
+    {
         let family = match kind {
             CallKind::Read => "arm-read",
             CallKind::Mutate => "arm-write",
@@ -250,24 +344,31 @@ impl ArmClient {
         let result = self
             .api
             .call(family, operation, kind, || {
-                let method = method.clone();
+                let attempt = in_call(precondition.clone(), request());
                 async move {
-                    let outcome = self
-                        .attempt(operation, method, url, body, preconditions)
-                        .await;
-                    match outcome {
-                        Err(error)
-                            if error.is_transient()
-                                && !matches!(error, AzureError::PreconditionFailed { .. }) =>
-                        {
-                            Err(ProviderError::Retryable {
-                                operation,
-                                message: error.to_string(),
-                                source: Some(Box::new(error)),
-                            })
-                        }
-                        other => Ok(other),
+                    let (outcome, retry_after) = attempt.await;
+                    let error = match outcome {
+                        Ok(value) => return Ok(Ok(Some(value))),
+                        Err(error) if status_of(&error) == Some(404) => return Ok(Ok(None)),
+                        Err(error) => classify(operation, error),
+                    };
+                    if !error.is_transient()
+                        || matches!(error, AzureError::PreconditionFailed { .. })
+                    {
+                        return Ok(Err(error));
                     }
+                    // Honour the server's back-off before the retry policy adds its own
+                    // jittered delay.
+                    if let Some(wait) = retry_after {
+                        let wait = wait.min(self.poll.max_interval);
+                        debug!(operation, ?wait, "ARM asked to retry later");
+                        tokio::time::sleep(wait).await;
+                    }
+                    Err(ProviderError::Retryable {
+                        operation,
+                        message: error.to_string(),
+                        source: Some(Box::new(error)),
+                    })
                 }
             })
             .await;
@@ -297,238 +398,69 @@ impl ArmClient {
         }
     }
 
-    async fn attempt(
+    async fn load_balancer(
         &self,
         operation: &'static str,
-        method: Method,
-        url: &str,
-        body: Option<&serde_json::Value>,
-        preconditions: &[(&'static str, String)],
-    ) -> Result<Raw, AzureError> {
-        let token = self.tokens.token().await?;
-        let mut request = self.http.request(method, url).bearer_auth(token);
-        for (name, value) in preconditions {
-            request = request.header(*name, value);
-        }
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|source| AzureError::Transport { operation, source })?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|source| AzureError::Transport { operation, source })?
-            .to_vec();
-        if status.is_success() || status == StatusCode::NOT_FOUND {
-            return Ok(Raw {
-                status,
-                headers,
-                body,
-            });
-        }
-        if status == StatusCode::PRECONDITION_FAILED {
-            return Err(AzureError::PreconditionFailed { operation });
-        }
-        let parsed: ErrorBody = serde_json::from_slice(&body).unwrap_or_default();
-        if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-            // Honour the server's back-off before the retry policy adds its own jittered delay.
-            if let Some(wait) = retry_after(&headers) {
-                let wait = wait.min(self.poll.max_interval);
-                tracing::debug!(operation, ?wait, %status, "ARM asked to retry later");
-                tokio::time::sleep(wait).await;
-            }
-        }
-        Err(AzureError::Arm {
-            operation,
-            status: status.as_u16(),
-            code: parsed.error.code,
-            message: parsed.error.message,
+        rg: &str,
+        name: &str,
+    ) -> Result<Option<LoadBalancer>, AzureError> {
+        let client = self.sdk.load_balancers_client();
+        let found: Option<models::LoadBalancer> = self
+            .call(operation, CallKind::Read, None, || {
+                let request = client.get(rg, name, &self.subscription).send();
+                async move { request.await?.into_body().await }
+            })
+            .await?;
+        found.map(|lb| convert(operation, &lb)).transpose()
+    }
+
+    async fn public_ip(
+        &self,
+        operation: &'static str,
+        rg: &str,
+        name: &str,
+    ) -> Result<Option<PublicIp>, AzureError> {
+        let client = self.sdk.public_ip_addresses_client();
+        let found: Option<models::PublicIpAddress> = self
+            .call(operation, CallKind::Read, None, || {
+                let request = client.get(rg, name, &self.subscription).send();
+                async move { request.await?.into_body().await }
+            })
+            .await?;
+        found.map(|pip| convert(operation, &pip)).transpose()
+    }
+
+    async fn security_group(
+        &self,
+        operation: &'static str,
+        rg: &str,
+        name: &str,
+    ) -> Result<Option<SecurityGroup>, AzureError> {
+        let client = self.sdk.network_security_groups_client();
+        let found: Option<models::NetworkSecurityGroup> = self
+            .call(operation, CallKind::Read, None, || {
+                let request = client.get(rg, name, &self.subscription).send();
+                async move { request.await?.into_body().await }
+            })
+            .await?;
+        found.map(|nsg| convert(operation, &nsg)).transpose()
+    }
+
+    /// Issues a write; `None` when ARM answered 404.
+    async fn write<Fut>(
+        &self,
+        operation: &'static str,
+        precondition: Option<Precondition>,
+        mut send: impl FnMut() -> Fut,
+    ) -> Result<Option<Started>, AzureError>
+    where
+        Fut: Future<Output = azure_core::Result<azure_core::Response>>,
+    {
+        self.call(operation, CallKind::Mutate, precondition, || {
+            let request = send();
+            async move { started(request.await?).await }
         })
-    }
-
-    async fn get<T: DeserializeOwned>(
-        &self,
-        operation: &'static str,
-        path: &str,
-    ) -> Result<Option<T>, AzureError> {
-        let raw = self
-            .send(
-                operation,
-                CallKind::Read,
-                Method::GET,
-                &self.url(path),
-                None,
-                &[],
-            )
-            .await?;
-        if raw.status == StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
-        serde_json::from_slice(&raw.body)
-            .map(Some)
-            .map_err(|source| AzureError::Decode { operation, source })
-    }
-
-    async fn list<T: DeserializeOwned>(
-        &self,
-        operation: &'static str,
-        path: &str,
-    ) -> Result<Vec<T>, AzureError> {
-        let mut items = Vec::new();
-        let mut next = Some(self.url(path));
-        while let Some(url) = next.take() {
-            if !self.on_endpoint(&url) {
-                return Err(AzureError::ForeignPollUrl { operation, url });
-            }
-            let raw = self
-                .send(operation, CallKind::Read, Method::GET, &url, None, &[])
-                .await?;
-            if raw.status == StatusCode::NOT_FOUND {
-                return Ok(items);
-            }
-            let page: List<T> = serde_json::from_slice(&raw.body)
-                .map_err(|source| AzureError::Decode { operation, source })?;
-            items.extend(page.value);
-            next = page.next_link;
-        }
-        Ok(items)
-    }
-
-    fn preconditions(etag: Option<&str>) -> Vec<(&'static str, String)> {
-        match etag {
-            Some(etag) => vec![("if-match", etag.to_string())],
-            None => vec![("if-none-match", "*".to_string())],
-        }
-    }
-
-    async fn put<T: Serialize + DeserializeOwned>(
-        &self,
-        operation: &'static str,
-        path: &str,
-        object: &T,
-        etag: Option<&str>,
-    ) -> Result<T, AzureError> {
-        let body = serde_json::to_value(object)
-            .map_err(|source| AzureError::Decode { operation, source })?;
-        let raw = self
-            .send(
-                operation,
-                CallKind::Mutate,
-                Method::PUT,
-                &self.url(path),
-                Some(&body),
-                &Self::preconditions(etag),
-            )
-            .await?;
-        if raw.status == StatusCode::NOT_FOUND {
-            return Err(AzureError::Arm {
-                operation,
-                status: 404,
-                code: "NotFound".into(),
-                message: format!("{path} vanished during PUT"),
-            });
-        }
-        self.wait(operation, &raw).await?;
-        match self.get::<T>(operation, path).await? {
-            Some(stored) => Ok(stored),
-            None => Err(AzureError::Arm {
-                operation,
-                status: 404,
-                code: "NotFound".into(),
-                message: format!("{path} not found after PUT"),
-            }),
-        }
-    }
-
-    async fn delete(
-        &self,
-        operation: &'static str,
-        path: &str,
-        etag: Option<&str>,
-    ) -> Result<(), AzureError> {
-        let preconditions: Vec<(&'static str, String)> = etag
-            .map(|e| ("if-match", e.to_string()))
-            .into_iter()
-            .collect();
-        let raw = self
-            .send(
-                operation,
-                CallKind::Mutate,
-                Method::DELETE,
-                &self.url(path),
-                None,
-                &preconditions,
-            )
-            .await?;
-        if raw.status == StatusCode::NOT_FOUND {
-            return Ok(());
-        }
-        self.wait(operation, &raw).await
-    }
-
-    /// Polls the operation a write started, if it started one.
-    async fn wait(&self, operation: &'static str, started: &Raw) -> Result<(), AzureError> {
-        let header = |name: &str| {
-            started
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let (url, async_operation) = match (header("azure-asyncoperation"), header("location")) {
-            (Some(url), _) => (url, true),
-            (None, Some(url)) if started.status == StatusCode::ACCEPTED => (url, false),
-            _ => return Ok(()),
-        };
-        if !self.on_endpoint(&url) {
-            return Err(AzureError::ForeignPollUrl { operation, url });
-        }
-        let mut delay = self.delay(&started.headers);
-        for _ in 0..self.poll.max_polls {
-            tokio::time::sleep(delay).await;
-            let raw = self
-                .send(operation, CallKind::Read, Method::GET, &url, None, &[])
-                .await?;
-            delay = self.delay(&raw.headers);
-            if async_operation {
-                let status: OperationStatus = serde_json::from_slice(&raw.body)
-                    .map_err(|source| AzureError::Decode { operation, source })?;
-                match status.status.as_str() {
-                    "Succeeded" => return Ok(()),
-                    "Failed" | "Canceled" => {
-                        let error = status.error.unwrap_or_default();
-                        return Err(AzureError::OperationFailed {
-                            operation,
-                            status: status.status,
-                            code: error.code,
-                            message: error.message,
-                        });
-                    }
-                    _ => {}
-                }
-            } else if raw.status != StatusCode::ACCEPTED {
-                return Ok(());
-            }
-        }
-        Err(AzureError::PollTimeout {
-            operation,
-            polls: self.poll.max_polls,
-        })
-    }
-
-    fn delay(&self, headers: &HeaderMap) -> Duration {
-        retry_after(headers)
-            .unwrap_or(self.poll.default_interval)
-            .min(self.poll.max_interval)
-    }
-
-    fn path(&self, rg: &str, collection: &str, name: &str) -> String {
-        self.ids.resource(rg, collection, name)
+        .await
     }
 }
 
@@ -539,8 +471,7 @@ impl NetworkClient for ArmClient {
         rg: &str,
         name: &str,
     ) -> Result<Option<LoadBalancer>, AzureError> {
-        self.get("GetLoadBalancer", &self.path(rg, "loadBalancers", name))
-            .await
+        self.load_balancer("GetLoadBalancer", rg, name).await
     }
 
     async fn put_load_balancer(
@@ -548,13 +479,23 @@ impl NetworkClient for ArmClient {
         rg: &str,
         lb: &LoadBalancer,
     ) -> Result<LoadBalancer, AzureError> {
-        self.put(
-            "PutLoadBalancer",
-            &self.path(rg, "loadBalancers", &lb.name),
-            lb,
-            lb.etag.as_deref(),
-        )
-        .await
+        const OPERATION: &str = "PutLoadBalancer";
+        let body: models::LoadBalancer = convert(OPERATION, lb)?;
+        let client = self.sdk.load_balancers_client();
+        let precondition = Precondition::for_write(lb.etag.as_deref());
+        let started = self
+            .write(OPERATION, Some(precondition), || {
+                let request = client
+                    .create_or_update(rg, &lb.name, body.clone(), &self.subscription)
+                    .send();
+                async move { Ok(request.await?.into_raw_response()) }
+            })
+            .await?
+            .ok_or_else(|| missing_after_put(OPERATION, &lb.name))?;
+        self.wait(OPERATION, &started).await?;
+        self.load_balancer(OPERATION, rg, &lb.name)
+            .await?
+            .ok_or_else(|| missing_after_put(OPERATION, &lb.name))
     }
 
     async fn delete_load_balancer(
@@ -563,38 +504,77 @@ impl NetworkClient for ArmClient {
         name: &str,
         etag: Option<&str>,
     ) -> Result<(), AzureError> {
-        self.delete(
-            "DeleteLoadBalancer",
-            &self.path(rg, "loadBalancers", name),
-            etag,
-        )
+        const OPERATION: &str = "DeleteLoadBalancer";
+        let client = self.sdk.load_balancers_client();
+        let precondition = etag.map(|etag| Precondition::IfMatch(etag.to_string()));
+        let started = self
+            .write(OPERATION, precondition, || {
+                let request = client.delete(rg, name, &self.subscription).send();
+                async move { Ok(request.await?.into_raw_response()) }
+            })
+            .await?;
+        let Some(started) = started else {
+            return Ok(());
+        };
+        self.wait_deleted(OPERATION, &started, || async {
+            Ok(self.load_balancer(OPERATION, rg, name).await?.is_none())
+        })
         .await
     }
 
     async fn list_public_ips(&self, rg: &str) -> Result<Vec<PublicIp>, AzureError> {
-        let path = format!(
-            "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Network/publicIPAddresses",
-            self.ids.subscription
-        );
-        self.list("ListPublicIPAddresses", &path).await
+        const OPERATION: &str = "ListPublicIPAddresses";
+        let client = self.sdk.public_ip_addresses_client();
+        let pages: Option<Vec<models::PublicIpAddress>> = self
+            .call(OPERATION, CallKind::Read, None, || {
+                let mut pages = client.list(rg, &self.subscription).into_stream();
+                async move {
+                    let mut items = Vec::new();
+                    let mut first = true;
+                    while let Some(page) = pages.next().await {
+                        // The first page is counted by CloudApi; later ones are extra requests.
+                        if !std::mem::take(&mut first) {
+                            self.api.counter().record(
+                                self.api.provider(),
+                                OPERATION,
+                                CallKind::Read,
+                            );
+                        }
+                        items.extend(page?.value);
+                    }
+                    Ok(items)
+                }
+            })
+            .await?;
+        pages
+            .unwrap_or_default()
+            .iter()
+            .map(|pip| convert(OPERATION, pip))
+            .collect()
     }
 
     async fn get_public_ip(&self, rg: &str, name: &str) -> Result<Option<PublicIp>, AzureError> {
-        self.get(
-            "GetPublicIPAddress",
-            &self.path(rg, "publicIPAddresses", name),
-        )
-        .await
+        self.public_ip("GetPublicIPAddress", rg, name).await
     }
 
     async fn put_public_ip(&self, rg: &str, pip: &PublicIp) -> Result<PublicIp, AzureError> {
-        self.put(
-            "PutPublicIPAddress",
-            &self.path(rg, "publicIPAddresses", &pip.name),
-            pip,
-            pip.etag.as_deref(),
-        )
-        .await
+        const OPERATION: &str = "PutPublicIPAddress";
+        let body: models::PublicIpAddress = convert(OPERATION, pip)?;
+        let client = self.sdk.public_ip_addresses_client();
+        let precondition = Precondition::for_write(pip.etag.as_deref());
+        let started = self
+            .write(OPERATION, Some(precondition), || {
+                let request = client
+                    .create_or_update(rg, &pip.name, body.clone(), &self.subscription)
+                    .send();
+                async move { Ok(request.await?.into_raw_response()) }
+            })
+            .await?
+            .ok_or_else(|| missing_after_put(OPERATION, &pip.name))?;
+        self.wait(OPERATION, &started).await?;
+        self.public_ip(OPERATION, rg, &pip.name)
+            .await?
+            .ok_or_else(|| missing_after_put(OPERATION, &pip.name))
     }
 
     async fn delete_public_ip(
@@ -603,11 +583,21 @@ impl NetworkClient for ArmClient {
         name: &str,
         etag: Option<&str>,
     ) -> Result<(), AzureError> {
-        self.delete(
-            "DeletePublicIPAddress",
-            &self.path(rg, "publicIPAddresses", name),
-            etag,
-        )
+        const OPERATION: &str = "DeletePublicIPAddress";
+        let client = self.sdk.public_ip_addresses_client();
+        let precondition = etag.map(|etag| Precondition::IfMatch(etag.to_string()));
+        let started = self
+            .write(OPERATION, precondition, || {
+                let request = client.delete(rg, name, &self.subscription).send();
+                async move { Ok(request.await?.into_raw_response()) }
+            })
+            .await?;
+        let Some(started) = started else {
+            return Ok(());
+        };
+        self.wait_deleted(OPERATION, &started, || async {
+            Ok(self.public_ip(OPERATION, rg, name).await?.is_none())
+        })
         .await
     }
 
@@ -616,11 +606,8 @@ impl NetworkClient for ArmClient {
         rg: &str,
         name: &str,
     ) -> Result<Option<SecurityGroup>, AzureError> {
-        self.get(
-            "GetNetworkSecurityGroup",
-            &self.path(rg, "networkSecurityGroups", name),
-        )
-        .await
+        self.security_group("GetNetworkSecurityGroup", rg, name)
+            .await
     }
 
     async fn put_security_group(
@@ -628,13 +615,23 @@ impl NetworkClient for ArmClient {
         rg: &str,
         nsg: &SecurityGroup,
     ) -> Result<SecurityGroup, AzureError> {
-        self.put(
-            "PutNetworkSecurityGroup",
-            &self.path(rg, "networkSecurityGroups", &nsg.name),
-            nsg,
-            nsg.etag.as_deref(),
-        )
-        .await
+        const OPERATION: &str = "PutNetworkSecurityGroup";
+        let body: models::NetworkSecurityGroup = convert(OPERATION, nsg)?;
+        let client = self.sdk.network_security_groups_client();
+        let precondition = Precondition::for_write(nsg.etag.as_deref());
+        let started = self
+            .write(OPERATION, Some(precondition), || {
+                let request = client
+                    .create_or_update(rg, &nsg.name, body.clone(), &self.subscription)
+                    .send();
+                async move { Ok(request.await?.into_raw_response()) }
+            })
+            .await?
+            .ok_or_else(|| missing_after_put(OPERATION, &nsg.name))?;
+        self.wait(OPERATION, &started).await?;
+        self.security_group(OPERATION, rg, &nsg.name)
+            .await?
+            .ok_or_else(|| missing_after_put(OPERATION, &nsg.name))
     }
 
     async fn get_subnet(
@@ -643,26 +640,85 @@ impl NetworkClient for ArmClient {
         vnet: &str,
         subnet: &str,
     ) -> Result<Option<Subnet>, AzureError> {
-        let path = format!(
-            "{}/subnets/{subnet}",
-            self.path(rg, "virtualNetworks", vnet)
-        );
-        self.get("GetSubnet", &path).await
+        const OPERATION: &str = "GetSubnet";
+        let client = self.sdk.subnets_client();
+        let found: Option<models::Subnet> = self
+            .call(OPERATION, CallKind::Read, None, || {
+                let request = client.get(rg, vnet, subnet, &self.subscription).send();
+                async move { request.await?.into_body().await }
+            })
+            .await?;
+        found.map(|s| convert(OPERATION, &s)).transpose()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use azure_core::StatusCode;
+
     use super::*;
-    use reqwest::header::HeaderValue;
 
     #[test]
-    fn retry_after_prefers_milliseconds() {
-        let mut headers = HeaderMap::new();
-        headers.insert(RETRY_AFTER, HeaderValue::from_static("7"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
-        headers.insert("retry-after-ms", HeaderValue::from_static("250"));
-        assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
-        assert_eq!(retry_after(&HeaderMap::new()), None);
+    fn sdk_errors_become_provider_errors() {
+        let http = |status: StatusCode, code: &str| {
+            azure_core::Error::from(ErrorKind::http_response(status, Some(code.into())))
+        };
+        let cases: Vec<(azure_core::Error, &str)> = vec![
+            (
+                http(StatusCode::PreconditionFailed, "PreconditionFailed"),
+                "precondition",
+            ),
+            (
+                http(StatusCode::TooManyRequests, "TooManyRequests"),
+                "arm 429",
+            ),
+            (
+                http(StatusCode::BadRequest, "InvalidResourceReference"),
+                "arm 400",
+            ),
+            (
+                azure_core::Error::message(ErrorKind::Io, "reset"),
+                "transport",
+            ),
+            (
+                azure_core::Error::new(
+                    ErrorKind::Credential,
+                    AzureError::Auth("token endpoint answered 401".into()),
+                ),
+                "auth",
+            ),
+            (
+                azure_core::Error::new(
+                    ErrorKind::Other,
+                    ForeignUrl {
+                        url: "http://elsewhere/".into(),
+                    },
+                )
+                .context("non-io error occurred which will not be retried"),
+                "foreign",
+            ),
+            (
+                azure_core::Error::message(ErrorKind::DataConversion, "bad json"),
+                "sdk",
+            ),
+        ];
+        for (error, want) in cases {
+            let got = match classify("PutLoadBalancer", error) {
+                AzureError::PreconditionFailed { .. } => "precondition".to_string(),
+                AzureError::Arm { status, .. } => format!("arm {status}"),
+                AzureError::Transport { .. } => "transport".into(),
+                AzureError::Auth(message) => {
+                    assert!(message.contains("401"), "{message}");
+                    "auth".into()
+                }
+                AzureError::ForeignPollUrl { url, .. } => {
+                    assert_eq!(url, "http://elsewhere/");
+                    "foreign".into()
+                }
+                AzureError::Sdk { .. } => "sdk".into(),
+                other => format!("{other:?}"),
+            };
+            assert_eq!(got, want);
+        }
     }
 }

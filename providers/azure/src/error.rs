@@ -34,9 +34,19 @@ pub enum AzureError {
     Transport {
         /// ARM operation.
         operation: &'static str,
-        /// The HTTP client error.
+        /// The SDK's I/O error.
         #[source]
-        source: reqwest::Error,
+        source: azure_core::Error,
+    },
+    /// The SDK failed in a way that is neither an HTTP answer nor I/O (e.g. a response body
+    /// its generated model could not read).
+    #[error("{operation}: Azure SDK error")]
+    Sdk {
+        /// ARM operation.
+        operation: &'static str,
+        /// The SDK error.
+        #[source]
+        source: azure_core::Error,
     },
     /// ARM answered with an error status.
     #[error("{operation}: HTTP {status} {code}: {message}")]
@@ -163,6 +173,7 @@ impl From<AzureError> for ProviderError {
             | AzureError::PreconditionFailed { operation }
             | AzureError::OperationFailed { operation, .. }
             | AzureError::Decode { operation, .. }
+            | AzureError::Sdk { operation, .. }
             | AzureError::ForeignPollUrl { operation, .. }
             | AzureError::PollTimeout { operation, .. } => *operation,
             _ => "azure",

@@ -18,8 +18,11 @@ pub mod arm;
 mod auth;
 pub mod client;
 pub mod config;
+mod convert;
 pub mod desired;
 mod error;
+mod lro;
+mod pipeline;
 pub mod plan;
 mod provider;
 
