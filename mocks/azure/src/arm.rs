@@ -575,10 +575,15 @@ fn start_operation(
             format!("{base}/operationResults/{id}?api-version={version}"),
         ));
     }
+    push_retry_after(state, &mut reply);
     reply
-        .headers
-        .push(("retry-after", state.config.retry_after_secs.to_string()));
-    reply
+}
+
+/// Adds the configured `Retry-After` to an operation answer, if one is configured.
+fn push_retry_after(state: &State, reply: &mut Reply) {
+    if let Some(secs) = state.config.retry_after_secs {
+        reply.headers.push(("retry-after", secs.to_string()));
+    }
 }
 
 /// Ends an operation: success applies it, failure leaves the resource marked `Failed`.
@@ -632,9 +637,7 @@ fn operation_status(state: &mut State, id: &str) -> Result<Reply, ArmError> {
             json!({"status": "Failed", "error": {"code": e.code, "message": e.message}}),
         ),
     };
-    reply
-        .headers
-        .push(("retry-after", state.config.retry_after_secs.to_string()));
+    push_retry_after(state, &mut reply);
     Ok(reply)
 }
 
@@ -651,9 +654,7 @@ fn operation_result(state: &mut State, id: &str, version: &str) -> Result<Reply,
                     state.config.locations.first().map(String::as_str).unwrap_or("eastus")
                 ),
             ));
-            reply
-                .headers
-                .push(("retry-after", state.config.retry_after_secs.to_string()));
+            push_retry_after(state, &mut reply);
             Ok(reply)
         }
         OpStatus::Succeeded => Ok(Reply::empty(StatusCode::NO_CONTENT)),

@@ -135,7 +135,14 @@ impl MockArmBuilder {
 
     /// The `Retry-After` seconds on async operations (default 0).
     pub fn retry_after(mut self, secs: u64) -> Self {
-        self.config.retry_after_secs = secs;
+        self.config.retry_after_secs = Some(secs);
+        self
+    }
+
+    /// Async operations carry no `Retry-After` (ARM may omit it; clients must then pick their
+    /// own poll interval).
+    pub fn without_retry_after(mut self) -> Self {
+        self.config.retry_after_secs = None;
         self
     }
 
@@ -263,7 +270,7 @@ impl MockArm {
                 public_ip_pool: Ipv4Net::new(std::net::Ipv4Addr::new(20, 50, 0, 0), 24)
                     .unwrap_or_default(),
                 lro_polls: 1,
-                retry_after_secs: 0,
+                retry_after_secs: Some(0),
                 quotas: Quotas::default(),
                 clients: BTreeMap::from([(CLIENT_ID.to_string(), CLIENT_SECRET.to_string())]),
                 base_url: String::new(),
@@ -330,7 +337,7 @@ impl MockArm {
 
     /// Changes the `Retry-After` seconds for operations started from now on.
     pub fn set_retry_after(&self, secs: u64) {
-        self.lock().config.retry_after_secs = secs;
+        self.lock().config.retry_after_secs = Some(secs);
     }
 
     /// A resource's document by ID or path (`/subscriptions/…`), as GET would return it.
@@ -444,6 +451,7 @@ async fn handle(
             path: uri.path().to_string(),
             query: uri.query().unwrap_or_default().to_string(),
             if_match: request.if_match.map(str::to_string),
+            if_none_match: request.if_none_match.map(str::to_string),
             body: journaled_body,
             status: reply.status.as_u16(),
         });

@@ -43,8 +43,8 @@ pub struct Config {
     pub public_ip_pool: Ipv4Net,
     /// `InProgress` answers each async operation gives before it completes.
     pub lro_polls: u32,
-    /// The `Retry-After` seconds sent with async operations.
-    pub retry_after_secs: u64,
+    /// The `Retry-After` seconds sent with async operations (`None`: no header).
+    pub retry_after_secs: Option<u64>,
     /// Limits.
     pub quotas: Quotas,
     /// Service principals accepted at the token endpoint: client ID → secret.
@@ -152,6 +152,8 @@ pub struct JournalEntry {
     pub query: String,
     /// The `If-Match` header, when sent.
     pub if_match: Option<String>,
+    /// The `If-None-Match` header, when sent.
+    pub if_none_match: Option<String>,
     /// The JSON body, when there was one.
     pub body: Option<Value>,
     /// The status answered.

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// The Microsoft.Network API version every request uses.
+/// The Microsoft.Network API version every request uses: the one `azure_mgmt_network`'s
+/// `package_2024_03` module sends, which these shapes follow.
 pub const API_VERSION: &str = "2024-03-01";
 
 /// Fields a type does not model, carried through unchanged.
@@ -514,26 +515,7 @@ pub struct SubnetProperties {
     pub extra: Extra,
 }
 
-/// `{"value": [...]}` list envelope.
-#[derive(Debug, Clone, Deserialize)]
-pub struct List<T> {
-    /// Items.
-    #[serde(default = "Vec::new")]
-    pub value: Vec<T>,
-    /// Next page.
-    #[serde(default, rename = "nextLink")]
-    pub next_link: Option<String>,
-}
-
-/// ARM's error body.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct ErrorBody {
-    /// The error.
-    #[serde(default)]
-    pub error: ErrorDetail,
-}
-
-/// `error` of an ARM error body or failed operation.
+/// `error` of a failed operation.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ErrorDetail {
     /// Code, e.g. `InvalidResourceReference`.

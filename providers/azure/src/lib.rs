@@ -7,12 +7,13 @@
 //! shared backend pool `<cluster>` with IP-based members, and consolidated allow rules in the
 //! cluster security group.
 //!
-//! ARM is spoken over `reqwest` behind the small [`NetworkClient`] trait rather than through
-//! the frozen `azure_mgmt_network` 0.21 crate. Measured on the 2-core build machine, that crate
-//! alone took 149 s to compile (one 124k-line generated unit; 6 min 22 s wall for the first
-//! build of this crate with it, while other builds shared the cores), and it offers no
-//! `If-Match` setter, no DELETE poller and a 30 s poll sleep when `Retry-After` is absent, all
-//! of which kube-lb needs. Swapping the transport back means implementing [`NetworkClient`].
+//! ARM is spoken through the `azure_mgmt_network` 0.21 SDK (the design's choice), behind the
+//! small [`NetworkClient`] trait because that crate is frozen upstream: the planner works on
+//! kube-lb's own ARM model ([`arm`]) and only the client sees the SDK. The client adds what
+//! the SDK lacks: `If-Match`/`If-None-Match` preconditions on every write (a pipeline policy),
+//! its own operation polling (the SDK sleeps 30 s per poll without `Retry-After` and cannot
+//! wait for a DELETE), a single retry layer shared with the other clouds, and tokens kept out
+//! of azure_core's request logs. See [`client`] for the details.
 
 pub mod arm;
 mod auth;

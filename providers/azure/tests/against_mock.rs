@@ -95,10 +95,12 @@ async fn external_service_gets_frontend_rules_probes_pool_pip_and_nsg() {
         serde_json::json!(["80", "443"])
     );
 
-    // Every write carried an etag precondition.
+    // Every write carried an etag precondition: If-Match on updates, If-None-Match on creates.
     for entry in h.arm.mutations() {
         if entry.method == "PUT" {
-            assert!(entry.if_match.is_some() || entry.status == 201, "{entry:?}");
+            let create = entry.status == 201;
+            assert_eq!(entry.if_match.is_some(), !create, "{entry:?}");
+            assert_eq!(entry.if_none_match.is_some(), create, "{entry:?}");
         }
     }
 }
