@@ -585,13 +585,13 @@ const PROXY_THREADS: usize = 2;
 
 /// The userspace backend beside HAProxy and a direct connection: requests/s with a new connection
 /// per request and with keep-alive, single-stream throughput, and each proxy's CPU time per
-/// request. `--rounds N` (default 3, 1 with `--quick`) repeats the measurement with the proxies'
+/// request. `--rounds N` (default 5, 1 with `--quick`) repeats the measurement with the proxies'
 /// order alternating and prints the median ratios.
 fn userspace_benchmarks(quick: bool) {
     let rounds: usize = std::env::args()
         .skip_while(|arg| arg != "--rounds")
         .nth(1)
-        .map_or(if quick { 1 } else { 3 }, |n| {
+        .map_or(if quick { 1 } else { 5 }, |n| {
             n.parse().expect("--rounds N")
         });
     // Load generator and backend get their own runtimes; the proxy runs on its own worker
@@ -612,7 +612,11 @@ fn userspace_benchmarks(quick: bool) {
         .enable_all()
         .build()
         .unwrap();
-    let backend_addr = backend_runtime.block_on(backend());
+    // One server program and runtime, one listening port per target: each target's connections
+    // to the backend then have their own TIME_WAIT space, so one target's closed connections do
+    // not slow down another's connect().
+    let [direct_backend, userspace_backend, haproxy_backend] =
+        backend_runtime.block_on(async { [backend().await, backend().await, backend().await] });
 
     // kube-lb userspace: a ClusterIP-like frontend on 127.0.0.2.
     let userspace_port = free_port();
@@ -637,7 +641,7 @@ fn userspace_benchmarks(quick: bool) {
         );
         index.apply_endpoint_slice(
             &slice("bench", "web", "web")
-                .port("", "TCP", i32::from(backend_addr.port()))
+                .port("", "TCP", i32::from(userspace_backend.port()))
                 .endpoint("127.0.0.1", "bench")
                 .build(),
         );
@@ -650,7 +654,7 @@ fn userspace_benchmarks(quick: bool) {
     let haproxy_port = free_port();
     let config = format!(
         "global\n  maxconn 4000\n  nbthread {PROXY_THREADS}\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
-         listen bench\n  bind 127.0.0.3:{haproxy_port}\n  server s1 {backend_addr}\n"
+         listen bench\n  bind 127.0.0.3:{haproxy_port}\n  server s1 {haproxy_backend}\n"
     );
     let config_path =
         std::env::temp_dir().join(format!("kube-lb-bench-haproxy-{}.cfg", std::process::id()));
@@ -680,7 +684,7 @@ fn userspace_benchmarks(quick: bool) {
 
     let userspace_addr: SocketAddr = format!("127.0.0.2:{userspace_port}").parse().unwrap();
     let targets = [
-        ("direct", backend_addr, Cpu::None),
+        ("direct", direct_backend, Cpu::None),
         (
             "kube-lb userspace",
             userspace_addr,
@@ -688,7 +692,7 @@ fn userspace_benchmarks(quick: bool) {
         ),
         ("haproxy", haproxy_addr, Cpu::Threads(haproxy.id(), None)),
     ];
-    let duration = Duration::from_secs(if quick { 1 } else { 2 });
+    let duration = Duration::from_secs(1);
     let bulk = if quick { 64 << 20 } else { 512 << 20 };
     println!(
         "\n== userspace proxy on loopback: {rounds} round(s), {}s per figure, {CLIENTS} concurrent clients",
@@ -700,7 +704,7 @@ fn userspace_benchmarks(quick: bool) {
         config.lines().map(str::trim).collect::<Vec<_>>().join("; ")
     );
     println!(
-        "   same backend ({backend_addr}, 2 tokio threads) and client (2 tokio threads), all on loopback; load {}",
+        "   same backend server (2 tokio threads, one port per target: {direct_backend}, {userspace_backend}, {haproxy_backend}) and client (2 tokio threads), all on loopback; load {}",
         load_average()
     );
     let header = format!(

@@ -1,14 +1,16 @@
 //! Byte relay between a client and its endpoint: both directions at once, a half-close passed on
-//! to the other side, and per-direction buffers that start small and grow only for bulk traffic.
+//! to the other side, and no buffer per connection unless a peer is slow.
 //!
 //! Differences from `tokio::io::copy_bidirectional` that matter per connection:
-//! - a direction starts with [`INITIAL_BUFFER`] bytes and doubles up to [`MAX_BUFFER`] only after
-//!   a read filled its buffer, so short request/response connections do not pay for zeroing two
-//!   64 KiB buffers, while bulk transfers still move 64 KiB per system call;
+//! - reads go into one [`SCRATCH_BUFFER`]-sized buffer per thread and are written on at once;
+//!   only bytes a writer cannot take right now are copied into a buffer of the connection. On a
+//!   fast network that never happens, so a short connection allocates and zeroes nothing, an
+//!   idle keep-alive connection holds no buffer, and every read can take 64 KiB;
 //! - the direction that finishes last does not shut its writer down: both peers have sent their
 //!   FIN by then, and closing the sockets (which the caller does next) sends ours, so one
 //!   `shutdown(2)` per connection is saved.
 
+use std::cell::RefCell;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
@@ -16,11 +18,14 @@ use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// First buffer size of each direction.
-pub const INITIAL_BUFFER: usize = 8 * 1024;
+/// Size of the per-thread read buffer: the most one read moves.
+pub const SCRATCH_BUFFER: usize = 64 * 1024;
 
-/// Largest buffer a direction grows to.
-pub const MAX_BUFFER: usize = 64 * 1024;
+thread_local! {
+    /// Borrowed only inside one synchronous poll, never across an await, so every connection
+    /// relayed by this thread can use it.
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH_BUFFER].into_boxed_slice());
+}
 
 /// Bytes moved by [`relay`], per direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,8 +44,8 @@ where
     C: AsyncRead + AsyncWrite + Unpin + ?Sized,
     E: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
-    let mut upstream = Direction::new();
-    let mut downstream = Direction::new();
+    let mut upstream = Direction::default();
+    let mut downstream = Direction::default();
     poll_fn(|cx| {
         let up = upstream.poll(cx, &mut *client, &mut *endpoint, downstream.done)?;
         let down = downstream.poll(cx, &mut *endpoint, &mut *client, upstream.done)?;
@@ -56,14 +61,12 @@ where
     .await
 }
 
-/// One direction's state: bytes in `buffer[start..end]` are read and not yet written.
-#[derive(Debug)]
+/// One direction's state.
+#[derive(Debug, Default)]
 struct Direction {
-    buffer: Vec<u8>,
-    start: usize,
-    end: usize,
-    /// The last read filled the whole buffer: use a bigger one once it is drained.
-    grow: bool,
+    /// Bytes read but refused by the writer so far; `pending[written..]` still has to go out.
+    pending: Vec<u8>,
+    written: usize,
     /// Written since the last flush.
     unflushed: bool,
     /// The reader reached end of stream.
@@ -74,19 +77,6 @@ struct Direction {
 }
 
 impl Direction {
-    fn new() -> Self {
-        Direction {
-            buffer: vec![0; INITIAL_BUFFER],
-            start: 0,
-            end: 0,
-            grow: false,
-            unflushed: false,
-            eof: false,
-            done: false,
-            transferred: 0,
-        }
-    }
-
     /// Moves bytes until the reader ends (`Ready(Ok)`), an I/O error, or nothing can move now.
     /// `other_done` tells whether the opposite direction has already finished, in which case the
     /// writer is not shut down (see the module docs).
@@ -105,43 +95,15 @@ impl Direction {
             return Poll::Ready(Ok(()));
         }
         loop {
-            if self.start == self.end && !self.eof {
-                let mut read = ReadBuf::new(&mut self.buffer);
-                match Pin::new(&mut *reader).poll_read(cx, &mut read) {
-                    Poll::Ready(result) => result?,
-                    Poll::Pending => {
-                        // Nothing to read now: make sure what was written goes out meanwhile.
-                        if self.unflushed {
-                            ready!(Pin::new(&mut *writer).poll_flush(cx))?;
-                            self.unflushed = false;
-                        }
-                        return Poll::Pending;
-                    }
-                }
-                let filled = read.filled().len();
-                if filled == 0 {
-                    self.eof = true;
-                } else {
-                    self.grow = filled == self.buffer.len() && self.buffer.len() < MAX_BUFFER;
-                    self.start = 0;
-                    self.end = filled;
-                }
+            // What an earlier write refused goes first, so the byte order holds.
+            while self.written < self.pending.len() {
+                let written =
+                    ready!(Pin::new(&mut *writer).poll_write(cx, &self.pending[self.written..]))?;
+                self.wrote(written)?;
+                self.written += written;
             }
-            while self.start < self.end {
-                let written = ready!(
-                    Pin::new(&mut *writer).poll_write(cx, &self.buffer[self.start..self.end])
-                )?;
-                if written == 0 {
-                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-                }
-                self.start += written;
-                self.transferred += written as u64;
-                self.unflushed = true;
-            }
-            if self.grow {
-                self.buffer = vec![0; (self.buffer.len() * 2).min(MAX_BUFFER)];
-                self.grow = false;
-            }
+            self.pending.clear();
+            self.written = 0;
             if self.eof {
                 if self.unflushed {
                     ready!(Pin::new(&mut *writer).poll_flush(cx))?;
@@ -153,7 +115,66 @@ impl Direction {
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
+            ready!(SCRATCH.with_borrow_mut(|scratch| self.pass_on(cx, reader, writer, scratch)))?;
         }
+    }
+
+    /// One read into `scratch`, written on at once; what the writer refuses is kept in `pending`.
+    /// `Ready(Ok)` means: read and written (or end of stream seen), go on.
+    fn pass_on<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        reader: &mut R,
+        writer: &mut W,
+        scratch: &mut [u8],
+    ) -> Poll<io::Result<()>>
+    where
+        R: AsyncRead + Unpin + ?Sized,
+        W: AsyncWrite + Unpin + ?Sized,
+    {
+        let mut read = ReadBuf::new(scratch);
+        if Pin::new(&mut *reader)
+            .poll_read(cx, &mut read)?
+            .is_pending()
+        {
+            // Nothing to read now: make sure what was written goes out meanwhile.
+            if self.unflushed {
+                ready!(Pin::new(&mut *writer).poll_flush(cx))?;
+                self.unflushed = false;
+            }
+            return Poll::Pending;
+        }
+        let filled = read.filled().len();
+        if filled == 0 {
+            self.eof = true;
+            return Poll::Ready(Ok(()));
+        }
+        let mut offset = 0;
+        while offset < filled {
+            match Pin::new(&mut *writer).poll_write(cx, &scratch[offset..filled]) {
+                Poll::Ready(result) => {
+                    let written = result?;
+                    self.wrote(written)?;
+                    offset += written;
+                }
+                Poll::Pending => {
+                    // `pending` is empty here: an exact reservation keeps it at most one read.
+                    self.pending.reserve_exact(filled - offset);
+                    self.pending.extend_from_slice(&scratch[offset..filled]);
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn wrote(&mut self, written: usize) -> io::Result<()> {
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        self.transferred += written as u64;
+        self.unflushed = true;
+        Ok(())
     }
 }
 
@@ -164,23 +185,35 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
     use tokio::net::{TcpListener, TcpStream};
 
-    /// A writer that records what it is asked to do.
+    /// A writer that records what it is asked to do. With `limit` set, it takes at most that many
+    /// bytes per call and refuses every other call, like a socket whose send buffer is full.
     #[derive(Debug, Default)]
     struct Recorder {
         bytes: Vec<u8>,
         shutdowns: usize,
         largest_write: usize,
+        limit: Option<usize>,
+        calls: usize,
     }
 
     impl AsyncWrite for Recorder {
         fn poll_write(
             mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
+            cx: &mut Context<'_>,
             buf: &[u8],
         ) -> Poll<io::Result<usize>> {
-            self.largest_write = self.largest_write.max(buf.len());
-            self.bytes.extend_from_slice(buf);
-            Poll::Ready(Ok(buf.len()))
+            self.calls += 1;
+            let take = match self.limit {
+                Some(_) if self.calls % 2 == 0 => {
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Some(limit) => buf.len().min(limit),
+                None => buf.len(),
+            };
+            self.largest_write = self.largest_write.max(take);
+            self.bytes.extend_from_slice(&buf[..take]);
+            Poll::Ready(Ok(take))
         }
 
         fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -197,41 +230,59 @@ mod tests {
         (0..len).map(|i| (i % 251) as u8).collect()
     }
 
-    fn drive(direction: &mut Direction, reader: &mut &[u8], writer: &mut Recorder, other: bool) {
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
-        // A byte slice and the recorder never return Pending.
-        assert!(direction.poll(&mut cx, reader, writer, other).is_ready());
+    /// Polls one direction until it finishes; a byte slice reader is never pending, so only the
+    /// writer's refusals make it return early.
+    fn drive(direction: &mut Direction, mut reader: &[u8], writer: &mut Recorder, other: bool) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        for _ in 0..1_000_000 {
+            if let Poll::Ready(result) = direction.poll(&mut cx, &mut reader, writer, other) {
+                return result.unwrap();
+            }
+        }
+        panic!("the direction never finished");
     }
 
     #[test]
-    fn buffers_grow_only_under_bulk_traffic_and_keep_byte_order() {
+    fn bytes_arrive_in_order_and_a_buffer_is_kept_only_for_refused_writes() {
         let cases = [
-            // (bytes sent, largest single write expected)
-            (100, 100),
-            (INITIAL_BUFFER, INITIAL_BUFFER),
-            (INITIAL_BUFFER + 1, INITIAL_BUFFER),
-            (3 * INITIAL_BUFFER, 2 * INITIAL_BUFFER),
-            (1 << 20, MAX_BUFFER),
+            // (bytes sent, writer limit, largest single write expected)
+            (100, None, 100),
+            (SCRATCH_BUFFER, None, SCRATCH_BUFFER),
+            (SCRATCH_BUFFER + 1, None, SCRATCH_BUFFER),
+            (1 << 20, None, SCRATCH_BUFFER),
+            (100, Some(7), 7),
+            (1 << 20, Some(10_000), 10_000),
         ];
-        for (len, largest) in cases {
+        for (len, limit, largest) in cases {
             let data = pattern(len);
-            let mut direction = Direction::new();
-            let mut writer = Recorder::default();
-            drive(&mut direction, &mut data.as_slice(), &mut writer, false);
-            assert_eq!(writer.bytes, data, "{len} bytes");
-            assert_eq!(writer.largest_write, largest, "{len} bytes");
+            let mut direction = Direction::default();
+            let mut writer = Recorder {
+                limit,
+                ..Recorder::default()
+            };
+            drive(&mut direction, &data, &mut writer, false);
+            assert_eq!(writer.bytes, data, "{len} bytes, limit {limit:?}");
+            assert_eq!(
+                writer.largest_write, largest,
+                "{len} bytes, limit {limit:?}"
+            );
             assert_eq!(direction.transferred, len as u64);
-            assert!(direction.buffer.len() <= MAX_BUFFER);
+            assert!(direction.done);
+            let kept = direction.pending.capacity();
+            if limit.is_none() {
+                assert_eq!(kept, 0, "nothing refused, nothing allocated");
+            } else {
+                assert!(kept > 0 && kept <= SCRATCH_BUFFER, "{kept}");
+            }
         }
     }
 
     #[test]
     fn only_the_first_direction_to_finish_shuts_its_writer_down() {
         for (other_done, shutdowns) in [(false, 1), (true, 0)] {
-            let mut direction = Direction::new();
+            let mut direction = Direction::default();
             let mut writer = Recorder::default();
-            drive(&mut direction, &mut &b"bye"[..], &mut writer, other_done);
+            drive(&mut direction, b"bye", &mut writer, other_done);
             assert!(direction.done);
             assert_eq!(writer.shutdowns, shutdowns, "other done: {other_done}");
         }
