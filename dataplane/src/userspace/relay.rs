@@ -204,7 +204,7 @@ mod tests {
         ) -> Poll<io::Result<usize>> {
             self.calls += 1;
             let take = match self.limit {
-                Some(_) if self.calls % 2 == 0 => {
+                Some(_) if self.calls.is_multiple_of(2) => {
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
