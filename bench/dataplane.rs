@@ -545,37 +545,68 @@ impl Cpu {
     }
 }
 
-/// One target's figures in one round.
+/// What one target accumulated over the slices of one figure.
 #[derive(Clone, Copy, Default)]
-struct Figures {
-    fresh: f64,
-    kept: f64,
-    mbps: f64,
-    /// Proxy CPU µs per request, new connection per request / keep-alive.
-    fresh_cpu: f64,
-    kept_cpu: f64,
+struct Totals {
+    /// Requests completed, or bytes received for throughput.
+    work: f64,
+    seconds: f64,
+    cpu_ns: u64,
 }
 
-async fn measure(target: SocketAddr, cpu: Cpu, duration: Duration, bulk: usize) -> Figures {
-    let before = cpu.now();
-    let fresh = request_rate(target, CLIENTS, duration, true).await;
-    let middle = cpu.now();
-    let kept = request_rate(target, CLIENTS, duration, false).await;
-    let after = cpu.now();
-    let mbps = throughput(target, 1, bulk).await;
-    let per_request = |ns: u64, rate: f64| ns as f64 / 1e3 / (rate * duration.as_secs_f64());
-    Figures {
-        fresh,
-        kept,
-        mbps,
-        fresh_cpu: per_request(middle - before, fresh),
-        kept_cpu: per_request(after - middle, kept),
+impl Totals {
+    fn add(&mut self, work: f64, seconds: f64, cpu_ns: u64) {
+        self.work += work;
+        self.seconds += seconds;
+        self.cpu_ns += cpu_ns;
+    }
+
+    fn rate(&self) -> f64 {
+        self.work / self.seconds
+    }
+
+    /// Proxy CPU µs per unit of work.
+    fn cpu_per(&self) -> f64 {
+        self.cpu_ns as f64 / 1e3 / self.work
     }
 }
 
-fn median_of(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+/// The figures compared.
+#[derive(Clone, Copy, PartialEq)]
+enum Figure {
+    /// Requests/s, one new connection per request.
+    NewConnection,
+    /// Requests/s over kept-alive connections.
+    KeepAlive,
+    /// MB/s of one bulk stream.
+    Throughput,
+}
+
+/// One measurement slice of `figure` against `target`: (work done, seconds, proxy CPU ns).
+async fn slice_of(
+    figure: Figure,
+    target: SocketAddr,
+    cpu: Cpu,
+    slice: Duration,
+) -> (f64, f64, u64) {
+    let before = cpu.now();
+    let started = Instant::now();
+    let work = match figure {
+        Figure::NewConnection | Figure::KeepAlive => {
+            request_rate(target, CLIENTS, slice, figure == Figure::NewConnection).await
+                * slice.as_secs_f64()
+        }
+        Figure::Throughput => {
+            let bytes = 128 << 20;
+            throughput(target, 1, bytes).await;
+            bytes as f64 / 1e6
+        }
+    };
+    let seconds = match figure {
+        Figure::Throughput => started.elapsed().as_secs_f64(),
+        _ => slice.as_secs_f64(),
+    };
+    (work, seconds, cpu.now() - before)
 }
 
 /// Concurrent request loops of the load generator.
@@ -585,13 +616,17 @@ const PROXY_THREADS: usize = 2;
 
 /// The userspace backend beside HAProxy and a direct connection: requests/s with a new connection
 /// per request and with keep-alive, single-stream throughput, and each proxy's CPU time per
-/// request. `--rounds N` (default 5, 1 with `--quick`) repeats the measurement with the proxies'
-/// order alternating and prints the median ratios.
+/// request.
+///
+/// The machine is shared, so the load changes while the benchmark runs. Each figure is therefore
+/// measured in short slices, rotating the order of the targets from one slice to the next, and a
+/// target's figure is its total over all its slices: a load change hits every target alike.
+/// `--rounds N` sets the slices per figure (default 10 of 0.5 s; 2 with `--quick`).
 fn userspace_benchmarks(quick: bool) {
     let rounds: usize = std::env::args()
         .skip_while(|arg| arg != "--rounds")
         .nth(1)
-        .map_or(if quick { 1 } else { 5 }, |n| {
+        .map_or(if quick { 2 } else { 10 }, |n| {
             n.parse().expect("--rounds N")
         });
     // Load generator and backend get their own runtimes; the proxy runs on its own worker
@@ -692,11 +727,10 @@ fn userspace_benchmarks(quick: bool) {
         ),
         ("haproxy", haproxy_addr, Cpu::Threads(haproxy.id(), None)),
     ];
-    let duration = Duration::from_secs(1);
-    let bulk = if quick { 64 << 20 } else { 512 << 20 };
+    let slice = Duration::from_millis(500);
     println!(
-        "\n== userspace proxy on loopback: {rounds} round(s), {}s per figure, {CLIENTS} concurrent clients",
-        duration.as_secs()
+        "\n== userspace proxy on loopback: {rounds} slices of {} ms per figure and target, order rotating, {CLIENTS} concurrent clients",
+        slice.as_millis()
     );
     println!("   {described}");
     println!(
@@ -707,52 +741,59 @@ fn userspace_benchmarks(quick: bool) {
         "   same backend server (2 tokio threads, one port per target: {direct_backend}, {userspace_backend}, {haproxy_backend}) and client (2 tokio threads), all on loopback; load {}",
         load_average()
     );
-    let header = format!(
-        "{:>18} | {:>16} {:>17} {:>15} | {:>20}",
+    let figures = [Figure::NewConnection, Figure::KeepAlive, Figure::Throughput];
+    let mut totals = [[Totals::default(); 3]; 3];
+    // Per-slice userspace/haproxy ratios, to show how much the load moved things around.
+    let mut spreads: [Vec<f64>; 3] = Default::default();
+    for (f, figure) in figures.into_iter().enumerate() {
+        // Bulk transfers take long enough per slice that fewer of them do.
+        let slices = if figure == Figure::Throughput {
+            rounds.div_ceil(2)
+        } else {
+            rounds
+        };
+        for round in 0..slices {
+            let mut order = [0, 1, 2];
+            order.rotate_left(round % 3);
+            if round % 6 >= 3 {
+                order.reverse();
+            }
+            let mut this = [0.0; 3];
+            for index in order {
+                let (_, addr, cpu) = targets[index];
+                let (work, seconds, cpu_ns) =
+                    client_runtime.block_on(slice_of(figure, addr, cpu, slice));
+                totals[f][index].add(work, seconds, cpu_ns);
+                this[index] = work / seconds;
+            }
+            spreads[f].push(this[1] / this[2]);
+        }
+    }
+    println!(
+        "\n{:>18} | {:>16} {:>17} {:>15} | {:>22}",
         "target",
         "req/s (new conn)",
         "req/s (keepalive)",
         "MB/s (1 stream)",
-        "proxy CPU µs/req n/k"
+        "proxy CPU µs/req n / k"
     );
-    let mut results: Vec<[Figures; 3]> = Vec::new();
-    for round in 0..rounds {
-        // Alternate who goes first, so a load change during a round does not always favour one.
-        let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [0, 2, 1] };
-        println!("\n-- round {} of {rounds}\n{header}", round + 1);
-        let mut figures = [Figures::default(); 3];
-        for index in order {
-            let (name, addr, cpu) = targets[index];
-            let row = client_runtime.block_on(measure(addr, cpu, duration, bulk));
-            let cpu_text = match cpu {
-                Cpu::None => String::new(),
-                Cpu::Threads(..) => format!("{:.1} / {:.1}", row.fresh_cpu, row.kept_cpu),
-            };
-            println!(
-                "{name:>18} | {:>16.0} {:>17.0} {:>15.0} | {cpu_text:>20}",
-                row.fresh, row.kept, row.mbps
-            );
-            figures[index] = row;
-        }
-        results.push(figures);
+    for (index, (name, _, cpu)) in targets.iter().enumerate() {
+        let cpu_text = match cpu {
+            Cpu::None => String::new(),
+            Cpu::Threads(..) => format!(
+                "{:.1} / {:.1}",
+                totals[0][index].cpu_per(),
+                totals[1][index].cpu_per()
+            ),
+        };
+        println!(
+            "{name:>18} | {:>16.0} {:>17.0} {:>15.0} | {cpu_text:>22}",
+            totals[0][index].rate(),
+            totals[1][index].rate(),
+            totals[2][index].rate()
+        );
     }
-    let ratio = |of: usize, to: usize, field: fn(&Figures) -> f64| {
-        median_of(
-            results
-                .iter()
-                .map(|round| field(&round[of]) / field(&round[to]))
-                .collect(),
-        )
-    };
-    println!(
-        "\n-- median ratio over {rounds} round(s); load {}\n{:>18} | {:>16} {:>17} {:>15} | {:>20}",
-        load_average(),
-        "ratio",
-        "req/s (new conn)",
-        "req/s (keepalive)",
-        "MB/s (1 stream)",
-        "CPU/req n / k"
-    );
+    let ratio = |f: usize, of: usize, to: usize| totals[f][of].rate() / totals[f][to].rate();
     for (name, of, to) in [
         ("userspace/haproxy", 1, 2),
         ("userspace/direct", 1, 0),
@@ -763,17 +804,30 @@ fn userspace_benchmarks(quick: bool) {
         } else {
             format!(
                 "{:.2}x / {:.2}x",
-                ratio(of, to, |f| f.fresh_cpu),
-                ratio(of, to, |f| f.kept_cpu)
+                totals[0][of].cpu_per() / totals[0][to].cpu_per(),
+                totals[1][of].cpu_per() / totals[1][to].cpu_per()
             )
         };
         println!(
-            "{name:>18} | {:>15.2}x {:>16.2}x {:>14.2}x | {cpu:>20}",
-            ratio(of, to, |f| f.fresh),
-            ratio(of, to, |f| f.kept),
-            ratio(of, to, |f| f.mbps),
+            "{name:>18} | {:>15.2}x {:>16.2}x {:>14.2}x | {cpu:>22}",
+            ratio(0, of, to),
+            ratio(1, of, to),
+            ratio(2, of, to),
         );
     }
+    let range = |values: &[f64]| {
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(0.0, f64::max);
+        format!("{min:.2}–{max:.2}x")
+    };
+    println!(
+        "{:>18} | {:>16} {:>17} {:>15} | load {}",
+        "per-slice range",
+        range(&spreads[0]),
+        range(&spreads[1]),
+        range(&spreads[2]),
+        load_average()
+    );
     let _ = haproxy.kill();
     let _ = haproxy.wait();
     let _ = std::fs::remove_file(config_path);

@@ -38,6 +38,7 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use socket2::{Domain, Socket, Type};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
 use tokio::runtime::Handle;
@@ -374,6 +375,19 @@ fn on_worker<T>(worker: &Handle, make: impl FnOnce() -> std::io::Result<T>) -> s
     make()
 }
 
+/// Sends the PROXY header and what the client has sent so far on an established endpoint
+/// connection, then registers it with the runtime.
+async fn start_established(
+    client: &mut TcpStream,
+    socket: std::net::TcpStream,
+    header: &[u8],
+) -> std::io::Result<TcpStream> {
+    let unsent = relay::send_early(client, &socket, header).await?;
+    let mut upstream = TcpStream::from_std(socket)?;
+    upstream.write_all(&unsent).await?;
+    Ok(upstream)
+}
+
 /// Pending connections the kernel queues per listening socket before refusing more (capped by
 /// `net.core.somaxconn`).
 const LISTEN_BACKLOG: u32 = 4096;
@@ -431,16 +445,41 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// A connection to an endpoint.
+#[derive(Debug)]
+enum Dialled {
+    /// Established by the time `connect(2)` returned, as is usual for endpoints on the same host
+    /// or network. Not registered with the runtime yet, so the first bytes go out at once.
+    Established(std::net::TcpStream),
+    /// Established after waiting for the runtime to report it writable.
+    Registered(TcpStream),
+}
+
 /// Opens a connection to `endpoint` with Nagle's algorithm off: the proxy writes what it read as
 /// soon as it read it, so delaying small segments would only add latency.
-async fn connect(endpoint: SocketAddr) -> std::io::Result<TcpStream> {
-    let socket = if endpoint.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_nodelay(true)?;
-    socket.connect(endpoint).await
+async fn connect(endpoint: SocketAddr) -> std::io::Result<Dialled> {
+    let socket = Socket::new(
+        Domain::for_address(endpoint),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_tcp_nodelay(true)?;
+    match socket.connect(&endpoint.into()) {
+        Ok(()) => return Ok(Dialled::Established(socket.into())),
+        Err(error) if error.raw_os_error() != Some(libc::EINPROGRESS) => return Err(error),
+        Err(_) => {}
+    }
+    // The handshake may already be over (loopback completes it inside connect): a known peer
+    // address says so without a round through the runtime.
+    if socket.peer_addr().is_ok() {
+        return Ok(Dialled::Established(socket.into()));
+    }
+    let stream = TcpStream::from_std(socket.into())?;
+    stream.writable().await?;
+    if let Some(error) = stream.take_error()? {
+        return Err(error);
+    }
+    Ok(Dialled::Registered(stream))
 }
 
 async fn forward_tcp(
@@ -455,10 +494,8 @@ async fn forward_tcp(
         let Some(endpoint) = shared.pool().pick(peer.ip(), &failed, Instant::now()) else {
             break;
         };
-        let mut upstream = match tokio::time::timeout(*timeout, connect(endpoint.socket_addr()))
-            .await
-        {
-            Ok(Ok(stream)) => stream,
+        let dialled = match tokio::time::timeout(*timeout, connect(endpoint.socket_addr())).await {
+            Ok(Ok(dialled)) => dialled,
             Ok(Err(error)) => {
                 tracing::debug!(%frontend, %endpoint, %error, "connect failed, trying another endpoint");
                 failed.push(endpoint);
@@ -475,15 +512,21 @@ async fn forward_tcp(
             shared: shared.clone(),
             endpoint,
         };
-        if let Some(version) = shared.proxy_protocol()
-            && upstream
-                .write_all(&proxy_protocol::header(version, peer, frontend))
-                .await
-                .is_err()
-        {
-            return;
-        }
-        if let Err(error) = relay::relay(&mut client, &mut upstream).await {
+        let header = shared
+            .proxy_protocol()
+            .map(|version| proxy_protocol::header(version, peer, frontend))
+            .unwrap_or_default();
+        let started = match dialled {
+            Dialled::Established(socket) => start_established(&mut client, socket, &header).await,
+            Dialled::Registered(mut upstream) => {
+                upstream.write_all(&header).await.map(|()| upstream)
+            }
+        };
+        let result = match started {
+            Ok(mut upstream) => relay::relay(&mut client, &mut upstream).await.map(drop),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = result {
             tracing::trace!(%frontend, client = %peer, %endpoint, %error, "connection ended with an error");
         }
         return;

@@ -61,6 +61,64 @@ where
     .await
 }
 
+/// First bytes to a just-connected endpoint whose socket is not registered with the runtime yet:
+/// `prefix` (a PROXY protocol header, or nothing) and whatever `client` has already sent, in one
+/// `send(2)`. Waiting for the runtime to report the new socket writable would cost an event-loop
+/// turn per connection; a freshly established connection takes a first write anyway.
+///
+/// Returns the bytes `endpoint` did not take, which must be written before anything else. A client
+/// that has sent nothing yet, or has already half-closed, is left to [`relay`].
+pub async fn send_early<C>(
+    client: &mut C,
+    endpoint: &std::net::TcpStream,
+    prefix: &[u8],
+) -> io::Result<Vec<u8>>
+where
+    C: AsyncRead + Unpin + ?Sized,
+{
+    poll_fn(|cx| {
+        Poll::Ready(
+            SCRATCH
+                .with_borrow_mut(|scratch| send_early_with(cx, client, endpoint, prefix, scratch)),
+        )
+    })
+    .await
+}
+
+fn send_early_with<C>(
+    cx: &mut Context<'_>,
+    client: &mut C,
+    endpoint: &std::net::TcpStream,
+    prefix: &[u8],
+    scratch: &mut [u8],
+) -> io::Result<Vec<u8>>
+where
+    C: AsyncRead + Unpin + ?Sized,
+{
+    let Some((head, tail)) = scratch.split_at_mut_checked(prefix.len()) else {
+        // Longer than the scratch buffer (no PROXY header is): all of it is left to the caller.
+        return Ok(prefix.to_vec());
+    };
+    head.copy_from_slice(prefix);
+    let mut read = ReadBuf::new(tail);
+    // Pending only registers interest that `relay` renews; the bytes are in `read` either way.
+    if let Poll::Ready(result) = Pin::new(&mut *client).poll_read(cx, &mut read) {
+        result?;
+    }
+    let total = prefix.len() + read.filled().len();
+    let mut written = 0;
+    while written < total {
+        match io::Write::write(&mut &*endpoint, &scratch[written..total]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => written += n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(scratch[written..total].to_vec())
+}
+
 /// One direction's state.
 #[derive(Debug, Default)]
 struct Direction {
