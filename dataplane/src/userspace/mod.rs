@@ -753,6 +753,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn connect_outcomes() {
+        // Loopback completes the handshake inside connect(2): no wait through the runtime.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dialled = connect(listener.local_addr().unwrap()).await.unwrap();
+        let Dialled::Established(stream) = dialled else {
+            panic!("expected an established connection, got {dialled:?}");
+        };
+        assert!(stream.nodelay().unwrap());
+
+        // Nobody listening: refused.
+        let closed = listener.local_addr().unwrap();
+        drop(listener);
+        let error = connect(closed).await.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+
+    #[tokio::test]
+    async fn connect_waits_for_a_handshake_the_endpoint_completes_late() {
+        // A listener whose accept queue is full drops SYNs: the handshake only completes once the
+        // queue has room and the SYN is retransmitted (after about a second).
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let queued = TcpStream::connect(addr).await.unwrap();
+        // The first poll sends the SYN, finds no peer address and waits for the runtime.
+        let mut dialling = Box::pin(connect(addr));
+        assert!(futures::poll!(&mut dialling).is_pending());
+        let (_accepted, _) = listener.accept().await.unwrap();
+        let dialled = tokio::time::timeout(Duration::from_secs(10), dialling)
+            .await
+            .expect("connected after the SYN retransmission")
+            .unwrap();
+        assert!(
+            matches!(dialled, Dialled::Registered(_)),
+            "the connection completed through the runtime: {dialled:?}"
+        );
+        drop(queued);
+    }
+
+    #[tokio::test]
     async fn accepted_connections_inherit_nodelay_from_the_listener() {
         let listener = tcp_listener("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();

@@ -395,4 +395,82 @@ mod tests {
             .unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::ConnectionReset);
     }
+
+    /// A connected, non-blocking std socket (the proxy's side) and the endpoint's side.
+    fn endpoint_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy_side = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        proxy_side.set_nonblocking(true).unwrap();
+        let (endpoint_side, _) = listener.accept().unwrap();
+        (proxy_side, endpoint_side)
+    }
+
+    fn read_exactly(stream: &mut std::net::TcpStream, len: usize) -> Vec<u8> {
+        use std::io::Read;
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let mut out = vec![0; len];
+        stream.read_exact(&mut out).unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn early_send_passes_on_the_header_then_what_the_client_sent() {
+        let cases: [(&[u8], &[u8]); 4] = [
+            (
+                b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n",
+                b"GET / HTTP/1.1\r\n\r\n",
+            ),
+            (b"", b"hello\n"),
+            // The client has not spoken yet: only the header goes.
+            (b"PROXY UNKNOWN\r\n", b""),
+            (b"", b""),
+        ];
+        for (header, request) in cases {
+            let (proxy_side, mut endpoint_side) = endpoint_pair();
+            let (mut client, mut client_side) = duplex(1024);
+            client.write_all(request).await.unwrap();
+            let unsent = send_early(&mut client_side, &proxy_side, header)
+                .await
+                .unwrap();
+            assert!(unsent.is_empty());
+            let expected = [header, request].concat();
+            assert_eq!(read_exactly(&mut endpoint_side, expected.len()), expected);
+        }
+    }
+
+    #[tokio::test]
+    async fn early_send_returns_what_a_full_endpoint_refused() {
+        let (proxy_side, mut endpoint_side) = endpoint_pair();
+        let (mut client, mut client_side) = duplex(2 * SCRATCH_BUFFER);
+        let request = pattern(SCRATCH_BUFFER - 10);
+        client.write_all(&request).await.unwrap();
+        // Fill the socket buffers first: the endpoint does not read yet.
+        let mut stuffed = 0;
+        let filler = vec![7u8; 64 * 1024];
+        loop {
+            match io::Write::write(&mut &proxy_side, &filler) {
+                Ok(n) => stuffed += n,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) => panic!("{error}"),
+            }
+        }
+        let unsent = send_early(&mut client_side, &proxy_side, b"HEADER")
+            .await
+            .unwrap();
+        assert!(!unsent.is_empty(), "a full socket takes nothing more");
+        let reader = std::thread::spawn(move || {
+            read_exactly(&mut endpoint_side, stuffed + 6 + request.len())[stuffed..].to_vec()
+        });
+        proxy_side.set_nonblocking(false).unwrap();
+        io::Write::write_all(&mut &proxy_side, &unsent).unwrap();
+        let mut expected = b"HEADER".to_vec();
+        expected.extend_from_slice(&pattern(SCRATCH_BUFFER - 10));
+        assert_eq!(
+            reader.join().unwrap(),
+            expected,
+            "taken + refused = everything, in order"
+        );
+    }
 }
