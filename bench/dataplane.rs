@@ -33,6 +33,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_kube-lb-probe");
 const ENDPOINTS: usize = 10;
+/// One-endpoint changes measured per size (CPU time is averaged over them: 10 ms ticks).
+const CHANGE_ROUNDS: u8 = 20;
 const POD_IP: &str = "192.168.77.2";
 
 fn sh(args: &[&str]) -> String {
@@ -46,6 +48,18 @@ fn sh(args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// CPU time (user + system) of all reaped child processes so far, from `/proc/self/stat`:
+/// unlike wall time it hardly depends on what else the machine is doing.
+fn children_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the parenthesised command name; cutime and cstime are fields 16 and 17.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[13].parse::<u64>().unwrap() + fields[14].parse::<u64>().unwrap();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
 }
 
 fn sh_stdin(args: &[&str], input: &str) -> Duration {
@@ -279,21 +293,32 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
         "== nftables (kube-lb) vs iptables-restore (kube-proxy layout), {ENDPOINTS} endpoints per Service"
     );
     println!(
-        "{:>8} | {:>14} {:>14} {:>7} | {:>14} {:>14} {:>7}",
-        "services", "nft full", "ipt full", "ratio", "nft 1 change", "ipt 1 change", "ratio"
+        "{:>8} | {:>14} {:>14} {:>7} | {:>14} {:>14} {:>7} | {:>14}",
+        "services",
+        "nft full",
+        "ipt full",
+        "ratio",
+        "nft 1 change",
+        "ipt 1 change",
+        "ratio",
+        "nft 1 removal"
     );
     let mut connect_rows = Vec::new();
+    let mut cpu_rows = Vec::new();
     for &count in sizes {
         let snap = snapshot(count);
         // nftables: full sync into an empty namespace, then one-endpoint changes.
         let mut backend = NftBackend::new(NftConfig::default(), Commands::in_netns(&ns.node));
         let started = Instant::now();
+        let cpu_before = children_cpu();
         let report = backend.sync(&snap).await.expect("nft full sync");
         let nft_full = started.elapsed();
+        let nft_full_cpu = children_cpu() - cpu_before;
         assert!(report.full);
         let mut changes = Vec::new();
         let middle = snap.ports.keys().nth(count / 2).cloned().unwrap();
-        for round in 0..5u8 {
+        let cpu_before = children_cpu();
+        for round in 0..CHANGE_ROUNDS {
             let mut changed = snap.clone();
             if let Some(port) = changed.ports.get_mut(&middle)
                 && let Some(last) = port.cluster_endpoints.last_mut()
@@ -307,6 +332,19 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
             changes.push(report.nft_time);
         }
         let nft_change = median(changes);
+        let nft_change_cpu = (children_cpu() - cpu_before) / u32::from(CHANGE_ROUNDS);
+        // A removal changes the group's size too (10 → 9 endpoints), then it comes back.
+        let mut removals = Vec::new();
+        for _ in 0..5 {
+            let mut smaller = snap.clone();
+            if let Some(port) = smaller.ports.get_mut(&middle) {
+                port.cluster_endpoints.pop();
+            }
+            let report = backend.sync(&smaller).await.expect("nft removal");
+            removals.push(report.nft_time);
+            backend.sync(&snap).await.expect("nft restore");
+        }
+        let nft_removal = median(removals);
         let nft_connect = (
             ns.connect_time(&format!("{}:80", cluster_ip(0)), connects),
             ns.connect_time(&format!("{}:80", cluster_ip(count - 1)), connects),
@@ -319,10 +357,12 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
         ]);
 
         // iptables-restore with the kube-proxy layout.
+        let cpu_before = children_cpu();
         let ipt_full = sh_stdin(
             &["ip", "netns", "exec", &ns.node, "iptables-restore"],
             &iptables_text(count, None, false),
         );
+        let ipt_full_cpu = children_cpu() - cpu_before;
         let ipt_change = median(
             (0..3)
                 .map(|round| {
@@ -352,15 +392,33 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
             "ip", "netns", "exec", &ns.node, "iptables", "-t", "nat", "-X",
         ]);
         println!(
-            "{count:>8} | {:>14} {:>14} {:>6.1}x | {:>14} {:>14} {:>6.1}x",
+            "{count:>8} | {:>14} {:>14} {:>6.1}x | {:>14} {:>14} {:>6.1}x | {:>14}",
             ms(nft_full),
             ms(ipt_full),
             ipt_full.as_secs_f64() / nft_full.as_secs_f64(),
             ms(nft_change),
             ms(ipt_change),
-            ipt_change.as_secs_f64() / nft_change.as_secs_f64()
+            ipt_change.as_secs_f64() / nft_change.as_secs_f64(),
+            ms(nft_removal)
         );
         connect_rows.push((count, nft_connect, ipt_connect));
+        cpu_rows.push((count, nft_full_cpu, ipt_full_cpu, nft_change_cpu));
+    }
+    println!(
+        "\n== CPU time (user + system) of the nft / iptables-restore processes, load-independent"
+    );
+    println!(
+        "{:>8} | {:>14} {:>14} {:>7} | {:>20}",
+        "services", "nft full", "ipt full", "ratio", "nft 1 change (mean)"
+    );
+    for (count, nft_full, ipt_full, nft_change) in cpu_rows {
+        println!(
+            "{count:>8} | {:>14} {:>14} {:>6.1}x | {:>20}",
+            ms(nft_full),
+            ms(ipt_full),
+            ipt_full.as_secs_f64() / nft_full.as_secs_f64().max(0.001),
+            ms(nft_change)
+        );
     }
     println!(
         "\n== connection setup time from the node, median / p90 in µs ({connects} connects each)"

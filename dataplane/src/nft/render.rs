@@ -276,6 +276,17 @@ pub fn render(
             .ruleset
             .insert("nodeport-ips", ip.to_string(), None);
     }
+    for count in 1..=PRESET_GROUP_SIZES {
+        if let Some(select) = shared_select(config.scheduler, family, count) {
+            pick_chain(
+                &mut renderer.ruleset,
+                family,
+                scheduler_name(config.scheduler),
+                count,
+                &select,
+            );
+        }
+    }
     for port in snapshot.ports.values() {
         renderer.port(port);
     }
@@ -378,19 +389,11 @@ impl Renderer<'_> {
                 remember(secs)
             )
         };
-        let shared_select = match self.config.scheduler {
-            NftScheduler::Random => Some(format!("numgen random mod {count}")),
-            NftScheduler::SourceHash => {
-                Some(format!("jhash {fam} saddr mod {count} seed {HASH_SEED:#x}"))
-            }
-            NftScheduler::RoundRobin => None,
-        };
-        let scheduler = match self.config.scheduler {
-            NftScheduler::Random => "random",
-            NftScheduler::SourceHash => "sh",
-            NftScheduler::RoundRobin => "rr",
-        };
-        match (shared_select, affinity) {
+        let scheduler = scheduler_name(self.config.scheduler);
+        match (
+            shared_select(self.config.scheduler, self.family, count),
+            affinity,
+        ) {
             (Some(select), None) => {
                 for (bucket, endpoint) in endpoints.iter().enumerate() {
                     self.ruleset.insert(
@@ -399,16 +402,7 @@ impl Renderer<'_> {
                         Some(addr_port(endpoint.ip, endpoint.port)),
                     );
                 }
-                let chain = format!("pick_{scheduler}_{count}");
-                let rules = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
-                    .iter()
-                    .map(|proto| {
-                        format!(
-                            "meta l4proto {proto} dnat {fam} to meta mark . {select} map @buckets"
-                        )
-                    })
-                    .collect();
-                self.ruleset.chains.insert(chain.clone(), rules);
+                let chain = pick_chain(&mut self.ruleset, self.family, scheduler, count, &select);
                 self.ruleset.insert(
                     "group-chains",
                     mark.to_string(),
@@ -682,6 +676,51 @@ impl Containers {
     };
 }
 
+/// Group sizes whose shared pick chains always exist. A new chain binds the `buckets` map, and
+/// the kernel checks every element of a map on each new binding: creating the chain for a size
+/// first seen while the map is large costs tens of milliseconds, so common sizes are created by
+/// the full sync, while the map is still empty.
+pub const PRESET_GROUP_SIZES: usize = 16;
+
+/// Adds (or keeps) the shared chain that DNATs groups of `count` endpoints; returns its name.
+fn pick_chain(
+    ruleset: &mut Ruleset,
+    family: Family,
+    scheduler: &str,
+    count: usize,
+    select: &str,
+) -> String {
+    let fam = family.keyword();
+    let chain = format!("pick_{scheduler}_{count}");
+    ruleset.chains.entry(chain.clone()).or_insert_with(|| {
+        vec![format!(
+            "meta l4proto {{ tcp, udp, sctp }} dnat {fam} to meta mark . {select} map @buckets"
+        )]
+    });
+    chain
+}
+
+/// The `numgen`/`jhash` expression choosing among `count` buckets; `None` for round robin,
+/// whose counter cannot be shared.
+fn shared_select(scheduler: NftScheduler, family: Family, count: usize) -> Option<String> {
+    let fam = family.keyword();
+    match scheduler {
+        NftScheduler::Random => Some(format!("numgen random mod {count}")),
+        NftScheduler::SourceHash => {
+            Some(format!("jhash {fam} saddr mod {count} seed {HASH_SEED:#x}"))
+        }
+        NftScheduler::RoundRobin => None,
+    }
+}
+
+fn scheduler_name(scheduler: NftScheduler) -> &'static str {
+    match scheduler {
+        NftScheduler::Random => "random",
+        NftScheduler::SourceHash => "sh",
+        NftScheduler::RoundRobin => "rr",
+    }
+}
+
 /// Seed of the source-hash scheduler's `jhash` (any constant; fixed so hashing is stable).
 const HASH_SEED: u32 = 0x6b6c_6221;
 
@@ -726,7 +765,7 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
         (
             "map",
             "buckets",
-            format!("typeof meta mark . numgen random mod 2 : {fam} daddr . tcp dport;"),
+            format!("typeof meta mark . numgen random mod 2 : {fam} daddr . th dport;"),
         ),
         (
             "map",
@@ -736,7 +775,7 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
         (
             "map",
             "endpoints",
-            format!("typeof meta mark : {fam} daddr . tcp dport;"),
+            format!("typeof meta mark : {fam} daddr . th dport;"),
         ),
         (
             "map",
@@ -791,11 +830,9 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
     // value) and chooses again; the repick chains end in `dnat-chosen`, so there is no loop.
     for chain in ["dnat-chosen", "dnat-remembered"] {
         line(format!("add chain {fam} {table} {chain}"));
-        for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
-            line(format!(
-                "add rule {fam} {table} {chain} meta l4proto {proto} dnat {fam} to meta mark map @endpoints"
-            ));
-        }
+        line(format!(
+            "add rule {fam} {table} {chain} meta l4proto {{ tcp, udp, sctp }} dnat {fam} to meta mark map @endpoints"
+        ));
     }
     line(format!(
         "add rule {fam} {table} dnat-remembered meta mark set meta mark & {GROUP_MASK:#x} delete @affinity {{ meta mark . {fam} saddr : meta mark }} meta mark vmap @group-repick"

@@ -74,13 +74,10 @@ fn a_resync_without_changes_renders_nothing() {
     );
 }
 
-fn pick_rules(chain_select: &str) -> Vec<String> {
-    ["tcp", "udp", "sctp"]
-        .iter()
-        .map(|proto| {
-            format!("meta l4proto {proto} dnat ip to meta mark . {chain_select} map @buckets")
-        })
-        .collect()
+fn pick_rules(select: &str) -> Vec<String> {
+    vec![format!(
+        "meta l4proto {{ tcp, udp, sctp }} dnat ip to meta mark . {select} map @buckets"
+    )]
 }
 
 #[test]
@@ -99,7 +96,8 @@ fn incremental_diffs_touch_only_what_changed() {
         Some(&Some("goto pick_random_2".into()))
     );
 
-    // Adding an endpoint: the group moves to the shared chain for three, one bucket is added.
+    // Adding an endpoint: the group moves to the (preset) shared chain for three, one bucket is
+    // added; no chain is created or deleted.
     let three = renderer.render(&snapshot(
         &[web()],
         &[web_eps(&[
@@ -111,13 +109,8 @@ fn incremental_diffs_touch_only_what_changed() {
     assert_eq!(
         diff(Some(&two), &three, Family::V4, &renderer.config),
         "delete element ip kube-lb group-chains { 4096 }\n\
-         add chain ip kube-lb pick_random_3\n\
-         add rule ip kube-lb pick_random_3 meta l4proto tcp dnat ip to meta mark . numgen random mod 3 map @buckets\n\
-         add rule ip kube-lb pick_random_3 meta l4proto udp dnat ip to meta mark . numgen random mod 3 map @buckets\n\
-         add rule ip kube-lb pick_random_3 meta l4proto sctp dnat ip to meta mark . numgen random mod 3 map @buckets\n\
          add element ip kube-lb group-chains { 4096 : goto pick_random_3 }\n\
-         add element ip kube-lb buckets { 4096 . 2 : 10.244.2.11 . 8080 }\n\
-         delete chain ip kube-lb pick_random_2\n"
+         add element ip kube-lb buckets { 4096 . 2 : 10.244.2.11 . 8080 }\n"
     );
 
     // Replacing an endpoint keeps the count: one element changes, no chain is touched.
@@ -135,15 +128,14 @@ fn incremental_diffs_touch_only_what_changed() {
          add element ip kube-lb buckets { 4096 . 2 : 10.244.2.12 . 8080 }\n"
     );
 
-    // Removing the Service: elements first, then the chain nobody uses any more.
+    // Removing the Service: only elements; the preset chains stay.
     let gone = renderer.render(&snapshot(&[], &[]));
     assert_eq!(
         diff(Some(&replaced), &gone, Family::V4, &renderer.config),
         "delete element ip kube-lb group-chains { 4096 }\n\
          delete element ip kube-lb service-groups { 10.96.0.10 . tcp . 80 }\n\
          delete element ip kube-lb buckets { 4096 . 0, 4096 . 1, 4096 . 2 }\n\
-         delete element ip kube-lb cluster-ips { 10.96.0.10 }\n\
-         delete chain ip kube-lb pick_random_3\n"
+         delete element ip kube-lb cluster-ips { 10.96.0.10 }\n"
     );
 }
 
@@ -167,12 +159,34 @@ fn groups_of_one_size_share_one_chain_and_services_own_none() {
         })
         .collect();
     let ruleset = renderer.render(&snapshot(&services, &slices));
+    let presets: Vec<String> = (1..=PRESET_GROUP_SIZES)
+        .map(|count| format!("pick_random_{count}"))
+        .collect();
     assert_eq!(
-        ruleset.chains.keys().collect::<Vec<_>>(),
-        vec!["pick_random_2"]
+        ruleset.chains.keys().collect::<BTreeSet<_>>(),
+        presets.iter().collect::<BTreeSet<_>>()
     );
     assert_eq!(ruleset.container("group-chains").count(), 50);
     assert_eq!(ruleset.container("buckets").count(), 100);
+}
+
+#[test]
+fn a_group_larger_than_the_presets_gets_a_chain_while_it_exists() {
+    let mut renderer = Renderer::new();
+    let many: Vec<(String, &str)> = (0..20).map(|i| (format!("10.244.1.{i}"), "n1")).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(ip, n)| (ip.as_str(), *n)).collect();
+    let big = renderer.render(&snapshot(&[web()], &[web_eps(&many)]));
+    assert_eq!(
+        big.chains["pick_random_20"],
+        pick_rules("numgen random mod 20")
+    );
+    let small = renderer.render(&snapshot(&[web()], &[web_eps(&many[..2])]));
+    let text = diff(Some(&big), &small, Family::V4, &renderer.config);
+    assert!(
+        text.ends_with("delete chain ip kube-lb pick_random_20\n"),
+        "{text}"
+    );
+    assert!(!text.contains("add chain"), "{text}");
 }
 
 #[test]
@@ -454,6 +468,10 @@ fn full_sync_recreates_the_table_in_one_transaction() {
     assert!(
         position("add rule ip kube-lb pick_random_1")
             < position("add element ip kube-lb group-chains")
+    );
+    // Chains bind the big maps before they hold elements (each binding checks every element).
+    assert!(
+        position("add rule ip kube-lb pick_random_16") < position("add element ip kube-lb buckets")
     );
     assert!(
         position("add element ip kube-lb group-chains")
