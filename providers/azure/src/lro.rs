@@ -143,8 +143,8 @@ impl ArmClient {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<bool, AzureError>>,
     {
-        if started.status != 202 {
-            // 200 or 204: deleted synchronously.
+        if started.status != 202 && tracker(started) == Tracker::Done {
+            // 200 or 204 without an operation: deleted synchronously.
             return Ok(());
         }
         self.wait(operation, started).await?;
