@@ -201,7 +201,8 @@ impl Shared {
 struct Listener {
     spec: FrontendSpec,
     shared: Arc<Shared>,
-    /// Accept loops (several for TCP, sharing the address with SO_REUSEPORT) or the UDP loop.
+    /// Accept loops (one per worker for TCP, sharing the address with SO_REUSEPORT) or the UDP
+    /// loop.
     tasks: Vec<JoinHandle<()>>,
 }
 
