@@ -555,21 +555,29 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// CPU time in ns spent so far by the threads of process `pid` whose name starts with `prefix`
-/// (every thread when `None`), from `/proc/<pid>/task/*/schedstat`.
-fn cpu_ns(pid: u32, prefix: Option<&str>) -> u64 {
+/// `/proc` directories of the threads of process `pid` whose name starts with `prefix` (every
+/// thread when `None`).
+fn threads_of(pid: u32, prefix: Option<&str>) -> Vec<std::path::PathBuf> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
+        return Vec::new();
     };
     tasks
         .flatten()
+        .map(|task| task.path())
         .filter(|task| {
             prefix.is_none_or(|prefix| {
-                std::fs::read_to_string(task.path().join("comm"))
+                std::fs::read_to_string(task.join("comm"))
                     .is_ok_and(|comm| comm.starts_with(prefix))
             })
         })
-        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .collect()
+}
+
+/// CPU time in ns spent so far by those threads, from their `schedstat`.
+fn cpu_ns(pid: u32, prefix: Option<&str>) -> u64 {
+    threads_of(pid, prefix)
+        .iter()
+        .filter_map(|task| std::fs::read_to_string(task.join("schedstat")).ok())
         .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
 }
@@ -790,7 +798,11 @@ fn userspace_benchmarks(quick: bool) {
         "\n== userspace proxy on loopback: {rounds} slices of {} ms per figure and target, order rotating, {CLIENTS} concurrent clients",
         slice.as_millis()
     );
-    println!("   {described}");
+    println!(
+        "   {described}; threads running (from /proc): {} kube-lb workers, {} haproxy",
+        threads_of(std::process::id(), Some("klb-userspace")).len(),
+        threads_of(haproxy.id(), None).len()
+    );
     println!(
         "   {haproxy_version}: {}",
         config.lines().map(str::trim).collect::<Vec<_>>().join("; ")
