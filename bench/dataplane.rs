@@ -813,7 +813,7 @@ fn userspace_benchmarks(quick: bool) {
     );
     let figures = [Figure::NewConnection, Figure::KeepAlive, Figure::Throughput];
     let mut totals = [[Totals::default(); 3]; 3];
-    // Per-slice userspace/haproxy ratios, to show how much the load moved things around.
+    // Per-slice userspace/haproxy ratios.
     let mut spreads: [Vec<f64>; 3] = Default::default();
     for (f, figure) in figures.into_iter().enumerate() {
         // Bulk transfers take long enough per slice that fewer of them do.
@@ -885,11 +885,20 @@ fn userspace_benchmarks(quick: bool) {
             ratio(2, of, to),
         );
     }
-    let range = |values: &[f64]| {
-        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = values.iter().copied().fold(0.0, f64::max);
-        format!("{min:.2}–{max:.2}x")
-    };
+    // Per-slice userspace/haproxy ratios: the median shrugs off a slice a load burst hit, the
+    // range shows how much the load moved things around.
+    for spread in &mut spreads {
+        spread.sort_by(f64::total_cmp);
+    }
+    let median = |values: &[f64]| format!("{:.2}x", values[values.len() / 2]);
+    let range = |values: &[f64]| format!("{:.2}–{:.2}x", values[0], values[values.len() - 1]);
+    println!(
+        "{:>18} | {:>16} {:>17} {:>15} |",
+        "per-slice median",
+        median(&spreads[0]),
+        median(&spreads[1]),
+        median(&spreads[2]),
+    );
     println!(
         "{:>18} | {:>16} {:>17} {:>15} | load {}",
         "per-slice range",
