@@ -704,15 +704,27 @@ mod tests {
     }
 
     fn one_service(frontend: SocketAddr, endpoints: &[SocketAddr]) -> Snapshot {
+        one_service_with(frontend, endpoints, None)
+    }
+
+    fn one_service_with(
+        frontend: SocketAddr,
+        endpoints: &[SocketAddr],
+        proxy_protocol: Option<&str>,
+    ) -> Snapshot {
         let mut index = Index::new(IndexConfig {
             node_name: "n1".into(),
             nodeport_cidrs: Vec::new(),
         });
-        index.apply_service(
-            &service("default", "web", &frontend.ip().to_string())
-                .port("", "TCP", i32::from(frontend.port()))
-                .build(),
+        let mut svc = service("default", "web", &frontend.ip().to_string()).port(
+            "",
+            "TCP",
+            i32::from(frontend.port()),
         );
+        if let Some(version) = proxy_protocol {
+            svc = svc.annotate(crate::model::PROXY_PROTOCOL_ANNOTATION, version);
+        }
+        index.apply_service(&svc.build());
         for (i, endpoint) in endpoints.iter().enumerate() {
             index.apply_endpoint_slice(
                 &slice("default", "web", &format!("web-{i}"))
@@ -724,25 +736,34 @@ mod tests {
         index.snapshot()
     }
 
-    /// Listening sockets on `addr` (IPv4), from `/proc/net/tcp`.
-    fn listening_sockets(addr: SocketAddr) -> usize {
+    /// IPv4 sockets in kernel state `state` (`/proc/net/tcp` hex code) whose local (or, with
+    /// `remote`, peer) address is `addr`.
+    fn tcp_sockets(addr: SocketAddr, remote: bool, state: &str) -> usize {
         let SocketAddr::V4(v4) = addr else {
             panic!("IPv4 only");
         };
-        let local = format!(
+        let wanted = format!(
             "{:08X}:{:04X}",
             u32::from_le_bytes(v4.ip().octets()),
             v4.port()
         );
+        let column = if remote { 2 } else { 1 };
         std::fs::read_to_string("/proc/net/tcp")
             .unwrap()
             .lines()
             .skip(1)
             .filter(|line| {
                 let fields: Vec<&str> = line.split_whitespace().collect();
-                fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A")
+                fields.get(column) == Some(&wanted.as_str()) && fields.get(3) == Some(&state)
             })
             .count()
+    }
+
+    const LISTEN: &str = "0A";
+    const SYN_SENT: &str = "02";
+
+    fn listening_sockets(addr: SocketAddr) -> usize {
+        tcp_sockets(addr, false, LISTEN)
     }
 
     async fn ask(frontend: SocketAddr) -> String {
@@ -792,6 +813,58 @@ mod tests {
             "the connection completed through the runtime: {dialled:?}"
         );
         drop(queued);
+    }
+
+    #[tokio::test]
+    async fn header_and_payload_reach_an_endpoint_that_completes_the_handshake_late() {
+        // The endpoint's accept queue is full, so the proxy's SYN is dropped and its connection
+        // completes through the runtime, after the retransmission.
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let endpoint = socket.listen(0).unwrap();
+        let endpoint_addr = endpoint.local_addr().unwrap();
+        let queued = TcpStream::connect(endpoint_addr).await.unwrap();
+        let port = TcpListener::bind("127.77.9.2:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let frontend = SocketAddr::from(([127, 77, 9, 2], port));
+        let mut proxy = UserspaceProxy::new(UserspaceConfig {
+            connect_timeouts: vec![Duration::from_secs(10)],
+            ..UserspaceConfig::default()
+        });
+        proxy
+            .apply(&one_service_with(frontend, &[endpoint_addr], Some("v1")))
+            .await;
+        let mut client = TcpStream::connect(frontend).await.unwrap();
+        let client_addr = client.local_addr().unwrap();
+        client.write_all(b"payload").await.unwrap();
+        // Room in the queue only once the proxy's SYN is out.
+        let waiting = async {
+            while tcp_sockets(endpoint_addr, true, SYN_SENT) == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the proxy dials the endpoint");
+        let (first, _) = endpoint.accept().await.unwrap();
+        drop((first, queued));
+        let (mut accepted, _) = tokio::time::timeout(Duration::from_secs(10), endpoint.accept())
+            .await
+            .expect("the retransmitted SYN gets through")
+            .unwrap();
+        let expected = format!(
+            "PROXY TCP4 127.0.0.1 127.77.9.2 {} {port}\r\npayload",
+            client_addr.port()
+        );
+        let mut received = vec![0; expected.len()];
+        tokio::io::AsyncReadExt::read_exact(&mut accepted, &mut received)
+            .await
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&received), expected);
     }
 
     #[tokio::test]
