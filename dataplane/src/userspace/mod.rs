@@ -10,8 +10,8 @@
 //!   module); SCTP Service ports are reported as skipped.
 //!
 //! Traffic runs on the proxy's own worker threads ([`UserspaceConfig::workers`]), not on the
-//! caller's runtime: each TCP frontend has one `SO_REUSEPORT` listener per worker and a connection
-//! stays on the worker that accepted it. Endpoint choice is shared by all workers, so round robin
+//! caller's runtime: each frontend has one `SO_REUSEPORT` socket per worker, and a TCP connection
+//! or UDP session stays on the worker whose socket the kernel gave it to. Endpoint choice is shared by all workers, so round robin
 //! and least-connection see every connection. Dropping the proxy stops the workers and closes
 //! every listener and forwarded connection.
 //!
@@ -201,8 +201,8 @@ impl Shared {
 struct Listener {
     spec: FrontendSpec,
     shared: Arc<Shared>,
-    /// Accept loops (one per worker for TCP, sharing the address with SO_REUSEPORT) or the UDP
-    /// loop.
+    /// One accept loop (TCP) or receive loop (UDP) per worker, their sockets sharing the address
+    /// with SO_REUSEPORT.
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -333,8 +333,8 @@ impl UserspaceProxy {
             proxy_protocol: Mutex::new(spec.proxy_protocol),
         });
         let mut tasks = Vec::new();
+        // Bind every socket before spawning anything, so a failure leaves nothing behind.
         if frontend.protocol == Protocol::Tcp {
-            // Bind every socket before spawning anything, so a failure leaves nothing behind.
             let listeners = workers
                 .all()
                 .iter()
@@ -349,17 +349,20 @@ impl UserspaceProxy {
                 )));
             }
         } else {
-            let worker = workers.next();
-            let socket = on_worker(worker, || {
-                let socket = std::net::UdpSocket::bind(frontend.addr)?;
-                socket.set_nonblocking(true)?;
-                UdpSocket::from_std(socket)
-            })?;
-            tasks.push(worker.spawn(serve_udp(
-                Arc::new(socket),
-                shared.clone(),
-                self.config.clone(),
-            )));
+            // The kernel hashes a client's address and port to one of the sockets, so each client
+            // keeps its session on one worker.
+            let sockets = workers
+                .all()
+                .iter()
+                .map(|worker| Ok((worker, on_worker(worker, || udp_socket(frontend.addr))?)))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            for (worker, socket) in sockets {
+                tasks.push(worker.spawn(serve_udp(
+                    Arc::new(socket),
+                    shared.clone(),
+                    self.config.clone(),
+                )));
+            }
         }
         Ok(Listener {
             spec,
@@ -405,6 +408,18 @@ fn tcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_nodelay(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
+}
+
+fn udp_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::DGRAM.nonblocking().cloexec(),
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&addr.into())?;
+    UdpSocket::from_std(socket.into())
 }
 
 async fn serve_tcp(
@@ -704,11 +719,12 @@ mod tests {
     }
 
     fn one_service(frontend: SocketAddr, endpoints: &[SocketAddr]) -> Snapshot {
-        one_service_with(frontend, endpoints, None)
+        one_service_with(frontend, "TCP", endpoints, None)
     }
 
     fn one_service_with(
         frontend: SocketAddr,
+        protocol: &str,
         endpoints: &[SocketAddr],
         proxy_protocol: Option<&str>,
     ) -> Snapshot {
@@ -718,7 +734,7 @@ mod tests {
         });
         let mut svc = service("default", "web", &frontend.ip().to_string()).port(
             "",
-            "TCP",
+            protocol,
             i32::from(frontend.port()),
         );
         if let Some(version) = proxy_protocol {
@@ -728,7 +744,7 @@ mod tests {
         for (i, endpoint) in endpoints.iter().enumerate() {
             index.apply_endpoint_slice(
                 &slice("default", "web", &format!("web-{i}"))
-                    .port("", "TCP", i32::from(endpoint.port()))
+                    .port("", protocol, i32::from(endpoint.port()))
                     .endpoint(&endpoint.ip().to_string(), "n1")
                     .build(),
             );
@@ -736,9 +752,13 @@ mod tests {
         index.snapshot()
     }
 
-    /// IPv4 sockets in kernel state `state` (`/proc/net/tcp` hex code) whose local (or, with
+    /// IPv4 TCP sockets in kernel state `state` (`/proc/net/tcp` hex code) whose local (or, with
     /// `remote`, peer) address is `addr`.
     fn tcp_sockets(addr: SocketAddr, remote: bool, state: &str) -> usize {
+        sockets("/proc/net/tcp", addr, remote, state)
+    }
+
+    fn sockets(table: &str, addr: SocketAddr, remote: bool, state: &str) -> usize {
         let SocketAddr::V4(v4) = addr else {
             panic!("IPv4 only");
         };
@@ -748,7 +768,7 @@ mod tests {
             v4.port()
         );
         let column = if remote { 2 } else { 1 };
-        std::fs::read_to_string("/proc/net/tcp")
+        std::fs::read_to_string(table)
             .unwrap()
             .lines()
             .skip(1)
@@ -836,7 +856,12 @@ mod tests {
             ..UserspaceConfig::default()
         });
         proxy
-            .apply(&one_service_with(frontend, &[endpoint_addr], Some("v1")))
+            .apply(&one_service_with(
+                frontend,
+                "TCP",
+                &[endpoint_addr],
+                Some("v1"),
+            ))
             .await;
         let mut client = TcpStream::connect(frontend).await.unwrap();
         let client_addr = client.local_addr().unwrap();
@@ -865,6 +890,57 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(String::from_utf8_lossy(&received), expected);
+    }
+
+    #[tokio::test]
+    async fn udp_frontends_have_a_socket_per_worker_and_every_client_gets_replies() {
+        let endpoint = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let endpoint_addr = endpoint.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buffer = [0u8; 64];
+            while let Ok((len, peer)) = endpoint.recv_from(&mut buffer).await {
+                let mut reply = b"re: ".to_vec();
+                reply.extend_from_slice(&buffer[..len]);
+                let _ = endpoint.send_to(&reply, peer).await;
+            }
+        });
+        let port = UdpSocket::bind("127.77.9.3:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let frontend = SocketAddr::from(([127, 77, 9, 3], port));
+        let mut proxy = UserspaceProxy::new(UserspaceConfig {
+            workers: NonZeroUsize::new(3).unwrap(),
+            ..UserspaceConfig::default()
+        });
+        let report = proxy
+            .apply(&one_service_with(frontend, "UDP", &[endpoint_addr], None))
+            .await;
+        assert_eq!(report.opened.len(), 1, "{report:?}");
+        const UNCONNECTED: &str = "07";
+        assert_eq!(sockets("/proc/net/udp", frontend, false, UNCONNECTED), 3);
+
+        // Whichever socket the kernel hands a client to answers it, twice over one session.
+        for i in 0..12u8 {
+            let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+            client.connect(frontend).await.unwrap();
+            for round in 0..2u8 {
+                client.send(&[i, round]).await.unwrap();
+                let mut buffer = [0u8; 64];
+                let len = tokio::time::timeout(Duration::from_secs(10), client.recv(&mut buffer))
+                    .await
+                    .expect("a reply")
+                    .unwrap();
+                assert_eq!(&buffer[..len], &[b'r', b'e', b':', b' ', i, round]);
+            }
+        }
+
+        proxy
+            .apply(&one_service_with(frontend, "UDP", &[], None))
+            .await;
+        assert_eq!(sockets("/proc/net/udp", frontend, false, UNCONNECTED), 0);
     }
 
     #[tokio::test]

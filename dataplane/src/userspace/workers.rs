@@ -1,19 +1,18 @@
 //! The proxy's own threads, each running a single-threaded tokio runtime.
 //!
-//! Every TCP frontend gets one `SO_REUSEPORT` listener per worker, so the kernel spreads new
-//! connections over the workers and a connection is accepted, connected and relayed on one thread:
-//! no task moves between threads, and no worker wakes another, which on a busy node costs more than
-//! the forwarding itself. This is the model of HAProxy's `nbthread` and nginx's workers.
+//! Every frontend gets one `SO_REUSEPORT` socket per worker, so the kernel spreads new connections
+//! (and UDP clients) over the workers and a connection is accepted, connected and relayed on one
+//! thread: no task moves between threads, and no worker wakes another, which on a busy node costs
+//! more than the forwarding itself. This is the model of HAProxy's `nbthread` and nginx's workers.
 
 use std::io;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
 
-/// Default worker count: one per CPU, at most four. Every TCP frontend holds one listening
-/// socket per worker, so thousands of Services on a large machine stay within file limits.
+/// Default worker count: one per CPU, at most four. Every frontend holds one socket per worker,
+/// so thousands of Services on a large machine stay within file limits.
 pub fn default_workers() -> NonZeroUsize {
     std::thread::available_parallelism().map_or(NonZeroUsize::MIN, |n| {
         n.min(NonZeroUsize::MIN.saturating_add(3))
@@ -27,8 +26,6 @@ pub(crate) struct Workers {
     handles: Vec<Handle>,
     /// Dropping a sender ends its worker's `block_on`.
     _stops: Vec<oneshot::Sender<()>>,
-    /// Round-robin cursor for frontends that need only one worker (UDP).
-    next: AtomicUsize,
 }
 
 impl Workers {
@@ -53,19 +50,12 @@ impl Workers {
         Ok(Workers {
             handles,
             _stops: stops,
-            next: AtomicUsize::new(0),
         })
     }
 
     /// Every worker's runtime.
     pub(crate) fn all(&self) -> &[Handle] {
         &self.handles
-    }
-
-    /// One worker, a different one on each call.
-    pub(crate) fn next(&self) -> &Handle {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
-        &self.handles[i]
     }
 }
 
@@ -97,17 +87,6 @@ mod tests {
                 ["klb-userspace-0", "klb-userspace-1", "klb-userspace-2"].map(String::from)
             )
         );
-        let picks: Vec<usize> = (0..6)
-            .map(|_| {
-                let next = workers.next();
-                workers
-                    .all()
-                    .iter()
-                    .position(|h| h.id() == next.id())
-                    .unwrap()
-            })
-            .collect();
-        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
 
         // A task still running when the workers stop is dropped, not leaked.
         let (tx, rx) = oneshot::channel::<()>();
