@@ -3,7 +3,7 @@
 //! only one of two replicas acts.
 #![allow(clippy::unwrap_used)]
 
-mod controller_support;
+use crate::controller_support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! annotation errors. Each test asserts both the API state and the provider calls.
 #![allow(clippy::unwrap_used)]
 
-mod controller_support;
+use crate::controller_support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! leader election on: it takes the Lease, gives Services addresses, and stops on SIGTERM.
 #![allow(clippy::unwrap_used)]
 
-mod controller_support;
+use crate::controller_support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! `externalTrafficPolicy: Local` (only nodes with ready endpoints) reach the provider.
 #![allow(clippy::unwrap_used)]
 
-mod controller_support;
+use crate::controller_support;
 
 use controller_support::*;
 use k8s_openapi::api::core::v1::Node;

@@ -1,7 +1,7 @@
 //! `/metrics`, `/healthz` and `/readyz` served next to a running controller.
 #![allow(clippy::unwrap_used)]
 
-mod controller_support;
+use crate::controller_support;
 
 use controller_support::*;
 use tokio::sync::watch;

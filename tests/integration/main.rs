@@ -1,0 +1,21 @@
+//! The binary's integration tests, compiled as one test binary: one link and one set of generic
+//! instantiations (kube clients, AWS SDK, tokio) instead of one per file, which keeps the cold
+//! build of `.ci/run` short. nextest still runs every test in its own process; select a group
+//! with e.g. `cargo nextest run -E 'test(/^controller_lifecycle::/)'`.
+
+#![allow(clippy::unwrap_used)] // test set-up: a failed unwrap is a failed test
+
+mod controller_support;
+
+mod controller_backends;
+mod controller_binary;
+mod controller_lifecycle;
+mod controller_metrics;
+mod controller_resilience;
+mod dataplane_proxy_cli;
+mod deploy_iam;
+mod deploy_rbac;
+mod lint;
+mod reconcile_aws;
+mod reconcile_cli;
+mod up_demo;
