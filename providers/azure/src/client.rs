@@ -3,16 +3,16 @@
 //! the `azure_mgmt_network` 0.21 SDK client over `azure_core` 0.21.
 //!
 //! The SDK is the design's choice. It is frozen upstream (the legacy azure-sdk-for-rust), which
-//! is why nothing outside this module and [`crate::convert`] sees its types: swapping it for
+//! is why nothing outside this module and `convert.rs` sees its types: swapping it for
 //! another transport means implementing [`NetworkClient`] again. The SDK gives typed builders
 //! and models; kube-lb adds what it lacks:
 //!
 //! * optimistic concurrency: every write carries `If-Match` with the etag of the object it was
 //!   computed from (or `If-None-Match: *` when creating), set by a pipeline policy
-//!   ([`crate::pipeline`]), so a concurrent writer makes it fail with 412, which surfaces as
+//!   (`pipeline.rs`), so a concurrent writer makes it fail with 412, which surfaces as
 //!   [`AzureError::PreconditionFailed`] and makes the provider re-read and re-plan;
 //! * long-running operations: PUT and DELETE are issued with `.send()` and their
-//!   `Azure-AsyncOperation` (or `Location`) URL is polled here ([`crate::lro`]), honouring
+//!   `Azure-AsyncOperation` (or `Location`) URL is polled here (`lro.rs`), honouring
 //!   `Retry-After` with a short default and a ceiling. The SDK's own PUT poller sleeps 30 s
 //!   when `Retry-After` is absent, drops the failure's code and message, and DELETE has no
 //!   poller at all;
@@ -20,7 +20,10 @@
 //!   [`CloudApi`] (client-side rate limit per family, backoff, call counting), as for the other
 //!   clouds. azure_core's policy would retry invisibly to the counters and the rate limiter and
 //!   would wait as long as any `Retry-After` says; here the server's `Retry-After` is honoured
-//!   up to [`PollSettings::max_interval`].
+//!   up to [`PollSettings::max_interval`];
+//! * safety of the bearer token: azure_core 0.21 logs requests with the `Authorization` value
+//!   at debug level, so the pipeline carries the token beside the request and the transport
+//!   only sends to the configured endpoint (`pipeline.rs`).
 
 use std::fmt;
 use std::future::Future;
