@@ -211,7 +211,108 @@ impl Policy for Transport {
 
 #[cfg(test)]
 mod tests {
+    use azure_core::{
+        ClientOptions, Pipeline, Response, RetryOptions, StatusCode, TransportOptions,
+    };
+
     use super::*;
+
+    /// What one request looked like in the middle of the pipeline and at its end.
+    #[derive(Debug, Default, Clone, PartialEq)]
+    struct Seen {
+        authorization_in_the_middle: Option<String>,
+        token_at_the_transport: Option<String>,
+        if_match: Option<String>,
+        if_none_match: Option<String>,
+    }
+
+    #[derive(Debug, Default)]
+    struct Record(Mutex<Vec<Seen>>);
+
+    /// A per-retry policy (where azure_core's retry policy logs requests) and the transport.
+    #[derive(Debug)]
+    struct Spy(Arc<Record>, bool);
+
+    #[async_trait]
+    impl Policy for Spy {
+        async fn send(
+            &self,
+            ctx: &Context,
+            request: &mut Request,
+            next: &[Arc<dyn Policy>],
+        ) -> PolicyResult {
+            let headers = request.headers();
+            if !self.1 {
+                self.0.0.lock().unwrap().push(Seen {
+                    authorization_in_the_middle: headers.get_optional_string(&AUTHORIZATION),
+                    ..Seen::default()
+                });
+                return next[0].send(ctx, request, &next[1..]).await;
+            }
+            let mut seen = self.0.0.lock().unwrap();
+            let last = seen.last_mut().unwrap();
+            last.token_at_the_transport = ctx.get::<Bearer>().map(|b| b.0.clone());
+            last.if_match = headers.get_optional_string(&HeaderName::from_static("if-match"));
+            last.if_none_match =
+                headers.get_optional_string(&HeaderName::from_static("if-none-match"));
+            Ok(Response::new(
+                StatusCode::Ok,
+                Headers::new(),
+                Box::pin(futures::stream::empty()),
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_get_their_precondition_and_no_policy_sees_the_token() {
+        let record = Arc::new(Record::default());
+        let mut options = ClientOptions::new(TransportOptions::new_custom_policy(Arc::new(Spy(
+            Arc::clone(&record),
+            true,
+        ))))
+        .retry(RetryOptions::none());
+        options
+            .per_call_policies_mut()
+            .extend([Arc::new(WithholdToken) as _, Arc::new(Preconditions) as _]);
+        options
+            .per_retry_policies_mut()
+            .push(Arc::new(Spy(Arc::clone(&record), false)));
+        let pipeline = Pipeline::new(None, None, options, Vec::new(), Vec::new());
+        let send = |method: Method, precondition: Option<Precondition>| {
+            let pipeline = pipeline.clone();
+            async move {
+                let mut request = Request::new(Url::parse("http://127.0.0.1/x").unwrap(), method);
+                request.insert_header(AUTHORIZATION, "Bearer secret-token");
+                let (result, _) =
+                    in_call(precondition, pipeline.send(&Context::new(), &mut request)).await;
+                result.unwrap();
+            }
+        };
+        let etag = || Some(Precondition::IfMatch("W/\"4\"".into()));
+        send(Method::Put, etag()).await;
+        send(Method::Put, Some(Precondition::IfNoneMatch)).await;
+        send(Method::Delete, etag()).await;
+        send(Method::Get, etag()).await;
+        send(Method::Put, None).await;
+
+        let seen = record.0.lock().unwrap().clone();
+        let wanted = |if_match: Option<&str>, if_none_match: Option<&str>| Seen {
+            authorization_in_the_middle: Some(WITHHELD.into()),
+            token_at_the_transport: Some("Bearer secret-token".into()),
+            if_match: if_match.map(str::to_string),
+            if_none_match: if_none_match.map(str::to_string),
+        };
+        assert_eq!(
+            seen,
+            vec![
+                wanted(Some("W/\"4\""), None),
+                wanted(None, Some("*")),
+                wanted(Some("W/\"4\""), None),
+                wanted(None, None),
+                wanted(None, None),
+            ]
+        );
+    }
 
     #[test]
     fn retry_after_prefers_milliseconds() {
