@@ -77,6 +77,11 @@ pub struct Args {
     /// Idle timeout of userspace UDP sessions.
     #[arg(long, default_value = "30s")]
     pub udp_idle_timeout: humantime::Duration,
+
+    /// Threads forwarding userspace traffic, each with its own SO_REUSEPORT socket per frontend
+    /// (default: one per CPU, at most 4).
+    #[arg(long)]
+    pub userspace_workers: Option<std::num::NonZeroUsize>,
 }
 
 fn dataplane(args: &Args) -> anyhow::Result<Dataplane> {
@@ -103,10 +108,12 @@ fn dataplane(args: &Args) -> anyhow::Result<Dataplane> {
         }
         Mode::Userspace => {
             let scheduler: Scheduler = args.scheduler.parse().map_err(anyhow::Error::msg)?;
+            let defaults = UserspaceConfig::default();
             Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
                 scheduler,
                 udp_idle_timeout: args.udp_idle_timeout.into(),
-                ..UserspaceConfig::default()
+                workers: args.userspace_workers.unwrap_or(defaults.workers),
+                ..defaults
             }))
         }
     })
