@@ -16,6 +16,8 @@ mod dataplane_proxy_cli;
 mod deploy_iam;
 mod deploy_rbac;
 mod lint;
+mod provider_scenarios;
 mod reconcile_aws;
 mod reconcile_cli;
+mod reconcile_clouds;
 mod up_demo;

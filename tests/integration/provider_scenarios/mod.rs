@@ -3,7 +3,7 @@
 //! through the `LoadBalancerProvider` trait only, with the same Service parsed by the real
 //! annotation parser, and checks the provider's call counter plus the cloud's own state.
 //!
-//! Run: `cargo test --features aws,gcp,azure --test provider_scenarios`.
+//! Run: `cargo test --features aws,gcp,azure --test integration provider_scenarios::`.
 #![cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
 #![allow(clippy::unwrap_used)]
 
@@ -253,9 +253,9 @@ macro_rules! scenario_table {
 
 scenario_table! {
     clouds: [
-        aws => crate::scenarios::aws::Aws, "aws";
-        gcp => crate::scenarios::gcp::Gcp, "gcp";
-        azure => crate::scenarios::azure::Azure, "azure";
+        aws => crate::provider_scenarios::scenarios::aws::Aws, "aws";
+        gcp => crate::provider_scenarios::scenarios::gcp::Gcp, "gcp";
+        azure => crate::provider_scenarios::scenarios::azure::Azure, "azure";
     ]
     scenarios: [
         create_reports_an_address,
