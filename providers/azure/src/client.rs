@@ -465,6 +465,50 @@ impl ArmClient {
         })
         .await
     }
+
+    /// A PUT of `name`: sent with the write precondition of `etag`, its operation waited for,
+    /// then the stored object read back with `read`.
+    async fn put_and_read<T, Fut, ReadFut>(
+        &self,
+        operation: &'static str,
+        name: &str,
+        etag: Option<&str>,
+        send: impl FnMut() -> Fut,
+        read: impl FnOnce() -> ReadFut,
+    ) -> Result<T, AzureError>
+    where
+        Fut: Future<Output = azure_core::Result<azure_core::Response>>,
+        ReadFut: Future<Output = Result<Option<T>, AzureError>>,
+    {
+        let started = self
+            .write(operation, Some(Precondition::for_write(etag)), send)
+            .await?
+            .ok_or_else(|| missing_after_put(operation, name))?;
+        self.wait(operation, &started).await?;
+        read()
+            .await?
+            .ok_or_else(|| missing_after_put(operation, name))
+    }
+
+    /// A DELETE, with `If-Match` when `etag` is given, waited for until `gone` reports the
+    /// resource absent. An already missing resource is not an error.
+    async fn delete_and_wait<Fut, GoneFut>(
+        &self,
+        operation: &'static str,
+        etag: Option<&str>,
+        send: impl FnMut() -> Fut,
+        gone: impl FnMut() -> GoneFut,
+    ) -> Result<(), AzureError>
+    where
+        Fut: Future<Output = azure_core::Result<azure_core::Response>>,
+        GoneFut: Future<Output = Result<bool, AzureError>>,
+    {
+        let precondition = etag.map(|etag| Precondition::IfMatch(etag.to_string()));
+        match self.write(operation, precondition, send).await? {
+            Some(started) => self.wait_deleted(operation, &started, gone).await,
+            None => Ok(()),
+        }
+    }
 }
 
 #[async_trait]
@@ -485,20 +529,19 @@ impl NetworkClient for ArmClient {
         const OPERATION: &str = "PutLoadBalancer";
         let body: models::LoadBalancer = convert(OPERATION, lb)?;
         let client = self.sdk.load_balancers_client();
-        let precondition = Precondition::for_write(lb.etag.as_deref());
-        let started = self
-            .write(OPERATION, Some(precondition), || {
+        self.put_and_read(
+            OPERATION,
+            &lb.name,
+            lb.etag.as_deref(),
+            || {
                 let request = client
                     .create_or_update(rg, &lb.name, body.clone(), &self.subscription)
                     .send();
                 async move { Ok(request.await?.into_raw_response()) }
-            })
-            .await?
-            .ok_or_else(|| missing_after_put(OPERATION, &lb.name))?;
-        self.wait(OPERATION, &started).await?;
-        self.load_balancer(OPERATION, rg, &lb.name)
-            .await?
-            .ok_or_else(|| missing_after_put(OPERATION, &lb.name))
+            },
+            || self.load_balancer(OPERATION, rg, &lb.name),
+        )
+        .await
     }
 
     async fn delete_load_balancer(
@@ -509,19 +552,15 @@ impl NetworkClient for ArmClient {
     ) -> Result<(), AzureError> {
         const OPERATION: &str = "DeleteLoadBalancer";
         let client = self.sdk.load_balancers_client();
-        let precondition = etag.map(|etag| Precondition::IfMatch(etag.to_string()));
-        let started = self
-            .write(OPERATION, precondition, || {
+        self.delete_and_wait(
+            OPERATION,
+            etag,
+            || {
                 let request = client.delete(rg, name, &self.subscription).send();
                 async move { Ok(request.await?.into_raw_response()) }
-            })
-            .await?;
-        let Some(started) = started else {
-            return Ok(());
-        };
-        self.wait_deleted(OPERATION, &started, || async {
-            Ok(self.load_balancer(OPERATION, rg, name).await?.is_none())
-        })
+            },
+            || async { Ok(self.load_balancer(OPERATION, rg, name).await?.is_none()) },
+        )
         .await
     }
 
@@ -564,20 +603,19 @@ impl NetworkClient for ArmClient {
         const OPERATION: &str = "PutPublicIPAddress";
         let body: models::PublicIpAddress = convert(OPERATION, pip)?;
         let client = self.sdk.public_ip_addresses_client();
-        let precondition = Precondition::for_write(pip.etag.as_deref());
-        let started = self
-            .write(OPERATION, Some(precondition), || {
+        self.put_and_read(
+            OPERATION,
+            &pip.name,
+            pip.etag.as_deref(),
+            || {
                 let request = client
                     .create_or_update(rg, &pip.name, body.clone(), &self.subscription)
                     .send();
                 async move { Ok(request.await?.into_raw_response()) }
-            })
-            .await?
-            .ok_or_else(|| missing_after_put(OPERATION, &pip.name))?;
-        self.wait(OPERATION, &started).await?;
-        self.public_ip(OPERATION, rg, &pip.name)
-            .await?
-            .ok_or_else(|| missing_after_put(OPERATION, &pip.name))
+            },
+            || self.public_ip(OPERATION, rg, &pip.name),
+        )
+        .await
     }
 
     async fn delete_public_ip(
@@ -588,19 +626,15 @@ impl NetworkClient for ArmClient {
     ) -> Result<(), AzureError> {
         const OPERATION: &str = "DeletePublicIPAddress";
         let client = self.sdk.public_ip_addresses_client();
-        let precondition = etag.map(|etag| Precondition::IfMatch(etag.to_string()));
-        let started = self
-            .write(OPERATION, precondition, || {
+        self.delete_and_wait(
+            OPERATION,
+            etag,
+            || {
                 let request = client.delete(rg, name, &self.subscription).send();
                 async move { Ok(request.await?.into_raw_response()) }
-            })
-            .await?;
-        let Some(started) = started else {
-            return Ok(());
-        };
-        self.wait_deleted(OPERATION, &started, || async {
-            Ok(self.public_ip(OPERATION, rg, name).await?.is_none())
-        })
+            },
+            || async { Ok(self.public_ip(OPERATION, rg, name).await?.is_none()) },
+        )
         .await
     }
 
@@ -621,20 +655,19 @@ impl NetworkClient for ArmClient {
         const OPERATION: &str = "PutNetworkSecurityGroup";
         let body: models::NetworkSecurityGroup = convert(OPERATION, nsg)?;
         let client = self.sdk.network_security_groups_client();
-        let precondition = Precondition::for_write(nsg.etag.as_deref());
-        let started = self
-            .write(OPERATION, Some(precondition), || {
+        self.put_and_read(
+            OPERATION,
+            &nsg.name,
+            nsg.etag.as_deref(),
+            || {
                 let request = client
                     .create_or_update(rg, &nsg.name, body.clone(), &self.subscription)
                     .send();
                 async move { Ok(request.await?.into_raw_response()) }
-            })
-            .await?
-            .ok_or_else(|| missing_after_put(OPERATION, &nsg.name))?;
-        self.wait(OPERATION, &started).await?;
-        self.security_group(OPERATION, rg, &nsg.name)
-            .await?
-            .ok_or_else(|| missing_after_put(OPERATION, &nsg.name))
+            },
+            || self.security_group(OPERATION, rg, &nsg.name),
+        )
+        .await
     }
 
     async fn get_subnet(
