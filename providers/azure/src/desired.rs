@@ -617,8 +617,6 @@ fn security_intent(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::Service;
-    use kube_lb_provider_core::annotations::Cloud;
     use serde_json::json;
 
     use super::*;
@@ -633,30 +631,7 @@ mod tests {
     }
 
     fn spec(annotations: serde_json::Value, extra: serde_json::Value) -> LoadBalancerSpec {
-        let mut spec = json!({"type": "LoadBalancer", "externalTrafficPolicy": "Cluster", "ports": [
-            {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080},
-            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53, "nodePort": 30053}]});
-        for (k, v) in extra.as_object().unwrap() {
-            spec[k] = v.clone();
-        }
-        let annotations: BTreeMap<String, String> = annotations
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    format!("service.beta.kubernetes.io/{k}"),
-                    v.as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
-        let service: Service = serde_json::from_value(
-            json!({"metadata": {"name": "s", "namespace": "n", "uid": "u-1", "annotations": annotations}, "spec": spec}),
-        )
-        .unwrap();
-        kube_lb_provider_core::annotations::parse(Cloud::Azure, &service)
-            .unwrap()
-            .spec
+        crate::test_support::spec("n", "s", "u-1", annotations, extra)
     }
 
     /// (rule name, protocol, frontend port, backend port, probe name)

@@ -32,6 +32,8 @@ mod lro;
 mod pipeline;
 pub mod plan;
 mod provider;
+#[cfg(test)]
+mod test_support;
 
 pub use client::{ARM_OPERATIONS, ArmClient, NetworkClient, PollSettings};
 pub use config::AzureConfig;

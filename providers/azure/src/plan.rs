@@ -872,8 +872,7 @@ pub fn status_address(service: &ServiceKey, observed: &Observed) -> Option<Strin
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::Service;
-    use kube_lb_provider_core::annotations::{Cloud, LoadBalancerSpec};
+    use kube_lb_provider_core::annotations::LoadBalancerSpec;
     use kube_lb_provider_core::types::NodeAddressKind;
     use kube_lb_provider_core::{BackendNode, NodeAddress};
     use serde_json::json;
@@ -896,31 +895,7 @@ mod tests {
         annotations: serde_json::Value,
         spec: serde_json::Value,
     ) -> LoadBalancerSpec {
-        let mut full = json!({"type": "LoadBalancer", "externalTrafficPolicy": "Cluster",
-            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080},
-                      {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53, "nodePort": 30053}]});
-        for (k, v) in spec.as_object().unwrap() {
-            full[k] = v.clone();
-        }
-        let annotations: BTreeMap<String, String> = annotations
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    format!("service.beta.kubernetes.io/{k}"),
-                    v.as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
-        let service: Service = serde_json::from_value(
-            json!({"metadata": {"name": "web", "namespace": "ns", "uid": uid,
-            "annotations": annotations}, "spec": full}),
-        )
-        .unwrap();
-        kube_lb_provider_core::annotations::parse(Cloud::Azure, &service)
-            .unwrap()
-            .spec
+        crate::test_support::spec("ns", "web", uid, annotations, spec)
     }
 
     fn nodes(n: u8) -> Vec<BackendNode> {
