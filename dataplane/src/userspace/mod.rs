@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use socket2::{Domain, Socket, Type};
@@ -609,7 +609,7 @@ async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>, config: Arc<User
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(peer, session.clone());
                 tasks.spawn(relay_replies(
-                    socket.clone(),
+                    Arc::downgrade(&socket),
                     peer,
                     session.clone(),
                     sessions.clone(),
@@ -650,8 +650,10 @@ async fn open_udp_session(peer: SocketAddr, shared: &Arc<Shared>) -> Option<UdpS
     })
 }
 
+/// Sessions hold the frontend socket weakly: it closes as soon as its receive loop ends (the
+/// Service went), not when the last session task happens to be dropped.
 async fn relay_replies(
-    socket: Arc<UdpSocket>,
+    socket: Weak<UdpSocket>,
     peer: SocketAddr,
     session: Arc<UdpSession>,
     sessions: Sessions,
@@ -666,6 +668,9 @@ async fn relay_replies(
         {
             Ok(Ok(len)) => {
                 session.touch();
+                let Some(socket) = socket.upgrade() else {
+                    break;
+                };
                 if socket.send_to(&buffer[..len], peer).await.is_err() {
                     break;
                 }
