@@ -5,6 +5,13 @@
 //! The server binary comes from `KUBE_LB_MOTO_SERVER`, else `<repo>/.venv/bin/moto_server`
 //! (created by `scripts/setup-moto.sh`). When neither exists, [`MotoServer::start`] fails with a
 //! message saying how to install it: AWS tests must never pass without running.
+//!
+//! Where moto differs from real AWS in a way the provider must not work around, the harness
+//! patches moto instead (see [`MOTO_PATCHES`]): the provider is written for AWS, not for moto.
+//!
+//! The proxy can also lose responses: forward a mutating call to moto (so it takes effect) and
+//! then answer the client with a 5xx or drop the connection — the case that tests idempotent
+//! creates ([`LoseResponse`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -69,6 +76,89 @@ async fn free_port() -> Result<u16, MockAwsError> {
         .port())
 }
 
+/// Python run before moto's server starts, when the `python3` of moto's virtualenv sits next to
+/// `moto_server`. It teaches moto two AWS behaviours the provider relies on, so that the
+/// provider is written for AWS and never works around moto:
+/// - Real ELBv2 changes a listener's protocol to TLS, UDP or TCP_UDP in place with
+///   `ModifyListener`; moto 5 refuses every protocol but HTTP, HTTPS and TCP there
+///   (`UnsupportedProtocol`). Deleting and re-creating a live listener instead would leave the
+///   port without a listener on AWS.
+/// - ELBv2 load-balancer names are unique: AWS's `CreateLoadBalancer` is idempotent (the same
+///   name and settings return the existing load balancer) and answers
+///   `DuplicateLoadBalancerName` for other settings. moto 5 checks a random ARN instead, so a
+///   retried create makes a second load balancer with the same name.
+/// - Likewise one listener per port: AWS's `CreateListener` returns the existing listener for
+///   the same settings (here: the same protocol) and answers `DuplicateListener` otherwise;
+///   moto 5 compares the port with listener ARNs and adds a second listener on the port.
+pub const MOTO_PATCHES: &str = r#"
+import sys
+from moto.elbv2 import models as _elbv2
+from moto.elbv2.exceptions import DuplicateLoadBalancerName as _DuplicateLoadBalancerName
+
+_create_load_balancer = _elbv2.ELBv2Backend.create_load_balancer
+
+def _create_load_balancer_once(self, name, *args, **kwargs):
+    for existing in self.load_balancers.values():
+        if existing.name == name:
+            if (existing.scheme or "internet-facing") == (kwargs.get("scheme") or "internet-facing"):
+                return existing
+            raise _DuplicateLoadBalancerName()
+    return _create_load_balancer(self, name, *args, **kwargs)
+
+_elbv2.ELBv2Backend.create_load_balancer = _create_load_balancer_once
+
+from moto.elbv2.exceptions import DuplicateListenerError as _DuplicateListenerError
+
+_create_listener = _elbv2.ELBv2Backend.create_listener
+
+def _create_listener_once_per_port(self, load_balancer_arn, protocol, port, *args, **kwargs):
+    balancer = self.load_balancers.get(load_balancer_arn)
+    if balancer is not None:
+        for existing in balancer.listeners.values():
+            if str(existing.port) == str(port):
+                if (existing.protocol or "").upper() == (protocol or "").upper():
+                    return existing
+                raise _DuplicateListenerError()
+    return _create_listener(self, load_balancer_arn, protocol, port, *args, **kwargs)
+
+_elbv2.ELBv2Backend.create_listener = _create_listener_once_per_port
+
+_modify_listener = _elbv2.ELBv2Backend.modify_listener
+
+def _modify_listener_any_protocol(self, arn, port=None, protocol=None, ssl_policy=None, certificates=None, actions=None):
+    if protocol in ("TLS", "UDP", "TCP_UDP"):
+        listener = _modify_listener(self, arn, port, None, ssl_policy, certificates, actions)
+        listener.protocol = protocol
+        if certificates:
+            listener.certificate = certificates[0]["CertificateArn"]
+            listener.certificates = [c["CertificateArn"] for c in certificates]
+        elif protocol != "TLS":
+            listener.certificate = None
+            listener.certificates = []
+        return listener
+    return _modify_listener(self, arn, port, protocol, ssl_policy, certificates, actions)
+
+_elbv2.ELBv2Backend.modify_listener = _modify_listener_any_protocol
+
+from moto.server import main
+sys.argv[0] = "moto_server"
+sys.exit(main())
+"#;
+
+/// The command that starts moto: its virtualenv's python with [`MOTO_PATCHES`] when there is
+/// one next to `moto_server`, else `moto_server` itself (unpatched).
+fn moto_command(path: &std::path::Path) -> Command {
+    let python = path.with_file_name("python3");
+    if python.exists() {
+        let mut command = Command::new(python);
+        command.args(["-c", MOTO_PATCHES]);
+        command
+    } else {
+        tracing::warn!(path = %path.display(), "no python3 beside moto_server; moto runs unpatched");
+        Command::new(path)
+    }
+}
+
 /// A running moto server, killed on drop.
 #[derive(Debug)]
 pub struct MotoServer {
@@ -89,7 +179,7 @@ impl MotoServer {
         // Another process may grab the port between probing and binding; try a few.
         for _ in 0..3 {
             let port = free_port().await?;
-            let child = Command::new(&path)
+            let child = moto_command(&path)
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -389,7 +479,7 @@ async fn http_request(
     Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
-/// Which requests the proxy answers with a throttling error.
+/// Which requests the proxy answers with a fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultPlan {
     /// Forward everything.
@@ -398,6 +488,65 @@ pub enum FaultPlan {
     ThrottleEvery(u32),
     /// Answer every `n`-th request with HTTP 500.
     ServerErrorEvery(u32),
+    /// Forward the selected mutating calls to moto — they take effect — then lose the answer.
+    LoseResponse(LoseResponse),
+    /// Forward the first `k` mutating calls (counted from when the plan is set), then answer
+    /// every later mutating call with a non-retryable `InjectedStop` error without forwarding
+    /// it: the caller stops right after its `k`-th change, as if it had been killed there.
+    StopAfterMutations(u32),
+}
+
+/// How a lost response looks to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostAs {
+    /// HTTP 503 with an AWS `ServiceUnavailable` error: the SDK sees a retryable failure.
+    ServiceUnavailable,
+    /// The connection is closed without any answer.
+    Dropped,
+}
+
+/// Selects the mutating calls (not `Describe*`, `List*`, `Get*`) whose response is lost after
+/// moto carried them out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoseResponse {
+    /// Only calls of this action (`CreateLoadBalancer`, …); `None` = every mutating call.
+    pub action: Option<&'static str>,
+    /// Every `n`-th selected call, counting selected calls from 1 (`1` = each of them).
+    pub every: u32,
+    /// At most this many losses; `None` = no limit.
+    pub limit: Option<u32>,
+    /// What the client gets instead of the real answer.
+    pub how: LostAs,
+}
+
+impl LoseResponse {
+    /// The first call of `action` loses its response (as a 503), later ones go through.
+    pub fn once(action: &'static str) -> LoseResponse {
+        LoseResponse {
+            action: Some(action),
+            every: 1,
+            limit: Some(1),
+            how: LostAs::ServiceUnavailable,
+        }
+    }
+
+    /// Every `n`-th mutating call, of any action, loses its response.
+    pub fn every_mutation(n: u32, how: LostAs) -> LoseResponse {
+        LoseResponse {
+            action: None,
+            every: n,
+            limit: None,
+            how,
+        }
+    }
+}
+
+/// True for calls that change state: everything but reads.
+pub fn is_mutating(action: &str) -> bool {
+    !(action.starts_with("Describe")
+        || action.starts_with("List")
+        || action.starts_with("Get")
+        || action == "?")
 }
 
 /// One request the proxy saw.
@@ -412,14 +561,78 @@ pub struct Seen {
     pub version: String,
     /// True when the proxy answered with an injected fault instead of forwarding.
     pub injected: bool,
+    /// True when the call was forwarded (and took effect) but its response was lost.
+    pub lost: bool,
+}
+
+/// Counters of the lost-response mode.
+#[derive(Debug, Default)]
+struct LossCounters {
+    /// Selected calls so far.
+    selected: u32,
+    /// Responses lost so far.
+    lost: u32,
+    /// Mutating calls forwarded under [`FaultPlan::StopAfterMutations`].
+    mutations: u32,
 }
 
 #[derive(Debug)]
 struct ProxyState {
     upstream: SocketAddr,
-    plan: FaultPlan,
+    plan: Mutex<FaultPlan>,
+    losses: Mutex<LossCounters>,
     seen: Mutex<Vec<Seen>>,
 }
+
+impl ProxyState {
+    fn plan(&self) -> FaultPlan {
+        self.plan.lock().map(|p| *p).unwrap_or(FaultPlan::None)
+    }
+
+    /// Whether this call is refused under [`FaultPlan::StopAfterMutations`] (counts it).
+    fn stop(&self, action: &str) -> bool {
+        let FaultPlan::StopAfterMutations(k) = self.plan() else {
+            return false;
+        };
+        if !is_mutating(action) {
+            return false;
+        }
+        let Ok(mut counters) = self.losses.lock() else {
+            return false;
+        };
+        if counters.mutations < k {
+            counters.mutations += 1;
+            false
+        } else {
+            true
+        }
+    }
+
+    /// Whether this call's response is to be lost (counts it when it is selected).
+    fn lose(&self, action: &str) -> Option<LostAs> {
+        let FaultPlan::LoseResponse(rule) = self.plan() else {
+            return None;
+        };
+        if !is_mutating(action) || rule.action.is_some_and(|a| a != action) {
+            return None;
+        }
+        let mut counters = self.losses.lock().ok()?;
+        counters.selected += 1;
+        let due = rule.every > 0 && counters.selected % rule.every == 0;
+        let allowed = rule.limit.is_none_or(|limit| counters.lost < limit);
+        if due && allowed {
+            counters.lost += 1;
+            Some(rule.how)
+        } else {
+            None
+        }
+    }
+}
+
+/// Why the proxy closed a connection without answering.
+#[derive(Debug, thiserror::Error)]
+#[error("response to {0} dropped by the fault proxy")]
+struct Dropped(String);
 
 /// A fault-injecting HTTP proxy in front of moto, stopped on drop.
 #[derive(Debug)]
@@ -460,6 +673,22 @@ fn throttle_response(version: &str) -> Response<Full<Bytes>> {
     response
 }
 
+fn unavailable_response() -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(
+        b"<ErrorResponse><Error><Type>Receiver</Type><Code>ServiceUnavailable</Code><Message>injected: the call took effect, its response was lost</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
+    )));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response
+}
+
+fn stop_response() -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(
+        b"<ErrorResponse><Error><Type>Sender</Type><Code>InjectedStop</Code><Message>injected: the caller stops here</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
+    )));
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response
+}
+
 fn server_error_response() -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from_static(
         b"<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code><Message>injected</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
@@ -468,7 +697,10 @@ fn server_error_response() -> Response<Full<Bytes>> {
     response
 }
 
-async fn proxy(state: Arc<ProxyState>, request: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn proxy(
+    state: Arc<ProxyState>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Dropped> {
     let (parts, body) = request.into_parts();
     let body = match body.collect().await {
         Ok(b) => b.to_bytes(),
@@ -481,23 +713,30 @@ async fn proxy(state: Arc<ProxyState>, request: Request<Incoming>) -> Response<F
         let seen = state.seen.lock().map(|s| s.len()).unwrap_or(0);
         u32::try_from(seen + 1).unwrap_or(u32::MAX)
     };
-    let fault = match state.plan {
-        FaultPlan::None => None,
+    let fault = match state.plan() {
+        FaultPlan::None | FaultPlan::LoseResponse(_) => None,
+        FaultPlan::StopAfterMutations(_) => state.stop(&action).then(stop_response),
         FaultPlan::ThrottleEvery(n) => {
             (n > 0 && count % n == 0).then(|| throttle_response(&version))
         }
         FaultPlan::ServerErrorEvery(n) => (n > 0 && count % n == 0).then(server_error_response),
     };
+    let lose = if fault.is_none() {
+        state.lose(&action)
+    } else {
+        None
+    };
     if let Ok(mut seen) = state.seen.lock() {
         seen.push(Seen {
             at: Instant::now(),
-            action,
+            action: action.clone(),
             version,
             injected: fault.is_some(),
+            lost: lose.is_some(),
         });
     }
     if let Some(response) = fault {
-        return response;
+        return Ok(response);
     }
     let headers: Vec<(String, String)> = parts
         .headers
@@ -514,22 +753,28 @@ async fn proxy(state: Arc<ProxyState>, request: Request<Incoming>) -> Response<F
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
-    match forward(
+    let forwarded = forward(
         state.upstream,
         parts.method.as_str(),
         path,
         &header_refs,
         body,
     )
-    .await
-    {
+    .await;
+    // The call reached moto (and took effect, if moto accepted it) before its answer is lost.
+    match lose {
+        Some(LostAs::ServiceUnavailable) => return Ok(unavailable_response()),
+        Some(LostAs::Dropped) => return Err(Dropped(action)),
+        None => {}
+    }
+    Ok(match forwarded {
         Ok(response) => response,
         Err(e) => {
             let mut response = Response::new(Full::new(Bytes::from(e.to_string())));
             *response.status_mut() = StatusCode::BAD_GATEWAY;
             response
         }
-    }
+    })
 }
 
 async fn forward(
@@ -587,7 +832,8 @@ impl FaultProxy {
             .map_err(io("reading the proxy port"))?;
         let state = Arc::new(ProxyState {
             upstream,
-            plan,
+            plan: Mutex::new(plan),
+            losses: Mutex::new(LossCounters::default()),
             seen: Mutex::new(Vec::new()),
         });
         let accept_state = state.clone();
@@ -597,7 +843,8 @@ impl FaultProxy {
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
                         let state = state.clone();
-                        async move { Ok::<_, std::convert::Infallible>(proxy(state, request).await) }
+                        // An error closes the connection without an answer (`LostAs::Dropped`).
+                        async move { proxy(state, request).await }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -611,6 +858,25 @@ impl FaultProxy {
     /// The endpoint URL to give the SDK.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Replaces the fault plan from now on (the lost-response counters start again).
+    pub fn set_plan(&self, plan: FaultPlan) {
+        if let Ok(mut current) = self.state.plan.lock() {
+            *current = plan;
+        }
+        if let Ok(mut counters) = self.state.losses.lock() {
+            *counters = LossCounters::default();
+        }
+    }
+
+    /// Actions whose response was lost so far, in order.
+    pub fn lost(&self) -> Vec<String> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.lost)
+            .map(|s| s.action)
+            .collect()
     }
 
     /// Every request seen so far.
@@ -697,5 +963,103 @@ mod tests {
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[0].action, "DescribeVpcs");
         assert!(!seen[0].injected && seen[1].injected);
+    }
+
+    fn vpc_count(xml: &str) -> usize {
+        xml_values(xml, "vpcId").len()
+    }
+
+    #[tokio::test]
+    async fn lost_responses_take_effect_and_are_selected_by_action_and_count() {
+        let moto = MotoServer::start().await.unwrap();
+        let proxy = FaultProxy::start(moto.addr(), FaultPlan::None)
+            .await
+            .unwrap();
+        let addr: SocketAddr = proxy
+            .endpoint()
+            .trim_start_matches("http://")
+            .parse()
+            .unwrap();
+        let auth = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0";
+        let headers = [
+            ("content-type", "application/x-www-form-urlencoded"),
+            ("authorization", auth),
+        ];
+        let create =
+            Bytes::from_static(b"Action=CreateVpc&Version=2016-11-15&CidrBlock=10.9.0.0%2F16");
+        let before = vpc_count(&moto.ec2("DescribeVpcs", &[]).await.unwrap());
+
+        // Once, by action, as a 503: the VPC exists although the client saw a failure.
+        proxy.set_plan(FaultPlan::LoseResponse(LoseResponse::once("CreateVpc")));
+        let describe = Bytes::from_static(b"Action=DescribeVpcs&Version=2016-11-15");
+        let (status, _) = http_request(addr, "POST", "/", &headers, describe)
+            .await
+            .unwrap();
+        assert!(status.is_success(), "reads are never lost");
+        let (status, body) = http_request(addr, "POST", "/", &headers, create.clone())
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(
+            vpc_count(&moto.ec2("DescribeVpcs", &[]).await.unwrap()),
+            before + 1
+        );
+        let (status, _) = http_request(addr, "POST", "/", &headers, create.clone())
+            .await
+            .unwrap();
+        assert!(status.is_success(), "only the first one is lost");
+        assert_eq!(proxy.lost(), vec!["CreateVpc".to_string()]);
+
+        // Every 2nd mutating call, as a dropped connection.
+        proxy.set_plan(FaultPlan::LoseResponse(LoseResponse::every_mutation(
+            2,
+            LostAs::Dropped,
+        )));
+        let first = http_request(addr, "POST", "/", &headers, create.clone()).await;
+        assert!(first.is_ok_and(|(s, _)| s.is_success()));
+        let second = http_request(addr, "POST", "/", &headers, create).await;
+        assert!(second.is_err(), "the connection closes without an answer");
+        assert_eq!(
+            vpc_count(&moto.ec2("DescribeVpcs", &[]).await.unwrap()),
+            before + 4
+        );
+        assert_eq!(proxy.lost().len(), 2);
+
+        // Stop after one more mutation: reads go on, later mutations are refused unforwarded.
+        proxy.set_plan(FaultPlan::StopAfterMutations(1));
+        let create =
+            Bytes::from_static(b"Action=CreateVpc&Version=2016-11-15&CidrBlock=10.9.0.0%2F16");
+        let (first, _) = http_request(addr, "POST", "/", &headers, create.clone())
+            .await
+            .unwrap();
+        assert!(first.is_success());
+        let (second, body) = http_request(addr, "POST", "/", &headers, create)
+            .await
+            .unwrap();
+        assert_eq!(second, StatusCode::BAD_REQUEST);
+        assert!(body.contains("InjectedStop"), "{body}");
+        let describe = Bytes::from_static(b"Action=DescribeVpcs&Version=2016-11-15");
+        let (read, _) = http_request(addr, "POST", "/", &headers, describe)
+            .await
+            .unwrap();
+        assert!(read.is_success());
+        assert_eq!(
+            vpc_count(&moto.ec2("DescribeVpcs", &[]).await.unwrap()),
+            before + 5
+        );
+    }
+
+    #[test]
+    fn only_mutating_calls_are_selected() {
+        for (action, mutating) in [
+            ("CreateLoadBalancer", true),
+            ("AuthorizeSecurityGroupIngress", true),
+            ("DescribeTags", false),
+            ("ListTagsForResource", false),
+            ("GetConsoleOutput", false),
+            ("?", false),
+        ] {
+            assert_eq!(is_mutating(action), mutating, "{action}");
+        }
     }
 }

@@ -1,23 +1,27 @@
-//! Every AWS call goes through [`Calls::run`]: a per-family rate limit (governor), a count per
-//! operation (read vs mutate), and retries with jittered exponential backoff on throttling and
-//! server errors. The SDK's own retries are switched off so that each attempt that reaches AWS is
-//! limited and counted exactly once.
+//! The AWS operation table (`ops::*`, [`OPERATIONS`], [`IAM_ACTIONS`]) and [`Calls`], the
+//! adapter through which every AWS SDK call goes onto `providers/core`'s [`CloudApi`]: one rate
+//! limiter (a bucket per [`Family`]: ec2/elb/elbv2 × read/mutate), one retry semantics and one
+//! call counter for every provider. The SDK's own retries are switched off (see
+//! [`crate::clients`]) so that each attempt that reaches AWS is limited and counted exactly once.
+//!
+//! Call sites keep [`AwsError`] (they match on AWS codes such as `LoadBalancerNotFound`); the
+//! in-place retry decision ([`is_transient`]) goes through the one mapping in [`crate::error`],
+//! so the same table decides what the controller does and what is retried here.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
-use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-use kube_lb_provider_core::{CallCounter, CallKind};
-use rand::Rng;
+use kube_lb_provider_core::{CallCounter, CallKind, CloudApi, ProviderError};
+pub use kube_lb_provider_core::{RateLimit, RateLimits, RetryPolicy};
 
 use crate::error::AwsError;
+
+/// The provider label on every counted call (`kube_lb_cloud_calls_total{provider="aws"}`).
+pub const PROVIDER: &str = "aws";
 
 /// The AWS service an operation belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -127,6 +131,14 @@ impl Op {
             name,
             access: Access::Mutate,
             label,
+        }
+    }
+
+    /// Read or mutate, as the call counter labels it.
+    pub const fn kind(self) -> CallKind {
+        match self.access {
+            Access::Read => CallKind::Read,
+            Access::Mutate => CallKind::Mutate,
         }
     }
 
@@ -463,262 +475,115 @@ pub const IAM_ACTIONS: &[&str] = &[
     "elasticloadbalancing:SetSubnets",
 ];
 
-/// Requests per second and burst for one family.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RateLimit {
-    /// Sustained requests per second (> 0).
-    pub per_second: f64,
-    /// Requests allowed at once after an idle period (≥ 1).
-    pub burst: u32,
-}
-
-/// Rate limits for every family, with defaults below AWS's own account-wide buckets so several
-/// controllers in one account do not starve each other.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RateLimits {
-    limits: BTreeMap<Family, RateLimit>,
-}
-
-impl Default for RateLimits {
-    fn default() -> Self {
-        let mut limits = BTreeMap::new();
-        for family in Family::ALL {
+/// The default limits: below AWS's own account-wide buckets (EC2 and ELB throttle reads and
+/// mutations separately), so several controllers in one account do not starve each other.
+/// Every family is listed; the catch-all default only matters for a family added later.
+pub fn default_rate_limits() -> RateLimits {
+    Family::ALL
+        .into_iter()
+        .fold(RateLimits::new(RateLimit::new(10, 10)), |limits, family| {
             let limit = match (family.service, family.access) {
-                (Service::Ec2, Access::Read) => RateLimit {
-                    per_second: 20.0,
-                    burst: 40,
-                },
-                (Service::Ec2, Access::Mutate) => RateLimit {
-                    per_second: 5.0,
-                    burst: 20,
-                },
-                (_, Access::Read) => RateLimit {
-                    per_second: 10.0,
-                    burst: 40,
-                },
-                (_, Access::Mutate) => RateLimit {
-                    per_second: 4.0,
-                    burst: 20,
-                },
+                (Service::Ec2, Access::Read) => RateLimit::new(20, 40),
+                (Service::Ec2, Access::Mutate) => RateLimit::new(5, 20),
+                (_, Access::Read) => RateLimit::new(10, 40),
+                (_, Access::Mutate) => RateLimit::new(4, 20),
             };
-            limits.insert(family, limit);
-        }
-        RateLimits { limits }
-    }
-}
-
-impl RateLimits {
-    /// Overrides one family.
-    pub fn set(&mut self, family: Family, limit: RateLimit) {
-        self.limits.insert(family, limit);
-    }
-
-    /// The limit of one family.
-    pub fn get(&self, family: Family) -> RateLimit {
-        self.limits.get(&family).copied().unwrap_or(RateLimit {
-            per_second: 10.0,
-            burst: 10,
+            limits.with_family(family.name(), limit)
         })
+}
+
+/// Whether the in-place retry should repeat `error`: only when both `crate::error` calls it a
+/// throttling, server or transport failure ([`AwsError::is_transient`], the same request is
+/// likely to succeed in a moment) and the provider-wide mapping (`From<AwsError> for
+/// ProviderError`) calls it [transient](ProviderError::is_transient). The mapping also files
+/// conflicts and vanished resources (`DependencyViolation`, `LoadBalancerNotFound`) under
+/// `Retryable` so that the *controller* retries them on its next pass; repeating those in
+/// place would not help (a dependency is not torn down in 200 ms) and would turn every
+/// "describe → not found" answer, which call sites expect, into `max_attempts` calls.
+///
+/// The mapping consumes its input and the caller still needs the original, so it is given a
+/// copy carrying the same code, message and status (all the mapping reads).
+pub fn is_transient(error: &AwsError) -> bool {
+    let AwsError::Api {
+        operation,
+        code,
+        message,
+        status,
+        ..
+    } = error
+    else {
+        // Only `Api` errors come out of an SDK call.
+        return false;
+    };
+    if !error.is_transient() {
+        return false;
     }
+    let copy = AwsError::Api {
+        operation,
+        code: code.clone(),
+        message: message.clone(),
+        status: *status,
+        source: message.clone().into(),
+    };
+    ProviderError::from(copy).is_transient()
 }
 
-/// Backoff between attempts of one call.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RetryPolicy {
-    /// Attempts in total, including the first (≥ 1).
-    pub max_attempts: u32,
-    /// Upper bound of the first backoff; doubles per attempt.
-    pub base_delay: Duration,
-    /// Upper bound of any single backoff.
-    pub max_delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_attempts: 8,
-            base_delay: Duration::from_millis(200),
-            max_delay: Duration::from_secs(10),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// "Full jitter" backoff before attempt `attempt + 1` (attempt counts from 1): a uniform
-    /// draw in `[0, min(max, base·2^(attempt-1))]`, so many clients hitting one throttle spread
-    /// out instead of retrying in lockstep.
-    pub fn backoff(&self, attempt: u32, rng: &mut impl Rng) -> Duration {
-        let exp = attempt.saturating_sub(1).min(20);
-        let ceiling = self
-            .base_delay
-            .saturating_mul(1u32 << exp)
-            .min(self.max_delay);
-        let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(rng.random_range(0..=millis))
-    }
-}
-
-/// Counts of calls (attempts that reached the network) per operation.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallStats {
-    /// Per operation key (`elb:DescribeLoadBalancers`, …).
-    pub by_op: BTreeMap<String, u64>,
-    /// Attempts that only read.
-    pub reads: u64,
-    /// Attempts that change state.
-    pub mutations: u64,
-    /// Attempts that failed with a throttling or server error and were retried.
-    pub retried: u64,
-}
-
-impl CallStats {
-    /// The count for one operation.
-    pub fn count(&self, op: Op) -> u64 {
-        self.by_op.get(&op.key()).copied().unwrap_or(0)
-    }
-
-    /// Only the mutating operations with their counts, for readable test failures.
-    pub fn mutating(&self) -> BTreeMap<String, u64> {
-        self.by_op
-            .iter()
-            .filter(|(key, _)| {
-                OPERATIONS
-                    .iter()
-                    .any(|op| op.key() == **key && op.access == Access::Mutate)
-            })
-            .map(|(k, v)| (k.clone(), *v))
-            .collect()
-    }
-}
-
-/// Rate limiters, retry policy and counters shared by every client of one provider.
+/// The AWS side of the shared call path: maps an [`Op`] to its rate-limit family, counter
+/// label and kind, and SDK errors to [`AwsError`]; [`CloudApi`] does the rest.
+#[derive(Clone)]
 pub struct Calls {
-    limiters: BTreeMap<Family, DefaultDirectRateLimiter>,
-    retry: RetryPolicy,
-    stats: Mutex<CallStats>,
-    counter: CallCounter,
+    api: CloudApi,
 }
 
 impl fmt::Debug for Calls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Calls")
-            .field("retry", &self.retry)
-            .field("stats", &self.stats())
-            .finish_non_exhaustive()
+        f.debug_struct("Calls").field("api", &self.api).finish()
     }
-}
-
-fn quota(limit: RateLimit) -> Quota {
-    let burst = NonZeroU32::new(limit.burst.max(1)).unwrap_or(NonZeroU32::MIN);
-    let per_second = if limit.per_second.is_finite() && limit.per_second > 0.0 {
-        limit.per_second
-    } else {
-        1.0
-    };
-    let period = Duration::from_secs_f64(1.0 / per_second).max(Duration::from_nanos(1));
-    Quota::with_period(period)
-        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-        .allow_burst(burst)
 }
 
 impl Calls {
-    /// Builds the limiters for `limits`.
-    pub fn new(limits: &RateLimits, retry: RetryPolicy) -> Arc<Self> {
-        Calls::with_counter(limits, retry, CallCounter::new())
-    }
-
-    /// Like [`Calls::new`], also recording every attempt on the shared core `counter` (which
-    /// feeds the binary's `cloud_calls` metrics) under provider `aws` and the operation label.
-    pub fn with_counter(
-        limits: &RateLimits,
-        retry: RetryPolicy,
-        counter: CallCounter,
-    ) -> Arc<Self> {
-        let limiters = Family::ALL
-            .into_iter()
-            .map(|family| (family, RateLimiter::direct(quota(limits.get(family)))))
-            .collect();
+    /// Every call waits on `limits` (families named by [`Family::name`]), is retried per
+    /// `retry` when transient, and is counted on `counter` as provider `aws` with the
+    /// operation label (`elb:CreateLoadBalancer`, …).
+    pub fn new(limits: RateLimits, retry: RetryPolicy, counter: CallCounter) -> Arc<Self> {
         Arc::new(Calls {
-            limiters,
-            retry,
-            stats: Mutex::new(CallStats::default()),
-            counter,
+            api: CloudApi::new(PROVIDER, counter, limits, retry),
         })
     }
 
-    /// A copy of the counters.
-    pub fn stats(&self) -> CallStats {
-        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
-    /// Returns the counters and resets them to zero.
-    pub fn take(&self) -> CallStats {
-        self.stats
-            .lock()
-            .map(|mut s| std::mem::take(&mut *s))
-            .unwrap_or_default()
-    }
-
-    /// The shared core counter.
+    /// The shared call counter.
     pub fn counter(&self) -> &CallCounter {
-        &self.counter
+        self.api.counter()
     }
 
-    fn record(&self, op: Op, retried: bool) {
-        let kind = match op.access {
-            Access::Read => CallKind::Read,
-            Access::Mutate => CallKind::Mutate,
-        };
-        self.counter.record("aws", op.label, kind);
-        if let Ok(mut stats) = self.stats.lock() {
-            *stats.by_op.entry(op.key()).or_default() += 1;
-            match op.access {
-                Access::Read => stats.reads += 1,
-                Access::Mutate => stats.mutations += 1,
-            }
-            if retried {
-                stats.retried += 1;
-            }
-        }
+    /// The shared call path.
+    pub fn api(&self) -> &CloudApi {
+        &self.api
     }
 
-    /// Runs one AWS operation: waits for a rate-limit token before every attempt, counts the
-    /// attempt, and retries throttling, 5xx and transport errors with jittered backoff.
+    /// Runs one AWS operation through [`CloudApi::call_with`]: a token of the operation's
+    /// family before every attempt, every attempt counted, transient failures retried.
     pub async fn run<T, E, F, Fut>(&self, op: Op, mut attempt_fn: F) -> Result<T, AwsError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let mut attempt = 1;
-        loop {
-            if let Some(limiter) = self.limiters.get(&op.family()) {
-                limiter.until_ready().await;
-            }
-            let result = attempt_fn().await;
-            let error = match result {
-                Ok(value) => {
-                    self.record(op, false);
-                    return Ok(value);
-                }
-                Err(error) => AwsError::from_sdk(op, error),
-            };
-            let retry = error.is_transient() && attempt < self.retry.max_attempts;
-            self.record(op, error.is_transient());
-            if !retry {
-                return Err(error);
-            }
-            let delay = self.retry.backoff(attempt, &mut rand::rng());
-            tracing::debug!(
-                operation = op.name,
-                attempt,
-                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                error = %error,
-                "retrying AWS call"
-            );
-            tokio::time::sleep(delay).await;
-            attempt += 1;
-        }
+        self.api
+            .call_with(
+                op.family().name(),
+                op.label,
+                op.kind(),
+                is_transient,
+                || {
+                    // The SDK's futures are large; boxing keeps each layer of the shared call
+                    // path a pointer wide instead of copying them into every enclosing future
+                    // (debug builds overflowed the test thread's stack without this).
+                    let attempt = Box::pin(attempt_fn());
+                    async move { attempt.await.map_err(|error| AwsError::from_sdk(op, error)) }
+                },
+            )
+            .await
     }
 }
 
@@ -770,37 +635,77 @@ mod tests {
     }
 
     #[test]
-    fn backoff_stays_within_the_exponential_ceiling() {
-        let policy = RetryPolicy {
-            max_attempts: 5,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_millis(700),
-        };
-        let mut rng = rand::rng();
-        for (attempt, ceiling_ms) in [(1, 100), (2, 200), (3, 400), (4, 700), (9, 700)] {
-            for _ in 0..200 {
-                let delay = policy.backoff(attempt, &mut rng);
-                assert!(
-                    delay <= Duration::from_millis(ceiling_ms),
-                    "attempt {attempt}"
-                );
-            }
+    fn every_family_has_its_default_limit() {
+        let limits = default_rate_limits();
+        let cases = [
+            ("ec2-read", 20.0, 40),
+            ("ec2-mutate", 5.0, 20),
+            ("elb-read", 10.0, 40),
+            ("elb-mutate", 4.0, 20),
+            ("elbv2-read", 10.0, 40),
+            ("elbv2-mutate", 4.0, 20),
+        ];
+        assert_eq!(cases.len(), Family::ALL.len());
+        for (family, per_second, burst) in cases {
+            assert!(Family::from_name(family).is_some(), "{family}");
+            let limit = limits.limit_for(family);
+            assert_eq!(limit.per_second, per_second, "{family}");
+            assert_eq!(limit.burst, burst, "{family}");
+        }
+    }
+
+    fn api_error(code: &str, status: Option<u16>) -> AwsError {
+        AwsError::Api {
+            operation: "CreateLoadBalancer",
+            code: code.to_string(),
+            message: "m".to_string(),
+            status,
+            source: "m".into(),
         }
     }
 
     #[test]
-    fn counters_split_reads_and_mutations() {
-        let calls = Calls::new(&RateLimits::default(), RetryPolicy::default());
-        calls.record(ops::ELB_DESCRIBE_LOAD_BALANCERS, false);
-        calls.record(ops::ELB_REGISTER, false);
-        calls.record(ops::ELB_REGISTER, true);
-        assert_eq!(calls.counter().snapshot().mutations(), 2);
-        let stats = calls.take();
-        assert_eq!(stats.reads, 1);
-        assert_eq!(stats.mutations, 2);
-        assert_eq!(stats.retried, 1);
-        assert_eq!(stats.count(ops::ELB_REGISTER), 2);
-        assert_eq!(stats.mutating().len(), 1);
-        assert_eq!(calls.stats(), CallStats::default());
+    fn only_throttling_server_and_transport_errors_are_retried_in_place() {
+        // (code, status, retried in place)
+        let cases = [
+            ("Throttling", Some(400), true),
+            ("RequestLimitExceeded", Some(503), true),
+            ("InternalFailure", Some(500), true),
+            ("Timeout", None, true),
+            ("Dispatch", None, true),
+            // Not retried in place: quotas, user errors, permissions.
+            ("TooManyLoadBalancers", Some(400), false),
+            ("InvalidParameterValue", Some(400), false),
+            ("UnauthorizedOperation", Some(403), false),
+        ];
+        for (code, status, want) in cases {
+            let error = api_error(code, status);
+            assert_eq!(is_transient(&error), want, "{code}");
+            if want {
+                // Whatever is retried in place is transient in the shared taxonomy too.
+                assert!(ProviderError::from(api_error(code, status)).is_transient());
+            }
+        }
+        assert!(!is_transient(&AwsError::Invalid("bad".into())));
+        assert!(!is_transient(&AwsError::Unexpected("odd".into())));
+        // Codes whose class `crate::error` owns (conflicts, vanished resources): whatever it
+        // decides, the in-place retry agrees with both of its predicates.
+        for code in [
+            "DependencyViolation",
+            "LoadBalancerNotFound",
+            "ResourceInUse",
+        ] {
+            let error = api_error(code, Some(400));
+            let both = error.is_transient()
+                && ProviderError::from(api_error(code, Some(400))).is_transient();
+            assert_eq!(is_transient(&error), both, "{code}");
+        }
+    }
+
+    #[test]
+    fn operations_carry_their_kind() {
+        assert_eq!(ops::ELB_DESCRIBE_LOAD_BALANCERS.kind(), CallKind::Read);
+        assert_eq!(ops::V2_CREATE_LISTENER.kind(), CallKind::Mutate);
+        assert_eq!(ops::V2_CREATE_LISTENER.family().name(), "elbv2-mutate");
     }
 }

@@ -1,11 +1,14 @@
-//! SDK clients sharing one rate-limited, counted call path.
+//! SDK clients sharing one rate-limited, counted, retrying call path ([`Calls`] over
+//! `providers/core`'s `CloudApi`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_http_client::tls;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 use aws_smithy_types::retry::RetryConfig;
+use aws_smithy_types::timeout::TimeoutConfig;
 
 use crate::calls::Calls;
 use crate::error::AwsError;
@@ -48,18 +51,31 @@ pub struct Clients {
     pub calls: Arc<Calls>,
 }
 
+/// Bounds every attempt: a request AWS (or a proxy) accepted but never answers fails as a
+/// `Timeout`, which is transient, instead of holding the Service's worker forever. ELB and EC2
+/// answer in well under a second; the slowest calls (CreateLoadBalancer) in a few.
+fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(Duration::from_secs(30))
+        .build()
+}
+
 impl Clients {
-    /// Builds clients with the SDK's own retries off: [`Calls::run`] retries, so every attempt
-    /// is rate-limited and counted.
+    /// Builds clients with the SDK's own retries off: [`Calls::run`] retries (through the shared
+    /// `CloudApi`), so every attempt is rate-limited and counted once.
     pub fn new(sdk: &SdkConfig, calls: Arc<Calls>) -> Self {
         let ec2 = aws_sdk_ec2::config::Builder::from(sdk)
             .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts())
             .build();
         let elb = aws_sdk_elasticloadbalancing::config::Builder::from(sdk)
             .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts())
             .build();
         let elbv2 = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
             .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts())
             .build();
         Clients {
             ec2: aws_sdk_ec2::Client::from_conf(ec2),

@@ -20,13 +20,16 @@
 //! (endpoints come from `AWS_ENDPOINT_URL*`). Any other `[Global]` key is an error.
 //!
 //! `[KubeLB]`: `RateLimit = <family> <per-second> <burst>` (repeatable; families `ec2-read`,
-//! `ec2-mutate`, `elb-read`, `elb-mutate`, `elbv2-read`, `elbv2-mutate`), `MaxAttempts`,
-//! `RetryBaseDelayMillis`, `RetryMaxDelayMillis`, `FullResyncSeconds`.
+//! `ec2-mutate`, `elb-read`, `elb-mutate`, `elbv2-read`, `elbv2-mutate`; per-second may be a
+//! fraction; defaults in [`crate::calls::default_rate_limits`]), `MaxAttempts` (default 4),
+//! `RetryBaseDelayMillis` (200), `RetryMaxDelayMillis` (5000), `FullResyncSeconds`. The limits
+//! and the retry policy are `providers/core`'s, shared with every provider: only throttling,
+//! 5xx and transport failures are retried in place, with capped, equal-jitter backoff.
 
 use std::path::Path;
 use std::time::Duration;
 
-use crate::calls::{Family, RateLimit, RateLimits, RetryPolicy};
+use crate::calls::{Family, RateLimit, RateLimits, RetryPolicy, default_rate_limits};
 use crate::error::AwsError;
 
 /// `NLBSecurityGroupMode`.
@@ -75,7 +78,7 @@ impl Default for CloudConfig {
             vpc: None,
             subnet_id: None,
             nlb_security_group_mode: NlbSecurityGroupMode::Unmanaged,
-            rate_limits: RateLimits::default(),
+            rate_limits: default_rate_limits(),
             retry: RetryPolicy::default(),
             full_resync: Duration::from_secs(600),
         }
@@ -261,22 +264,19 @@ impl CloudConfig {
                     });
                 }
                 let burst: u32 = parse_number(line, key, burst)?;
-                self.rate_limits.set(
-                    family,
-                    RateLimit {
-                        per_second,
-                        burst: burst.max(1),
-                    },
+                self.rate_limits = std::mem::take(&mut self.rate_limits).with_family(
+                    family.name(),
+                    RateLimit::fractional(per_second, burst.max(1)),
                 );
             }
             "maxattempts" => {
                 self.retry.max_attempts = parse_number::<u32>(line, key, value)?.max(1)
             }
             "retrybasedelaymillis" => {
-                self.retry.base_delay = Duration::from_millis(parse_number(line, key, value)?);
+                self.retry.base = Duration::from_millis(parse_number(line, key, value)?);
             }
             "retrymaxdelaymillis" => {
-                self.retry.max_delay = Duration::from_millis(parse_number(line, key, value)?);
+                self.retry.max = Duration::from_millis(parse_number(line, key, value)?);
             }
             "fullresyncseconds" => {
                 self.full_resync = Duration::from_secs(parse_number(line, key, value)?);
@@ -374,14 +374,19 @@ mod tests {
             access: Access::Mutate,
         };
         assert_eq!(
-            config.rate_limits.get(family),
+            config.rate_limits.limit_for(family.name()),
             RateLimit {
                 per_second: 2.5,
                 burst: 3
             }
         );
+        // The other families keep their defaults.
+        assert_eq!(
+            config.rate_limits.limit_for("elb-read"),
+            default_rate_limits().limit_for("elb-read")
+        );
         assert_eq!(config.retry.max_attempts, 4);
-        assert_eq!(config.retry.base_delay, Duration::from_millis(10));
+        assert_eq!(config.retry.base, Duration::from_millis(10));
         assert_eq!(config.full_resync, Duration::from_secs(30));
     }
 

@@ -1,14 +1,32 @@
-//! Resumable, leak-free delete. Nothing is remembered between attempts: every attempt finds
-//! what is left by name and ownership tags and removes it, so a delete interrupted after the
-//! load balancer is gone still cleans up target groups, node rules and security groups (the
-//! upstream provider returns early and leaks them, aws.md §3.6).
+//! Resumable, leak-free delete, and the removal of the other kind of load balancer when a
+//! Service's `aws-load-balancer-type` changes. Nothing is remembered between attempts: every
+//! attempt finds what is left by name and ownership tags and removes it, so an attempt
+//! interrupted at any step (a kill, a lost response, an error) is finished by the next one.
+//! Delete returns `Ok` only when nothing this Service owns remains; a load balancer with the
+//! Service's name but someone else's tags is left alone.
 //!
-//! Order: note the LB's groups and target groups → delete the LB → delete target groups
-//! (attached ones and tagged orphans) → revoke node rules → delete the owned LB group.
+//! Each half removes its load balancer last where AWS allows it, so the load balancer stays
+//! the anchor by which the next attempt finds the rest:
+//! - NLB: listeners → target groups (the listeners' and tagged orphans) → node rules → NLB.
+//! - Classic ELB: node rules that reference its groups → ELB → its owned `k8s-elb-` group.
+//!   The group cannot go before the ELB that uses it; it is found by its deterministic name.
+//!
+//! ## Kind changes: break-before-make
+//!
+//! A change between Classic ELB and NLB removes the old load balancer completely before the
+//! new one is created, and every `ensure` first looks for the other kind by name and removes
+//! it, so a kill at any step converges to exactly one load balancer. Make-before-break (create
+//! the new one, move the status, then remove the old) is not possible here: both kinds get the
+//! same deterministic name (`a` + UID, which is how a restarted controller finds them) and
+//! AWS refuses a second load balancer with that name while the first exists. It would also
+//! need two load balancers for one Service for a while, which the chaos suite treats as a
+//! defect. The Service is without a load balancer between the two, as with a scheme change,
+//! which recreates under the same constraint; the new kind has a new DNS name anyway, so
+//! clients must follow the Service's status in either design.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use kube_lb_annotations::ServiceKey;
+use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::naming::{SERVICE_NAME_TAG, load_balancer_name};
 
 use crate::calls::ops;
@@ -21,44 +39,139 @@ use crate::nlb;
 use crate::nodes::{self, Ownership};
 use crate::provider::AwsProvider;
 
+/// What to do with a load balancer of our name whose tags name another owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Foreign {
+    /// Leave it (delete of a Service: it is not ours to remove).
+    Skip,
+    /// Fail with [`AwsError::NameTaken`] (ensure: the Service cannot get its load balancer).
+    Error(crate::calls::Op),
+}
+
 /// Deletes everything owned for `service`; `Ok` only when nothing owned remains.
 pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), AwsError> {
-    let clients = provider.clients_ref();
     let name = load_balancer_name(&service.uid);
     provider.forget(&name);
-
-    // Classic ELB.
-    let mut lb_groups: BTreeSet<String> = BTreeSet::new();
-    if let Some(clb) = clb::io::describe(clients, &name).await? {
-        lb_groups.extend(clb.security_groups.iter().cloned());
-        clb::io::delete(clients, &name).await?;
+    remove_clb(provider, service, Foreign::Skip, true).await?;
+    remove_nlb(provider, service, Foreign::Skip, true).await?;
+    // `Ok` tells the controller to drop the finalizer, after which nothing would ever look for
+    // these resources again: confirm by name that no load balancer of ours is left (one a
+    // racing create made, or a second one a non-unique implementation allowed).
+    if let Some(kind) = remaining(provider, service).await? {
+        return Err(AwsError::Unexpected(format!(
+            "{kind} {name} still exists after delete; deleting again"
+        )));
     }
+    Ok(())
+}
 
-    // NLB and its target groups.
-    let mut target_groups: BTreeSet<String> = BTreeSet::new();
+/// The kind of a load balancer of this Service still found by name, if any.
+async fn remaining(
+    provider: &AwsProvider,
+    service: &ServiceKey,
+) -> Result<Option<&'static str>, AwsError> {
+    let clients = provider.clients_ref();
+    let name = load_balancer_name(&service.uid);
+    let ours = ownership(provider, service);
+    if clb::io::describe(clients, &name).await?.is_some() {
+        let tags = clb::io::read_tags(clients, &name).await?;
+        if crate::owner::check_resource(&tags, &ours).is_ok() {
+            return Ok(Some("Classic ELB"));
+        }
+    }
     if let Some(nlb) = nlb::io::describe(clients, &name).await? {
-        let listeners = clients
-            .calls
-            .run(ops::V2_DESCRIBE_LISTENERS, || {
-                clients
-                    .elbv2
-                    .describe_listeners()
-                    .load_balancer_arn(&nlb.arn)
-                    .send()
-            })
-            .await?;
-        target_groups.extend(listeners.listeners().iter().flat_map(|l| {
-            l.default_actions()
-                .iter()
-                .filter_map(|a| a.target_group_arn().map(str::to_string))
-        }));
-        nlb::io::delete_lb(clients, &nlb.arn).await?;
+        let tags = nlb::io::read_tags(clients, std::slice::from_ref(&nlb.arn)).await?;
+        let tags = tags.get(&nlb.arn).cloned().unwrap_or_default();
+        if crate::owner::check_resource(&tags, &ours).is_ok() {
+            return Ok(Some("NLB"));
+        }
     }
-    target_groups.extend(orphan_target_groups(provider, service, &name).await?);
-    for arn in &target_groups {
-        nlb::io::delete_tg(clients, arn).await?;
+    Ok(None)
+}
+
+/// Before a Classic ELB is ensured: removes this Service's NLB (a kind change, perhaps
+/// interrupted earlier), with its listeners, target groups and node rules.
+pub async fn retire_nlb(provider: &AwsProvider, spec: &LoadBalancerSpec) -> Result<(), AwsError> {
+    remove_nlb(
+        provider,
+        &spec.service,
+        Foreign::Error(ops::ELB_CREATE_LOAD_BALANCER),
+        false,
+    )
+    .await
+}
+
+/// Before an NLB is ensured: removes this Service's Classic ELB, its node rules and its owned
+/// security group. `group_left` says the caller saw the owned `k8s-elb-` group (an earlier
+/// attempt was interrupted between deleting the ELB and its group): then it is removed even
+/// without an ELB. Otherwise a missing ELB costs one read and nothing more.
+pub async fn retire_clb(
+    provider: &AwsProvider,
+    spec: &LoadBalancerSpec,
+    group_left: bool,
+) -> Result<(), AwsError> {
+    remove_clb(
+        provider,
+        &spec.service,
+        Foreign::Error(ops::V2_CREATE_LOAD_BALANCER),
+        group_left,
+    )
+    .await
+}
+
+/// The ownership tags kube-lb writes on this Service's load balancers.
+fn ownership(provider: &AwsProvider, service: &ServiceKey) -> BTreeMap<String, String> {
+    crate::tags::resource_tags(
+        provider.cluster_id(),
+        provider.config_ref().legacy_cluster_tag,
+        service,
+        &BTreeMap::new(),
+    )
+}
+
+fn name_taken(op: crate::calls::Op, resource: &'static str, name: &str, owner: String) -> AwsError {
+    AwsError::NameTaken {
+        operation: op.name,
+        resource,
+        name: name.to_string(),
+        owner,
+    }
+}
+
+/// Removes the Classic ELB, the node rules that admit it and its owned group (looked for only
+/// when the ELB exists or `look_for_group`).
+async fn remove_clb(
+    provider: &AwsProvider,
+    service: &ServiceKey,
+    foreign: Foreign,
+    look_for_group: bool,
+) -> Result<(), AwsError> {
+    let clients = provider.clients_ref();
+    let name = load_balancer_name(&service.uid);
+    let mut lb_groups: BTreeSet<String> = BTreeSet::new();
+    let mut clb_present = false;
+    if let Some(clb) = clb::io::describe(clients, &name).await? {
+        let tags = clb::io::read_tags(clients, &name).await?;
+        match (
+            crate::owner::check_resource(&tags, &ownership(provider, service)),
+            foreign,
+        ) {
+            (Ok(()), _) => {
+                clb_present = true;
+                lb_groups.extend(clb.security_groups.iter().cloned());
+            }
+            (Err(owner), Foreign::Error(op)) => {
+                return Err(name_taken(op, "Classic ELB", &name, owner));
+            }
+            (Err(owner), Foreign::Skip) => {
+                tracing::warn!(lb = %name, owner, "a Classic ELB with this Service's name belongs to someone else; left alone");
+            }
+        }
     }
 
+    if !clb_present && !look_for_group {
+        return Ok(());
+    }
     // The owned LB group, found by name (any VPC) and ownership tag.
     let own_group_name = clb_security_group_name(&name);
     let owned_groups: Vec<String> = nodes::describe_groups(
@@ -72,18 +185,12 @@ pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), 
     .filter(|g| provider.config_ref().elb_security_group.as_deref() != Some(g.id.as_str()))
     .map(|g| g.id)
     .collect();
+    if !clb_present && owned_groups.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(lb = %name, clb_present, groups = ?owned_groups, "removing the Classic ELB side");
     lb_groups.extend(owned_groups.iter().cloned());
 
-    if !provider.config_ref().disable_security_group_ingress {
-        // NLB rules by description on cluster-tagged and known node groups.
-        let known = provider.discovery_ref().known_instance_groups();
-        let groups =
-            nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &known).await?;
-        let plan = nodes::plan_node_groups(&groups, &BTreeSet::new(), &[], Ownership::Nlb(&name));
-        for (group, changes) in &plan {
-            nodes::apply_rule_changes(clients, group, changes).await?;
-        }
-    }
     // CLB references to the group about to be deleted, on any group (tagged or not), or
     // the group can never be deleted (kubernetes#104383).
     for group in &owned_groups {
@@ -127,6 +234,9 @@ pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), 
             }
         }
     }
+    if clb_present {
+        clb::io::delete(clients, &name).await?;
+    }
     for group in &owned_groups {
         match clients
             .calls
@@ -140,6 +250,97 @@ pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), 
             // The LB's network interfaces take a while to go away; the controller retries.
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// Removes the NLB: listeners, then target groups, then node rules, then the NLB itself.
+/// `always` also searches target groups and node rules when no NLB exists (delete).
+async fn remove_nlb(
+    provider: &AwsProvider,
+    service: &ServiceKey,
+    foreign: Foreign,
+    always: bool,
+) -> Result<(), AwsError> {
+    let clients = provider.clients_ref();
+    let name = load_balancer_name(&service.uid);
+    let mut ours: Option<String> = None;
+    if let Some(nlb) = nlb::io::describe(clients, &name).await? {
+        let tags = nlb::io::read_tags(clients, std::slice::from_ref(&nlb.arn)).await?;
+        let tags = tags.get(&nlb.arn).cloned().unwrap_or_default();
+        match (
+            crate::owner::check_resource(&tags, &ownership(provider, service)),
+            foreign,
+        ) {
+            (Ok(()), _) => ours = Some(nlb.arn),
+            (Err(owner), Foreign::Error(op)) => {
+                return Err(name_taken(op, "NLB", &name, owner));
+            }
+            (Err(owner), Foreign::Skip) => {
+                tracing::warn!(lb = %name, owner, "an NLB with this Service's name belongs to someone else; left alone");
+            }
+        }
+    }
+    if ours.is_none() && !always {
+        return Ok(());
+    }
+
+    let mut target_groups: BTreeSet<String> = BTreeSet::new();
+    if let Some(arn) = &ours {
+        tracing::info!(lb = %name, "removing the NLB side");
+        let listeners = clients
+            .calls
+            .run(ops::V2_DESCRIBE_LISTENERS, || {
+                clients
+                    .elbv2
+                    .describe_listeners()
+                    .load_balancer_arn(arn)
+                    .send()
+            })
+            .await?;
+        for listener in listeners.listeners() {
+            target_groups.extend(
+                listener
+                    .default_actions()
+                    .iter()
+                    .filter_map(|a| a.target_group_arn().map(str::to_string)),
+            );
+            let Some(listener_arn) = listener.listener_arn() else {
+                continue;
+            };
+            match clients
+                .calls
+                .run(ops::V2_DELETE_LISTENER, || {
+                    clients
+                        .elbv2
+                        .delete_listener()
+                        .listener_arn(listener_arn)
+                        .send()
+                })
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.has_code(&["ListenerNotFound"]) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    target_groups.extend(orphan_target_groups(provider, service, &name).await?);
+    for arn in &target_groups {
+        nlb::io::delete_tg(clients, arn).await?;
+    }
+    if !provider.config_ref().disable_security_group_ingress {
+        // NLB rules by description on cluster-tagged and known node groups.
+        let known = provider.discovery_ref().known_instance_groups();
+        let groups =
+            nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &known).await?;
+        let plan = nodes::plan_node_groups(&groups, &BTreeSet::new(), &[], Ownership::Nlb(&name));
+        for (group, changes) in &plan {
+            nodes::apply_rule_changes(clients, group, changes).await?;
+        }
+    }
+    if let Some(arn) = &ours {
+        nlb::io::delete_lb(clients, arn).await?;
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::Filter;
+use kube_lb_provider_core::EnvironmentCause;
 
 use crate::calls::ops;
 use crate::clients::Clients;
@@ -340,11 +341,16 @@ impl Discovery {
             }
         }
         if found.len() != wanted.len() {
-            return Err(AwsError::Invalid(format!(
-                "aws-load-balancer-subnets: expected to find {} subnets, but found {}",
-                wanted.len(),
-                found.len()
-            )));
+            // The named subnets may still be on their way (created by the same pipeline as
+            // the Service): retried, not a user error.
+            return Err(AwsError::Environment {
+                cause: EnvironmentCause::MissingDependency,
+                message: format!(
+                    "aws-load-balancer-subnets: expected to find {} subnets, but found {}",
+                    wanted.len(),
+                    found.len()
+                ),
+            });
         }
         Ok(found)
     }

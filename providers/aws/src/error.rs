@@ -3,7 +3,7 @@
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use kube_lb_provider_core::ProviderError;
+use kube_lb_provider_core::{EnvironmentCause, ProviderError};
 
 use crate::calls::Op;
 
@@ -17,43 +17,159 @@ const THROTTLING_CODES: &[&str] = &[
     "RequestThrottledException",
     "TooManyRequestsException",
     "SlowDown",
+    "EC2ThrottledException",
+    "PriorRequestNotComplete",
 ];
 
-/// Codes that mean "the Service asks for something AWS will not build": waiting and retrying
-/// does not help until the Service (or the account) changes.
+/// Codes of server-side failures that some endpoints (and moto) send with a 4xx status.
+const SERVER_ERROR_CODES: &[&str] = &[
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "Unavailable",
+    "InsufficientAddressCapacity",
+];
+
+/// Codes of conditions that clear up on their own, so the same call may simply be repeated: a
+/// dependency still being torn down, a resource in a passing state.
+const CONFLICT_CODES: &[&str] = &[
+    "DependencyViolation",
+    "ResourceInUse",
+    "ResourceInUseException",
+    "OperationNotPermitted",
+    "IncorrectState",
+    "IncorrectInstanceState",
+    "InvalidState",
+];
+
+/// Codes meaning what the provider read a moment ago changed under it: one of its own
+/// resources (or a node's instance) is gone, or already exists. Repeating the same call cannot
+/// help (and call sites test several of these as "absent"), so they are not retried in place;
+/// the controller's next pass re-reads and carries on.
+const STALE_CODES: &[&str] = &[
+    "LoadBalancerNotFound",
+    "AccessPointNotFound",
+    "TargetGroupNotFound",
+    "ListenerNotFound",
+    "InvalidInstanceID.NotFound",
+    "InvalidTarget",
+    "InvalidPermission.NotFound",
+    "InvalidPermission.Duplicate",
+    "DuplicateListener",
+    "PriorityInUse",
+];
+
+/// Codes meaning the Service asks for something AWS will not build, where the value comes from
+/// the Service itself (an annotation, a port, a protocol): only its author can fix it.
 const USER_ERROR_CODES: &[&str] = &[
     "CertificateNotFound",
     "CertificateNotFoundException",
+    "UnsupportedCertificate",
     "ValidationError",
     "InvalidConfigurationRequest",
+    "InvalidParameter",
     "InvalidParameterValue",
     "InvalidParameterCombination",
-    "InvalidSubnet",
-    "InvalidSecurityGroup",
-    "InvalidSubnetID.NotFound",
-    "InvalidGroup.NotFound",
-    "InvalidAllocationID.NotFound",
-    "TooManyLoadBalancers",
-    "TooManyTargetGroups",
-    "TooManyListeners",
-    "TooManyTargets",
-    "TooManyTags",
-    "TooManyAccessPoints",
-    "TooManyPolicies",
-    "RulesPerSecurityGroupLimitExceeded",
-    "SecurityGroupLimitExceeded",
+    "MissingParameter",
     "UnsupportedProtocol",
+    "IncompatibleProtocols",
     "PolicyTypeNotFound",
+    "PolicyNotFound",
+    "SSLPolicyNotFound",
+    "ALPNPolicyNotSupported",
     "InvalidSchemeException",
-    "AllocationIdNotFound",
+    "TooManyTags",
 ];
 
-/// Codes of conditions that clear up on their own (dependencies still being torn down).
-const TRANSIENT_CONFLICT_CODES: &[&str] = &[
-    "DependencyViolation",
-    "ResourceInUse",
-    "OperationNotPermitted",
+/// Quota codes that do not follow the `TooMany*` / `*LimitExceeded` patterns.
+const QUOTA_CODES: &[&str] = &["LimitExceeded", "ResourceLimitExceeded"];
+
+/// Codes meaning the controller's AWS identity may not make the call.
+const PERMISSION_CODES: &[&str] = &[
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "AccessDeniedException",
+    "AuthFailure",
+    "Blocked",
+    "OptInRequired",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "ExpiredToken",
+    "SignatureDoesNotMatch",
 ];
+
+/// Codes meaning something the load balancer needs does not exist (yet).
+const MISSING_DEPENDENCY_CODES: &[&str] = &[
+    "InvalidGroup.NotFound",
+    "InvalidSecurityGroup",
+    "InvalidSubnetID.NotFound",
+    "InvalidSubnet",
+    "SubnetNotFound",
+    "InvalidVpcID.NotFound",
+    "InvalidAllocationID.NotFound",
+    "AllocationIdNotFound",
+    "InvalidNetworkInterfaceID.NotFound",
+];
+
+/// Codes meaning a resource with our name exists: by the time such an error reaches
+/// [`ProviderError`], the provider has already checked whether it is ours to adopt.
+const NAME_TAKEN_CODES: &[&str] = &[
+    "DuplicateLoadBalancerName",
+    "DuplicateAccessPointName",
+    "DuplicateTargetGroupName",
+    "InvalidGroup.Duplicate",
+];
+
+/// What the controller should do about one AWS error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Throttling, 5xx, transport failures, passing conflicts: retry, in place too.
+    Retryable,
+    /// The provider's picture is out of date: retried by the controller after a fresh read,
+    /// not in place.
+    Stale,
+    /// Something outside the Service blocks it.
+    Environment(EnvironmentCause),
+    /// Only the Service's author can fix it.
+    User,
+    /// A code this table does not know: retried with backoff, reported as is.
+    Unknown,
+}
+
+/// Classifies an AWS error code (or a transport category such as `Timeout`) and the HTTP
+/// status it came with. Pure, so the whole table is tested without AWS.
+pub fn classify(code: &str, status: Option<u16>) -> Class {
+    if THROTTLING_CODES.contains(&code)
+        || SERVER_ERROR_CODES.contains(&code)
+        || CONFLICT_CODES.contains(&code)
+        || matches!(code, "Timeout" | "Dispatch" | "Response")
+        || status.is_some_and(|s| s >= 500)
+    {
+        return Class::Retryable;
+    }
+    if STALE_CODES.contains(&code) {
+        return Class::Stale;
+    }
+    if USER_ERROR_CODES.contains(&code) {
+        return Class::User;
+    }
+    if NAME_TAKEN_CODES.contains(&code) {
+        return Class::Environment(EnvironmentCause::NameTaken);
+    }
+    if MISSING_DEPENDENCY_CODES.contains(&code) {
+        return Class::Environment(EnvironmentCause::MissingDependency);
+    }
+    if PERMISSION_CODES.contains(&code) || status == Some(403) {
+        return Class::Environment(EnvironmentCause::PermissionDenied);
+    }
+    // EC2 and ELB spell quotas as `TooMany…` (`TooManyLoadBalancers`) or `…LimitExceeded`
+    // (`RulesPerSecurityGroupLimitExceeded`); the throttling codes among them matched above.
+    if QUOTA_CODES.contains(&code) || code.starts_with("TooMany") || code.ends_with("LimitExceeded")
+    {
+        return Class::Environment(EnvironmentCause::Quota);
+    }
+    Class::Unknown
+}
 
 /// What went wrong in the AWS provider.
 #[derive(Debug, thiserror::Error)]
@@ -96,9 +212,31 @@ pub enum AwsError {
     /// The Service asks for something that cannot be built.
     #[error("{0}")]
     Invalid(String),
+    /// Something outside the Service is missing or refused, found by the provider itself
+    /// rather than reported by an AWS error code (no subnet to place the load balancer in, no
+    /// node with an instance yet).
+    #[error("{message}")]
+    Environment {
+        /// What kind of obstacle it is.
+        cause: EnvironmentCause,
+        /// What is missing, in words the operator can act on.
+        message: String,
+    },
     /// AWS answered with something the provider cannot use (a missing field, an owner clash).
     #[error("unexpected AWS state: {0}")]
     Unexpected(String),
+    /// A resource with this Service's deterministic name exists and belongs to someone else.
+    #[error("{operation}: {resource} {name} exists and belongs to {owner}, not to this Service")]
+    NameTaken {
+        /// The create that found the name taken.
+        operation: &'static str,
+        /// What kind of resource (`load balancer`, `target group`, `security group`).
+        resource: &'static str,
+        /// The name.
+        name: String,
+        /// Who owns it, from its tags.
+        owner: String,
+    },
 }
 
 impl AwsError {
@@ -154,10 +292,13 @@ impl AwsError {
     }
 
     /// True for throttling, 5xx and transport failures: the same call is retried in place.
+    /// Passing conflicts (`DependencyViolation`) are [`ProviderError::Retryable`] too, but
+    /// take longer to clear than an in-place backoff step: the controller retries those.
     pub fn is_transient(&self) -> bool {
         match self {
             AwsError::Api { code, status, .. } => {
                 THROTTLING_CODES.contains(&code.as_str())
+                    || SERVER_ERROR_CODES.contains(&code.as_str())
                     || matches!(code.as_str(), "Timeout" | "Dispatch" | "Response")
                     || status.is_some_and(|s| s >= 500)
             }
@@ -171,36 +312,292 @@ impl AwsError {
     }
 }
 
+/// The single conversion from AWS errors to the controller's classes (see [`classify`]).
 impl From<AwsError> for ProviderError {
     fn from(error: AwsError) -> Self {
-        match &error {
-            AwsError::Invalid(message) => ProviderError::user(message.clone()),
+        let (operation, code, message, status) = match &error {
+            AwsError::Invalid(message) => return ProviderError::user(message.clone()),
+            AwsError::Environment { cause, message } => {
+                return ProviderError::environment("aws", *cause, message.clone());
+            }
             AwsError::Api {
                 operation,
                 code,
                 message,
+                status,
                 ..
-            } => {
-                if USER_ERROR_CODES.contains(&code.as_str()) {
-                    ProviderError::user(format!("{operation}: {code}: {message}"))
-                } else if error.is_transient() || TRANSIENT_CONFLICT_CODES.contains(&code.as_str())
-                {
-                    ProviderError::Retryable {
-                        operation,
-                        message: format!("{code}: {message}"),
-                        source: Some(Box::new(error)),
-                    }
-                } else {
-                    ProviderError::Internal {
-                        message: error.to_string(),
-                        source: Some(Box::new(error)),
-                    }
-                }
+            } => (*operation, code.as_str(), message.as_str(), *status),
+            AwsError::NameTaken { operation, .. } => {
+                return ProviderError::environment(
+                    operation,
+                    EnvironmentCause::NameTaken,
+                    error.to_string(),
+                );
             }
-            _ => ProviderError::Internal {
+            _ => {
+                return ProviderError::Internal {
+                    message: error.to_string(),
+                    source: Some(Box::new(error)),
+                };
+            }
+        };
+        match classify(code, status) {
+            Class::Retryable => ProviderError::Retryable {
+                operation,
+                message: format!("{code}: {message}"),
+                source: Some(Box::new(error)),
+            },
+            Class::Environment(cause) => {
+                ProviderError::environment(operation, cause, format!("{code}: {message}"))
+            }
+            Class::User => ProviderError::user(format!("{operation}: {code}: {message}")),
+            Class::Stale | Class::Unknown => ProviderError::Internal {
                 message: error.to_string(),
                 source: Some(Box::new(error)),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: &str, status: u16) -> AwsError {
+        AwsError::Api {
+            operation: "CreateLoadBalancer",
+            code: code.to_string(),
+            message: "m".to_string(),
+            status: Some(status),
+            source: "sdk".into(),
+        }
+    }
+
+    fn env(cause: EnvironmentCause) -> &'static str {
+        cause.as_str()
+    }
+
+    /// Every code the providers meet, with the class and (for environment errors) the cause
+    /// the controller reports.
+    #[test]
+    fn error_codes_map_to_classes() {
+        use EnvironmentCause::*;
+        let cases: &[(&str, u16, &str, Option<&str>)] = &[
+            // throttling, server errors, transport: retried
+            ("Throttling", 400, "retryable", None),
+            ("RequestLimitExceeded", 503, "retryable", None),
+            ("ThrottlingException", 400, "retryable", None),
+            ("TooManyRequestsException", 429, "retryable", None),
+            ("SlowDown", 503, "retryable", None),
+            ("InternalError", 500, "retryable", None),
+            ("InternalFailure", 400, "retryable", None),
+            ("ServiceUnavailable", 503, "retryable", None),
+            ("Unknown", 502, "retryable", None),
+            ("Timeout", 0, "retryable", None),
+            ("Dispatch", 0, "retryable", None),
+            // passing conflicts: retried (in place too)
+            ("DependencyViolation", 400, "retryable", None),
+            ("ResourceInUse", 400, "retryable", None),
+            ("OperationNotPermitted", 400, "retryable", None),
+            ("IncorrectState", 400, "retryable", None),
+            ("PriorityInUse", 400, "internal", None),
+            // our own resources vanished or appeared under us: retried after a fresh read
+            ("DuplicateListener", 400, "internal", None),
+            ("LoadBalancerNotFound", 400, "internal", None),
+            ("TargetGroupNotFound", 400, "internal", None),
+            ("ListenerNotFound", 400, "internal", None),
+            ("InvalidInstanceID.NotFound", 400, "internal", None),
+            ("InvalidTarget", 400, "internal", None),
+            // quotas
+            ("TooManyLoadBalancers", 400, "environment", Some(env(Quota))),
+            ("TooManyTargetGroups", 400, "environment", Some(env(Quota))),
+            ("TooManyListeners", 400, "environment", Some(env(Quota))),
+            ("TooManyTargets", 400, "environment", Some(env(Quota))),
+            ("TooManyAccessPoints", 400, "environment", Some(env(Quota))),
+            ("TooManyPolicies", 400, "environment", Some(env(Quota))),
+            ("TooManyCertificates", 400, "environment", Some(env(Quota))),
+            (
+                "RulesPerSecurityGroupLimitExceeded",
+                400,
+                "environment",
+                Some(env(Quota)),
+            ),
+            (
+                "SecurityGroupLimitExceeded",
+                400,
+                "environment",
+                Some(env(Quota)),
+            ),
+            ("AddressLimitExceeded", 400, "environment", Some(env(Quota))),
+            ("VpcLimitExceeded", 400, "environment", Some(env(Quota))),
+            ("LimitExceeded", 400, "environment", Some(env(Quota))),
+            // permission
+            (
+                "UnauthorizedOperation",
+                403,
+                "environment",
+                Some(env(PermissionDenied)),
+            ),
+            (
+                "AccessDenied",
+                403,
+                "environment",
+                Some(env(PermissionDenied)),
+            ),
+            (
+                "AuthFailure",
+                401,
+                "environment",
+                Some(env(PermissionDenied)),
+            ),
+            (
+                "OptInRequired",
+                401,
+                "environment",
+                Some(env(PermissionDenied)),
+            ),
+            (
+                "SomethingForbidden",
+                403,
+                "environment",
+                Some(env(PermissionDenied)),
+            ),
+            // missing dependencies
+            (
+                "InvalidGroup.NotFound",
+                400,
+                "environment",
+                Some(env(MissingDependency)),
+            ),
+            (
+                "InvalidSecurityGroup",
+                400,
+                "environment",
+                Some(env(MissingDependency)),
+            ),
+            (
+                "InvalidSubnetID.NotFound",
+                400,
+                "environment",
+                Some(env(MissingDependency)),
+            ),
+            (
+                "InvalidSubnet",
+                400,
+                "environment",
+                Some(env(MissingDependency)),
+            ),
+            (
+                "InvalidVpcID.NotFound",
+                400,
+                "environment",
+                Some(env(MissingDependency)),
+            ),
+            (
+                "InvalidAllocationID.NotFound",
+                400,
+                "environment",
+                Some(env(MissingDependency)),
+            ),
+            (
+                "AllocationIdNotFound",
+                400,
+                "environment",
+                Some(env(MissingDependency)),
+            ),
+            // a name held by someone else (ours would have been adopted before this)
+            (
+                "DuplicateLoadBalancerName",
+                400,
+                "environment",
+                Some(env(NameTaken)),
+            ),
+            (
+                "DuplicateAccessPointName",
+                400,
+                "environment",
+                Some(env(NameTaken)),
+            ),
+            (
+                "DuplicateTargetGroupName",
+                400,
+                "environment",
+                Some(env(NameTaken)),
+            ),
+            (
+                "InvalidGroup.Duplicate",
+                400,
+                "environment",
+                Some(env(NameTaken)),
+            ),
+            // what only the Service's author can fix
+            ("CertificateNotFound", 400, "user", None),
+            ("CertificateNotFoundException", 400, "user", None),
+            ("UnsupportedCertificate", 400, "user", None),
+            ("ValidationError", 400, "user", None),
+            ("InvalidConfigurationRequest", 400, "user", None),
+            ("InvalidParameterValue", 400, "user", None),
+            ("InvalidParameterCombination", 400, "user", None),
+            ("UnsupportedProtocol", 400, "user", None),
+            ("PolicyTypeNotFound", 400, "user", None),
+            ("SSLPolicyNotFound", 400, "user", None),
+            ("InvalidSchemeException", 400, "user", None),
+            ("TooManyTags", 400, "user", None),
+            // unknown: retried with backoff, reported verbatim
+            ("SomethingNew", 400, "internal", None),
+        ];
+        for &(code, status, class, cause) in cases {
+            let status = (status != 0).then_some(status);
+            let mut error = api(code, 400);
+            if let AwsError::Api { status: s, .. } = &mut error {
+                *s = status;
+            }
+            let converted = ProviderError::from(error);
+            assert_eq!(converted.class(), class, "{code} ({status:?}): {converted}");
+            let got_cause = match &converted {
+                ProviderError::Environment { cause, .. } => Some(cause.as_str()),
+                _ => None,
+            };
+            assert_eq!(got_cause, cause, "{code}");
+            assert!(
+                converted.to_string().contains(code),
+                "{converted} names {code}"
+            );
+        }
+    }
+
+    #[test]
+    fn in_place_retries_are_only_for_passing_failures() {
+        let cases = [
+            ("Throttling", 400, true),
+            ("InternalError", 500, true),
+            ("DependencyViolation", 400, false),
+            ("LoadBalancerNotFound", 400, false),
+            ("TooManyLoadBalancers", 400, false),
+            ("InvalidGroup.NotFound", 400, false),
+        ];
+        for (code, status, transient) in cases {
+            assert_eq!(api(code, status).is_transient(), transient, "{code}");
+        }
+    }
+
+    #[test]
+    fn non_api_errors_are_classed() {
+        let cases = [
+            (AwsError::Invalid("bad port".into()), "user"),
+            (
+                AwsError::Environment {
+                    cause: EnvironmentCause::MissingDependency,
+                    message: "no subnet".into(),
+                },
+                "environment",
+            ),
+            (AwsError::Unexpected("no ARN".into()), "internal"),
+            (AwsError::Setup("no region".into()), "internal"),
+        ];
+        for (error, class) in cases {
+            let text = error.to_string();
+            assert_eq!(ProviderError::from(error).class(), class, "{text}");
         }
     }
 }

@@ -13,6 +13,13 @@
 //! sent, thresholds are compared one by one, tags are reconciled (user tags removed from the
 //! annotation are removed), a scheme or EIP change recreates the load balancer and NLB subnets
 //! are updated with SetSubnets.
+//!
+//! Under faults: a create whose response was lost is recognised on the retry (found by its
+//! deterministic name, adopted when its tags say it is this Service's, `owner`); a resource
+//! with the name but another owner is `ProviderError::Environment { cause: NameTaken }`. A
+//! change of kind (Classic ELB ↔ NLB) is break-before-make and every ensure removes the other
+//! kind first (`delete`), so a kill at any step leaves at most one load balancer. NLB
+//! listeners are only ever modified in place (never deleted to be re-created).
 
 pub mod calls;
 pub mod clb;
@@ -25,11 +32,12 @@ pub mod error;
 pub mod naming;
 pub mod nlb;
 pub mod nodes;
+pub mod owner;
 mod provider;
 pub mod sg;
 pub mod tags;
 
-pub use calls::{CallStats, IAM_ACTIONS, OPERATIONS, Op, RateLimit, RateLimits, RetryPolicy};
+pub use calls::{IAM_ACTIONS, OPERATIONS, Op, RateLimit, RateLimits, RetryPolicy};
 pub use config::CloudConfig;
 pub use error::AwsError;
 pub use provider::AwsProvider;

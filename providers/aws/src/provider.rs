@@ -13,11 +13,11 @@ use aws_sdk_ec2::types::{ResourceType, TagSpecification};
 use kube_lb_annotations::{AwsLoadBalancerKind, LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::naming::{cluster_tag_key, load_balancer_name};
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, LoadBalancerIngress, LoadBalancerProvider, LoadBalancerStatus,
-    ProviderError,
+    BackendNode, CallCounter, EnvironmentCause, LoadBalancerIngress, LoadBalancerProvider,
+    LoadBalancerStatus, ProviderError,
 };
 
-use crate::calls::{CallStats, Calls, ops};
+use crate::calls::{Calls, ops};
 use crate::clb;
 use crate::clb::plan::{ClbAction, ClbDesired};
 use crate::clients::{Clients, load_sdk_config};
@@ -82,19 +82,37 @@ fn fingerprint(spec: &LoadBalancerSpec, groups: &BTreeSet<String>) -> u64 {
 
 impl AwsProvider {
     /// Builds the provider from the standard AWS configuration chain (region, credentials,
-    /// `AWS_ENDPOINT_URL*`) and an optional cloud-config file.
+    /// `AWS_ENDPOINT_URL*`) and an optional cloud-config file. Every AWS call is counted on
+    /// `counter` (the binary's `/metrics` observe it).
     pub async fn from_cloud_config(
         path: Option<&Path>,
         cluster_name: &str,
+        counter: CallCounter,
     ) -> Result<AwsProvider, AwsError> {
         let config = CloudConfig::load(path)?;
         let sdk = load_sdk_config().await?;
-        Ok(AwsProvider::new(&sdk, config, cluster_name))
+        Ok(AwsProvider::with_counter(
+            &sdk,
+            config,
+            cluster_name,
+            counter,
+        ))
     }
 
-    /// Builds the provider from an explicit SDK configuration (tests point it at moto).
+    /// Builds the provider from an explicit SDK configuration (tests point it at moto), with a
+    /// call counter of its own (read it with [`AwsProvider::call_counter`]).
     pub fn new(sdk: &SdkConfig, config: CloudConfig, cluster_name: &str) -> AwsProvider {
-        let calls = Calls::new(&config.rate_limits, config.retry);
+        AwsProvider::with_counter(sdk, config, cluster_name, CallCounter::new())
+    }
+
+    /// Like [`AwsProvider::new`], counting every call on `counter`.
+    pub fn with_counter(
+        sdk: &SdkConfig,
+        config: CloudConfig,
+        cluster_name: &str,
+        counter: CallCounter,
+    ) -> AwsProvider {
+        let calls = Calls::new(config.rate_limits.clone(), config.retry, counter);
         let cluster_id = config
             .cluster_id
             .clone()
@@ -108,20 +126,11 @@ impl AwsProvider {
         }
     }
 
-    /// The core call counter every AWS call is also recorded on (attach metric observers
-    /// with [`CallCounter::observe`]).
+    /// The call counter every AWS call is recorded on, by operation label
+    /// (`elb:CreateLoadBalancer`) and kind (attach metric observers with
+    /// [`CallCounter::observe`], or compare [`CallCounter::snapshot`]s in tests).
     pub fn call_counter(&self) -> CallCounter {
         self.clients.calls.counter().clone()
-    }
-
-    /// Calls made so far.
-    pub fn calls(&self) -> CallStats {
-        self.clients.calls.stats()
-    }
-
-    /// Calls made so far, resetting the counters.
-    pub fn take_calls(&self) -> CallStats {
-        self.clients.calls.take()
     }
 
     /// The SDK clients (tests read AWS state back through them).
@@ -194,10 +203,11 @@ impl AwsProvider {
             .or_else(|| instances.values().find_map(|i| i.vpc_id.clone()))
             .or_else(|| fallback.map(str::to_string))
             .ok_or_else(|| {
-                AwsError::Invalid(
-                    "cannot determine the VPC: no node has an AWS instance yet; set VPC in the cloud config"
+                AwsError::Environment {
+                    cause: EnvironmentCause::MissingDependency,
+                    message: "cannot determine the VPC: no node has an AWS instance yet; set VPC in the cloud config"
                         .to_string(),
-                )
+                }
             })
     }
 
@@ -233,15 +243,37 @@ impl AwsProvider {
                 );
                 Ok(vec![subnet.clone()])
             }
-            None => Err(AwsError::Invalid(
-                "could not find any suitable subnets for creating the ELB".to_string(),
-            )),
+            None => Err(AwsError::Environment {
+                cause: EnvironmentCause::MissingDependency,
+                message: "could not find any suitable subnets for creating the ELB".to_string(),
+            }),
         }
     }
 
     /// Finds or creates `k8s-elb-<name>` and converges its ingress rules. Returns its ID and
-    /// whether it was just created.
+    /// whether it was just created. A group of that name tagged for another cluster is a
+    /// [`AwsError::NameTaken`]; one a lost `CreateSecurityGroup` response left is adopted.
     async fn ensure_clb_group(
+        &self,
+        spec: &LoadBalancerSpec,
+        name: &str,
+        vpc: &str,
+    ) -> Result<(String, bool), AwsError> {
+        match self.ensure_clb_group_once(spec, name, vpc).await {
+            // Created meanwhile (by our own earlier attempt whose response was lost): the
+            // second pass finds it, checks its owner and adopts it.
+            Err(e) if e.has_code(&["InvalidGroup.Duplicate"]) => {
+                tracing::info!(
+                    lb = name,
+                    "security group exists after a lost create; adopting it"
+                );
+                self.ensure_clb_group_once(spec, name, vpc).await
+            }
+            other => other,
+        }
+    }
+
+    async fn ensure_clb_group_once(
         &self,
         spec: &LoadBalancerSpec,
         name: &str,
@@ -260,6 +292,14 @@ impl AwsProvider {
         .await?;
         let aws = desired::aws_spec(spec)?;
         if let Some(group) = existing.first() {
+            crate::owner::check_group(&group.tags, &self.cluster_tag()).map_err(|owner| {
+                AwsError::NameTaken {
+                    operation: ops::CREATE_SECURITY_GROUP.name,
+                    resource: "security group",
+                    name: group_name.clone(),
+                    owner,
+                }
+            })?;
             let owner = group.tags.get(&self.cluster_tag());
             if owner.is_none() {
                 // Upstream repairs a missing ownership tag the same way.
@@ -362,6 +402,21 @@ impl AwsProvider {
         }
 
         let observed = clb::io::describe(&self.clients, &name).await?;
+        // Someone else's load balancer under this name is left untouched: checked before
+        // anything (the security group) is created for it.
+        let observed_tags = match &observed {
+            Some(_) => {
+                let tags = clb::io::read_tags(&self.clients, &name).await?;
+                self.check_owner(
+                    &spec.service,
+                    &tags,
+                    "Classic ELB",
+                    ops::ELB_CREATE_LOAD_BALANCER,
+                )?;
+                Some(tags)
+            }
+            None => None,
+        };
         let vpc = self.vpc(
             &instances,
             observed.as_ref().and_then(|o| o.vpc_id.as_deref()),
@@ -395,7 +450,7 @@ impl AwsProvider {
         let observed = match observed {
             Some(mut seen) => {
                 seen.attributes = Some(clb::io::read_attributes(&self.clients, &name).await?);
-                seen.tags = Some(clb::io::read_tags(&self.clients, &name).await?);
+                seen.tags = observed_tags;
                 Some(seen)
             }
             None => None,
@@ -544,6 +599,12 @@ impl AwsProvider {
         let mut observed = nlb::io::describe(&self.clients, &name).await?;
         if let Some(seen) = observed.as_mut() {
             nlb::io::observe_details(&self.clients, seen).await?;
+            self.check_owner(
+                &spec.service,
+                seen.tags.as_ref().unwrap_or(&BTreeMap::new()),
+                "NLB",
+                ops::V2_CREATE_LOAD_BALANCER,
+            )?;
         }
         let vpc = self.vpc(&instances, None)?;
         let internal = spec.scheme == kube_lb_annotations::Scheme::Internal;
@@ -573,17 +634,20 @@ impl AwsProvider {
             .clone()
             .ok_or_else(|| AwsError::Unexpected("NLB has no ARN after apply".into()))?;
         let mut target_groups = Vec::new();
+        // Target groups the apply did not create are those of the load balancer it started
+        // from: the observed one, or the one it adopted after a lost create response.
+        let base = match &applied.adopted {
+            Some(adopted) => Some(adopted),
+            None if recreated => None,
+            None => observed.as_ref(),
+        };
         for (index, listener) in desired.listeners.iter().enumerate() {
-            let existing = if recreated {
-                None
-            } else {
-                observed.as_ref().and_then(|o| {
-                    o.listeners
-                        .iter()
-                        .find(|l| l.port == listener.port)
-                        .and_then(|l| l.target_group_arn.clone())
-                })
-            };
+            let existing = base.and_then(|o| {
+                o.listeners
+                    .iter()
+                    .find(|l| l.port == listener.port)
+                    .and_then(|l| l.target_group_arn.clone())
+            });
             match applied.new_tgs.get(&index).cloned().or(existing) {
                 Some(tg) => target_groups.push(tg),
                 None => {
@@ -606,6 +670,12 @@ impl AwsProvider {
                 &candidate_groups,
             )
             .await?;
+            // The cluster-tagged groups include a Classic ELB's own group left by a kind change
+            // interrupted between deleting the ELB and its group: finish that removal.
+            let clb_group = clb_security_group_name(&name);
+            if observed_groups.iter().any(|g| g.name == clb_group) {
+                crate::delete::retire_clb(self, spec, true).await?;
+            }
             let node_groups =
                 nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
             let plan = nodes::plan_node_groups(
@@ -638,6 +708,29 @@ impl AwsProvider {
             }),
         );
         Ok(status(dns_name))
+    }
+
+    /// A load balancer found under this Service's name is changed only when its tags say it
+    /// is this Service's (kube-lb and upstream write the same ownership tags).
+    fn check_owner(
+        &self,
+        service: &ServiceKey,
+        observed: &BTreeMap<String, String>,
+        resource: &'static str,
+        operation: crate::calls::Op,
+    ) -> Result<(), AwsError> {
+        let ours = crate::tags::resource_tags(
+            &self.cluster_id,
+            self.config.legacy_cluster_tag,
+            service,
+            &BTreeMap::new(),
+        );
+        crate::owner::check_resource(observed, &ours).map_err(|owner| AwsError::NameTaken {
+            operation: operation.name,
+            resource,
+            name: load_balancer_name(&service.uid),
+            owner,
+        })
     }
 
     async fn delete_all(&self, service: &ServiceKey) -> Result<(), AwsError> {
@@ -683,12 +776,41 @@ impl LoadBalancerProvider for AwsProvider {
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let aws = desired::aws_spec(spec).map_err(|e| to_provider_error(&spec.service, e))?;
+        let name = load_balancer_name(&spec.service.uid);
+        // A change of kind is break-before-make: the other kind is removed completely before
+        // this one is created or changed (see `crate::delete` for why). Skipped only while this
+        // process itself last verified the same kind, which it did after this check.
+        let verified_kind = match self.cached(&name) {
+            Some(Verified::Clb { .. }) => Some(AwsLoadBalancerKind::Classic),
+            Some(Verified::Nlb { .. }) => Some(AwsLoadBalancerKind::Nlb),
+            None => None,
+        };
         let result = match aws.kind {
             AwsLoadBalancerKind::ImplementedElsewhere => {
                 return Err(ProviderError::ImplementedElsewhere);
             }
-            AwsLoadBalancerKind::Classic => self.ensure_clb(spec, backends).await,
-            AwsLoadBalancerKind::Nlb => self.ensure_nlb(spec, backends).await,
+            AwsLoadBalancerKind::Classic => {
+                let retired = if verified_kind == Some(AwsLoadBalancerKind::Classic) {
+                    Ok(())
+                } else {
+                    crate::delete::retire_nlb(self, spec).await
+                };
+                match retired {
+                    Ok(()) => self.ensure_clb(spec, backends).await,
+                    Err(e) => Err(e),
+                }
+            }
+            AwsLoadBalancerKind::Nlb => {
+                let retired = if verified_kind == Some(AwsLoadBalancerKind::Nlb) {
+                    Ok(())
+                } else {
+                    crate::delete::retire_clb(self, spec, false).await
+                };
+                match retired {
+                    Ok(()) => self.ensure_nlb(spec, backends).await,
+                    Err(e) => Err(e),
+                }
+            }
         };
         result.map_err(|e| {
             // A failed apply leaves AWS in an unknown state: re-read everything next time.

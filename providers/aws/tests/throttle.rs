@@ -1,6 +1,7 @@
 //! Throttling: a fault-injecting proxy in front of moto answers every third request with AWS's
 //! throttling error (EC2 `RequestLimitExceeded` / ELB `Throttling`). The provider converges
-//! anyway, and the requests that reach the proxy never exceed the configured per-family rate.
+//! anyway, the requests that reach the proxy never exceed the configured per-family rate, and
+//! every request that reached it (retries included) is counted once on the core call counter.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +14,7 @@ use common::{Env, svc};
 use kube_lb_mock_aws::{FaultPlan, FaultProxy, Seen};
 use kube_lb_provider_aws::calls::Family;
 use kube_lb_provider_aws::{AwsProvider, RateLimit, RetryPolicy};
-use kube_lb_provider_core::LoadBalancerProvider;
+use kube_lb_provider_core::{CallKind, LoadBalancerProvider};
 
 const PER_SECOND: f64 = 5.0;
 const BURST: u32 = 2;
@@ -70,8 +71,8 @@ async fn converges_through_throttling_without_exceeding_the_rate() {
     let sdk = common::sdk_config(&proxy.endpoint()).await;
     let mut config = env.config();
     for f in Family::ALL {
-        config.rate_limits.set(
-            f,
+        config.rate_limits = config.rate_limits.with_family(
+            f.name(),
             RateLimit {
                 per_second: PER_SECOND,
                 burst: BURST,
@@ -80,8 +81,8 @@ async fn converges_through_throttling_without_exceeding_the_rate() {
     }
     config.retry = RetryPolicy {
         max_attempts: 6,
-        base_delay: Duration::from_millis(20),
-        max_delay: Duration::from_millis(200),
+        base: Duration::from_millis(20),
+        max: Duration::from_millis(200),
     };
     let provider = AwsProvider::new(&sdk, config, common::CLUSTER);
 
@@ -93,18 +94,50 @@ async fn converges_through_throttling_without_exceeding_the_rate() {
         .aws("type", "nlb")
         .spec();
     let nodes = env.nodes(&env.instances);
-    provider.ensure(&clb, &nodes).await.unwrap();
-    provider.ensure(&nlb, &nodes).await.unwrap();
-    let stats = provider.take_calls();
-    assert!(
-        stats.retried > 0,
-        "the proxy must have throttled some calls: {stats:?}"
-    );
+    for spec in [&clb, &nlb] {
+        if let Err(error) = provider.ensure(spec, &nodes).await {
+            let trace: Vec<String> = proxy
+                .seen()
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}{}",
+                        s.action,
+                        if s.injected { " (throttled)" } else { "" }
+                    )
+                })
+                .collect();
+            panic!("{error}\nrequests: {trace:#?}");
+        }
+    }
+    let counter = provider.call_counter();
+    let created = counter.snapshot();
+    let seen = proxy.seen();
+    let throttled = seen.iter().filter(|s| s.injected).count();
+    assert!(throttled > 0, "the proxy must have throttled some calls");
+    // Every attempt that reached AWS, the throttled ones and their retries included, is
+    // counted exactly once, under the operation's label.
+    assert_eq!(created.total(), seen.len() as u64, "{created:?}");
+    for s in &seen {
+        let counted = created
+            .iter()
+            .filter(|(record, _)| record.operation.ends_with(&format!(":{}", s.action)))
+            .count();
+        assert!(counted > 0, "{} reached AWS but was not counted", s.action);
+    }
+    assert!(created.operation("elb:CreateLoadBalancer") >= 1);
+    assert!(created.operation("elbv2:CreateLoadBalancer") >= 1);
 
     // Converged despite the faults: a resync changes nothing.
     provider.ensure(&clb, &nodes).await.unwrap();
     provider.ensure(&nlb, &nodes).await.unwrap();
-    assert_eq!(provider.take_calls().mutations, 0);
+    let resync = counter.snapshot().since(&created);
+    assert_eq!(
+        resync.mutations(),
+        0,
+        "{:?}",
+        resync.operations(CallKind::Mutate)
+    );
 
     let seen = proxy.seen();
     assert!(
@@ -121,4 +154,38 @@ async fn converges_through_throttling_without_exceeding_the_rate() {
     provider.delete(&nlb.service).await.unwrap();
     assert!(provider.status(&clb.service).await.unwrap().is_none());
     assert!(provider.status(&nlb.service).await.unwrap().is_none());
+}
+
+/// The shared call path on its own: with every second request throttled, each call succeeds on
+/// its retry, and both attempts are counted under the operation's label.
+#[tokio::test]
+async fn throttled_calls_are_retried_in_place_and_every_attempt_is_counted() {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.moto.addr(), FaultPlan::ThrottleEvery(2))
+        .await
+        .unwrap();
+    let sdk = common::sdk_config(&proxy.endpoint()).await;
+    let mut config = env.config();
+    config.retry = RetryPolicy {
+        max_attempts: 3,
+        base: Duration::from_millis(10),
+        max: Duration::from_millis(20),
+    };
+    let provider = AwsProvider::new(&sdk, config, common::CLUSTER);
+    let clients = provider.clients();
+    for _ in 0..3 {
+        clients
+            .calls
+            .run(kube_lb_provider_aws::calls::ops::DESCRIBE_VPCS, || {
+                clients.ec2.describe_vpcs().send()
+            })
+            .await
+            .unwrap();
+    }
+    let calls = provider.call_counter().snapshot();
+    let seen = proxy.seen();
+    // Requests 2 and 4 were throttled and retried as requests 3 and 5.
+    assert_eq!(seen.iter().filter(|s| s.injected).count(), 2);
+    assert_eq!(calls.operation("ec2:DescribeVpcs"), 5, "{calls:?}");
+    assert_eq!(calls.total(), seen.len() as u64);
 }

@@ -79,6 +79,28 @@ impl CallSnapshot {
         self.kind(CallKind::Mutate)
     }
 
+    /// Number of read calls.
+    pub fn reads(&self) -> u64 {
+        self.kind(CallKind::Read)
+    }
+
+    /// Number of calls of any kind.
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// Calls of one kind per operation label, e.g. `{"elb:CreateLoadBalancer": 1}`: what a
+    /// test prints when a count is not what it expected.
+    pub fn operations(&self, kind: CallKind) -> BTreeMap<&'static str, u64> {
+        let mut out = BTreeMap::new();
+        for (record, count) in &self.counts {
+            if record.kind == kind {
+                *out.entry(record.operation).or_insert(0) += count;
+            }
+        }
+        out
+    }
+
     /// Every counted call with its count.
     pub fn iter(&self) -> impl Iterator<Item = (&CallRecord, u64)> {
         self.counts.iter().map(|(record, count)| (record, *count))
@@ -189,6 +211,16 @@ mod tests {
         assert_eq!(snap.operation("allocate"), 1);
         assert_eq!(snap.mutations(), 1);
         assert_eq!(snap.kind(CallKind::Read), 2);
+        assert_eq!(snap.reads(), 2);
+        assert_eq!(snap.total(), 3);
+        assert_eq!(
+            snap.operations(CallKind::Read),
+            BTreeMap::from([("lookup", 2)])
+        );
+        assert_eq!(
+            snap.operations(CallKind::Mutate),
+            BTreeMap::from([("allocate", 1)])
+        );
     }
 
     #[test]

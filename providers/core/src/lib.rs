@@ -15,7 +15,7 @@ use async_trait::async_trait;
 
 pub use api::CloudApi;
 pub use calls::{CallCounter, CallKind, CallRecord, CallSnapshot};
-pub use error::ProviderError;
+pub use error::{EnvironmentCause, ProviderError};
 pub use kube_lb_annotations as annotations;
 pub use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 pub use ratelimit::{RateLimit, RateLimits};

@@ -6,16 +6,19 @@ use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 /// Sustained rate and burst of one bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimit {
-    /// Requests per second, sustained.
-    pub per_second: NonZeroU32,
-    /// Requests allowed back to back before the rate applies.
-    pub burst: NonZeroU32,
+    /// Requests per second, sustained; fractional rates (one request every two seconds) are
+    /// allowed because some cloud quotas are that low. Non-finite or non-positive values act
+    /// as one per second.
+    pub per_second: f64,
+    /// Requests allowed back to back before the rate applies; zero acts as one.
+    pub burst: u32,
 }
 
 impl RateLimit {
@@ -23,13 +26,35 @@ impl RateLimit {
     /// raised to one because a bucket that never refills would stall every call.
     pub fn new(per_second: u32, burst: u32) -> Self {
         Self {
-            per_second: NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN),
-            burst: NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN),
+            per_second: f64::from(per_second.max(1)),
+            burst: burst.max(1),
+        }
+    }
+
+    /// A limit with a fractional rate (e.g. `0.5` per second), for quotas below one request
+    /// per second and for configuration files that state rates as decimals.
+    pub fn fractional(per_second: f64, burst: u32) -> Self {
+        Self { per_second, burst }
+    }
+
+    /// The rate actually enforced: `per_second` when it is a positive finite number, else 1.
+    pub fn effective_per_second(self) -> f64 {
+        if self.per_second.is_finite() && self.per_second > 0.0 {
+            self.per_second
+        } else {
+            1.0
         }
     }
 
     fn quota(self) -> Quota {
-        Quota::per_second(self.per_second).allow_burst(self.burst)
+        let burst = NonZeroU32::new(self.burst).unwrap_or(NonZeroU32::MIN);
+        // governor refills one token per period; a rate above 10^9/s rounds to the 1 ns floor,
+        // which is unlimited for any real caller.
+        let period =
+            Duration::from_secs_f64(1.0 / self.effective_per_second()).max(Duration::from_nanos(1));
+        Quota::with_period(period)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(burst)
     }
 }
 
@@ -59,6 +84,13 @@ impl fmt::Debug for RateLimits {
             .field("default", &self.inner.default)
             .field("overrides", &self.inner.overrides)
             .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for RateLimits {
+    /// Equal when they configure the same limits (the buckets' current fill is not compared).
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.default == other.inner.default && self.inner.overrides == other.inner.overrides
     }
 }
 
@@ -152,8 +184,37 @@ mod tests {
     #[test]
     fn zero_limits_are_raised_to_one() {
         let limit = RateLimit::new(0, 0);
-        assert_eq!(limit.per_second.get(), 1);
-        assert_eq!(limit.burst.get(), 1);
+        assert_eq!(limit.per_second, 1.0);
+        assert_eq!(limit.burst, 1);
+        let limits = RateLimits::new(RateLimit::fractional(f64::NAN, 0));
+        assert!(limits.try_acquire("x"), "a NaN rate still admits one call");
+        assert!(!limits.try_acquire("x"));
+    }
+
+    #[tokio::test]
+    async fn fractional_rates_space_calls_out() {
+        // governor keeps real time (not tokio's), so this waits for real: 2.5/s with a burst
+        // of 1 puts 400 ms between the first and second call.
+        let limits = RateLimits::new(RateLimit::fractional(2.5, 1));
+        let start = std::time::Instant::now();
+        limits.acquire("ec2-mutate").await;
+        limits.acquire("ec2-mutate").await;
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_millis(350), "waited {waited:?}");
+        assert!(waited <= Duration::from_secs(3), "waited {waited:?}");
+    }
+
+    #[test]
+    fn equality_compares_configuration() {
+        let a = RateLimits::new(RateLimit::new(1, 1)).with_family("elb", RateLimit::new(2, 2));
+        let b = RateLimits::new(RateLimit::new(1, 1)).with_family("elb", RateLimit::new(2, 2));
+        assert_eq!(a, b);
+        assert!(
+            a.try_acquire("elb"),
+            "draining a bucket does not change equality"
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, RateLimits::new(RateLimit::new(1, 1)));
     }
 
     #[test]

@@ -1,5 +1,11 @@
-//! Retrying cloud calls with jittered exponential backoff, classifying failures with
-//! [`ProviderError::is_retryable`].
+//! Retrying cloud calls in place with capped, jittered exponential backoff. One semantics for
+//! every provider: only transient failures ([`ProviderError::is_transient`]: throttling, 5xx,
+//! timeouts) are repeated here; quotas, permissions and user errors go straight back to the
+//! controller, whose per-Service backoff and Warning events handle them.
+//!
+//! Providers whose call sites keep a richer error type (AWS keeps `AwsError` for its codes)
+//! use [`RetryPolicy::retry_if`] with a classifier that goes through their
+//! `From<_> for ProviderError`, so the decision is still `is_transient()` of the mapped error.
 
 use std::future::Future;
 use std::time::Duration;
@@ -9,6 +15,15 @@ use rand::Rng;
 use crate::ProviderError;
 
 /// How many times and how patiently to retry a failing call.
+///
+/// Delays use **equal jitter**: after the `n`-th failure the wait is drawn uniformly from
+/// `[step/2, step]` with `step = min(max, base·2^n)`. Full jitter (`[0, step]`) spreads a herd
+/// of clients slightly better, but it can draw a wait near zero, and a throttled call retried
+/// at once is throttled again: it spends one of the few in-place attempts and a token of the
+/// account-wide bucket other controllers share. Equal jitter keeps half the step as a floor,
+/// and the random other half still de-synchronises replicas and Services that failed
+/// together. The sum of waits is bounded by `max_attempts · max`, which keeps a reconcile
+/// from holding its worker for long before the controller's own backoff takes over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Delay before the first retry (before jitter).
@@ -53,25 +68,51 @@ impl RetryPolicy {
         half + half.mul_f64(jitter.clamp(0.0, 1.0))
     }
 
-    /// Runs `call` until it succeeds, fails with a non-retryable error, or runs out of attempts.
-    /// Sleeps with `tokio::time`, so tests can use a paused clock.
+    /// Runs `call` until it succeeds, fails with an error that is not
+    /// [transient](ProviderError::is_transient), or runs out of attempts. Sleeps with
+    /// `tokio::time`, so tests can use a paused clock.
     pub async fn retry<T, F, Fut>(
         &self,
         operation: &'static str,
-        mut call: F,
+        call: F,
     ) -> Result<T, ProviderError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ProviderError>>,
+    {
+        self.retry_if(operation, ProviderError::is_transient, call)
+            .await
+    }
+
+    /// Like [`RetryPolicy::retry`] for a provider's own error type: `is_transient` decides
+    /// which failures are repeated in place, and must agree with what the error maps to in
+    /// [`ProviderError`] (see the module docs).
+    pub async fn retry_if<T, E, C, F, Fut>(
+        &self,
+        operation: &'static str,
+        is_transient: C,
+        mut call: F,
+    ) -> Result<T, E>
+    where
+        E: std::fmt::Display,
+        C: Fn(&E) -> bool,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
     {
         let attempts = self.max_attempts.max(1);
         let mut retry = 0;
         loop {
             match call().await {
                 Ok(value) => return Ok(value),
-                Err(error) if error.is_retryable() && retry + 1 < attempts => {
+                Err(error) if retry + 1 < attempts && is_transient(&error) => {
                     let delay = self.delay(retry, rand::rng().random::<f64>());
-                    tracing::debug!(operation, attempt = retry + 1, ?delay, %error, "retrying cloud call");
+                    tracing::debug!(
+                        operation,
+                        attempt = retry + 1,
+                        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        %error,
+                        "retrying cloud call"
+                    );
                     tokio::time::sleep(delay).await;
                     retry += 1;
                 }
@@ -156,6 +197,73 @@ mod tests {
             .await;
         assert!(matches!(result, Err(ProviderError::User { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_transient_errors_are_retried_in_place() {
+        // (error, attempts made by a 5-attempt policy)
+        let cases: [(fn() -> ProviderError, u32); 5] = [
+            (throttled, 5),
+            (
+                || {
+                    ProviderError::environment(
+                        "Create",
+                        crate::EnvironmentCause::Quota,
+                        "TooManyLoadBalancers",
+                    )
+                },
+                1,
+            ),
+            (
+                || {
+                    ProviderError::environment(
+                        "Create",
+                        crate::EnvironmentCause::PermissionDenied,
+                        "403",
+                    )
+                },
+                1,
+            ),
+            (|| ProviderError::user("bad port"), 1),
+            (
+                || ProviderError::Internal {
+                    message: "odd answer".into(),
+                    source: None,
+                },
+                1,
+            ),
+        ];
+        for (make, want) in cases {
+            let calls = AtomicU32::new(0);
+            let result: Result<(), _> = policy()
+                .retry("Create", || async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Err(make())
+                })
+                .await;
+            let error = result.unwrap_err();
+            assert_eq!(calls.load(Ordering::SeqCst), want, "{error}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_if_uses_the_given_classifier() {
+        let calls = AtomicU32::new(0);
+        let result: Result<u32, String> = policy()
+            .retry_if(
+                "Describe",
+                |e: &String| e == "SlowDown",
+                || async {
+                    match calls.fetch_add(1, Ordering::SeqCst) {
+                        0 => Err("SlowDown".to_string()),
+                        1 => Err("AccessDenied".to_string()),
+                        _ => Ok(1),
+                    }
+                },
+            )
+            .await;
+        assert_eq!(result, Err("AccessDenied".to_string()));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use ipnet::IpNet;
 use kube_lb_annotations::{LoadBalancerSpec, PortSpec, Protocol, ServiceKey};
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, CallKind, CloudApi, LoadBalancerIngress, LoadBalancerProvider,
-    LoadBalancerStatus, ProviderError, RateLimits, RetryPolicy,
+    BackendNode, CallCounter, CallKind, CloudApi, EnvironmentCause, LoadBalancerIngress,
+    LoadBalancerProvider, LoadBalancerStatus, ProviderError, RateLimits, RetryPolicy,
 };
 use tokio::sync::watch;
 
@@ -128,11 +128,22 @@ impl LocalProvider {
     }
 }
 
+/// Classes pool failures: an address outside the pool is the Service's own choice (only its
+/// author can fix it); an address held by another Service or an exhausted pool can clear up
+/// when other Services go away, so the controller retries those.
 fn pool_error(error: PoolError) -> ProviderError {
-    match error {
-        PoolError::OutsidePool { .. } | PoolError::InUse { .. } | PoolError::Exhausted { .. } => {
-            ProviderError::user(error.to_string())
-        }
+    match &error {
+        PoolError::OutsidePool { .. } => ProviderError::user(error.to_string()),
+        PoolError::InUse { .. } => ProviderError::environment(
+            "allocate",
+            EnvironmentCause::AddressInUse,
+            error.to_string(),
+        ),
+        PoolError::Exhausted { .. } => ProviderError::environment(
+            "allocate",
+            EnvironmentCause::PoolExhausted,
+            error.to_string(),
+        ),
         PoolError::InvalidRange { .. } | PoolError::Empty => ProviderError::Internal {
             message: error.to_string(),
             source: Some(Box::new(error)),
@@ -307,7 +318,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn requested_ip_is_honoured_or_a_user_error() {
+    async fn requested_ip_is_honoured_or_refused() {
         let p = provider("127.0.0.10-127.0.0.20");
         let mut s = spec("a", 80);
         s.requested_ip = Some("127.0.0.15".parse().unwrap());
@@ -318,13 +329,15 @@ mod tests {
         let mut other = spec("b", 80);
         other.requested_ip = Some("127.0.0.15".parse().unwrap());
         let err = p.ensure(&other, &[]).await.unwrap_err();
-        assert!(!err.is_retryable());
+        // The holder may go away: retried, not a user error.
+        assert_eq!(err.class(), "environment", "{err}");
         assert!(
             err.to_string().contains("in use by Service default/a"),
             "{err}"
         );
         other.requested_ip = Some("192.0.2.1".parse().unwrap());
         let err = p.ensure(&other, &[]).await.unwrap_err();
+        assert_eq!(err.class(), "user", "{err}");
         assert!(
             err.to_string().contains("not in the local address pool"),
             "{err}"
@@ -362,5 +375,51 @@ mod tests {
         assert_eq!(ip_of(&fresh).to_string(), "127.0.0.11");
         assert_eq!(p.ensure(&old, &[]).await.unwrap(), status);
         assert!(p.adopt(&spec("thief", 80).service, &status).await.is_err());
+    }
+
+    #[test]
+    fn pool_error_classes() {
+        let ip: IpAddr = "127.0.0.15".parse().unwrap();
+        let cases = [
+            (
+                PoolError::OutsidePool {
+                    ip,
+                    pool: "127.0.0.10-127.0.0.20".into(),
+                },
+                "user",
+                None,
+            ),
+            (
+                PoolError::InUse {
+                    ip,
+                    owner: "default/a".into(),
+                },
+                "environment",
+                Some(EnvironmentCause::AddressInUse),
+            ),
+            (
+                PoolError::Exhausted {
+                    pool: "127.0.0.10-127.0.0.20".into(),
+                },
+                "environment",
+                Some(EnvironmentCause::PoolExhausted),
+            ),
+            (PoolError::Empty, "internal", None),
+            (
+                PoolError::InvalidRange { input: "x".into() },
+                "internal",
+                None,
+            ),
+        ];
+        for (error, class, cause) in cases {
+            let text = error.to_string();
+            let converted = pool_error(error);
+            assert_eq!(converted.class(), class, "{text}");
+            let got = match &converted {
+                ProviderError::Environment { cause, .. } => Some(*cause),
+                _ => None,
+            };
+            assert_eq!(got, cause, "{text}");
+        }
     }
 }

@@ -202,7 +202,14 @@ fn sdk_attributes(a: &Attributes) -> Result<elb::LoadBalancerAttributes, AwsErro
         .build())
 }
 
-async fn create(clients: &Clients, desired: &ClbDesired) -> Result<Option<String>, AwsError> {
+/// What `CreateLoadBalancer` left: a new load balancer, or ours from an earlier attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Created {
+    dns: Option<String>,
+    adopted: bool,
+}
+
+async fn create(clients: &Clients, desired: &ClbDesired) -> Result<Created, AwsError> {
     let listeners: Vec<elb::Listener> = desired
         .listeners
         .iter()
@@ -224,25 +231,57 @@ async fn create(clients: &Clients, desired: &ClbDesired) -> Result<Option<String
                 .set_tags(Some(tags.clone()))
                 .send()
         })
-        .await
-        .map_err(|e| type_clash(e, &desired.name))?;
-    Ok(response.dns_name().map(str::to_string))
-}
-
-/// AWS load-balancer names are shared by Classic ELBs and NLBs: a clash on create means the
-/// Service's `aws-load-balancer-type` changed after creation, which upstream rejects too.
-pub(crate) fn type_clash(error: AwsError, name: &str) -> AwsError {
-    if error.has_code(&["DuplicateLoadBalancerName", "DuplicateAccessPointName"]) {
-        AwsError::Invalid(format!(
-            "a load balancer named {name} already exists with another type:              aws-load-balancer-type cannot change after creation (delete and re-create the Service)"
-        ))
-    } else {
-        error
+        .await;
+    match response {
+        Ok(response) => Ok(Created {
+            dns: response.dns_name().map(str::to_string),
+            adopted: false,
+        }),
+        Err(e) if e.has_code(DUPLICATE_NAME) => {
+            let dns =
+                adopt_after_duplicate(clients, ops::ELB_CREATE_LOAD_BALANCER, desired, e).await?;
+            Ok(Created { dns, adopted: true })
+        }
+        Err(e) => Err(e),
     }
 }
 
+/// Codes of a create that found the load-balancer name in use.
+pub(crate) const DUPLICATE_NAME: &[&str] =
+    &["DuplicateLoadBalancerName", "DuplicateAccessPointName"];
+
+/// After `DuplicateLoadBalancerName` on a Classic ELB create: usually our own load balancer
+/// whose create response was lost (the retry finds it), adopted when its tags say it is this
+/// Service's. Someone else's is a [`AwsError::NameTaken`]. An NLB of this Service holding the
+/// name is being replaced (kind change): retried once it is gone.
+async fn adopt_after_duplicate(
+    clients: &Clients,
+    operation: crate::calls::Op,
+    desired: &ClbDesired,
+    error: AwsError,
+) -> Result<Option<String>, AwsError> {
+    let name = desired.name.as_str();
+    if let Some(seen) = describe(clients, name).await? {
+        let tags = read_tags(clients, name).await?;
+        crate::owner::check_resource(&tags, &desired.tags).map_err(|owner| {
+            AwsError::NameTaken {
+                operation: operation.name,
+                resource: "Classic ELB",
+                name: name.to_string(),
+                owner,
+            }
+        })?;
+        tracing::info!(
+            lb = name,
+            "adopting this Service's Classic ELB left by an earlier create"
+        );
+        return Ok(seen.dns_name);
+    }
+    crate::nlb::io::name_held_by_nlb(clients, operation, name, &desired.tags, error).await
+}
+
 async fn delete_lb(clients: &Clients, name: &str) -> Result<(), AwsError> {
-    clients
+    match clients
         .calls
         .run(ops::ELB_DELETE_LOAD_BALANCER, || {
             clients
@@ -251,8 +290,13 @@ async fn delete_lb(clients: &Clients, name: &str) -> Result<(), AwsError> {
                 .load_balancer_name(name)
                 .send()
         })
-        .await?;
-    Ok(())
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Already gone (an earlier attempt's response was lost): what delete wants.
+        Err(e) if e.has_code(&["LoadBalancerNotFound", "AccessPointNotFound"]) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Deletes the Classic ELB by name (absent is fine).
@@ -268,13 +312,31 @@ pub async fn apply(
 ) -> Result<Option<String>, AwsError> {
     let name = desired.name.as_str();
     let mut dns = None;
-    for action in actions {
+    let mut queue: std::collections::VecDeque<ClbAction> = actions.iter().cloned().collect();
+    let mut replanned = false;
+    while let Some(action) = queue.pop_front() {
         tracing::info!(lb = name, action = ?action, "applying Classic ELB change");
-        match action {
-            ClbAction::Create => dns = create(clients, desired).await?,
-            ClbAction::Recreate => {
-                delete_lb(clients, name).await?;
-                dns = create(clients, desired).await?;
+        match &action {
+            ClbAction::Create | ClbAction::Recreate => {
+                if action == ClbAction::Recreate {
+                    delete_lb(clients, name).await?;
+                }
+                let created = create(clients, desired).await?;
+                dns = created.dns;
+                if created.adopted && !replanned {
+                    // The rest of the plan assumed a fresh load balancer; the adopted one may
+                    // differ (an older spec): plan again against what it really is.
+                    replanned = true;
+                    let mut seen = describe(clients, name).await?.ok_or_else(|| {
+                        AwsError::Unexpected(format!("adopted Classic ELB {name} disappeared"))
+                    })?;
+                    seen.attributes = Some(read_attributes(clients, name).await?);
+                    seen.tags = Some(read_tags(clients, name).await?);
+                    queue = crate::clb::plan::plan(Some(&seen), desired)
+                        .into_iter()
+                        .filter(|a| !matches!(a, ClbAction::Create | ClbAction::Recreate))
+                        .collect();
+                }
             }
             ClbAction::DeleteListeners(ports) => {
                 clients
@@ -294,7 +356,7 @@ pub async fn apply(
                     .iter()
                     .map(sdk_listener)
                     .collect::<Result<_, _>>()?;
-                clients
+                match clients
                     .calls
                     .run(ops::ELB_CREATE_LISTENERS, || {
                         clients
@@ -304,7 +366,20 @@ pub async fn apply(
                             .set_listeners(Some(listeners.clone()))
                             .send()
                     })
-                    .await?;
+                    .await
+                {
+                    Ok(_) => {}
+                    // The plan deletes a changed listener before creating its replacement, so
+                    // a duplicate is the one an earlier attempt created before its response
+                    // was lost; a stale one would be replaced by the next full reconcile.
+                    Err(e) if e.has_code(&["DuplicateListener"]) => {
+                        tracing::info!(
+                            lb = name,
+                            "listeners already created by an earlier attempt"
+                        );
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             ClbAction::AttachSubnets(subnets) => {
                 clients

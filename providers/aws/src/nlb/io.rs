@@ -303,12 +303,68 @@ pub struct Applied {
     pub dns_name: Option<String>,
     /// New target groups per desired listener index.
     pub new_tgs: BTreeMap<usize, String>,
+    /// When the create found this Service's NLB from an earlier attempt (its response was
+    /// lost): that NLB as observed before the rest of the plan was made again against it.
+    pub adopted: Option<NlbObserved>,
 }
 
-async fn create_lb(
+/// A load balancer that `CreateLoadBalancer` made or found.
+struct Created {
+    arn: String,
+    dns: Option<String>,
+    adopted: Option<NlbObserved>,
+}
+
+/// The name is not held by an NLB but a `Duplicate…Name` says it is in use: a Classic ELB holds
+/// it (names are shared). This Service's own one is being replaced by a kind change and goes
+/// first, so the create is retried; anyone else's is a [`AwsError::NameTaken`]. Called with an
+/// ELB-side `error` by the Classic ELB create for the mirror case.
+pub(crate) async fn name_held_by_nlb(
     clients: &Clients,
-    desired: &NlbDesired,
-) -> Result<(String, Option<String>), AwsError> {
+    operation: crate::calls::Op,
+    name: &str,
+    desired_tags: &BTreeMap<String, String>,
+    error: AwsError,
+) -> Result<Option<String>, AwsError> {
+    let Some(nlb) = describe(clients, name).await? else {
+        return Err(error);
+    };
+    let tags = read_tags(clients, std::slice::from_ref(&nlb.arn)).await?;
+    let tags = tags.get(&nlb.arn).cloned().unwrap_or_default();
+    crate::owner::check_resource(&tags, desired_tags).map_err(|owner| AwsError::NameTaken {
+        operation: operation.name,
+        resource: "NLB",
+        name: name.to_string(),
+        owner,
+    })?;
+    Err(AwsError::Unexpected(format!(
+        "this Service's NLB {name} still holds the name; it is removed before a Classic ELB is created"
+    )))
+}
+
+/// The mirror of [`name_held_by_nlb`] for an NLB create whose name a Classic ELB holds.
+async fn name_held_by_clb(
+    clients: &Clients,
+    name: &str,
+    desired_tags: &BTreeMap<String, String>,
+    error: AwsError,
+) -> Result<Created, AwsError> {
+    if crate::clb::io::describe(clients, name).await?.is_none() {
+        return Err(error);
+    }
+    let tags = crate::clb::io::read_tags(clients, name).await?;
+    crate::owner::check_resource(&tags, desired_tags).map_err(|owner| AwsError::NameTaken {
+        operation: ops::V2_CREATE_LOAD_BALANCER.name,
+        resource: "Classic ELB",
+        name: name.to_string(),
+        owner,
+    })?;
+    Err(AwsError::Unexpected(format!(
+        "this Service's Classic ELB {name} still holds the name; it is removed before an NLB is created"
+    )))
+}
+
+async fn create_lb(clients: &Clients, desired: &NlbDesired) -> Result<Created, AwsError> {
     let mappings: Vec<v2::SubnetMapping> = desired
         .subnet_mappings
         .iter()
@@ -340,15 +396,45 @@ async fn create_lb(
                 .set_tags(Some(tags.clone()))
                 .send()
         })
-        .await
-        .map_err(|e| crate::clb::io::type_clash(e, &desired.name))?;
+        .await;
+    let response = match response {
+        Ok(response) => response,
+        Err(e) if e.has_code(crate::clb::io::DUPLICATE_NAME) => {
+            // Usually our own NLB whose create response was lost: adopt it when its tags say
+            // it is this Service's, and observe it fully so the rest is planned against it.
+            let Some(mut seen) = describe(clients, &desired.name).await? else {
+                return name_held_by_clb(clients, &desired.name, &desired.tags, e).await;
+            };
+            observe_details(clients, &mut seen).await?;
+            let tags = seen.tags.clone().unwrap_or_default();
+            crate::owner::check_resource(&tags, &desired.tags).map_err(|owner| {
+                AwsError::NameTaken {
+                    operation: ops::V2_CREATE_LOAD_BALANCER.name,
+                    resource: "NLB",
+                    name: desired.name.clone(),
+                    owner,
+                }
+            })?;
+            tracing::info!(lb = %desired.name, "adopting this Service's NLB left by an earlier create");
+            return Ok(Created {
+                arn: seen.arn.clone(),
+                dns: seen.dns_name.clone(),
+                adopted: Some(seen),
+            });
+        }
+        Err(e) => return Err(e),
+    };
     let lb = response.load_balancers().first().ok_or_else(|| {
         AwsError::Unexpected("CreateLoadBalancer returned no load balancer".into())
     })?;
     let arn = lb
         .load_balancer_arn()
         .ok_or_else(|| AwsError::Unexpected("CreateLoadBalancer returned no ARN".into()))?;
-    Ok((arn.to_string(), lb.dns_name().map(str::to_string)))
+    Ok(Created {
+        arn: arn.to_string(),
+        dns: lb.dns_name().map(str::to_string),
+        adopted: None,
+    })
 }
 
 async fn create_tg(
@@ -390,7 +476,8 @@ async fn create_tg(
             .and_then(|t| t.target_group_arn())
             .map(str::to_string)
             .ok_or_else(|| AwsError::Unexpected("CreateTargetGroup returned no ARN".into())),
-        // Left over from an interrupted earlier attempt: same deterministic name, adopt it.
+        // Left over from an interrupted earlier attempt (or a lost response): same
+        // deterministic name; adopted when its tags say it is this Service's.
         Err(e) if e.has_code(&["DuplicateTargetGroupName"]) => {
             let response = clients
                 .calls
@@ -402,12 +489,24 @@ async fn create_tg(
                         .send()
                 })
                 .await?;
-            response
+            let Some(arn) = response
                 .target_groups()
                 .first()
                 .and_then(|t| t.target_group_arn())
                 .map(str::to_string)
-                .ok_or(e)
+            else {
+                return Err(e);
+            };
+            let tags = read_tags(clients, std::slice::from_ref(&arn)).await?;
+            let tags = tags.get(&arn).cloned().unwrap_or_default();
+            crate::owner::check_resource(&tags, &tg.tags).map_err(|owner| AwsError::NameTaken {
+                operation: ops::V2_CREATE_TARGET_GROUP.name,
+                resource: "target group",
+                name: tg.name.clone(),
+                owner,
+            })?;
+            tracing::info!(target_group = %tg.name, "adopting this Service's target group left by an earlier create");
+            Ok(arn)
         }
         Err(e) => Err(e),
     }
@@ -427,7 +526,7 @@ async fn create_listener(
         .as_ref()
         .map(|c| vec![v2::Certificate::builder().certificate_arn(c).build()]);
     let tags = sdk_tags(&desired.tags)?;
-    clients
+    let created = clients
         .calls
         .run(ops::V2_CREATE_LISTENER, || {
             clients
@@ -440,6 +539,65 @@ async fn create_listener(
                 .set_ssl_policy(l.ssl_policy.clone())
                 .default_actions(action.clone())
                 .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        // A listener on this port of our own load balancer: the one an earlier attempt created
+        // before its response was lost. Bring it to the desired state in place.
+        Err(e) if e.has_code(&["DuplicateListener"]) => {
+            let listeners = clients
+                .calls
+                .run(ops::V2_DESCRIBE_LISTENERS, || {
+                    clients
+                        .elbv2
+                        .describe_listeners()
+                        .load_balancer_arn(lb_arn)
+                        .send()
+                })
+                .await?;
+            let Some(arn) = listeners
+                .listeners()
+                .iter()
+                .find(|seen| seen.port() == Some(l.port))
+                .and_then(|seen| seen.listener_arn())
+                .map(str::to_string)
+            else {
+                return Err(e);
+            };
+            tracing::info!(lb = %desired.name, port = l.port, "adopting the listener an earlier create left");
+            modify_listener(clients, &arn, l, tg).await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `ModifyListener` to the desired protocol, certificate, policy and target group. On failure
+/// the listener keeps its old configuration: the port is never left without a listener.
+async fn modify_listener(
+    clients: &Clients,
+    arn: &str,
+    l: &crate::nlb::plan::ListenerDesired,
+    tg: &str,
+) -> Result<(), AwsError> {
+    let action = forward(tg)?;
+    let certificates = l
+        .certificate
+        .as_ref()
+        .map(|c| vec![v2::Certificate::builder().certificate_arn(c).build()]);
+    clients
+        .calls
+        .run(ops::V2_MODIFY_LISTENER, || {
+            clients
+                .elbv2
+                .modify_listener()
+                .listener_arn(arn)
+                .port(l.port)
+                .protocol(v2::ProtocolEnum::from(l.protocol.as_str()))
+                .set_certificates(certificates.clone())
+                .set_ssl_policy(l.ssl_policy.clone())
+                .default_actions(action.clone())
                 .send()
         })
         .await?;
@@ -507,7 +665,9 @@ pub async fn apply(
         arn: observed_arn.map(str::to_string),
         ..Applied::default()
     };
-    for action in actions {
+    let mut queue: std::collections::VecDeque<NlbAction> = actions.iter().cloned().collect();
+    while let Some(action) = queue.pop_front() {
+        let action = &action;
         tracing::info!(lb = %desired.name, action = ?action, "applying NLB change");
         let lb_arn = || {
             applied
@@ -516,18 +676,24 @@ pub async fn apply(
                 .ok_or_else(|| AwsError::Unexpected("no load balancer ARN".into()))
         };
         match action {
-            NlbAction::Create => {
-                let (arn, dns) = create_lb(clients, desired).await?;
-                applied.arn = Some(arn);
-                applied.dns_name = dns;
-            }
-            NlbAction::Recreate => {
-                if let Some(arn) = observed_arn {
+            NlbAction::Create | NlbAction::Recreate => {
+                if matches!(action, NlbAction::Recreate)
+                    && let Some(arn) = &applied.arn
+                {
                     delete_lb(clients, arn).await?;
                 }
-                let (arn, dns) = create_lb(clients, desired).await?;
-                applied.arn = Some(arn);
-                applied.dns_name = dns;
+                let created = create_lb(clients, desired).await?;
+                applied.arn = Some(created.arn);
+                applied.dns_name = created.dns;
+                if let Some(seen) = created.adopted
+                    && applied.adopted.is_none()
+                {
+                    // The rest of the plan assumed a fresh load balancer: plan again against
+                    // the adopted one (a Recreate, if its scheme differs, comes first again).
+                    queue = crate::nlb::plan::plan(Some(&seen), desired).into();
+                    applied.new_tgs.clear();
+                    applied.adopted = Some(seen);
+                }
             }
             NlbAction::SetSubnets(subnets) => {
                 let arn = lb_arn()?;
@@ -636,43 +802,15 @@ pub async fn apply(
                 listener,
                 target_group,
             } => {
+                // Always in place: AWS modifies port, protocol, certificates and the default
+                // action of a live listener. Deleting and re-creating it instead would leave
+                // the port without a listener if the create failed. A refusal is returned as
+                // is, with the old listener still serving.
                 let l = &desired.listeners[*listener];
                 let tg = resolve(target_group, &applied)?;
-                let action = forward(&tg)?;
-                let certificates = l
-                    .certificate
-                    .as_ref()
-                    .map(|c| vec![v2::Certificate::builder().certificate_arn(c).build()]);
-                let modified = clients
-                    .calls
-                    .run(ops::V2_MODIFY_LISTENER, || {
-                        clients
-                            .elbv2
-                            .modify_listener()
-                            .listener_arn(arn)
-                            .port(l.port)
-                            .protocol(v2::ProtocolEnum::from(l.protocol.as_str()))
-                            .set_certificates(certificates.clone())
-                            .set_ssl_policy(l.ssl_policy.clone())
-                            .default_actions(action.clone())
-                            .send()
-                    })
-                    .await;
-                match modified {
-                    Ok(_) => {}
-                    // Some ELBv2 implementations (moto) cannot switch a listener to TLS/UDP in
-                    // place. Replace it instead: a brief gap on this port, but it converges.
-                    Err(e) if e.has_code(&["UnsupportedProtocol"]) => {
-                        tracing::warn!(lb = %desired.name, port = l.port, error = %e, "ModifyListener unsupported; replacing the listener");
-                        clients
-                            .calls
-                            .run(ops::V2_DELETE_LISTENER, || {
-                                clients.elbv2.delete_listener().listener_arn(arn).send()
-                            })
-                            .await?;
-                        create_listener(clients, &lb_arn()?, desired, *listener, &tg).await?;
-                    }
-                    Err(e) => return Err(e),
+                if let Err(e) = modify_listener(clients, arn, l, &tg).await {
+                    tracing::warn!(lb = %desired.name, port = l.port, error = %e, "ModifyListener refused; the listener keeps its current configuration");
+                    return Err(e);
                 }
             }
             NlbAction::DeleteListener { arn } => {

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube_lb_annotations::{Cloud, LoadBalancerSpec};
 use kube_lb_mock_aws::MotoServer;
 use kube_lb_provider_aws::{AwsProvider, CloudConfig, sg};
-use kube_lb_provider_core::BackendNode;
+use kube_lb_provider_core::{BackendNode, CallCounter, CallSnapshot};
 use serde_json::json;
 
 pub const CLUSTER: &str = "test-cluster";
@@ -353,11 +353,32 @@ impl Svc {
 }
 
 /// Read operations other than the shared instance lookup, summed.
-pub fn lb_reads(stats: &kube_lb_provider_aws::CallStats) -> u64 {
-    stats.reads
-        - stats
-            .by_op
-            .get("ec2:DescribeInstances")
-            .copied()
-            .unwrap_or(0)
+pub fn lb_reads(calls: &CallSnapshot) -> u64 {
+    calls.reads() - calls.operation("ec2:DescribeInstances")
+}
+
+/// Hands out the calls a provider made since the previous [`Meter::take`], from the core call
+/// counter every AWS call goes through.
+#[derive(Debug)]
+pub struct Meter {
+    counter: CallCounter,
+    last: std::sync::Mutex<CallSnapshot>,
+}
+
+impl Meter {
+    /// Starts counting from now.
+    pub fn new(provider: &AwsProvider) -> Meter {
+        let counter = provider.call_counter();
+        let last = std::sync::Mutex::new(counter.snapshot());
+        Meter { counter, last }
+    }
+
+    /// The calls since the last take (per operation label, e.g. `elb:CreateLoadBalancer`).
+    pub fn take(&self) -> CallSnapshot {
+        let now = self.counter.snapshot();
+        let mut last = self.last.lock().unwrap();
+        let delta = now.since(&last);
+        *last = now;
+        delta
+    }
 }
