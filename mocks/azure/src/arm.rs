@@ -21,6 +21,8 @@ pub struct Reply {
     pub headers: Vec<(&'static str, String)>,
     /// JSON body.
     pub body: Option<Value>,
+    /// Drop the connection instead of answering (a lost response).
+    pub drop_connection: bool,
 }
 
 impl Reply {
@@ -29,6 +31,7 @@ impl Reply {
             status,
             headers: Vec::new(),
             body: Some(body),
+            drop_connection: false,
         }
     }
 
@@ -37,6 +40,7 @@ impl Reply {
             status,
             headers: Vec::new(),
             body: None,
+            drop_connection: false,
         }
     }
 }
@@ -68,18 +72,79 @@ pub struct Request<'a> {
 
 /// Serves one request.
 pub fn serve(state: &mut State, req: &Request<'_>) -> Reply {
-    if let Some(FaultAction::Respond { error, retry_after }) =
-        state.take_fault(req.method, req.path).clone()
-    {
-        let mut reply = Reply::from(error);
-        if let Some(secs) = retry_after {
-            reply.headers.push(("retry-after", secs.to_string()));
+    finish_overdue_operations(state);
+    match state.take_fault(req.method, req.path) {
+        Some(FaultAction::Respond { error, retry_after }) => {
+            let mut reply = Reply::from(error);
+            if let Some(secs) = retry_after {
+                reply.headers.push(("retry-after", secs.to_string()));
+            }
+            return reply;
         }
-        return reply;
+        Some(FaultAction::LoseResponse(error)) => {
+            let served = match serve_inner(state, req) {
+                Ok(reply) => reply,
+                Err(error) => error.into(),
+            };
+            finish_operation_of(state, &served);
+            return match error {
+                Some(error) => Reply::from(error),
+                None => Reply {
+                    drop_connection: true,
+                    ..Reply::empty(StatusCode::OK)
+                },
+            };
+        }
+        // Operation faults are taken when the operation starts.
+        Some(FaultAction::FailOperation(_)) | None => {}
     }
     match serve_inner(state, req) {
         Ok(reply) => reply,
         Err(error) => error.into(),
+    }
+}
+
+/// Ends every operation that has run longer than the configured deadline, polled or not.
+fn finish_overdue_operations(state: &mut State) {
+    let deadline = state.config.operation_deadline;
+    let overdue: Vec<String> = state
+        .operations
+        .iter()
+        .filter(|(_, op)| op.status == OpStatus::InProgress && op.started.elapsed() >= deadline)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in overdue {
+        if let Some(mut op) = state.operations.remove(&id) {
+            complete(state, &mut op);
+            state.operations.insert(id, op);
+        }
+    }
+}
+
+/// Runs the operation `reply` started (if any) to its end: nobody will poll it when the
+/// answer is lost, and in ARM it finishes on its own.
+fn finish_operation_of(state: &mut State, reply: &Reply) {
+    let Some(url) = reply
+        .headers
+        .iter()
+        .find(|(name, _)| *name == "azure-asyncoperation")
+        .map(|(_, url)| url.clone())
+    else {
+        return;
+    };
+    let Some(id) = url
+        .split('?')
+        .next()
+        .and_then(|path| path.rsplit('/').next())
+    else {
+        return;
+    };
+    // Bounded: each advance consumes one pending poll.
+    for _ in 0..=state.config.lro_polls {
+        match advance(state, id) {
+            Ok(OpStatus::InProgress) => {}
+            _ => break,
+        }
     }
 }
 
@@ -545,6 +610,7 @@ fn start_operation(
         remaining_polls: state.config.lro_polls,
         fail_with,
         status: OpStatus::InProgress,
+        started: std::time::Instant::now(),
     };
     if op.remaining_polls == 0 {
         complete(state, &mut op);

@@ -274,6 +274,7 @@ impl MockArm {
                 quotas: Quotas::default(),
                 clients: BTreeMap::from([(CLIENT_ID.to_string(), CLIENT_SECRET.to_string())]),
                 base_url: String::new(),
+                operation_deadline: std::time::Duration::from_secs(2),
             },
             resource_groups: Vec::new(),
             subnets: Vec::new(),
@@ -335,6 +336,11 @@ impl MockArm {
         self.lock().config.lro_polls = polls;
     }
 
+    /// How long an operation nobody polls takes to finish on its own (default 2 s).
+    pub fn set_operation_deadline(&self, deadline: std::time::Duration) {
+        self.lock().config.operation_deadline = deadline;
+    }
+
     /// Changes the `Retry-After` seconds for operations started from now on.
     pub fn set_retry_after(&self, secs: u64) {
         self.lock().config.retry_after_secs = Some(secs);
@@ -343,6 +349,22 @@ impl MockArm {
     /// A resource's document by ID or path (`/subscriptions/…`), as GET would return it.
     pub fn get(&self, id: &str) -> Option<Value> {
         self.lock().by_id(id).map(|r| r.body.clone())
+    }
+
+    /// Changes a stored resource in place, as another writer would (a new etag, so a client
+    /// holding the old one gets 412): e.g. to add a property a newer ARM API version has and
+    /// a client's model does not. Returns false when there is no such resource.
+    pub fn edit(&self, id: &str, edit: impl FnOnce(&mut Value)) -> bool {
+        let mut state = self.lock();
+        let etag = state.new_etag();
+        let Some(stored) = state.resources.get_mut(&id.to_ascii_lowercase()) else {
+            return false;
+        };
+        edit(&mut stored.body);
+        if let Some(obj) = stored.body.as_object_mut() {
+            obj.insert("etag".into(), json!(etag));
+        }
+        true
     }
 
     /// A load balancer by resource group and name.
@@ -457,6 +479,18 @@ async fn handle(
         });
         reply
     };
+    if reply.drop_connection {
+        // Headers go out, then the body fails: hyper aborts the connection and the client
+        // sees a transport error after the request took effect.
+        let broken = futures::stream::once(async {
+            Err::<Bytes, std::io::Error>(std::io::Error::other("response lost (fault injection)"))
+        });
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from_stream(broken))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
     let mut response = match reply.body {
         Some(body) => (reply.status, axum::Json(body)).into_response(),
         None => reply.status.into_response(),

@@ -51,6 +51,10 @@ pub struct Config {
     pub clients: BTreeMap<String, String>,
     /// Base URL, filled in once the listener is bound.
     pub base_url: String,
+    /// An operation nobody polls finishes on its own after this long (as in ARM), so a
+    /// client whose answer was lost is not blocked by `AnotherOperationInProgress` or
+    /// `ReferencedResourceNotProvisioned` forever.
+    pub operation_deadline: std::time::Duration,
 }
 
 /// The kinds of top-level resources served.
@@ -139,6 +143,8 @@ pub struct Operation {
     pub fail_with: Option<ArmError>,
     /// Current status.
     pub status: OpStatus,
+    /// When it started: ARM finishes operations on its own, polled or not.
+    pub started: std::time::Instant,
 }
 
 /// One request as the mock saw it.
@@ -179,6 +185,11 @@ pub enum FaultAction {
     },
     /// Serve the request, but let the async operation it starts end `Failed` with this error.
     FailOperation(ArmError),
+    /// Serve the request (the write takes effect and its operation completes at once, as if
+    /// time had passed), then lose the answer: reply with this error instead, or, with
+    /// `None`, drop the connection before a body arrives. This is the case that tests whether
+    /// a client recognises its own create on the retry.
+    LoseResponse(Option<ArmError>),
 }
 
 /// A fault armed for requests matching a method and a path substring.
@@ -226,6 +237,23 @@ impl Fault {
                 error,
                 retry_after: None,
             },
+        }
+    }
+
+    /// Applies matching requests but loses their answers (`500 InternalServerError` with
+    /// `Some`, a dropped connection with `None`), `times` times.
+    pub fn lose_response(
+        method: &str,
+        path_contains: &str,
+        error: Option<ArmError>,
+        times: u32,
+    ) -> Fault {
+        Fault {
+            method: Some(method.to_string()),
+            path_contains: path_contains.to_string(),
+            skip: 0,
+            times,
+            action: FaultAction::LoseResponse(error),
         }
     }
 

@@ -589,3 +589,76 @@ async fn child_writes_change_the_parent_etag() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn a_lost_response_still_applies_the_write() {
+    // lro_polls 3: the operation would still run if the mock waited for a poll nobody sends.
+    let (arm, c) = setup(MockArm::builder().lro_polls(3)).await;
+    let pip = path("publicIPAddresses", "lost");
+    arm.inject(Fault::lose_response(
+        "PUT",
+        "/publicIPAddresses/lost",
+        Some(ArmError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalServerError",
+            "lost",
+        )),
+        1,
+    ));
+    let put = c.put(&pip, pip_body()).await;
+    assert_eq!(put.status, StatusCode::INTERNAL_SERVER_ERROR);
+    let stored = arm.public_ip(RG, "lost").expect("the PUT took effect");
+    assert_eq!(
+        stored["properties"]["provisioningState"], "Succeeded",
+        "its operation finished without being polled"
+    );
+    // A retry of the same create-only PUT now meets the resource it made.
+    let retry = c
+        .call(
+            reqwest::Method::PUT,
+            &pip,
+            Some(pip_body()),
+            &[("if-none-match", "*")],
+        )
+        .await;
+    assert_eq!(retry.status, StatusCode::PRECONDITION_FAILED);
+
+    // A dropped connection: the client gets no answer at all, the write still lands.
+    arm.inject(Fault::lose_response(
+        "PUT",
+        "/publicIPAddresses/dropped",
+        None,
+        1,
+    ));
+    let dropped = c
+        .http
+        .put(format!(
+            "{}{}?api-version=2024-03-01",
+            c.base,
+            path("publicIPAddresses", "dropped")
+        ))
+        .bearer_auth(&c.token)
+        .json(&pip_body())
+        .send()
+        .await;
+    let failed = match dropped {
+        Err(_) => true,
+        Ok(response) => response.bytes().await.is_err(),
+    };
+    assert!(failed, "the client must not see an answer");
+    assert!(arm.public_ip(RG, "dropped").is_some());
+    assert_eq!(arm.pending_faults(), 0);
+}
+
+#[tokio::test]
+async fn operations_nobody_polls_finish_on_their_own() {
+    let (arm, c) = setup(MockArm::builder().lro_polls(100)).await;
+    arm.set_operation_deadline(std::time::Duration::ZERO);
+    let put = c
+        .put(&path("publicIPAddresses", "unpolled"), pip_body())
+        .await;
+    assert_eq!(put.status, StatusCode::CREATED);
+    // The next request to the mock (whatever it is) finds the operation over.
+    let got = c.get(&path("publicIPAddresses", "unpolled")).await;
+    assert_eq!(got.body["properties"]["provisioningState"], "Succeeded");
+}

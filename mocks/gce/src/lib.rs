@@ -376,6 +376,7 @@ async fn serve(
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let seq = store.journal.len() as u64;
     let class = Store::class_of(method.as_str(), &path);
+    let mut drop_connection = false;
     let result = match parsed {
         Err(error) => Err(error),
         Ok(body) => match store.take_fault(method.as_str(), &path) {
@@ -385,6 +386,17 @@ async fn serve(
                 message,
                 http_status,
             }) => store.failed_operation(&path, method.as_str(), code, message, http_status),
+            Some(FaultResponse::LoseResponse(lost)) => {
+                // The call takes effect; only its answer goes missing.
+                let _ = store.handle(method.as_str(), &path, &query, body.as_ref());
+                match lost {
+                    Some(error) => Err(error),
+                    None => {
+                        drop_connection = true;
+                        Ok(Value::Null)
+                    }
+                }
+            }
             None => store.handle(method.as_str(), &path, &query, body.as_ref()),
         },
     };
@@ -405,6 +417,18 @@ async fn serve(
         at,
     });
     drop(store);
+    if drop_connection {
+        // Headers go out, then the body fails: hyper aborts the connection and the client
+        // sees a transport error although the call took effect.
+        let broken = futures::stream::once(async {
+            Err::<Bytes, std::io::Error>(std::io::Error::other("response lost (fault injection)"))
+        });
+        return Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from_stream(broken))
+            .unwrap_or_else(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    }
     match result {
         Ok(value) => axum::Json(value).into_response(),
         Err(error) => error.into_response(),

@@ -73,6 +73,10 @@ pub enum FaultResponse {
         /// `httpErrorStatusCode`.
         http_status: u16,
     },
+    /// The call is performed (an insert creates its resource) but its answer is lost: the
+    /// client gets this error instead (e.g. 503), or, with `None`, a connection dropped
+    /// before any body. The case that tests whether a client recognises its own create.
+    LoseResponse(Option<ApiError>),
 }
 
 /// Fail the Nth (and following `times - 1`) request matching a method and path pattern.

@@ -481,3 +481,46 @@ async fn lists_filter_and_page() {
         .await;
     assert_eq!(instances["items"][0]["tags"]["items"], json!(["tag"]));
 }
+
+#[tokio::test]
+async fn a_lost_response_still_performs_the_call() {
+    let api = Api::start(nodes()).await;
+    api.gce.inject(Fault::on(
+        "POST",
+        "/global/firewalls$",
+        FaultResponse::LoseResponse(Some(ApiError::new(503, "backendError", "lost"))),
+    ));
+    let fw = json!({"name": "fw", "allowed": [{"IPProtocol": "tcp", "ports": ["80"]}]});
+    let (status, _, _) = api.call("POST", "global/firewalls", Some(fw.clone())).await;
+    assert_eq!(status, 503, "the client sees a failure");
+    api.ok("GET", "global/firewalls/fw", None).await;
+    let (status, reason, _) = api.err("POST", "global/firewalls", Some(fw)).await;
+    assert_eq!(
+        (status, reason.as_str()),
+        (409, "alreadyExists"),
+        "the retry meets the resource it made"
+    );
+
+    // A dropped connection: no answer at all, and the insert still happened.
+    api.gce.inject(Fault::on(
+        "POST",
+        "/targetPools$",
+        FaultResponse::LoseResponse(None),
+    ));
+    let url = format!(
+        "{}/compute/v1/projects/mock-project/{R}/targetPools",
+        api.gce.url()
+    );
+    let answer = api
+        .http
+        .post(url)
+        .json(&json!({"name": "pool"}))
+        .send()
+        .await;
+    let failed = match answer {
+        Err(_) => true,
+        Ok(response) => response.bytes().await.is_err(),
+    };
+    assert!(failed, "the client must not get an answer");
+    api.ok("GET", &format!("{R}/targetPools/pool"), None).await;
+}

@@ -21,6 +21,10 @@
 //!   clouds. azure_core's policy would retry invisibly to the counters and the rate limiter and
 //!   would wait as long as any `Retry-After` says; here the server's `Retry-After` is honoured
 //!   up to [`PollSettings::max_interval`];
+//! * fields the SDK does not know: load balancers, public IPs and security groups are read as
+//!   raw JSON into kube-lb's model (which keeps unknown fields in `extra`) and PUT back as raw
+//!   JSON through the same pipeline, so a property ARM added after the 2024-03 models
+//!   survives kube-lb's read-modify-write;
 //! * safety of the bearer token: azure_core 0.21 logs requests with the `Authorization` value
 //!   at debug level, so the pipeline carries the token beside the request and the transport
 //!   only sends to the configured endpoint (`pipeline.rs`).
@@ -33,14 +37,18 @@ use std::time::Duration;
 use async_trait::async_trait;
 use azure_core::auth::TokenCredential;
 use azure_core::error::ErrorKind;
-use azure_core::headers::Headers;
-use azure_core::{ClientOptions, Pipeline, RetryOptions, TransportOptions, Url};
+use azure_core::headers::{AUTHORIZATION, CONTENT_TYPE, Headers};
+use azure_core::{
+    ClientOptions, Context, Method, Pipeline, Request, RetryOptions, TransportOptions, Url,
+};
 use azure_mgmt_network::package_2024_03::models;
-use futures::StreamExt;
+use bytes::Bytes;
 use kube_lb_provider_core::{CallKind, CloudApi, ProviderError};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tracing::debug;
 
-use crate::arm::{LoadBalancer, PublicIp, SecurityGroup, Subnet};
+use crate::arm::{API_VERSION, LoadBalancer, PublicIp, SecurityGroup, Subnet};
 use crate::auth::TokenSource;
 use crate::config::AzureConfig;
 use crate::convert::convert;
@@ -239,6 +247,18 @@ pub(crate) fn classify(operation: &'static str, error: azure_core::Error) -> Azu
     }
 }
 
+/// Reads an ARM JSON body into kube-lb's model.
+fn decode<T: DeserializeOwned>(operation: &'static str, body: &[u8]) -> Result<T, AzureError> {
+    serde_json::from_slice(body).map_err(|source| AzureError::Decode { operation, source })
+}
+
+/// Writes kube-lb's model as an ARM JSON body.
+fn encode<T: Serialize>(operation: &'static str, value: &T) -> Result<Bytes, AzureError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|source| AzureError::Decode { operation, source })
+}
+
 fn missing_after_put(operation: &'static str, what: &str) -> AzureError {
     AzureError::Arm {
         operation,
@@ -408,13 +428,22 @@ impl ArmClient {
         name: &str,
     ) -> Result<Option<LoadBalancer>, AzureError> {
         let client = self.sdk.load_balancers_client();
-        let found: Option<models::LoadBalancer> = self
+        // The SDK builds and sends the request, but its typed model would drop fields it does
+        // not know; the body is read as raw JSON into kube-lb's model, which keeps them.
+        let found = self
             .call(operation, CallKind::Read, None, || {
                 let request = client.get(rg, name, &self.subscription).send();
-                async move { request.await?.into_body().await }
+                async move {
+                    request
+                        .await?
+                        .into_raw_response()
+                        .into_body()
+                        .collect()
+                        .await
+                }
             })
             .await?;
-        found.map(|lb| convert(operation, &lb)).transpose()
+        found.map(|body| decode(operation, &body)).transpose()
     }
 
     async fn public_ip(
@@ -424,13 +453,22 @@ impl ArmClient {
         name: &str,
     ) -> Result<Option<PublicIp>, AzureError> {
         let client = self.sdk.public_ip_addresses_client();
-        let found: Option<models::PublicIpAddress> = self
+        // The SDK builds and sends the request, but its typed model would drop fields it does
+        // not know; the body is read as raw JSON into kube-lb's model, which keeps them.
+        let found = self
             .call(operation, CallKind::Read, None, || {
                 let request = client.get(rg, name, &self.subscription).send();
-                async move { request.await?.into_body().await }
+                async move {
+                    request
+                        .await?
+                        .into_raw_response()
+                        .into_body()
+                        .collect()
+                        .await
+                }
             })
             .await?;
-        found.map(|pip| convert(operation, &pip)).transpose()
+        found.map(|body| decode(operation, &body)).transpose()
     }
 
     async fn security_group(
@@ -440,13 +478,83 @@ impl ArmClient {
         name: &str,
     ) -> Result<Option<SecurityGroup>, AzureError> {
         let client = self.sdk.network_security_groups_client();
-        let found: Option<models::NetworkSecurityGroup> = self
+        // The SDK builds and sends the request, but its typed model would drop fields it does
+        // not know; the body is read as raw JSON into kube-lb's model, which keeps them.
+        let found = self
             .call(operation, CallKind::Read, None, || {
                 let request = client.get(rg, name, &self.subscription).send();
-                async move { request.await?.into_body().await }
+                async move {
+                    request
+                        .await?
+                        .into_raw_response()
+                        .into_body()
+                        .collect()
+                        .await
+                }
             })
             .await?;
-        found.map(|nsg| convert(operation, &nsg)).transpose()
+        found.map(|body| decode(operation, &body)).transpose()
+    }
+
+    /// The URL of `{collection}/{name}` (or the collection, without a name) in `rg`.
+    fn resource_url(&self, rg: &str, collection: &str, name: Option<&str>) -> Url {
+        let mut url = self.endpoint.clone();
+        let mut path = format!(
+            "/subscriptions/{}/resourceGroups/{rg}/providers/Microsoft.Network/{collection}",
+            self.subscription
+        );
+        if let Some(name) = name {
+            path.push('/');
+            path.push_str(name);
+        }
+        url.set_path(&path);
+        url.query_pairs_mut()
+            .append_pair("api-version", API_VERSION);
+        url
+    }
+
+    /// One request with a raw JSON body through the same pipeline (preconditions, token
+    /// handling, endpoint check, transport) as the SDK's requests. Writes go this way because
+    /// the SDK's typed request models drop the fields they do not know, so every
+    /// read-modify-write would erase a property ARM added after the 2024-03 models.
+    async fn raw(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<Bytes>,
+    ) -> azure_core::Result<azure_core::Response> {
+        let scopes: Vec<&str> = self.scopes.iter().map(String::as_str).collect();
+        let token = self.credential.get_token(&scopes).await?;
+        let mut request = Request::new(url, method);
+        request.insert_header(AUTHORIZATION, format!("Bearer {}", token.token.secret()));
+        if let Some(body) = body {
+            request.insert_header(CONTENT_TYPE, "application/json");
+            request.set_body(body);
+        }
+        self.polls.send(&Context::new(), &mut request).await
+    }
+
+    /// A PUT of kube-lb's model as raw JSON (unknown fields included), awaited and read back.
+    async fn put_raw<T, ReadFut>(
+        &self,
+        operation: &'static str,
+        url: Url,
+        name: &str,
+        etag: Option<&str>,
+        body: Bytes,
+        read: impl FnOnce() -> ReadFut,
+    ) -> Result<T, AzureError>
+    where
+        ReadFut: Future<Output = Result<Option<T>, AzureError>>,
+    {
+        self.put_and_read(
+            operation,
+            name,
+            etag,
+            || self.raw(Method::Put, url.clone(), Some(body.clone())),
+            read,
+        )
+        .await
     }
 
     /// Issues a write; `None` when ARM answered 404.
@@ -527,20 +635,11 @@ impl NetworkClient for ArmClient {
         lb: &LoadBalancer,
     ) -> Result<LoadBalancer, AzureError> {
         const OPERATION: &str = "PutLoadBalancer";
-        let body: models::LoadBalancer = convert(OPERATION, lb)?;
-        let client = self.sdk.load_balancers_client();
-        self.put_and_read(
-            OPERATION,
-            &lb.name,
-            lb.etag.as_deref(),
-            || {
-                let request = client
-                    .create_or_update(rg, &lb.name, body.clone(), &self.subscription)
-                    .send();
-                async move { Ok(request.await?.into_raw_response()) }
-            },
-            || self.load_balancer(OPERATION, rg, &lb.name),
-        )
+        let url = self.resource_url(rg, "loadBalancers", Some(&lb.name));
+        let body = encode(OPERATION, lb)?;
+        self.put_raw(OPERATION, url, &lb.name, lb.etag.as_deref(), body, || {
+            self.load_balancer(OPERATION, rg, &lb.name)
+        })
         .await
     }
 
@@ -566,33 +665,41 @@ impl NetworkClient for ArmClient {
 
     async fn list_public_ips(&self, rg: &str) -> Result<Vec<PublicIp>, AzureError> {
         const OPERATION: &str = "ListPublicIPAddresses";
-        let client = self.sdk.public_ip_addresses_client();
-        let pages: Option<Vec<models::PublicIpAddress>> = self
-            .call(OPERATION, CallKind::Read, None, || {
-                let mut pages = client.list(rg, &self.subscription).into_stream();
-                async move {
-                    let mut items = Vec::new();
-                    let mut first = true;
-                    while let Some(page) = pages.next().await {
-                        // The first page is counted by CloudApi; later ones are extra requests.
-                        if !std::mem::take(&mut first) {
-                            self.api.counter().record(
-                                self.api.provider(),
-                                OPERATION,
-                                CallKind::Read,
-                            );
-                        }
-                        items.extend(page?.value);
-                    }
-                    Ok(items)
-                }
-            })
-            .await?;
-        pages
-            .unwrap_or_default()
-            .iter()
-            .map(|pip| convert(OPERATION, pip))
-            .collect()
+        /// One page of a list, as raw JSON items (so unknown fields survive a later PUT).
+        #[derive(serde::Deserialize)]
+        struct Page {
+            #[serde(default)]
+            value: Vec<PublicIp>,
+            #[serde(default, rename = "nextLink")]
+            next_link: Option<String>,
+        }
+        let mut items = Vec::new();
+        let mut next = Some(self.resource_url(rg, "publicIPAddresses", None));
+        while let Some(url) = next.take() {
+            let body = self
+                .call(OPERATION, CallKind::Read, None, || {
+                    let request = self.raw(Method::Get, url.clone(), None);
+                    async move { request.await?.into_body().collect().await }
+                })
+                .await?;
+            let Some(body) = body else {
+                break;
+            };
+            let page: Page = decode(OPERATION, &body)?;
+            items.extend(page.value);
+            // A foreign nextLink is refused by the transport (the token stays on the endpoint).
+            next = page
+                .next_link
+                .filter(|link| !link.is_empty())
+                .map(|link| {
+                    Url::parse(&link).map_err(|_| AzureError::ForeignPollUrl {
+                        operation: OPERATION,
+                        url: link.clone(),
+                    })
+                })
+                .transpose()?;
+        }
+        Ok(items)
     }
 
     async fn get_public_ip(&self, rg: &str, name: &str) -> Result<Option<PublicIp>, AzureError> {
@@ -601,20 +708,11 @@ impl NetworkClient for ArmClient {
 
     async fn put_public_ip(&self, rg: &str, pip: &PublicIp) -> Result<PublicIp, AzureError> {
         const OPERATION: &str = "PutPublicIPAddress";
-        let body: models::PublicIpAddress = convert(OPERATION, pip)?;
-        let client = self.sdk.public_ip_addresses_client();
-        self.put_and_read(
-            OPERATION,
-            &pip.name,
-            pip.etag.as_deref(),
-            || {
-                let request = client
-                    .create_or_update(rg, &pip.name, body.clone(), &self.subscription)
-                    .send();
-                async move { Ok(request.await?.into_raw_response()) }
-            },
-            || self.public_ip(OPERATION, rg, &pip.name),
-        )
+        let url = self.resource_url(rg, "publicIPAddresses", Some(&pip.name));
+        let body = encode(OPERATION, pip)?;
+        self.put_raw(OPERATION, url, &pip.name, pip.etag.as_deref(), body, || {
+            self.public_ip(OPERATION, rg, &pip.name)
+        })
         .await
     }
 
@@ -653,20 +751,11 @@ impl NetworkClient for ArmClient {
         nsg: &SecurityGroup,
     ) -> Result<SecurityGroup, AzureError> {
         const OPERATION: &str = "PutNetworkSecurityGroup";
-        let body: models::NetworkSecurityGroup = convert(OPERATION, nsg)?;
-        let client = self.sdk.network_security_groups_client();
-        self.put_and_read(
-            OPERATION,
-            &nsg.name,
-            nsg.etag.as_deref(),
-            || {
-                let request = client
-                    .create_or_update(rg, &nsg.name, body.clone(), &self.subscription)
-                    .send();
-                async move { Ok(request.await?.into_raw_response()) }
-            },
-            || self.security_group(OPERATION, rg, &nsg.name),
-        )
+        let url = self.resource_url(rg, "networkSecurityGroups", Some(&nsg.name));
+        let body = encode(OPERATION, nsg)?;
+        self.put_raw(OPERATION, url, &nsg.name, nsg.etag.as_deref(), body, || {
+            self.security_group(OPERATION, rg, &nsg.name)
+        })
         .await
     }
 

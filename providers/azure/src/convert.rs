@@ -4,9 +4,11 @@
 //! `serde_json::Value`, done only here. Mapping field by field would mean hand-maintaining
 //! thousands of lines against 2024-03 models that are frozen upstream, and the planner keeps
 //! its small types (with `extra` for what it does not model) so it stays independent of the
-//! SDK that the [`crate::NetworkClient`] seam lets us swap. The cost: a field the 2024-03 model
-//! does not know is dropped by the SDK on the way in and out, which is inherent to sending
-//! through its typed builders.
+//! SDK that the [`crate::NetworkClient`] seam lets us swap. A field the 2024-03 model does not
+//! know is dropped by a trip through it, so the objects kube-lb rewrites (load balancers,
+//! public IPs, security groups) never take that trip: the client reads their raw JSON into
+//! kube-lb's model and PUTs it back as raw JSON (`client.rs`), and only read-only objects
+//! (subnets) are converted here.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

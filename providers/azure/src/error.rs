@@ -1,6 +1,6 @@
 //! Errors of the Azure provider and how they map onto the controller's error classes.
 
-use kube_lb_provider_core::ProviderError;
+use kube_lb_provider_core::{EnvironmentCause, ProviderError};
 
 /// Why an Azure operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -107,66 +107,165 @@ pub enum AzureError {
     /// The Service asks for something Azure cannot build (or that does not exist).
     #[error("{0}")]
     User(String),
+    /// Something outside the Service is missing, found by the provider itself rather than
+    /// reported by ARM (the cluster's security group, the subnet of an internal frontend).
+    #[error("{message}")]
+    Environment {
+        /// What kind of obstacle it is.
+        cause: EnvironmentCause,
+        /// What is missing, in words the operator can act on.
+        message: String,
+    },
     /// The load balancer kept changing under us (412 after every re-read).
     #[error("load balancer state did not converge after {0} rounds")]
     NotConverged(u32),
 }
 
-/// ARM error codes that mean the user must change the Service (or its cloud resources).
-const USER_CODES: &[&str] = &[
+/// ARM error codes for conditions that pass: throttling, server errors, another operation
+/// on the same resource, a referenced resource still provisioning.
+const RETRYABLE_CODES: &[&str] = &[
+    "RetryableError",
+    "RetryableErrorDueToAnotherOperation",
+    "AnotherOperationInProgress",
+    "CanceledAndSupersededDueToAnotherOperation",
+    "ReferencedResourceNotProvisioned",
+    "OperationPreempted",
+    "TooManyRequests",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "GatewayTimeout",
+    "Conflict",
+];
+
+/// ARM error codes meaning the controller's identity may not make the call (RBAC, a policy
+/// assignment, a token problem).
+const PERMISSION_CODES: &[&str] = &[
+    "AuthorizationFailed",
+    "LinkedAuthorizationFailed",
+    "AuthenticationFailed",
+    "InvalidAuthenticationToken",
+    "InvalidAuthenticationTokenTenant",
+    "ExpiredAuthenticationToken",
+    "RequestDisallowedByPolicy",
+    "Forbidden",
+];
+
+/// ARM error codes meaning something the load balancer refers to does not exist (yet).
+const MISSING_CODES: &[&str] = &[
     "InvalidResourceReference",
-    "PublicIPCountLimitReached",
-    "LoadBalancerFrontendIPConfigurationCountLimitReached",
-    "LoadBalancingRuleCountLimitReached",
-    "PrivateIPAddressIsAllocated",
+    "ResourceNotFound",
+    "NotFound",
+    "ResourceGroupNotFound",
+    "SubnetNotFound",
+    "NetworkSecurityGroupNotFound",
+    "ParentResourceNotFound",
+];
+
+/// ARM error codes meaning an address is held by another resource.
+const ADDRESS_IN_USE_CODES: &[&str] = &["PrivateIPAddressIsAllocated", "PublicIPAddressInUse"];
+
+/// ARM error codes meaning a name is held by another owner.
+const NAME_TAKEN_CODES: &[&str] = &["DnsRecordInUse", "DnsRecordInUseByAnotherSubscription"];
+
+/// ARM error codes meaning the value the Service asks for cannot be built: only its author can
+/// fix it.
+const USER_CODES: &[&str] = &[
     "PrivateIPAddressNotInSubnet",
-    "PublicIPAddressInUse",
     "PublicIPAndLBSkuDoNotMatch",
-    "DnsRecordInUse",
     "InvalidDomainNameLabel",
-    "SecurityRuleAddressesOrPortsPerSecurityGroupLimitReached",
-    "SecurityRulesPerNetworkSecurityGroupLimitReached",
-    "SubnetIsFull",
     "LoadBalancingRuleFrontendPortConflict",
 ];
 
+/// What the controller should do about one ARM error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Throttling, 5xx, conflicts with a running operation: retry.
+    Retryable,
+    /// Something outside the Service blocks it.
+    Environment(EnvironmentCause),
+    /// Only the Service's author can fix it.
+    User,
+    /// Anything else: retried with backoff, reported as is.
+    Unknown,
+}
+
+/// Classifies an ARM `error.code` and the HTTP status it came with (`None` for a failed
+/// long-running operation). Codes first: ARM answers a quota with 400 or 409, a permission
+/// problem with 403, and the same 409 for a conflict that passes.
+pub fn classify(code: &str, status: Option<u16>) -> Class {
+    if RETRYABLE_CODES.contains(&code) {
+        return Class::Retryable;
+    }
+    if code == "SubnetIsFull" {
+        return Class::Environment(EnvironmentCause::PoolExhausted);
+    }
+    if ADDRESS_IN_USE_CODES.contains(&code) {
+        return Class::Environment(EnvironmentCause::AddressInUse);
+    }
+    if NAME_TAKEN_CODES.contains(&code) {
+        return Class::Environment(EnvironmentCause::NameTaken);
+    }
+    // `QuotaExceeded`, `PublicIPCountLimitReached`, `LoadBalancingRuleCountLimitReached`,
+    // `SecurityRulesPerNetworkSecurityGroupLimitReached`, …
+    if code.contains("Quota") || code.ends_with("LimitReached") || code.ends_with("LimitExceeded") {
+        return Class::Environment(EnvironmentCause::Quota);
+    }
+    if PERMISSION_CODES.contains(&code) {
+        return Class::Environment(EnvironmentCause::PermissionDenied);
+    }
+    if MISSING_CODES.contains(&code) {
+        return Class::Environment(EnvironmentCause::MissingDependency);
+    }
+    if USER_CODES.contains(&code) {
+        return Class::User;
+    }
+    match status {
+        Some(408 | 409 | 412 | 429 | 500..=599) => Class::Retryable,
+        Some(401 | 403) => Class::Environment(EnvironmentCause::PermissionDenied),
+        Some(404) => Class::Environment(EnvironmentCause::MissingDependency),
+        _ => Class::Unknown,
+    }
+}
+
 impl AzureError {
-    /// True for ARM answers that are worth retrying unchanged (throttling, 5xx, conflicts with
-    /// a running operation, an etag race).
-    pub fn is_transient(&self) -> bool {
+    /// The class of this error (see [`classify`]).
+    pub fn class(&self) -> Class {
         match self {
             AzureError::Transport { .. }
             | AzureError::PreconditionFailed { .. }
             | AzureError::PollTimeout { .. }
-            | AzureError::NotConverged(_) => true,
-            AzureError::Arm { status, code, .. } => {
-                matches!(status, 408 | 409 | 429 | 500..=599)
-                    || code == "ReferencedResourceNotProvisioned"
-            }
+            | AzureError::NotConverged(_) => Class::Retryable,
+            AzureError::Arm { status, code, .. } => classify(code, Some(*status)),
             AzureError::OperationFailed { code, message, .. } => {
-                !USER_CODES.contains(&code.as_str())
-                    || message
-                        .to_ascii_lowercase()
-                        .contains("canceledandsupersededduetoanotheroperation")
+                if message
+                    .to_ascii_lowercase()
+                    .contains("canceledandsupersededduetoanotheroperation")
+                {
+                    return Class::Retryable;
+                }
+                match classify(code, None) {
+                    // A failed operation with a code this table does not know has no status
+                    // to judge by; ARM's own advice is to retry it.
+                    Class::Unknown => Class::Retryable,
+                    class => class,
+                }
             }
-            _ => false,
+            AzureError::User(_) => Class::User,
+            AzureError::Environment { cause, .. } => Class::Environment(*cause),
+            _ => Class::Unknown,
         }
+    }
+
+    /// True for ARM answers that are worth retrying unchanged (throttling, 5xx, conflicts with
+    /// a running operation, an etag race).
+    pub fn is_transient(&self) -> bool {
+        self.class() == Class::Retryable
     }
 }
 
+/// The single conversion from Azure errors to the controller's classes.
 impl From<AzureError> for ProviderError {
     fn from(error: AzureError) -> ProviderError {
-        let user_code = match &error {
-            AzureError::Arm { code, status, .. } => {
-                *status == 400 && USER_CODES.contains(&code.as_str())
-            }
-            AzureError::OperationFailed { code, .. } => USER_CODES.contains(&code.as_str()),
-            AzureError::User(_) => true,
-            _ => false,
-        };
-        if user_code {
-            return ProviderError::user(error.to_string());
-        }
         let operation = match &error {
             AzureError::Transport { operation, .. }
             | AzureError::Arm { operation, .. }
@@ -178,17 +277,20 @@ impl From<AzureError> for ProviderError {
             | AzureError::PollTimeout { operation, .. } => *operation,
             _ => "azure",
         };
-        if error.is_transient() {
-            ProviderError::Retryable {
+        match error.class() {
+            Class::Retryable => ProviderError::Retryable {
                 operation,
                 message: error.to_string(),
                 source: Some(Box::new(error)),
+            },
+            Class::Environment(cause) => {
+                ProviderError::environment(operation, cause, error.to_string())
             }
-        } else {
-            ProviderError::Internal {
+            Class::User => ProviderError::user(error.to_string()),
+            Class::Unknown => ProviderError::Internal {
                 message: error.to_string(),
                 source: Some(Box::new(error)),
-            }
+            },
         }
     }
 }
@@ -206,22 +308,188 @@ mod tests {
         }
     }
 
+    fn failed(code: &str) -> AzureError {
+        AzureError::OperationFailed {
+            operation: "PutLoadBalancer",
+            status: "Failed".into(),
+            code: code.into(),
+            message: "m".into(),
+        }
+    }
+
+    /// Each ARM error code (synchronous with its status, or from a failed long-running
+    /// operation) and its class.
     #[test]
-    fn classes() {
+    fn error_codes_map_to_classes() {
+        use EnvironmentCause::*;
+        let env = |c: EnvironmentCause| Some(c.as_str());
         let cases = [
-            (arm(429, "TooManyRequests"), "retryable"),
-            (arm(503, "ServiceUnavailable"), "retryable"),
-            (arm(400, "PublicIPCountLimitReached"), "user"),
-            (arm(400, "InvalidRequestFormat"), "internal"),
+            // throttling, server errors, conflicts that pass
+            (arm(429, "TooManyRequests"), "retryable", None),
+            (arm(503, "ServiceUnavailable"), "retryable", None),
+            (arm(500, "InternalServerError"), "retryable", None),
+            (arm(504, "GatewayTimeout"), "retryable", None),
+            (arm(409, "AnotherOperationInProgress"), "retryable", None),
+            (arm(409, "SomethingConflicting"), "retryable", None),
+            (arm(400, "RetryableError"), "retryable", None),
+            (
+                arm(400, "ReferencedResourceNotProvisioned"),
+                "retryable",
+                None,
+            ),
+            (failed("RetryableError"), "retryable", None),
+            (failed("AnotherOperationInProgress"), "retryable", None),
+            (failed("InternalServerError"), "retryable", None),
+            (failed("SomethingNew"), "retryable", None),
             (
                 AzureError::PreconditionFailed { operation: "x" },
                 "retryable",
+                None,
             ),
-            (AzureError::User("no such pip".into()), "user"),
+            (
+                AzureError::PollTimeout {
+                    operation: "x",
+                    polls: 9,
+                },
+                "retryable",
+                None,
+            ),
+            (AzureError::NotConverged(3), "retryable", None),
+            // quotas
+            (arm(409, "QuotaExceeded"), "environment", env(Quota)),
+            (
+                arm(400, "PublicIPCountLimitReached"),
+                "environment",
+                env(Quota),
+            ),
+            (
+                arm(400, "LoadBalancerFrontendIPConfigurationCountLimitReached"),
+                "environment",
+                env(Quota),
+            ),
+            (
+                arm(400, "LoadBalancingRuleCountLimitReached"),
+                "environment",
+                env(Quota),
+            ),
+            (
+                arm(400, "SecurityRulesPerNetworkSecurityGroupLimitReached"),
+                "environment",
+                env(Quota),
+            ),
+            (
+                arm(
+                    400,
+                    "SecurityRuleAddressesOrPortsPerSecurityGroupLimitReached",
+                ),
+                "environment",
+                env(Quota),
+            ),
+            (failed("QuotaExceeded"), "environment", env(Quota)),
+            // permission
+            (
+                arm(403, "AuthorizationFailed"),
+                "environment",
+                env(PermissionDenied),
+            ),
+            (
+                arm(403, "LinkedAuthorizationFailed"),
+                "environment",
+                env(PermissionDenied),
+            ),
+            (
+                arm(401, "InvalidAuthenticationToken"),
+                "environment",
+                env(PermissionDenied),
+            ),
+            (
+                arm(403, "RequestDisallowedByPolicy"),
+                "environment",
+                env(PermissionDenied),
+            ),
+            (
+                arm(403, "SomethingForbidden"),
+                "environment",
+                env(PermissionDenied),
+            ),
+            // missing dependencies
+            (
+                arm(400, "InvalidResourceReference"),
+                "environment",
+                env(MissingDependency),
+            ),
+            (
+                arm(404, "ResourceGroupNotFound"),
+                "environment",
+                env(MissingDependency),
+            ),
+            (
+                arm(404, "ResourceNotFound"),
+                "environment",
+                env(MissingDependency),
+            ),
+            (
+                failed("InvalidResourceReference"),
+                "environment",
+                env(MissingDependency),
+            ),
+            // pool, addresses and names held by others
+            (arm(400, "SubnetIsFull"), "environment", env(PoolExhausted)),
+            (
+                arm(400, "PrivateIPAddressIsAllocated"),
+                "environment",
+                env(AddressInUse),
+            ),
+            (
+                arm(400, "PublicIPAddressInUse"),
+                "environment",
+                env(AddressInUse),
+            ),
+            (arm(400, "DnsRecordInUse"), "environment", env(NameTaken)),
+            // what only the Service's author can fix
+            (arm(400, "PrivateIPAddressNotInSubnet"), "user", None),
+            (arm(400, "InvalidDomainNameLabel"), "user", None),
+            (arm(400, "PublicIPAndLBSkuDoNotMatch"), "user", None),
+            (
+                arm(400, "LoadBalancingRuleFrontendPortConflict"),
+                "user",
+                None,
+            ),
+            (AzureError::User("no such pip".into()), "user", None),
+            (
+                AzureError::Environment {
+                    cause: MissingDependency,
+                    message: "subnet s not found".into(),
+                },
+                "environment",
+                env(MissingDependency),
+            ),
+            // our own mistakes: retried with backoff, reported as is
+            (arm(400, "InvalidRequestFormat"), "internal", None),
         ];
-        for (error, class) in cases {
+        for (error, class, cause) in cases {
             let text = error.to_string();
-            assert_eq!(ProviderError::from(error).class(), class, "{text}");
+            let converted = ProviderError::from(error);
+            assert_eq!(converted.class(), class, "{text}");
+            let got = match &converted {
+                ProviderError::Environment { cause, .. } => Some(cause.as_str()),
+                _ => None,
+            };
+            assert_eq!(got, cause, "{text}");
+        }
+    }
+
+    #[test]
+    fn only_passing_failures_are_retried_in_place() {
+        let cases = [
+            (arm(429, "TooManyRequests"), true),
+            (arm(409, "AnotherOperationInProgress"), true),
+            (arm(409, "QuotaExceeded"), false),
+            (arm(403, "AuthorizationFailed"), false),
+            (arm(400, "InvalidResourceReference"), false),
+        ];
+        for (error, transient) in cases {
+            assert_eq!(error.is_transient(), transient, "{error}");
         }
     }
 }

@@ -12,8 +12,10 @@
 //! kube-lb's own ARM model ([`arm`]) and only the client sees the SDK. The client adds what
 //! the SDK lacks: `If-Match`/`If-None-Match` preconditions on every write (a pipeline policy),
 //! its own operation polling (the SDK sleeps 30 s per poll without `Retry-After` and cannot
-//! wait for a DELETE), a single retry layer shared with the other clouds, and tokens kept out
-//! of azure_core's request logs. See [`client`] for the details.
+//! wait for a DELETE), a single retry layer shared with the other clouds, tokens kept out
+//! of azure_core's request logs, and raw-JSON bodies for the objects it rewrites (the SDK's
+//! typed models would drop fields they do not know on every read-modify-write). See
+//! [`client`] for the details.
 //!
 //! Build cost: `azure_mgmt_network` is one 124k-line generated unit compiled on one core. On
 //! the 2-core build machine (load average about 5 from other builds) it took 138 s of a 139 s

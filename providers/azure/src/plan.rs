@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube_lb_provider_core::ServiceKey;
+use kube_lb_provider_core::{EnvironmentCause, ProviderError, ServiceKey};
 use md5::{Digest, Md5};
 
 use crate::arm::{
@@ -88,6 +88,32 @@ pub fn owned_child(prefix: &str, name: &str) -> bool {
         || name
             .get(..prefix.len() + 1)
             .is_some_and(|head| head.eq_ignore_ascii_case(&format!("{prefix}-")))
+}
+
+/// The error for a public IP that has the Service's deterministic name but is tagged for
+/// another owner (or not tagged at all): the cluster operator must sort it out, so it is an
+/// environment error, retried with backoff, that names whoever holds the name.
+fn name_taken(pip: &PublicIp, rg: &str, service: &ServiceKey) -> ProviderError {
+    let tag = |new: &str, legacy: &str| pip.tags.get(new).or_else(|| pip.tags.get(legacy));
+    let owner = match (
+        tag(SERVICE_TAG, LEGACY_SERVICE_TAG),
+        tag(CLUSTER_TAG, LEGACY_CLUSTER_TAG),
+    ) {
+        (Some(services), Some(cluster)) => {
+            format!("Service(s) {services} of cluster {cluster}")
+        }
+        (Some(services), None) => format!("Service(s) {services}"),
+        (None, Some(cluster)) => format!("cluster {cluster} (no {SERVICE_TAG} tag)"),
+        (None, None) => format!("an unknown owner (no {SERVICE_TAG} tag)"),
+    };
+    ProviderError::environment(
+        "PutPublicIPAddress",
+        EnvironmentCause::NameTaken,
+        format!(
+            "public IP {} in resource group {rg} is the name kube-lb uses for {service}, but it belongs to {owner}; delete or rename it, or tag it {SERVICE_TAG}={service}",
+            pip.name
+        ),
+    )
 }
 
 /// True when `pip`'s tags say `service` of `cluster` owns it.
@@ -309,7 +335,7 @@ fn plan_public_ip(
     choice: &PipChoice,
     observed: &Observed,
     actions: &mut Vec<Action>,
-) -> Result<ChosenIp, AzureError> {
+) -> Result<ChosenIp, ProviderError> {
     match choice {
         PipChoice::Managed { rg, pip } => {
             let id = settings.ids.public_ip(rg, &pip.name);
@@ -320,6 +346,12 @@ fn plan_public_ip(
                 });
                 return Ok(ChosenIp { id, address: None });
             };
+            // The name is deterministic, so after a create whose answer was lost the retry
+            // finds the address here, tagged as this Service's: it is adopted. The same name
+            // tagged for someone else is never taken over.
+            if !owns_public_ip(existing, &settings.cluster, &desired.service) {
+                return Err(name_taken(existing, rg, &desired.service));
+            }
             let mut merged = existing.clone();
             for (k, v) in &pip.tags {
                 // The service tag may list several Services sharing the address; keep them.
@@ -374,7 +406,8 @@ fn plan_public_ip(
             }),
             None => Err(AzureError::User(format!(
                 "PublicIP from annotation azure-pip-name={name} doesn't exist in resource group {rg}"
-            ))),
+            ))
+            .into()),
         },
         PipChoice::ByAddress { rg, ip } => {
             let text = ip.to_string();
@@ -395,7 +428,8 @@ fn plan_public_ip(
                 }),
                 None => Err(AzureError::User(format!(
                     "user supplied IP address {ip} was not found in resource group {rg}: create a Standard static public IP with that address first"
-                ))),
+                ))
+                .into()),
             }
         }
     }
@@ -445,7 +479,7 @@ pub fn plan(
     service: &ServiceKey,
     desired: Option<&Desired>,
     observed: &Observed,
-) -> Result<Vec<Action>, AzureError> {
+) -> Result<Vec<Action>, ProviderError> {
     let prefix = kube_lb_provider_core::naming::load_balancer_name(&service.uid);
     let mut actions = Vec::new();
     // 1. Public IP.
@@ -455,7 +489,11 @@ pub fn plan(
         }
         _ => None,
     };
-    // 2. The load balancer that should hold the Service.
+    // 2. The load balancer that should hold the Service. Its write goes after step 3's: a move
+    // between the external and the internal load balancer (an internal ↔ external switch) is
+    // break-before-make, so the Service never has a frontend on both at once, whatever step a
+    // kill interrupts (the next ensure observes both load balancers and finishes the move).
+    let put_at = actions.len();
     let mut lb_after: BTreeMap<String, Option<LoadBalancer>> = observed
         .load_balancers
         .iter()
@@ -499,6 +537,7 @@ pub fn plan(
     }
     // 3. Every other cluster load balancer must not hold the Service.
     let keep = desired.map(|d| d.lb_name.to_ascii_lowercase());
+    let mut removals = Vec::new();
     for observed_lb in &observed.load_balancers {
         let key = observed_lb.name.to_ascii_lowercase();
         if Some(&key) == keep.as_ref() {
@@ -507,16 +546,17 @@ pub fn plan(
         let mut lb = observed_lb.clone();
         let removed = remove_service(&mut lb, &prefix);
         if lb.properties.frontend_ip_configurations.is_empty() {
-            actions.push(Action::DeleteLoadBalancer {
+            removals.push(Action::DeleteLoadBalancer {
                 name: lb.name.clone(),
                 etag: lb.etag.clone(),
             });
             lb_after.insert(key, None);
         } else if removed {
-            actions.push(Action::PutLoadBalancer(lb.clone()));
+            removals.push(Action::PutLoadBalancer(lb.clone()));
             lb_after.insert(key, Some(lb));
         }
     }
+    actions.splice(put_at..put_at, removals);
     // 4. Security group.
     if let (Some((rg, _)), Some(nsg)) = (&settings.security_group, &observed.security_group) {
         let managed_here = desired.is_none_or(|d| d.security.is_some());
@@ -677,13 +717,20 @@ pub fn plan(
     Ok(actions)
 }
 
-/// The name of the consolidated allow rule for one (protocol, sources, ports) combination.
+/// The name of the consolidated allow rule for one (protocol, sources, ports) combination,
+/// exactly as upstream cloud-provider-azure names it: MD5 over `protocol_sources_ports` with
+/// sources and ports each sorted *as strings* (so ports 80 and 443 hash as `443,80`), which is
+/// what lets kube-lb adopt the rules upstream left behind instead of churning them.
 pub fn allow_rule_name(entry: &AllowEntry) -> String {
+    let mut sources = entry.sources.clone();
+    sources.sort();
+    let mut ports = entry.ports.clone();
+    ports.sort();
     let key = format!(
         "{}_{}_{}",
         entry.protocol,
-        entry.sources.join(","),
-        entry.ports.join(",")
+        sources.join(","),
+        ports.join(",")
     );
     let digest = Md5::digest(key.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
@@ -710,32 +757,138 @@ fn set_destinations(rule: &mut SecurityRuleProperties, mut destinations: Vec<Str
     }
 }
 
-fn new_rule(
-    name: String,
-    priority: u32,
-    protocol: &str,
-    access: &str,
-    sources: &[String],
-    ports: &[String],
-) -> SecurityRule {
+/// Every field of a rule kube-lb writes, except its destinations (shared by the Services the
+/// consolidated rule serves) and its priority (any free managed one will do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RuleShape {
+    protocol: String,
+    access: &'static str,
+    sources: BTreeSet<String>,
+    ports: BTreeSet<String>,
+    /// Allow rules take priorities from the bottom of the managed range, deny rules from the
+    /// top, as upstream does.
+    upward: bool,
+}
+
+impl RuleShape {
+    fn allow(entry: &AllowEntry) -> RuleShape {
+        RuleShape {
+            protocol: entry.protocol.clone(),
+            access: "Allow",
+            sources: entry.sources.iter().cloned().collect(),
+            ports: entry.ports.iter().cloned().collect(),
+            upward: true,
+        }
+    }
+
+    fn deny_all() -> RuleShape {
+        RuleShape {
+            protocol: "*".into(),
+            access: "Deny",
+            sources: BTreeSet::from(["*".to_string()]),
+            ports: BTreeSet::from(["*".to_string()]),
+            upward: false,
+        }
+    }
+
+    /// Compares as sets, whichever of the single/plural fields holds a value, so rules laid
+    /// out by upstream or by an older kube-lb are not rewritten for layout alone.
+    fn matches(&self, rule: &SecurityRuleProperties) -> bool {
+        let sources: BTreeSet<String> = rule
+            .source_address_prefix
+            .iter()
+            .chain(&rule.source_address_prefixes)
+            .cloned()
+            .collect();
+        let ports: BTreeSet<String> = rule
+            .destination_port_range
+            .iter()
+            .chain(&rule.destination_port_ranges)
+            .cloned()
+            .collect();
+        rule.protocol.eq_ignore_ascii_case(&self.protocol)
+            && rule.access.eq_ignore_ascii_case(self.access)
+            && rule.direction.eq_ignore_ascii_case("Inbound")
+            && rule.source_port_range.as_deref() == Some("*")
+            && rule
+                .extra
+                .get("sourcePortRanges")
+                .is_none_or(|v| v.as_array().is_some_and(Vec::is_empty))
+            && sources == self.sources
+            && ports == self.ports
+    }
+
+    /// Writes every shaped field the way upstream lays them out (one source as
+    /// `sourceAddressPrefix`, ports as `destinationPortRanges` sorted as strings, `*` as the
+    /// single `destinationPortRange`); destinations, priority and unknown fields are kept.
+    fn apply(&self, rule: &mut SecurityRuleProperties) {
+        rule.protocol = self.protocol.clone();
+        rule.access = self.access.to_string();
+        rule.direction = "Inbound".into();
+        rule.source_port_range = Some("*".into());
+        rule.extra.remove("sourcePortRanges");
+        let sources: Vec<String> = self.sources.iter().cloned().collect();
+        if let [one] = sources.as_slice() {
+            rule.source_address_prefix = Some(one.clone());
+            rule.source_address_prefixes.clear();
+        } else {
+            rule.source_address_prefix = None;
+            rule.source_address_prefixes = sources;
+        }
+        if self.ports.contains("*") {
+            rule.destination_port_range = Some("*".into());
+            rule.destination_port_ranges.clear();
+        } else {
+            rule.destination_port_range = None;
+            // BTreeSet order is string order, upstream's.
+            rule.destination_port_ranges = self.ports.iter().cloned().collect();
+        }
+    }
+}
+
+/// The lowest (or highest) managed priority no other inbound rule holds.
+fn free_priority(rules: &[SecurityRule], skip: Option<usize>, upward: bool) -> Option<u32> {
+    let taken: BTreeSet<u32> = rules
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| Some(*i) != skip && r.properties.direction.eq_ignore_ascii_case("Inbound"))
+        .map(|(_, r)| r.properties.priority)
+        .collect();
+    let mut free = MANAGED_PRIORITY_MIN..MANAGED_PRIORITY_MAX;
+    if upward {
+        free.find(|p| !taken.contains(p))
+    } else {
+        free.rev().find(|p| !taken.contains(p))
+    }
+}
+
+/// Repairs every field of the rule at `index` that differs from `shape` (someone edited it by
+/// hand, e.g. opened it to `0.0.0.0/0`), and moves it to a free managed priority when its own
+/// is outside the managed range or collides with another inbound rule.
+fn repair_rule(rules: &mut [SecurityRule], index: usize, shape: &RuleShape) {
+    if !shape.matches(&rules[index].properties) {
+        shape.apply(&mut rules[index].properties);
+    }
+    let priority = rules[index].properties.priority;
+    let in_range = (MANAGED_PRIORITY_MIN..=MANAGED_PRIORITY_MAX).contains(&priority);
+    let collides = rules.iter().enumerate().any(|(i, r)| {
+        i != index
+            && r.properties.priority == priority
+            && r.properties.direction.eq_ignore_ascii_case("Inbound")
+    });
+    if (!in_range || collides)
+        && let Some(free) = free_priority(rules, Some(index), shape.upward)
+    {
+        rules[index].properties.priority = free;
+    }
+}
+
+fn new_rule(name: String, priority: u32, shape: &RuleShape) -> SecurityRule {
     let mut properties = SecurityRuleProperties {
-        protocol: protocol.to_string(),
-        access: access.to_string(),
-        direction: "Inbound".into(),
         priority,
-        source_port_range: Some("*".into()),
         ..Default::default()
     };
-    if let [one] = sources {
-        properties.source_address_prefix = Some(one.clone());
-    } else {
-        properties.source_address_prefixes = sources.to_vec();
-    }
-    if let [one] = ports {
-        properties.destination_port_range = Some(one.clone());
-    } else {
-        properties.destination_port_ranges = ports.to_vec();
-    }
+    shape.apply(&mut properties);
     SecurityRule {
         name,
         properties,
@@ -745,8 +898,9 @@ fn new_rule(
 
 /// Removes `remove` from every managed rule's destinations (dropping rules left empty), then
 /// adds `add`'s destinations to the consolidated rules they belong to, creating rules at the
-/// lowest free priority from 500 (allow) or the highest from 4095 (deny). Unmanaged rules are
-/// never touched.
+/// lowest free priority from 500 (allow) or the highest from 4095 (deny). The rules the
+/// Service needs are also reconciled field by field (sources, ports, protocol, access,
+/// direction, priority), so a hand-edited rule is repaired. Unmanaged rules are never touched.
 pub fn reconcile_security_rules(
     rules: &[SecurityRule],
     remove: &BTreeSet<String>,
@@ -754,91 +908,62 @@ pub fn reconcile_security_rules(
     add: Option<&(Vec<AllowEntry>, Vec<String>, bool)>,
 ) -> Vec<SecurityRule> {
     let mut out: Vec<SecurityRule> = rules.to_vec();
+    // The rules this Service needs, by name, with the shape each must have.
+    let mut shapes: BTreeMap<String, RuleShape> = BTreeMap::new();
+    if let Some((entries, _, deny_all)) = add {
+        for entry in entries {
+            shapes.insert(allow_rule_name(entry), RuleShape::allow(entry));
+        }
+        if *deny_all {
+            shapes.insert(DENY_ALL_RULE.to_string(), RuleShape::deny_all());
+        }
+    }
+    let exclusive = |r: &SecurityRule| {
+        let ports: BTreeSet<String> = r
+            .properties
+            .destination_port_range
+            .iter()
+            .chain(r.properties.destination_port_ranges.iter())
+            .cloned()
+            .collect();
+        // Node ports belong to one Service: a rule only for them is that Service's alone.
+        !ports.is_empty() && ports.is_subset(exclusive_ports)
+    };
     // Wanted destinations of every managed rule, by name; rules are rewritten only when their
-    // set changes, so an unchanged rule keeps its server-filled fields.
+    // set changes, so an unchanged rule keeps its server-filled fields. A rule this Service
+    // needs is found by name even if its priority was moved out of the managed range.
     let mut wanted: BTreeMap<String, BTreeSet<String>> = out
         .iter()
-        .filter(|r| is_managed(r))
+        .filter(|r| is_managed(r) || shapes.contains_key(&r.name))
         .map(|r| {
-            let ports: BTreeSet<String> = r
-                .properties
-                .destination_port_range
-                .iter()
-                .chain(r.properties.destination_port_ranges.iter())
-                .cloned()
-                .collect();
-            // Node ports belong to one Service: a rule only for them is that Service's alone.
-            let kept = if !ports.is_empty() && ports.is_subset(exclusive_ports) {
+            let needed = shapes.contains_key(&r.name);
+            let kept = if exclusive(r) {
                 BTreeSet::new()
             } else {
                 r.properties
                     .destinations()
                     .into_iter()
                     .filter(|d| !remove.contains(d))
+                    // Every destination kube-lb or upstream writes is one address (a frontend,
+                    // an additional public IP, a node); a range or `*` on a rule this Service
+                    // needs was widened by hand and is dropped. Single addresses stay: they
+                    // may be another Service's on the consolidated rule.
+                    .filter(|d| !needed || d.parse::<std::net::IpAddr>().is_ok())
                     .collect()
             };
             (r.name.clone(), kept)
         })
         .collect();
-    if let Some((entries, destinations, deny_all)) = add {
-        let mut ensure = |out: &mut Vec<SecurityRule>,
-                          name: String,
-                          make: &dyn Fn(u32) -> SecurityRule,
-                          upward: bool| {
-            if let Some(set) = wanted.get_mut(&name) {
+    if let Some((_, destinations, _)) = add {
+        for (name, shape) in &shapes {
+            if let Some(set) = wanted.get_mut(name) {
                 set.extend(destinations.iter().cloned());
-                return;
+                continue;
             }
-            let taken: BTreeSet<u32> = out
-                .iter()
-                .filter(|r| r.properties.direction.eq_ignore_ascii_case("Inbound"))
-                .map(|r| r.properties.priority)
-                .collect();
-            let mut free = MANAGED_PRIORITY_MIN..MANAGED_PRIORITY_MAX;
-            let priority = if upward {
-                free.find(|p| !taken.contains(p))
-            } else {
-                free.rev().find(|p| !taken.contains(p))
-            };
-            if let Some(priority) = priority {
-                out.push(make(priority));
-                wanted.insert(name, destinations.iter().cloned().collect());
+            if let Some(priority) = free_priority(&out, None, shape.upward) {
+                out.push(new_rule(name.clone(), priority, shape));
+                wanted.insert(name.clone(), destinations.iter().cloned().collect());
             }
-        };
-        for entry in entries {
-            let name = allow_rule_name(entry);
-            ensure(
-                &mut out,
-                name.clone(),
-                &|priority| {
-                    new_rule(
-                        name.clone(),
-                        priority,
-                        &entry.protocol,
-                        "Allow",
-                        &entry.sources,
-                        &entry.ports,
-                    )
-                },
-                true,
-            );
-        }
-        if *deny_all {
-            ensure(
-                &mut out,
-                DENY_ALL_RULE.to_string(),
-                &|priority| {
-                    new_rule(
-                        DENY_ALL_RULE.to_string(),
-                        priority,
-                        "*",
-                        "Deny",
-                        &["*".to_string()],
-                        &["*".to_string()],
-                    )
-                },
-                false,
-            );
         }
     }
     out.retain_mut(|rule| {
@@ -854,6 +979,11 @@ pub fn reconcile_security_rules(
         }
         true
     });
+    for (name, shape) in &shapes {
+        if let Some(index) = out.iter().position(|r| &r.name == name) {
+            repair_rule(&mut out, index, shape);
+        }
+    }
     out
 }
 
@@ -1135,10 +1265,13 @@ mod tests {
         let user_rule = new_rule(
             "ssh".into(),
             500,
-            "Tcp",
-            "Allow",
-            &["*".into()],
-            &["22".into()],
+            &RuleShape {
+                protocol: "Tcp".into(),
+                access: "Allow",
+                sources: BTreeSet::from(["*".to_string()]),
+                ports: BTreeSet::from(["22".to_string()]),
+                upward: true,
+            },
         );
         let one = reconcile_security_rules(
             std::slice::from_ref(&user_rule),
@@ -1244,5 +1377,96 @@ mod tests {
             !owns_public_ip(&pip(&[]), "c", &service),
             "untagged public IPs are the user's"
         );
+    }
+
+    #[test]
+    fn allow_rule_names_match_upstream() {
+        // Names computed by upstream cloud-provider-azure (GenerateAllowSecurityRuleName):
+        // MD5 of "Tcp_Internet_443,80": ports sorted as strings, not numbers.
+        let cases = [
+            (
+                "Tcp",
+                vec!["Internet"],
+                vec!["80", "443"],
+                "k8s-azure-lb_allow_IPv4_556f7044ec033071ec0dfcf7cd85bc93",
+            ),
+            (
+                "Tcp",
+                vec!["Internet"],
+                vec!["443", "80"],
+                "k8s-azure-lb_allow_IPv4_556f7044ec033071ec0dfcf7cd85bc93",
+            ),
+        ];
+        for (protocol, sources, ports, want) in cases {
+            let entry = AllowEntry {
+                protocol: protocol.into(),
+                sources: sources.into_iter().map(String::from).collect(),
+                ports: ports.into_iter().map(String::from).collect(),
+            };
+            assert_eq!(allow_rule_name(&entry), want, "{entry:?}");
+        }
+    }
+
+    #[test]
+    fn a_hand_edited_rule_is_repaired_field_by_field() {
+        let entry = AllowEntry {
+            protocol: "Tcp".into(),
+            sources: vec!["10.1.0.0/16".into()],
+            ports: vec!["80".into(), "443".into()],
+        };
+        let add = (vec![entry.clone()], vec!["20.0.0.1".to_string()], false);
+        let clean = reconcile_security_rules(&[], &BTreeSet::new(), &BTreeSet::new(), Some(&add));
+        assert_eq!(clean.len(), 1);
+        assert_eq!(
+            clean[0].properties.destination_port_ranges,
+            vec!["443", "80"],
+            "upstream's layout: destinationPortRanges sorted as strings"
+        );
+        let again =
+            reconcile_security_rules(&clean, &BTreeSet::new(), &BTreeSet::new(), Some(&add));
+        assert_eq!(again, clean, "a clean rule is left alone");
+        type Tamper = fn(&mut SecurityRuleProperties);
+        let tampers: [(&str, Tamper); 11] = [
+            ("source opened to the world", |p| {
+                p.source_address_prefix = Some("0.0.0.0/0".into())
+            }),
+            ("extra source", |p| {
+                p.source_address_prefix = None;
+                p.source_address_prefixes = vec!["10.1.0.0/16".into(), "0.0.0.0/0".into()];
+            }),
+            ("protocol", |p| p.protocol = "*".into()),
+            ("access", |p| p.access = "Deny".into()),
+            ("direction", |p| p.direction = "Outbound".into()),
+            ("ports", |p| {
+                p.destination_port_ranges = vec!["1-65535".into()]
+            }),
+            ("source ports", |p| {
+                p.source_port_range = Some("1000".into())
+            }),
+            ("priority out of range", |p| p.priority = 200),
+            ("destination removed", |p| {
+                p.destination_address_prefix = None
+            }),
+            ("destination widened", |p| {
+                p.destination_address_prefix = None;
+                p.destination_address_prefixes = vec!["20.0.0.1".into(), "0.0.0.0/0".into()];
+            }),
+            ("destination any", |p| {
+                p.destination_address_prefix = Some("*".into())
+            }),
+        ];
+        for (what, tamper) in tampers {
+            let mut tampered = clean.clone();
+            tamper(&mut tampered[0].properties);
+            let repaired =
+                reconcile_security_rules(&tampered, &BTreeSet::new(), &BTreeSet::new(), Some(&add));
+            assert_eq!(repaired, clean, "{what}");
+        }
+        // Upstream's layout and an older kube-lb's (single port field) are both accepted.
+        let mut single = clean.clone();
+        single[0].properties.destination_port_ranges = vec!["80".into(), "443".into()];
+        let kept =
+            reconcile_security_rules(&single, &BTreeSet::new(), &BTreeSet::new(), Some(&add));
+        assert_eq!(kept, single, "port order alone is not a change");
     }
 }

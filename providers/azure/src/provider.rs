@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, LoadBalancerIngress, LoadBalancerProvider, LoadBalancerSpec,
-    LoadBalancerStatus, ProviderError, RateLimit, RateLimits, RetryPolicy, ServiceKey,
+    BackendNode, CallCounter, EnvironmentCause, LoadBalancerIngress, LoadBalancerProvider,
+    LoadBalancerSpec, LoadBalancerStatus, ProviderError, RateLimit, RateLimits, RetryPolicy,
+    ServiceKey,
 };
 use tracing::{debug, info, instrument};
 
@@ -63,20 +64,25 @@ pub struct AzureProvider {
 }
 
 impl AzureProvider {
-    /// Reads `path` (default [`DEFAULT_CLOUD_CONFIG`]) and builds a provider for `cluster_name`.
+    /// Reads `path` (default [`DEFAULT_CLOUD_CONFIG`]) and builds a provider for `cluster_name`,
+    /// counting every ARM call on `counter` (the binary's `/metrics` observe it).
     pub async fn from_cloud_config(
         path: Option<&Path>,
         cluster_name: &str,
+        counter: CallCounter,
     ) -> Result<AzureProvider, AzureError> {
         let path = path.unwrap_or_else(|| Path::new(DEFAULT_CLOUD_CONFIG));
         let config = AzureConfig::load(path)?;
-        let mut options = ProviderOptions::default();
+        let mut options = ProviderOptions {
+            counter,
+            ..ProviderOptions::default()
+        };
         if let (Some(qps), Some(bucket)) =
             (config.rate_limit_qps_write, config.rate_limit_bucket_write)
         {
-            let per_second = qps.ceil().max(1.0) as u32;
+            // The configured rate as written (upstream's default is 1 QPS; fractions are legal).
             options.limits = RateLimits::new(RateLimit::default())
-                .with_family("arm-write", RateLimit::new(per_second, bucket));
+                .with_family("arm-write", RateLimit::fractional(qps, bucket));
         }
         if let Some(secs) = config.max_retry_after_seconds {
             options.poll.max_interval = Duration::from_secs(secs);
@@ -189,9 +195,10 @@ impl AzureProvider {
         if let Some((rg, name)) = &s.security_group {
             observed.security_group = self.client.get_security_group(rg, name).await?;
             if observed.security_group.is_none() && desired.is_some() {
-                return Err(AzureError::ConfigInvalid(format!(
-                    "security group {name} in resource group {rg} does not exist"
-                )));
+                return Err(AzureError::Environment {
+                    cause: EnvironmentCause::MissingDependency,
+                    message: format!("security group {name} in resource group {rg} does not exist"),
+                });
             }
         }
         if let Some(Desired {
@@ -204,10 +211,14 @@ impl AzureProvider {
                 .get_subnet(&s.vnet_resource_group, &s.vnet, subnet)
                 .await?;
             if found.is_none() {
-                return Err(AzureError::User(format!(
-                    "subnet {subnet} not found in virtual network {} (resource group {})",
-                    s.vnet, s.vnet_resource_group
-                )));
+                // The subnet may still be on its way: retried, not a user error.
+                return Err(AzureError::Environment {
+                    cause: EnvironmentCause::MissingDependency,
+                    message: format!(
+                        "subnet {subnet} not found in virtual network {} (resource group {})",
+                        s.vnet, s.vnet_resource_group
+                    ),
+                });
             }
         }
         Ok(observed)
@@ -239,11 +250,17 @@ impl AzureProvider {
     }
 
     /// Observes, plans and applies until the plan is empty; returns the final observation.
+    ///
+    /// Creates are idempotent by construction: every name is deterministic and every write is
+    /// a create-or-update PUT carrying `If-None-Match: *` or the etag it was planned from. When
+    /// a write took effect but its answer was lost, the in-place retry meets a changed object
+    /// (412), and the next round re-reads it and finds the work done (or tagged for another
+    /// owner, which `plan` reports as an environment error naming the owner).
     async fn converge(
         &self,
         service: &ServiceKey,
         desired: Option<&Desired>,
-    ) -> Result<Observed, AzureError> {
+    ) -> Result<Observed, ProviderError> {
         for round in 0..MAX_ROUNDS {
             let observed = self.observe(service, desired).await?;
             let actions = plan(&self.settings, service, desired, &observed)?;
@@ -260,11 +277,11 @@ impl AzureProvider {
                         info!(%service, provider = "azure", operation, "etag changed; re-reading");
                         break;
                     }
-                    Err(error) => return Err(error),
+                    Err(error) => return Err(error.into()),
                 }
             }
         }
-        Err(AzureError::NotConverged(MAX_ROUNDS))
+        Err(AzureError::NotConverged(MAX_ROUNDS).into())
     }
 
     fn status_from(&self, service: &ServiceKey, observed: &Observed) -> Option<LoadBalancerStatus> {

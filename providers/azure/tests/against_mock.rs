@@ -92,7 +92,13 @@ async fn external_service_gets_frontend_rules_probes_pool_pip_and_nsg() {
     assert_eq!(destinations(allow), vec![ip_of(&status)]);
     assert_eq!(
         allow["destinationPortRanges"],
-        serde_json::json!(["80", "443"])
+        serde_json::json!(["443", "80"]),
+        "upstream's layout: ports sorted as strings"
+    );
+    assert_eq!(
+        rules.keys().next().unwrap(),
+        "k8s-azure-lb_allow_IPv4_556f7044ec033071ec0dfcf7cd85bc93",
+        "upstream's name for Tcp from Internet to 80 and 443"
     );
 
     // Every write carried an etag precondition: If-Match on updates, If-None-Match on creates.
@@ -773,7 +779,8 @@ async fn ha_ports_floating_ip_and_per_port_annotations() {
         "destinations are the nodes"
     );
     assert_eq!(
-        node_rule["destinationPortRange"], "30080",
+        node_rule["destinationPortRanges"],
+        serde_json::json!(["30080"]),
         "port 9000 has no rule, so no NSG entry"
     );
     h.provider.delete(&web.spec().service).await.unwrap();
@@ -817,7 +824,8 @@ async fn from_cloud_config_reads_azure_json_with_an_endpoint_override() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("azure.json");
     std::fs::write(&path, config_json(&arm.url()).to_string()).unwrap();
-    let provider = AzureProvider::from_cloud_config(Some(&path), CLUSTER)
+    let counter = CallCounter::new();
+    let provider = AzureProvider::from_cloud_config(Some(&path), CLUSTER, counter.clone())
         .await
         .unwrap();
     let status = provider
@@ -826,9 +834,11 @@ async fn from_cloud_config_reads_azure_json_with_an_endpoint_override() {
         .unwrap();
     assert!(!status.ingress.is_empty());
     assert!(arm.load_balancer(RG, CLUSTER).is_some());
+    // The caller's counter (the binary's metrics) sees the calls.
+    assert!(counter.snapshot().mutations() > 0, "{counter:?}");
 
     std::fs::write(&path, r#"{"subscriptionId": "s"}"#).unwrap();
-    let error = AzureProvider::from_cloud_config(Some(&path), CLUSTER)
+    let error = AzureProvider::from_cloud_config(Some(&path), CLUSTER, CallCounter::new())
         .await
         .unwrap_err();
     assert!(error.to_string().contains("cloud config"), "{error}");

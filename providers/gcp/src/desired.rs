@@ -237,13 +237,8 @@ pub fn desired(
     let mut ports: Vec<u16> = spec.ports.iter().map(|p| p.port).collect();
     ports.sort_unstable();
     ports.dedup();
-    let node_ports: Vec<u16> = spec.ports.iter().filter_map(|p| p.node_port).collect();
-    if node_ports.len() != spec.ports.len() {
-        return Err(ProviderError::user(
-            "every port needs a node port (allocateLoadBalancerNodePorts must not be false) for \
-             GCP passthrough load balancers",
-        ));
-    }
+    // Node ports are not needed: passthrough load balancers deliver to the Service port on the
+    // node (the seeds: GCE does not need them), so allocateLoadBalancerNodePorts: false is fine.
     if target_tags.is_empty() {
         return Err(ProviderError::user(
             "no firewall target tags: the node instances carry no network tags; set node-tags in \
@@ -649,20 +644,37 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn services_without_node_ports_are_built() {
+        // allocateLoadBalancerNodePorts: false — passthrough LBs never use node ports.
+        let spec = spec(
+            serde_json::json!({}),
+            serde_json::json!({"allocateLoadBalancerNodePorts": false, "ports": [
+                {"name": "a", "port": 80, "protocol": "TCP"}]}),
+        );
+        assert!(spec.ports.iter().all(|p| p.node_port.is_none()));
+        assert!(desired(&spec, &[], &settings(), &tags()).is_ok());
+    }
+
+    #[test]
     fn unbuildable_specs_are_user_errors() {
-        let udp_and_tcp = serde_json::json!({"ports": [
-            {"name": "a", "port": 53, "nodePort": 30053, "protocol": "UDP"},
-            {"name": "b", "port": 80, "nodePort": 30080, "protocol": "TCP"}]});
-        let sctp = serde_json::json!({"ports": [{"name": "a", "port": 9, "nodePort": 30009, "protocol": "SCTP"}]});
+        // The annotation parser refuses these before any cloud call (lint and controller); the
+        // provider still refuses a spec built some other way.
+        let with_protocols = |protocols: [Protocol; 2]| {
+            let mut spec = spec(serde_json::json!({}), serde_json::json!({}));
+            for (port, protocol) in spec.ports.iter_mut().zip(protocols) {
+                port.protocol = protocol;
+            }
+            spec
+        };
         let cases = [
             (
-                spec(serde_json::json!({}), udp_and_tcp),
+                with_protocols([Protocol::Udp, Protocol::Tcp]),
                 settings(),
                 tags(),
                 "mix protocols",
             ),
             (
-                spec(serde_json::json!({}), sctp),
+                with_protocols([Protocol::Sctp, Protocol::Sctp]),
                 settings(),
                 tags(),
                 "SCTP",

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kube_lb_provider_core::ProviderError;
+use kube_lb_provider_core::{EnvironmentCause, ProviderError};
 
 /// Why the provider could not be constructed.
 #[derive(Debug, thiserror::Error)]
@@ -116,29 +116,127 @@ impl Failure {
         self.is_retryable() && self.status != Some(412)
     }
 
-    /// Classifies for the controller.
+    /// Classifies for the controller: see [`classify`].
     pub fn into_provider_error(self, operation: &'static str) -> ProviderError {
-        let quota = self.reason == "quotaExceeded" || self.reason == "QUOTA_EXCEEDED";
         let text = match self.status {
             Some(status) => format!("HTTP {status} {}: {}", self.reason, self.message),
             None => self.message.clone(),
         };
-        if self.is_retryable() {
-            ProviderError::Retryable {
+        match classify(&self) {
+            Class::Retryable => ProviderError::Retryable {
                 operation,
                 message: text,
                 source: None,
-            }
-        } else if quota || matches!(self.status, Some(400 | 403 | 409 | 412)) {
-            ProviderError::User {
+            },
+            Class::Environment(cause) => ProviderError::environment(operation, cause, text),
+            Class::User => ProviderError::User {
                 message: format!("{operation}: {text}"),
-            }
-        } else {
-            ProviderError::Internal {
+            },
+            Class::Unknown => ProviderError::Internal {
                 message: format!("{operation}: {text}"),
                 source: None,
-            }
+            },
         }
+    }
+}
+
+/// What the controller should do about one Compute failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Throttling, 5xx, transport failures, stale fingerprints, resources not ready: retry.
+    Retryable,
+    /// Something outside the Service blocks it.
+    Environment(EnvironmentCause),
+    /// Only the Service's author can fix it (a value from the Service GCE refuses).
+    User,
+    /// Anything else: retried with backoff, reported as is.
+    Unknown,
+}
+
+/// `reason` values (synchronous errors) and operation error `code`s meaning a quota is used up.
+const QUOTA_REASONS: &[&str] = &["quotaExceeded", "QUOTA_EXCEEDED", "limitExceeded"];
+
+/// Reasons and codes of conditions that pass: a resource still being created or deleted, one
+/// still referenced by another that is going away.
+const NOT_READY_REASONS: &[&str] = &[
+    "resourceNotReady",
+    "RESOURCE_NOT_READY",
+    "resourceInUseByAnotherResource",
+    "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE",
+    "conditionNotMet",
+    "CONDITION_NOT_MET",
+    "backendError",
+    "internalError",
+    "INTERNAL_ERROR",
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+];
+
+/// Reasons meaning the controller's service account may not make the call (or the Compute API
+/// is not enabled for the project).
+const PERMISSION_REASONS: &[&str] = &[
+    "forbidden",
+    "insufficientPermissions",
+    "accessNotConfigured",
+    "IAM_PERMISSION_DENIED",
+    "PERMISSION_DENIED",
+    "authError",
+];
+
+/// Reasons meaning a name is held by a resource that is not ours (ours are adopted before a
+/// failure gets here).
+const NAME_TAKEN_REASONS: &[&str] = &["alreadyExists", "ALREADY_EXISTS", "RESOURCE_ALREADY_EXISTS"];
+
+/// Reasons meaning a static address is held by another resource.
+const ADDRESS_IN_USE_REASONS: &[&str] = &[
+    "IP_IN_USE_BY_ANOTHER_RESOURCE",
+    "ipInUseByAnotherResource",
+    "ADDRESS_IN_USE",
+];
+
+/// Reasons meaning something the load balancer refers to (network, subnetwork, address,
+/// instance group) does not exist.
+const MISSING_REASONS: &[&str] = &["notFound", "RESOURCE_NOT_FOUND"];
+
+/// Classifies one failure by `reason` first (GCE reuses statuses: 403 is both a quota, a
+/// throttle and a permission error), then by HTTP status. Pure, so the table is tested
+/// without GCE.
+pub fn classify(failure: &Failure) -> Class {
+    let reason = failure.reason.as_str();
+    if matches!(
+        reason,
+        "rateLimitExceeded" | "userRateLimitExceeded" | "RATE_LIMIT_EXCEEDED"
+    ) || NOT_READY_REASONS.contains(&reason)
+        || failure.is_in_use()
+    {
+        return Class::Retryable;
+    }
+    if QUOTA_REASONS.contains(&reason) {
+        return Class::Environment(EnvironmentCause::Quota);
+    }
+    if ADDRESS_IN_USE_REASONS.contains(&reason) {
+        return Class::Environment(EnvironmentCause::AddressInUse);
+    }
+    if NAME_TAKEN_REASONS.contains(&reason) {
+        return Class::Environment(EnvironmentCause::NameTaken);
+    }
+    if PERMISSION_REASONS.contains(&reason) {
+        return Class::Environment(EnvironmentCause::PermissionDenied);
+    }
+    if MISSING_REASONS.contains(&reason) {
+        return Class::Environment(EnvironmentCause::MissingDependency);
+    }
+    match failure.status {
+        // No answer at all: a transport failure or a timeout.
+        None if reason.is_empty() => Class::Retryable,
+        Some(408 | 412 | 429) => Class::Retryable,
+        Some(s) if s >= 500 => Class::Retryable,
+        Some(401 | 403) => Class::Environment(EnvironmentCause::PermissionDenied),
+        // Callers that expect "not found" (reads, deletes) handle it before converting; a 404
+        // left over means a create referred to something missing.
+        Some(404) => Class::Environment(EnvironmentCause::MissingDependency),
+        Some(409) => Class::Environment(EnvironmentCause::NameTaken),
+        Some(400) => Class::User,
+        _ => Class::Unknown,
     }
 }
 
@@ -155,25 +253,138 @@ mod tests {
         }
     }
 
+    /// Each Compute error (HTTP status, `reason` or operation error code) and its class.
     #[test]
-    fn classifies_like_the_upstream_provider() {
+    fn error_codes_map_to_classes() {
+        use EnvironmentCause::*;
+        let env = |c: EnvironmentCause| Some(c.as_str());
         let cases = [
-            (failure(Some(429), "rateLimitExceeded", ""), "retryable"),
-            (failure(Some(403), "rateLimitExceeded", ""), "retryable"),
-            (failure(Some(503), "backendError", ""), "retryable"),
-            (failure(Some(412), "conditionNotMet", ""), "retryable"),
-            (failure(None, "", "connection reset"), "retryable"),
+            // throttling, server errors, transport, stale fingerprints: retried
+            (
+                failure(Some(429), "rateLimitExceeded", ""),
+                "retryable",
+                None,
+            ),
+            (
+                failure(Some(403), "rateLimitExceeded", ""),
+                "retryable",
+                None,
+            ),
+            (
+                failure(Some(403), "userRateLimitExceeded", ""),
+                "retryable",
+                None,
+            ),
+            (failure(None, "RATE_LIMIT_EXCEEDED", ""), "retryable", None),
+            (failure(Some(500), "backendError", ""), "retryable", None),
+            (failure(Some(503), "backendError", ""), "retryable", None),
+            (failure(Some(502), "", ""), "retryable", None),
+            (failure(Some(412), "conditionNotMet", ""), "retryable", None),
+            (failure(Some(408), "", "timeout"), "retryable", None),
+            (failure(None, "", "connection reset"), "retryable", None),
+            // conflicts that pass
+            (
+                failure(Some(400), "resourceNotReady", ""),
+                "retryable",
+                None,
+            ),
+            (failure(None, "RESOURCE_NOT_READY", ""), "retryable", None),
+            (
+                failure(Some(400), "resourceInUseByAnotherResource", ""),
+                "retryable",
+                None,
+            ),
+            (
+                failure(Some(400), "invalid", "is already being used by 'x'"),
+                "retryable",
+                None,
+            ),
+            // quotas
             (
                 failure(Some(403), "quotaExceeded", "Quota 'FORWARDING_RULES'"),
-                "user",
+                "environment",
+                env(Quota),
             ),
-            (failure(Some(400), "invalid", "bad IP"), "user"),
-            (failure(Some(403), "forbidden", ""), "user"),
-            (failure(Some(404), "notFound", ""), "internal"),
+            (
+                failure(None, "QUOTA_EXCEEDED", "Quota 'IN_USE_ADDRESSES'"),
+                "environment",
+                env(Quota),
+            ),
+            (
+                failure(Some(403), "limitExceeded", ""),
+                "environment",
+                env(Quota),
+            ),
+            // permission
+            (
+                failure(Some(403), "forbidden", ""),
+                "environment",
+                env(PermissionDenied),
+            ),
+            (
+                failure(Some(403), "insufficientPermissions", ""),
+                "environment",
+                env(PermissionDenied),
+            ),
+            (
+                failure(Some(403), "accessNotConfigured", ""),
+                "environment",
+                env(PermissionDenied),
+            ),
+            (
+                failure(Some(401), "", ""),
+                "environment",
+                env(PermissionDenied),
+            ),
+            (
+                failure(Some(403), "", ""),
+                "environment",
+                env(PermissionDenied),
+            ),
+            // a name or address held by someone else
+            (
+                failure(Some(409), "alreadyExists", ""),
+                "environment",
+                env(NameTaken),
+            ),
+            (
+                failure(None, "ALREADY_EXISTS", ""),
+                "environment",
+                env(NameTaken),
+            ),
+            (failure(Some(409), "", ""), "environment", env(NameTaken)),
+            (
+                failure(None, "IP_IN_USE_BY_ANOTHER_RESOURCE", ""),
+                "environment",
+                env(AddressInUse),
+            ),
+            // missing dependencies (network, subnetwork, instance group)
+            (
+                failure(Some(404), "notFound", "network 'x' was not found"),
+                "environment",
+                env(MissingDependency),
+            ),
+            (
+                failure(None, "RESOURCE_NOT_FOUND", ""),
+                "environment",
+                env(MissingDependency),
+            ),
+            // what only the Service's author can fix
+            (failure(Some(400), "invalid", "bad IP"), "user", None),
+            (failure(Some(400), "badRequest", ""), "user", None),
+            // unknown
+            (failure(Some(418), "teapot", ""), "internal", None),
+            (failure(None, "SOMETHING_NEW", ""), "internal", None),
         ];
-        for (failure, class) in cases {
+        for (failure, class, cause) in cases {
             let label = format!("{failure:?}");
-            assert_eq!(failure.into_provider_error("op").class(), class, "{label}");
+            let error = failure.into_provider_error("op");
+            assert_eq!(error.class(), class, "{label}");
+            let got = match &error {
+                ProviderError::Environment { cause, .. } => Some(cause.as_str()),
+                _ => None,
+            };
+            assert_eq!(got, cause, "{label}");
         }
     }
 

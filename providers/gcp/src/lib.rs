@@ -12,8 +12,12 @@
 //! of being reserved and released on every sync, so a converged Service costs reads only.
 //!
 //! Every sync is observe → [`plan`] (pure) → apply; names follow upstream so existing load
-//! balancers are adopted.
+//! balancers are adopted. Ownership is the description upstream writes (see [`adopt`]): a
+//! create answered `alreadyExists` after its answer was lost adopts its own resource, and a
+//! resource under one of the Service's names that belongs to someone else is reported as a
+//! `NameTaken` environment error naming the owner, never rewritten.
 
+pub mod adopt;
 pub mod client;
 pub mod config;
 pub mod desired;
@@ -27,9 +31,9 @@ use std::path::Path;
 use async_trait::async_trait;
 use kube_lb_provider_core::naming::load_balancer_name;
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, CloudApi, LoadBalancerIngress, LoadBalancerProvider,
-    LoadBalancerSpec, LoadBalancerStatus, ProviderError, RateLimit, RateLimits, RetryPolicy,
-    ServiceKey,
+    BackendNode, CallCounter, CloudApi, EnvironmentCause, LoadBalancerIngress,
+    LoadBalancerProvider, LoadBalancerSpec, LoadBalancerStatus, ProviderError, RateLimit,
+    RateLimits, RetryPolicy, ServiceKey,
 };
 
 pub use client::PollSettings;
@@ -180,10 +184,12 @@ pub struct GcpProvider {
 
 impl GcpProvider {
     /// Reads `gce.conf` and connects. `cluster_name` becomes the `<cid>` of shared resource
-    /// names unless the config sets `cluster-id`.
+    /// names unless the config sets `cluster-id`. Every Compute call is counted on `counter`
+    /// (the binary's `/metrics` observe it).
     pub async fn from_cloud_config(
         path: Option<&Path>,
         cluster_name: &str,
+        counter: CallCounter,
     ) -> Result<GcpProvider, GcpError> {
         let Some(path) = path else {
             return Err(GcpError::Config(
@@ -195,7 +201,11 @@ impl GcpProvider {
             source,
         })?;
         let config = CloudConfig::parse(&text)?;
-        GcpProvider::from_config(config, cluster_name, Options::default()).await
+        let options = Options {
+            counter,
+            ..Options::default()
+        };
+        GcpProvider::from_config(config, cluster_name, options).await
     }
 
     /// Connects with a parsed config and explicit options.
@@ -371,7 +381,12 @@ impl GcpProvider {
         let gone_or_shared = |f: &Failure| f.is_not_found() || f.is_in_use();
         match action {
             Action::ReserveAddress(address) => {
-                Gce::done(gce.insert_address(address).await, "addresses.insert")
+                self.created(
+                    gce.insert_address(address).await,
+                    "addresses.insert",
+                    action,
+                )
+                .await
             }
             Action::DeleteAddress(name) => {
                 tolerate(gce.delete_address(name).await, "addresses.delete", &gone)
@@ -380,7 +395,12 @@ impl GcpProvider {
                 tolerate(gce.delete_rule(name).await, "forwardingRules.delete", &gone)
             }
             Action::InsertForwardingRule(rule) => {
-                Gce::done(gce.insert_rule(rule).await, "forwardingRules.insert")
+                self.created(
+                    gce.insert_rule(rule).await,
+                    "forwardingRules.insert",
+                    action,
+                )
+                .await
             }
             Action::PatchGlobalAccess {
                 name,
@@ -391,23 +411,30 @@ impl GcpProvider {
                     .await,
                 "forwardingRules.patch",
             ),
-            Action::InsertFirewall(firewall) => tolerate(
-                gce.put_firewall(firewall, false).await,
-                "firewalls.insert",
-                // A shared firewall created by another Service's sync meanwhile is fine.
-                &|f: &Failure| f.is_conflict(),
-            ),
+            // A shared firewall created by another Service's sync meanwhile is adopted too: it
+            // carries this cluster's mark.
+            Action::InsertFirewall(firewall) => {
+                self.created(
+                    gce.put_firewall(firewall, false).await,
+                    "firewalls.insert",
+                    action,
+                )
+                .await
+            }
             Action::UpdateFirewall(firewall) => {
                 Gce::done(gce.put_firewall(firewall, true).await, "firewalls.update")
             }
             Action::DeleteFirewall(name) => {
                 tolerate(gce.delete_firewall(name).await, "firewalls.delete", &gone)
             }
-            Action::InsertHealthCheck(hc) => tolerate(
-                gce.put_health_check(hc, false).await,
-                "healthChecks.insert",
-                &|f: &Failure| f.is_conflict(),
-            ),
+            Action::InsertHealthCheck(hc) => {
+                self.created(
+                    gce.put_health_check(hc, false).await,
+                    "healthChecks.insert",
+                    action,
+                )
+                .await
+            }
             Action::UpdateHealthCheck(hc) => {
                 Gce::done(gce.put_health_check(hc, true).await, "healthChecks.update")
             }
@@ -432,7 +459,12 @@ impl GcpProvider {
                 )
             }
             Action::InsertTargetPool(pool) => {
-                Gce::done(gce.insert_target_pool(pool).await, "targetPools.insert")
+                self.created(
+                    gce.insert_target_pool(pool).await,
+                    "targetPools.insert",
+                    action,
+                )
+                .await
             }
             Action::DeleteTargetPool(name) => tolerate(
                 gce.delete_target_pool(name).await,
@@ -463,11 +495,14 @@ impl GcpProvider {
                 }
                 Ok(())
             }
-            Action::InsertInstanceGroup { zone, name } => tolerate(
-                gce.insert_instance_group(zone, name).await,
-                "instanceGroups.insert",
-                &|f: &Failure| f.is_conflict(),
-            ),
+            Action::InsertInstanceGroup { zone, name } => {
+                self.created(
+                    gce.insert_instance_group(zone, name).await,
+                    "instanceGroups.insert",
+                    action,
+                )
+                .await
+            }
             Action::AddGroupInstances {
                 zone,
                 name,
@@ -491,10 +526,14 @@ impl GcpProvider {
                 "instanceGroups.delete",
                 &gone_or_shared,
             ),
-            Action::InsertBackendService(service) => Gce::done(
-                gce.put_backend_service(service, false).await,
-                "regionBackendServices.insert",
-            ),
+            Action::InsertBackendService(service) => {
+                self.created(
+                    gce.put_backend_service(service, false).await,
+                    "regionBackendServices.insert",
+                    action,
+                )
+                .await
+            }
             Action::UpdateBackendService(service) => Gce::done(
                 gce.put_backend_service(service, true).await,
                 "regionBackendServices.update",
@@ -504,6 +543,124 @@ impl GcpProvider {
                 "regionBackendServices.delete",
                 &gone,
             ),
+        }
+    }
+
+    /// The end of a create. `alreadyExists` (409) means the name is taken: most likely by this
+    /// very create, performed by GCE although its answer was lost, so the resource under the
+    /// name is read and adopted when its owner mark is ours ([`adopt::adoption`]); a resource
+    /// of another owner is an environment error naming it, and is never changed.
+    async fn created(
+        &self,
+        outcome: client::Outcome<()>,
+        operation: &'static str,
+        action: &Action,
+    ) -> Result<(), ProviderError> {
+        let failure = match outcome? {
+            Ok(()) => return Ok(()),
+            Err(failure) if failure.is_conflict() => failure,
+            Err(failure) => return Err(failure.into_provider_error(operation)),
+        };
+        // Boxed: the SDK's read futures are large, and inlining one per create arm into
+        // `apply`'s state machine overflows a test thread's stack.
+        Box::pin(self.adopt_existing(failure, operation, action)).await
+    }
+
+    /// Reads what holds the name a create found taken and adopts it when it is ours.
+    async fn adopt_existing(
+        &self,
+        failure: Failure,
+        operation: &'static str,
+        action: &Action,
+    ) -> Result<(), ProviderError> {
+        let gce = &self.gce;
+        let (kind, name, wanted, found) = match action {
+            Action::ReserveAddress(a) => (
+                "address",
+                a.name.as_str(),
+                a.description.as_str(),
+                gce.get_address(&a.name).await?.map(|f| f.description),
+            ),
+            Action::InsertForwardingRule(r) => (
+                "forwarding rule",
+                r.name.as_str(),
+                r.description.as_str(),
+                gce.get_rule(&r.name).await?.map(|f| f.description),
+            ),
+            Action::InsertFirewall(f) => (
+                "firewall",
+                f.name.as_str(),
+                f.description.as_str(),
+                gce.get_firewall(&f.name).await?.map(|f| f.description),
+            ),
+            Action::InsertHealthCheck(hc) => (
+                "health check",
+                hc.name.as_str(),
+                hc.description.as_str(),
+                gce.get_health_check(hc.kind, &hc.name)
+                    .await?
+                    .map(|f| f.description),
+            ),
+            Action::InsertTargetPool(p) => (
+                "target pool",
+                p.name.as_str(),
+                p.description.as_str(),
+                gce.get_target_pool(&p.name).await?.map(|f| f.description),
+            ),
+            Action::InsertBackendService(b) => (
+                "backend service",
+                b.name.as_str(),
+                b.description.as_str(),
+                gce.get_backend_service(&b.name)
+                    .await?
+                    .map(|f| f.description),
+            ),
+            // Instance groups carry no owner mark (upstream and ingress-gce share them); the
+            // cluster-scoped name is the ownership.
+            Action::InsertInstanceGroup { zone, name } => (
+                "instance group",
+                name.as_str(),
+                "",
+                gce.get_instance_group(zone, name)
+                    .await?
+                    .map(|_| String::new()),
+            ),
+            _ => return Err(failure.into_provider_error(operation)),
+        };
+        let Some(found) = found else {
+            // 409, then gone: a concurrent delete won; the controller's retry creates it.
+            return Err(ProviderError::retryable(
+                operation,
+                format!("{kind} {name} already existed but is gone now; retrying"),
+            ));
+        };
+        // Health checks (and their firewalls) may also carry upstream's mark, which names the
+        // health check itself; their names already hold the cluster ID or the Service UID.
+        let health = matches!(action, Action::InsertHealthCheck(_))
+            || matches!(action, Action::InsertFirewall(f) if f.name.ends_with("-hc"));
+        let decision = if health {
+            let upstream = crate::desired::service_description(name);
+            adopt::adoption_any(&[wanted, upstream.as_str()], &found)
+        } else {
+            adopt::adoption(wanted, &found)
+        };
+        match decision {
+            adopt::Adoption::Adopt => {
+                tracing::info!(
+                    provider = "gcp",
+                    kind,
+                    name,
+                    "already exists and is ours; adopted"
+                );
+                Ok(())
+            }
+            adopt::Adoption::Taken { owner } => Err(ProviderError::environment(
+                operation,
+                EnvironmentCause::NameTaken,
+                format!(
+                    "{kind} {name} already exists and belongs to {owner}, not to this Service; delete or rename it"
+                ),
+            )),
         }
     }
 
@@ -536,7 +693,10 @@ impl GcpProvider {
 
     async fn apply_all(&self, actions: &[Action], lb: &str) -> Result<(), ProviderError> {
         for action in actions {
-            self.apply(action, lb).await?;
+            // Boxed: the SDK's request futures are large and `apply` holds one per action
+            // kind; inline in `ensure`'s state machine they overflow a 2 MiB worker stack in
+            // debug builds.
+            Box::pin(self.apply(action, lb)).await?;
         }
         Ok(())
     }
@@ -557,7 +717,17 @@ impl LoadBalancerProvider for GcpProvider {
         let (backends, target_tags) = self.resolve_nodes(backends).await?;
         let desired = desired(spec, &backends, &self.settings, &target_tags)?;
         let _shared = self.shared.lock().await;
-        let mut observed = self.observe(&desired).await?;
+        let mut observed = Box::pin(self.observe(&desired)).await?;
+        if let Some((kind, name, owner)) = adopt::foreign(&desired, &observed) {
+            return Err(ProviderError::environment(
+                "observe",
+                EnvironmentCause::NameTaken,
+                format!(
+                    "{kind} {name} has the name kube-lb uses for Service {}, but belongs to {owner}; delete or rename it",
+                    desired.service
+                ),
+            ));
+        }
 
         let (address_actions, ip_source) = plan_address(&desired, &observed)?;
         self.apply_all(&address_actions, &desired.lb).await?;
@@ -594,7 +764,7 @@ impl LoadBalancerProvider for GcpProvider {
         let _shared = self.shared.lock().await;
         let mut actions = Vec::new();
         for action in plan_delete(&lb, &self.settings.cluster_id, &self.settings.zones) {
-            if self.still_exists(&action).await? {
+            if Box::pin(self.still_exists(&action)).await? {
                 actions.push(action);
             }
         }

@@ -587,14 +587,15 @@ async fn throttling_is_retried_after_retry_after() {
 }
 
 #[tokio::test]
-async fn quota_exhaustion_is_a_user_error() {
+async fn quota_exhaustion_is_an_environment_error() {
     let env = env_with(nodes_builder().quota("FORWARDING_RULES", 0)).await;
     let error = env
         .provider
         .ensure(&svc(UID).spec(), &two_nodes())
         .await
         .unwrap_err();
-    assert_eq!(error.class(), "user", "{error}");
+    // Retried by the controller: the quota may be raised without the Service changing.
+    assert_eq!(error.class(), "environment", "{error}");
     assert!(error.to_string().contains("FORWARDING_RULES"), "{error}");
 }
 
@@ -873,4 +874,197 @@ async fn internal_delete_after_injected_failure_then_retry() {
     env.gce.clear_faults();
     env.provider.delete(&service.key()).await.unwrap();
     assert_nothing_left(&env.gce);
+}
+
+/// Names of everything in the collections a load balancer is made of.
+fn footprint(gce: &MockGce) -> Vec<(&'static str, Vec<String>)> {
+    OWNED_COLLECTIONS
+        .iter()
+        .map(|c| (*c, gce.names(c)))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_create_whose_answer_was_lost_is_adopted_on_the_retry() {
+    let lost_503 = || Some(ApiError::new(503, "backendError", "answer lost"));
+    let external = svc(UID);
+    let local = svc(UID).local(31999);
+    let internal = svc(UID).internal();
+    // (what, Service, method and path of the create whose answer is lost, 503 or dropped)
+    let cases: Vec<(&str, &Svc, &str, Option<ApiError>)> = vec![
+        (
+            "address",
+            &external,
+            "/regions/us-central1/addresses$",
+            lost_503(),
+        ),
+        (
+            "address, dropped",
+            &external,
+            "/regions/us-central1/addresses$",
+            None,
+        ),
+        ("target pool", &external, "/targetPools$", lost_503()),
+        ("target pool, dropped", &external, "/targetPools$", None),
+        (
+            "forwarding rule",
+            &external,
+            "/forwardingRules$",
+            lost_503(),
+        ),
+        (
+            "forwarding rule, dropped",
+            &internal,
+            "/forwardingRules$",
+            None,
+        ),
+        (
+            "shared legacy health check",
+            &external,
+            "/global/httpHealthChecks$",
+            lost_503(),
+        ),
+        (
+            "per-Service legacy health check",
+            &local,
+            "/global/httpHealthChecks$",
+            None,
+        ),
+        ("firewall", &external, "/global/firewalls$", lost_503()),
+        ("firewall, dropped", &local, "/global/firewalls$", None),
+        (
+            "health check",
+            &internal,
+            "/global/healthChecks$",
+            lost_503(),
+        ),
+        (
+            "backend service",
+            &internal,
+            "/backendServices$",
+            lost_503(),
+        ),
+        (
+            "backend service, dropped",
+            &internal,
+            "/backendServices$",
+            None,
+        ),
+        ("instance group", &internal, "/instanceGroups$", lost_503()),
+        (
+            "instance group, dropped",
+            &internal,
+            "/instanceGroups$",
+            None,
+        ),
+    ];
+    for (what, service, path, lost) in cases {
+        let reference = env().await;
+        reference
+            .provider
+            .ensure(&service.spec(), &two_nodes())
+            .await
+            .unwrap();
+        let want = footprint(&reference.gce);
+
+        let env = env().await;
+        env.gce
+            .inject(Fault::on("POST", path, FaultResponse::LoseResponse(lost)));
+        let status = match env.provider.ensure(&service.spec(), &two_nodes()).await {
+            Ok(status) => status,
+            // Whatever the first attempt reports, the controller's retry must recognise what
+            // the lost call did.
+            Err(error) => {
+                assert!(error.is_retryable(), "{what}: {error}");
+                env.provider
+                    .ensure(&service.spec(), &two_nodes())
+                    .await
+                    .unwrap()
+            }
+        };
+        assert!(status.ingress[0].ip.is_some(), "{what}");
+        let journal = env.gce.journal();
+        assert!(
+            journal.iter().any(|e| e.status == 409),
+            "{what}: the retried create met its own resource: {:?}",
+            shorts(&journal)
+        );
+        assert_eq!(
+            footprint(&env.gce),
+            want,
+            "{what}: nothing missing, nothing extra"
+        );
+        assert_noop_resync(&env, &service.spec(), &two_nodes()).await;
+        env.provider.delete(&service.key()).await.unwrap();
+        assert_nothing_left(&env.gce);
+    }
+}
+
+#[tokio::test]
+async fn a_resource_with_our_name_but_another_owner_is_left_alone() {
+    let http = reqwest::Client::new();
+    let fw_name = format!("k8s-fw-{LB}");
+    // (what, collection path, body of the foreign resource, owner the error must name)
+    let cases: Vec<(&str, String, Value, &str)> = vec![
+        (
+            "firewall of another Service",
+            "global/firewalls".into(),
+            json!({"name": fw_name, "description": json!({"kubernetes.io/service-name": "shop/cart"}).to_string(),
+                "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}], "sourceRanges": ["0.0.0.0/0"]}),
+            "shop/cart",
+        ),
+        (
+            "target pool made by hand",
+            "regions/us-central1/targetPools".into(),
+            json!({"name": LB, "description": "legacy pool, do not touch"}),
+            "do not touch",
+        ),
+        (
+            "shared health check of another cluster",
+            "global/httpHealthChecks".into(),
+            json!({"name": "k8s-c1-node", "port": 10256, "requestPath": "/healthz",
+                "description": json!({"kubernetes.io/cluster-id": "other"}).to_string()}),
+            "cluster other",
+        ),
+    ];
+    for (what, collection, body, owner) in cases {
+        let env = env().await;
+        let url = format!(
+            "{}/compute/v1/projects/{}/{collection}",
+            env.gce.url(),
+            env.gce.project()
+        );
+        let created = http.post(url).json(&body).send().await.unwrap();
+        assert_eq!(created.status().as_u16(), 200, "{what}");
+        let name = body["name"].as_str().unwrap();
+        let collection_name = collection.rsplit('/').next().unwrap();
+        let before = env.gce.resource(collection_name, name).unwrap();
+
+        let error = env
+            .provider
+            .ensure(&svc(UID).spec(), &two_nodes())
+            .await
+            .unwrap_err();
+        match &error {
+            kube_lb_provider_core::ProviderError::Environment { cause, message, .. } => {
+                assert_eq!(
+                    *cause,
+                    kube_lb_provider_core::EnvironmentCause::NameTaken,
+                    "{what}"
+                );
+                assert!(message.contains(owner), "{what}: {message}");
+                assert!(message.contains(name), "{what}: {message}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        assert!(
+            error.is_retryable(),
+            "{what}: retried once the name is free"
+        );
+        assert_eq!(
+            env.gce.resource(collection_name, name).unwrap(),
+            before,
+            "{what}: untouched"
+        );
+    }
 }

@@ -1,0 +1,491 @@
+//! The Azure provider under faults and foreign writers, against the mock ARM server: hand-edited
+//! security rules are repaired, upstream's rules are adopted, fields the SDK model does not
+//! know survive read-modify-write, and creates whose answers were lost are recognised.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod support;
+
+use kube_lb_mock_azure::{
+    ArmError, CLIENT_ID, CLIENT_SECRET, Fault, MockArm, SUBSCRIPTION, TENANT,
+};
+use kube_lb_provider_core::{EnvironmentCause, LoadBalancerProvider, ProviderError};
+use serde_json::{Value, json};
+use support::*;
+
+const UID_A: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
+const UID_B: &str = "11111111-2222-3333-4444-555555555555";
+
+/// Another ARM client (a person with `az`, or upstream's provider), talking HTTP to the mock.
+struct OtherClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl OtherClient {
+    async fn new(arm: &MockArm) -> OtherClient {
+        let http = reqwest::Client::new();
+        let token: Value = http
+            .post(format!("{}/{TENANT}/oauth2/v2.0/token", arm.url()))
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", CLIENT_ID),
+                ("client_secret", CLIENT_SECRET),
+                ("scope", "https://management.azure.com/.default"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        OtherClient {
+            http,
+            base: arm.url(),
+            token: token["access_token"].as_str().unwrap().to_string(),
+        }
+    }
+
+    /// `PUT networkSecurityGroups/{NSG}/securityRules/{name}`; returns the status.
+    async fn put_rule(&self, name: &str, properties: Value) -> u16 {
+        let url = format!(
+            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/Microsoft.Network/networkSecurityGroups/{NSG}/securityRules/{name}?api-version=2024-03-01",
+            self.base
+        );
+        let response = self
+            .http
+            .put(url)
+            .bearer_auth(&self.token)
+            .json(&json!({ "properties": properties }))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        // Wait for the write's operation, as `az` does, so the NSG is not left busy.
+        if let Some(poll) = response.headers().get("azure-asyncoperation") {
+            let poll = poll.to_str().unwrap().to_string();
+            for _ in 0..10 {
+                let state: Value = self
+                    .http
+                    .get(&poll)
+                    .bearer_auth(&self.token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                if state["status"] != "InProgress" {
+                    assert_eq!(state["status"], "Succeeded", "{state}");
+                    break;
+                }
+            }
+        }
+        status
+    }
+}
+
+fn sources(rule: &Value) -> Vec<String> {
+    let mut all: Vec<String> = rule["sourceAddressPrefixes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(one) = rule["sourceAddressPrefix"].as_str() {
+        all.push(one.to_string());
+    }
+    all.sort();
+    all
+}
+
+/// Merges `patch`'s keys into `target` (one level deep per object), like a partial edit.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                match t.get_mut(k) {
+                    Some(existing) if existing.is_object() && v.is_object() => merge(existing, v),
+                    _ => {
+                        t.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+#[tokio::test]
+async fn a_hand_edited_security_rule_is_repaired_on_the_next_sync() {
+    // Each edit is what someone might do by hand to the managed rule of a Service restricted
+    // to 203.0.113.0/24; the next sync must restore it and the one after must do nothing.
+    let tampers: Vec<(&str, Value)> = vec![
+        (
+            "opened to the world",
+            json!({"sourceAddressPrefix": "0.0.0.0/0"}),
+        ),
+        (
+            "source list widened",
+            json!({"sourceAddressPrefix": null,
+                "sourceAddressPrefixes": ["203.0.113.0/24", "198.51.100.0/24"]}),
+        ),
+        ("any protocol", json!({"protocol": "*"})),
+        ("turned into a deny", json!({"access": "Deny"})),
+        (
+            "all ports",
+            json!({"destinationPortRanges": null, "destinationPortRange": "*"}),
+        ),
+        ("outbound", json!({"direction": "Outbound"})),
+        (
+            "priority outside the managed range",
+            json!({"priority": 300}),
+        ),
+        ("source ports narrowed", json!({"sourcePortRange": "1024"})),
+        (
+            "destination opened to any address",
+            json!({"destinationAddressPrefix": "*"}),
+        ),
+    ];
+    for (what, patch) in tampers {
+        let h = harness().await;
+        let web = svc("web", UID_A)
+            .ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)])
+            .source_ranges(&["203.0.113.0/24"]);
+        h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+        let clean = managed_rules(&h.arm);
+        assert_eq!(clean.len(), 1, "{what}: {clean:?}");
+        let (name, rule) = clean.iter().next().unwrap();
+
+        let mut edited = rule.clone();
+        merge(&mut edited, &patch);
+        for key in ["provisioningState", "etag"] {
+            edited.as_object_mut().unwrap().remove(key);
+        }
+        if let Some(obj) = edited.as_object_mut() {
+            obj.retain(|_, v| !v.is_null());
+        }
+        let other = OtherClient::new(&h.arm).await;
+        assert_eq!(other.put_rule(name, edited).await, 200, "{what}");
+        assert_ne!(managed_rules(&h.arm), clean, "{what}: the edit landed");
+
+        h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+        let repaired = managed_rules(&h.arm);
+        assert_eq!(repaired.len(), 1, "{what}: {repaired:?}");
+        let fixed = &repaired[name];
+        assert_eq!(sources(fixed), vec!["203.0.113.0/24"], "{what}");
+        assert_eq!(fixed["protocol"], "Tcp", "{what}");
+        assert_eq!(fixed["access"], "Allow", "{what}");
+        assert_eq!(fixed["direction"], "Inbound", "{what}");
+        assert_eq!(fixed["sourcePortRange"], "*", "{what}");
+        assert_eq!(
+            fixed["destinationPortRanges"],
+            json!(["443", "80"]),
+            "{what}"
+        );
+        assert_eq!(fixed["priority"], 500, "{what}");
+        assert_eq!(destinations(fixed), destinations(rule), "{what}");
+
+        h.arm.clear_journal();
+        h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+        assert_eq!(
+            h.arm.mutations().len(),
+            0,
+            "{what}: {:?}",
+            h.arm.mutations()
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_rule_upstream_left_for_ports_80_and_443_is_adopted() {
+    let h = harness().await;
+    // What upstream cloud-provider-azure wrote for another Service (address 20.50.0.200) on
+    // ports 80 and 443 open to the Internet: its name hashes "Tcp_Internet_443,80".
+    let upstream = "k8s-azure-lb_allow_IPv4_556f7044ec033071ec0dfcf7cd85bc93";
+    let other = OtherClient::new(&h.arm).await;
+    let status = other
+        .put_rule(
+            upstream,
+            json!({"protocol": "Tcp", "access": "Allow", "direction": "Inbound", "priority": 500,
+                "sourceAddressPrefix": "Internet", "sourcePortRange": "*",
+                "destinationAddressPrefix": "20.50.0.200",
+                "destinationPortRanges": ["443", "80"]}),
+        )
+        .await;
+    assert_eq!(status, 201);
+
+    let web = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)]);
+    let lb = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let ip = lb.ingress[0].ip.unwrap().to_string();
+    let rules = managed_rules(&h.arm);
+    assert_eq!(
+        rules.keys().collect::<Vec<_>>(),
+        vec![upstream],
+        "upstream's rule is reused, not duplicated"
+    );
+    let mut want = vec!["20.50.0.200".to_string(), ip];
+    want.sort();
+    assert_eq!(destinations(&rules[upstream]), want);
+    assert_eq!(rules[upstream]["priority"], 500);
+
+    // Rollback to upstream finds its rule where it left it; deleting ours keeps theirs.
+    h.provider.delete(&web.spec().service).await.unwrap();
+    let rules = managed_rules(&h.arm);
+    assert_eq!(destinations(&rules[upstream]), vec!["20.50.0.200"]);
+}
+
+/// Puts a property no SDK model knows at `pointer` (an object) of the stored resource `id`.
+fn plant(arm: &MockArm, id: &str, pointer: &str) {
+    assert!(arm.edit(id, |body| {
+        let target = body.pointer_mut(pointer).unwrap().as_object_mut().unwrap();
+        target.insert("kubeLbFutureField".into(), json!({"mode": "keep-me"}));
+    }));
+}
+
+fn planted(body: &Value, pointer: &str) -> bool {
+    body.pointer(pointer)
+        .and_then(|v| v.get("kubeLbFutureField"))
+        .is_some_and(|v| v == &json!({"mode": "keep-me"}))
+}
+
+#[tokio::test]
+async fn unknown_properties_survive_read_modify_write() {
+    let h = harness().await;
+    let web = svc("web", UID_A);
+    let other = svc("other", UID_B);
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    h.provider.ensure(&other.spec(), &nodes(2)).await.unwrap();
+    let lb_id = h.arm.load_balancer(RG, CLUSTER).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let nsg_id = h.arm.security_group(RG, NSG).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pip_name = format!("{CLUSTER}-{}", prefix(UID_A));
+    let pip_id = h.arm.public_ip(RG, &pip_name).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // On the load balancer, on another Service's frontend in it, on the security group and on
+    // one of its rules, and on the public IP.
+    let places: Vec<(&str, &str)> = vec![
+        (&lb_id, ""),
+        (&lb_id, "/properties"),
+        (&lb_id, "/properties/frontendIPConfigurations/1/properties"),
+        (&nsg_id, "/properties"),
+        (&nsg_id, "/properties/securityRules/0"),
+        (&pip_id, "/properties"),
+    ];
+    for (id, pointer) in &places {
+        plant(&h.arm, id, pointer);
+    }
+
+    // A sync that rewrites all three: new port (LB rules, NSG rule), a DNS label (the PIP).
+    let changed = web
+        .clone()
+        .ports(&[("http", 80, "TCP", 30080), ("alt", 8080, "TCP", 30081)])
+        .annotate("azure-dns-label-name", "web-label");
+    h.provider.ensure(&changed.spec(), &nodes(2)).await.unwrap();
+    let puts: Vec<String> = h
+        .arm
+        .mutations()
+        .iter()
+        .filter(|m| m.method == "PUT")
+        .map(|m| m.path.clone())
+        .collect();
+    for collection in [
+        "loadBalancers",
+        "networkSecurityGroups",
+        "publicIPAddresses",
+    ] {
+        assert!(
+            puts.iter().any(|p| p.contains(collection)),
+            "the sync must have rewritten {collection}: {puts:?}"
+        );
+    }
+    for (id, pointer) in &places {
+        let body = h.arm.get(id).unwrap();
+        assert!(planted(&body, pointer), "lost at {id}{pointer}: {body:#}");
+    }
+}
+
+/// What a converged Service looks like in the mock, for comparing runs.
+fn footprint(arm: &MockArm, uid: &str) -> (Vec<String>, Vec<String>, Vec<String>, usize, usize) {
+    let lb = arm.load_balancer(RG, CLUSTER).unwrap();
+    let p = prefix(uid);
+    let mine = |collection: &str| -> Vec<String> {
+        names(&lb["properties"][collection])
+            .into_iter()
+            .filter(|n| n.starts_with(&p))
+            .collect()
+    };
+    (
+        mine("frontendIPConfigurations"),
+        mine("loadBalancingRules"),
+        mine("probes"),
+        owned_pips(arm, "default/web").len(),
+        managed_rules(arm).len(),
+    )
+}
+
+/// The footprint of `web` created without faults, alone or beside another Service.
+async fn reference(
+    web: &Svc,
+    shared: bool,
+) -> (Vec<String>, Vec<String>, Vec<String>, usize, usize) {
+    let clean = harness().await;
+    if shared {
+        clean
+            .provider
+            .ensure(&svc("other", UID_B).spec(), &nodes(2))
+            .await
+            .unwrap();
+    }
+    clean.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    footprint(&clean.arm, UID_A)
+}
+
+#[tokio::test]
+async fn a_create_whose_answer_was_lost_is_recognised_on_the_retry() {
+    let internal_error = || {
+        Some(ArmError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalServerError",
+            "answer lost",
+        ))
+    };
+    // (what, path substring, lost as 500 or as a dropped connection, a Service already on
+    // the load balancer so the write is an update of an existing object)
+    let cases: Vec<(&str, &str, Option<ArmError>, bool)> = vec![
+        (
+            "public IP, 500",
+            "/publicIPAddresses/",
+            internal_error(),
+            false,
+        ),
+        ("public IP, dropped", "/publicIPAddresses/", None, false),
+        (
+            "load balancer with frontend, rules, probes, 500",
+            "/loadBalancers/",
+            internal_error(),
+            false,
+        ),
+        (
+            "load balancer with frontend, rules, probes, dropped",
+            "/loadBalancers/",
+            None,
+            false,
+        ),
+        (
+            "frontend, rules and probes added to a shared LB, dropped",
+            "/loadBalancers/",
+            None,
+            true,
+        ),
+        (
+            "security rules, 500",
+            "/networkSecurityGroups/",
+            internal_error(),
+            false,
+        ),
+        (
+            "security rules, dropped",
+            "/networkSecurityGroups/",
+            None,
+            true,
+        ),
+    ];
+    let web = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)]);
+
+    for (what, path, error, shared) in cases {
+        let want = reference(&web, shared).await;
+        let h = harness().await;
+        h.provider
+            .ensure(&svc("other", UID_B).spec(), &nodes(2))
+            .await
+            .unwrap();
+        if !shared {
+            // The other Service is only there to keep the LB; for a create, start clean.
+            h.provider
+                .delete(&svc("other", UID_B).spec().service)
+                .await
+                .unwrap();
+            assert!(h.arm.load_balancer(RG, CLUSTER).is_none(), "{what}");
+        }
+        h.arm.inject(Fault::lose_response("PUT", path, error, 1));
+        let first = h.provider.ensure(&web.spec(), &nodes(2)).await;
+        assert_eq!(h.arm.pending_faults(), 0, "{what}: the fault fired");
+        let status = match first {
+            Ok(status) => status,
+            // The controller retries whatever the first attempt reports; the retry must
+            // recognise what the lost write did.
+            Err(error) => {
+                assert!(error.is_retryable(), "{what}: {error}");
+                h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap()
+            }
+        };
+        assert!(status.ingress[0].ip.is_some(), "{what}");
+        let got = footprint(&h.arm, UID_A);
+        assert_eq!(got, want, "{what}: no duplicates, nothing missing");
+        assert_eq!(owned_pips(&h.arm, "default/web").len(), 1, "{what}");
+
+        h.arm.clear_journal();
+        h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+        assert_eq!(
+            h.arm.mutations().len(),
+            0,
+            "{what}: {:?}",
+            h.arm.mutations()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_public_ip_with_our_name_but_another_owner_is_not_taken_over() {
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "another Service",
+            json!({"k8s-azure-service": "shop/cart", "k8s-azure-cluster-name": CLUSTER}),
+            "shop/cart",
+        ),
+        (
+            "another cluster",
+            json!({"k8s-azure-service": "default/web", "k8s-azure-cluster-name": "staging"}),
+            "staging",
+        ),
+        (
+            "nobody we know",
+            json!({"team": "network"}),
+            "unknown owner",
+        ),
+    ];
+    for (what, tags, owner) in cases {
+        let h = harness().await;
+        let web = svc("web", UID_A);
+        let name = format!("{CLUSTER}-{}", prefix(UID_A));
+        h.arm.seed_public_ip(RG, &name, tags.clone()).unwrap();
+        let error = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap_err();
+        match &error {
+            ProviderError::Environment { cause, message, .. } => {
+                assert_eq!(*cause, EnvironmentCause::NameTaken, "{what}");
+                assert!(message.contains(owner), "{what}: {message}");
+                assert!(message.contains(&name), "{what}: {message}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        assert!(error.is_retryable(), "{what}: retried once the owner moves");
+        assert_eq!(h.arm.public_ip(RG, &name).unwrap()["tags"], tags, "{what}");
+        assert!(h.arm.load_balancer(RG, CLUSTER).is_none(), "{what}");
+        assert!(
+            h.arm.mutations().is_empty(),
+            "{what}: {:?}",
+            h.arm.mutations()
+        );
+    }
+}
