@@ -26,6 +26,11 @@
 //!   have no effect, and a wrong `--cloud` or a copied manifest is the usual cause.
 //! - An empty value of a numeric annotation means "unset" (default applies) with a warning;
 //!   seed 001 itself shows `healthcheck-healthy-threshold: ""`.
+//! - Output is bounded by the number of keys and fields, not by the size of a value: quoted
+//!   values are cut to [`MAX_VALUE_BYTES`] (UTF-8 safe), and each location lists at most
+//!   [`MAX_PER_LOCATION`] errors and as many warnings, then one "… and N more" line.
+//! - Per-cloud protocol limits are errors here, before any cloud call: SCTP on AWS, GCP and
+//!   Azure; mixed protocols (TCP and UDP in one Service) on AWS and GCP.
 
 mod diagnostics;
 pub mod keys;
@@ -33,7 +38,10 @@ mod parse;
 pub mod spec;
 mod value;
 
-pub use diagnostics::{ErrorKind, Location, ParseError, ParseErrors, Warning};
+pub use diagnostics::{
+    ErrorKind, Location, MAX_DETAIL_BYTES, MAX_PER_LOCATION, MAX_VALUE_BYTES, ParseError,
+    ParseErrors, Warning, truncate,
+};
 pub use parse::{
     InvalidTopologyKey, MAX_TOPOLOGY_KEYS, Parsed, TopologyLiftError, lift_topology_keys, parse,
     parse_label_selector,

@@ -3,17 +3,24 @@
 //!
 //! Exit status: 0 when every LoadBalancer Service parses, 1 when any object has an error,
 //! 2 when a file cannot be read or is not valid YAML/JSON (this wins over 1).
+//!
+//! One judgement with the controller: each object goes through [`manifests::service_object`]
+//! (the same step `kube-lb reconcile` applies before the API server sees the object) and then
+//! [`kube_lb_annotations::parse`], which the controller calls on the Service it watches. Inputs
+//! are read within the limits of [`manifests`] (size, nesting, alias expansion), and one bad
+//! object is reported on its own, naming the field path, without hiding the others.
 
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::Service;
-use kube_lb_annotations::{Cloud, LoadBalancerSpec, lift_topology_keys};
-use serde::{Deserialize, Serialize};
+use kube_lb_annotations::{Cloud, LoadBalancerSpec};
+use serde::Serialize;
 use serde_json::Value;
+
+use crate::manifests;
 
 /// Arguments of `kube-lb lint`.
 #[derive(Debug, clap::Args)]
@@ -216,9 +223,8 @@ pub fn write_reports(
 /// Expands one `-f` argument into `(source name, text)` pairs; unreadable inputs are recorded.
 fn read_inputs(input: &str, errors: &mut Vec<InputError>) -> Vec<(String, String)> {
     if input == "-" {
-        let mut text = String::new();
-        return match std::io::stdin().read_to_string(&mut text) {
-            Ok(_) => vec![("<stdin>".to_owned(), text)],
+        return match manifests::read_limited(std::io::stdin().lock()) {
+            Ok(text) => vec![("<stdin>".to_owned(), text)],
             Err(error) => {
                 errors.push(InputError {
                     source: "<stdin>".to_owned(),
@@ -241,7 +247,7 @@ fn read_inputs(input: &str, errors: &mut Vec<InputError>) -> Vec<(String, String
         .into_iter()
         .filter_map(|file| {
             let source = file.display().to_string();
-            match std::fs::read_to_string(&file) {
+            match manifests::read_file(&file) {
                 Ok(text) => Some((source, text)),
                 Err(error) => {
                     errors.push(InputError {
@@ -290,24 +296,13 @@ fn collect_manifests(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<Inpu
     }
 }
 
-/// Splits a text into documents (JSON, or a YAML stream) as JSON values.
+/// Splits a text into documents (JSON, or a YAML stream) as JSON values, within the limits of
+/// [`manifests::documents`].
 pub fn documents(source: &str, text: &str) -> Result<Vec<Value>, InputError> {
-    let syntax = |message: String| InputError {
+    manifests::documents(source, text).map_err(|error| InputError {
         source: source.to_owned(),
-        message,
-    };
-    if source.ends_with(".json") {
-        return serde_json::from_str::<Value>(text)
-            .map(|v| vec![v])
-            .map_err(|e| syntax(format!("invalid JSON: {e}")));
-    }
-    let mut values = Vec::new();
-    for document in serde_yaml_ng::Deserializer::from_str(text) {
-        let value =
-            Value::deserialize(document).map_err(|e| syntax(format!("invalid YAML: {e}")))?;
-        values.push(value);
-    }
-    Ok(values)
+        message: error.to_string(),
+    })
 }
 
 /// Lints every object in one text.
@@ -322,27 +317,9 @@ pub fn lint_text(source: &str, text: &str, cloud: Cloud) -> Result<Vec<Report>, 
     Ok(reports)
 }
 
-fn describe(value: &Value) -> (String, String) {
-    let kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("<no kind>")
-        .to_owned();
-    let meta = value.get("metadata");
-    let name = meta
-        .and_then(|m| m.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or("<no name>");
-    let namespace = meta
-        .and_then(|m| m.get("namespace"))
-        .and_then(Value::as_str)
-        .unwrap_or("default");
-    (kind.clone(), format!("{kind} {namespace}/{name}"))
-}
-
 /// Lints one object (recursing into `kind: List`).
 pub fn lint_value(source: &str, mut value: Value, cloud: Cloud, reports: &mut Vec<Report>) {
-    let (kind, object) = describe(&value);
+    let (kind, object) = manifests::describe(&value);
     let report = |status, reason: Option<String>, spec, warnings, errors| Report {
         source: source.to_owned(),
         object: object.clone(),
@@ -370,25 +347,15 @@ pub fn lint_value(source: &str, mut value: Value, cloud: Cloud, reports: &mut Ve
         ));
         return;
     }
-    if let Err(error) = lift_topology_keys(&mut value) {
-        reports.push(report(
-            Status::Invalid,
-            None,
-            None,
-            Vec::new(),
-            vec![error.to_string()],
-        ));
-        return;
-    }
-    let service: Service = match serde_json::from_value(value) {
-        Ok(service) => service,
+    let service = match manifests::service_object(value) {
+        Ok((service, _)) => service,
         Err(error) => {
             reports.push(report(
                 Status::Invalid,
                 None,
                 None,
                 Vec::new(),
-                vec![format!("not a valid Service object: {error}")],
+                vec![error.message],
             ));
             return;
         }
@@ -409,7 +376,10 @@ pub fn lint_value(source: &str, mut value: Value, cloud: Cloud, reports: &mut Ve
                 .unwrap_or_else(|| "ClusterIP".to_owned());
             reports.push(report(
                 Status::Skipped,
-                Some(format!("type {service_type}, not LoadBalancer")),
+                Some(format!(
+                    "type {}, not LoadBalancer",
+                    kube_lb_annotations::truncate(&service_type, 63)
+                )),
                 None,
                 Vec::new(),
                 Vec::new(),

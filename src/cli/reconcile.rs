@@ -14,6 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube_lb_mock_apiserver::ApiServer;
 use kube_lb_provider_core::CallCounter;
 use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -26,8 +27,8 @@ use crate::metrics::Metrics;
 /// Arguments of `kube-lb reconcile`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Exit status: 0 every LoadBalancer Service has an address, 1 at least one \
-has a user error (shown with its Warning event text), 2 timeout or any other failure.\n\nThe \
+    after_help = "Exit status: 0 every LoadBalancer Service has an address (or is left to another \
+controller: STATUS External), 1 at least one has a user error (shown with its Warning event text), 2 timeout or any other failure.\n\nThe \
 embedded API server holds only what the manifests contain: include the Nodes a cloud provider \
 should use as backends (and EndpointSlices for externalTrafficPolicy: Local).\n\nExamples:\n  \
 kube-lb reconcile -f examples/local/\n  kube-lb reconcile -f svc.yaml -f nodes.yaml --cloud aws \
@@ -102,7 +103,8 @@ pub struct Row {
     pub external_ip: String,
     /// `port[:nodePort]/PROTOCOL`, comma separated.
     pub ports: String,
-    /// `Ready`, `Error`, `Pending`, `Deleted` or `-` (not a load balancer of ours).
+    /// `Ready`, `Error`, `Pending`, `External` (left to another controller), `Deleted` or `-`
+    /// (not a load balancer of ours).
     pub status: String,
     /// The Warning event text for errors; empty otherwise.
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -159,6 +161,10 @@ pub fn rows(
                     Some(Outcome::Ready(_)) => ("Ready".to_string(), String::new()),
                     Some(Outcome::UserError(text)) => ("Error".to_string(), text.clone()),
                     Some(Outcome::Retrying(text)) => ("Pending".to_string(), text.clone()),
+                    Some(Outcome::ImplementedElsewhere) => (
+                        "External".to_string(),
+                        "load balancer implemented by another controller".to_string(),
+                    ),
                     None => ("Pending".to_string(), String::new()),
                 }
             };
@@ -244,12 +250,13 @@ fn managed_names(services: &[Service], config: &ControllerConfig) -> Vec<Service
         .collect()
 }
 
-/// True when every managed Service is settled: an address or a user error.
+/// True when every managed Service is settled: an address, a user error, or left to another
+/// controller.
 fn settled(names: &[ServiceName], outcomes: &Outcomes) -> bool {
     names.iter().all(|n| {
         matches!(
             outcomes.get(n),
-            Some(Outcome::Ready(_) | Outcome::UserError(_))
+            Some(Outcome::Ready(_) | Outcome::UserError(_) | Outcome::ImplementedElsewhere)
         )
     })
 }
@@ -265,10 +272,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .start()
         .await
         .context("starting the embedded API server")?;
+    let mut refused = Vec::new();
     for manifest in &texts {
-        server
-            .apply_manifests(&manifest.text)
-            .with_context(|| format!("applying {}", manifest.source.display()))?;
+        refused.extend(load_manifest(&server, manifest)?);
     }
     let client = server.client().context("building a client")?;
     let counter = CallCounter::new();
@@ -306,6 +312,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let final_outcomes = outcomes.borrow().clone();
     let services = services_api.list(&ListParams::default()).await?.items;
     let mut rows = rows(&services, &final_outcomes, |s| config.manages(s));
+    rows.extend(refused);
+    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut failure: Option<String> = (!converged).then(|| {
         format!(
             "timed out after {} waiting for load balancers",
@@ -348,6 +356,96 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     Ok(ExitCode::from(exit_code(&rows)))
+}
+
+/// Applies one manifest file object by object, so one bad object cannot keep the others from
+/// converging. A Service goes through [`manifests::service_object`] — the same step `kube-lb
+/// lint` judges — and exactly the value it returns is applied, so the controller parses what
+/// lint parsed. Objects that cannot be used (a wrong-typed field, or refused by the API server's
+/// validation) come back as `Error` rows naming the object and the field; only a file that is
+/// not YAML/JSON at all fails the run.
+fn load_manifest(
+    server: &kube_lb_mock_apiserver::RunningApiServer,
+    manifest: &manifests::Manifest,
+) -> anyhow::Result<Vec<Row>> {
+    let source = manifest.source.display().to_string();
+    let documents = manifests::documents(&source, &manifest.text)
+        .with_context(|| format!("reading {source}"))?;
+    let mut objects = Vec::new();
+    for document in documents {
+        match document {
+            Value::Null => {}
+            Value::Object(mut map)
+                if map
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .is_some_and(|k| k.ends_with("List"))
+                    && map.get("items").is_some_and(Value::is_array) =>
+            {
+                if let Some(Value::Array(items)) = map.remove("items") {
+                    objects.extend(items);
+                }
+            }
+            other => objects.push(other),
+        }
+    }
+    let mut refused = Vec::new();
+    for object in objects {
+        let (kind, described) = manifests::describe(&object);
+        let object = if kind == "Service" {
+            match manifests::service_object(object.clone()) {
+                Ok((_, value)) => value,
+                Err(error) => {
+                    tracing::warn!(object = %described, error = %error.message, "manifest object refused");
+                    refused.push(refused_row(&object, error.message));
+                    continue;
+                }
+            }
+        } else {
+            object
+        };
+        if let Err(error) = server.apply_manifests(&object.to_string()) {
+            let message = format!("refused by the API server: {error}");
+            tracing::warn!(object = %described, error = %message, "manifest object refused");
+            if kind == "Service" {
+                refused.push(refused_row(&object, message));
+            } else {
+                // Not a Service: no row to carry it and no load balancer depends on it directly
+                // (a refused Node or EndpointSlice shows up as a Service that does not converge).
+                eprintln!("warning: {source}: {described} skipped: {message}");
+            }
+        }
+    }
+    Ok(refused)
+}
+
+/// The `Error` row of a Service that never reached the API server.
+fn refused_row(object: &Value, message: String) -> Row {
+    let meta = object.get("metadata");
+    let text = |field: &str, default: &str| {
+        meta.and_then(|m| m.get(field))
+            .and_then(Value::as_str)
+            .map_or_else(
+                || default.to_owned(),
+                |s| kube_lb_annotations::truncate(s, 253).into_owned(),
+            )
+    };
+    let type_ = object
+        .pointer("/spec/type")
+        .and_then(Value::as_str)
+        .map_or_else(
+            || "ClusterIP".to_owned(),
+            |s| kube_lb_annotations::truncate(s, 63).into_owned(),
+        );
+    Row {
+        namespace: text("namespace", "default"),
+        name: text("name", "<no name>"),
+        type_,
+        external_ip: "<none>".to_owned(),
+        ports: "-".to_owned(),
+        status: "Error".to_owned(),
+        event: message,
+    }
 }
 
 /// Deletes every managed Service and waits until the API server no longer has them (the
@@ -432,6 +530,11 @@ mod tests {
             1
         );
         assert_eq!(exit_code(&[]), 0);
+        assert_eq!(
+            exit_code(&[row("a", "Ready", ""), row("nlb-ip", "External", "other")]),
+            0,
+            "a load balancer left to another controller is not a failure"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::Reader;
-use super::service::{Core, parse_cidr};
+use super::service::{Core, parse_cidr, refuse_protocols};
 use crate::diagnostics::{ErrorKind, Location};
 use crate::keys::azure as key;
 use crate::spec::{
@@ -22,7 +22,16 @@ const DEFAULT_PROBE_NUM: u32 = 2;
 /// interval × threshold must stay below this (seconds).
 const PROBE_WINDOW_LIMIT: u32 = 120;
 
+/// Protocols: load-balancing rules take `Tcp`, `Udp` or `All` (gcp-azure.md §2, ARM shapes), and
+/// kube-lb's Azure provider refuses SCTP, so an SCTP port is an error here. TCP and UDP in one
+/// Service are fine (one rule per port and protocol).
 pub(crate) fn parse(reader: &mut Reader<'_>, core: &mut Core) -> (AzureSpec, Scheme) {
+    refuse_protocols(
+        reader,
+        &core.ports,
+        "Azure Load Balancer rules accept Tcp and Udp, not SCTP",
+        None,
+    );
     let internal = reader.true_flag(key::INTERNAL, false);
     let internal_subnet = reader.non_empty(key::INTERNAL_SUBNET).map(str::to_owned);
     if internal_subnet.is_some() && !internal {

@@ -1,7 +1,7 @@
 //! GCP annotations (reference gcp-azure.md §1.3).
 
 use super::Reader;
-use super::service::Core;
+use super::service::{Core, refuse_protocols};
 use crate::diagnostics::{ErrorKind, Location};
 use crate::keys::gcp as key;
 use crate::spec::{GcpLoadBalancerType, GcpSpec, NetworkTier, Scheme};
@@ -14,7 +14,22 @@ use crate::spec::{GcpLoadBalancerType, GcpSpec, NetworkTier, Scheme};
 ///
 /// Internal-only options (subnet, global access, backend share) on an external LB and the
 /// external-only network tier on an internal LB are ignored upstream; kube-lb warns.
+///
+/// Protocols (gcp-azure.md §1.1, §1.4, §1.5): a forwarding rule carries one `IPProtocol`, TCP or
+/// UDP, so SCTP is an error and so are TCP and UDP in one Service (upstream rejects a mixed
+/// Service on create, `processMixedProtocolCheck`; kube-lb's GCP provider refuses it always).
+/// `allocateLoadBalancerNodePorts: false` is accepted: passthrough load balancers deliver to the
+/// Service port on the node, never to a node port (the seeds: GCE does not need them).
 pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (GcpSpec, Scheme) {
+    refuse_protocols(
+        reader,
+        &core.ports,
+        "GCP L4 load balancers accept TCP and UDP, not SCTP (a forwarding rule's IPProtocol)",
+        Some(
+            "GCP L4 load balancers cannot mix TCP and UDP in one Service (one forwarding rule, one \
+             protocol): use one Service per protocol",
+        ),
+    );
     let new = reader
         .get(key::LOAD_BALANCER_TYPE)
         .map(|v| (key::LOAD_BALANCER_TYPE, v));

@@ -91,8 +91,9 @@ pub fn parse(cloud: Cloud, service: &Service) -> Result<Parsed, ParseErrors> {
     warn_foreign_annotations(&mut reader, cloud);
 
     let Reader { diag, .. } = reader;
-    if let Some(errors) = ParseErrors::from_vec(diag.errors) {
-        return Err(errors.with_warnings(diag.warnings));
+    let (errors, warnings) = diag.finish();
+    if let Some(errors) = ParseErrors::from_vec(errors) {
+        return Err(errors.with_warnings(warnings));
     }
     let spec = LoadBalancerSpec {
         service: core.service,
@@ -110,10 +111,7 @@ pub fn parse(cloud: Cloud, service: &Service) -> Result<Parsed, ParseErrors> {
         extra_tags: core.extra_tags,
         provider,
     };
-    Ok(Parsed {
-        spec,
-        warnings: diag.warnings,
-    })
+    Ok(Parsed { spec, warnings })
 }
 
 /// Annotations of another cloud have no effect here; say so once per cloud, since a wrong

@@ -212,7 +212,11 @@ fn parse_ports(reader: &mut Reader<'_>, ports: &[ServicePort]) -> Vec<PortSpec> 
             Some(n) => port_number(reader, at("nodePort"), n),
         };
         let target_port = match &port.target_port {
-            None => number.map(TargetPort::Number),
+            // The API server defaults an absent, zero or empty targetPort to the port, so the
+            // controller never sees these: reading them the same way keeps lint's verdict equal
+            // to the controller's on the raw manifest.
+            None | Some(IntOrString::Int(0)) => number.map(TargetPort::Number),
+            Some(IntOrString::String(s)) if s.is_empty() => number.map(TargetPort::Number),
             Some(IntOrString::Int(n)) => {
                 port_number(reader, at("targetPort"), *n).map(TargetPort::Number)
             }
@@ -403,5 +407,42 @@ fn parse_session_affinity(
             );
             SessionAffinity::None
         }
+    }
+}
+
+/// Refuses what one cloud's load balancers cannot carry, before any cloud call: SCTP ports
+/// (`sctp` says why) and, when `mixed` says why, TCP and UDP in one Service.
+pub(crate) fn refuse_protocols(
+    reader: &mut Reader<'_>,
+    ports: &[PortSpec],
+    sctp: &str,
+    mixed: Option<&str>,
+) {
+    for (i, port) in ports.iter().enumerate() {
+        if port.protocol == Protocol::Sctp {
+            reader.diag.error(
+                Location::field(format!("spec.ports[{i}].protocol")),
+                Some("SCTP"),
+                ErrorKind::Unsupported,
+                sctp,
+            );
+        }
+    }
+    let Some(mixed) = mixed else { return };
+    let carried: Vec<&'static str> = ports
+        .iter()
+        .filter_map(|p| match p.protocol {
+            Protocol::Tcp => Some("TCP"),
+            Protocol::Udp => Some("UDP"),
+            Protocol::Sctp => None,
+        })
+        .collect();
+    if carried.windows(2).any(|w| w[0] != w[1]) {
+        reader.diag.error(
+            Location::field("spec.ports"),
+            Some(&carried.join(",")),
+            ErrorKind::Unsupported,
+            mixed,
+        );
     }
 }
