@@ -67,10 +67,11 @@ impl PatchKind {
 pub fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, PatchError> {
     match kind {
         PatchKind::Apply => {
-            // JSON is YAML, so one parser covers both apply encodings.
-            serde_yaml_ng::from_slice::<Value>(body).map_err(|e| PatchError::Syntax {
+            // JSON is YAML, so one parser covers both apply encodings; the bounded decoder
+            // refuses alias bombs.
+            crate::http::decode::yaml_value(body).map_err(|e| PatchError::Syntax {
                 format: "YAML",
-                source: Box::new(e),
+                source: e.into(),
             })
         }
         _ => serde_json::from_slice(body).map_err(|e| PatchError::Syntax {
@@ -87,7 +88,7 @@ pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, P
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| PatchError::Shape(e.to_string()))?;
-            json_patch::patch(&mut target, &ops).map_err(PatchError::JsonPatch)?;
+            apply_json_patch(&mut target, &ops)?;
         }
         PatchKind::Merge => json_patch::merge(&mut target, patch),
         PatchKind::Strategic | PatchKind::Apply => {
@@ -100,6 +101,52 @@ pub fn apply(kind: PatchKind, current: &Value, patch: &Value) -> Result<Value, P
         }
     }
     Ok(target)
+}
+
+/// Most operations in one JSON patch (kube-apiserver's `maxJSONPatchOperations`).
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// Most bytes all `copy` operations of one JSON patch may duplicate. Each copy can double the
+/// document, so without a bound 40 operations in a small body ask for terabytes;
+/// kube-apiserver bounds the accumulated copy size the same way.
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Deepest path a JSON patch operation may name: with values at most 128 deep (the JSON
+/// parser's limit) this keeps every patched object shallow enough for recursive code.
+pub const MAX_JSON_PATCH_PATH_DEPTH: usize = 64;
+
+/// Applies RFC 6902 operations one by one (the caller's copy makes the whole patch atomic),
+/// refusing patches that would amplify a small body into a huge or very deep object.
+fn apply_json_patch(target: &mut Value, ops: &json_patch::Patch) -> Result<(), PatchError> {
+    if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(PatchError::Shape(format!(
+            "the JSON patch has {} operations, more than the limit of {MAX_JSON_PATCH_OPERATIONS}",
+            ops.0.len()
+        )));
+    }
+    let mut copied = 0usize;
+    for (i, op) in ops.0.iter().enumerate() {
+        let depth = op.path().as_str().matches('/').count();
+        if depth > MAX_JSON_PATCH_PATH_DEPTH {
+            return Err(PatchError::Shape(format!(
+                "operation {i}: the path has {depth} segments, more than the limit of \
+                 {MAX_JSON_PATCH_PATH_DEPTH}"
+            )));
+        }
+        if let json_patch::PatchOperation::Copy(copy) = op
+            && let Some(source) = target.pointer(copy.from.as_str())
+        {
+            copied = copied.saturating_add(serde_json::to_vec(source).map_or(0, |v| v.len()));
+            if copied > MAX_JSON_PATCH_COPY_BYTES {
+                return Err(PatchError::Shape(format!(
+                    "operation {i}: the copy operations duplicate more than \
+                     {MAX_JSON_PATCH_COPY_BYTES} bytes"
+                )));
+            }
+        }
+        json_patch::patch(target, std::slice::from_ref(op)).map_err(PatchError::JsonPatch)?;
+    }
+    Ok(())
 }
 
 /// How a list field merges in a strategic merge patch.

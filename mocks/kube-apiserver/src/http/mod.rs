@@ -1,9 +1,11 @@
 //! The HTTP front end: routing, request decoding, Status errors and the REST verbs.
 
+pub(crate) mod decode;
 mod discovery;
 mod openapi;
 mod params;
 mod route;
+mod schema;
 mod table;
 mod watch;
 
@@ -99,9 +101,13 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let path = uri.path().to_string();
+    let body = match decode::read_body(body).await {
+        Ok(body) => body,
+        Err(error) => return error_response(&error),
+    };
     let Some(route) = route::parse(&path) else {
         return error_response(&ApiError::no_route(&path));
     };
@@ -179,8 +185,9 @@ async fn dispatch(
                 }
                 Method::GET => list(app, resource, namespace, &params, headers),
                 Method::POST => {
-                    let object = decode_body(body, headers)?;
+                    let mut object = decode_body(body, headers)?;
                     check_type(resources::get(resource), &object)?;
+                    schema::check(resources::get(resource), &mut object)?;
                     let created = app
                         .store
                         .create(resource, namespace, object, params.dry_run)?;
@@ -245,8 +252,9 @@ async fn dispatch(
                     Ok(json_response(StatusCode::OK, &object))
                 }
                 Method::PUT => {
-                    let object = decode_body(body, headers)?;
+                    let mut object = decode_body(body, headers)?;
                     check_type(def, &object)?;
+                    schema::check(def, &mut object)?;
                     let updated = app.store.update(
                         resource,
                         namespace,
@@ -278,7 +286,7 @@ fn content_type(headers: &HeaderMap) -> &str {
 
 fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
     let value: Value = if content_type(headers).contains("yaml") {
-        serde_yaml_ng::from_slice(body)
+        decode::yaml_value(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
     } else {
         serde_json::from_slice(body)
@@ -439,6 +447,9 @@ fn patch_object(
         other => ApiError::bad_request(other.to_string()),
     };
     if kind == PatchKind::Apply {
+        // An apply configuration is a partial object: type it before merging, as kube-apiserver
+        // decodes it into the Go type first, so a wrong type is named where it was written.
+        schema::check_partial(def, &patch_doc)?;
         if manager.is_empty() {
             return Err(ApiError::bad_request(
                 "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
@@ -450,6 +461,7 @@ fn patch_object(
                 managed::apply(&json!({}), &patch_doc, &manager, "", &def.api_version())
                     .map_err(patch_error)?;
             crate::meta::metadata_mut(&mut object).insert("name".into(), json!(name));
+            schema::check(def, &mut object)?;
             let created = app
                 .store
                 .create(resource, namespace, object, params.dry_run)?;
@@ -471,6 +483,11 @@ fn patch_object(
                 patch::apply(kind, current, &patch_doc)
             }
             .map_err(patch_error)
+            .and_then(|mut patched| {
+                // A patch may produce what no body could carry: type it like a body.
+                schema::check(def, &mut patched)?;
+                Ok(patched)
+            })
         })?;
     Ok(json_response(StatusCode::OK, &updated))
 }
