@@ -131,6 +131,7 @@ fn snapshot(count: usize) -> Snapshot {
     let mut index = Index::new(IndexConfig {
         node_name: "bench".into(),
         nodeport_cidrs: Vec::new(),
+        allow_loopback_endpoints: true,
     });
     for i in 0..count {
         let name = format!("svc-{i}");
@@ -796,6 +797,7 @@ fn userspace_benchmarks(quick: bool) {
         let mut index = Index::new(IndexConfig {
             node_name: "bench".into(),
             nodeport_cidrs: Vec::new(),
+            allow_loopback_endpoints: true,
         });
         index.apply_service(
             &service("bench", "web", "127.0.0.2")

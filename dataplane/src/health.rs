@@ -30,6 +30,7 @@ pub const WEIGHT_HEADER: &str = "X-Load-Balancing-Endpoint-Weight";
 pub struct ProxyHealth {
     timeout: Duration,
     state: Mutex<HealthState>,
+    rejected_endpoints: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +66,29 @@ impl ProxyHealth {
                 pending_since: None,
                 node_eligible: true,
             }),
+            rejected_endpoints: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Counts endpoint addresses left out because no endpoint may have them (each distinct
+    /// Service and address once).
+    pub fn count_rejected_endpoints(&self, count: u64) {
+        self.rejected_endpoints
+            .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition of the proxy's counters.
+    pub fn metrics_text(&self) -> String {
+        let rejected = self
+            .rejected_endpoints
+            .load(std::sync::atomic::Ordering::Relaxed);
+        format!(
+            "# HELP kube_lb_proxy_rejected_endpoints_total Endpoint addresses never programmed \
+             because no endpoint may have them (loopback, link-local, link-local multicast), \
+             each Service and address counted once.\n\
+             # TYPE kube_lb_proxy_rejected_endpoints_total counter\n\
+             kube_lb_proxy_rejected_endpoints_total {rejected}\n"
+        )
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
@@ -193,13 +216,28 @@ pub fn node_health(
     )
 }
 
-/// Serves `/healthz` and `/livez` on `listener` until the task is dropped.
+/// Serves `/healthz`, `/livez` and `/metrics` on `listener` until the task is dropped.
 pub async fn serve_node_health(
     listener: TcpListener,
     health: Arc<ProxyHealth>,
 ) -> std::io::Result<()> {
     let healthz = health.clone();
+    let metrics = health.clone();
     let router = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let health = metrics.clone();
+                async move {
+                    let mut response = Response::new(Body::from(health.metrics_text()));
+                    response.headers_mut().insert(
+                        axum::http::header::CONTENT_TYPE,
+                        axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                    );
+                    response
+                }
+            }),
+        )
         .route(
             "/healthz",
             axum::routing::get(move || {

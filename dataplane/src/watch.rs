@@ -14,7 +14,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use crate::health::{ProxyHealth, ServiceHealthServers};
-use crate::model::{HEADLESS_LABEL, Index, IndexConfig, SERVICE_PROXY_NAME_LABEL, Snapshot};
+use crate::model::{
+    HEADLESS_LABEL, Index, IndexConfig, SERVICE_PROXY_NAME_LABEL, ServiceKey, Snapshot,
+};
 use crate::nft::{NftBackend, NftError};
 use crate::userspace::UserspaceProxy;
 
@@ -256,6 +258,8 @@ pub async fn run(
     let mut dirty = false;
     let mut next_sync = Instant::now();
     let mut last_snapshot: Option<Snapshot> = None;
+    let mut reported_rejections: std::collections::BTreeSet<(ServiceKey, std::net::IpAddr)> =
+        std::collections::BTreeSet::new();
     tokio::pin!(shutdown);
 
     loop {
@@ -292,6 +296,20 @@ pub async fn run(
                 for (service, warning) in index.warnings() {
                     tracing::warn!(%service, %warning, "service not proxied");
                 }
+                let rejected = index.rejected_endpoints();
+                let mut new_rejections = 0;
+                for (service, ips) in &rejected {
+                    for ip in ips {
+                        if reported_rejections.insert((service.clone(), *ip)) {
+                            new_rejections += 1;
+                            let reason = crate::model::forbidden_endpoint(*ip).unwrap_or_default();
+                            tracing::warn!(%service, endpoint = %ip, reason, "endpoint address not programmed");
+                        }
+                    }
+                }
+                // Forget what is gone, so an address that comes back is reported again.
+                reported_rejections.retain(|(service, ip)| rejected.get(service).is_some_and(|ips| ips.contains(ip)));
+                proxy.health.count_rejected_endpoints(new_rejections);
                 let snapshot = index.snapshot();
                 if last_snapshot.as_ref() == Some(&snapshot) {
                     // Changes that cancel out, or touch fields the dataplane ignores, cost nothing.
@@ -336,6 +354,7 @@ mod tests {
         let mut index = Index::new(IndexConfig {
             node_name: "n1".into(),
             nodeport_cidrs: Vec::new(),
+            allow_loopback_endpoints: false,
         });
         let mut relist = Relist::default();
         let mut handle = |index: &mut Index, event| relist_handle(&mut relist, index, event);

@@ -45,6 +45,7 @@ impl Cluster {
                         .iter()
                         .map(|c| c.parse().expect("cidr"))
                         .collect(),
+                    allow_loopback_endpoints: false,
                 });
                 for object in &node_objects {
                     index.apply_node(object);

@@ -58,6 +58,7 @@ async fn watched_objects_drive_the_node_rules() {
         index: IndexConfig {
             node_name: "n1".into(),
             nodeport_cidrs: Vec::new(),
+            allow_loopback_endpoints: false,
         },
         dataplane: Dataplane::Nft(Box::new(NftBackend::new(
             NftConfig::default(),

@@ -91,6 +91,7 @@ fn snapshot(services: &[Service], slices: &[EndpointSlice]) -> Snapshot {
     let mut index = Index::new(IndexConfig {
         node_name: "n1".into(),
         nodeport_cidrs: Vec::new(),
+        allow_loopback_endpoints: true,
     });
     index.apply_node(&node("n1", "za", "r1", &["127.0.0.1"]));
     for svc in services {

@@ -42,9 +42,10 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub nodeport_addresses: Vec<IpNet>,
 
-    /// Endpoint scheduler: rr, random or sh (nftables); rr, lc, dh, sh, sed, nq or random (userspace).
-    #[arg(long, default_value = "random")]
-    pub scheduler: String,
+    /// Endpoint scheduler. nftables: random (default), rr or sh; userspace: rr (default, as the
+    /// seeds describe the userspace proxy), lc, dh, sh, sed, nq or random.
+    #[arg(long)]
+    pub scheduler: Option<String>,
 
     /// Address of the node health server (`/healthz`, `/livez`).
     #[arg(long, default_value = "0.0.0.0:10256")]
@@ -84,10 +85,24 @@ pub struct Args {
     pub userspace_workers: Option<std::num::NonZeroUsize>,
 }
 
+/// The scheduler of a mode when `--scheduler` is not given: random in nftables mode (what
+/// kube-proxy's nftables and iptables modes do) and round robin in userspace mode (the seeds: "by
+/// default, kube-proxy in userspace mode chooses a backend via a round-robin algorithm").
+pub fn default_scheduler(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Nftables => "random",
+        Mode::Userspace => "rr",
+    }
+}
+
 fn dataplane(args: &Args) -> anyhow::Result<Dataplane> {
     Ok(match args.mode {
         Mode::Nftables => {
-            let scheduler = match args.scheduler.as_str() {
+            let scheduler = match args
+                .scheduler
+                .as_deref()
+                .unwrap_or(default_scheduler(Mode::Nftables))
+            {
                 "random" => NftScheduler::Random,
                 "rr" => NftScheduler::RoundRobin,
                 "sh" => NftScheduler::SourceHash,
@@ -107,7 +122,12 @@ fn dataplane(args: &Args) -> anyhow::Result<Dataplane> {
             Dataplane::Nft(Box::new(NftBackend::new(config, commands)))
         }
         Mode::Userspace => {
-            let scheduler: Scheduler = args.scheduler.parse().map_err(anyhow::Error::msg)?;
+            let scheduler: Scheduler = args
+                .scheduler
+                .as_deref()
+                .unwrap_or(default_scheduler(Mode::Userspace))
+                .parse()
+                .map_err(anyhow::Error::msg)?;
             let defaults = UserspaceConfig::default();
             Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
                 scheduler,
@@ -153,6 +173,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         index: IndexConfig {
             node_name: args.node_name.clone(),
             nodeport_cidrs: args.nodeport_addresses.clone(),
+            allow_loopback_endpoints: false,
         },
         dataplane,
         health: health.clone(),
@@ -168,4 +189,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     result?;
     tracing::info!("proxy stopped; nftables rules stay in place for a restart");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_scheduler_per_mode_follows_the_seeds() {
+        let cases = [(Mode::Nftables, "random"), (Mode::Userspace, "rr")];
+        for (mode, want) in cases {
+            assert_eq!(default_scheduler(mode), want, "{mode:?}");
+        }
+        let userspace: Scheduler = default_scheduler(Mode::Userspace).parse().unwrap();
+        assert_eq!(userspace, Scheduler::RoundRobin);
+    }
 }

@@ -241,6 +241,7 @@ async fn run_dataplane(
         index: IndexConfig {
             node_name: "kube-lb-up".to_string(),
             nodeport_cidrs: Vec::new(),
+            allow_loopback_endpoints: true,
         },
         dataplane: Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
             serve: Serve::LoadBalancerIps,

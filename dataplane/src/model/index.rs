@@ -33,6 +33,10 @@ pub struct IndexConfig {
     pub node_name: String,
     /// `--nodeport-addresses`: node addresses inside these ranges accept NodePorts; empty = all.
     pub nodeport_cidrs: Vec<IpNet>,
+    /// Accept loopback endpoint addresses. Only for a cluster that is this one machine
+    /// (`kube-lb up`, where the demo backends listen on 127.0.0.0/8); on a real node the seeds
+    /// forbid them and they are never programmed.
+    pub allow_loopback_endpoints: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +80,8 @@ struct SliceInfo {
     /// (port name, protocol) → port number.
     ports: Vec<(String, Protocol, u16)>,
     endpoints: Vec<EndpointInfo>,
+    /// Addresses left out because no endpoint may have them (loopback, link-local, …).
+    rejected: Vec<IpAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -92,8 +98,9 @@ pub struct Index {
     services: HashMap<ServiceKey, ServiceInfo>,
     /// Keyed by (namespace, slice name).
     slices: HashMap<(String, String), SliceInfo>,
-    /// Endpoints objects, keyed by Service; only used for Services without EndpointSlices.
-    endpoints: HashMap<ServiceKey, SliceInfo>,
+    /// Endpoints objects, keyed by Service, one slice per subset (each subset keeps its own
+    /// ports); only used for Services without EndpointSlices.
+    endpoints: HashMap<ServiceKey, Vec<SliceInfo>>,
     nodes: HashMap<String, NodeInfo>,
     /// Problems found while normalising objects, per Service (logged by callers).
     warnings: BTreeMap<ServiceKey, String>,
@@ -162,7 +169,7 @@ impl Index {
         else {
             return false;
         };
-        let info = normalise_slice(namespace, slice);
+        let info = normalise_slice(namespace, slice, |ip| self.rejects_endpoint(ip));
         replace(&mut self.slices, (namespace.clone(), name.clone()), info)
     }
 
@@ -180,7 +187,7 @@ impl Index {
         let Some(key) = object_key(&endpoints.metadata) else {
             return false;
         };
-        let info = normalise_endpoints(&key, endpoints);
+        let info = normalise_endpoints(&key, endpoints, |ip| self.rejects_endpoint(ip));
         replace(&mut self.endpoints, key, Some(info))
     }
 
@@ -216,6 +223,33 @@ impl Index {
     /// Removes a Node.
     pub fn delete_node(&mut self, name: &str) -> bool {
         replace(&mut self.nodes, name.to_owned(), None)
+    }
+
+    /// True when `ip` must never be programmed as an endpoint on this node.
+    fn rejects_endpoint(&self, ip: IpAddr) -> bool {
+        match forbidden_endpoint(ip) {
+            Some("loopback") => !self.config.allow_loopback_endpoints,
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Endpoint addresses left out per Service because no endpoint may have them (see
+    /// [`forbidden_endpoint`]), for logging and counting.
+    pub fn rejected_endpoints(&self) -> BTreeMap<ServiceKey, BTreeSet<IpAddr>> {
+        let mut out: BTreeMap<ServiceKey, BTreeSet<IpAddr>> = BTreeMap::new();
+        for slice in self
+            .slices
+            .values()
+            .chain(self.endpoints.values().flatten())
+        {
+            if !slice.rejected.is_empty() {
+                out.entry(slice.service.clone())
+                    .or_default()
+                    .extend(slice.rejected.iter().copied());
+            }
+        }
+        out
     }
 
     /// Normalisation problems per Service (e.g. invalid topology keys), for logging.
@@ -260,7 +294,7 @@ impl Index {
         for (key, service) in &self.services {
             let mut slices = slices_by_service.remove(key).unwrap_or_default();
             if slices.is_empty() && !service.has_selector {
-                slices.extend(self.endpoints.get(key));
+                slices.extend(self.endpoints.get(key).into_iter().flatten());
             }
             let mut local_ready_ips = BTreeSet::new();
             for port in &service.ports {
@@ -536,7 +570,46 @@ fn normalise_service(service: &Service) -> Result<Option<ServiceInfo>, String> {
     }))
 }
 
-fn normalise_slice(namespace: &str, slice: &EndpointSlice) -> Option<SliceInfo> {
+/// Why `ip` may not be an endpoint, or `None` when it may. The seeds: endpoint IPs must not be
+/// loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10) or link-local multicast
+/// (224.0.0.0/24, ff02::/16); kube-apiserver refuses them, and programming one would send
+/// Service traffic to the node itself or off-link.
+pub fn forbidden_endpoint(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            if a == 127 {
+                Some("loopback")
+            } else if a == 169 && b == 254 {
+                Some("link-local")
+            } else if a == 224 && b == 0 && c == 0 {
+                Some("link-local multicast")
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(v6) => {
+            let segments = v6.segments();
+            if v6.is_loopback() {
+                Some("loopback")
+            } else if segments[0] & 0xffc0 == 0xfe80 {
+                Some("link-local")
+            } else if segments[0] == 0xff02 {
+                Some("link-local multicast")
+            } else if let Some(v4) = v6.to_ipv4_mapped() {
+                forbidden_endpoint(IpAddr::V4(v4))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+fn normalise_slice(
+    namespace: &str,
+    slice: &EndpointSlice,
+    rejects: impl Fn(IpAddr) -> bool,
+) -> Option<SliceInfo> {
     if slice.address_type == "FQDN" {
         return None;
     }
@@ -551,11 +624,16 @@ fn normalise_slice(namespace: &str, slice: &EndpointSlice) -> Option<SliceInfo> 
             Some((port.name.clone().unwrap_or_default(), protocol, number))
         })
         .collect();
+    let mut rejected = Vec::new();
     let endpoints = slice
         .endpoints
         .iter()
         .filter_map(|endpoint| {
-            let ip = endpoint.addresses.first()?.parse().ok()?;
+            let ip: IpAddr = endpoint.addresses.first()?.parse().ok()?;
+            if rejects(ip) {
+                rejected.push(ip);
+                return None;
+            }
             let conditions = endpoint.conditions.as_ref();
             Some(EndpointInfo {
                 ip,
@@ -570,55 +648,70 @@ fn normalise_slice(namespace: &str, slice: &EndpointSlice) -> Option<SliceInfo> 
         service: ServiceKey::new(namespace, service.clone()),
         ports,
         endpoints,
+        rejected,
     })
 }
 
-fn normalise_endpoints(key: &ServiceKey, endpoints: &Endpoints) -> SliceInfo {
-    let mut info = SliceInfo {
-        service: key.clone(),
-        ports: Vec::new(),
-        endpoints: Vec::new(),
-    };
-    // Endpoints subsets may carry different ports; flatten to one slice per port set by
-    // keeping the first subset's ports per (name, protocol) — the common selector-less shape.
-    for subset in endpoints.subsets.iter().flatten() {
-        for port in subset.ports.iter().flatten() {
-            let Ok(number) = u16::try_from(port.port) else {
-                continue;
-            };
-            let Ok(protocol) = port
-                .protocol
-                .as_deref()
-                .unwrap_or("TCP")
-                .parse::<Protocol>()
-            else {
-                continue;
-            };
-            let name = port.name.clone().unwrap_or_default();
-            if !info
-                .ports
-                .iter()
-                .any(|(n, p, _)| *n == name && *p == protocol)
-            {
-                info.ports.push((name, protocol, number));
+fn normalise_endpoints(
+    key: &ServiceKey,
+    endpoints: &Endpoints,
+    rejects: impl Fn(IpAddr) -> bool,
+) -> Vec<SliceInfo> {
+    // Each subset is its own port set: the addresses of a subset serve only that subset's
+    // ports (a selector-less Service may map one port name to different numbers per subset).
+    endpoints
+        .subsets
+        .iter()
+        .flatten()
+        .map(|subset| {
+            let mut ports: Vec<(String, Protocol, u16)> = Vec::new();
+            for port in subset.ports.iter().flatten() {
+                let Ok(number) = u16::try_from(port.port) else {
+                    continue;
+                };
+                let Ok(protocol) = port
+                    .protocol
+                    .as_deref()
+                    .unwrap_or("TCP")
+                    .parse::<Protocol>()
+                else {
+                    continue;
+                };
+                let name = port.name.clone().unwrap_or_default();
+                if !ports.iter().any(|(n, p, _)| *n == name && *p == protocol) {
+                    ports.push((name, protocol, number));
+                }
             }
-        }
-        let ready = subset.addresses.iter().flatten().map(|a| (a, true));
-        let not_ready = subset
-            .not_ready_addresses
-            .iter()
-            .flatten()
-            .map(|a| (a, false));
-        for (address, ready) in ready.chain(not_ready) {
-            let Ok(ip) = address.ip.parse() else { continue };
-            info.endpoints.push(EndpointInfo {
-                ip,
-                node: address.node_name.clone(),
-                ready,
-                serving: ready,
-                terminating: false,
-            });
-        }
-    }
-    info
+            let ready = subset.addresses.iter().flatten().map(|a| (a, true));
+            let not_ready = subset
+                .not_ready_addresses
+                .iter()
+                .flatten()
+                .map(|a| (a, false));
+            let mut rejected = Vec::new();
+            let endpoints = ready
+                .chain(not_ready)
+                .filter_map(|(address, ready)| {
+                    let ip: IpAddr = address.ip.parse().ok()?;
+                    if rejects(ip) {
+                        rejected.push(ip);
+                        return None;
+                    }
+                    Some(EndpointInfo {
+                        ip,
+                        node: address.node_name.clone(),
+                        ready,
+                        serving: ready,
+                        terminating: false,
+                    })
+                })
+                .collect();
+            SliceInfo {
+                service: key.clone(),
+                ports,
+                endpoints,
+                rejected,
+            }
+        })
+        .collect()
 }

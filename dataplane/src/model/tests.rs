@@ -19,6 +19,7 @@ fn index(node_name: &str, cidrs: &[&str]) -> Index {
     let mut index = Index::new(IndexConfig {
         node_name: node_name.into(),
         nodeport_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
+        allow_loopback_endpoints: false,
     });
     index.apply_node(&node("n1", "za", "r1", &["10.0.0.11", "192.168.1.11"]));
     index.apply_node(&node("n2", "za", "r1", &["10.0.0.12"]));
@@ -443,4 +444,132 @@ fn updates_report_changes_only() {
     assert!(!index.delete_endpoint_slice("default", "a"));
     assert!(index.delete_service("default", "web"));
     assert!(!index.delete_service("default", "web"));
+}
+
+fn subset(ips: &[&str], port_name: &str, port: i32) -> EndpointSubset {
+    EndpointSubset {
+        addresses: Some(
+            ips.iter()
+                .map(|ip| EndpointAddress {
+                    ip: (*ip).into(),
+                    ..EndpointAddress::default()
+                })
+                .collect(),
+        ),
+        not_ready_addresses: None,
+        ports: Some(vec![EndpointPort {
+            name: Some(port_name.into()),
+            port,
+            protocol: Some("TCP".into()),
+            app_protocol: None,
+        }]),
+    }
+}
+
+fn endpoints_object(name: &str, subsets: Vec<EndpointSubset>) -> Endpoints {
+    Endpoints {
+        metadata: ObjectMeta {
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        subsets: Some(subsets),
+    }
+}
+
+#[test]
+fn endpoints_subsets_keep_their_own_ports() {
+    // The seeds' selector-less shape with two subsets on different ports: each address is
+    // reached on its own subset's port, never on the first subset's.
+    let mut index = index("n1", &[]);
+    index.apply_service(
+        &service("default", "ext", "10.96.0.21")
+            .port("", "TCP", 80)
+            .no_selector()
+            .build(),
+    );
+    index.apply_endpoints(&endpoints_object(
+        "ext",
+        vec![
+            subset(&["172.16.0.13"], "", 9376),
+            subset(&["172.16.0.14", "172.16.0.15"], "", 9377),
+        ],
+    ));
+    assert_eq!(
+        port_of(&index.snapshot(), "ext", 80, Protocol::Tcp).cluster_endpoints,
+        vec![
+            ep("172.16.0.13", 9376),
+            ep("172.16.0.14", 9377),
+            ep("172.16.0.15", 9377)
+        ]
+    );
+}
+
+#[test]
+fn forbidden_endpoint_addresses() {
+    let cases = [
+        ("127.0.0.1", Some("loopback")),
+        ("127.255.0.9", Some("loopback")),
+        ("169.254.1.1", Some("link-local")),
+        ("224.0.0.5", Some("link-local multicast")),
+        ("224.0.1.5", None),
+        ("10.0.0.1", None),
+        ("::1", Some("loopback")),
+        ("fe80::1", Some("link-local")),
+        ("febf::1", Some("link-local")),
+        ("fec0::1", None),
+        ("ff02::1", Some("link-local multicast")),
+        ("ff05::1", None),
+        ("::ffff:127.0.0.1", Some("loopback")),
+        ("2001:db8::1", None),
+    ];
+    for (text, want) in cases {
+        assert_eq!(forbidden_endpoint(ip(text)), want, "{text}");
+    }
+}
+
+#[test]
+fn forbidden_endpoints_are_never_programmed_and_are_reported() {
+    let mut index = index("n1", &[]);
+    index.apply_service(
+        &service("default", "web", "10.96.0.22")
+            .port("http", "TCP", 80)
+            .build(),
+    );
+    index.apply_endpoint_slice(
+        &slice("default", "web", "web-1")
+            .port("http", "TCP", 8080)
+            .endpoint("10.244.0.5", "n1")
+            .endpoint("127.0.0.1", "n1")
+            .endpoint("169.254.1.1", "n2")
+            .build(),
+    );
+    index.apply_service(
+        &service("default", "ext", "10.96.0.23")
+            .port("", "TCP", 80)
+            .no_selector()
+            .build(),
+    );
+    index.apply_endpoints(&endpoints_object(
+        "ext",
+        vec![subset(&["224.0.0.5", "172.16.0.9"], "", 80)],
+    ));
+    let snapshot = index.snapshot();
+    assert_eq!(
+        port_of(&snapshot, "web", 80, Protocol::Tcp).cluster_endpoints,
+        vec![ep("10.244.0.5", 8080)]
+    );
+    assert_eq!(
+        port_of(&snapshot, "ext", 80, Protocol::Tcp).cluster_endpoints,
+        vec![ep("172.16.0.9", 80)]
+    );
+    let rejected = index.rejected_endpoints();
+    assert_eq!(
+        rejected.get(&ServiceKey::new("default", "web")),
+        Some(&[ip("127.0.0.1"), ip("169.254.1.1")].into_iter().collect())
+    );
+    assert_eq!(
+        rejected.get(&ServiceKey::new("default", "ext")),
+        Some(&[ip("224.0.0.5")].into_iter().collect())
+    );
 }

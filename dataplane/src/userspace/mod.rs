@@ -736,6 +736,7 @@ mod tests {
         let mut index = Index::new(IndexConfig {
             node_name: "n1".into(),
             nodeport_cidrs: Vec::new(),
+            allow_loopback_endpoints: true,
         });
         let mut svc = service("default", "web", &frontend.ip().to_string()).port(
             "",

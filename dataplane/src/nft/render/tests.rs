@@ -9,6 +9,7 @@ fn snapshot(
     let mut index = Index::new(IndexConfig {
         node_name: "n1".into(),
         nodeport_cidrs: Vec::new(),
+        allow_loopback_endpoints: false,
     });
     index.apply_node(&node("n1", "za", "r1", &["10.0.0.11"]));
     index.apply_node(&node("n2", "za", "r1", &["10.0.0.12"]));
