@@ -73,14 +73,15 @@ pub fn local_provider(ranges: Vec<IpRange>, counter: CallCounter) -> anyhow::Res
     })
 }
 
-/// Builds the provider chosen by `args`, counting its calls on `counter` (cloud providers
-/// count through their own [`kube_lb_provider_core::CloudApi`]).
+/// Builds the provider chosen by `args`. Every provider makes its calls through
+/// [`kube_lb_provider_core::CloudApi`] and counts them on `counter`, which the callers
+/// (`controller`, `reconcile`, `up`) hand to their `/metrics`.
 pub async fn build(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
     match args.cloud {
         CloudName::Local => local_provider(args.local_pool.clone(), counter),
-        CloudName::Aws => aws(args).await,
-        CloudName::Gcp => gcp(args).await,
-        CloudName::Azure => azure(args).await,
+        CloudName::Aws => aws(args, counter).await,
+        CloudName::Gcp => gcp(args, counter).await,
+        CloudName::Azure => azure(args, counter).await,
     }
 }
 
@@ -93,10 +94,11 @@ fn cloud_provider(provider: Arc<dyn LoadBalancerProvider>) -> Provider {
 }
 
 #[cfg(feature = "aws")]
-async fn aws(args: &CloudArgs) -> anyhow::Result<Provider> {
+async fn aws(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
     let provider = kube_lb_provider_aws::AwsProvider::from_cloud_config(
         args.cloud_config.as_deref(),
         &args.cluster_name,
+        counter,
     )
     .await
     .context("configuring the AWS provider")?;
@@ -104,15 +106,16 @@ async fn aws(args: &CloudArgs) -> anyhow::Result<Provider> {
 }
 
 #[cfg(not(feature = "aws"))]
-async fn aws(_args: &CloudArgs) -> anyhow::Result<Provider> {
+async fn aws(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
     anyhow::bail!("--cloud aws: this kube-lb was built without the `aws` cargo feature")
 }
 
 #[cfg(feature = "gcp")]
-async fn gcp(args: &CloudArgs) -> anyhow::Result<Provider> {
+async fn gcp(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
     let provider = kube_lb_provider_gcp::GcpProvider::from_cloud_config(
         args.cloud_config.as_deref(),
         &args.cluster_name,
+        counter,
     )
     .await
     .context("configuring the GCP provider")?;
@@ -120,15 +123,16 @@ async fn gcp(args: &CloudArgs) -> anyhow::Result<Provider> {
 }
 
 #[cfg(not(feature = "gcp"))]
-async fn gcp(_args: &CloudArgs) -> anyhow::Result<Provider> {
+async fn gcp(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
     anyhow::bail!("--cloud gcp: this kube-lb was built without the `gcp` cargo feature")
 }
 
 #[cfg(feature = "azure")]
-async fn azure(args: &CloudArgs) -> anyhow::Result<Provider> {
+async fn azure(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
     let provider = kube_lb_provider_azure::AzureProvider::from_cloud_config(
         args.cloud_config.as_deref(),
         &args.cluster_name,
+        counter,
     )
     .await
     .context("configuring the Azure provider")?;
@@ -136,6 +140,6 @@ async fn azure(args: &CloudArgs) -> anyhow::Result<Provider> {
 }
 
 #[cfg(not(feature = "azure"))]
-async fn azure(_args: &CloudArgs) -> anyhow::Result<Provider> {
+async fn azure(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
     anyhow::bail!("--cloud azure: this kube-lb was built without the `azure` cargo feature")
 }

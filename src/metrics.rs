@@ -74,7 +74,7 @@ impl Metrics {
         );
         registry.register(
             "reconcile_errors",
-            "Reconcile errors by class (retryable, user) and kind",
+            "Reconcile errors by class (retryable, environment, user) and kind",
             errors.clone(),
         );
         registry.register(
@@ -97,7 +97,10 @@ impl Metrics {
         }
     }
 
-    /// Feeds `cloud_calls_total` from a provider call counter.
+    /// Feeds `cloud_calls_total` from the call counter handed to the provider
+    /// ([`crate::cloud::build`] gives it to every provider, which count each attempt through
+    /// `CloudApi`), labelled by provider, operation (`elb:CreateLoadBalancer`,
+    /// `forwardingRules.insert`, `PutLoadBalancer`, `allocate`) and kind.
     pub fn observe_calls(self: &Arc<Self>, counter: &CallCounter) {
         let family = self.cloud_calls.clone();
         counter.observe(Arc::new(move |record: &CallRecord| {

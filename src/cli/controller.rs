@@ -57,15 +57,17 @@ pub struct Args {
     )]
     pub leader_elect_name: String,
 
-    /// Lease validity after the last renewal.
+    /// Lease validity after the last renewal: another replica takes over this long after it
+    /// last saw the lease change.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
     pub leader_elect_lease_duration: Duration,
 
-    /// How long a leader keeps acting while renewals fail.
+    /// How long a leader keeps acting after the start of its last successful renewal; must be
+    /// shorter than the lease duration (the difference is the fencing margin).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub leader_elect_renew_deadline: Duration,
 
-    /// Interval between lease attempts.
+    /// Interval between lease attempts; must be shorter than the renew deadline.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
     pub leader_elect_retry_period: Duration,
 
@@ -80,6 +82,11 @@ pub struct Args {
     /// Longest retry delay.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "300s")]
     pub backoff_max: Duration,
+
+    /// How long a node that was Ready may report NotReady or Unknown and stay a load-balancer
+    /// backend (flaps shorter than this re-program nothing); 0s removes it at once.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    pub node_ready_grace: Duration,
 }
 
 /// A client from `--kubeconfig`, or the inferred configuration.
@@ -97,12 +104,30 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube
 
 /// Runs `kube-lb controller`.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let identity = default_identity();
+    // Checked before anything connects: bad timings are a usage error, not a runtime one.
+    let leader = args
+        .leader_elect
+        .then(|| {
+            let mut leader = LeaderConfig::new(
+                &args.leader_elect_namespace,
+                &args.leader_elect_name,
+                identity.clone(),
+            );
+            leader.lease_duration = args.leader_elect_lease_duration;
+            leader.renew_deadline = args.leader_elect_renew_deadline;
+            leader.retry_period = args.leader_elect_retry_period;
+            leader.validate().map(|()| leader)
+        })
+        .transpose()
+        .context(
+            "invalid --leader-elect-lease-duration, --leader-elect-renew-deadline or --leader-elect-retry-period",
+        )?;
     let client = client(args.kubeconfig.as_deref()).await?;
     let counter = CallCounter::new();
     let metrics = Arc::new(Metrics::new());
     metrics.observe_calls(&counter);
     let provider = cloud::build(&args.cloud, counter).await?;
-    let identity = default_identity();
 
     let mut config = ControllerConfig::new(args.cloud.cloud.annotations_cloud());
     config.default_class = args
@@ -112,19 +137,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.concurrency = args.concurrency;
     config.backoff_base = args.backoff_base;
     config.backoff_max = args.backoff_max;
-    config.identity = identity.clone();
+    config.node_ready_grace = args.node_ready_grace;
+    config.identity = identity;
 
     let shutdown = CancellationToken::new();
-    let (leading, elector) = if args.leader_elect {
-        let mut leader = LeaderConfig::new(
-            &args.leader_elect_namespace,
-            &args.leader_elect_name,
-            identity,
-        );
-        leader.lease_duration = args.leader_elect_lease_duration;
-        leader.renew_deadline = args.leader_elect_renew_deadline;
-        leader.retry_period = args.leader_elect_retry_period;
-        let (rx, task) = LeaderElector::new(client.clone(), leader).spawn(shutdown.clone());
+    let (leading, elector) = if let Some(leader) = leader {
+        let (rx, task) = LeaderElector::new(client.clone(), leader)?.spawn(shutdown.clone());
         (rx, Some(task))
     } else {
         (watch::channel(true).1, None)

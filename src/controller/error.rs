@@ -13,6 +13,11 @@ pub enum Error {
     /// The provider failed.
     #[error("{0}")]
     Provider(#[source] ProviderError),
+    /// The provider failed to delete a load balancer. Always retried: the Service is going
+    /// away (or stopped being ours), so there is nothing its author could edit, and the
+    /// finalizer must not stay forever.
+    #[error("{0}")]
+    Delete(#[source] ProviderError),
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {0}")]
     Kube(#[source] kube::Error),
@@ -24,8 +29,11 @@ pub enum Error {
 /// The error classes used for metrics and the error policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorClass {
-    /// Try again later with backoff.
+    /// Try again later with backoff (throttling, 5xx, an unexpected answer, the API server).
     Retryable,
+    /// Something outside the Service blocks it (quota, permission, a missing dependency, an
+    /// exhausted pool): try again later with backoff, with a Warning naming the cause.
+    Environment,
     /// Report and wait until the Service changes.
     User,
 }
@@ -35,6 +43,7 @@ impl ErrorClass {
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Retryable => "retryable",
+            ErrorClass::Environment => "environment",
             ErrorClass::User => "user",
         }
     }
@@ -45,6 +54,8 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         match self {
             Error::InvalidService(_) => ErrorClass::User,
+            Error::Provider(ProviderError::Environment { .. })
+            | Error::Delete(ProviderError::Environment { .. }) => ErrorClass::Environment,
             Error::Provider(e) if !e.is_retryable() => ErrorClass::User,
             _ => ErrorClass::Retryable,
         }
@@ -59,7 +70,7 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::InvalidService(_) => "invalid_service",
-            Error::Provider(e) => e.class(),
+            Error::Provider(e) | Error::Delete(e) => e.class(),
             Error::Kube(_) => "kube",
             Error::MissingField(_) => "missing_field",
         }
@@ -80,41 +91,72 @@ impl From<ProviderError> for Error {
 
 #[cfg(test)]
 mod tests {
+    use kube_lb_provider_core::EnvironmentCause;
+
     use super::*;
 
     #[test]
     fn classes() {
+        let invalid = Error::InvalidService(
+            kube_lb_annotations::ParseErrors::from_vec(vec![kube_lb_annotations::ParseError {
+                location: kube_lb_annotations::Location::field("spec.ports"),
+                value: None,
+                kind: kube_lb_annotations::ErrorKind::Missing,
+                detail: "at least one port".into(),
+            }])
+            .unwrap(),
+        );
+        let quota = || {
+            ProviderError::environment(
+                "CreateLoadBalancer",
+                EnvironmentCause::Quota,
+                "TooManyLoadBalancers",
+            )
+        };
         let cases = [
+            (invalid, ErrorClass::User, "invalid_service"),
             (
-                Error::Provider(ProviderError::user("quota")),
+                Error::Provider(ProviderError::user("bad certificate")),
                 ErrorClass::User,
+                "user",
             ),
             (
-                Error::Provider(ProviderError::Retryable {
-                    operation: "x",
-                    message: "503".into(),
+                Error::Provider(ProviderError::retryable("x", "503")),
+                ErrorClass::Retryable,
+                "retryable",
+            ),
+            (
+                Error::Provider(quota()),
+                ErrorClass::Environment,
+                "environment",
+            ),
+            (
+                Error::Provider(ProviderError::Internal {
+                    message: "odd".into(),
                     source: None,
                 }),
                 ErrorClass::Retryable,
+                "internal",
             ),
-            (Error::MissingField("uid"), ErrorClass::Retryable),
             (
-                Error::InvalidService(
-                    kube_lb_annotations::ParseErrors::from_vec(vec![
-                        kube_lb_annotations::ParseError {
-                            location: kube_lb_annotations::Location::field("spec.ports"),
-                            value: None,
-                            kind: kube_lb_annotations::ErrorKind::Missing,
-                            detail: "at least one port".into(),
-                        },
-                    ])
-                    .unwrap(),
-                ),
-                ErrorClass::User,
+                Error::Delete(ProviderError::user("cannot")),
+                ErrorClass::Retryable,
+                "user",
+            ),
+            (
+                Error::Delete(quota()),
+                ErrorClass::Environment,
+                "environment",
+            ),
+            (
+                Error::MissingField("uid"),
+                ErrorClass::Retryable,
+                "missing_field",
             ),
         ];
-        for (error, want) in cases {
-            assert_eq!(error.class(), want, "{error}");
+        for (error, class, kind) in cases {
+            assert_eq!(error.class(), class, "{error}");
+            assert_eq!(error.kind(), kind, "{error}");
         }
     }
 }

@@ -1,5 +1,24 @@
 //! Kubernetes Events with the upstream service controller's reasons, so existing tooling and
 //! runbooks keep working.
+//!
+//! Two things stand between a reconcile and the API server:
+//! - **The note limit.** The API server refuses an Event whose note is longer than 1,024
+//!   bytes, so a Service with many annotation errors would show none. Notes are cut to the
+//!   limit on a character boundary, with an ellipsis saying how much was cut; the full text
+//!   goes to the log.
+//! - **Repeats.** A Service that keeps failing the same way would publish the same Warning on
+//!   every retry. kube 5's `Recorder` folds events into a series by (type, reason, action,
+//!   reporter, object) and keeps the *first* note: a Warning whose text changed within its
+//!   6-minute window would only bump the count of the old one and the new cause would never
+//!   show. So this layer decides what is news, keyed on the note as well: the same (reason,
+//!   note) for the same Service is not published again for [`REPEAT_AFTER`], and a changed
+//!   Warning goes out as a new Event object rather than as a series of the old one. Normal
+//!   events keep the `Recorder`'s series behaviour (their notes are fixed texts).
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
@@ -8,8 +27,15 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 /// The upstream event source name.
 pub const REPORTER: &str = "service-controller";
 
+/// The API server's limit on `note`, in bytes (`events.k8s.io/v1` validation).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// How long an unchanged Warning stays quiet. Shorter than the API server's default event TTL
+/// (1 h), so a cause that persists is always visible in `kubectl describe`.
+pub const REPEAT_AFTER: Duration = Duration::from_secs(30 * 60);
+
 /// Event reasons used by the controller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
     /// About to create or update a load balancer.
     EnsuringLoadBalancer,
@@ -48,6 +74,19 @@ impl Reason {
         }
     }
 
+    fn is_warning(self) -> bool {
+        self.event_type() == EventType::Warning
+    }
+
+    /// True for events that say the load balancer reached its goal: earlier Warnings are
+    /// history, and the same failure happening again is news.
+    fn settles(self) -> bool {
+        matches!(
+            self,
+            Reason::EnsuredLoadBalancer | Reason::UpdatedLoadBalancer | Reason::DeletedLoadBalancer
+        )
+    }
+
     fn action(self) -> &'static str {
         match self {
             Reason::DeletingLoadBalancer | Reason::DeletedLoadBalancer => "Delete",
@@ -56,17 +95,62 @@ impl Reason {
     }
 }
 
+/// `note` cut to at most `limit` bytes, never inside a character, ending with an ellipsis
+/// that says how many bytes were cut. Unchanged when it fits.
+pub fn cut_note(note: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+    if note.len() <= limit {
+        return note.into();
+    }
+    let suffix = |cut: usize| format!("… [{cut} more bytes]");
+    // The suffix's length depends on the number cut; sizing it for the most that could be cut
+    // keeps it within the limit, and the real number is never longer.
+    let room = limit.saturating_sub(suffix(note.len()).len());
+    let mut end = room.min(note.len());
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = format!("{}{}", &note[..end], suffix(note.len() - end));
+    if cut.len() <= limit {
+        cut.into()
+    } else {
+        // A limit too small for any suffix: keep only whole characters.
+        let mut end = limit.min(note.len());
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note[..end].to_string().into()
+    }
+}
+
+/// What was last published per (Service, reason).
+#[derive(Debug, Clone, Copy)]
+struct Published {
+    note: u64,
+    at: Instant,
+}
+
+type RepeatKey = (String, Reason);
+
 /// Publishes events about Services. Failing to publish never fails a reconcile: events are
 /// informative, the status and finalizer carry the state.
 #[derive(Clone)]
 pub struct Events {
+    client: kube::Client,
+    reporter: Reporter,
     recorder: Recorder,
+    published: std::sync::Arc<Mutex<HashMap<RepeatKey, Published>>>,
 }
 
 impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Events").finish_non_exhaustive()
     }
+}
+
+fn note_hash(note: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    note.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Events {
@@ -77,26 +161,205 @@ impl Events {
             instance: Some(instance),
         };
         Self {
-            recorder: Recorder::new(client, reporter),
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            client,
+            reporter,
+            published: Default::default(),
         }
     }
 
-    /// Publishes one event about `service`.
+    /// Decides whether `note` is news for (`uid`, `reason`) at `now`, and remembers it.
+    fn is_news(&self, uid: &str, reason: Reason, note: &str, now: Instant) -> bool {
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Forget what is old enough to be published again, so the map stays as small as the
+        // set of Services failing right now.
+        published.retain(|_, p| now.duration_since(p.at) < REPEAT_AFTER);
+        if reason.settles() {
+            published.retain(|(u, _), _| u != uid);
+        }
+        if !reason.is_warning() {
+            return true;
+        }
+        let hash = note_hash(note);
+        let key = (uid.to_string(), reason);
+        if published.get(&key).is_some_and(|p| p.note == hash) {
+            return false;
+        }
+        published.insert(
+            key,
+            Published {
+                note: hash,
+                at: now,
+            },
+        );
+        true
+    }
+
+    /// Publishes one event about `service`, unless the same Warning was published for it
+    /// recently; a note over the API's limit is cut, with the full text in the log.
     pub async fn publish(&self, service: &Service, reason: Reason, note: impl Into<String>) {
+        let full: String = note.into();
+        let reference = service.object_ref(&());
+        let name = format!(
+            "{}/{}",
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default()
+        );
+        let uid = reference.uid.clone().unwrap_or_else(|| name.clone());
+        if !self.is_news(&uid, reason, &full, Instant::now()) {
+            tracing::debug!(service = %name, reason = reason.as_str(), note = %full, "event unchanged; not published again");
+            return;
+        }
+        let note = cut_note(&full, NOTE_LIMIT);
+        if note.len() < full.len() {
+            tracing::warn!(
+                service = %name,
+                reason = reason.as_str(),
+                bytes = full.len(),
+                note = %full,
+                "event note over the API limit; published cut, full text here"
+            );
+        }
         let event = Event {
             type_: reason.event_type(),
             reason: reason.as_str().to_string(),
-            note: Some(note.into()),
+            note: Some(note.into_owned()),
             action: reason.action().to_string(),
             secondary: None,
         };
-        let reference = service.object_ref(&());
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
+        let result = if reason.is_warning() {
+            // A changed Warning must be a new Event: the shared recorder would fold it into
+            // the previous one's series and keep the old text.
+            Recorder::new(self.client.clone(), self.reporter.clone())
+                .publish(&event, &reference)
+                .await
+        } else {
+            self.recorder.publish(&event, &reference).await
+        };
+        if let Err(error) = result {
             tracing::warn!(
-                service = %format!("{}/{}", reference.namespace.unwrap_or_default(), reference.name.unwrap_or_default()),
+                service = %name,
                 reason = reason.as_str(),
                 %error,
                 "could not publish event"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_are_cut_to_the_limit_on_character_boundaries() {
+        let ascii = "a".repeat(2000);
+        let exactly = "b".repeat(NOTE_LIMIT);
+        // 'é' is 2 bytes, '€' 3, '🦀' 4: whatever the suffix leaves, the cut falls between
+        // characters of every width.
+        let two = "é".repeat(700);
+        let three = "€".repeat(500);
+        let four = "🦀".repeat(400);
+        let cases: [(&str, &str); 7] = [
+            ("empty", ""),
+            ("short", "Error syncing load balancer: quota"),
+            ("exactly the limit", &exactly),
+            ("ascii", &ascii),
+            ("2-byte", &two),
+            ("3-byte", &three),
+            ("4-byte", &four),
+        ];
+        for (label, note) in cases {
+            let cut = cut_note(note, NOTE_LIMIT);
+            assert!(cut.len() <= NOTE_LIMIT, "{label}: {} bytes", cut.len());
+            if note.len() <= NOTE_LIMIT {
+                assert_eq!(cut, note, "{label}: fits, unchanged");
+                continue;
+            }
+            let (kept, tail) = cut.split_once("… [").expect("ellipsis");
+            assert!(note.starts_with(kept), "{label}: a prefix is kept");
+            let removed = note.len() - kept.len();
+            assert_eq!(tail, format!("{removed} more bytes]"), "{label}");
+            // At most a partial character and one digit of slack are given up.
+            assert!(
+                cut.len() + 4 >= NOTE_LIMIT,
+                "{label}: as much as fits is kept ({} bytes)",
+                cut.len()
+            );
+        }
+    }
+
+    #[test]
+    fn one_over_the_limit_is_cut() {
+        let note = "x".repeat(NOTE_LIMIT + 1);
+        let cut = cut_note(&note, NOTE_LIMIT);
+        assert!(cut.len() <= NOTE_LIMIT);
+        assert!(cut.ends_with("more bytes]"), "{cut}");
+    }
+
+    #[test]
+    fn tiny_limits_keep_whole_characters() {
+        assert_eq!(cut_note("ééé", 3), "é");
+        assert_eq!(cut_note("abc", 0), "");
+    }
+
+    fn events() -> Events {
+        // Not connected: `is_news` never touches the client.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        Events::new(kube::Client::try_from(config).unwrap(), "test".into())
+    }
+
+    #[tokio::test]
+    async fn warnings_are_published_once_while_unchanged() {
+        let events = events();
+        let t0 = Instant::now();
+        let warn = Reason::SyncLoadBalancerFailed;
+        let steps = [
+            // (uid, reason, note, seconds after t0, published)
+            ("a", warn, "quota", 0, true),
+            ("a", warn, "quota", 10, false),
+            ("b", warn, "quota", 10, true),
+            ("a", Reason::AnnotationWarning, "quota", 11, true),
+            ("a", warn, "subnet missing", 20, true),
+            ("a", warn, "quota", 30, true),
+            ("a", warn, "quota", 40, false),
+            // Normal events are not deduplicated here (the recorder folds them).
+            (
+                "a",
+                Reason::EnsuringLoadBalancer,
+                "Ensuring load balancer",
+                50,
+                true,
+            ),
+            (
+                "a",
+                Reason::EnsuringLoadBalancer,
+                "Ensuring load balancer",
+                51,
+                true,
+            ),
+            ("a", warn, "quota", 60, false),
+            // Success: the same failure again is news.
+            (
+                "a",
+                Reason::EnsuredLoadBalancer,
+                "Ensured load balancer",
+                70,
+                true,
+            ),
+            ("a", warn, "quota", 80, true),
+            // Still failing the same way after REPEAT_AFTER: published again.
+            ("a", warn, "quota", 80 + REPEAT_AFTER.as_secs(), true),
+        ];
+        for (uid, reason, note, at, want) in steps {
+            let now = t0 + Duration::from_secs(at);
+            assert_eq!(
+                events.is_news(uid, reason, note, now),
+                want,
+                "{uid} {reason:?} {note:?} at {at}s"
             );
         }
     }

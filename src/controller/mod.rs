@@ -11,14 +11,17 @@ mod reconcile;
 pub mod status;
 #[cfg(test)]
 pub(crate) mod testing;
+#[cfg(test)]
+mod trigger_tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -51,12 +54,24 @@ pub struct ControllerConfig {
     pub backoff_max: Duration,
     /// Periodic resync of a converged Service (to repair drift made outside Kubernetes).
     pub resync: Duration,
+    /// How long a node that was Ready may report NotReady or Unknown and stay a load-balancer
+    /// backend (see [`nodes::ineligibility`]). Zero removes a node at its first NotReady.
+    pub node_ready_grace: Duration,
     /// Reporting instance of events (and the leader identity).
     pub identity: String,
 }
 
 impl ControllerConfig {
-    /// Defaults: default class, concurrency 4, backoff 5 s → 300 s, resync 10 min.
+    /// Defaults: default class, concurrency 4, backoff 5 s → 300 s, resync 10 min, node
+    /// readiness grace 60 s.
+    ///
+    /// The grace is longer than the node monitor grace period (40–50 s after which the node
+    /// lifecycle controller marks a silent node Unknown), so a kubelet restart or one missed
+    /// heartbeat window does not re-program every load balancer twice; and it is about as long
+    /// as the clouds' own health checks take to stop sending to a dead node (NLB 3 × 10 s,
+    /// Classic ELB 6 × 10 s), so removing the node later costs no traffic. Upstream never
+    /// removes a node for readiness at all (KEP-3458); we still remove a node that stays down,
+    /// so a dead node does not stay registered and health-checked until someone deletes it.
     pub fn new(cloud: Cloud) -> Self {
         Self {
             cloud,
@@ -66,6 +81,7 @@ impl ControllerConfig {
             backoff_base: Duration::from_secs(5),
             backoff_max: Duration::from_secs(300),
             resync: Duration::from_secs(600),
+            node_ready_grace: Duration::from_secs(60),
             identity: "kube-lb".to_string(),
         }
     }
@@ -120,6 +136,10 @@ pub enum Outcome {
     UserError(String),
     /// A transient failure; the controller retries with backoff.
     Retrying(String),
+    /// Another controller implements this Service's load balancer (e.g. AWS
+    /// `aws-load-balancer-type: nlb-ip`, left to aws-load-balancer-controller): nothing is
+    /// done, reported or retried, and it is not a failure.
+    ImplementedElsewhere,
 }
 
 /// Outcomes of every Service the controller handles.
@@ -130,12 +150,18 @@ pub type Outcomes = BTreeMap<ServiceName, Outcome>;
 struct ObjectState {
     /// Consecutive retryable failures (drives the backoff).
     failures: u32,
+    /// The delay a failure path already chose (and announced in its Warning), for the error
+    /// policy to use instead of drawing another.
+    retry_in: Option<Duration>,
     /// Fingerprint of the Service when it last failed with a user error.
     user_error: Option<u64>,
     /// Fingerprint of the Service whose warnings were last published.
     warned: Option<u64>,
     /// Hashes of (spec, backends) last applied successfully.
     applied: Option<(u64, u64)>,
+    /// What the last successful ensure was given and returned, to skip the next ensure when
+    /// nothing it depends on changed.
+    synced: Option<reconcile::Synced>,
 }
 
 /// Everything a reconcile needs.
@@ -205,6 +231,7 @@ pub struct LoadBalancerController {
     config: ControllerConfig,
     metrics: Arc<Metrics>,
     outcomes: watch::Sender<Outcomes>,
+    node_sync: watch::Sender<NodeSync>,
 }
 
 impl std::fmt::Debug for LoadBalancerController {
@@ -230,12 +257,18 @@ impl LoadBalancerController {
             config,
             metrics,
             outcomes: watch::Sender::new(Outcomes::new()),
+            node_sync: watch::Sender::new(NodeSync::default()),
         }
     }
 
     /// Where each handled Service stands; updated as reconciles finish.
     pub fn outcomes(&self) -> watch::Receiver<Outcomes> {
         self.outcomes.subscribe()
+    }
+
+    /// What the Node trigger has judged so far (the last Node event, re-syncs it caused).
+    pub fn node_sync(&self) -> watch::Receiver<NodeSync> {
+        self.node_sync.subscribe()
     }
 
     /// Runs until `shutdown`. Reconciles only while `leading` reads `true`; each time
@@ -252,7 +285,15 @@ impl LoadBalancerController {
                 () = shutdown.cancelled() => return Ok(()),
                 closed = async { leading.wait_for(|l| *l).await.is_err() } => if closed { return Ok(()) },
             }
-            self.adopt_existing().await?;
+            // Adoption talks to the provider: it is fenced by leadership like every reconcile.
+            let mut fence = leading.clone();
+            match crate::leader::while_leading(&mut fence, self.adopt_existing()).await {
+                Some(result) => result?,
+                None => {
+                    tracing::warn!("leadership lost while re-adopting load balancers");
+                    continue;
+                }
+            }
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             let watch_leading = {
                 let mut leading = leading.clone();
@@ -315,16 +356,14 @@ impl LoadBalancerController {
         let (nodes, nodes_writer) = reflector::store::<Node>();
         let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
             .default_backoff()
-            .reflect(nodes_writer)
-            .touched_objects();
+            .reflect(nodes_writer);
         let (slices, slices_writer) = reflector::store::<EndpointSlice>();
         let slice_events = watcher(
             Api::<EndpointSlice>::all(client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
-        .reflect(slices_writer)
-        .touched_objects();
+        .reflect(slices_writer);
 
         let controller = Controller::new(
             Api::<Service>::all(client.clone()),
@@ -335,8 +374,15 @@ impl LoadBalancerController {
                 .concurrency(self.config.concurrency.max(1)),
         );
         let services = controller.store();
-        let node_mapper = node_trigger(nodes.clone(), services.clone());
-        let slice_mapper = slice_trigger(services);
+        let node_resyncs = node_trigger(
+            node_events,
+            nodes.clone(),
+            services.clone(),
+            self.config.cloud,
+            self.config.node_ready_grace,
+            self.node_sync.clone(),
+        );
+        let slice_resyncs = slice_trigger(slice_events, slices.clone(), services);
 
         let ctx = Arc::new(Context {
             client: client.clone(),
@@ -351,10 +397,10 @@ impl LoadBalancerController {
             leading,
         });
         controller
-            .watches_stream(node_events, node_mapper)
-            .watches_stream(slice_events, slice_mapper)
+            .reconcile_on(node_resyncs)
+            .reconcile_on(slice_resyncs)
             .graceful_shutdown_on(stop)
-            .run(reconcile::reconcile, reconcile::error_policy, ctx)
+            .run(reconcile_while_leading, reconcile::error_policy, ctx)
             .for_each(|result| async move {
                 if let Err(error) = result {
                     tracing::debug!(%error, "reconcile failed");
@@ -364,46 +410,187 @@ impl LoadBalancerController {
     }
 }
 
+/// [`reconcile::reconcile`] fenced by leadership: dropped the moment leadership ends, so a
+/// replica that lost the lease starts no further cloud call or API write. kube-runtime's
+/// graceful shutdown would instead wait for in-flight reconciles, which may be hung on the very
+/// API server that made this replica lose the lease. A request already sent when the future is
+/// dropped is abandoned on our side; the timing argument in [`crate::leader`] bounds it.
+async fn reconcile_while_leading(
+    service: Arc<Service>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let mut leading = ctx.leading.clone();
+    let name = ServiceName::of(&service);
+    match crate::leader::while_leading(&mut leading, reconcile::reconcile(service, ctx)).await {
+        Some(result) => result,
+        None => {
+            tracing::info!(service = %name, "leadership lost; reconcile cancelled");
+            Ok(Action::await_change())
+        }
+    }
+}
+
 fn is_load_balancer(service: &Service) -> bool {
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
         || service.finalizers().iter().any(|f| f == FINALIZER)
 }
 
-/// Maps Node changes to "re-sync every load balancer", but only when the eligible node set
-/// really changed (heartbeats and condition timestamps change nothing).
-fn node_trigger(
+/// What the Node trigger has judged, for tests and diagnostics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeSync {
+    /// `metadata.resourceVersion` of the last Node watch event judged (or listed).
+    pub observed: Option<String>,
+    /// How many times a Node change, or the end of a readiness grace, re-synced every load
+    /// balancer.
+    pub syncs: u64,
+}
+
+/// The Node trigger's memory between events.
+struct NodeTrigger {
+    events: futures::stream::BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>>,
     nodes: Store<Node>,
     services: Store<Service>,
-) -> impl Fn(Node) -> Vec<ObjectRef<Service>> + Send + Sync + 'static {
-    let last = Mutex::new(None::<u64>);
-    move |_node| {
-        let state = nodes.state();
-        let eligible = nodes::eligible_nodes(state.iter().map(AsRef::as_ref));
-        let fingerprint = nodes::node_set_fingerprint(&eligible);
-        let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
-        if *last == Some(fingerprint) {
-            return Vec::new();
+    cloud: Cloud,
+    grace: Duration,
+    sync: watch::Sender<NodeSync>,
+    /// Fingerprint of the last judged node set; `None` before the first complete list.
+    last: Option<u64>,
+    /// When the next readiness grace runs out.
+    wake: Option<k8s_openapi::jiff::Timestamp>,
+}
+
+impl NodeTrigger {
+    /// The Services to re-sync when the node set as providers see it changed; empty otherwise.
+    fn judge(&mut self) -> Vec<ObjectRef<Service>> {
+        let services = self.services.state();
+        let labels = nodes::labels_read_by_any(self.cloud, services.iter().map(AsRef::as_ref));
+        let node_state = self.nodes.state();
+        let view = nodes::NodeSetView::of(
+            node_state.iter().map(AsRef::as_ref),
+            &nodes::Readiness::now(self.grace),
+            &labels,
+        );
+        self.wake = view.next_grace_end;
+        let fingerprint = view.fingerprint();
+        // The first complete list only sets the baseline: every Service is reconciled when the
+        // controller starts anyway, from a node store at least this recent.
+        match self.last.replace(fingerprint) {
+            Some(last) if last != fingerprint => {}
+            _ => return Vec::new(),
         }
-        *last = Some(fingerprint);
+        self.sync.send_modify(|s| s.syncs += 1);
+        tracing::debug!(
+            nodes = view.nodes.len(),
+            "node set changed; re-syncing every load balancer"
+        );
         services
-            .state()
             .iter()
             .filter(|s| is_load_balancer(s))
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect()
     }
+
+    /// How long until the next readiness grace runs out, if one is running.
+    fn until_wake(&self) -> Option<Duration> {
+        // A floor: the wall clock may lag the timer a little, and the view is judged again then.
+        const MIN: Duration = Duration::from_millis(10);
+        let at = self.wake?;
+        let left = at.duration_since(k8s_openapi::jiff::Timestamp::now());
+        Some(Duration::try_from(left).unwrap_or_default().max(MIN))
+    }
 }
 
-/// Maps an EndpointSlice change to its Service, when that Service's backends depend on
-/// endpoints (`externalTrafficPolicy: Local`).
-fn slice_trigger(
+/// Turns Node watch events into re-syncs of every load balancer, but only when the node set as
+/// providers see it changed ([`nodes::NodeSetView`]: eligibility with the readiness grace,
+/// provider IDs, addresses, the labels a provider reads) — not on heartbeats, condition
+/// timestamps, unrelated labels or Ready flaps within the grace — and also when a readiness
+/// grace runs out, which no Node event announces. Each Service's reconcile then compares its
+/// own backends with what it last applied, so a re-sync that changes nothing for a Service
+/// makes no provider call. As upstream, one Node change costs one pass over the Services, not
+/// one per node.
+fn node_trigger(
+    events: impl futures::Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send + 'static,
+    nodes: Store<Node>,
     services: Store<Service>,
-) -> impl Fn(EndpointSlice) -> Option<ObjectRef<Service>> + Send + Sync + 'static {
-    move |slice| {
-        let name = slice.labels().get(nodes::SERVICE_NAME_LABEL)?.clone();
-        let namespace = slice.namespace()?;
-        let key = ObjectRef::new(&name).within(&namespace);
-        let service = services.get(&key)?;
+    cloud: Cloud,
+    grace: Duration,
+    sync: watch::Sender<NodeSync>,
+) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
+    let state = NodeTrigger {
+        events: events.boxed(),
+        nodes,
+        services,
+        cloud,
+        grace,
+        sync,
+        last: None,
+        wake: None,
+    };
+    futures::stream::unfold(state, |mut trigger| async move {
+        loop {
+            let wake = trigger.until_wake();
+            let event = tokio::select! {
+                event = trigger.events.next() => match event {
+                    Some(event) => Some(event),
+                    None => return None,
+                },
+                () = tokio::time::sleep(wake.unwrap_or_default()), if wake.is_some() => None,
+            };
+            let (observed, judge) = match event {
+                Some(Ok(watcher::Event::Apply(node) | watcher::Event::Delete(node))) => {
+                    (node.resource_version(), true)
+                }
+                // The store is replaced only at InitDone: judge the complete list then.
+                Some(Ok(watcher::Event::InitApply(node))) => (node.resource_version(), false),
+                Some(Ok(watcher::Event::Init)) => (None, false),
+                Some(Ok(watcher::Event::InitDone)) | None => (None, true),
+                Some(Err(error)) => {
+                    // The watcher backs off and re-lists by itself.
+                    tracing::debug!(%error, "node watch failed");
+                    (None, false)
+                }
+            };
+            let resync = if judge { trigger.judge() } else { Vec::new() };
+            if observed.is_some() {
+                trigger.sync.send_modify(|s| s.observed = observed);
+            }
+            if !resync.is_empty() {
+                return Some((futures::stream::iter(resync), trigger));
+            }
+        }
+    })
+    .flatten()
+}
+
+/// The EndpointSlice trigger's memory between events.
+struct SliceTrigger {
+    events:
+        futures::stream::BoxStream<'static, Result<watcher::Event<EndpointSlice>, watcher::Error>>,
+    slices: Store<EndpointSlice>,
+    services: Store<Service>,
+    /// The nodes with a ready endpoint, per Service; an absent entry is the empty set.
+    last: HashMap<ObjectRef<Service>, BTreeSet<String>>,
+    /// Whether a complete list has set the baseline.
+    listed: bool,
+}
+
+impl SliceTrigger {
+    /// Records `now` as the set of `key` and tells whether `key` is to be re-synced: its set
+    /// changed and its backends depend on endpoints.
+    fn changed(
+        &mut self,
+        key: ObjectRef<Service>,
+        now: BTreeSet<String>,
+    ) -> Option<ObjectRef<Service>> {
+        let previous = if now.is_empty() {
+            self.last.remove(&key)
+        } else {
+            self.last.insert(key.clone(), now.clone())
+        };
+        if previous.unwrap_or_default() == now {
+            return None;
+        }
+        let service = self.services.get(&key)?;
         let local = service
             .spec
             .as_ref()
@@ -411,13 +598,116 @@ fn slice_trigger(
             == Some("Local");
         (local && is_load_balancer(&service)).then_some(key)
     }
+
+    /// After an Apply or Delete of `slice` (already in the store): its Service, if it changed.
+    fn judge_one(&mut self, slice: &EndpointSlice) -> Vec<ObjectRef<Service>> {
+        let (Some(name), Some(namespace)) = (
+            slice.labels().get(nodes::SERVICE_NAME_LABEL).cloned(),
+            slice.namespace(),
+        ) else {
+            return Vec::new();
+        };
+        let state = self.slices.state();
+        let now =
+            nodes::nodes_with_ready_endpoints(state.iter().map(AsRef::as_ref), &namespace, &name);
+        self.changed(ObjectRef::new(&name).within(&namespace), now)
+            .into_iter()
+            .collect()
+    }
+
+    /// After a complete (re-)list: every Service whose set changed while the watch was down.
+    fn judge_all(&mut self) -> Vec<ObjectRef<Service>> {
+        let state = self.slices.state();
+        let mut now: HashMap<ObjectRef<Service>, BTreeSet<String>> =
+            nodes::ready_endpoint_nodes_by_service(state.iter().map(AsRef::as_ref))
+                .into_iter()
+                .map(|((namespace, name), set)| (ObjectRef::new(&name).within(&namespace), set))
+                .collect();
+        if !std::mem::replace(&mut self.listed, true) {
+            // The first list only sets the baseline: every Service is reconciled at start.
+            self.last = now;
+            return Vec::new();
+        }
+        let keys: std::collections::HashSet<ObjectRef<Service>> =
+            self.last.keys().chain(now.keys()).cloned().collect();
+        keys.into_iter()
+            .filter_map(|key| {
+                let set = now.remove(&key).unwrap_or_default();
+                self.changed(key, set)
+            })
+            .collect()
+    }
 }
 
-/// The delay before retrying a Service after its `failures`-th consecutive retryable failure:
-/// `base` doubling up to `max`.
+/// Turns EndpointSlice watch events into re-syncs of their Service when its backends depend on
+/// endpoints (`externalTrafficPolicy: Local`) and the set of nodes with a ready endpoint of it
+/// changed: endpoints coming, going or changing readiness on nodes that keep a ready one change
+/// nothing a provider sees. After a re-list (a watch that was down) every Service is judged, as
+/// the list shows only the outcome of what happened meanwhile.
+fn slice_trigger(
+    events: impl futures::Stream<Item = Result<watcher::Event<EndpointSlice>, watcher::Error>>
+    + Send
+    + 'static,
+    slices: Store<EndpointSlice>,
+    services: Store<Service>,
+) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
+    let state = SliceTrigger {
+        events: events.boxed(),
+        slices,
+        services,
+        last: HashMap::new(),
+        listed: false,
+    };
+    futures::stream::unfold(state, |mut trigger| async move {
+        loop {
+            let resync = match trigger.events.next().await? {
+                // The reflector has applied the event to the store before it reaches us.
+                Ok(watcher::Event::Apply(slice) | watcher::Event::Delete(slice)) => {
+                    trigger.judge_one(&slice)
+                }
+                // The store is replaced only at InitDone: judge the complete list then.
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Vec::new(),
+                Ok(watcher::Event::InitDone) => trigger.judge_all(),
+                Err(error) => {
+                    // The watcher backs off and re-lists by itself.
+                    tracing::debug!(%error, "EndpointSlice watch failed");
+                    Vec::new()
+                }
+            };
+            if !resync.is_empty() {
+                return Some((futures::stream::iter(resync), trigger));
+            }
+        }
+    })
+    .flatten()
+}
+
+/// The longest delay before retrying a Service after its `failures`-th consecutive retryable
+/// failure: `base` doubling up to `max`. [`retry_delay`] draws the actual delay below it.
 pub fn backoff_delay(base: Duration, max: Duration, failures: u32) -> Duration {
     let exponent = failures.saturating_sub(1).min(31);
     base.checked_mul(1u32 << exponent).unwrap_or(max).min(max)
+}
+
+/// The part of the backoff delay jitter may take off.
+pub const BACKOFF_JITTER: f64 = 0.5;
+
+/// The delay before the next retry: [`backoff_delay`] shortened by up to
+/// [`BACKOFF_JITTER`] of itself, `unit` (uniform in `[0, 1)`) choosing how much.
+///
+/// "Equal jitter": the delay stays within `[d/2, d]`, so it never passes `max`, its lower
+/// bound still doubles per failure, and Services that failed together (a quota outage, a
+/// cloud API down) come back spread over half the window instead of all at once; at the 300 s
+/// cap 1,000 such Services retry over 150 s, about 7 per second, under the providers'
+/// default rate limits.
+pub fn retry_delay(base: Duration, max: Duration, failures: u32, unit: f64) -> Duration {
+    let nominal = backoff_delay(base, max, failures);
+    let unit = if unit.is_finite() {
+        unit.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    nominal.mul_f64(1.0 - BACKOFF_JITTER * unit)
 }
 
 #[cfg(test)]
@@ -441,6 +731,39 @@ mod tests {
                 backoff_delay(base, max, failures),
                 Duration::from_secs(secs),
                 "{failures}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_delay_is_jittered_within_half_the_backoff() {
+        let (base, max) = (Duration::from_secs(5), Duration::from_secs(300));
+        let cases = [
+            // (failures, unit, seconds)
+            (1, 0.0, 5.0),
+            (1, 0.5, 3.75),
+            (1, 0.999_999, 2.5),
+            (3, 0.0, 20.0),
+            (3, 1.0, 10.0),
+            (7, 0.0, 300.0),
+            (7, 0.5, 225.0),
+            (100, 1.0, 150.0),
+            (3, -1.0, 20.0),
+            (3, f64::NAN, 20.0),
+        ];
+        for (failures, unit, secs) in cases {
+            let got = retry_delay(base, max, failures, unit).as_secs_f64();
+            assert!((got - secs).abs() < 0.001, "{failures} {unit}: {got}");
+        }
+        // Drawn delays stay in [d/2, d] and are not all the same.
+        let drawn: std::collections::BTreeSet<Duration> = (0..50)
+            .map(|_| retry_delay(base, max, 3, rand::random::<f64>()))
+            .collect();
+        assert!(drawn.len() > 1, "jitter varies the delay");
+        for delay in drawn {
+            assert!(
+                (Duration::from_secs(10)..=Duration::from_secs(20)).contains(&delay),
+                "{delay:?}"
             );
         }
     }

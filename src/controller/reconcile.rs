@@ -4,16 +4,20 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+use kube_lb_provider_core::ProviderError;
+use tokio::time::Instant;
 
 use super::events::Reason;
 use super::finalizer::{self, FINALIZER, Step};
-use super::{Context, Error, ErrorClass, Outcome, ServiceName, backoff_delay, nodes, status};
+use super::{
+    Context, Error, ErrorClass, Outcome, ServiceName, backoff_delay, nodes, retry_delay, status,
+};
 
 /// Retry delay after a write conflict.
 const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
@@ -118,8 +122,30 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     Ok(action)
 }
 
-/// Chooses the retry by error class: retryable errors back off per Service (5 s doubling to
-/// 300 s by default); user errors wait for the Service to change.
+/// Counts a failure of `key` that will be retried and draws the delay before the retry; the
+/// error policy uses the same delay, so the Warning announcing it tells the truth. Returns the
+/// upper bound of the jittered delay, for the event text.
+fn schedule_retry(ctx: &Context, key: &ObjectRef<Service>) -> std::time::Duration {
+    let (base, max) = (ctx.config.backoff_base, ctx.config.backoff_max);
+    ctx.with_state(key, |s| {
+        s.failures = s.failures.saturating_add(1);
+        s.retry_in = Some(retry_delay(base, max, s.failures, rand::random::<f64>()));
+        backoff_delay(base, max, s.failures)
+    })
+}
+
+/// The Warning text of a failure that will be retried: what is wrong, and when the retry
+/// comes at the latest. The bound only changes while the backoff grows, so a cause that
+/// persists yields a handful of events, then none until it changes (see `events`).
+fn retry_note(what: &str, error: &ProviderError, within: std::time::Duration) -> String {
+    format!(
+        "{what}: {error}; will retry within {}",
+        humantime::format_duration(within)
+    )
+}
+
+/// Chooses the retry by error class: retryable and environment errors back off per Service
+/// (5 s doubling to 300 s by default, with jitter); user errors wait for the Service to change.
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
     let class = error.class();
     ctx.metrics.error(class, error.kind());
@@ -134,13 +160,25 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
             tracing::info!(service = %ServiceName::of(&service), %error, "user error; waiting for the Service to change");
             Action::await_change()
         }
-        ErrorClass::Retryable => {
-            let failures = ctx.with_state(&key, |s| {
-                s.failures = s.failures.saturating_add(1);
-                s.failures
+        ErrorClass::Retryable | ErrorClass::Environment => {
+            let (base, max) = (ctx.config.backoff_base, ctx.config.backoff_max);
+            let (delay, failures) = ctx.with_state(&key, |s| match s.retry_in.take() {
+                // Chosen and announced by the failure path.
+                Some(delay) => (delay, s.failures),
+                None => {
+                    s.failures = s.failures.saturating_add(1);
+                    let delay = retry_delay(base, max, s.failures, rand::random::<f64>());
+                    (delay, s.failures)
+                }
             });
-            let delay = backoff_delay(ctx.config.backoff_base, ctx.config.backoff_max, failures);
-            tracing::warn!(service = %ServiceName::of(&service), %error, ?delay, failures, "reconcile failed; retrying");
+            tracing::warn!(
+                service = %ServiceName::of(&service),
+                %error,
+                class = class.as_str(),
+                ?delay,
+                failures,
+                "reconcile failed; retrying"
+            );
             Action::requeue(delay)
         }
     }
@@ -195,6 +233,17 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     }
     let backends = backends_for(&spec, ctx);
     let hashes = (hash_of(&spec), hash_of(&backends));
+    let in_sync = ctx.with_state(&key, |s| {
+        skip_ensure(s.synced.as_ref(), hashes, &service, Instant::now())
+    });
+    if let Some(next_resync) = in_sync {
+        // A Node, EndpointSlice or status-only event that changed nothing the provider is
+        // given: no provider call. The periodic resync still comes when it is due.
+        tracing::trace!(?next_resync, "load balancer in sync; no ensure");
+        return Ok(Action::requeue(next_resync));
+    }
+    // Until this ensure succeeds the load balancer's state is unknown: never skip on old news.
+    ctx.with_state(&key, |s| s.synced = None);
     let applied = ctx.with_state(&key, |s| s.applied);
     let spec_changed = applied.map(|a| a.0) != Some(hashes.0);
     let backends_changed = applied.map(|a| a.1) != Some(hashes.1);
@@ -210,14 +259,31 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     tracing::debug!(backends = ?nodes::names(&backends), "ensuring load balancer");
     let lb_status = match ctx.provider.ensure(&spec, &backends).await {
         Ok(lb_status) => lb_status,
+        Err(ProviderError::ImplementedElsewhere) => {
+            // Another controller owns this load balancer (upstream's ImplementedElsewhere):
+            // no Warning, no retry loop; the finalizer stays as upstream keeps it, so deletion
+            // still passes through us and finds nothing of ours to remove.
+            tracing::debug!("load balancer implemented by another controller; leaving it alone");
+            ctx.with_state(&key, |s| {
+                s.failures = 0;
+                s.applied = Some(hashes);
+            });
+            ctx.set_outcome(&name, Some(Outcome::ImplementedElsewhere));
+            return Ok(Action::await_change());
+        }
         Err(error) => {
-            let text = format!("Error syncing load balancer: {error}");
-            ctx.events
-                .publish(&service, Reason::SyncLoadBalancerFailed, text.clone())
-                .await;
             if error.is_retryable() {
+                let within = schedule_retry(ctx, &key);
+                let text = retry_note("Error syncing load balancer", &error, within);
+                ctx.events
+                    .publish(&service, Reason::SyncLoadBalancerFailed, text.clone())
+                    .await;
                 ctx.set_outcome(&name, Some(Outcome::Retrying(text)));
             } else {
+                let text = format!("Error syncing load balancer: {error}");
+                ctx.events
+                    .publish(&service, Reason::SyncLoadBalancerFailed, text)
+                    .await;
                 ctx.with_state(&key, |s| s.user_error = Some(fingerprint));
                 ctx.set_outcome(&name, Some(Outcome::UserError(error.to_string())));
             }
@@ -267,15 +333,51 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
         );
         return Ok(Action::requeue(ctx.config.backoff_base));
     }
+    ctx.with_state(&key, |s| {
+        s.synced = Some(Synced {
+            hashes,
+            ingress,
+            fresh_until: Instant::now() + ctx.config.resync,
+        });
+    });
     ctx.set_outcome(&name, Some(Outcome::Ready(addresses)));
     Ok(Action::requeue(ctx.config.resync))
 }
 
+/// What the last successful ensure of a Service was given and what it wrote, so the next
+/// reconcile can tell whether the provider needs calling at all.
+#[derive(Debug, Clone)]
+pub(super) struct Synced {
+    /// Hashes of the spec and of the backends as given to the provider.
+    hashes: (u64, u64),
+    /// The ingress written into the Service's status.
+    ingress: Vec<LoadBalancerIngress>,
+    /// When the periodic resync is due (it repairs drift made outside Kubernetes).
+    fresh_until: Instant,
+}
+
+/// `Some(time to the next periodic resync)` when the ensure can be skipped: the last ensure
+/// succeeded with this very spec and backends, the Service still shows the address it
+/// returned, and the periodic resync is not due; `None` when the provider must be called.
+fn skip_ensure(
+    synced: Option<&Synced>,
+    hashes: (u64, u64),
+    service: &Service,
+    now: Instant,
+) -> Option<std::time::Duration> {
+    let synced = synced?;
+    let unchanged = synced.hashes == hashes;
+    // Someone cleared or edited the status: write it again, through a fresh ensure.
+    let status_intact = status::patch_for(service, &synced.ingress).is_none();
+    (unchanged && status_intact && now < synced.fresh_until).then(|| synced.fresh_until - now)
+}
+
 fn backends_for(spec: &LoadBalancerSpec, ctx: &Context) -> Vec<kube_lb_provider_core::BackendNode> {
     let node_state = ctx.nodes.state();
-    let eligible = nodes::eligible_nodes(node_state.iter().map(AsRef::as_ref));
+    let readiness = nodes::Readiness::now(ctx.config.node_ready_grace);
+    let eligible = nodes::eligible_nodes(node_state.iter().map(AsRef::as_ref), &readiness);
     let slice_state = ctx.slices.state();
-    nodes::select_backends(
+    nodes::provider_backends(
         spec,
         &eligible,
         slice_state.iter().map(AsRef::as_ref),
@@ -295,15 +397,22 @@ async fn cleanup(service: Arc<Service>, ctx: &Context) -> Result<Action, Error> 
             "Deleting load balancer",
         )
         .await;
-    if let Err(error) = ctx.provider.delete(&key).await {
-        ctx.events
-            .publish(
-                &service,
-                Reason::SyncLoadBalancerFailed,
-                format!("Error deleting load balancer: {error}"),
-            )
-            .await;
-        return Err(Error::Provider(error));
+    match ctx.provider.delete(&key).await {
+        // Nothing of ours exists for a load balancer another controller implements.
+        Ok(()) | Err(ProviderError::ImplementedElsewhere) => {}
+        Err(error) => {
+            // Every delete failure is retried: the Service is going away or no longer ours,
+            // so no edit by its author could help, and the finalizer must come off.
+            let within = schedule_retry(ctx, &ObjectRef::from_obj(service.as_ref()));
+            ctx.events
+                .publish(
+                    &service,
+                    Reason::SyncLoadBalancerFailed,
+                    retry_note("Error deleting load balancer", &error, within),
+                )
+                .await;
+            return Err(Error::Delete(error));
+        }
     }
     ctx.events
         .publish(
@@ -397,6 +506,67 @@ mod tests {
                 "{:?}",
                 service.spec
             );
+        }
+    }
+
+    #[test]
+    fn ensure_is_skipped_only_when_nothing_it_depends_on_changed() {
+        use k8s_openapi::api::core::v1::{LoadBalancerStatus, ServiceStatus};
+        let now = Instant::now();
+        let resync = std::time::Duration::from_secs(600);
+        let ingress = vec![LoadBalancerIngress {
+            ip: Some("127.240.0.1".into()),
+            ..Default::default()
+        }];
+        let with_status = |ingress: Vec<LoadBalancerIngress>| {
+            let mut s = svc("LoadBalancer", None, true, false);
+            s.status = Some(ServiceStatus {
+                load_balancer: Some(LoadBalancerStatus {
+                    ingress: Some(ingress),
+                }),
+                ..Default::default()
+            });
+            s
+        };
+        let shown = with_status(ingress.clone());
+        let cleared = svc("LoadBalancer", None, true, false);
+        let edited = with_status(vec![LoadBalancerIngress {
+            ip: Some("192.0.2.1".into()),
+            ..Default::default()
+        }]);
+        let synced = Synced {
+            hashes: (1, 2),
+            ingress,
+            fresh_until: now + resync,
+        };
+        let second = std::time::Duration::from_secs(1);
+        // (case, last ensure, hashes now, Service now, time, expected skip)
+        let cases = [
+            ("in sync", Some(&synced), (1, 2), &shown, now, Some(resync)),
+            ("never ensured (or failed)", None, (1, 2), &shown, now, None),
+            ("spec changed", Some(&synced), (9, 2), &shown, now, None),
+            ("backends changed", Some(&synced), (1, 9), &shown, now, None),
+            ("status cleared", Some(&synced), (1, 2), &cleared, now, None),
+            ("status edited", Some(&synced), (1, 2), &edited, now, None),
+            (
+                "just before the resync",
+                Some(&synced),
+                (1, 2),
+                &shown,
+                now + resync - second,
+                Some(second),
+            ),
+            (
+                "resync due",
+                Some(&synced),
+                (1, 2),
+                &shown,
+                now + resync,
+                None,
+            ),
+        ];
+        for (case, last, hashes, service, at, want) in cases {
+            assert_eq!(skip_ensure(last, hashes, service, at), want, "{case}");
         }
     }
 

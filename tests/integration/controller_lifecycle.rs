@@ -162,7 +162,8 @@ async fn load_balancer_ip_is_honoured_or_refused_as_a_user_error() {
         CEILING,
         outcomes.wait_for(|o| {
             matches!(o.get(&name("outside")), Some(Outcome::UserError(_)))
-                && matches!(o.get(&name("taken")), Some(Outcome::UserError(_)))
+                // An address held by another Service may be freed: retried, not a user error.
+                && matches!(o.get(&name("taken")), Some(Outcome::Retrying(_)))
         }),
     )
     .await
@@ -170,7 +171,7 @@ async fn load_balancer_ip_is_honoured_or_refused_as_a_user_error() {
     .unwrap()
     .clone();
     let text = |n: &str| match settled.get(&name(n)) {
-        Some(Outcome::UserError(t)) => t.clone(),
+        Some(Outcome::UserError(t) | Outcome::Retrying(t)) => t.clone(),
         other => panic!("{other:?}"),
     };
     assert!(

@@ -1,7 +1,15 @@
-//! `/metrics`, `/healthz` and `/readyz` served next to a running controller.
+//! `/metrics`, `/healthz` and `/readyz` served next to a running controller, and
+//! `kube_lb_cloud_calls_total{provider,operation,kind}` per operation for every provider: the
+//! `kube-lb controller` binary against the local pool, moto (AWS), the GCE mock and the ARM
+//! mock, scraped over HTTP after it gave a Service its address.
 #![allow(clippy::unwrap_used)]
 
 use crate::controller_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use controller_support::*;
 use tokio::sync::watch;
@@ -58,4 +66,335 @@ async fn metrics_count_reconciles_cloud_calls_and_load_balancers() {
     assert!(text.contains("kube_lb_load_balancers_managed 1"), "{text}");
     running.stop().await;
     task.await.unwrap();
+}
+
+/// How long a cloud reconcile through the binary may take (process start, informer sync, a
+/// dozen mock calls, the controller's first backoff if a mock is slow to answer).
+const CLOUD_CEILING: Duration = Duration::from_secs(90);
+
+/// `(operation, kind) → count` of the `kube_lb_cloud_calls_total` samples of `provider`.
+fn cloud_calls(text: &str, provider: &str) -> BTreeMap<(String, String), u64> {
+    let prefix = format!("kube_lb_cloud_calls_total{{provider=\"{provider}\",");
+    text.lines()
+        .filter_map(|line| line.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (labels, value) = rest.rsplit_once("} ")?;
+            let operation = labels
+                .strip_prefix("operation=\"")?
+                .split('"')
+                .next()?
+                .to_string();
+            let kind = labels
+                .split("kind=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_string();
+            Some(((operation, kind), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A `kube-lb controller` child process, killed when dropped so a failed assertion does not
+/// leave it running.
+struct Controller {
+    child: Child,
+    log: PathBuf,
+    metrics: String,
+}
+
+impl Controller {
+    /// Starts the binary on `kubeconfig` for `cloud`, with `/metrics` on a free loopback port.
+    fn start(
+        dir: &Path,
+        kubeconfig: &Path,
+        cloud: &str,
+        config: Option<&Path>,
+        env: &[(String, String)],
+    ) -> Controller {
+        // Ask the kernel for a free port, then hand it over; nothing else on this loopback
+        // binds ports by number in the meantime.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = dir.join(format!("controller-{cloud}.log"));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kube-lb"));
+        command
+            .env_remove("KUBE_LB_CLOUD")
+            .env_remove("KUBE_LB_CLOUD_CONFIG")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .args(["--log", "info", "controller", "--cloud", cloud])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .args(["--backoff-base", "200ms"])
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if let Some(config) = config {
+            command.arg("--cloud-config").arg(config);
+        }
+        Controller {
+            child: command.spawn().unwrap(),
+            log,
+            metrics: format!("http://127.0.0.1:{port}/metrics"),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary for `cloud` on a cluster holding `manifests` (Nodes and the LoadBalancer
+/// Service `default/web`), waits for the address, and returns the `cloud_calls` samples of
+/// `provider` scraped over HTTP.
+async fn reconcile_and_scrape(
+    cloud: &str,
+    manifests: &str,
+    config: Option<&Path>,
+    env: &[(String, String)],
+) -> BTreeMap<(String, String), u64> {
+    let server = server().await;
+    server.apply_manifests(manifests).unwrap();
+    let client = server.client().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let mut controller = Controller::start(dir.path(), &kubeconfig, cloud, config, env);
+
+    let deadline = tokio::time::Instant::now() + CLOUD_CEILING;
+    let address = loop {
+        if let Some(address) = get_svc(&client, "default", "web")
+            .await
+            .and_then(|s| ingress_of(&s).into_iter().next())
+        {
+            break address;
+        }
+        if let Some(exit) = controller.child.try_wait().unwrap() {
+            panic!("controller exited with {exit}:\n{}", controller.log());
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no address on default/web after {CLOUD_CEILING:?}:\n{}",
+            controller.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!address.is_empty());
+
+    let text = reqwest::get(&controller.metrics)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // The binary's `--cloud` value is the provider label.
+    let calls = cloud_calls(&text, cloud);
+    assert!(
+        calls
+            .keys()
+            .all(|(_, kind)| kind == "read" || kind == "mutate"),
+        "{calls:?}"
+    );
+    calls
+}
+
+/// Asserts that each `(operation, kind)` of `want` was counted at least once, and that reads
+/// and mutations were both counted.
+fn assert_counted(cloud: &str, calls: &BTreeMap<(String, String), u64>, want: &[(&str, &str)]) {
+    for (operation, kind) in want {
+        let count = calls
+            .get(&(operation.to_string(), kind.to_string()))
+            .copied()
+            .unwrap_or(0);
+        assert!(
+            count >= 1,
+            "{cloud}: no {kind} call of {operation} counted in /metrics: {calls:#?}"
+        );
+    }
+    for kind in ["read", "mutate"] {
+        assert!(
+            calls.iter().any(|((_, k), n)| k == kind && *n > 0),
+            "{cloud}: no {kind} calls counted: {calls:#?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_counts_local_calls_per_operation() {
+    let manifest = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
+                    spec:\n  type: LoadBalancer\n  selector: {app: web}\n  \
+                    ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]\n";
+    let calls = reconcile_and_scrape("local", manifest, None, &[]).await;
+    assert_eq!(
+        calls.get(&("allocate".to_string(), "mutate".to_string())),
+        Some(&1),
+        "{calls:#?}"
+    );
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/clouds")
+            .join(name),
+    )
+    .unwrap()
+}
+
+#[cfg(feature = "aws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_counts_aws_calls_per_operation() {
+    use kube_lb_mock_aws::MotoServer;
+
+    let moto = MotoServer::start().await.unwrap_or_else(|e| {
+        panic!(
+            "this test needs moto's server (pip install 'moto[server]' into .venv, or point \
+             KUBE_LB_MOTO_SERVER at moto_server): {e}"
+        )
+    });
+    let network = moto.cluster_network("kubernetes", 2).await.unwrap();
+    let mut docs: Vec<String> = network
+        .instances
+        .iter()
+        .enumerate()
+        .map(|(i, instance)| {
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{i}}}\n\
+                 spec: {{providerID: 'aws:///us-east-1a/{instance}'}}\n\
+                 status:\n  conditions: [{{type: Ready, status: 'True'}}]\n  \
+                 addresses: [{{type: InternalIP, address: 10.0.1.{}}}]\n",
+                10 + i
+            )
+        })
+        .collect();
+    docs.push(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
+         spec:\n  type: LoadBalancer\n  selector: {app: web}\n  \
+         ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]\n"
+            .to_string(),
+    );
+    let env: Vec<(String, String)> = [
+        ("AWS_ENDPOINT_URL", moto.endpoint().as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_SESSION_TOKEN", "testing"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("AWS_CONFIG_FILE", "/dev/null"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let calls = reconcile_and_scrape("aws", &docs.join("---\n"), None, &env).await;
+    assert_counted(
+        "aws",
+        &calls,
+        &[
+            ("elb:CreateLoadBalancer", "mutate"),
+            ("elb:DescribeLoadBalancers", "read"),
+            ("ec2:DescribeInstances", "read"),
+            ("ec2:CreateSecurityGroup", "mutate"),
+        ],
+    );
+    // Exactly one load balancer was created, so exactly one create was counted (no retry).
+    assert_eq!(
+        calls.get(&("elb:CreateLoadBalancer".to_string(), "mutate".to_string())),
+        Some(&1),
+        "{calls:#?}"
+    );
+}
+
+#[cfg(feature = "gcp")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_counts_gcp_calls_per_operation() {
+    use kube_lb_mock_gce::MockGce;
+
+    let gce = MockGce::builder()
+        .instance("us-central1-a", "gke-c1-node-1", &["gke-c1-node"])
+        .instance("us-central1-b", "gke-c1-node-2", &["gke-c1-node"])
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gce.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "[global]\nproject-id = {}\nlocal-zone = us-central1-a\nmultizone = true\n\
+             network-name = default\nsubnetwork-name = default\nnode-tags = gke-c1-node\n\
+             token-url = nil\napi-endpoint = {}/compute/v1/\n",
+            gce.project(),
+            gce.url()
+        ),
+    )
+    .unwrap();
+    let calls = reconcile_and_scrape("gcp", &fixture("gcp.yaml"), Some(&config), &[]).await;
+    assert_counted(
+        "gcp",
+        &calls,
+        &[
+            ("forwardingRules.insert", "mutate"),
+            ("forwardingRules.get", "read"),
+            ("targetPools.insert", "mutate"),
+        ],
+    );
+}
+
+#[cfg(feature = "azure")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_counts_azure_calls_per_operation() {
+    use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
+
+    let arm = MockArm::builder()
+        .subnet(
+            "cluster-rg",
+            "cluster-vnet",
+            "10.224.0.0/12",
+            "nodes",
+            "10.224.0.0/16",
+        )
+        .security_group("cluster-rg", "cluster-nsg")
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("azure.json");
+    let json = serde_json::json!({
+        "cloud": "AzurePublicCloud",
+        "tenantId": TENANT,
+        "subscriptionId": SUBSCRIPTION,
+        "aadClientId": CLIENT_ID,
+        "aadClientSecret": CLIENT_SECRET,
+        "resourceGroup": "cluster-rg",
+        "location": LOCATION,
+        "vnetName": "cluster-vnet",
+        "subnetName": "nodes",
+        "securityGroupName": "cluster-nsg",
+        "loadBalancerSku": "standard",
+        "vmType": "vmss",
+        "resourceManagerEndpoint": arm.url(),
+        "activeDirectoryEndpoint": arm.url(),
+    });
+    std::fs::write(&config, serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+    let calls = reconcile_and_scrape("azure", &fixture("azure.yaml"), Some(&config), &[]).await;
+    assert_counted(
+        "azure",
+        &calls,
+        &[
+            ("PutLoadBalancer", "mutate"),
+            ("PutPublicIPAddress", "mutate"),
+            ("GetLoadBalancer", "read"),
+        ],
+    );
 }

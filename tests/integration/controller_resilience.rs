@@ -37,9 +37,10 @@ async fn retryable_failures_back_off_then_succeed() {
     let calls = running.provider.ensures_of("default/web").len();
     // Three failures, one success, then possibly a no-op re-sync after the status write.
     assert!((4..=5).contains(&calls), "{calls} ensure calls");
-    // Backoff 200 ms doubling: 200 + 400 + 800 ms at least between the attempts.
+    // Backoff 200 ms doubling with equal jitter (each delay in [d/2, d]): at least
+    // 100 + 200 + 400 ms between the attempts.
     assert!(
-        elapsed >= Duration::from_millis(1400),
+        elapsed >= Duration::from_millis(700),
         "retried too fast: {elapsed:?}"
     );
     let events = events_of(&client, "default", "web").await;

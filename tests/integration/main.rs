@@ -7,14 +7,19 @@
 
 mod controller_support;
 
+mod chaos;
 mod controller_backends;
 mod controller_binary;
+mod controller_churn;
+mod controller_events;
 mod controller_lifecycle;
 mod controller_metrics;
 mod controller_resilience;
 mod dataplane_proxy_cli;
 mod deploy_iam;
 mod deploy_rbac;
+mod fuzz_lint;
+mod leader_election;
 mod lint;
 mod provider_scenarios;
 mod reconcile_aws;

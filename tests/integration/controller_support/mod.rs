@@ -394,10 +394,64 @@ pub async fn events_of(client: &Client, ns: &str, name: &str) -> BTreeMap<String
     out
 }
 
+/// Timings of a test Lease (client-go's rules, shortened).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTimings {
+    pub lease: Duration,
+    pub renew: Duration,
+    pub retry: Duration,
+}
+
+/// A controller campaigning for the Lease `kube-system/kube-lb-test`.
+pub struct Elected {
+    /// Whether it leads, as its elector publishes it.
+    pub leading: watch::Receiver<bool>,
+    pub outcomes: watch::Receiver<Outcomes>,
+    pub metrics: Arc<Metrics>,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<(), kube::Error>>,
+    pub elector: JoinHandle<()>,
+}
+
+/// Starts a controller that campaigns as `identity` through `client` (which may lead through
+/// a fault-injecting proxy) and acts through `provider`.
+pub fn spawn_elected(
+    client: Client,
+    identity: &str,
+    timings: LeaseTimings,
+    provider: Arc<dyn LoadBalancerProvider>,
+) -> Elected {
+    use kube_lb::leader::{LeaderConfig, LeaderElector};
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        kube_lb::cli::init_logging(&filter, kube_lb::cli::LogFormat::Text);
+    }
+    let mut lease = LeaderConfig::new("kube-system", "kube-lb-test", identity.to_string());
+    lease.lease_duration = timings.lease;
+    lease.renew_deadline = timings.renew;
+    lease.retry_period = timings.retry;
+    let shutdown = CancellationToken::new();
+    let (leading, elector) = LeaderElector::new(client.clone(), lease)
+        .unwrap()
+        .spawn(shutdown.clone());
+    let mut config = test_config();
+    config.identity = identity.to_string();
+    let metrics = Arc::new(Metrics::new());
+    let controller = LoadBalancerController::new(client, provider, config, metrics.clone());
+    let outcomes = controller.outcomes();
+    let task = tokio::spawn(controller.run(leading.clone(), shutdown.clone()));
+    Elected {
+        leading,
+        outcomes,
+        metrics,
+        shutdown,
+        task,
+        elector,
+    }
+}
+
 /// Starts a controller that campaigns for the Lease `kube-system/kube-lb-test` as `identity`,
 /// with short client-go-style timings.
 pub fn start_elected(server: &RunningApiServer, identity: &str) -> (Running, JoinHandle<()>) {
-    use kube_lb::leader::{LeaderConfig, LeaderElector};
     let client = server.client().unwrap();
     let counter = CallCounter::new();
     let provider = Arc::new(RecordingProvider::new(
@@ -405,29 +459,23 @@ pub fn start_elected(server: &RunningApiServer, identity: &str) -> (Running, Joi
         "127.240.0.0/16",
         counter.clone(),
     ));
-    let mut lease = LeaderConfig::new("kube-system", "kube-lb-test", identity.to_string());
-    lease.lease_duration = Duration::from_secs(2);
-    lease.renew_deadline = Duration::from_millis(1500);
-    lease.retry_period = Duration::from_millis(200);
-    let shutdown = CancellationToken::new();
-    let (leading, elector) = LeaderElector::new(client.clone(), lease).spawn(shutdown.clone());
-    let metrics = Arc::new(Metrics::new());
-    let mut config = test_config();
-    config.identity = identity.to_string();
-    let controller = LoadBalancerController::new(client, provider.clone(), config, metrics.clone());
-    let outcomes = controller.outcomes();
-    let task = tokio::spawn(controller.run(leading.clone(), shutdown.clone()));
+    let timings = LeaseTimings {
+        lease: Duration::from_secs(2),
+        renew: Duration::from_millis(1500),
+        retry: Duration::from_millis(200),
+    };
+    let elected = spawn_elected(client, identity, timings, provider.clone());
     let (leading_tx, _) = watch::channel(false);
     (
         Running {
             provider,
-            metrics,
+            metrics: elected.metrics,
             counter,
-            outcomes,
+            outcomes: elected.outcomes,
             leading: leading_tx,
-            shutdown,
-            task,
+            shutdown: elected.shutdown,
+            task: elected.task,
         },
-        elector,
+        elected.elector,
     )
 }
