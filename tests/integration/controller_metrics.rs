@@ -254,48 +254,13 @@ fn fixture(name: &str) -> String {
 #[cfg(feature = "aws")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_counts_aws_calls_per_operation() {
-    use kube_lb_mock_aws::MotoServer;
+    use crate::cloud_fixtures::{WEB_SERVICE_YAML, aws_env, aws_node_docs, moto};
 
-    let moto = MotoServer::start().await.unwrap_or_else(|e| {
-        panic!(
-            "this test needs moto's server (pip install 'moto[server]' into .venv, or point \
-             KUBE_LB_MOTO_SERVER at moto_server): {e}"
-        )
-    });
+    let moto = moto().await;
     let network = moto.cluster_network("kubernetes", 2).await.unwrap();
-    let mut docs: Vec<String> = network
-        .instances
-        .iter()
-        .enumerate()
-        .map(|(i, instance)| {
-            format!(
-                "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{i}}}\n\
-                 spec: {{providerID: 'aws:///us-east-1a/{instance}'}}\n\
-                 status:\n  conditions: [{{type: Ready, status: 'True'}}]\n  \
-                 addresses: [{{type: InternalIP, address: 10.0.1.{}}}]\n",
-                10 + i
-            )
-        })
-        .collect();
-    docs.push(
-        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
-         spec:\n  type: LoadBalancer\n  selector: {app: web}\n  \
-         ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]\n"
-            .to_string(),
-    );
-    let env: Vec<(String, String)> = [
-        ("AWS_ENDPOINT_URL", moto.endpoint().as_str()),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("AWS_SESSION_TOKEN", "testing"),
-        ("AWS_EC2_METADATA_DISABLED", "true"),
-        ("AWS_CONFIG_FILE", "/dev/null"),
-        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let mut docs = aws_node_docs(&network.instances);
+    docs.push(WEB_SERVICE_YAML.to_string());
+    let env = aws_env(&moto.endpoint());
     let calls = reconcile_and_scrape("aws", &docs.join("---\n"), None, &env).await;
     assert_counted(
         "aws",
@@ -318,27 +283,11 @@ async fn binary_counts_aws_calls_per_operation() {
 #[cfg(feature = "gcp")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_counts_gcp_calls_per_operation() {
-    use kube_lb_mock_gce::MockGce;
+    use crate::cloud_fixtures::{gce, write_gce_conf};
 
-    let gce = MockGce::builder()
-        .instance("us-central1-a", "gke-c1-node-1", &["gke-c1-node"])
-        .instance("us-central1-b", "gke-c1-node-2", &["gke-c1-node"])
-        .start()
-        .await
-        .unwrap();
+    let gce = gce().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("gce.conf");
-    std::fs::write(
-        &config,
-        format!(
-            "[global]\nproject-id = {}\nlocal-zone = us-central1-a\nmultizone = true\n\
-             network-name = default\nsubnetwork-name = default\nnode-tags = gke-c1-node\n\
-             token-url = nil\napi-endpoint = {}/compute/v1/\n",
-            gce.project(),
-            gce.url()
-        ),
-    )
-    .unwrap();
+    let config = write_gce_conf(dir.path(), gce.project(), gce.url());
     let calls = reconcile_and_scrape("gcp", &fixture("gcp.yaml"), Some(&config), &[]).await;
     assert_counted(
         "gcp",
@@ -354,39 +303,11 @@ async fn binary_counts_gcp_calls_per_operation() {
 #[cfg(feature = "azure")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_counts_azure_calls_per_operation() {
-    use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
+    use crate::cloud_fixtures::{arm, write_azure_json};
 
-    let arm = MockArm::builder()
-        .subnet(
-            "cluster-rg",
-            "cluster-vnet",
-            "10.224.0.0/12",
-            "nodes",
-            "10.224.0.0/16",
-        )
-        .security_group("cluster-rg", "cluster-nsg")
-        .start()
-        .await
-        .unwrap();
+    let arm = arm().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("azure.json");
-    let json = serde_json::json!({
-        "cloud": "AzurePublicCloud",
-        "tenantId": TENANT,
-        "subscriptionId": SUBSCRIPTION,
-        "aadClientId": CLIENT_ID,
-        "aadClientSecret": CLIENT_SECRET,
-        "resourceGroup": "cluster-rg",
-        "location": LOCATION,
-        "vnetName": "cluster-vnet",
-        "subnetName": "nodes",
-        "securityGroupName": "cluster-nsg",
-        "loadBalancerSku": "standard",
-        "vmType": "vmss",
-        "resourceManagerEndpoint": arm.url(),
-        "activeDirectoryEndpoint": arm.url(),
-    });
-    std::fs::write(&config, serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+    let config = write_azure_json(dir.path(), &arm.url(), &arm.url());
     let calls = reconcile_and_scrape("azure", &fixture("azure.yaml"), Some(&config), &[]).await;
     assert_counted(
         "azure",

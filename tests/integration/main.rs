@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test set-up: a failed unwrap is a failed test
 
+mod cloud_fixtures;
 mod controller_support;
 
 mod chaos;

@@ -123,28 +123,11 @@ mod gcp {
     ];
 
     async fn mock() -> MockGce {
-        MockGce::builder()
-            .instance("us-central1-a", "gke-c1-node-1", &["gke-c1-node"])
-            .instance("us-central1-b", "gke-c1-node-2", &["gke-c1-node"])
-            .start()
-            .await
-            .unwrap()
+        crate::cloud_fixtures::gce().await
     }
 
     fn gce_conf(dir: &Path, gce: &MockGce) -> PathBuf {
-        let path = dir.join("gce.conf");
-        std::fs::write(
-            &path,
-            format!(
-                "[global]\nproject-id = {}\nlocal-zone = us-central1-a\nmultizone = true\n\
-                 network-name = default\nsubnetwork-name = default\nnode-tags = gke-c1-node\n\
-                 token-url = nil\napi-endpoint = {}/compute/v1/\n",
-                gce.project(),
-                gce.url()
-            ),
-        )
-        .unwrap();
-        path
+        crate::cloud_fixtures::write_gce_conf(dir, gce.project(), gce.url())
     }
 
     fn owned(gce: &MockGce) -> Vec<String> {
@@ -204,44 +187,14 @@ mod gcp {
 #[cfg(feature = "azure")]
 mod azure {
     use super::*;
-    use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
-    use serde_json::json;
+    use kube_lb_mock_azure::MockArm;
 
     async fn mock() -> MockArm {
-        MockArm::builder()
-            .subnet(
-                "cluster-rg",
-                "cluster-vnet",
-                "10.224.0.0/12",
-                "nodes",
-                "10.224.0.0/16",
-            )
-            .security_group("cluster-rg", "cluster-nsg")
-            .start()
-            .await
-            .unwrap()
+        crate::cloud_fixtures::arm().await
     }
 
     fn azure_json(dir: &Path, arm: &MockArm) -> PathBuf {
-        let path = dir.join("azure.json");
-        let config = json!({
-            "cloud": "AzurePublicCloud",
-            "tenantId": TENANT,
-            "subscriptionId": SUBSCRIPTION,
-            "aadClientId": CLIENT_ID,
-            "aadClientSecret": CLIENT_SECRET,
-            "resourceGroup": "cluster-rg",
-            "location": LOCATION,
-            "vnetName": "cluster-vnet",
-            "subnetName": "nodes",
-            "securityGroupName": "cluster-nsg",
-            "loadBalancerSku": "standard",
-            "vmType": "vmss",
-            "resourceManagerEndpoint": arm.url(),
-            "activeDirectoryEndpoint": arm.url(),
-        });
-        std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
-        path
+        crate::cloud_fixtures::write_azure_json(dir, &arm.url(), &arm.url())
     }
 
     fn mutations_since(arm: &MockArm, mark: usize) -> Vec<String> {
@@ -305,52 +258,16 @@ mod aws {
     use super::*;
     use kube_lb_mock_aws::{MotoServer, xml_values};
 
-    async fn moto() -> MotoServer {
-        MotoServer::start().await.unwrap_or_else(|e| {
-            panic!(
-                "the AWS reconcile test needs moto's server (pip install 'moto[server]' into \
-                 .venv, or point KUBE_LB_MOTO_SERVER at moto_server): {e}"
-            )
-        })
-    }
+    use crate::cloud_fixtures::{WEB_SERVICE_YAML, aws_env, aws_node_docs, moto};
 
     fn env(moto: &MotoServer) -> Vec<(String, String)> {
-        [
-            ("AWS_ENDPOINT_URL", moto.endpoint().as_str()),
-            ("AWS_REGION", "us-east-1"),
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_SESSION_TOKEN", "testing"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-            ("AWS_CONFIG_FILE", "/dev/null"),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+        aws_env(&moto.endpoint())
     }
 
     /// Nodes carrying the moto instances' provider IDs, plus the `web` Service.
     fn manifest(dir: &Path, instances: &[String]) -> PathBuf {
-        let mut docs: Vec<String> = instances
-            .iter()
-            .enumerate()
-            .map(|(i, instance)| {
-                format!(
-                    "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{i}}}\n\
-                     spec: {{providerID: 'aws:///us-east-1a/{instance}'}}\n\
-                     status:\n  conditions: [{{type: Ready, status: 'True'}}]\n  \
-                     addresses: [{{type: InternalIP, address: 10.0.1.{}}}]\n",
-                    10 + i
-                )
-            })
-            .collect();
-        docs.push(
-            "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
-             spec:\n  type: LoadBalancer\n  selector: {app: web}\n  \
-             ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]\n"
-                .to_string(),
-        );
+        let mut docs = aws_node_docs(instances);
+        docs.push(WEB_SERVICE_YAML.to_string());
         let path = dir.join("cluster.yaml");
         std::fs::write(&path, docs.join("---\n")).unwrap();
         path

@@ -90,9 +90,7 @@ mod aws {
     impl Aws {
         /// Starts moto and lays out the cluster's VPC for cluster `chaos`.
         pub async fn start() -> Self {
-            let moto = MotoServer::start().await.unwrap_or_else(|e| {
-                panic!("the AWS chaos test needs moto's server (bash scripts/setup-venv.sh): {e}")
-            });
+            let moto = crate::cloud_fixtures::moto().await;
             let network = moto.cluster_network("chaos", 2).await.unwrap();
             Self { moto, network }
         }
@@ -135,19 +133,7 @@ mod aws {
             let endpoint = proxy
                 .map(FaultProxy::url)
                 .unwrap_or_else(|| self.moto.endpoint());
-            let env = [
-                ("AWS_ENDPOINT_URL", endpoint.as_str()),
-                ("AWS_REGION", "us-east-1"),
-                ("AWS_ACCESS_KEY_ID", "testing"),
-                ("AWS_SECRET_ACCESS_KEY", "testing"),
-                ("AWS_SESSION_TOKEN", "testing"),
-                ("AWS_EC2_METADATA_DISABLED", "true"),
-                ("AWS_CONFIG_FILE", "/dev/null"),
-                ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+            let env = crate::cloud_fixtures::aws_env(&endpoint);
             (Vec::new(), env)
         }
         fn upstream(&self) -> Option<(String, Dialect)> {
@@ -255,12 +241,7 @@ mod gcp {
     impl Gcp {
         /// Starts the mock.
         pub async fn start() -> Self {
-            let mock = MockGce::builder()
-                .instance("us-central1-a", "gke-c1-node-1", &["gke-c1-node"])
-                .instance("us-central1-b", "gke-c1-node-2", &["gke-c1-node"])
-                .start()
-                .await
-                .unwrap();
+            let mock = crate::cloud_fixtures::gce().await;
             Self { mock }
         }
     }
@@ -278,17 +259,7 @@ mod gcp {
             let endpoint = proxy
                 .map(FaultProxy::url)
                 .unwrap_or_else(|| self.mock.url().to_string());
-            let path = dir.join("gce.conf");
-            std::fs::write(
-                &path,
-                format!(
-                    "[global]\nproject-id = {}\nlocal-zone = us-central1-a\nmultizone = true\n\
-                     network-name = default\nsubnetwork-name = default\nnode-tags = gke-c1-node\n\
-                     token-url = nil\napi-endpoint = {endpoint}/compute/v1/\n",
-                    self.mock.project(),
-                ),
-            )
-            .unwrap();
+            let path = crate::cloud_fixtures::write_gce_conf(dir, self.mock.project(), &endpoint);
             (
                 vec!["--cloud-config".into(), path.display().to_string()],
                 Vec::new(),
@@ -343,7 +314,7 @@ pub use azure::Azure;
 #[cfg(feature = "azure")]
 mod azure {
     use super::*;
-    use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
+    use kube_lb_mock_azure::{MockArm, SUBSCRIPTION};
 
     /// Azure: the ARM mock with the cluster's VNet, subnet and NSG.
     pub struct Azure {
@@ -353,18 +324,7 @@ mod azure {
     impl Azure {
         /// Starts the mock.
         pub async fn start() -> Self {
-            let arm = MockArm::builder()
-                .subnet(
-                    "cluster-rg",
-                    "cluster-vnet",
-                    "10.224.0.0/12",
-                    "nodes",
-                    "10.224.0.0/16",
-                )
-                .security_group("cluster-rg", "cluster-nsg")
-                .start()
-                .await
-                .unwrap();
+            let arm = crate::cloud_fixtures::arm().await;
             Self { arm }
         }
     }
@@ -380,24 +340,7 @@ mod azure {
             proxy: Option<&FaultProxy>,
         ) -> (Vec<String>, Vec<(String, String)>) {
             let endpoint = proxy.map(FaultProxy::url).unwrap_or_else(|| self.arm.url());
-            let path = dir.join("azure.json");
-            let config = json!({
-                "cloud": "AzurePublicCloud",
-                "tenantId": TENANT,
-                "subscriptionId": SUBSCRIPTION,
-                "aadClientId": CLIENT_ID,
-                "aadClientSecret": CLIENT_SECRET,
-                "resourceGroup": "cluster-rg",
-                "location": LOCATION,
-                "vnetName": "cluster-vnet",
-                "subnetName": "nodes",
-                "securityGroupName": "cluster-nsg",
-                "loadBalancerSku": "standard",
-                "vmType": "vmss",
-                "resourceManagerEndpoint": endpoint,
-                "activeDirectoryEndpoint": self.arm.url(),
-            });
-            std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+            let path = crate::cloud_fixtures::write_azure_json(dir, &endpoint, &self.arm.url());
             (
                 vec!["--cloud-config".into(), path.display().to_string()],
                 Vec::new(),

@@ -391,7 +391,7 @@ async fn warnings_of(client: &Client, name: &str) -> Vec<String> {
 }
 
 /// Why `name` has not converged, or `None` when it has.
-async fn unconverged(
+fn unconverged(
     cloud: &dyn ChaosCloud,
     inventory: &Inventory,
     name: &str,
@@ -574,7 +574,7 @@ pub async fn run(cloud: &dyn ChaosCloud, config: ChaosConfig) -> Report {
         check_invariants(&inventory, &known_uids, &gone, &mut report);
         let mut problems = Vec::new();
         for (name, o) in &observed {
-            if let Some(problem) = unconverged(cloud, &inventory, name, o).await {
+            if let Some(problem) = unconverged(cloud, &inventory, name, o) {
                 problems.push(problem);
             }
         }
