@@ -5,8 +5,8 @@
 //! [`crate::clients`]) so that each attempt that reaches AWS is limited and counted exactly once.
 //!
 //! Call sites keep [`AwsError`] (they match on AWS codes such as `LoadBalancerNotFound`); the
-//! in-place retry decision ([`is_transient`]) goes through the one mapping in [`crate::error`],
-//! so the same table decides what the controller does and what is retried here.
+//! in-place retry decision ([`is_transient`]) reads the same code table in [`crate::error`] that
+//! decides what the controller does.
 
 use std::fmt;
 use std::future::Future;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use kube_lb_provider_core::{CallCounter, CallKind, CloudApi, ProviderError};
+use kube_lb_provider_core::{CallCounter, CallKind, CloudApi};
 pub use kube_lb_provider_core::{RateLimit, RateLimits, RetryPolicy};
 
 use crate::error::AwsError;
@@ -492,40 +492,16 @@ pub fn default_rate_limits() -> RateLimits {
         })
 }
 
-/// Whether the in-place retry should repeat `error`: only when both `crate::error` calls it a
-/// throttling, server or transport failure ([`AwsError::is_transient`], the same request is
-/// likely to succeed in a moment) and the provider-wide mapping (`From<AwsError> for
-/// ProviderError`) calls it [transient](ProviderError::is_transient). The mapping also files
-/// conflicts and vanished resources (`DependencyViolation`, `LoadBalancerNotFound`) under
-/// `Retryable` so that the *controller* retries them on its next pass; repeating those in
-/// place would not help (a dependency is not torn down in 200 ms) and would turn every
-/// "describe → not found" answer, which call sites expect, into `max_attempts` calls.
-///
-/// The mapping consumes its input and the caller still needs the original, so it is given a
-/// copy carrying the same code, message and status (all the mapping reads).
+/// Whether the in-place retry should repeat `error`: a throttling, server or transport failure
+/// ([`AwsError::is_transient`]; the same request is likely to succeed in a moment). Every such
+/// error maps to a transient `ProviderError` too (the table test
+/// below asserts it), so this is the shared call path's one rule read without consuming the
+/// error. Conflicts and vanished resources (`DependencyViolation`, `LoadBalancerNotFound`) are
+/// left to the controller's next pass: repeating them in place would not help (a dependency is
+/// not torn down in 200 ms) and would turn every "describe → not found" answer, which call
+/// sites expect, into `max_attempts` calls.
 pub fn is_transient(error: &AwsError) -> bool {
-    let AwsError::Api {
-        operation,
-        code,
-        message,
-        status,
-        ..
-    } = error
-    else {
-        // Only `Api` errors come out of an SDK call.
-        return false;
-    };
-    if !error.is_transient() {
-        return false;
-    }
-    let copy = AwsError::Api {
-        operation,
-        code: code.clone(),
-        message: message.clone(),
-        status: *status,
-        source: message.clone().into(),
-    };
-    ProviderError::from(copy).is_transient()
+    error.is_transient()
 }
 
 /// The AWS side of the shared call path: maps an [`Op`] to its rate-limit family, counter
@@ -590,6 +566,7 @@ impl Calls {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube_lb_provider_core::ProviderError;
     use std::collections::BTreeSet;
 
     #[test]
