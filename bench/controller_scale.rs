@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams};
-use kube_lb_mock_apiserver::ApiServer;
+use kube_lb_apiserver::ApiServer;
 use serde_json::json;
 
 fn env_or(name: &str, default: usize) -> usize {

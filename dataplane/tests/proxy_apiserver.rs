@@ -11,12 +11,12 @@ use std::time::Duration;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
+use kube_lb_apiserver::ApiServer;
 use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
 use kube_lb_dataplane::model::IndexConfig;
 use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
 use kube_lb_dataplane::testing::{node, service, slice};
 use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
-use kube_lb_mock_apiserver::ApiServer;
 use support::{Lab, Outcome, eventually, names, node_ip};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

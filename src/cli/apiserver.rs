@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use ipnet::IpNet;
-use kube_lb_mock_apiserver::ApiServer;
+use kube_lb_apiserver::ApiServer;
 
 use crate::manifests;
 

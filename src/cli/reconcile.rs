@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube_lb_mock_apiserver::ApiServer;
+use kube_lb_apiserver::ApiServer;
 use kube_lb_provider_core::CallCounter;
 use serde::Serialize;
 use serde_json::Value;
@@ -365,7 +365,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// validation) come back as `Error` rows naming the object and the field; only a file that is
 /// not YAML/JSON at all fails the run.
 fn load_manifest(
-    server: &kube_lb_mock_apiserver::RunningApiServer,
+    server: &kube_lb_apiserver::RunningApiServer,
     manifest: &manifests::Manifest,
 ) -> anyhow::Result<Vec<Row>> {
     let source = manifest.source.display().to_string();

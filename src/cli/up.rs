@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use kube_lb_annotations::Cloud;
-use kube_lb_mock_apiserver::ApiServer;
+use kube_lb_apiserver::ApiServer;
 use kube_lb_provider_core::CallCounter;
 use kube_lb_provider_local::{DEFAULT_POOL, IpRange, LocalLoadBalancers};
 use tokio::sync::watch;
@@ -165,7 +165,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn apply_files(
-    server: &kube_lb_mock_apiserver::RunningApiServer,
+    server: &kube_lb_apiserver::RunningApiServer,
     files: &[String],
 ) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut applied = Vec::new();

@@ -29,7 +29,7 @@ use kube::{Client, ResourceExt};
 use kube_lb::controller::nodes::EXCLUDE_LABEL;
 use kube_lb::controller::{ControllerConfig, LoadBalancerController, NodeSync, Outcome};
 use kube_lb::metrics::Metrics;
-use kube_lb_mock_apiserver::{ApiServer, RunningApiServer};
+use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use kube_lb_provider_core::CallCounter;
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -19,7 +19,7 @@ use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube_lb_mock_apiserver::{ApiServer, RunningApiServer};
+use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use serde_json::json;
 
 /// One RBAC permission: (apiGroup, resource[/subresource], verb).

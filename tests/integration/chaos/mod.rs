@@ -33,7 +33,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kube_lb::controller::FINALIZER;
-use kube_lb_mock_apiserver::{ApiServer, RunningApiServer};
+use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use kube_lb_provider_core::naming::load_balancer_name;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

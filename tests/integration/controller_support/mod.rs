@@ -17,7 +17,7 @@ use kube::{Client, ResourceExt};
 use kube_lb::controller::{ControllerConfig, FINALIZER, LoadBalancerController, Outcomes};
 use kube_lb::metrics::Metrics;
 use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
-use kube_lb_mock_apiserver::{ApiServer, RunningApiServer};
+use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use kube_lb_provider_core::{
     BackendNode, CallCounter, LoadBalancerProvider, LoadBalancerStatus, ProviderError,
 };

@@ -1,6 +1,6 @@
 //! Throughput and latency of the in-memory API server over loopback HTTP.
 //!
-//! Run: `cargo bench -p kube-lb-mock-apiserver --bench apiserver`
+//! Run: `cargo bench -p kube-lb-apiserver --bench apiserver`
 //! (`KUBE_LB_BENCH_SERVICES` changes the number of Services, default 10000.)
 //!
 //! Measures: creating N Services over HTTP (64 in flight), listing all N (raw bytes and decoded
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use kube_lb_mock_apiserver::ApiServer;
+use kube_lb_apiserver::ApiServer;
 use serde_json::json;
 
 fn service(i: usize) -> Service {

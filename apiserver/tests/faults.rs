@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::lb_service;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube_lb_mock_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
+use kube_lb_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
 use serde_json::json;
 
 fn code(err: kube::Error) -> u16 {

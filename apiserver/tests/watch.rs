@@ -19,7 +19,7 @@ use kube::api::{
 };
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube_lb_mock_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
+use kube_lb_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
 use serde_json::json;
 
 const CEILING: Duration = Duration::from_secs(20);

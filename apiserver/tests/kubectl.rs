@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use kube_lb_mock_apiserver::ApiServer;
+use kube_lb_apiserver::ApiServer;
 use serde_json::Value;
 
 const KUBECTL: &str = "/usr/bin/kubectl";

@@ -25,12 +25,12 @@
 //!   storage), so the mirror has its own resourceVersion.
 //! - Only the resources listed above; no CRDs.
 //!
-//! Benchmark: `cargo bench -p kube-lb-mock-apiserver --bench apiserver` (lists of 10,000
+//! Benchmark: `cargo bench -p kube-lb-apiserver --bench apiserver` (lists of 10,000
 //! Services and watch latency over loopback).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use kube_lb_mock_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
+//! use kube_lb_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
 //!
 //! let server = ApiServer::builder()
 //!     .history(100)                                  // small history: forces relists

@@ -11,7 +11,7 @@ use common::lb_service;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
-use kube_lb_mock_apiserver::ApiServer;
+use kube_lb_apiserver::ApiServer;
 
 const CREATES: usize = 200;
 

@@ -30,8 +30,8 @@ const DEFAULT_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "
 /// Configures and starts an [`ApiServer`].
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), kube_lb_mock_apiserver::Error> {
-/// use kube_lb_mock_apiserver::ApiServer;
+/// # async fn demo() -> Result<(), kube_lb_apiserver::Error> {
+/// use kube_lb_apiserver::ApiServer;
 /// let server = ApiServer::builder().history(50).start().await?;
 /// println!("{}", server.url());
 /// # Ok(()) }

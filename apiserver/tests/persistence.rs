@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{eventually, lb_service};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
-use kube_lb_mock_apiserver::ApiServer;
+use kube_lb_apiserver::ApiServer;
 
 #[tokio::test]
 async fn state_file_follows_changes_without_a_clean_shutdown() {
