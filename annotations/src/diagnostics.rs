@@ -225,6 +225,24 @@ pub fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     ))
 }
 
+/// A detail as one line: control characters (a newline inside a user's value quoted into the
+/// text) are written as escapes, so one diagnostic is always one line of a log or an event.
+fn one_line(detail: String) -> String {
+    if !detail.chars().any(char::is_control) {
+        return detail;
+    }
+    detail
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// `9300` as `9,300`.
 pub(crate) fn group_thousands(n: usize) -> String {
     let digits = n.to_string();
@@ -295,7 +313,7 @@ impl Diagnostics {
             location,
             value: value.map(|v| truncate(v, MAX_VALUE_BYTES).into_owned()),
             kind,
-            detail: truncate(&detail.into(), MAX_DETAIL_BYTES).into_owned(),
+            detail: truncate(&one_line(detail.into()), MAX_DETAIL_BYTES).into_owned(),
         });
     }
 
@@ -315,7 +333,7 @@ impl Diagnostics {
         self.warnings.push(Warning {
             location,
             value: value.map(|v| truncate(v, MAX_VALUE_BYTES).into_owned()),
-            detail: truncate(&detail.into(), MAX_DETAIL_BYTES).into_owned(),
+            detail: truncate(&one_line(detail.into()), MAX_DETAIL_BYTES).into_owned(),
         });
     }
 
@@ -389,6 +407,22 @@ mod tests {
         for (text, max, want) in cases {
             assert_eq!(truncate(text, *max), *want, "{text:?} at {max}");
         }
+    }
+
+    #[test]
+    fn details_are_one_line() {
+        let mut diag = Diagnostics::default();
+        diag.error(
+            Location::annotation("k"),
+            Some("a\nb"),
+            ErrorKind::Invalid,
+            "a\nb: value \"\" is bad\r",
+        );
+        diag.warn(Location::annotation("k"), None, "tab\there");
+        let (errors, warnings) = diag.finish();
+        assert_eq!(errors[0].detail, "a\\nb: value \"\" is bad\\r");
+        assert_eq!(warnings[0].detail, "tab\\there");
+        assert!(!errors[0].to_string().contains('\n'));
     }
 
     #[test]

@@ -1187,7 +1187,7 @@ fn parse_target_group_attributes(
                     Location::annotation(key::TARGET_GROUP_ATTRIBUTES),
                     Some(&raw),
                     ErrorKind::Invalid,
-                    format!("{k}: value {v:?} must be exactly \"true\" or \"false\""),
+                    format!("{k:?}: value {v:?} must be exactly \"true\" or \"false\""),
                 );
                 None
             }
