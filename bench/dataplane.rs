@@ -341,6 +341,7 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
             Commands {
                 nft: vec!["nft".into()],
                 conntrack: None,
+                sysctl: Vec::new(),
             },
         );
         let started = Instant::now();
@@ -545,20 +546,23 @@ async fn one_request(stream: &mut BufReader<TcpStream>) -> std::io::Result<()> {
 }
 
 /// Requests/s with `concurrency` loops for `duration`; `reconnect` opens a connection per request.
+/// Also returns every completed request's latency in µs (connect included when `reconnect`).
 async fn request_rate(
     target: SocketAddr,
     concurrency: usize,
     duration: Duration,
     reconnect: bool,
-) -> f64 {
+) -> (f64, Vec<u32>) {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
         let (done, stop) = (done.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
             let mut connection: Option<BufReader<TcpStream>> = None;
             while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
                 if connection.is_none() || reconnect {
                     let Ok(stream) = TcpStream::connect(target).await else {
                         continue;
@@ -569,19 +573,28 @@ async fn request_rate(
                 if let Some(stream) = connection.as_mut() {
                     if one_request(stream).await.is_ok() {
                         done.fetch_add(1, Ordering::Relaxed);
+                        let micros = started.elapsed().as_micros();
+                        latencies.push(u32::try_from(micros).unwrap_or(u32::MAX));
                     } else {
                         connection = None;
                     }
                 }
             }
+            latencies
         }));
     }
     tokio::time::sleep(duration).await;
     stop.store(true, Ordering::Relaxed);
+    let mut latencies = Vec::new();
     for task in tasks {
-        let _ = task.await;
+        if let Ok(mut task_latencies) = task.await {
+            latencies.append(&mut task_latencies);
+        }
     }
-    done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
+    (
+        done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64(),
+        latencies,
+    )
 }
 
 /// MB/s pulling `bytes` over `streams` connections.
@@ -675,19 +688,32 @@ impl Cpu {
 }
 
 /// What one target accumulated over the slices of one figure.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Totals {
     /// Requests completed, or bytes received for throughput.
     work: f64,
     seconds: f64,
     cpu_ns: u64,
+    /// Request latencies in µs (request figures only).
+    latencies: Vec<u32>,
 }
 
 impl Totals {
-    fn add(&mut self, work: f64, seconds: f64, cpu_ns: u64) {
+    fn add(&mut self, work: f64, seconds: f64, cpu_ns: u64, latencies: Vec<u32>) {
         self.work += work;
         self.seconds += seconds;
         self.cpu_ns += cpu_ns;
+        self.latencies.extend(latencies);
+    }
+
+    /// The `q` quantile of the request latencies, µs.
+    fn latency(&mut self, q: f64) -> u32 {
+        self.latencies.sort_unstable();
+        let index = (self.latencies.len() as f64 * q) as usize;
+        self.latencies
+            .get(index.min(self.latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
     }
 
     fn rate(&self) -> f64 {
@@ -711,31 +737,33 @@ enum Figure {
     Throughput,
 }
 
-/// One measurement slice of `figure` against `target`: (work done, seconds, proxy CPU ns).
+/// One measurement slice of `figure` against `target`: (work done, seconds, proxy CPU ns,
+/// request latencies in µs).
 async fn slice_of(
     figure: Figure,
     target: SocketAddr,
     cpu: Cpu,
     slice: Duration,
-) -> (f64, f64, u64) {
+) -> (f64, f64, u64, Vec<u32>) {
     let before = cpu.now();
     let started = Instant::now();
-    let work = match figure {
+    let (work, latencies) = match figure {
         Figure::NewConnection | Figure::KeepAlive => {
-            request_rate(target, CLIENTS, slice, figure == Figure::NewConnection).await
-                * slice.as_secs_f64()
+            let (rate, latencies) =
+                request_rate(target, CLIENTS, slice, figure == Figure::NewConnection).await;
+            (rate * slice.as_secs_f64(), latencies)
         }
         Figure::Throughput => {
             let bytes = 128 << 20;
             throughput(target, 1, bytes).await;
-            bytes as f64 / 1e6
+            (bytes as f64 / 1e6, Vec::new())
         }
     };
     let seconds = match figure {
         Figure::Throughput => started.elapsed().as_secs_f64(),
         _ => slice.as_secs_f64(),
     };
-    (work, seconds, cpu.now() - before)
+    (work, seconds, cpu.now() - before, latencies)
 }
 
 /// Concurrent request loops of the load generator.
@@ -876,7 +904,7 @@ fn userspace_benchmarks(quick: bool) {
         load_average()
     );
     let figures = [Figure::NewConnection, Figure::KeepAlive, Figure::Throughput];
-    let mut totals = [[Totals::default(); 3]; 3];
+    let mut totals: [[Totals; 3]; 3] = Default::default();
     // Per-slice userspace/haproxy ratios.
     let mut spreads: [Vec<f64>; 3] = Default::default();
     for (f, figure) in figures.into_iter().enumerate() {
@@ -895,33 +923,34 @@ fn userspace_benchmarks(quick: bool) {
             let mut this = [0.0; 3];
             for index in order {
                 let (_, addr, cpu) = targets[index];
-                let (work, seconds, cpu_ns) =
+                let (work, seconds, cpu_ns, latencies) =
                     client_runtime.block_on(slice_of(figure, addr, cpu, slice));
-                totals[f][index].add(work, seconds, cpu_ns);
+                totals[f][index].add(work, seconds, cpu_ns, latencies);
                 this[index] = work / seconds;
             }
             spreads[f].push(this[1] / this[2]);
         }
     }
     println!(
-        "\n{:>18} | {:>16} {:>17} {:>15} | {:>22}",
+        "\n{:>18} | {:>16} {:>17} {:>15} | {:>28}",
         "target",
         "req/s (new conn)",
         "req/s (keepalive)",
         "MB/s (1 stream)",
-        "proxy CPU µs/req n / k"
+        "proxy CPU µs/req n / k / µs/MB"
     );
     for (index, (name, _, cpu)) in targets.iter().enumerate() {
         let cpu_text = match cpu {
             Cpu::None => String::new(),
             Cpu::Threads(..) => format!(
-                "{:.1} / {:.1}",
+                "{:.1} / {:.1} / {:.0}",
                 totals[0][index].cpu_per(),
-                totals[1][index].cpu_per()
+                totals[1][index].cpu_per(),
+                totals[2][index].cpu_per()
             ),
         };
         println!(
-            "{name:>18} | {:>16.0} {:>17.0} {:>15.0} | {cpu_text:>22}",
+            "{name:>18} | {:>16.0} {:>17.0} {:>15.0} | {cpu_text:>28}",
             totals[0][index].rate(),
             totals[1][index].rate(),
             totals[2][index].rate()
@@ -937,13 +966,14 @@ fn userspace_benchmarks(quick: bool) {
             String::new()
         } else {
             format!(
-                "{:.2}x / {:.2}x",
+                "{:.2}x / {:.2}x / {:.2}x",
                 totals[0][of].cpu_per() / totals[0][to].cpu_per(),
-                totals[1][of].cpu_per() / totals[1][to].cpu_per()
+                totals[1][of].cpu_per() / totals[1][to].cpu_per(),
+                totals[2][of].cpu_per() / totals[2][to].cpu_per()
             )
         };
         println!(
-            "{name:>18} | {:>15.2}x {:>16.2}x {:>14.2}x | {cpu:>22}",
+            "{name:>18} | {:>15.2}x {:>16.2}x {:>14.2}x | {cpu:>28}",
             ratio(0, of, to),
             ratio(1, of, to),
             ratio(2, of, to),
@@ -971,6 +1001,24 @@ fn userspace_benchmarks(quick: bool) {
         range(&spreads[2]),
         load_average()
     );
+    println!(
+        "\n{:>18} | {:>22} {:>22}",
+        "request latency µs", "p50 / p99 (new conn)", "p50 / p99 (keepalive)"
+    );
+    for (index, (name, _, _)) in targets.iter().enumerate() {
+        let [new_connection, keep_alive, _] = &mut totals;
+        let new_connection = &mut new_connection[index];
+        let keep_alive = &mut keep_alive[index];
+        println!(
+            "{name:>18} | {:>22} {:>22}",
+            format!(
+                "{} / {}",
+                new_connection.latency(0.5),
+                new_connection.latency(0.99)
+            ),
+            format!("{} / {}", keep_alive.latency(0.5), keep_alive.latency(0.99)),
+        );
+    }
     let _ = haproxy.kill();
     let _ = haproxy.wait();
     let _ = std::fs::remove_file(config_path);

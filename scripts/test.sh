@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup-venv.sh
+bash scripts/setup-tools.sh
 export KUBE_LB_MOTO_SERVER="${KUBE_LB_MOTO_SERVER:-$PWD/.venv/bin/moto_server}"
 
 echo "== deploy/ manifests"

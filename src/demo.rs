@@ -1,5 +1,9 @@
 //! `kube-lb up --demo`: three small echo backends on loopback and example Services and
 //! EndpointSlices pointing at them, so a newcomer can watch an address appear and `curl` it.
+//!
+//! `up` runs no endpoints controller (there are no Pods to select), so the EndpointSlices are
+//! written by hand: [`ENDPOINT_SLICE_TEMPLATE`] is the one the demo applies and prints, as the
+//! example to copy for one's own Services.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
@@ -106,9 +110,47 @@ pub fn node() -> Value {
     })
 }
 
+/// The hand-written EndpointSlice of a demo Service, as `up --demo` prints it: `${SERVICE}` and
+/// `${PORT}` are replaced with the Service's name and the backends' port. The addresses are
+/// [`BACKEND_IPS`] and the node is [`NODE_NAME`] (a test keeps them in step).
+pub const ENDPOINT_SLICE_TEMPLATE: &str = r#"apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: ${SERVICE}-demo
+  namespace: demo
+  labels:
+    # Ties the slice to its Service; nothing else does.
+    kubernetes.io/service-name: ${SERVICE}
+addressType: IPv4
+ports:
+  # Name and protocol match the Service port; the port is where the backends listen.
+  - name: http
+    port: ${PORT}
+    protocol: TCP
+endpoints:
+  # Only ready endpoints receive traffic.
+  - addresses: ["127.0.0.11"]
+    conditions: {ready: true}
+    nodeName: kube-lb-local
+  - addresses: ["127.0.0.12"]
+    conditions: {ready: true}
+    nodeName: kube-lb-local
+  - addresses: ["127.0.0.13"]
+    conditions: {ready: true}
+    nodeName: kube-lb-local
+"#;
+
+/// [`ENDPOINT_SLICE_TEMPLATE`] filled in for `service` with backends on `backend_port`.
+pub fn endpoint_slice_yaml(service: &str, backend_port: u16) -> String {
+    ENDPOINT_SLICE_TEMPLATE
+        .replace("${SERVICE}", service)
+        .replace("${PORT}", &backend_port.to_string())
+}
+
 /// Example Services and their EndpointSlices: `demo/echo` on port 8080 with an address from
-/// the pool, and `demo/echo-pinned` asking for a fixed `loadBalancerIP`.
-pub fn objects(backend_port: u16, pinned_ip: IpAddr) -> Vec<Value> {
+/// the pool, and `demo/echo-pinned` asking for a fixed `loadBalancerIP`. The slices are
+/// [`endpoint_slice_yaml`], parsed.
+pub fn objects(backend_port: u16, pinned_ip: IpAddr) -> Result<Vec<Value>, serde_yaml_ng::Error> {
     let mut out =
         vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo"}})];
     for (name, port, ip) in [("echo", 8080, None), ("echo-pinned", 9090, Some(pinned_ip))] {
@@ -126,24 +168,12 @@ pub fn objects(backend_port: u16, pinned_ip: IpAddr) -> Vec<Value> {
             "metadata": {"name": name, "namespace": "demo"},
             "spec": spec
         }));
-        out.push(json!({
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": format!("{name}-demo"),
-                "namespace": "demo",
-                "labels": {"kubernetes.io/service-name": name}
-            },
-            "addressType": "IPv4",
-            "ports": [{"name": "http", "port": backend_port, "protocol": "TCP"}],
-            "endpoints": BACKEND_IPS.iter().map(|ip| json!({
-                "addresses": [ip.to_string()],
-                "conditions": {"ready": true},
-                "nodeName": NODE_NAME
-            })).collect::<Vec<_>>()
-        }));
+        out.push(serde_yaml_ng::from_str(&endpoint_slice_yaml(
+            name,
+            backend_port,
+        ))?);
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -173,7 +203,7 @@ mod tests {
 
     #[test]
     fn objects_pin_the_second_service() {
-        let objs = objects(18080, "127.240.0.100".parse().unwrap());
+        let objs = objects(18080, "127.240.0.100".parse().unwrap()).unwrap();
         let pinned = objs
             .iter()
             .find(|o| o["metadata"]["name"] == "echo-pinned")
@@ -181,5 +211,52 @@ mod tests {
         assert_eq!(pinned["spec"]["loadBalancerIP"], "127.240.0.100");
         let slices = objs.iter().filter(|o| o["kind"] == "EndpointSlice").count();
         assert_eq!(slices, 2);
+    }
+
+    #[test]
+    fn the_hand_written_slice_points_at_the_backends() {
+        let objs = objects(18123, "127.240.0.100".parse().unwrap()).unwrap();
+        for service in ["echo", "echo-pinned"] {
+            let slice = objs
+                .iter()
+                .find(|o| {
+                    o["kind"] == "EndpointSlice"
+                        && o["metadata"]["name"] == format!("{service}-demo")
+                })
+                .unwrap();
+            // What the dataplane reads from it, as typed Kubernetes objects.
+            let typed: k8s_openapi::api::discovery::v1::EndpointSlice =
+                serde_json::from_value(slice.clone()).unwrap();
+            assert_eq!(
+                typed.metadata.labels.unwrap()["kubernetes.io/service-name"],
+                service
+            );
+            assert_eq!(typed.metadata.namespace.as_deref(), Some("demo"));
+            let ports = typed.ports.unwrap();
+            assert_eq!(ports.len(), 1);
+            assert_eq!(ports[0].port, Some(18123));
+            assert_eq!(ports[0].name.as_deref(), Some("http"));
+            let endpoints: Vec<(String, Option<bool>, Option<String>)> = typed
+                .endpoints
+                .into_iter()
+                .map(|e| {
+                    (
+                        e.addresses.join(","),
+                        e.conditions.and_then(|c| c.ready),
+                        e.node_name,
+                    )
+                })
+                .collect();
+            let want: Vec<(String, Option<bool>, Option<String>)> = BACKEND_IPS
+                .iter()
+                .map(|ip| (ip.to_string(), Some(true), Some(NODE_NAME.to_string())))
+                .collect();
+            assert_eq!(endpoints, want, "{service}");
+        }
+        let printed = endpoint_slice_yaml("echo", 18123);
+        assert!(
+            !printed.contains("${"),
+            "every placeholder is filled: {printed}"
+        );
     }
 }

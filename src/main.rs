@@ -30,17 +30,47 @@ enum Command {
     /// Parse Service manifests offline and print the typed load-balancer spec or every error.
     Lint(cli::lint::Args),
     /// Run everything on this machine: in-memory API server, controller with the `local`
-    /// provider, and the userspace dataplane.
+    /// provider, and the dataplane (nftables as root with `nft`, userspace otherwise).
+    #[cfg(feature = "apiserver")]
     Up(cli::up::Args),
     /// One shot: load manifests into an embedded API server, converge every LoadBalancer
     /// Service through a provider, print the result and exit 0 / 1 (user error) / 2.
+    #[cfg(feature = "apiserver")]
     Reconcile(cli::reconcile::Args),
     /// Run the in-memory Kubernetes API server alone.
+    #[cfg(feature = "apiserver")]
     Apiserver(cli::apiserver::Args),
+    // Without the embedded API server the names still parse, so a user of the slim build (the
+    // container image) learns why instead of reading "unrecognized subcommand".
+    #[cfg(not(feature = "apiserver"))]
+    #[command(hide = true)]
+    Up(WithoutApiserver),
+    #[cfg(not(feature = "apiserver"))]
+    #[command(hide = true)]
+    Reconcile(WithoutApiserver),
+    #[cfg(not(feature = "apiserver"))]
+    #[command(hide = true)]
+    Apiserver(WithoutApiserver),
     /// Run the Service load-balancer controller against a cluster.
     Controller(cli::controller::Args),
     /// Run the node dataplane (kube-proxy replacement).
     Proxy(cli::proxy::Args),
+}
+
+/// Any arguments of a subcommand this build lacks.
+#[cfg(not(feature = "apiserver"))]
+#[derive(Debug, clap::Args)]
+struct WithoutApiserver {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    _rest: Vec<String>,
+}
+
+#[cfg(not(feature = "apiserver"))]
+fn without_apiserver(name: &str) -> anyhow::Result<ExitCode> {
+    anyhow::bail!(
+        "`kube-lb {name}` needs the embedded API server, and this binary was built without the \
+         `apiserver` feature (as the container image is); use a default build"
+    )
 }
 
 fn main() -> ExitCode {
@@ -48,9 +78,18 @@ fn main() -> ExitCode {
     cli::init_logging(&cli.log, cli.log_format);
     let result = match cli.command {
         Command::Lint(args) => cli::lint::run(args),
+        #[cfg(feature = "apiserver")]
         Command::Up(args) => block_on(cli::up::run(args)),
+        #[cfg(feature = "apiserver")]
         Command::Reconcile(args) => block_on(cli::reconcile::run(args)),
+        #[cfg(feature = "apiserver")]
         Command::Apiserver(args) => block_on(cli::apiserver::run(args)),
+        #[cfg(not(feature = "apiserver"))]
+        Command::Up(_) => without_apiserver("up"),
+        #[cfg(not(feature = "apiserver"))]
+        Command::Reconcile(_) => without_apiserver("reconcile"),
+        #[cfg(not(feature = "apiserver"))]
+        Command::Apiserver(_) => without_apiserver("apiserver"),
         Command::Controller(args) => block_on(cli::controller::run(args)),
         Command::Proxy(args) => block_on(cli::proxy::run(args)),
     };

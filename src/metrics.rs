@@ -27,6 +27,12 @@ struct ErrorLabels {
     kind: &'static str,
 }
 
+/// Labels of `watch_decode_errors_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    resource: &'static str,
+}
+
 /// Labels of `cloud_calls_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -44,6 +50,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     cloud_calls: Family<CallLabels, Counter>,
     load_balancers: Gauge,
+    decode_errors: Family<ResourceLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -62,6 +69,7 @@ impl Metrics {
         let errors = Family::<ErrorLabels, Counter>::default();
         let cloud_calls = Family::<CallLabels, Counter>::default();
         let load_balancers = Gauge::default();
+        let decode_errors = Family::<ResourceLabels, Counter>::default();
         registry.register(
             "reconciles",
             "Service reconciles by result",
@@ -87,6 +95,11 @@ impl Metrics {
             "Load balancers with an address in their Service status",
             load_balancers.clone(),
         );
+        registry.register(
+            "watch_decode_errors",
+            "Watched objects skipped because they do not decode, by resource",
+            decode_errors.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -94,6 +107,7 @@ impl Metrics {
             errors,
             cloud_calls,
             load_balancers,
+            decode_errors,
         }
     }
 
@@ -130,6 +144,13 @@ impl Metrics {
                 class: class.as_str(),
                 kind,
             })
+            .inc();
+    }
+
+    /// Counts one watched object of `resource` skipped because it does not decode.
+    pub fn watch_decode_error(&self, resource: &'static str) {
+        self.decode_errors
+            .get_or_create(&ResourceLabels { resource })
             .inc();
     }
 

@@ -20,8 +20,11 @@
 //!   both ends, at most 63), which is what the API server checks for Service ports; the seeds
 //!   give the character rules without a length.
 //! - Seed 002 `topologyKeys` travels in the annotation [`keys::common::TOPOLOGY_KEYS`]
-//!   (comma-separated, same rules); [`lift_topology_keys`] moves the removed field of a raw
-//!   manifest into it.
+//!   (comma-separated, same rules): the one input every consumer reads. The field reaches it
+//!   at the edge where raw JSON is still seen — [`lift_topology_keys`] for manifest files, the
+//!   embedded API server's admission for API writes (it keeps the field, as the 1.17–1.21 API
+//!   stored it, and mirrors it) — and [`check_topology_keys`] is the one reading of it, used by
+//!   [`parse`] (lint, controller) and the node proxy.
 //! - Annotations of another cloud than the one parsed for produce one warning per cloud: they
 //!   have no effect, and a wrong `--cloud` or a copied manifest is the usual cause.
 //! - An empty value of a numeric annotation means "unset" (default applies) with a warning;
@@ -43,8 +46,8 @@ pub use diagnostics::{
     ParseErrors, Warning, truncate,
 };
 pub use parse::{
-    InvalidTopologyKey, MAX_TOPOLOGY_KEYS, Parsed, TopologyLiftError, lift_topology_keys, parse,
-    parse_label_selector,
+    InvalidTopologyKey, MAX_TOPOLOGY_KEYS, Parsed, TopologyKeysError, TopologyLiftError,
+    check_topology_keys, lift_topology_keys, parse, parse_label_selector,
 };
 pub use spec::*;
 pub use value::UnknownVariant;

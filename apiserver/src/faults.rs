@@ -1,15 +1,24 @@
 //! Deterministic fault injection: chosen requests are delayed or answered with an error before
 //! they reach the store.
+//!
+//! Rules can only be added with the test-only `faults` feature. Without it [`Faults`] is an
+//! empty value whose hook in the request path ([`Faults::inject`]) always lets the request
+//! through, so a product build carries no way to make the server misbehave on purpose.
 
+#[cfg(feature = "faults")]
 use std::sync::Mutex;
+#[cfg(feature = "faults")]
 use std::time::Duration;
 
+#[cfg(feature = "faults")]
 use rand::rngs::StdRng;
+#[cfg(feature = "faults")]
 use rand::{Rng, SeedableRng};
 
 use crate::status::ApiError;
 
 /// What happens to a request a rule selects.
+#[cfg(feature = "faults")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultAction {
     /// Wait this long, then serve normally.
@@ -45,6 +54,7 @@ pub enum Verb {
 
 /// One injection rule: requests matching `verb` and `resource` (when set) are hit with
 /// probability `fraction`.
+#[cfg(feature = "faults")]
 #[derive(Debug, Clone)]
 pub struct FaultRule {
     /// Only this verb, if set.
@@ -57,6 +67,7 @@ pub struct FaultRule {
     pub action: FaultAction,
 }
 
+#[cfg(feature = "faults")]
 impl FaultRule {
     /// A rule hitting every request with `action`, narrowed with the builder methods.
     pub fn new(action: FaultAction) -> Self {
@@ -92,6 +103,7 @@ impl FaultRule {
     }
 }
 
+#[cfg(feature = "faults")]
 struct Inner {
     rules: Vec<FaultRule>,
     rng: StdRng,
@@ -99,10 +111,31 @@ struct Inner {
 }
 
 /// The fault injector of a running server; cheap to share.
+#[cfg(feature = "faults")]
 pub struct Faults {
     inner: Mutex<Inner>,
 }
 
+/// The fault injector of a running server, built without the `faults` feature: no rules can be
+/// added, every request is served.
+#[cfg(not(feature = "faults"))]
+#[derive(Debug, Default)]
+pub struct Faults {}
+
+#[cfg(not(feature = "faults"))]
+impl Faults {
+    /// The seed only matters with the `faults` feature.
+    pub fn new(_seed: u64) -> Self {
+        Self {}
+    }
+
+    /// Never delays nor fails a request.
+    pub(crate) async fn inject(&self, _verb: Verb, _resource: &str) -> Option<ApiError> {
+        None
+    }
+}
+
+#[cfg(feature = "faults")]
 impl std::fmt::Debug for Faults {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Faults")
@@ -111,6 +144,7 @@ impl std::fmt::Debug for Faults {
     }
 }
 
+#[cfg(feature = "faults")]
 impl Faults {
     /// No rules; decisions drawn from a generator seeded with `seed`, so the same sequence of
     /// requests meets the same faults on every run.
@@ -167,8 +201,19 @@ impl Faults {
         }
         None
     }
+
+    /// Applies the fate of one request: sleeps for a delay, or returns the error to answer with.
+    pub(crate) async fn inject(&self, verb: Verb, resource: &str) -> Option<ApiError> {
+        let action = self.decide(verb, resource)?;
+        if let FaultAction::Delay(delay) = action {
+            tokio::time::sleep(delay).await;
+            return None;
+        }
+        action.error(resource)
+    }
 }
 
+#[cfg(feature = "faults")]
 impl FaultAction {
     /// The error to answer with, or `None` for a delay.
     pub fn error(&self, resource: &str) -> Option<ApiError> {
@@ -188,7 +233,7 @@ impl FaultAction {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "faults"))]
 mod tests {
     use super::*;
 

@@ -3,7 +3,11 @@
 //! It speaks enough of the Kubernetes REST API over real HTTP for kube-rs (clients, watchers,
 //! reflectors, controllers) and kubectl: core/v1 namespaces, services, endpoints, nodes, pods,
 //! events and configmaps; discovery.k8s.io/v1 endpointslices; coordination.k8s.io/v1 leases;
-//! events.k8s.io/v1 events. Objects are stored as JSON, so unknown fields survive.
+//! events.k8s.io/v1 events; apiextensions.k8s.io/v1 CustomResourceDefinitions and the custom
+//! resources they define (registered at run time: discovery, list/watch with selectors, the
+//! status subresource, structural-schema pruning, defaults and validation, printer columns;
+//! deleting a CRD deletes its objects). Objects are stored as JSON, so unknown fields of
+//! built-in kinds survive.
 //!
 //! Semantics follow kube-apiserver where clients can tell: one increasing resourceVersion,
 //! optimistic concurrency (409), all four patch types, `/status` subresources, finalizers,
@@ -13,14 +17,25 @@
 //!
 //! Deliberate differences from kube-apiserver (each keeps the server small; none is visible to
 //! the controller or the dataplane):
-//! - No authentication, authorisation or admission webhooks; no protobuf, JSON only.
+//! - No authentication, authorisation or admission webhooks; objects in JSON only (protobuf
+//!   only for the `/openapi/v2` document older kubectl asks for).
+//! - `/openapi/v2` describes every served kind with the fields, required fields and patch
+//!   strategies kubectl's client-side validation and `apply` use, but leaves structures this
+//!   server does not model (a Pod's spec, a CRD's spec) untyped, so kubectl before 1.27 does
+//!   not validate those client side.
 //! - Objects may be created in namespaces that do not exist; deleting a namespace deletes its
 //!   contents at once (finalizers on those objects are still honoured).
 //! - Pods are deleted immediately (no kubelet to drain them); `gracePeriodSeconds` and
 //!   `propagationPolicy` are accepted and otherwise ignored (no garbage collector).
 //! - Server-side apply merges like a strategic merge patch and removes the fields the same
-//!   manager stopped applying; conflicts between managers are not reported (as with
-//!   `force=true`).
+//!   manager stopped applying (unless another manager owns them); a field another manager
+//!   applied with a different value is a 409 conflict unless `force=true`. Ownership is
+//!   tracked for applies only: plain updates and patches record no `Update` entries, so they
+//!   never cause conflicts.
+//! - Custom resources: served versions share one storage with conversion strategy `None`
+//!   (webhook conversion is not supported); schema `format`s and CEL
+//!   (`x-kubernetes-validations`) are not evaluated; a CRD's deletion removes its objects at
+//!   once, finalizers on them included.
 //! - events.k8s.io/v1 Events are mirrored into core/v1 Events (kube-apiserver shares one
 //!   storage), so the mirror has its own resourceVersion.
 //! - Only the resources listed above; no CRDs.
@@ -30,7 +45,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use kube_lb_apiserver::{ApiServer, FaultAction, FaultRule, Verb};
+//! use kube_lb_apiserver::ApiServer;
 //!
 //! let server = ApiServer::builder()
 //!     .history(100)                                  // small history: forces relists
@@ -43,10 +58,15 @@
 //!     "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
 //!     "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.2"}]}
 //! }))?;
+//! # #[cfg(feature = "faults")] {
+//! // Fault injection exists only with the test-only `faults` feature.
+//! use kube_lb_apiserver::{FaultAction, FaultRule, Verb};
 //! server.faults().add(FaultRule::new(FaultAction::InternalError).verb(Verb::Patch).fraction(0.2));
+//! # }
 //! # drop(client); Ok(()) }
 //! ```
 
+pub mod crd;
 pub mod events;
 pub mod faults;
 pub mod http;
@@ -60,11 +80,14 @@ pub mod server;
 pub mod services;
 pub mod status;
 pub mod store;
+pub mod validation;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-pub use faults::{FaultAction, FaultRule, Faults, Verb};
+#[cfg(feature = "faults")]
+pub use faults::{FaultAction, FaultRule};
+pub use faults::{Faults, Verb};
 pub use server::{ApiServer, ApiServerBuilder, RunningApiServer};
 pub use status::ApiError;
 
@@ -112,4 +135,7 @@ pub enum Error {
     /// The kube-rs client could not be built.
     #[error("cannot build a kube client: {0}")]
     Client(String),
+    /// The server's configuration is inconsistent (e.g. two service CIDRs of one family).
+    #[error("invalid API server configuration: {0}")]
+    Config(String),
 }

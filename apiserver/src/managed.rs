@@ -4,8 +4,9 @@
 //! The fields one apply sets are recorded per manager (and subresource) in
 //! `metadata.managedFields`, in kube-apiserver's `FieldsV1` encoding (`f:<field>`,
 //! `k:{<merge key>}` for keyed list elements, `v:<value>` for set elements, `.` for "the
-//! element itself"). Conflicts between managers are not detected: every apply behaves as if
-//! `force=true`.
+//! element itself"). Setting a field another manager owns to a different value is a conflict
+//! (409 unless `force=true`, which takes the field over); setting it to the same value shares
+//! ownership, as structured-merge-diff does.
 
 use std::collections::BTreeSet;
 
@@ -83,11 +84,9 @@ fn collect_list(
         ListStrategy::MergeByKey(key) => {
             names.push(field.to_string());
             for item in items {
-                let Some(id) = item.get(key) else {
+                let Some(key_obj) = element_key(item, key) else {
                     continue;
                 };
-                let mut key_obj = Map::new();
-                key_obj.insert(key.to_string(), id.clone());
                 path.push(Step::Key(Value::Object(key_obj).to_string()));
                 out.insert(path.clone());
                 collect(item, names, path, out);
@@ -108,6 +107,177 @@ fn collect_list(
     }
 }
 
+/// The identity of a keyed list element. Port lists are keyed by port and protocol (as the
+/// Kubernetes schema's `listMapKeys` say), the protocol defaulting to TCP.
+fn element_key(item: &Value, key: &str) -> Option<Map<String, Value>> {
+    let id = item.get(key)?;
+    let mut key_obj = Map::new();
+    key_obj.insert(key.to_string(), id.clone());
+    if matches!(key, "port" | "containerPort") {
+        let protocol = item
+            .get("protocol")
+            .filter(|p| p.is_string())
+            .cloned()
+            .unwrap_or_else(|| json!("TCP"));
+        key_obj.insert("protocol".to_string(), protocol);
+    }
+    Some(key_obj)
+}
+
+/// Whether a list element has the identity `key` (a missing port protocol is TCP).
+fn key_matches(item: &Value, key: &Map<String, Value>) -> bool {
+    key.iter().all(|(k, v)| match item.get(k) {
+        Some(found) => found == v,
+        None => k == "protocol" && v == "TCP",
+    })
+}
+
+/// The value at `path`, if present.
+fn lookup<'a>(object: &'a Value, path: &[Step]) -> Option<&'a Value> {
+    let mut current = object;
+    for step in path {
+        current = match (step, current) {
+            (Step::Field(f), Value::Object(map)) => map.get(f)?,
+            (Step::Key(k), Value::Array(items)) => {
+                let key: Map<String, Value> = serde_json::from_str(k).ok()?;
+                items.iter().find(|item| key_matches(item, &key))?
+            }
+            (Step::Value(v), Value::Array(items)) => {
+                let value: Value = serde_json::from_str(v).ok()?;
+                items.iter().find(|item| **item == value)?
+            }
+            _ => return None,
+        };
+    }
+    Some(current)
+}
+
+/// structured-merge-diff's path notation: `.spec.ports[port=80,protocol="TCP"].targetPort`.
+pub fn path_string(path: &[Step]) -> String {
+    let mut out = String::new();
+    for step in path {
+        match step {
+            Step::Field(f) => {
+                out.push('.');
+                out.push_str(f);
+            }
+            Step::Key(k) => {
+                let key: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+                let parts: Vec<String> = key.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                out.push_str(&format!("[{}]", parts.join(",")));
+            }
+            Step::Value(v) => out.push_str(&format!("[={v}]")),
+        }
+    }
+    out
+}
+
+/// A field another manager owns that an apply would set to a different value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The owning manager.
+    pub manager: String,
+    /// The contested field.
+    pub path: FieldPath,
+}
+
+/// Managers other than (`manager`, `subresource`, Apply) and the fields each owns.
+fn other_owners(
+    object: &Value,
+    manager: &str,
+    subresource: &str,
+) -> Vec<(String, BTreeSet<FieldPath>)> {
+    object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            !(e.get("manager").and_then(Value::as_str) == Some(manager)
+                && e.get("operation").and_then(Value::as_str) == Some("Apply")
+                && e.get("subresource").and_then(Value::as_str).unwrap_or("") == subresource)
+        })
+        .filter_map(|e| {
+            let name = e.get("manager").and_then(Value::as_str)?.to_string();
+            Some((name, e.get("fieldsV1").map(decode).unwrap_or_default()))
+        })
+        .collect()
+}
+
+/// The conflicts an apply of `applied` by `manager` would cause on `current`: leaf fields
+/// other managers own whose applied value differs from the stored one. Sorted by manager,
+/// then path.
+pub fn conflicts(
+    current: &Value,
+    applied: &Value,
+    manager: &str,
+    subresource: &str,
+) -> Vec<Conflict> {
+    let wanted = applied_fields(applied);
+    let mut out = Vec::new();
+    for (owner, owned) in other_owners(current, manager, subresource) {
+        for path in wanted.intersection(&owned) {
+            // A keyed element or set value only asserts existence; its leaves decide.
+            if matches!(path.last(), Some(Step::Key(_) | Step::Value(_))) {
+                continue;
+            }
+            let new = lookup(applied, path);
+            if new.is_some_and(|v| v.is_object() && v.as_object().is_some_and(|m| !m.is_empty())) {
+                continue;
+            }
+            if lookup(current, path) != new {
+                out.push(Conflict {
+                    manager: owner.clone(),
+                    path: path.clone(),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.manager, &a.path).cmp(&(&b.manager, &b.path)));
+    out.dedup();
+    out
+}
+
+/// kube-apiserver's 409 for apply conflicts: `Apply failed with 1 conflict: conflict with
+/// "manager-a": .spec.replicas`, one `FieldManagerConflict` cause per field.
+pub fn conflict_error(conflicts: &[Conflict]) -> crate::status::ApiError {
+    let message = match conflicts {
+        [one] => format!(
+            "Apply failed with 1 conflict: conflict with {:?}: {}",
+            one.manager,
+            path_string(&one.path)
+        ),
+        many => {
+            let mut lines = Vec::new();
+            let mut last: Option<&str> = None;
+            for c in many {
+                if last != Some(c.manager.as_str()) {
+                    lines.push(format!("conflicts with {:?}:", c.manager));
+                    last = Some(c.manager.as_str());
+                }
+                lines.push(format!("- {}", path_string(&c.path)));
+            }
+            format!(
+                "Apply failed with {} conflicts: {}",
+                many.len(),
+                lines.join("\n")
+            )
+        }
+    };
+    let mut error = crate::status::ApiError::bad_request(message);
+    error.code = 409;
+    error.reason = "Conflict";
+    error.details.causes = conflicts
+        .iter()
+        .map(|c| crate::status::Cause {
+            reason: "FieldManagerConflict",
+            message: format!("conflict with {:?}", c.manager),
+            field: path_string(&c.path),
+        })
+        .collect();
+    error
+}
+
 /// Removes `path` from `object` (a keyed element or set value disappears from its list).
 pub fn remove(object: &mut Value, path: &[Step]) {
     let Some((last, parents)) = path.split_last() else {
@@ -119,9 +289,7 @@ pub fn remove(object: &mut Value, path: &[Step]) {
             (Step::Field(f), Value::Object(map)) => map.get_mut(f),
             (Step::Key(k), Value::Array(items)) => {
                 let key: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
-                items
-                    .iter_mut()
-                    .find(|item| key.iter().all(|(kk, kv)| item.get(kk) == Some(kv)))
+                items.iter_mut().find(|item| key_matches(item, &key))
             }
             _ => None,
         };
@@ -136,7 +304,7 @@ pub fn remove(object: &mut Value, path: &[Step]) {
         }
         (Step::Key(k), Value::Array(items)) => {
             let key: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
-            items.retain(|item| !key.iter().all(|(kk, kv)| item.get(kk) == Some(kv)));
+            items.retain(|item| !key_matches(item, &key));
         }
         (Step::Value(v), Value::Array(items)) => {
             let value: Value = serde_json::from_str(v).unwrap_or(Value::Null);
@@ -232,16 +400,17 @@ pub fn owned(object: &Value, manager: &str, subresource: &str) -> BTreeSet<Field
         .unwrap_or_default()
 }
 
-/// Forced apply semantics: fields this apply sets stop belonging to other appliers, so their
-/// next apply without those fields does not remove them.
+/// Forced apply semantics: contested fields this apply sets stop belonging to their other
+/// owners, so their next apply without those fields does not remove them.
 fn take_over(object: &mut Value, manager: &str, taken: &BTreeSet<FieldPath>) {
+    if taken.is_empty() {
+        return;
+    }
     let Some(Value::Array(entries)) = object.pointer_mut("/metadata/managedFields") else {
         return;
     };
     for entry in entries.iter_mut() {
-        if entry.get("manager").and_then(Value::as_str) == Some(manager)
-            || entry.get("operation").and_then(Value::as_str) != Some("Apply")
-        {
+        if entry.get("manager").and_then(Value::as_str) == Some(manager) {
             continue;
         }
         let Some(fields) = entry.get("fieldsV1") else {
@@ -304,8 +473,10 @@ pub fn record(
     }
 }
 
-/// Server-side apply of `applied` by `manager` onto `current`: merge, then drop what the
-/// manager applied last time but no longer does, then record the new ownership.
+/// Server-side apply of `applied` by `manager` onto `current` with `force` semantics (the
+/// caller refuses [`conflicts`] first when the client did not force): merge, then drop what
+/// the manager applied last time, no longer does and nobody else owns, then take contested
+/// fields over and record the new ownership.
 pub fn apply(
     current: &Value,
     applied: &Value,
@@ -313,9 +484,17 @@ pub fn apply(
     subresource: &str,
     api_version: &str,
 ) -> Result<Value, crate::patch::PatchError> {
+    let contested: BTreeSet<FieldPath> = conflicts(current, applied, manager, subresource)
+        .into_iter()
+        .map(|c| c.path)
+        .collect();
     let mut next = crate::patch::apply(crate::patch::PatchKind::Apply, current, applied)?;
     let now = applied_fields(applied);
     let before = owned(current, manager, subresource);
+    let others: Vec<BTreeSet<FieldPath>> = other_owners(current, manager, subresource)
+        .into_iter()
+        .map(|(_, owned)| owned)
+        .collect();
     // Shortest paths first: a keyed element is found by its key before its leaves (the key
     // among them) are removed.
     let mut stale: Vec<&FieldPath> = before.difference(&now).collect();
@@ -326,9 +505,13 @@ pub fn apply(
         if now.iter().any(|p| p.starts_with(path)) {
             continue;
         }
+        // A field someone else still owns stays (it is theirs now).
+        if others.iter().any(|o| o.contains(path)) {
+            continue;
+        }
         remove(&mut next, path);
     }
-    take_over(&mut next, manager, &now);
+    take_over(&mut next, manager, &contested);
     record(&mut next, manager, subresource, api_version, &now);
     Ok(next)
 }
@@ -355,11 +538,11 @@ mod tests {
         );
         let encoded = encode(&fields);
         assert_eq!(
-            encoded["f:spec"]["f:ports"]["k:{\"port\":80}"]["f:name"],
+            encoded["f:spec"]["f:ports"]["k:{\"port\":80,\"protocol\":\"TCP\"}"]["f:name"],
             json!({})
         );
         assert_eq!(
-            encoded["f:spec"]["f:ports"]["k:{\"port\":80}"]["."],
+            encoded["f:spec"]["f:ports"]["k:{\"port\":80,\"protocol\":\"TCP\"}"]["."],
             json!({})
         );
         assert!(encoded["f:metadata"]["f:finalizers"]["v:\"x/y\""].is_object());
@@ -422,5 +605,123 @@ mod tests {
             "spec": {"ports": [{"port": 80}]}});
         let after_drop = apply(&taken, &ctl_drops_a, "ctl", "", "v1").unwrap();
         assert_eq!(after_drop["metadata"]["labels"]["a"], "mine");
+    }
+
+    #[test]
+    fn conflicts_between_managers() {
+        let a = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"ports": [{"port": 80, "targetPort": 8080}], "selector": {"app": "web"}}});
+        let base = json!({"metadata": {"name": "web"}, "spec": {"type": "ClusterIP"}});
+        let after_a = apply(&base, &a, "manager-a", "", "v1").unwrap();
+
+        // (what, manager-b's apply, expected conflicting paths)
+        let cases: Vec<(&str, Value, Vec<&str>)> = vec![
+            (
+                "different target port",
+                json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}}),
+                vec![".spec.ports[port=80,protocol=\"TCP\"].targetPort"],
+            ),
+            (
+                "same values are shared, not contested",
+                json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}], "selector": {"app": "web"}}}),
+                vec![],
+            ),
+            (
+                "a field nobody owns",
+                json!({"spec": {"sessionAffinity": "ClientIP"}}),
+                vec![],
+            ),
+            (
+                "two fields",
+                json!({"spec": {"ports": [{"port": 80, "targetPort": 1}], "selector": {"app": "other"}}}),
+                vec![
+                    ".spec.ports[port=80,protocol=\"TCP\"].targetPort",
+                    ".spec.selector.app",
+                ],
+            ),
+        ];
+        for (what, b, want) in cases {
+            let found: Vec<String> = conflicts(&after_a, &b, "manager-b", "")
+                .iter()
+                .map(|c| {
+                    assert_eq!(c.manager, "manager-a");
+                    path_string(&c.path)
+                })
+                .collect();
+            assert_eq!(found, want, "{what}");
+        }
+
+        let one = conflicts(
+            &after_a,
+            &json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}}),
+            "manager-b",
+            "",
+        );
+        let status = conflict_error(&one).to_status();
+        assert_eq!(status["code"], 409);
+        assert_eq!(status["reason"], "Conflict");
+        assert_eq!(
+            status["message"],
+            "Apply failed with 1 conflict: conflict with \"manager-a\": .spec.ports[port=80,protocol=\"TCP\"].targetPort"
+        );
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "FieldManagerConflict"
+        );
+        assert_eq!(
+            status["details"]["causes"][0]["message"],
+            "conflict with \"manager-a\""
+        );
+        let two = conflicts(
+            &after_a,
+            &json!({"spec": {"ports": [{"port": 80, "targetPort": 1}], "selector": {"app": "x"}}}),
+            "manager-b",
+            "",
+        );
+        assert_eq!(
+            conflict_error(&two).message,
+            "Apply failed with 2 conflicts: conflicts with \"manager-a\":\n- .spec.ports[port=80,protocol=\"TCP\"].targetPort\n- .spec.selector.app"
+        );
+
+        // Forcing takes the contested field over: A's later apply without it leaves it alone.
+        let forced = apply(
+            &after_a,
+            &json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}}),
+            "manager-b",
+            "",
+            "v1",
+        )
+        .unwrap();
+        assert_eq!(forced["spec"]["ports"][0]["targetPort"], 9090);
+        let a_owns = owned(&forced, "manager-a", "");
+        assert!(
+            !a_owns
+                .iter()
+                .any(|p| path_string(p).ends_with("targetPort"))
+        );
+        let a_again = json!({"spec": {"selector": {"app": "web"}}});
+        let after = apply(&forced, &a_again, "manager-a", "", "v1").unwrap();
+        assert_eq!(
+            after["spec"]["ports"][0]["targetPort"], 9090,
+            "B's field survives"
+        );
+        // Shared ownership: a field both set survives one of them dropping it.
+        let shared = apply(
+            &after_a,
+            &json!({"spec": {"selector": {"app": "web"}}}),
+            "manager-b",
+            "",
+            "v1",
+        )
+        .unwrap();
+        let a_drops = apply(
+            &shared,
+            &json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}]}}),
+            "manager-a",
+            "",
+            "v1",
+        )
+        .unwrap();
+        assert_eq!(a_drops["spec"]["selector"]["app"], "web");
     }
 }

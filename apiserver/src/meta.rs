@@ -118,6 +118,37 @@ pub fn is_dns1035_label(name: &str) -> bool {
     is_dns1123_label(name) && name.starts_with(|c: char| c.is_ascii_lowercase())
 }
 
+/// kube-apiserver's message for a value that is not a DNS-1123 label (`IsDNS1123Label`).
+pub const DNS1123_LABEL_DETAIL: &str = "a lowercase RFC 1123 label must consist of lower case \
+    alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. \
+    'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+
+/// kube-apiserver's message for a value that is not a qualified name (`IsQualifiedName`).
+pub const QUALIFIED_NAME_DETAIL: &str = "name part must consist of alphanumeric characters, \
+    '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or \
+    'my.name',  or '123-abc', regex used for validation is \
+    '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' \
+    (e.g. 'example.com/MyName')";
+
+/// Whether `value` is a Kubernetes qualified name (`IsQualifiedName`: label keys,
+/// `loadBalancerClass`, `appProtocol`): an optional DNS-1123 subdomain prefix and `/`, then 1–63
+/// alphanumerics, `-`, `_` or `.`, alphanumeric at both ends.
+pub fn is_qualified_name(value: &str) -> bool {
+    let (prefix, name) = match value.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, value),
+    };
+    let bytes = name.as_bytes();
+    let name_ok = !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    name_ok && prefix.is_none_or(is_dns1123_subdomain)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +186,33 @@ mod tests {
             assert_eq!(is_dns1035_label(name), *d1035, "{name}");
         }
         assert!(!is_dns1123_label(&"a".repeat(64)));
+    }
+
+    /// `IsQualifiedName` (k8s.io/apimachinery/pkg/util/validation), used by ValidateService for
+    /// `loadBalancerClass` and `appProtocol` and by the 1.17–1.21 API for `topologyKeys`.
+    #[test]
+    fn qualified_names() {
+        let cases = [
+            ("kubernetes.io/hostname", true),
+            ("topology.kubernetes.io/zone", true),
+            ("MyName", true),
+            ("my.name_x-1", true),
+            ("example.com/lb", true),
+            ("", false),
+            ("/name", false),
+            ("example.com/", false),
+            ("Example.com/name", false),
+            ("-name", false),
+            ("name-", false),
+            ("a/b/c", false),
+            ("bad key", false),
+            ("*", false),
+        ];
+        for (value, ok) in cases {
+            assert_eq!(is_qualified_name(value), ok, "{value:?}");
+        }
+        assert!(is_qualified_name(&"a".repeat(63)));
+        assert!(!is_qualified_name(&"a".repeat(64)));
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! The table of resource kinds the server knows: where they live in the URL space, whether they
 //! are namespaced, which subresources they have and how the apiserver treats them.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub use crate::crd::CustomVersion;
+
 /// Static description of one served resource (one group/version/resource triple).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceDef {
@@ -101,15 +106,20 @@ impl ResourceDef {
         self.has_status = true;
         self
     }
+
+    const fn with_generation(mut self) -> Self {
+        self.sets_generation = true;
+        self
+    }
 }
 
 const CORE: (&str, &str) = ("", "v1");
 
 /// Every resource the server serves. Index positions are stable ids ([`ResourceId`]).
 ///
-/// None of these kinds gets `metadata.generation` from kube-apiserver 1.33 (Services, Nodes,
-/// Pods and the rest have no observedGeneration contract), so `sets_generation` is false for
-/// all; the generic machinery honours the flag for kinds added later.
+/// Of these kinds only CustomResourceDefinitions get `metadata.generation` from kube-apiserver
+/// 1.33 (Services, Nodes, Pods and the rest have no observedGeneration contract); custom
+/// resources get it too.
 pub const RESOURCES: &[ResourceDef] = &[
     def(CORE, "namespaces", "namespace", "Namespace", &["ns"])
         .cluster_scoped()
@@ -137,6 +147,16 @@ pub const RESOURCES: &[ResourceDef] = &[
         &[],
     ),
     def(("events.k8s.io", "v1"), "events", "event", "Event", &["ev"]),
+    def(
+        ("apiextensions.k8s.io", "v1"),
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+        &["crd", "crds"],
+    )
+    .cluster_scoped()
+    .with_status()
+    .with_generation(),
 ];
 
 /// Index of a resource in [`RESOURCES`].
@@ -147,6 +167,7 @@ const NAMESPACES: ResourceId = 0;
 const SERVICES: ResourceId = 1;
 const CORE_EVENTS: ResourceId = 5;
 const EVENTS_V1: ResourceId = 9;
+const CRDS: ResourceId = 10;
 
 /// Looks up a resource by group, version and plural name.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<ResourceId> {
@@ -182,6 +203,11 @@ pub fn events_v1() -> ResourceId {
     EVENTS_V1
 }
 
+/// Id of the apiextensions.k8s.io/v1 CustomResourceDefinition resource.
+pub fn custom_resource_definitions() -> ResourceId {
+    CRDS
+}
+
 /// Id of the core/v1 Namespace resource.
 pub fn namespaces() -> ResourceId {
     NAMESPACES
@@ -196,6 +222,231 @@ pub fn group_versions() -> Vec<(&'static str, &'static str)> {
         }
     }
     out
+}
+
+/// A string with the `'static` lifetime [`ResourceDef`] needs, for names that come from
+/// CustomResourceDefinitions at run time. Each distinct name is allocated once per process and
+/// then shared, so re-registering the same CRD (restarts of an embedded server, tests) costs
+/// nothing; only names never seen before grow the set.
+pub fn intern(name: &str) -> &'static str {
+    static NAMES: OnceLock<Mutex<BTreeSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(|| Mutex::new(BTreeSet::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(existing) = names.get(name) {
+        return existing;
+    }
+    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
+/// One served resource of a [`Registry`].
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// URL space, scope and behaviour.
+    pub def: ResourceDef,
+    /// The slot holding the objects: the entry's own id for built-in kinds; one slot per
+    /// CustomResourceDefinition, shared by all its served versions.
+    pub storage: ResourceId,
+    /// Schema and printer columns of a custom resource version; `None` for built-in kinds.
+    pub custom: Option<Arc<CustomVersion>>,
+}
+
+/// The resources a server serves right now: the built-in table plus the versions of every
+/// established CustomResourceDefinition. Ids are never reused, so an event or a watch of a
+/// deleted CRD can never be mistaken for a later one.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    /// Indexed by id; `None` for storage-only slots and for resources no longer served.
+    entries: Vec<Option<Entry>>,
+    /// CRD name to its storage slot.
+    crds: BTreeMap<String, ResourceId>,
+    /// Storage slot of a CRD to its persistence key (`group/version/plural` of the storage
+    /// version).
+    storage_keys: BTreeMap<ResourceId, String>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl Registry {
+    /// Only the built-in resources.
+    pub fn builtin() -> Self {
+        Self {
+            entries: RESOURCES
+                .iter()
+                .enumerate()
+                .map(|(id, def)| {
+                    Some(Entry {
+                        def: *def,
+                        storage: id,
+                        custom: None,
+                    })
+                })
+                .collect(),
+            crds: BTreeMap::new(),
+            storage_keys: BTreeMap::new(),
+        }
+    }
+
+    /// Number of ids (served resources and storage slots) ever handed out.
+    pub fn slots(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The served resource with this id.
+    pub fn entry(&self, id: ResourceId) -> Option<&Entry> {
+        self.entries.get(id).and_then(Option::as_ref)
+    }
+
+    /// The definition of a served resource.
+    pub fn def(&self, id: ResourceId) -> Option<ResourceDef> {
+        self.entry(id).map(|e| e.def)
+    }
+
+    /// Every served resource with its id, built-in ones first.
+    pub fn entries(&self) -> impl Iterator<Item = (ResourceId, &Entry)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter_map(|(id, e)| e.as_ref().map(|e| (id, e)))
+    }
+
+    /// Looks up a served resource by group, version and plural name.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<ResourceId> {
+        self.entries()
+            .find(|(_, e)| {
+                e.def.group == group && e.def.version == version && e.def.plural == plural
+            })
+            .map(|(id, _)| id)
+    }
+
+    /// Looks up a served resource by `apiVersion` and `kind`.
+    pub fn find_by_kind(&self, api_version: &str, kind: &str) -> Option<ResourceId> {
+        self.entries()
+            .find(|(_, e)| e.def.kind == kind && e.def.api_version() == api_version)
+            .map(|(id, _)| id)
+    }
+
+    /// Whether any served resource is in this group.
+    pub fn has_group(&self, group: &str) -> bool {
+        !group.is_empty() && self.entries().any(|(_, e)| e.def.group == group)
+    }
+
+    /// Distinct `(group, version)` pairs, in id order (versions of a CRD in its listed order).
+    pub fn group_versions(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+        for (_, e) in self.entries() {
+            if !out.contains(&(e.def.group, e.def.version)) {
+                out.push((e.def.group, e.def.version));
+            }
+        }
+        out
+    }
+
+    /// Storage slots holding objects, each with its persistence key.
+    pub fn storage_slots(&self) -> Vec<(ResourceId, String)> {
+        let mut out: Vec<(ResourceId, String)> = RESOURCES
+            .iter()
+            .enumerate()
+            .map(|(id, def)| (id, format!("{}/{}", def.api_version(), def.plural)))
+            .collect();
+        out.extend(self.storage_keys.iter().map(|(id, key)| (*id, key.clone())));
+        out
+    }
+
+    /// The storage slot of a CRD, by the CRD's name.
+    pub fn crd_storage(&self, crd_name: &str) -> Option<ResourceId> {
+        self.crds.get(crd_name).copied()
+    }
+
+    /// Registers (or re-registers after an update) the served versions of a CRD. Versions
+    /// kept keep their ids; versions no longer served stop being routable. Returns the storage
+    /// slot.
+    pub fn install_crd(
+        &mut self,
+        crd_name: &str,
+        versions: Vec<(ResourceDef, Arc<CustomVersion>)>,
+        storage_key: String,
+    ) -> ResourceId {
+        let slot = match self.crds.get(crd_name) {
+            Some(slot) => *slot,
+            None => {
+                self.entries.push(None);
+                let slot = self.entries.len() - 1;
+                self.crds.insert(crd_name.to_string(), slot);
+                slot
+            }
+        };
+        self.storage_keys.insert(slot, storage_key);
+        let mut kept = Vec::new();
+        for (def, custom) in versions {
+            let existing = self.entries().find(|(_, e)| {
+                e.storage == slot
+                    && e.def.group == def.group
+                    && e.def.version == def.version
+                    && e.def.plural == def.plural
+            });
+            let entry = Entry {
+                def,
+                storage: slot,
+                custom: Some(custom),
+            };
+            match existing.map(|(id, _)| id) {
+                Some(id) => {
+                    self.entries[id] = Some(entry);
+                    kept.push(id);
+                }
+                None => {
+                    self.entries.push(Some(entry));
+                    kept.push(self.entries.len() - 1);
+                }
+            }
+        }
+        for (id, entry) in self.entries.iter_mut().enumerate() {
+            if entry.as_ref().is_some_and(|e| e.storage == slot) && !kept.contains(&id) {
+                *entry = None;
+            }
+        }
+        slot
+    }
+
+    /// Every served custom resource version with its schema, for the OpenAPI documents.
+    pub fn published_schemas(&self) -> Vec<crate::crd::PublishedSchema> {
+        self.entries()
+            .filter_map(|(_, e)| {
+                let custom = e.custom.as_ref()?;
+                Some(crate::crd::PublishedSchema {
+                    group: e.def.group.to_string(),
+                    version: e.def.version.to_string(),
+                    kind: e.def.kind.to_string(),
+                    plural: e.def.plural.to_string(),
+                    namespaced: e.def.namespaced,
+                    schema: custom
+                        .schema
+                        .clone()
+                        .unwrap_or_else(|| serde_json::json!({})),
+                })
+            })
+            .collect()
+    }
+
+    /// Stops serving a CRD's versions; returns its storage slot.
+    pub fn remove_crd(&mut self, crd_name: &str) -> Option<ResourceId> {
+        let slot = self.crds.remove(crd_name)?;
+        self.storage_keys.remove(&slot);
+        for entry in &mut self.entries {
+            if entry.as_ref().is_some_and(|e| e.storage == slot) {
+                *entry = None;
+            }
+        }
+        Some(slot)
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +465,77 @@ mod tests {
         assert_eq!(get(core_events()).kind, "Event");
         assert_eq!(get(events_v1()).api_version(), "events.k8s.io/v1");
         assert_eq!(get(events_v1()).kind, "Event");
+        assert_eq!(
+            get(custom_resource_definitions()).kind,
+            "CustomResourceDefinition"
+        );
+    }
+
+    #[test]
+    fn crd_versions_keep_ids_and_share_storage() {
+        let mut registry = Registry::builtin();
+        let def = |version: &str| ResourceDef {
+            group: intern("kube-lb.io"),
+            version: intern(version),
+            plural: "ippools",
+            singular: "ippool",
+            kind: "IPPool",
+            namespaced: false,
+            has_status: true,
+            sets_generation: true,
+            short_names: &[],
+        };
+        let custom = Arc::new(CustomVersion::default());
+        let slot = registry.install_crd(
+            "ippools.kube-lb.io",
+            vec![(def("v1alpha1"), custom.clone())],
+            "kube-lb.io/v1alpha1/ippools".into(),
+        );
+        let alpha = registry.find("kube-lb.io", "v1alpha1", "ippools").unwrap();
+        assert_eq!(registry.entry(alpha).unwrap().storage, slot);
+        assert!(
+            registry.def(slot).is_none(),
+            "a storage slot is not routable"
+        );
+        let again = registry.install_crd(
+            "ippools.kube-lb.io",
+            vec![(def("v1alpha1"), custom.clone()), (def("v1"), custom)],
+            "kube-lb.io/v1/ippools".into(),
+        );
+        assert_eq!(again, slot);
+        assert_eq!(
+            registry.find("kube-lb.io", "v1alpha1", "ippools"),
+            Some(alpha)
+        );
+        let v1 = registry.find("kube-lb.io", "v1", "ippools").unwrap();
+        assert_eq!(registry.entry(v1).unwrap().storage, slot);
+        assert!(registry.has_group("kube-lb.io"));
+        let published = registry.published_schemas();
+        assert_eq!(published.len(), 2);
+        assert_eq!(published[0].kind, "IPPool");
+        assert!(
+            registry
+                .storage_slots()
+                .contains(&(slot, "kube-lb.io/v1/ippools".to_string()))
+        );
+        assert_eq!(registry.remove_crd("ippools.kube-lb.io"), Some(slot));
+        assert!(registry.find("kube-lb.io", "v1", "ippools").is_none());
+        assert!(!registry.has_group("kube-lb.io"));
+        // Ids are not reused.
+        let third = registry.install_crd(
+            "ippools.kube-lb.io",
+            vec![(def("v1"), Arc::new(CustomVersion::default()))],
+            "kube-lb.io/v1/ippools".into(),
+        );
+        assert!(third > v1);
+    }
+
+    #[test]
+    fn interned_names_are_shared() {
+        let a = intern("widgets");
+        let owned = String::from("widgets");
+        let b = intern(owned.as_str());
+        assert!(std::ptr::eq(a, b));
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub struct ApiServerBuilder {
     listen: SocketAddr,
     history: usize,
     service_cidr: IpNet,
+    secondary_service_cidr: Option<IpNet>,
+    allow_loopback_endpoints: bool,
     node_ports: RangeInclusive<u16>,
     state_file: Option<PathBuf>,
     bookmark_interval: Duration,
@@ -60,6 +62,8 @@ impl ApiServer {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             history: 1000,
             service_cidr: services::default_service_cidr(),
+            secondary_service_cidr: None,
+            allow_loopback_endpoints: false,
             node_ports: services::DEFAULT_NODE_PORT_RANGE,
             state_file: None,
             bookmark_interval: Duration::from_secs(5),
@@ -70,6 +74,21 @@ impl ApiServer {
 }
 
 impl ApiServerBuilder {
+    /// A service CIDR of the other IP family: the server becomes dual-stack, as
+    /// kube-apiserver with `--service-cluster-ip-range=<v4>,<v6>` (one cluster IP per family
+    /// for `PreferDualStack` and `RequireDualStack` Services).
+    pub fn secondary_service_cidr(mut self, cidr: IpNet) -> Self {
+        self.secondary_service_cidr = Some(cidr);
+        self
+    }
+
+    /// Accepts loopback addresses in Endpoints and EndpointSlices, which kube-apiserver
+    /// refuses (`ValidateNonSpecialIP`). For `kube-lb up`, whose backends listen on loopback.
+    pub fn allow_loopback_endpoints(mut self, allow: bool) -> Self {
+        self.allow_loopback_endpoints = allow;
+        self
+    }
+
     /// Address to listen on (port 0 picks a free one).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = addr;
@@ -131,9 +150,16 @@ impl ApiServerBuilder {
             addr: self.listen,
             source,
         })?;
+        let mut allocator = Allocator::new(self.service_cidr, self.node_ports.clone())
+            .allow_loopback_endpoints(self.allow_loopback_endpoints);
+        if let Some(secondary) = self.secondary_service_cidr {
+            allocator = allocator
+                .with_secondary_cidr(secondary)
+                .map_err(Error::Config)?;
+        }
         let store = Arc::new(Store::new(StoreConfig {
             history: self.history,
-            allocator: Allocator::new(self.service_cidr, self.node_ports.clone()),
+            allocator,
         }));
         let restored = match &self.state_file {
             Some(path) => match persistence::load(path)? {
@@ -278,7 +304,7 @@ impl RunningApiServer {
     /// (k8s-openapi types, `serde_json::Value`, ...).
     pub fn seed(&self, object: impl serde::Serialize) -> Result<Value, Error> {
         let value = serde_json::to_value(object).map_err(Error::Serialize)?;
-        let resource = resource_of(&value)?;
+        let resource = resource_of(&self.store.registry(), &value)?;
         Ok((*self.store.seed(resource, value)?).clone())
     }
 
@@ -308,13 +334,15 @@ impl RunningApiServer {
     }
 
     fn create_or_replace(&self, object: Value) -> Result<Value, Error> {
-        let resource = resource_of(&object)?;
+        let registry = self.store.registry();
+        let resource = resource_of(&registry, &object)?;
         let name = crate::meta::name(&object).unwrap_or_default().to_string();
         let namespace = crate::meta::namespace(&object)
             .map(str::to_string)
             .or_else(|| {
-                resources::get(resource)
-                    .namespaced
+                registry
+                    .def(resource)
+                    .is_some_and(|d| d.namespaced)
                     .then(|| "default".to_string())
             });
         if !name.is_empty()
@@ -354,7 +382,7 @@ impl RunningApiServer {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Value> {
-        let resource = resources::find_by_kind(api_version, kind)?;
+        let resource = self.store.registry().find_by_kind(api_version, kind)?;
         self.store
             .get(resource, namespace, name)
             .ok()
@@ -417,7 +445,10 @@ impl Drop for RunningApiServer {
     }
 }
 
-fn resource_of(value: &Value) -> Result<resources::ResourceId, Error> {
+fn resource_of(
+    registry: &resources::Registry,
+    value: &Value,
+) -> Result<resources::ResourceId, Error> {
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -426,8 +457,10 @@ fn resource_of(value: &Value) -> Result<resources::ResourceId, Error> {
         .get("kind")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    resources::find_by_kind(api_version, kind).ok_or_else(|| Error::UnknownKind {
-        api_version: api_version.to_string(),
-        kind: kind.to_string(),
-    })
+    registry
+        .find_by_kind(api_version, kind)
+        .ok_or_else(|| Error::UnknownKind {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+        })
 }

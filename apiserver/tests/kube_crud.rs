@@ -487,7 +487,7 @@ async fn other_resources_and_selectors() {
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"generateName": "web-", "labels": {"kubernetes.io/service-name": "web"}},
-                "addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.1"]}], "ports": [{"port": 8080}]}))
+                "addressType": "IPv4", "endpoints": [{"addresses": ["10.1.0.1"]}], "ports": [{"port": 8080}]}))
             .unwrap(),
         )
         .await

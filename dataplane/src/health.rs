@@ -31,6 +31,7 @@ pub struct ProxyHealth {
     timeout: Duration,
     state: Mutex<HealthState>,
     rejected_endpoints: std::sync::atomic::AtomicU64,
+    refused_udp_sessions: Arc<std::sync::atomic::AtomicU64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +68,7 @@ impl ProxyHealth {
                 node_eligible: true,
             }),
             rejected_endpoints: std::sync::atomic::AtomicU64::new(0),
+            refused_udp_sessions: Arc::default(),
         })
     }
 
@@ -77,17 +79,31 @@ impl ProxyHealth {
             .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The counter the userspace backend increments for each UDP datagram dropped because its
+    /// Service already holds `--udp-sessions-per-service` sessions
+    /// (`UserspaceConfig::refused_udp_sessions`).
+    pub fn refused_udp_sessions(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.refused_udp_sessions.clone()
+    }
+
     /// The Prometheus text exposition of the proxy's counters.
     pub fn metrics_text(&self) -> String {
         let rejected = self
             .rejected_endpoints
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let refused = self
+            .refused_udp_sessions
             .load(std::sync::atomic::Ordering::Relaxed);
         format!(
             "# HELP kube_lb_proxy_rejected_endpoints_total Endpoint addresses never programmed \
              because no endpoint may have them (loopback, link-local, link-local multicast), \
              each Service and address counted once.\n\
              # TYPE kube_lb_proxy_rejected_endpoints_total counter\n\
-             kube_lb_proxy_rejected_endpoints_total {rejected}\n"
+             kube_lb_proxy_rejected_endpoints_total {rejected}\n\
+             # HELP kube_lb_proxy_udp_sessions_refused_total UDP datagrams dropped (userspace \
+             mode) because they would open a session beyond the Service's session cap.\n\
+             # TYPE kube_lb_proxy_udp_sessions_refused_total counter\n\
+             kube_lb_proxy_udp_sessions_refused_total {refused}\n"
         )
     }
 

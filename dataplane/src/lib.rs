@@ -3,8 +3,10 @@
 //! the kube-proxy compatible health servers ([`health`]).
 
 pub mod health;
+pub mod maglev;
 pub mod model;
 pub mod nft;
+pub mod node_addresses;
 pub mod testing;
 pub mod userspace;
 #[cfg(feature = "watch")]

@@ -35,6 +35,9 @@ pub enum Dataplane {
     Nft(Box<NftBackend>),
     /// userspace listeners.
     Userspace(UserspaceProxy),
+    /// The inner backend, given only ClusterIPs and load-balancer IPs (`kube-lb up`: NodePorts
+    /// and externalIPs there would capture ports and addresses of the machine that no cluster owns).
+    NoNodePorts(Box<Dataplane>),
 }
 
 impl Dataplane {
@@ -56,6 +59,13 @@ impl Dataplane {
             }
             Dataplane::Userspace(proxy) => {
                 let report = proxy.apply(snapshot).await;
+                if let Some(error) = &report.capture_error {
+                    // Listeners are up but unreachable: fail the sync so health says so and it
+                    // is retried.
+                    return Err(NftError::Rejected {
+                        stderr: format!("userspace capture rules: {error}"),
+                    });
+                }
                 for key in &report.skipped_sctp {
                     tracing::warn!(service = %key, "SCTP is not proxied by the userspace backend");
                 }
@@ -70,9 +80,39 @@ impl Dataplane {
                     "synced userspace listeners"
                 );
             }
+            Dataplane::NoNodePorts(inner) => {
+                Box::pin(inner.sync(&without_node_ports(snapshot))).await?;
+            }
         }
         Ok(())
     }
+
+    /// Removes what the backend added to the node that would outlive the process: the
+    /// userspace backend's listeners and capture table. nftables rules stay, so a restarted
+    /// proxy finds the node still forwarding.
+    pub async fn shutdown(&mut self) {
+        match self {
+            Dataplane::Nft(_) => {}
+            Dataplane::Userspace(proxy) => {
+                if let Err(error) = proxy.shutdown().await {
+                    tracing::warn!(%error, "capture rules not removed");
+                }
+            }
+            Dataplane::NoNodePorts(inner) => Box::pin(inner.shutdown()).await,
+        }
+    }
+}
+
+/// `snapshot` without NodePorts, externalIPs and health-check node ports.
+fn without_node_ports(snapshot: &Snapshot) -> Snapshot {
+    let mut kept = snapshot.clone();
+    kept.nodeport_addresses.clear();
+    kept.health_checks.clear();
+    for port in kept.ports.values_mut() {
+        port.node_port = None;
+        port.external_ips.clear();
+    }
+    kept
 }
 
 /// Timing of the loop.
@@ -216,7 +256,20 @@ pub struct Proxy {
 /// and Nodes have been listed completely.
 pub async fn run(
     client: Client,
+    proxy: Proxy,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), WatchError> {
+    run_with_addresses(client, proxy, None, shutdown).await
+}
+
+/// [`run`], with NodePorts served on `nodeport_addresses` (the node's own interface addresses,
+/// see [`crate::node_addresses`]) instead of the Node object's status addresses; each change of
+/// the addresses is a sync. On `shutdown` the backend removes what it added to the node
+/// ([`Dataplane::shutdown`]).
+pub async fn run_with_addresses(
+    client: Client,
     mut proxy: Proxy,
+    mut nodeport_addresses: Option<tokio::sync::watch::Receiver<Vec<std::net::IpAddr>>>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), WatchError> {
     let node_name = proxy.index.node_name.clone();
@@ -265,7 +318,19 @@ pub async fn run(
     loop {
         let sync_due = dirty && services.synced && slices.synced && nodes.synced;
         tokio::select! {
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => {
+                proxy.dataplane.shutdown().await;
+                return Ok(());
+            }
+            changed = async { nodeport_addresses.as_mut()?.changed().await.ok() }, if nodeport_addresses.is_some() => {
+                if changed.is_none() {
+                    // The address follower stopped: keep the last addresses.
+                    nodeport_addresses = None;
+                } else if !dirty {
+                    dirty = true;
+                    proxy.health.queued_update();
+                }
+            }
             change = changes.next() => {
                 let Some(change) = change else { return Err(WatchError::StreamsEnded) };
                 let changed = match change {
@@ -310,7 +375,10 @@ pub async fn run(
                 // Forget what is gone, so an address that comes back is reported again.
                 reported_rejections.retain(|(service, ip)| rejected.get(service).is_some_and(|ips| ips.contains(ip)));
                 proxy.health.count_rejected_endpoints(new_rejections);
-                let snapshot = index.snapshot();
+                let mut snapshot = index.snapshot();
+                if let Some(addresses) = &nodeport_addresses {
+                    snapshot.nodeport_addresses = addresses.borrow().clone();
+                }
                 if last_snapshot.as_ref() == Some(&snapshot) {
                     // Changes that cancel out, or touch fields the dataplane ignores, cost nothing.
                     dirty = false;

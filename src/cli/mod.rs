@@ -1,10 +1,13 @@
 //! Subcommands of the `kube-lb` binary. Each module owns its `Args` and a `run` function.
 
+#[cfg(feature = "apiserver")]
 pub mod apiserver;
 pub mod controller;
 pub mod lint;
 pub mod proxy;
+#[cfg(feature = "apiserver")]
 pub mod reconcile;
+#[cfg(feature = "apiserver")]
 pub mod up;
 
 use tracing_subscriber::EnvFilter;

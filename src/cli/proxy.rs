@@ -10,8 +10,11 @@ use anyhow::Context as _;
 use ipnet::IpNet;
 use kube::Client;
 use kube_lb_dataplane::health::{self, ProxyHealth, ServiceHealthServers};
+use kube_lb_dataplane::maglev::TableSize;
 use kube_lb_dataplane::model::IndexConfig;
 use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig, NftScheduler};
+use kube_lb_dataplane::node_addresses::{self, AddressSource};
+use kube_lb_dataplane::userspace::capture::{self, CaptureConfig};
 use kube_lb_dataplane::userspace::{Scheduler, UserspaceConfig, UserspaceProxy};
 use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
 
@@ -20,7 +23,8 @@ use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
 pub enum Mode {
     /// One nftables table per family, updated in one transaction per change.
     Nftables,
-    /// tokio listeners on every frontend address (no kernel rules).
+    /// tokio listeners; ClusterIP, load-balancer and external IP traffic is captured by a small
+    /// nftables table (`--capture-table`) and redirected to them, NodePorts are bound directly.
     Userspace,
 }
 
@@ -38,14 +42,30 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Mode::Nftables)]
     pub mode: Mode,
 
-    /// Only node addresses inside these CIDRs accept NodePorts (comma separated; default: all).
+    /// Only the node's interface addresses inside these CIDRs accept NodePorts (comma separated;
+    /// default: every local address; `127.0.0.0/8`: loopback only). Followed while running.
     #[arg(long, value_delimiter = ',')]
     pub nodeport_addresses: Vec<IpNet>,
 
-    /// Endpoint scheduler. nftables: random (default), rr or sh; userspace: rr (default, as the
-    /// seeds describe the userspace proxy), lc, dh, sh, sed, nq or random.
+    /// Endpoint scheduler. nftables: random (default), rr, sh or maglev; userspace: rr (default,
+    /// as the seeds describe the userspace proxy), lc, dh, sh, sed, nq, random or maglev. maglev
+    /// (both modes) hashes the client address and port into a Maglev table, so every node picks
+    /// the same endpoint for a flow.
     #[arg(long)]
     pub scheduler: Option<String>,
+
+    /// Entries of each Maglev lookup table (a prime; --scheduler maglev). One endpoint change
+    /// moves at most 1/N + 2 % of the flows while this is ~400 × the largest Service's endpoint
+    /// count N (4093: up to 10 endpoints; 16381: up to ~160); an nftables update rewrites ~size/N
+    /// map elements, and each endpoint group of 2+ endpoints holds this many.
+    #[arg(long, default_value_t = TableSize::default())]
+    pub maglev_table_size: TableSize,
+
+    /// Most UDP sessions one Service port holds at once in userspace mode; datagrams of further
+    /// clients are dropped (counted in kube_lb_proxy_udp_sessions_refused_total) until sessions
+    /// idle out.
+    #[arg(long, default_value_t = kube_lb_dataplane::userspace::DEFAULT_UDP_SESSIONS_PER_SERVICE)]
+    pub udp_sessions_per_service: usize,
 
     /// Address of the node health server (`/healthz`, `/livez`).
     #[arg(long, default_value = "0.0.0.0:10256")]
@@ -75,6 +95,11 @@ pub struct Args {
     #[arg(long)]
     pub netns: Option<String>,
 
+    /// nftables table (family inet) of the userspace mode's capture rules; deleted when the
+    /// proxy stops and recreated when it starts.
+    #[arg(long, default_value = capture::DEFAULT_TABLE)]
+    pub capture_table: String,
+
     /// Idle timeout of userspace UDP sessions.
     #[arg(long, default_value = "30s")]
     pub udp_idle_timeout: humantime::Duration,
@@ -95,7 +120,7 @@ pub fn default_scheduler(mode: Mode) -> &'static str {
     }
 }
 
-fn dataplane(args: &Args) -> anyhow::Result<Dataplane> {
+fn dataplane(args: &Args, health: &ProxyHealth) -> anyhow::Result<Dataplane> {
     Ok(match args.mode {
         Mode::Nftables => {
             let scheduler = match args
@@ -106,8 +131,9 @@ fn dataplane(args: &Args) -> anyhow::Result<Dataplane> {
                 "random" => NftScheduler::Random,
                 "rr" => NftScheduler::RoundRobin,
                 "sh" => NftScheduler::SourceHash,
+                "maglev" => NftScheduler::Maglev(args.maglev_table_size),
                 other => anyhow::bail!(
-                    "scheduler {other:?} is not available in nftables mode (use random, rr or sh)"
+                    "scheduler {other:?} is not available in nftables mode (use random, rr, sh or maglev)"
                 ),
             };
             let config = NftConfig {
@@ -128,11 +154,21 @@ fn dataplane(args: &Args) -> anyhow::Result<Dataplane> {
                 .unwrap_or(default_scheduler(Mode::Userspace))
                 .parse()
                 .map_err(anyhow::Error::msg)?;
+            let scheduler = match scheduler {
+                Scheduler::Maglev(_) => Scheduler::Maglev(args.maglev_table_size),
+                other => other,
+            };
             let defaults = UserspaceConfig::default();
             Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
+                capture: Some(CaptureConfig {
+                    table: args.capture_table.clone(),
+                    nft: vec!["nft".into()],
+                }),
                 scheduler,
                 udp_idle_timeout: args.udp_idle_timeout.into(),
                 workers: args.userspace_workers.unwrap_or(defaults.workers),
+                udp_sessions_per_service: args.udp_sessions_per_service,
+                refused_udp_sessions: health.refused_udp_sessions(),
                 ..defaults
             }))
         }
@@ -159,10 +195,10 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<Client> {
 
 /// Runs `kube-lb proxy`.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let dataplane = dataplane(&args)?;
-    let client = client(args.kubeconfig.as_ref()).await?;
     let sync_period: Duration = args.sync_period.into();
     let health = ProxyHealth::new(sync_period * 2);
+    let dataplane = dataplane(&args, &health)?;
+    let client = client(args.kubeconfig.as_ref()).await?;
     let healthz = tokio::net::TcpListener::bind(args.healthz_addr)
         .await
         .with_context(|| format!("binding the health server to {}", args.healthz_addr))?;
@@ -183,11 +219,36 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             sync_period,
         },
     };
+    // The userspace sockets live in this process's namespace; `--netns` only moves nft there.
+    let address_source = match (&args.netns, args.mode) {
+        (Some(netns), Mode::Nftables) => AddressSource::Netns(netns.clone()),
+        _ => AddressSource::Local,
+    };
+    let addresses = node_addresses::follow(
+        address_source,
+        args.nodeport_addresses.clone(),
+        node_addresses::DEFAULT_POLL,
+    )
+    .await
+    .context("reading the node's interface addresses for NodePorts")?;
     tracing::info!(node = %args.node_name, mode = ?args.mode, "proxy started");
-    let result = watch::run(client, proxy, super::wait_for_signal()).await;
+    let result = watch::run_with_addresses(
+        client,
+        proxy,
+        Some(addresses.subscribe()),
+        super::wait_for_signal(),
+    )
+    .await;
     node_health.abort();
     result?;
-    tracing::info!("proxy stopped; nftables rules stay in place for a restart");
+    match args.mode {
+        Mode::Nftables => {
+            tracing::info!("proxy stopped; nftables rules stay in place for a restart")
+        }
+        Mode::Userspace => {
+            tracing::info!("proxy stopped; listeners closed and capture rules removed")
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,6 +1,7 @@
 //! `kube-lb up`: everything on this machine — the embedded API server, the controller with the
-//! `local` provider, and the userspace dataplane serving each load-balancer address (TCP and
-//! UDP, round robin over the Service's ready endpoints).
+//! `local` provider, and a dataplane serving each load-balancer address: the nftables backend
+//! when this process may program nftables (root, `nft` on the PATH), the userspace backend
+//! (TCP and UDP, round robin over the Service's ready endpoints) otherwise.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -51,6 +52,115 @@ pub struct Args {
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "KUBE_LB_METRICS_ADDR", default_value = "127.0.0.1:10258")]
     pub metrics_addr: SocketAddr,
+
+    /// Backend forwarding load-balancer addresses. auto: nftables when running as root with a
+    /// working `nft`, userspace otherwise.
+    #[arg(long, value_enum, default_value_t = DataplaneChoice::Auto)]
+    pub dataplane: DataplaneChoice,
+
+    /// nftables table (both families) of the nftables backend, deleted when `up` stops.
+    #[arg(long, default_value = UP_NFT_TABLE)]
+    pub nft_table: String,
+}
+
+/// `--dataplane` of `kube-lb up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DataplaneChoice {
+    /// nftables if it can be programmed here, userspace otherwise.
+    Auto,
+    /// The nftables backend (fails at start if `nft` cannot program this machine).
+    Nftables,
+    /// The userspace backend.
+    Userspace,
+}
+
+/// Default nftables table of `up`; not the proxy's, so both can run side by side.
+pub const UP_NFT_TABLE: &str = "kube-lb-up";
+
+/// What running `nft list tables` here told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NftProbe {
+    /// It listed the tables: this process can program nftables.
+    Usable,
+    /// No `nft` program on the PATH.
+    Missing,
+    /// `nft` ran and failed (not root, no CAP_NET_ADMIN, no nf_tables); its message.
+    Refused(String),
+}
+
+/// The backend `up` runs, and why, for the line it prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    /// True for nftables, false for userspace.
+    pub nftables: bool,
+    /// Why, in a few words.
+    pub reason: String,
+}
+
+/// Picks the backend from `--dataplane` and what probing `nft` found; an error when nftables is
+/// demanded but unusable.
+pub fn choose_dataplane(requested: DataplaneChoice, probe: &NftProbe) -> anyhow::Result<Chosen> {
+    let unusable = match probe {
+        NftProbe::Usable => None,
+        NftProbe::Missing => Some("nft not found on the PATH".to_string()),
+        NftProbe::Refused(message) => Some(format!("nft cannot program this machine: {message}")),
+    };
+    Ok(match (requested, unusable) {
+        (DataplaneChoice::Userspace, _) => Chosen {
+            nftables: false,
+            reason: "--dataplane userspace".into(),
+        },
+        (DataplaneChoice::Nftables, Some(why)) => anyhow::bail!("--dataplane nftables: {why}"),
+        (DataplaneChoice::Nftables, None) => Chosen {
+            nftables: true,
+            reason: "--dataplane nftables".into(),
+        },
+        (DataplaneChoice::Auto, None) => Chosen {
+            nftables: true,
+            reason: "nft is usable here".into(),
+        },
+        (DataplaneChoice::Auto, Some(why)) => Chosen {
+            nftables: false,
+            reason: why,
+        },
+    })
+}
+
+/// Runs `nft list tables`: it needs the same privilege as programming rules, and changes nothing.
+async fn probe_nft() -> NftProbe {
+    let output = tokio::process::Command::new("nft")
+        .args(["list", "tables"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await;
+    match output {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => NftProbe::Missing,
+        Err(error) => NftProbe::Refused(error.to_string()),
+        Ok(output) if output.status.success() => NftProbe::Usable,
+        Ok(output) => NftProbe::Refused(
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .next()
+                .unwrap_or("failed")
+                .trim()
+                .to_string(),
+        ),
+    }
+}
+
+/// Deletes `up`'s nftables tables; a table that is not there is fine.
+async fn remove_nft_tables(table: &str) {
+    for family in ["ip", "ip6"] {
+        let result = tokio::process::Command::new("nft")
+            .args(["delete", "table", family, table])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await;
+        if let Err(error) = result {
+            tracing::warn!(%error, family, table, "removing the nftables table");
+        }
+    }
 }
 
 /// The address `--demo` pins `demo/echo-pinned` to: the 100th address of the first range
@@ -70,7 +180,10 @@ fn pinned_demo_ip(pool: &[IpRange]) -> IpAddr {
 /// Runs `kube-lb up` until Ctrl-C.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let shutdown = CancellationToken::new();
-    let mut builder = ApiServer::builder().listen(args.listen);
+    // The demo backends listen on loopback, which kube-apiserver refuses as an endpoint.
+    let mut builder = ApiServer::builder()
+        .listen(args.listen)
+        .allow_loopback_endpoints(true);
     if let Some(path) = &args.state_file {
         builder = builder.state_file(path);
     }
@@ -107,7 +220,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             .await
             .context("starting the demo echo backends")?;
         demo::serve_backends(listeners, shutdown.clone());
-        for object in demo::objects(port, pinned_demo_ip(&args.local_pool)) {
+        let objects = demo::objects(port, pinned_demo_ip(&args.local_pool))
+            .context("reading the demo's EndpointSlice template")?;
+        for object in objects {
             server
                 .apply_manifests(&object.to_string())
                 .context("creating the demo objects")?;
@@ -116,6 +231,21 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "demo:        echo backends on {} port {port}; Services demo/echo and demo/echo-pinned",
             demo::BACKEND_IPS.map(|ip| ip.to_string()).join(", ")
         );
+        // No endpoints controller runs here: show the slice written by hand in its place.
+        println!(
+            "demo:        no endpoints controller runs; demo/echo's backends come from this hand-written EndpointSlice:\n---\n{}---",
+            demo::endpoint_slice_yaml("echo", port)
+        );
+    }
+
+    let chosen = choose_dataplane(args.dataplane, &probe_nft().await)?;
+    if chosen.nftables {
+        println!(
+            "dataplane:   nftables (table {}; {})",
+            args.nft_table, chosen.reason
+        );
+    } else {
+        println!("dataplane:   userspace ({})", chosen.reason);
     }
 
     let client = server.client().context("building a client")?;
@@ -142,7 +272,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("Press Ctrl-C to stop.\n");
 
     let controller_task = tokio::spawn(controller.run(leading, shutdown.clone()));
-    let dataplane_task = tokio::spawn(run_dataplane(client, shutdown.clone()));
+    let dataplane_task = tokio::spawn(run_dataplane(
+        client,
+        chosen.nftables.then(|| args.nft_table.clone()),
+        shutdown.clone(),
+    ));
     let printer = tokio::spawn(print_changes(local.subscribe(), outcomes, shutdown.clone()));
 
     crate::cli::wait_for_signal().await;
@@ -153,6 +287,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(Err(error)) => tracing::error!(error = %error, "the dataplane stopped"),
         Err(error) => tracing::error!(error = %error, "the dataplane task failed"),
         Ok(Ok(())) => {}
+    }
+    if chosen.nftables {
+        remove_nft_tables(&args.nft_table).await;
     }
     let _ = printer.await;
     let _ = metrics_server.await;
@@ -224,29 +361,45 @@ async fn print_changes(
     }
 }
 
-/// The dataplane of `up`: the userspace backend of `kube-lb proxy`, listening only on the
-/// `local` provider's load-balancer addresses. ClusterIPs and NodePorts of the embedded API
-/// server are not routed to this machine, so they are left alone.
+/// The dataplane of `up`: a backend of `kube-lb proxy` serving the `local` provider's
+/// load-balancer addresses. NodePorts and externalIPs are left alone: they would capture ports and
+/// addresses of this machine that no cluster owns. The userspace backend listens on the
+/// load-balancer addresses only; the nftables backend (in `nft_table`, when given) also answers
+/// the embedded API server's ClusterIPs, addresses from its Service range that nothing else here
+/// uses.
 async fn run_dataplane(
     client: kube::Client,
+    nft_table: Option<String>,
     shutdown: CancellationToken,
 ) -> Result<(), kube_lb_dataplane::watch::WatchError> {
     use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
     use kube_lb_dataplane::model::IndexConfig;
+    use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
     use kube_lb_dataplane::userspace::{Serve, UserspaceConfig, UserspaceProxy};
     use kube_lb_dataplane::watch::{self as dataplane_watch, Dataplane, Proxy, Timing};
 
     let health = ProxyHealth::new(std::time::Duration::from_secs(60));
+    let backend = if let Some(table) = nft_table {
+        Dataplane::Nft(Box::new(NftBackend::new(
+            NftConfig {
+                table,
+                ..NftConfig::default()
+            },
+            Commands::default(),
+        )))
+    } else {
+        Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
+            serve: Serve::LoadBalancerIps,
+            ..UserspaceConfig::default()
+        }))
+    };
     let proxy = Proxy {
         index: IndexConfig {
             node_name: "kube-lb-up".to_string(),
             nodeport_cidrs: Vec::new(),
             allow_loopback_endpoints: true,
         },
-        dataplane: Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
-            serve: Serve::LoadBalancerIps,
-            ..UserspaceConfig::default()
-        })),
+        dataplane: Dataplane::NoNodePorts(Box::new(backend)),
         health: health.clone(),
         service_health: ServiceHealthServers::new(health, Vec::new()),
         timing: Timing::default(),
@@ -257,6 +410,32 @@ async fn run_dataplane(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dataplane_choice_follows_the_flag_and_what_nft_can_do() {
+        let refused = NftProbe::Refused("Operation not permitted".into());
+        // (requested, probe, Some(nftables) or None for an error)
+        let cases = [
+            (DataplaneChoice::Auto, NftProbe::Usable, Some(true)),
+            (DataplaneChoice::Auto, NftProbe::Missing, Some(false)),
+            (DataplaneChoice::Auto, refused.clone(), Some(false)),
+            (DataplaneChoice::Userspace, NftProbe::Usable, Some(false)),
+            (DataplaneChoice::Userspace, NftProbe::Missing, Some(false)),
+            (DataplaneChoice::Nftables, NftProbe::Usable, Some(true)),
+            (DataplaneChoice::Nftables, NftProbe::Missing, None),
+            (DataplaneChoice::Nftables, refused, None),
+        ];
+        for (requested, probe, want) in cases {
+            let got = choose_dataplane(requested, &probe);
+            assert_eq!(
+                got.as_ref().ok().map(|c| c.nftables),
+                want,
+                "{requested:?} {probe:?}: {got:?}"
+            );
+        }
+        let why = choose_dataplane(DataplaneChoice::Auto, &NftProbe::Missing).unwrap();
+        assert_eq!(why.reason, "nft not found on the PATH");
+    }
 
     #[test]
     fn pinned_ip_is_inside_the_default_pool() {

@@ -51,6 +51,9 @@ pub enum Reason {
     DeletedLoadBalancer,
     /// An annotation or field is accepted but probably does not do what was meant.
     AnnotationWarning,
+    /// The Service as stored does not decode (a field of the wrong type): it is skipped until
+    /// it changes; the note names the field path.
+    DecodeFailed,
 }
 
 impl Reason {
@@ -64,12 +67,15 @@ impl Reason {
             Reason::DeletingLoadBalancer => "DeletingLoadBalancer",
             Reason::DeletedLoadBalancer => "DeletedLoadBalancer",
             Reason::AnnotationWarning => "AnnotationWarning",
+            Reason::DecodeFailed => "DecodeFailed",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
-            Reason::SyncLoadBalancerFailed | Reason::AnnotationWarning => EventType::Warning,
+            Reason::SyncLoadBalancerFailed | Reason::AnnotationWarning | Reason::DecodeFailed => {
+                EventType::Warning
+            }
             _ => EventType::Normal,
         }
     }
@@ -90,6 +96,7 @@ impl Reason {
     fn action(self) -> &'static str {
         match self {
             Reason::DeletingLoadBalancer | Reason::DeletedLoadBalancer => "Delete",
+            Reason::DecodeFailed => "Decode",
             _ => "Ensure",
         }
     }

@@ -11,6 +11,7 @@ mod reconcile;
 pub mod status;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod tolerant;
 #[cfg(test)]
 mod trigger_tests;
 
@@ -24,7 +25,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use kube_lb_annotations::Cloud;
 use kube_lb_provider_core::LoadBalancerProvider;
 use tokio::sync::watch;
@@ -323,11 +324,12 @@ impl LoadBalancerController {
     /// Re-adopts the addresses recorded in Service statuses, oldest Service first, so a
     /// provider with in-memory state never hands an address out twice after a restart.
     async fn adopt_existing(&self) -> Result<(), kube::Error> {
-        let services = Api::<Service>::all(self.client.clone())
-            .list(&Default::default())
-            .await?;
+        // Item by item: one Service that does not decode must not stop the controller.
+        let (services, undecodable) = tolerant::list_all::<Service>(self.client.clone()).await?;
+        for error in undecodable {
+            tracing::warn!(%error, "not re-adopting a Service that does not decode");
+        }
         let mut owned: Vec<&Service> = services
-            .items
             .iter()
             .filter(|s| s.finalizers().iter().any(|f| f == FINALIZER))
             .collect();
@@ -353,27 +355,45 @@ impl LoadBalancerController {
         stop: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     ) {
         let client = self.client.clone();
+        let events = events::Events::new(client.clone(), self.config.identity.clone());
+        // Every watch decodes object by object (see `tolerant`): an object that does not fit
+        // its type is skipped and reported instead of failing the whole list.
         let (nodes, nodes_writer) = reflector::store::<Node>();
-        let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .reflect(nodes_writer);
-        let (slices, slices_writer) = reflector::store::<EndpointSlice>();
-        let slice_events = watcher(
-            Api::<EndpointSlice>::all(client.clone()),
+        let node_events = tolerant::watch_all::<Node>(
+            client.clone(),
             watcher::Config::default(),
+            Arc::new(tolerant::Rejects::new("nodes", self.metrics.clone())),
+        )
+        .default_backoff()
+        .reflect(nodes_writer);
+        let (slices, slices_writer) = reflector::store::<EndpointSlice>();
+        let slice_events = tolerant::watch_all::<EndpointSlice>(
+            client.clone(),
+            watcher::Config::default(),
+            Arc::new(tolerant::Rejects::new(
+                "endpointslices",
+                self.metrics.clone(),
+            )),
         )
         .default_backoff()
         .reflect(slices_writer);
-
-        let controller = Controller::new(
-            Api::<Service>::all(client.clone()),
+        let (services, services_writer) = reflector::store::<Service>();
+        let service_events = tolerant::watch_all::<Service>(
+            client.clone(),
             watcher::Config::default(),
+            Arc::new(tolerant::ServiceRejects::new(
+                self.metrics.clone(),
+                events.clone(),
+            )),
         )
-        .with_config(
+        .default_backoff()
+        .reflect(services_writer)
+        .applied_objects();
+
+        let controller = Controller::for_stream(service_events, services.clone()).with_config(
             kube::runtime::controller::Config::default()
                 .concurrency(self.config.concurrency.max(1)),
         );
-        let services = controller.store();
         let node_resyncs = node_trigger(
             node_events,
             nodes.clone(),
@@ -388,7 +408,7 @@ impl LoadBalancerController {
             client: client.clone(),
             provider: self.provider.clone(),
             config: self.config.clone(),
-            events: events::Events::new(client, self.config.identity.clone()),
+            events,
             metrics: self.metrics.clone(),
             nodes,
             slices,

@@ -94,7 +94,13 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
         .namespace()
         .ok_or(Error::MissingField("namespace"))?;
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
-    let action = match Disposition::of(&service, &ctx.config) {
+    let disposition = Disposition::of(&service, &ctx.config);
+    tracing::debug!(
+        ?disposition,
+        resource_version = service.resource_version().unwrap_or_default(),
+        "reconciling"
+    );
+    let action = match disposition {
         Disposition::Ignore => {
             ctx.forget(
                 &ObjectRef::from_obj(service.as_ref()),
@@ -153,6 +159,7 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
     if error.is_conflict() {
         // Someone wrote the Service since our cache saw it; the newer version is already on
         // its way through the watch, so retry soon without counting a failure.
+        tracing::debug!(service = %ServiceName::of(&service), %error, "conflict; retrying soon");
         return Action::requeue(CONFLICT_RETRY);
     }
     match class {
@@ -438,15 +445,18 @@ async fn release(
     if !ctx.is_leading() {
         return Ok(Action::await_change());
     }
+    tracing::debug!("no longer a load balancer of ours: releasing");
     cleanup(service.clone(), ctx).await?;
     let name = service.name_any();
     if let Some(patch) = status::patch_for(&service, &[]) {
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
+        tracing::debug!("status cleared");
     }
     // Re-read: the status patch changed the resourceVersion the finalizer patch is guarded by.
     let current = Arc::new(api.get(&name).await?);
     finalizer::set(api, &current, false).await?;
+    tracing::debug!("finalizer removed");
     Ok(Action::await_change())
 }
 

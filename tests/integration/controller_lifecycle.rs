@@ -366,9 +366,11 @@ async fn bad_annotation_is_a_warning_event_with_the_lint_text_and_no_provider_ca
     let server = server().await;
     let client = server.client().unwrap();
     let running = start_controller(&server, test_config(), true);
+    // kube-apiserver itself refuses bad source ranges (field or annotation); a misordered
+    // topology list is the annotation only kube-lb judges.
     let bad = svc_lb("default", "bad").annotate(
-        "service.beta.kubernetes.io/load-balancer-source-ranges",
-        "10.0.0.0/8,not-a-cidr",
+        "service.kubernetes.io/topology-keys",
+        "*,kubernetes.io/hostname",
     );
     let expected = kube_lb_annotations::parse(Cloud::Local, &bad.service())
         .expect_err("the fixture must be invalid");

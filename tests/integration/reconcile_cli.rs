@@ -38,7 +38,7 @@ metadata:
   name: bad
   namespace: default
   annotations:
-    service.beta.kubernetes.io/load-balancer-source-ranges: "nope"
+    service.kubernetes.io/topology-keys: "*,kubernetes.io/hostname"
 spec:
   type: LoadBalancer
   ports: [{port: 81}]
@@ -104,7 +104,7 @@ fn a_user_error_exits_1_with_the_event_text() {
     assert_eq!(bad["externalIp"], "<pending>");
     assert!(
         bad["event"].as_str().unwrap().starts_with(
-            "annotation service.beta.kubernetes.io/load-balancer-source-ranges = \"nope\""
+            "annotation service.kubernetes.io/topology-keys = \"*,kubernetes.io/hostname\""
         ),
         "{bad}"
     );

@@ -18,7 +18,10 @@ use crate::keys;
 use crate::spec::{Cloud, LoadBalancerSpec, ProviderSpec, Scheme};
 
 pub use others::parse_label_selector;
-pub use topology::{InvalidTopologyKey, MAX_TOPOLOGY_KEYS, TopologyLiftError, lift_topology_keys};
+pub use topology::{
+    InvalidTopologyKey, MAX_TOPOLOGY_KEYS, TopologyKeysError, TopologyLiftError,
+    check_topology_keys, lift_topology_keys,
+};
 
 pub(crate) use reader::Reader;
 

@@ -73,85 +73,104 @@ fn is_label_key(key: &str) -> bool {
     name_ok && prefix_ok
 }
 
-pub(crate) fn parse(reader: &mut Reader<'_>, local_policy: bool) -> Vec<TopologyKey> {
-    let Some(raw) = reader.get(TOPOLOGY_KEYS) else {
-        return Vec::new();
-    };
-    let location = || Location::annotation(TOPOLOGY_KEYS);
-    let entries: Vec<&str> = raw.split(',').map(str::trim).collect();
-    if entries.iter().all(|e| e.is_empty()) {
-        return Vec::new();
+/// One way a `topologyKeys` list breaks seed 002's rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyKeysError {
+    /// Combined with `externalTrafficPolicy: Local`.
+    #[error("topology keys cannot be combined with externalTrafficPolicy: Local (seed 002)")]
+    WithLocalPolicy,
+    /// More than [`MAX_TOPOLOGY_KEYS`] entries.
+    #[error("at most {MAX_TOPOLOGY_KEYS} keys are allowed, {0} given")]
+    TooMany(usize),
+    /// An empty entry (1-based position) between commas.
+    #[error("entry {0} is empty; write keys separated by single commas")]
+    Empty(usize),
+    /// The same key twice.
+    #[error("key {0:?} is listed twice")]
+    Duplicate(String),
+    /// `"*"` somewhere other than last.
+    #[error("the catch-all \"*\" may only be the last key")]
+    WildcardNotLast,
+    /// Neither `*` nor a label key.
+    #[error(transparent)]
+    Invalid(#[from] InvalidTopologyKey),
+}
+
+impl TopologyKeysError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            Self::WithLocalPolicy | Self::Duplicate(_) => ErrorKind::Conflict,
+            Self::TooMany(_) => ErrorKind::OutOfRange,
+            Self::Empty(_) | Self::WildcardNotLast | Self::Invalid(_) => ErrorKind::Invalid,
+        }
     }
-    if local_policy {
-        reader.diag.error(
-            location(),
-            Some(raw),
-            ErrorKind::Conflict,
-            "topology keys cannot be combined with externalTrafficPolicy: Local (seed 002)",
-        );
+}
+
+/// The one reading of a `topologyKeys` list, shared by `lint`, the controller (through
+/// [`crate::parse`]) and the node proxy, so they cannot disagree: `raw` is the annotation's
+/// comma-separated form (the API server and the manifest reader put the field there). Returns
+/// the usable keys in order and every rule broken; a list with any problem must not be used.
+/// An unset or blank list is no constraint.
+pub fn check_topology_keys(
+    raw: &str,
+    external_local: bool,
+) -> (Vec<TopologyKey>, Vec<TopologyKeysError>) {
+    let entries: Vec<&str> = raw.split(',').map(str::trim).collect();
+    let mut problems = Vec::new();
+    if entries.iter().all(|e| e.is_empty()) {
+        return (Vec::new(), problems);
+    }
+    if external_local {
+        problems.push(TopologyKeysError::WithLocalPolicy);
     }
     if entries.len() > MAX_TOPOLOGY_KEYS {
-        reader.diag.error(
-            location(),
-            Some(raw),
-            ErrorKind::OutOfRange,
-            format!(
-                "at most {MAX_TOPOLOGY_KEYS} keys are allowed, {} given",
-                entries.len()
-            ),
-        );
+        problems.push(TopologyKeysError::TooMany(entries.len()));
     }
     let mut keys = Vec::with_capacity(entries.len());
     let mut seen = HashSet::new();
     for (i, entry) in entries.iter().enumerate() {
         if entry.is_empty() {
-            reader.diag.error(
-                location(),
-                Some(raw),
-                ErrorKind::Invalid,
-                format!(
-                    "entry {} is empty; write keys separated by single commas",
-                    i + 1
-                ),
-            );
+            problems.push(TopologyKeysError::Empty(i + 1));
             continue;
         }
         match entry.parse::<TopologyKey>() {
             Ok(key) => {
                 if !seen.insert(key.clone()) {
-                    reader.diag.error(
-                        location(),
-                        Some(raw),
-                        ErrorKind::Conflict,
-                        format!("key {entry:?} is listed twice"),
-                    );
+                    problems.push(TopologyKeysError::Duplicate((*entry).to_owned()));
                 }
                 if key == TopologyKey::Any && i + 1 != entries.len() {
-                    reader.diag.error(
-                        location(),
-                        Some(raw),
-                        ErrorKind::Invalid,
-                        "the catch-all \"*\" may only be the last key",
-                    );
-                }
-                if let TopologyKey::Label(label) = &key {
-                    reader.diag.warn(
-                        location(),
-                        Some(raw),
-                        format!(
-                            "{label:?} is not one of kubernetes.io/hostname, topology.kubernetes.io/zone, \
-                             topology.kubernetes.io/region (the only keys seed 002 allows today); kube-lb \
-                             matches it as a node label"
-                        ),
-                    );
+                    problems.push(TopologyKeysError::WildcardNotLast);
                 }
                 keys.push(key);
             }
-            Err(error) => {
-                reader
-                    .diag
-                    .error(location(), Some(raw), ErrorKind::Invalid, error.to_string())
-            }
+            Err(error) => problems.push(error.into()),
+        }
+    }
+    (keys, problems)
+}
+
+pub(crate) fn parse(reader: &mut Reader<'_>, local_policy: bool) -> Vec<TopologyKey> {
+    let Some(raw) = reader.get(TOPOLOGY_KEYS) else {
+        return Vec::new();
+    };
+    let location = || Location::annotation(TOPOLOGY_KEYS);
+    let (keys, problems) = check_topology_keys(raw, local_policy);
+    for problem in problems {
+        reader
+            .diag
+            .error(location(), Some(raw), problem.kind(), problem.to_string());
+    }
+    for key in &keys {
+        if let TopologyKey::Label(label) = key {
+            reader.diag.warn(
+                location(),
+                Some(raw),
+                format!(
+                    "{label:?} is not one of kubernetes.io/hostname, topology.kubernetes.io/zone, \
+                     topology.kubernetes.io/region (the only keys seed 002 allows today); kube-lb \
+                     matches it as a node label"
+                ),
+            );
         }
     }
     keys

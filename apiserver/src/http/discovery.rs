@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::{self, RESOURCES};
+use crate::resources::Registry;
 
 /// The Kubernetes version this server claims to be.
 pub const MAJOR: &str = "1";
@@ -33,34 +33,68 @@ pub fn core_versions(server_address: &str) -> Value {
     })
 }
 
-fn group_doc(group: &str) -> Value {
-    let versions: Vec<Value> = resources::group_versions()
+/// Kubernetes version priority (`v2` > `v1` > `v1beta2` > `v1beta1` > `v1alpha1` > other
+/// names, those alphabetically): the first is a group's preferred version.
+fn version_rank(version: &str) -> (u8, u64, u64, String) {
+    let parsed = version.strip_prefix('v').and_then(|rest| {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let major: u64 = rest[..digits].parse().ok()?;
+        let tail = &rest[digits..];
+        if tail.is_empty() {
+            return Some((0, major, 0));
+        }
+        for (stage, prefix) in [(1, "beta"), (2, "alpha")] {
+            if let Some(n) = tail.strip_prefix(prefix)
+                && let Ok(minor) = n.parse::<u64>()
+            {
+                return Some((stage, major, minor));
+            }
+        }
+        None
+    });
+    match parsed {
+        // Higher numbers first: invert them for an ascending sort.
+        Some((stage, major, minor)) => (stage, u64::MAX - major, u64::MAX - minor, String::new()),
+        None => (3, 0, 0, version.to_string()),
+    }
+}
+
+fn group_doc(registry: &Registry, group: &str) -> Value {
+    let mut versions: Vec<&str> = registry
+        .group_versions()
         .into_iter()
         .filter(|(g, _)| *g == group)
-        .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+        .map(|(_, v)| v)
+        .collect();
+    versions.sort_by_key(|v| version_rank(v));
+    let versions: Vec<Value> = versions
+        .into_iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
         .collect();
     let preferred = versions.first().cloned().unwrap_or(Value::Null);
     json!({"name": group, "versions": versions, "preferredVersion": preferred})
 }
 
 /// `/apis`.
-pub fn groups() -> Value {
+pub fn groups(registry: &Registry) -> Value {
     let mut names: Vec<&str> = Vec::new();
-    for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
-        if !names.contains(&r.group) {
-            names.push(r.group);
+    for (_, entry) in registry.entries() {
+        if !entry.def.group.is_empty() && !names.contains(&entry.def.group) {
+            names.push(entry.def.group);
         }
     }
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": names.into_iter().map(group_doc).collect::<Vec<_>>(),
+        "groups": names.into_iter().map(|g| group_doc(registry, g)).collect::<Vec<_>>(),
     })
 }
 
 /// `/apis/<group>`.
-pub fn group(name: &str) -> Value {
-    let mut doc = group_doc(name);
+pub fn group(registry: &Registry, name: &str) -> Value {
+    let mut doc = group_doc(registry, name);
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
     doc
@@ -78,10 +112,11 @@ const VERBS: &[&str] = &[
 ];
 
 /// `/api/v1`, `/apis/<group>/<version>`.
-pub fn resource_list(group: &str, version: &str) -> Value {
+pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Value {
     let mut list = Vec::new();
-    for r in RESOURCES
-        .iter()
+    for r in registry
+        .entries()
+        .map(|(_, e)| &e.def)
         .filter(|r| r.group == group && r.version == version)
     {
         let mut entry = json!({
@@ -124,7 +159,8 @@ mod tests {
 
     #[test]
     fn documents_cover_every_resource() {
-        let core = resource_list("", "v1");
+        let registry = Registry::builtin();
+        let core = resource_list(&registry, "", "v1");
         let names: Vec<&str> = core["resources"]
             .as_array()
             .unwrap()
@@ -143,7 +179,7 @@ mod tests {
         ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }
-        let groups = groups();
+        let groups = groups(&registry);
         let group_names: Vec<&str> = groups["groups"]
             .as_array()
             .unwrap()
@@ -152,15 +188,46 @@ mod tests {
             .collect();
         assert_eq!(
             group_names,
-            vec!["discovery.k8s.io", "coordination.k8s.io", "events.k8s.io"]
+            vec![
+                "discovery.k8s.io",
+                "coordination.k8s.io",
+                "events.k8s.io",
+                "apiextensions.k8s.io"
+            ]
         );
         assert_eq!(
-            group("events.k8s.io")["preferredVersion"]["groupVersion"],
+            group(&registry, "events.k8s.io")["preferredVersion"]["groupVersion"],
             "events.k8s.io/v1"
         );
         assert_eq!(
-            resource_list("coordination.k8s.io", "v1")["resources"][0]["kind"],
+            resource_list(&registry, "coordination.k8s.io", "v1")["resources"][0]["kind"],
             "Lease"
+        );
+    }
+
+    #[test]
+    fn preferred_version_follows_kubernetes_priority() {
+        let mut versions = vec![
+            "v1alpha1",
+            "foo",
+            "v1",
+            "v1beta1",
+            "v2",
+            "v1beta2",
+            "v10alpha1",
+        ];
+        versions.sort_by_key(|v| version_rank(v));
+        assert_eq!(
+            versions,
+            vec![
+                "v2",
+                "v1",
+                "v1beta2",
+                "v1beta1",
+                "v10alpha1",
+                "v1alpha1",
+                "foo"
+            ]
         );
     }
 }

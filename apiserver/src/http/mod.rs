@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use crate::faults::{Faults, Verb};
 use crate::managed;
 use crate::patch::{self, PatchKind};
-use crate::resources::{self, ResourceId};
+use crate::resources::{self, Entry, Registry, ResourceId};
 use crate::status::{self, ApiError};
 use crate::store::{Part, Preconditions, Snapshot, Store};
 pub use discovery::{MAJOR, MINOR};
@@ -108,7 +108,8 @@ async fn handle(
         Ok(body) => body,
         Err(error) => return error_response(&error),
     };
-    let Some(route) = route::parse(&path) else {
+    let registry = app.store.registry();
+    let Some(route) = route::parse(&path, &registry) else {
         return error_response(&ApiError::no_route(&path));
     };
     let params = match Params::parse(&query_pairs(&uri)) {
@@ -117,26 +118,17 @@ async fn handle(
     };
     let resource_name = match &route {
         Route::Collection { resource, .. } | Route::Object { resource, .. } => {
-            resources::get(*resource).plural
+            registry.def(*resource).map_or("", |d| d.plural)
         }
         _ => "",
     };
     if let Some(verb) = verb_of(&method, &route, &params)
-        && let Some(action) = app.faults.decide(verb, resource_name)
+        && let Some(error) = app.faults.inject(verb, resource_name).await
     {
-        match action.error(resource_name) {
-            Some(error) => {
-                tracing::debug!(%path, code = error.code, "injected fault");
-                return error_response(&error);
-            }
-            None => {
-                if let crate::faults::FaultAction::Delay(delay) = action {
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
+        tracing::debug!(%path, code = error.code, "injected fault");
+        return error_response(&error);
     }
-    let result = dispatch(&app, &method, route, params, &headers, &body).await;
+    let result = dispatch(&app, &registry, &method, route, params, &headers, &body).await;
     match result {
         Ok(response) => response,
         Err(error) => {
@@ -148,6 +140,7 @@ async fn handle(
 
 async fn dispatch(
     app: &AppState,
+    registry: &Registry,
     method: &Method,
     route: Route,
     params: Params,
@@ -165,35 +158,51 @@ async fn dispatch(
         Route::Version => get_only(discovery::version()),
         Route::Health => Ok((StatusCode::OK, "ok").into_response()),
         Route::CoreVersions => get_only(discovery::core_versions(&app.server_address)),
-        Route::OpenApiIndex => get_only(openapi::index()),
-        Route::OpenApiDocument(path) => match openapi::group_version(&path) {
-            Some(doc) => get_only(doc),
-            None => Err(ApiError::no_route(&format!("/openapi/v3/{path}"))),
-        },
-        Route::Groups => get_only(discovery::groups()),
-        Route::Group(name) => get_only(discovery::group(&name)),
-        Route::Resources { group, version } => get_only(discovery::resource_list(&group, &version)),
+        Route::OpenApiV2 if *method == Method::GET => {
+            openapi::serve_v2(&app.store.registry(), headers)
+        }
+        Route::OpenApiV2 => Err(ApiError::method_not_allowed("only GET is served here")),
+        Route::OpenApiIndex => get_only(openapi::index(&app.store.registry())),
+        Route::OpenApiDocument(path) => {
+            match openapi::group_version(&app.store.registry(), &path) {
+                Some(doc) => get_only(doc),
+                None => Err(ApiError::no_route(&format!("/openapi/v3/{path}"))),
+            }
+        }
+        Route::Groups => get_only(discovery::groups(registry)),
+        Route::Group(name) => get_only(discovery::group(registry, &name)),
+        Route::Resources { group, version } => {
+            get_only(discovery::resource_list(registry, &group, &version))
+        }
         Route::Collection {
             resource,
             namespace,
             legacy_watch,
         } => {
             let namespace = namespace.as_deref();
+            let entry = served(registry, resource)?;
             match *method {
-                Method::GET if params.watch || legacy_watch => {
-                    watch::serve(app, resource, namespace, &params, wants_table(headers))
-                }
-                Method::GET => list(app, resource, namespace, &params, headers),
+                Method::GET if params.watch || legacy_watch => watch::serve(
+                    app,
+                    &entry,
+                    resource,
+                    namespace,
+                    &params,
+                    wants_table(headers),
+                ),
+                Method::GET => list(app, &entry, resource, namespace, &params, headers),
                 Method::POST => {
                     let mut object = decode_body(body, headers)?;
-                    check_type(resources::get(resource), &object)?;
-                    schema::check(resources::get(resource), &mut object)?;
+                    check_type(&entry.def, &object)?;
+                    schema::check(&entry.def, &mut object)?;
                     let created = app
                         .store
                         .create(resource, namespace, object, params.dry_run)?;
                     Ok(json_response(StatusCode::CREATED, &created))
                 }
-                Method::DELETE => delete_collection(app, resource, namespace, &params, body),
+                Method::DELETE => {
+                    delete_collection(app, &entry, resource, namespace, &params, body)
+                }
                 _ => Err(ApiError::method_not_allowed(format!(
                     "{method} is not supported on a collection"
                 ))),
@@ -206,7 +215,8 @@ async fn dispatch(
             subresource,
             legacy_watch,
         } => {
-            let def = resources::get(resource);
+            let entry = served(registry, resource)?;
+            let def = &entry.def;
             let part = match subresource.as_deref() {
                 None => Part::Main,
                 Some("status") if def.has_status => Part::Status,
@@ -221,6 +231,7 @@ async fn dispatch(
             if legacy_watch {
                 return watch::serve_one(
                     app,
+                    &entry,
                     resource,
                     namespace,
                     &name,
@@ -242,10 +253,11 @@ async fn dispatch(
                         return Ok(json_response(
                             StatusCode::OK,
                             &table::render(
-                                resource,
+                                &entry,
                                 &snapshot.items,
                                 snapshot.resource_version,
                                 None,
+                                params.include_object,
                             ),
                         ));
                     }
@@ -266,15 +278,25 @@ async fn dispatch(
                     Ok(json_response(StatusCode::OK, &updated))
                 }
                 Method::PATCH => patch_object(
-                    app, resource, namespace, &name, part, &params, headers, body,
+                    app, &entry, resource, namespace, &name, part, &params, headers, body,
                 ),
-                Method::DELETE => delete_object(app, resource, namespace, &name, &params, body),
+                Method::DELETE => {
+                    delete_object(app, registry, resource, namespace, &name, &params, body)
+                }
                 _ => Err(ApiError::method_not_allowed(format!(
                     "{method} is not supported on an object"
                 ))),
             }
         }
     }
+}
+
+/// The served resource a route names (it may have gone since the route was parsed).
+fn served(registry: &Registry, resource: ResourceId) -> Result<Entry, ApiError> {
+    registry
+        .entry(resource)
+        .cloned()
+        .ok_or_else(|| ApiError::no_route(&format!("resource #{resource}")))
 }
 
 fn content_type(headers: &HeaderMap) -> &str {
@@ -323,6 +345,7 @@ fn wants_table(headers: &HeaderMap) -> bool {
 
 fn list(
     app: &AppState,
+    entry: &Entry,
     resource: ResourceId,
     namespace: Option<&str>,
     params: &Params,
@@ -372,14 +395,15 @@ fn list(
         return Ok(json_response(
             StatusCode::OK,
             &table::render(
-                resource,
+                entry,
                 &items,
                 snapshot.resource_version,
                 next.as_ref().map(ContinueToken::encode),
+                params.include_object,
             ),
         ));
     }
-    let def = resources::get(resource);
+    let def = &entry.def;
     let mut metadata = json!({"resourceVersion": snapshot.resource_version.to_string()});
     if let Some(token) = &next {
         metadata["continue"] = json!(token.encode());
@@ -419,6 +443,7 @@ fn internal(error: serde_json::Error) -> ApiError {
 #[allow(clippy::too_many_arguments)]
 fn patch_object(
     app: &AppState,
+    entry: &Entry,
     resource: ResourceId,
     namespace: Option<&str>,
     name: &str,
@@ -431,7 +456,11 @@ fn patch_object(
         .map_err(|_| ApiError::unsupported_media_type(content_type(headers)))?;
     let patch_doc =
         patch::parse_body(kind, body).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let def = resources::get(resource);
+    let def = &entry.def;
+    if kind == PatchKind::Strategic && entry.custom.is_some() {
+        // Custom resources have no Go type to carry patch strategies (kube-apiserver: 415).
+        return Err(ApiError::unsupported_media_type(content_type(headers)));
+    }
     let manager = params.field_manager.clone().unwrap_or_default();
     let subresource = if part == Part::Status { "status" } else { "" };
     let patch_error = |e: patch::PatchError| match e {
@@ -472,6 +501,12 @@ fn patch_object(
         .store
         .update(resource, namespace, name, part, params.dry_run, |current| {
             if kind == PatchKind::Apply {
+                if !params.force {
+                    let contested = managed::conflicts(current, &patch_doc, &manager, subresource);
+                    if !contested.is_empty() {
+                        return Err(managed::conflict_error(&contested));
+                    }
+                }
                 managed::apply(
                     current,
                     &patch_doc,
@@ -522,6 +557,7 @@ fn delete_options(body: &Bytes, params: &Params) -> Result<(Preconditions, bool)
 
 fn delete_object(
     app: &AppState,
+    registry: &Registry,
     resource: ResourceId,
     namespace: Option<&str>,
     name: &str,
@@ -533,13 +569,13 @@ fn delete_object(
         .store
         .delete(resource, namespace, name, &preconditions, dry_run)?;
     if deleted.gone && resource == resources::namespaces() {
-        delete_namespace_contents(app, name);
+        delete_namespace_contents(app, registry, name);
     }
     if !deleted.gone {
         // Still held by finalizers (or a dry run): kube-apiserver answers with the object.
         return Ok(json_response(StatusCode::OK, &deleted.object));
     }
-    let def = resources::get(resource);
+    let def = served(registry, resource)?.def;
     let mut success = status::success();
     success["details"] = json!({
         "name": name,
@@ -552,11 +588,14 @@ fn delete_object(
 
 /// Deleting a namespace deletes what it contains (finalizers still hold objects that have
 /// them).
-fn delete_namespace_contents(app: &AppState, namespace: &str) {
-    for (id, def) in resources::RESOURCES.iter().enumerate() {
-        if !def.namespaced {
+fn delete_namespace_contents(app: &AppState, registry: &Registry, namespace: &str) {
+    let mut slots_done = Vec::new();
+    for (id, entry) in registry.entries() {
+        // One pass per storage slot: the versions of a custom resource share their objects.
+        if !entry.def.namespaced || slots_done.contains(&entry.storage) {
             continue;
         }
+        slots_done.push(entry.storage);
         let Ok(snapshot) = app
             .store
             .list(id, Some(namespace), crate::store::ReadAt::Latest)
@@ -576,6 +615,7 @@ fn delete_namespace_contents(app: &AppState, namespace: &str) {
 
 fn delete_collection(
     app: &AppState,
+    entry: &Entry,
     resource: ResourceId,
     namespace: Option<&str>,
     params: &Params,
@@ -604,7 +644,7 @@ fn delete_collection(
             Err(e) => return Err(e),
         }
     }
-    let def = resources::get(resource);
+    let def = &entry.def;
     Ok(json_response(
         StatusCode::OK,
         &json!({

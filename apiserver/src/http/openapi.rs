@@ -1,14 +1,129 @@
-//! A minimal OpenAPI v3 index and per-group-version documents.
+//! OpenAPI documents.
 //!
-//! kubectl downloads these to decide how to validate: when every PATCH operation lists the
-//! `fieldValidation` query parameter it leaves validation to the server and needs no schemas;
-//! without schemas, `kubectl apply` computes strategic merge patches from its compiled-in
-//! types, which is what it does for built-in kinds anyway.
+//! v3 (`/openapi/v3`): a minimal index and per-group-version documents. kubectl 1.27+
+//! downloads these to decide how to validate: when every PATCH operation lists the
+//! `fieldValidation` query parameter it leaves validation to the server and needs no schemas.
+//!
+//! v2 (`/openapi/v2`): the full Swagger 2.0 document of every served kind, built-in and custom
+//! ([`v2`]), in JSON or in gnostic's protobuf form ([`protobuf`]). kubectl and client-go before
+//! 1.27 cannot `apply` without it: they validate manifests against it and compute strategic
+//! merge patches from its patch extensions.
 
+mod definitions;
+pub mod protobuf;
+pub mod v2;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::discovery::{MAJOR, MINOR};
-use crate::resources::{self, RESOURCES};
+use crate::resources::Registry;
+use crate::status::ApiError;
+
+/// The media type of the protobuf form as answered. Clients ask for it with the older
+/// `…spec.v2@v1.0+protobuf` spelling too, but Go's MIME parser (client-go reads every response's
+/// type) refuses the `@`, so the response carries the spelling kube-apiserver answers with.
+const PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// Which form of the v2 document a request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Json,
+    Protobuf,
+}
+
+/// Content negotiation on `Accept`: the protobuf form only when asked for by name, JSON for
+/// JSON, wildcards and no header; `None` (406) for anything else.
+fn negotiate(accept: Option<&str>) -> Option<Form> {
+    let Some(accept) = accept else {
+        return Some(Form::Json);
+    };
+    let mut json = false;
+    for range in accept.split(',') {
+        let media = range.split(';').next().unwrap_or_default().trim();
+        if media.starts_with("application/com.github.proto-openapi.spec.v2")
+            && media.ends_with("+protobuf")
+        {
+            return Some(Form::Protobuf);
+        }
+        json |= matches!(media, "application/json" | "application/*" | "*/*" | "");
+    }
+    json.then_some(Form::Json)
+}
+
+/// A strong ETag over the exact bytes served (FNV-1a; only equality matters).
+fn etag(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("\"{hash:016X}\"")
+}
+
+fn if_none_match_hits(header: Option<&str>, tag: &str) -> bool {
+    header.is_some_and(|h| h.split(',').any(|t| t.trim() == tag || t.trim() == "*"))
+}
+
+/// The v2 document of what `registry` serves now.
+pub fn v2_document(registry: &Registry) -> Value {
+    let served: Vec<v2::Served<'_>> = registry
+        .entries()
+        .map(|(_, entry)| v2::Served {
+            def: &entry.def,
+            custom_schema: entry.custom.as_ref().map(|c| c.schema.as_ref()),
+        })
+        .collect();
+    v2::document(&served)
+}
+
+/// `GET /openapi/v2`: JSON or protobuf by `Accept`, with an ETag honouring `If-None-Match`.
+pub fn serve_v2(registry: &Registry, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let header_text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let Some(form) = negotiate(header_text(header::ACCEPT)) else {
+        let mut error = ApiError::bad_request(format!(
+            "only application/json and {PROTOBUF} are served at /openapi/v2"
+        ));
+        error.code = 406;
+        error.reason = "NotAcceptable";
+        return Err(error);
+    };
+    let document = v2_document(registry);
+    let (bytes, content_type) = match form {
+        Form::Json => (
+            serde_json::to_vec(&document)
+                .map_err(|e| ApiError::internal(format!("encoding OpenAPI v2: {e}")))?,
+            "application/json",
+        ),
+        Form::Protobuf => (
+            protobuf::encode(&document).map_err(|e| ApiError::internal(e.to_string()))?,
+            PROTOBUF,
+        ),
+    };
+    let tag = etag(&bytes);
+    let status = if if_none_match_hits(header_text(header::IF_NONE_MATCH), &tag) {
+        StatusCode::NOT_MODIFIED
+    } else {
+        StatusCode::OK
+    };
+    let body = if status == StatusCode::OK {
+        Body::from(bytes)
+    } else {
+        Body::empty()
+    };
+    let mut response = (status, body).into_response();
+    let response_headers = response.headers_mut();
+    response_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response_headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+    if let Ok(value) = HeaderValue::from_str(&tag) {
+        response_headers.insert(header::ETAG, value);
+    }
+    Ok(response)
+}
 
 fn gv_path(group: &str, version: &str) -> String {
     if group.is_empty() {
@@ -19,9 +134,9 @@ fn gv_path(group: &str, version: &str) -> String {
 }
 
 /// `/openapi/v3`: where each group version's document lives.
-pub fn index() -> Value {
+pub fn index(registry: &Registry) -> Value {
     let mut paths = Map::new();
-    for (group, version) in resources::group_versions() {
+    for (group, version) in registry.group_versions() {
         let path = gv_path(group, version);
         paths.insert(
             path.clone(),
@@ -46,15 +161,16 @@ fn operation(group: &str, version: &str, kind: &str, verb: &str) -> Value {
 }
 
 /// `/openapi/v3/api/v1`, `/openapi/v3/apis/<group>/<version>`; `None` for unknown ones.
-pub fn group_version(path: &str) -> Option<Value> {
+pub fn group_version(registry: &Registry, path: &str) -> Option<Value> {
     let (group, version) = match path.split('/').collect::<Vec<_>>().as_slice() {
         ["api", version] => ("", *version),
         ["apis", group, version] => (*group, *version),
         _ => return None,
     };
     let mut paths = Map::new();
-    for r in RESOURCES
-        .iter()
+    for r in registry
+        .entries()
+        .map(|(_, entry)| &entry.def)
         .filter(|r| r.group == group && r.version == version)
     {
         let base = format!("/{}", gv_path(group, version));
@@ -91,8 +207,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn v2_negotiation() {
+        let cases = [
+            (None, Some(Form::Json)),
+            (Some("application/json"), Some(Form::Json)),
+            (Some("*/*"), Some(Form::Json)),
+            (Some("application/json, */*"), Some(Form::Json)),
+            // client-go before 1.27, client-go 1.27+, and a preference list naming it.
+            (
+                Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+                Some(Form::Protobuf),
+            ),
+            (Some(PROTOBUF), Some(Form::Protobuf)),
+            (
+                Some(
+                    "application/json;q=0.9, application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+                ),
+                Some(Form::Protobuf),
+            ),
+            (Some("application/yaml"), None),
+        ];
+        for (accept, want) in cases {
+            assert_eq!(negotiate(accept), want, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn etags_follow_bytes_and_if_none_match_matches_them() {
+        let a = etag(b"one");
+        assert_eq!(a, etag(b"one"));
+        assert_ne!(a, etag(b"two"));
+        assert!(a.starts_with('"') && a.ends_with('"'));
+        assert!(if_none_match_hits(Some(&a), &a));
+        assert!(if_none_match_hits(Some(&format!("\"x\", {a}")), &a));
+        assert!(if_none_match_hits(Some("*"), &a));
+        assert!(!if_none_match_hits(Some("\"x\""), &a));
+        assert!(!if_none_match_hits(None, &a));
+    }
+
+    #[test]
+    fn v2_document_encodes_as_protobuf() {
+        let document = v2_document(&Registry::builtin());
+        let bytes = protobuf::encode(&document).unwrap();
+        assert!(bytes.len() > 1000);
+    }
+
+    #[test]
     fn index_points_at_every_group_version() {
-        let index = index();
+        let registry = Registry::builtin();
+        let index = index(&registry);
         for path in [
             "api/v1",
             "apis/discovery.k8s.io/v1",
@@ -104,14 +267,14 @@ mod tests {
                 .split('?')
                 .next()
                 .unwrap();
-            assert!(group_version(doc_path).is_some(), "{path}");
+            assert!(group_version(&registry, doc_path).is_some(), "{path}");
         }
-        assert!(group_version("apis/nope/v1").is_none());
+        assert!(group_version(&registry, "apis/nope/v1").is_none());
     }
 
     #[test]
     fn patch_operations_declare_field_validation() {
-        let doc = group_version("api/v1").unwrap();
+        let doc = group_version(&Registry::builtin(), "api/v1").unwrap();
         let op = &doc["paths"]["/api/v1/namespaces/{namespace}/services/{name}"]["patch"];
         assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "Service");
         assert!(

@@ -37,6 +37,8 @@ pub struct Params {
     pub force: bool,
     /// `fieldManager`.
     pub field_manager: Option<String>,
+    /// `includeObject` (Table rows).
+    pub include_object: super::table::IncludeObject,
 }
 
 /// Where a paginated list continues: the version it is pinned to and the last key returned.
@@ -137,6 +139,9 @@ impl Params {
                 "propagationPolicy" => params.propagation_policy = Some(value.clone()),
                 "force" => params.force = truthy(value),
                 "fieldManager" => params.field_manager = Some(value.clone()),
+                "includeObject" => {
+                    params.include_object = super::table::IncludeObject::parse(value)?;
+                }
                 _ => {}
             }
         }

@@ -1,6 +1,6 @@
 //! Maps request paths to what they address, without touching the store.
 
-use crate::resources::{self, ResourceId};
+use crate::resources::{self, Registry, ResourceId};
 
 /// What a request path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,6 +11,8 @@ pub enum Route {
     Health,
     /// `/api`.
     CoreVersions,
+    /// `/openapi/v2`.
+    OpenApiV2,
     /// `/openapi/v3`.
     OpenApiIndex,
     /// `/openapi/v3/<group-version path>`.
@@ -50,42 +52,37 @@ pub enum Route {
     },
 }
 
-/// Parses a request path; `None` when it names nothing this server serves.
-pub fn parse(path: &str) -> Option<Route> {
+/// Parses a request path against what `registry` serves; `None` when it names nothing.
+pub fn parse(path: &str, registry: &Registry) -> Option<Route> {
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     match segments.as_slice() {
         ["version"] => Some(Route::Version),
         ["healthz" | "livez" | "readyz", ..] => Some(Route::Health),
         ["api"] => Some(Route::CoreVersions),
+        ["openapi", "v2"] => Some(Route::OpenApiV2),
         ["openapi", "v3"] => Some(Route::OpenApiIndex),
         ["openapi", "v3", rest @ ..] => Some(Route::OpenApiDocument(rest.join("/"))),
         ["apis"] => Some(Route::Groups),
-        ["apis", group] => known_group(group).then(|| Route::Group((*group).to_string())),
-        ["api", version, rest @ ..] => resource_route("", version, rest),
-        ["apis", group, version, rest @ ..] => resource_route(group, version, rest),
+        ["apis", group] => registry
+            .has_group(group)
+            .then(|| Route::Group((*group).to_string())),
+        ["api", version, rest @ ..] => resource_route(registry, "", version, rest),
+        ["apis", group, version, rest @ ..] => resource_route(registry, group, version, rest),
         _ => None,
     }
 }
 
-fn known_group(group: &str) -> bool {
-    resources::RESOURCES
-        .iter()
-        .any(|r| r.group == group && !group.is_empty())
-}
-
-fn resource_route(group: &str, version: &str, rest: &[&str]) -> Option<Route> {
-    if !resources::RESOURCES
-        .iter()
-        .any(|r| r.group == group && r.version == version)
-    {
+fn resource_route(registry: &Registry, group: &str, version: &str, rest: &[&str]) -> Option<Route> {
+    if !registry.group_versions().contains(&(group, version)) {
         return None;
     }
     let (legacy_watch, rest) = match rest {
         ["watch", tail @ ..] => (true, tail),
         _ => (false, rest),
     };
-    let find = |plural: &str| resources::find(group, version, plural);
-    let namespaced = |plural: &str| find(plural).filter(|id| resources::get(*id).namespaced);
+    let find = |plural: &str| registry.find(group, version, plural);
+    let is_namespaced = |id: ResourceId| registry.def(id).is_some_and(|d| d.namespaced);
+    let namespaced = |plural: &str| find(plural).filter(|id| is_namespaced(*id));
     let cluster = |plural: &str| find(plural);
     let object = |resource, namespace: Option<&str>, name: &str, sub: Option<&str>| {
         Some(Route::Object {
@@ -121,12 +118,12 @@ fn resource_route(group: &str, version: &str, rest: &[&str]) -> Option<Route> {
         [plural] => collection(cluster(plural)?, None),
         [plural, name] => {
             let id = cluster(plural)?;
-            (!resources::get(id).namespaced).then_some(())?;
+            (!is_namespaced(id)).then_some(())?;
             object(id, None, name, None)
         }
         [plural, name, sub] => {
             let id = cluster(plural)?;
-            (!resources::get(id).namespaced).then_some(())?;
+            (!is_namespaced(id)).then_some(())?;
             object(id, None, name, Some(sub))
         }
         _ => None,
@@ -211,16 +208,50 @@ mod tests {
             ("/api/v2/services", None),
             ("/api/v1/nothings", None),
         ];
+        let registry = Registry::builtin();
         for (path, want) in cases {
-            assert_eq!(parse(path), want, "{path}");
+            assert_eq!(parse(path, &registry), want, "{path}");
         }
         assert_eq!(
-            parse("/api/v1/watch/namespaces/default/services"),
+            parse("/api/v1/watch/namespaces/default/services", &registry),
             Some(Route::Collection {
                 resource: svc,
                 namespace: Some("default".into()),
                 legacy_watch: true
             })
         );
+    }
+
+    #[test]
+    fn custom_resource_routes() {
+        let registry = crate::crd::tests::registry_with_ippools();
+        let pools = registry.find("kube-lb.io", "v1alpha1", "ippools").unwrap();
+        let cases: Vec<(&str, Option<Route>)> = vec![
+            (
+                "/apis/kube-lb.io/v1alpha1/ippools",
+                Some(Route::Collection {
+                    resource: pools,
+                    namespace: None,
+                    legacy_watch: false,
+                }),
+            ),
+            (
+                "/apis/kube-lb.io/v1alpha1/ippools/p/status",
+                Some(Route::Object {
+                    resource: pools,
+                    namespace: None,
+                    name: "p".into(),
+                    subresource: Some("status".into()),
+                    legacy_watch: false,
+                }),
+            ),
+            ("/apis/kube-lb.io", Some(Route::Group("kube-lb.io".into()))),
+            ("/apis/kube-lb.io/v1alpha1/namespaces/x/ippools", None),
+            ("/apis/kube-lb.io/v1/ippools", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(parse(path, &registry), want, "{path}");
+        }
+        assert_eq!(parse("/apis/kube-lb.io", &Registry::builtin()), None);
     }
 }

@@ -125,6 +125,8 @@ const SERVICE: Shape = Obj(&[
             ("loadBalancerClass", Str),
             ("internalTrafficPolicy", Str),
             ("trafficDistribution", Str),
+            // Seed 002 (the 1.17–1.21 API); see `services`.
+            ("topologyKeys", STRINGS),
         ]),
     ),
     (

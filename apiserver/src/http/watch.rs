@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::AppState;
 use super::params::Params;
-use crate::resources::{self, ResourceId};
+use crate::resources::Entry;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Event, EventType};
@@ -23,9 +23,12 @@ pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 /// Which events of the store one watch passes on.
 #[derive(Debug, Clone)]
 struct Filter {
-    resource: ResourceId,
+    /// The resource watched (its storage slot names the events).
+    entry: Entry,
     /// Wrap each object in a one-row Table (kubectl `get -w`).
     table: bool,
+    /// What Table rows carry.
+    include: super::table::IncludeObject,
     namespace: Option<String>,
     name: Option<String>,
     labels: LabelSelector,
@@ -51,7 +54,7 @@ impl Filter {
     /// What the watcher sees of a change: selector watches see an object that stops matching
     /// as DELETED and one that starts matching as ADDED.
     fn translate(&self, event: &Event) -> Option<EventType> {
-        if event.resource != self.resource {
+        if event.resource != self.entry.storage {
             return None;
         }
         let now = self.matches(&event.object);
@@ -72,6 +75,8 @@ impl Filter {
 impl Filter {
     /// The event line for an object, as a Table row when the client asked for Tables.
     fn event_line(&self, event_type: &str, object: &Value, rv: u64) -> Bytes {
+        let shown = crate::store::view(&self.entry, std::sync::Arc::new(object.clone()));
+        let object = shown.as_ref();
         if self.table {
             let key = (
                 crate::meta::namespace(object)
@@ -80,10 +85,11 @@ impl Filter {
                 crate::meta::name(object).unwrap_or_default().to_string(),
             );
             let row = super::table::render(
-                self.resource,
+                &self.entry,
                 &[(key, std::sync::Arc::new(object.clone()))],
                 rv,
                 None,
+                self.include,
             );
             line(event_type, &row)
         } else {
@@ -103,8 +109,8 @@ fn line(event_type: &str, object: &Value) -> Bytes {
     Bytes::from(out)
 }
 
-fn bookmark(resource: ResourceId, rv: u64, initial_end: bool) -> Bytes {
-    let def = resources::get(resource);
+fn bookmark(entry: &Entry, rv: u64, initial_end: bool) -> Bytes {
+    let def = &entry.def;
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         metadata["annotations"] = json!({INITIAL_EVENTS_END: "true"});
@@ -122,46 +128,55 @@ fn expired_line(message: &str) -> Bytes {
 /// Serves a collection watch.
 pub fn serve(
     app: &AppState,
-    resource: ResourceId,
+    entry: &Entry,
+    resource: crate::resources::ResourceId,
     namespace: Option<&str>,
     params: &Params,
     table: bool,
 ) -> Result<Response, ApiError> {
     let filter = Filter {
-        resource,
+        entry: entry.clone(),
         table,
+        include: params.include_object,
         namespace: namespace.map(str::to_string),
         name: None,
         labels: params.labels.clone(),
         fields: params.fields.clone(),
     };
-    start(app, filter, params)
+    start(app, resource, filter, params)
 }
 
 /// Serves a watch of one object (legacy `/watch/.../name` path).
 pub fn serve_one(
     app: &AppState,
-    resource: ResourceId,
+    entry: &Entry,
+    resource: crate::resources::ResourceId,
     namespace: Option<&str>,
     name: &str,
     params: &Params,
     table: bool,
 ) -> Result<Response, ApiError> {
     let filter = Filter {
-        resource,
+        entry: entry.clone(),
         table,
+        include: params.include_object,
         namespace: namespace.map(str::to_string),
         name: Some(name.to_string()),
         labels: params.labels.clone(),
         fields: params.fields.clone(),
     };
-    start(app, filter, params)
+    start(app, resource, filter, params)
 }
 
-fn start(app: &AppState, filter: Filter, params: &Params) -> Result<Response, ApiError> {
+fn start(
+    app: &AppState,
+    resource: crate::resources::ResourceId,
+    filter: Filter,
+    params: &Params,
+) -> Result<Response, ApiError> {
     let from = params.watch_from()?;
     let (tx, rx) = mpsc::channel::<Bytes>(256);
-    match app.store.watch(filter.resource, from) {
+    match app.store.watch(resource, from) {
         Ok(subscription) => {
             let timeout = params.timeout.unwrap_or(app.max_watch).min(app.max_watch);
             let settings = Settings {
@@ -231,7 +246,7 @@ async fn pump(
     }
     if settings.initial_end_bookmark
         && tx
-            .send(bookmark(filter.resource, resource_version, true))
+            .send(bookmark(&filter.entry, resource_version, true))
             .await
             .is_err()
     {
@@ -257,7 +272,7 @@ async fn pump(
             () = &mut deadline => return,
             () = tx.closed() => return,
             _ = ticker.tick(), if settings.bookmarks => {
-                if tx.send(bookmark(filter.resource, last_rv, false)).await.is_err() {
+                if tx.send(bookmark(&filter.entry, last_rv, false)).await.is_err() {
                     return;
                 }
             }

@@ -16,10 +16,12 @@ use tokio::sync::{broadcast, watch};
 
 pub use history::{Event, EventType, History, ObjectKey};
 
+use crate::crd;
 use crate::meta;
-use crate::resources::{self, RESOURCES, ResourceId};
+use crate::resources::{self, Entry, Registry, ResourceDef, ResourceId};
 use crate::services::{self, Allocator};
 use crate::status::{ApiError, Cause};
+use crate::validation;
 
 /// Capacity of the live event channel; a watcher that falls this far behind gets 410 and
 /// relists, like a kube-apiserver watch cache overflow.
@@ -117,6 +119,9 @@ pub struct StoreConfig {
 
 struct State {
     resource_version: u64,
+    /// What is served; replaced (copy on write) when a CRD changes.
+    registry: Arc<Registry>,
+    /// Indexed by storage slot (see [`Entry::storage`]).
     objects: Vec<BTreeMap<ObjectKey, Arc<Value>>>,
     history: History,
     allocator: Allocator,
@@ -153,7 +158,8 @@ impl Store {
         Self {
             state: Mutex::new(State {
                 resource_version: 0,
-                objects: vec![BTreeMap::new(); RESOURCES.len()],
+                registry: Arc::new(Registry::builtin()),
+                objects: vec![BTreeMap::new(); Registry::builtin().slots()],
                 history: History::new(config.history, 0),
                 allocator: config.allocator,
             }),
@@ -178,6 +184,11 @@ impl Store {
         self.committed.subscribe()
     }
 
+    /// The resources served right now.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.lock().registry.clone()
+    }
+
     /// Reads one object.
     pub fn get(
         &self,
@@ -186,10 +197,17 @@ impl Store {
         name: &str,
     ) -> Result<Arc<Value>, ApiError> {
         let state = self.lock();
-        state.objects[resource]
+        let entry = state.entry(resource)?;
+        let namespace = if entry.def.namespaced {
+            namespace
+        } else {
+            None
+        };
+        state.objects[entry.storage]
             .get(&key_for(namespace, name))
             .cloned()
-            .ok_or_else(|| ApiError::not_found(resources::get(resource), name))
+            .map(|o| view(&entry, o))
+            .ok_or_else(|| ApiError::not_found(&entry.def, name))
     }
 
     /// Lists objects of a resource (one namespace or all), at the requested version.
@@ -200,6 +218,8 @@ impl Store {
         at: ReadAt,
     ) -> Result<Snapshot, ApiError> {
         let state = self.lock();
+        let entry = state.entry(resource)?;
+        let slot = entry.storage;
         let current = state.resource_version;
         let in_scope = |key: &ObjectKey| namespace.is_none_or(|ns| key.0 == ns);
         let collect = |map: &BTreeMap<ObjectKey, Arc<Value>>| -> Vec<(ObjectKey, Arc<Value>)> {
@@ -207,26 +227,29 @@ impl Store {
                 Some(ns) => map
                     .range((ns.to_string(), String::new())..)
                     .take_while(|(k, _)| k.0 == ns)
-                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .map(|(k, v)| (k.clone(), view(&entry, v.clone())))
                     .collect(),
-                None => map.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                None => map
+                    .iter()
+                    .map(|(k, v)| (k.clone(), view(&entry, v.clone())))
+                    .collect(),
             }
         };
         match at {
             ReadAt::Latest => Ok(Snapshot {
                 resource_version: current,
-                items: collect(&state.objects[resource]),
+                items: collect(&state.objects[slot]),
             }),
             ReadAt::NotOlderThan(rv) if rv <= current => Ok(Snapshot {
                 resource_version: current,
-                items: collect(&state.objects[resource]),
+                items: collect(&state.objects[slot]),
             }),
             ReadAt::NotOlderThan(rv) | ReadAt::Exact(rv) if rv > current => {
                 Err(ApiError::too_large_resource_version(rv, current))
             }
             ReadAt::Exact(rv) if rv == current => Ok(Snapshot {
                 resource_version: current,
-                items: collect(&state.objects[resource]),
+                items: collect(&state.objects[slot]),
             }),
             ReadAt::Exact(rv) | ReadAt::NotOlderThan(rv) => {
                 if rv < state.history.compacted() {
@@ -235,27 +258,37 @@ impl Store {
                         state.history.compacted()
                     )));
                 }
-                let scoped: BTreeMap<ObjectKey, Arc<Value>> = state.objects[resource]
+                let scoped: BTreeMap<ObjectKey, Arc<Value>> = state.objects[slot]
                     .iter()
                     .filter(|(k, _)| in_scope(k))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
-                let rewound = state.history.rewind(resource, scoped, rv);
+                let rewound = state.history.rewind(slot, scoped, rv);
                 Ok(Snapshot {
                     resource_version: rv,
-                    items: rewound.into_iter().filter(|(k, _)| in_scope(k)).collect(),
+                    items: rewound
+                        .into_iter()
+                        .filter(|(k, _)| in_scope(k))
+                        .map(|(k, v)| (k, view(&entry, v)))
+                        .collect(),
                 })
             }
         }
     }
 
-    /// Starts a watch of one resource.
+    /// Starts a watch of one resource. Events name the storage slot ([`Entry::storage`]);
+    /// objects of other versions of a custom resource are shown with [`view`].
     pub fn watch(&self, resource: ResourceId, from: WatchFrom) -> Result<Subscription, ApiError> {
         let state = self.lock();
+        let entry = state.entry(resource)?;
+        let slot = entry.storage;
         let live = self.live.subscribe();
         match from {
             WatchFrom::Snapshot => Ok(Subscription {
-                initial: state.objects[resource].values().cloned().collect(),
+                initial: state.objects[slot]
+                    .values()
+                    .map(|o| view(&entry, o.clone()))
+                    .collect(),
                 backlog: Vec::new(),
                 resource_version: state.resource_version,
                 live,
@@ -275,7 +308,7 @@ impl Store {
                 }
                 Ok(Subscription {
                     initial: Vec::new(),
-                    backlog: state.history.since(resource, rv),
+                    backlog: state.history.since(slot, rv),
                     resource_version: state.resource_version,
                     live,
                 })
@@ -318,7 +351,39 @@ impl Store {
         if resource == resources::events_v1() {
             self.mirror_core_event(state, &event);
         }
+        if resource == resources::custom_resource_definitions() {
+            self.crd_changed(state, &event);
+        }
         object
+    }
+
+    /// Serves what a CRD now defines; a deleted CRD takes its objects with it (each deletion
+    /// is an event, so watchers see them go).
+    fn crd_changed(&self, state: &mut State, event: &Event) {
+        let name = event.key.1.clone();
+        match event.event_type {
+            EventType::Added | EventType::Modified => {
+                let (versions, storage_key) = crd::served_versions(&event.object);
+                let registry = Arc::make_mut(&mut state.registry);
+                registry.install_crd(&name, versions, storage_key);
+                let slots = registry.slots();
+                if state.objects.len() < slots {
+                    state.objects.resize_with(slots, BTreeMap::new);
+                }
+            }
+            EventType::Deleted => {
+                let Some(slot) = state.registry.crd_storage(&name) else {
+                    return;
+                };
+                let objects = std::mem::take(&mut state.objects[slot]);
+                for (key, object) in objects {
+                    let last = (*object).clone();
+                    self.commit(state, slot, key, EventType::Deleted, last, Some(object));
+                }
+                Arc::make_mut(&mut state.registry).remove_crd(&name);
+                tracing::info!(crd = %name, "custom resource definition removed with its objects");
+            }
+        }
     }
 
     /// Keeps the core/v1 view of an events.k8s.io/v1 Event in step (one storage in
@@ -361,7 +426,10 @@ impl Store {
         mut object: Value,
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
-        let def = resources::get(resource);
+        let mut state = self.lock();
+        let entry = state.entry(resource)?;
+        let def = entry.def;
+        let slot = entry.storage;
         let namespace = if def.namespaced {
             let body_ns = meta::namespace(&object).map(str::to_string);
             match (namespace, body_ns) {
@@ -377,14 +445,12 @@ impl Store {
         } else {
             None
         };
-        let mut state = self.lock();
         let name = match meta::name(&object) {
             Some(name) => name.to_string(),
             None => match meta::meta_str(&object, "generateName") {
                 Some(prefix) => {
                     let mut attempt = format!("{prefix}{}", meta::name_suffix());
-                    while state.objects[resource]
-                        .contains_key(&key_for(namespace.as_deref(), &attempt))
+                    while state.objects[slot].contains_key(&key_for(namespace.as_deref(), &attempt))
                     {
                         attempt = format!("{prefix}{}", meta::name_suffix());
                     }
@@ -392,7 +458,7 @@ impl Store {
                 }
                 None => {
                     return Err(ApiError::invalid(
-                        def,
+                        &def,
                         "",
                         vec![Cause::required("metadata.name")],
                     ));
@@ -400,8 +466,8 @@ impl Store {
             },
         };
         let key = key_for(namespace.as_deref(), &name);
-        if state.objects[resource].contains_key(&key) {
-            return Err(ApiError::already_exists(def, &name));
+        if state.objects[slot].contains_key(&key) {
+            return Err(ApiError::already_exists(&def, &name));
         }
         {
             let meta = meta::metadata_mut(&mut object);
@@ -426,19 +492,20 @@ impl Store {
                 meta.remove("generation");
             }
         }
-        prepare_create(resource, &mut object);
-        set_type_meta(resource, &mut object);
+        prepare_create(&def, &mut object);
+        set_type_meta(&entry, &mut object);
         let mut allocator = if dry_run {
             Some(state.allocator.clone())
         } else {
             None
         };
         let alloc = allocator.as_mut().unwrap_or(&mut state.allocator);
-        admit(resource, None, &mut object, alloc)?;
+        admit(resource, &entry, None, &mut object, alloc)?;
         if dry_run {
-            return Ok(Arc::new(object));
+            return Ok(view(&entry, Arc::new(object)));
         }
-        Ok(self.commit(&mut state, resource, key, EventType::Added, object, None))
+        let stored = self.commit(&mut state, slot, key, EventType::Added, object, None);
+        Ok(view(&entry, stored))
     }
 
     /// Updates an existing object: `change` gets the current object and returns the proposed
@@ -457,15 +524,19 @@ impl Store {
     where
         F: FnOnce(&Value) -> Result<Value, ApiError>,
     {
-        let def = resources::get(resource);
+        let mut state = self.lock();
+        let entry = state.entry(resource)?;
+        let def = entry.def;
+        let slot = entry.storage;
         let namespace = if def.namespaced { namespace } else { None };
         let key = key_for(namespace, name);
-        let mut state = self.lock();
-        let current = state.objects[resource]
+        let current = state.objects[slot]
             .get(&key)
             .cloned()
-            .ok_or_else(|| ApiError::not_found(def, name))?;
-        let proposed = change(&current)?;
+            .ok_or_else(|| ApiError::not_found(&def, name))?;
+        // The caller works on the version it addressed.
+        let current_view = view(&entry, current.clone());
+        let proposed = change(&current_view)?;
         if let Some(body_name) = meta::name(&proposed)
             && body_name != name
         {
@@ -476,9 +547,9 @@ impl Store {
         if let Some(rv) = meta::resource_version(&proposed)
             && Some(rv) != meta::resource_version(&current)
         {
-            return Err(ApiError::conflict(def, name));
+            return Err(ApiError::conflict(&def, name));
         }
-        let mut next = merge_parts(resource, part, &current, proposed);
+        let mut next = merge_parts(&def, part, &current, proposed);
         carry_system_metadata(&current, &mut next);
         if meta::is_deleting(&current) {
             let old: Vec<&str> = meta::finalizers(&current);
@@ -489,7 +560,7 @@ impl Store {
                 .collect();
             if !added.is_empty() {
                 return Err(ApiError::invalid(
-                    def,
+                    &def,
                     name,
                     vec![Cause::forbidden(
                         "metadata.finalizers",
@@ -507,36 +578,29 @@ impl Store {
                 .unwrap_or(0);
             meta::metadata_mut(&mut next).insert("generation".into(), json!(generation + 1));
         }
-        set_type_meta(resource, &mut next);
+        set_type_meta(&entry, &mut next);
         let mut scratch = if dry_run {
             Some(state.allocator.clone())
         } else {
             None
         };
         let alloc = scratch.as_mut().unwrap_or(&mut state.allocator);
-        admit(resource, Some(&current), &mut next, alloc)?;
+        admit(resource, &entry, Some(&current), &mut next, alloc)?;
         if dry_run || next == *current {
-            return Ok(if dry_run { Arc::new(next) } else { current });
+            return Ok(if dry_run {
+                view(&entry, Arc::new(next))
+            } else {
+                current_view
+            });
         }
-        if meta::is_deleting(&next) && meta::finalizers(&next).is_empty() {
+        let event_type = if meta::is_deleting(&next) && meta::finalizers(&next).is_empty() {
             release(resource, &next, &mut state.allocator);
-            return Ok(self.commit(
-                &mut state,
-                resource,
-                key,
-                EventType::Deleted,
-                next,
-                Some(current),
-            ));
-        }
-        Ok(self.commit(
-            &mut state,
-            resource,
-            key,
-            EventType::Modified,
-            next,
-            Some(current),
-        ))
+            EventType::Deleted
+        } else {
+            EventType::Modified
+        };
+        let stored = self.commit(&mut state, slot, key, event_type, next, Some(current));
+        Ok(view(&entry, stored))
     }
 
     /// Deletes an object: gone at once without finalizers, otherwise marked with
@@ -549,34 +613,36 @@ impl Store {
         preconditions: &Preconditions,
         dry_run: bool,
     ) -> Result<Deleted, ApiError> {
-        let def = resources::get(resource);
+        let mut state = self.lock();
+        let entry = state.entry(resource)?;
+        let def = entry.def;
+        let slot = entry.storage;
         let namespace = if def.namespaced { namespace } else { None };
         let key = key_for(namespace, name);
-        let mut state = self.lock();
-        let current = state.objects[resource]
+        let current = state.objects[slot]
             .get(&key)
             .cloned()
-            .ok_or_else(|| ApiError::not_found(def, name))?;
+            .ok_or_else(|| ApiError::not_found(&def, name))?;
         if let Some(uid) = &preconditions.uid
             && meta::meta_str(&current, "uid") != Some(uid.as_str())
         {
-            return Err(ApiError::conflict(def, name));
+            return Err(ApiError::conflict(&def, name));
         }
         if let Some(rv) = &preconditions.resource_version
             && meta::resource_version(&current) != Some(rv.as_str())
         {
-            return Err(ApiError::conflict(def, name));
+            return Err(ApiError::conflict(&def, name));
         }
         if dry_run {
             return Ok(Deleted {
-                object: current,
+                object: view(&entry, current),
                 gone: false,
             });
         }
         if !meta::finalizers(&current).is_empty() {
             if meta::is_deleting(&current) {
                 return Ok(Deleted {
-                    object: current,
+                    object: view(&entry, current),
                     gone: false,
                 });
             }
@@ -586,27 +652,30 @@ impl Store {
             meta.insert("deletionGracePeriodSeconds".into(), json!(0));
             let object = self.commit(
                 &mut state,
-                resource,
+                slot,
                 key,
                 EventType::Modified,
                 marked,
                 Some(current),
             );
             return Ok(Deleted {
-                object,
+                object: view(&entry, object),
                 gone: false,
             });
         }
         release(resource, &current, &mut state.allocator);
         let object = self.commit(
             &mut state,
-            resource,
+            slot,
             key,
             EventType::Deleted,
             (*current).clone(),
             Some(current),
         );
-        Ok(Deleted { object, gone: true })
+        Ok(Deleted {
+            object: view(&entry, object),
+            gone: true,
+        })
     }
 
     /// Stores an object as given (status included), assigning metadata and allocations like a
@@ -616,7 +685,7 @@ impl Store {
         let namespace = meta::namespace(&object).map(str::to_string);
         let created = self.create(resource, namespace.as_deref(), object, false)?;
         match status {
-            Some(status) if resources::get(resource).has_status => {
+            Some(status) if self.registry().def(resource).is_some_and(|d| d.has_status) => {
                 let name = meta::name(&created).unwrap_or_default().to_string();
                 self.update(
                     resource,
@@ -638,16 +707,12 @@ impl Store {
     /// Everything, for persistence. Cheap under the lock: objects are shared, not copied.
     pub fn dump(&self) -> Dump {
         let state = self.lock();
-        let objects = RESOURCES
-            .iter()
-            .enumerate()
-            .filter(|(id, _)| !state.objects[*id].is_empty())
-            .map(|(id, def)| {
-                (
-                    format!("{}/{}", def.api_version(), def.plural),
-                    state.objects[id].values().cloned().collect(),
-                )
-            })
+        let objects = state
+            .registry
+            .storage_slots()
+            .into_iter()
+            .filter(|(slot, _)| state.objects.get(*slot).is_some_and(|o| !o.is_empty()))
+            .map(|(slot, key)| (key, state.objects[slot].values().cloned().collect()))
             .collect();
         Dump {
             resource_version: state.resource_version,
@@ -659,13 +724,26 @@ impl Store {
     /// history starts empty at the dump's version (older watches get 410 and relist).
     pub fn restore(&self, dump: Dump) -> Result<(), ApiError> {
         let mut state = self.lock();
-        let mut objects = vec![BTreeMap::new(); RESOURCES.len()];
+        let mut registry = Registry::builtin();
+        // CRDs first: they decide which other keys name a resource.
+        let crd_key = {
+            let def = resources::get(resources::custom_resource_definitions());
+            format!("{}/{}", def.api_version(), def.plural)
+        };
+        for crd_object in dump.objects.get(&crd_key).into_iter().flatten() {
+            let name = meta::name(crd_object).unwrap_or_default().to_string();
+            let (versions, storage_key) = crd::served_versions(crd_object);
+            registry.install_crd(&name, versions, storage_key);
+        }
+        let slots = registry.storage_slots();
+        let mut objects = vec![BTreeMap::new(); registry.slots()];
         let mut allocator = state.allocator.clone();
         allocator.clear();
         for (group_resource, items) in dump.objects {
-            let Some(id) = RESOURCES
+            let Some(id) = slots
                 .iter()
-                .position(|d| format!("{}/{}", d.api_version(), d.plural) == group_resource)
+                .find(|(_, key)| *key == group_resource)
+                .map(|(slot, _)| *slot)
             else {
                 return Err(ApiError::bad_request(format!(
                     "state file names an unknown resource {group_resource}"
@@ -681,6 +759,7 @@ impl Store {
             }
         }
         state.objects = objects;
+        state.registry = Arc::new(registry);
         state.allocator = allocator;
         state.resource_version = dump.resource_version;
         let limit = state.history_limit();
@@ -694,20 +773,49 @@ impl State {
     fn history_limit(&self) -> usize {
         self.history.limit()
     }
+
+    /// The served resource `id`, or 404 when it is not (any longer) served.
+    fn entry(&self, id: ResourceId) -> Result<Entry, ApiError> {
+        self.registry
+            .entry(id)
+            .cloned()
+            .ok_or_else(|| ApiError::no_route(&format!("resource #{id}")))
+    }
 }
 
-/// `apiVersion` and `kind` always reflect the resource served.
-fn set_type_meta(resource: ResourceId, object: &mut Value) {
-    let def = resources::get(resource);
+/// An object as seen through `entry`: custom resources are stored in their CRD's storage
+/// version and shown in the version addressed (conversion strategy `None`: only `apiVersion`
+/// changes).
+pub fn view(entry: &Entry, object: Arc<Value>) -> Arc<Value> {
+    if entry.custom.is_none() {
+        return object;
+    }
+    let api_version = entry.def.api_version();
+    if object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+        return object;
+    }
+    let mut shown = (*object).clone();
+    shown["apiVersion"] = json!(api_version);
+    Arc::new(shown)
+}
+
+/// `apiVersion` and `kind` always reflect the resource stored (a custom resource's storage
+/// version).
+fn set_type_meta(entry: &Entry, object: &mut Value) {
+    let api_version = match &entry.custom {
+        Some(custom) if !custom.storage_api_version.is_empty() => {
+            custom.storage_api_version.clone()
+        }
+        _ => entry.def.api_version(),
+    };
     if let Some(map) = object.as_object_mut() {
-        map.insert("apiVersion".into(), json!(def.api_version()));
-        map.insert("kind".into(), json!(def.kind));
+        map.insert("apiVersion".into(), json!(api_version));
+        map.insert("kind".into(), json!(entry.def.kind));
     }
 }
 
 /// Per-kind create-time resets kube-apiserver performs.
-fn prepare_create(resource: ResourceId, object: &mut Value) {
-    let def = resources::get(resource);
+fn prepare_create(def: &ResourceDef, object: &mut Value) {
     match def.kind {
         // A new Service never starts with a status (load-balancer ingress is the
         // controller's to write).
@@ -732,8 +840,7 @@ fn prepare_create(resource: ResourceId, object: &mut Value) {
 }
 
 /// Builds the stored object from the proposal according to which part may change.
-fn merge_parts(resource: ResourceId, part: Part, current: &Value, proposed: Value) -> Value {
-    let def = resources::get(resource);
+fn merge_parts(def: &ResourceDef, part: Part, current: &Value, proposed: Value) -> Value {
     match part {
         Part::Status => {
             let mut next = current.clone();
@@ -797,11 +904,12 @@ fn carry_system_metadata(current: &Value, next: &mut Value) {
 /// Resource-specific validation and allocation.
 fn admit(
     resource: ResourceId,
+    entry: &Entry,
     old: Option<&Value>,
     object: &mut Value,
     allocator: &mut Allocator,
 ) -> Result<(), ApiError> {
-    let def = resources::get(resource);
+    let def = &entry.def;
     let name = meta::name(object).unwrap_or_default().to_string();
     let name_ok = if def.kind == "Namespace" {
         meta::is_dns1123_label(&name)
@@ -825,7 +933,46 @@ fn admit(
         services::admit(old, object, allocator)
             .map_err(|causes| ApiError::invalid(def, &name, causes))?;
     }
+    let endpoint_causes = match (def.group, def.kind) {
+        ("", "Endpoints") => validation::validate_endpoints(object, allocator),
+        ("discovery.k8s.io", "EndpointSlice") => {
+            validation::validate_endpoint_slice(old, object, allocator)
+        }
+        _ => Vec::new(),
+    };
+    if !endpoint_causes.is_empty() {
+        return Err(qualified_invalid(def, &name, endpoint_causes));
+    }
+    if resource == resources::custom_resource_definitions() {
+        crd::apply_defaults(object);
+        let causes = crd::validate(object, old);
+        if !causes.is_empty() {
+            return Err(qualified_invalid(def, &name, causes));
+        }
+        object["status"] = crd::status(object, old);
+    }
+    if let Some(schema) = entry.custom.as_ref().and_then(|c| c.schema.as_ref()) {
+        let causes = crd::schema::admit(object, schema);
+        if !causes.is_empty() {
+            return Err(qualified_invalid(def, &name, causes));
+        }
+    }
     Ok(())
+}
+
+/// 422 naming the kind with its group (`IPPool.kube-lb.io "x" is invalid: ...`), as
+/// kube-apiserver does for every kind outside the core group.
+fn qualified_invalid(def: &ResourceDef, name: &str, causes: Vec<Cause>) -> ApiError {
+    let mut error = ApiError::invalid(def, name, causes);
+    if !def.group.is_empty() {
+        error.message = format!(
+            "{}.{}{}",
+            def.kind,
+            def.group,
+            &error.message[def.kind.len()..]
+        );
+    }
+    error
 }
 
 /// Port protocols default to TCP in Pods and EndpointSlices, as kube-apiserver's defaulting

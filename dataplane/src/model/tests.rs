@@ -332,6 +332,65 @@ fn topology_keys_from_the_annotation() {
     }
 }
 
+/// Seed 002's four manifests, verbatim, as the embedded API server stores them: admission
+/// keeps `spec.topologyKeys` and mirrors it into the annotation, which is all a typed 1.33
+/// Service still carries. Routing from n1 (zone za, region r1) follows each example's text.
+#[test]
+fn seed_002_manifests_route_by_topology_after_admission() {
+    let seeds = [
+        (
+            include_str!(
+                "../../../annotations/tests/fixtures/seeds/002-topology-hostname-only.yaml"
+            ),
+            [vec!["n1"], vec![], vec![]],
+        ),
+        (
+            include_str!(
+                "../../../annotations/tests/fixtures/seeds/002-topology-prefer-hostname.yaml"
+            ),
+            [vec!["n1"], vec!["n3", "n4"], vec!["n4"]],
+        ),
+        (
+            include_str!("../../../annotations/tests/fixtures/seeds/002-topology-zone-region.yaml"),
+            [vec!["n1", "n2"], vec!["n3"], vec![]],
+        ),
+        (
+            include_str!("../../../annotations/tests/fixtures/seeds/002-topology-all.yaml"),
+            [vec!["n1"], vec!["n3"], vec!["n4"]],
+        ),
+    ];
+    let endpoint_sets: [&[&str]; 3] = [&["n1", "n2", "n3", "n4"], &["n3", "n4"], &["n4"]];
+    let node_ip = |name: &str| format!("10.244.{}.1", &name[1..]);
+    for (yaml, expected) in seeds {
+        let mut object: serde_json::Value = serde_yaml_ng::from_str(yaml).unwrap();
+        object["metadata"]["namespace"] = serde_json::json!("default");
+        let mut allocator = kube_lb_apiserver::services::Allocator::new(
+            kube_lb_apiserver::services::default_service_cidr(),
+            kube_lb_apiserver::services::DEFAULT_NODE_PORT_RANGE,
+        );
+        kube_lb_apiserver::services::admit(None, &mut object, &mut allocator).unwrap();
+        let typed: k8s_openapi::api::core::v1::Service =
+            serde_json::from_value(object.clone()).unwrap();
+        for (nodes, want) in endpoint_sets.iter().zip(&expected) {
+            let mut index = index("n1", &[]);
+            index.apply_service(&typed);
+            let mut builder = slice("default", "my-service", "a").port("", "TCP", 9376);
+            for node in *nodes {
+                builder = builder.endpoint(&node_ip(node), node);
+            }
+            index.apply_endpoint_slice(&builder.build());
+            let snapshot = index.snapshot();
+            let got = &port_of(&snapshot, "my-service", 80, Protocol::Tcp).cluster_endpoints;
+            let want: Vec<EndpointAddr> = want.iter().map(|n| ep(&node_ip(n), 9376)).collect();
+            assert_eq!(
+                got, &want,
+                "{} with endpoints on {nodes:?}",
+                object["spec"]["topologyKeys"]
+            );
+        }
+    }
+}
+
 #[test]
 fn invalid_topology_keys_skip_the_service_with_a_warning() {
     let mut index = index("n1", &[]);

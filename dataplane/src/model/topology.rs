@@ -1,101 +1,34 @@
 //! Service Topology (seed 002): ordered node-label keys that choose which endpoints a node uses.
+//!
+//! The keys arrive in one place, the annotation [`TOPOLOGY_KEYS_ANNOTATION`]: current typed
+//! clients cannot see the removed `spec.topologyKeys` field, so the embedded API server mirrors
+//! the field into the annotation and `reconcile -f` lifts it there. They are read by
+//! [`kube_lb_annotations::check_topology_keys`], the same function `lint` and the controller
+//! use, so the proxy cannot accept a list lint refuses or the other way round.
 
 use std::collections::BTreeMap;
 
-/// Annotation carrying the `topologyKeys` list, comma separated, since current API servers drop
-/// the alpha field. Same key as the annotations crate.
-pub const TOPOLOGY_KEYS_ANNOTATION: &str = "service.kubernetes.io/topology-keys";
+pub use kube_lb_annotations::TopologyKeysError;
+use kube_lb_annotations::check_topology_keys;
+
+/// Annotation carrying the `topologyKeys` list, comma separated. Same key as the annotations
+/// crate.
+pub const TOPOLOGY_KEYS_ANNOTATION: &str = kube_lb_annotations::keys::common::TOPOLOGY_KEYS;
 
 /// The catch-all key: any endpoint.
 pub const ANY: &str = "*";
 
 /// At most this many keys (seed 002).
-pub const MAX_KEYS: usize = 16;
+pub const MAX_KEYS: usize = kube_lb_annotations::MAX_TOPOLOGY_KEYS;
 
-/// Why a `topologyKeys` list is rejected.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TopologyKeysError {
-    /// More than [`MAX_KEYS`] entries.
-    #[error("at most {MAX_KEYS} topology keys are allowed, got {0}")]
-    TooMany(usize),
-    /// `"*"` somewhere other than last.
-    #[error("\"*\" is only allowed as the last topology key")]
-    WildcardNotLast,
-    /// The same key twice.
-    #[error("topology key {0:?} is listed twice")]
-    Duplicate(String),
-    /// An empty entry or one that is not a label key.
-    #[error("topology key {0:?} is not a valid label key")]
-    Invalid(String),
-    /// Combined with `externalTrafficPolicy: Local`.
-    #[error("topology keys cannot be combined with externalTrafficPolicy Local")]
-    WithLocalPolicy,
-}
-
-/// Parses and validates the comma list of the annotation (or the field's entries joined).
+/// Parses and validates the annotation's comma list; the first broken rule is the error (the
+/// Service is then skipped: a list lint refuses must not route traffic).
 pub fn parse_keys(raw: &str, external_local: bool) -> Result<Vec<String>, TopologyKeysError> {
-    let keys: Vec<String> = raw
-        .split(',')
-        .map(str::trim)
-        .filter(|key| !key.is_empty())
-        .map(str::to_owned)
-        .collect();
-    validate_keys(&keys, external_local)?;
-    Ok(keys)
-}
-
-/// Applies the seed's constraints to an ordered key list.
-pub fn validate_keys(keys: &[String], external_local: bool) -> Result<(), TopologyKeysError> {
-    if keys.is_empty() {
-        return Ok(());
+    let (keys, problems) = check_topology_keys(raw, external_local);
+    match problems.into_iter().next() {
+        Some(problem) => Err(problem),
+        None => Ok(keys.into_iter().map(String::from).collect()),
     }
-    if external_local {
-        return Err(TopologyKeysError::WithLocalPolicy);
-    }
-    if keys.len() > MAX_KEYS {
-        return Err(TopologyKeysError::TooMany(keys.len()));
-    }
-    for (index, key) in keys.iter().enumerate() {
-        if key == ANY {
-            if index + 1 != keys.len() {
-                return Err(TopologyKeysError::WildcardNotLast);
-            }
-            continue;
-        }
-        if !is_label_key(key) {
-            return Err(TopologyKeysError::Invalid(key.clone()));
-        }
-        if keys[..index].contains(key) {
-            return Err(TopologyKeysError::Duplicate(key.clone()));
-        }
-    }
-    Ok(())
-}
-
-/// `[prefix/]name`: prefix a DNS subdomain, name ≤ 63 of alphanumerics, `-`, `_`, `.`.
-fn is_label_key(key: &str) -> bool {
-    let (prefix, name) = match key.rsplit_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    let prefix_ok = prefix.is_none_or(|prefix| {
-        !prefix.is_empty()
-            && prefix.len() <= 253
-            && prefix.split('.').all(|part| {
-                !part.is_empty()
-                    && part
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            })
-    });
-    name_ok && prefix_ok
 }
 
 /// Chooses endpoints by the first key that yields any (seed 002). `node_labels` are this node's
@@ -142,48 +75,49 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
+    /// The rules of seed 002 and of `kube-lb lint`, through the one shared reading.
     #[test]
-    fn validation_follows_the_seed() {
+    fn parsing_follows_the_seed_and_lint() {
         let many: Vec<String> = (0..17).map(|i| format!("example.com/k{i}")).collect();
-        let cases: Vec<(Vec<String>, bool, Result<(), TopologyKeysError>)> = vec![
-            (keys(&[HOST, ZONE, REGION, "*"]), false, Ok(())),
-            (keys(&["*"]), false, Ok(())),
-            (keys(&[]), true, Ok(())),
+        let cases: Vec<(String, bool, Result<Vec<String>, TopologyKeysError>)> = vec![
             (
-                keys(&["*", HOST]),
+                format!("{HOST},{ZONE},{REGION},*"),
+                false,
+                Ok(keys(&[HOST, ZONE, REGION, "*"])),
+            ),
+            (
+                " kubernetes.io/hostname , * ".into(),
+                false,
+                Ok(keys(&[HOST, "*"])),
+            ),
+            ("*".into(), false, Ok(keys(&["*"]))),
+            ("".into(), true, Ok(vec![])),
+            (
+                format!("*,{HOST}"),
                 false,
                 Err(TopologyKeysError::WildcardNotLast),
             ),
             (
-                keys(&[HOST, HOST]),
+                format!("{HOST},{HOST}"),
                 false,
                 Err(TopologyKeysError::Duplicate(HOST.into())),
             ),
-            (keys(&[HOST]), true, Err(TopologyKeysError::WithLocalPolicy)),
-            (many.clone(), false, Err(TopologyKeysError::TooMany(17))),
-            (many[..16].to_vec(), false, Ok(())),
+            (HOST.into(), true, Err(TopologyKeysError::WithLocalPolicy)),
+            (many.join(","), false, Err(TopologyKeysError::TooMany(17))),
+            (many[..16].join(","), false, Ok(many[..16].to_vec())),
             (
-                keys(&["bad key"]),
+                format!("{HOST},,*"),
                 false,
-                Err(TopologyKeysError::Invalid("bad key".into())),
+                Err(TopologyKeysError::Empty(2)),
             ),
         ];
-        for (list, local, expected) in cases {
-            assert_eq!(
-                validate_keys(&list, local),
-                expected,
-                "{list:?} local={local}"
-            );
+        for (raw, local, expected) in cases {
+            assert_eq!(parse_keys(&raw, local), expected, "{raw:?} local={local}");
         }
-    }
-
-    #[test]
-    fn annotation_is_a_trimmed_comma_list() {
-        assert_eq!(
-            parse_keys(" kubernetes.io/hostname , * ", false).unwrap(),
-            keys(&[HOST, "*"])
-        );
-        assert!(parse_keys("*,kubernetes.io/hostname", false).is_err());
+        assert!(matches!(
+            parse_keys("bad key", false),
+            Err(TopologyKeysError::Invalid(_))
+        ));
     }
 
     fn labels(host: &str, zone: &str, region: &str) -> BTreeMap<String, String> {

@@ -42,6 +42,9 @@ pub struct Commands {
     pub nft: Vec<String>,
     /// Prefix used to run conntrack; `None` disables UDP conntrack cleanup.
     pub conntrack: Option<Vec<String>>,
+    /// Prefix used to run `sysctl` (for `route_localnet`, see [`NftBackend::sync`]); empty:
+    /// write `/proc/sys` directly, in this process's own network namespace (as on a node).
+    pub sysctl: Vec<String>,
 }
 
 impl Default for Commands {
@@ -49,6 +52,7 @@ impl Default for Commands {
         Commands {
             nft: vec!["nft".into()],
             conntrack: Some(vec!["conntrack".into()]),
+            sysctl: Vec::new(),
         }
     }
 }
@@ -68,6 +72,7 @@ impl Commands {
         Commands {
             nft: prefix("nft"),
             conntrack: Some(prefix("conntrack")),
+            sysctl: prefix("sysctl"),
         }
     }
 }
@@ -100,6 +105,8 @@ pub struct NftBackend {
     commands: Commands,
     families: Vec<(Family, FamilyState)>,
     last_snapshot: Snapshot,
+    /// `net.ipv4.conf.all.route_localnet` was set to 1 by this backend.
+    route_localnet: bool,
 }
 
 impl NftBackend {
@@ -113,6 +120,7 @@ impl NftBackend {
                 (Family::V6, FamilyState::default()),
             ],
             last_snapshot: Snapshot::default(),
+            route_localnet: false,
         }
     }
 
@@ -159,6 +167,14 @@ impl NftBackend {
             rendered.push((ruleset, ids));
         }
         report.commands = text.lines().count();
+        if !self.route_localnet
+            && snapshot
+                .nodeport_addresses
+                .iter()
+                .any(|ip| ip.is_ipv4() && ip.is_loopback())
+        {
+            self.enable_route_localnet().await;
+        }
         if report.commands > 0 {
             let started = Instant::now();
             if let Err(error) = self.run_nft(&text).await {
@@ -175,6 +191,51 @@ impl NftBackend {
         self.last_snapshot = snapshot.clone();
         report.conntrack_deletions = self.clear_conntrack(&cleanup).await;
         Ok(report)
+    }
+
+    /// NodePorts on 127.0.0.0/8 (`--nodeport-addresses` with a loopback range, as the seeds'
+    /// example does): a connection from the node to 127.0.0.1 that is DNATed to an endpoint
+    /// elsewhere keeps its loopback source until postrouting masquerades it, and the kernel
+    /// only routes such a packet off the node with `route_localnet` (what kube-proxy's
+    /// iptables mode sets too). The ruleset's `filter-input` drops what that would otherwise
+    /// let in from the network (non-loopback packets to 127.0.0.0/8 that were not DNATed,
+    /// CVE-2020-8558). A failure is logged: the loopback NodePorts then do not answer.
+    async fn enable_route_localnet(&mut self) {
+        const KEY: &str = "net.ipv4.conf.all.route_localnet";
+        let result = if self.commands.sysctl.is_empty() {
+            tokio::fs::write("/proc/sys/net/ipv4/conf/all/route_localnet", b"1\n")
+                .await
+                .map_err(|error| error.to_string())
+        } else {
+            let (program, base) = split(&self.commands.sysctl);
+            match Command::new(program)
+                .args(base)
+                .args(["-q", "-w", &format!("{KEY}=1")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output()
+                .await
+            {
+                Ok(output) if output.status.success() => Ok(()),
+                Ok(output) => Err(String::from_utf8_lossy(&output.stderr).trim().to_owned()),
+                Err(error) => Err(error.to_string()),
+            }
+        };
+        match result {
+            Ok(()) => {
+                tracing::info!(
+                    sysctl = KEY,
+                    "set to 1 so NodePorts on loopback addresses reach endpoints off the node"
+                );
+                self.route_localnet = true;
+            }
+            Err(error) => tracing::warn!(
+                sysctl = KEY,
+                %error,
+                "cannot enable route_localnet: NodePorts on loopback addresses reach only \
+                 endpoints on this node"
+            ),
+        }
     }
 
     async fn run_nft(&self, text: &str) -> Result<(), NftError> {

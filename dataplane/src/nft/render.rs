@@ -19,6 +19,10 @@
 //!   whose remembered slot was emptied falls through `dnat-remembered` into `group-repick`.
 //! - Round robin (`numgen inc`) keeps a counter per rule, so it cannot be shared: each group gets
 //!   its own `rr_<id>` chain that writes the slot mark and jumps to the DNAT chain.
+//! - Maglev: a group of two or more endpoints owns M `buckets` elements, its Maglev lookup table
+//!   ([`crate::maglev`]), and the one shared chain `pick_maglev_<M>` indexes it with `jhash` of the
+//!   client address and port. The chain does not depend on the endpoint count, so an endpoint
+//!   change only rewrites the table entries that changed owner.
 //! - masquerading is decided in postrouting from the connection's original destination (sets
 //!   `cluster-ips`, `masq-frontends`, `masq-nodeports`, and `hairpin` for pods reaching
 //!   themselves), so no per-Service masquerade chains exist.
@@ -29,6 +33,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::maglev::{self, TableSize};
 use crate::model::{EndpointAddr, Protocol, ServicePortModel, Snapshot, TrafficPolicy};
 
 /// Bits of the mark that select the bucket inside a group: at most 4096 endpoints per group.
@@ -89,6 +94,8 @@ pub enum NftScheduler {
     RoundRobin,
     /// `jhash` of the source address: source hashing.
     SourceHash,
+    /// Maglev consistent hashing of the client address and port over a table of this size.
+    Maglev(TableSize),
 }
 
 /// Settings of the nftables backend.
@@ -282,7 +289,7 @@ pub fn render(
                 &mut renderer.ruleset,
                 family,
                 scheduler_name(config.scheduler),
-                count,
+                bucket_count(config.scheduler, count),
                 &select,
             );
         }
@@ -390,19 +397,27 @@ impl Renderer<'_> {
             )
         };
         let scheduler = scheduler_name(self.config.scheduler);
+        let buckets = bucket_count(self.config.scheduler, count);
+        // Bucket → endpoint: the Maglev table, or one bucket per endpoint.
+        let table = match self.config.scheduler {
+            NftScheduler::Maglev(size) if count > 1 => {
+                maglev::Table::new(endpoints, size).iter().collect()
+            }
+            _ => endpoints.to_vec(),
+        };
         match (
             shared_select(self.config.scheduler, self.family, count),
             affinity,
         ) {
             (Some(select), None) => {
-                for (bucket, endpoint) in endpoints.iter().enumerate() {
+                for (bucket, endpoint) in table.iter().enumerate() {
                     self.ruleset.insert(
                         "buckets",
                         format!("{mark} . {bucket}"),
                         Some(addr_port(endpoint.ip, endpoint.port)),
                     );
                 }
-                let chain = pick_chain(&mut self.ruleset, self.family, scheduler, count, &select);
+                let chain = pick_chain(&mut self.ruleset, self.family, scheduler, buckets, &select);
                 self.ruleset.insert(
                     "group-chains",
                     mark.to_string(),
@@ -411,25 +426,36 @@ impl Renderer<'_> {
             }
             (Some(select), Some(secs)) => {
                 let slots = self.ids.assign_slots(name, endpoints);
-                let occupied = slots
+                let mut slot_marks = HashMap::new();
+                for (slot, endpoint) in slots
                     .iter()
                     .enumerate()
-                    .filter_map(|(slot, endpoint)| endpoint.map(|endpoint| (slot, endpoint)));
-                for (bucket, (slot, endpoint)) in occupied.enumerate() {
+                    .filter_map(|(slot, endpoint)| endpoint.map(|endpoint| (slot, endpoint)))
+                {
                     let slot_mark = mark | u32::try_from(slot).unwrap_or(0);
-                    self.ruleset.insert(
-                        "slots",
-                        format!("{mark} . {bucket}"),
-                        Some(slot_mark.to_string()),
-                    );
+                    slot_marks.insert(endpoint, slot_mark);
                     self.ruleset.insert(
                         "endpoints",
                         slot_mark.to_string(),
                         Some(addr_port(endpoint.ip, endpoint.port)),
                     );
                 }
-                let pick = format!("affpick_{scheduler}_{count}_{secs}");
-                let entry = format!("aff_{scheduler}_{count}_{secs}");
+                // Bucket order: occupied slots in slot order, or the Maglev table.
+                let owners: Vec<EndpointAddr> = match self.config.scheduler {
+                    NftScheduler::Maglev(_) => table,
+                    _ => slots.iter().flatten().copied().collect(),
+                };
+                for (bucket, endpoint) in owners.iter().enumerate() {
+                    if let Some(slot_mark) = slot_marks.get(endpoint) {
+                        self.ruleset.insert(
+                            "slots",
+                            format!("{mark} . {bucket}"),
+                            Some(slot_mark.to_string()),
+                        );
+                    }
+                }
+                let pick = format!("affpick_{scheduler}_{buckets}_{secs}");
+                let entry = format!("aff_{scheduler}_{buckets}_{secs}");
                 self.ruleset.chains.insert(
                     pick.clone(),
                     vec![format!(
@@ -682,16 +708,16 @@ impl Containers {
 /// the full sync, while the map is still empty.
 pub const PRESET_GROUP_SIZES: usize = 16;
 
-/// Adds (or keeps) the shared chain that DNATs groups of `count` endpoints; returns its name.
+/// Adds (or keeps) the shared chain that DNATs groups with `buckets` buckets; returns its name.
 fn pick_chain(
     ruleset: &mut Ruleset,
     family: Family,
     scheduler: &str,
-    count: usize,
+    buckets: usize,
     select: &str,
 ) -> String {
     let fam = family.keyword();
-    let chain = format!("pick_{scheduler}_{count}");
+    let chain = format!("pick_{scheduler}_{buckets}");
     ruleset.chains.entry(chain.clone()).or_insert_with(|| {
         vec![format!(
             "meta l4proto {{ tcp, udp, sctp }} dnat {fam} to meta mark . {select} map @buckets"
@@ -709,7 +735,22 @@ fn shared_select(scheduler: NftScheduler, family: Family, count: usize) -> Optio
         NftScheduler::SourceHash => {
             Some(format!("jhash {fam} saddr mod {count} seed {HASH_SEED:#x}"))
         }
+        // `maglev::flow_bucket` computes the same bucket in userspace.
+        NftScheduler::Maglev(size) if count > 1 => Some(format!(
+            "jhash {fam} saddr . th sport mod {size} seed {:#x}",
+            maglev::FLOW_SEED
+        )),
+        // One endpoint: every flow goes to it, no table needed.
+        NftScheduler::Maglev(_) => Some("numgen random mod 1".to_owned()),
         NftScheduler::RoundRobin => None,
+    }
+}
+
+/// Buckets of a group of `count` endpoints: the Maglev table size, or one per endpoint.
+fn bucket_count(scheduler: NftScheduler, count: usize) -> usize {
+    match scheduler {
+        NftScheduler::Maglev(size) if count > 1 => size.get() as usize,
+        _ => count,
     }
 }
 
@@ -718,6 +759,7 @@ fn scheduler_name(scheduler: NftScheduler) -> &'static str {
         NftScheduler::Random => "random",
         NftScheduler::SourceHash => "sh",
         NftScheduler::RoundRobin => "rr",
+        NftScheduler::Maglev(_) => "maglev",
     }
 }
 
@@ -888,6 +930,13 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
         if hook != "forward" {
             line(format!(
                 "add rule {fam} {table} {name} ct state new {to_node_port} vmap @no-endpoint-nodeports"
+            ));
+        }
+        if hook == "input" && family == Family::V4 {
+            // With route_localnet on (loopback NodePorts), packets from the network to
+            // 127.0.0.0/8 are no longer martians: only DNATed ones may pass (CVE-2020-8558).
+            line(format!(
+                "add rule {fam} {table} {name} iifname != \"lo\" ip daddr 127.0.0.0/8 ct status & dnat == 0 drop"
             ));
         }
     }

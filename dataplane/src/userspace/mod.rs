@@ -6,6 +6,9 @@
 //!   kernel rather than accepted and closed; listeners close when their Service goes;
 //! - endpoint changes update the pool in place: listeners and established connections stay;
 //! - a failed connect is retried on another endpoint with growing timeouts (250 ms … 2 s);
+//! - with [`UserspaceConfig::capture`] (`kube-lb proxy --mode userspace`), ClusterIP, LB and
+//!   external IP traffic reaches proxy ports through nftables capture rules ([`capture`]), so
+//!   those addresses need not be the node's; frontends without endpoints are rejected there;
 //! - no SCTP socket is ever opened (tokio has none, and opening one would load the `sctp`
 //!   module); SCTP Service ports are reported as skipped.
 //!
@@ -26,15 +29,18 @@
 //! # }
 //! ```
 
+pub mod capture;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod scheduler;
+pub mod state;
 mod workers;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroUsize;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -46,6 +52,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 pub use scheduler::{Pool, Scheduler};
+pub use state::{DEFAULT_UDP_SESSIONS_PER_SERVICE, SessionBudget, StateCounts};
 use workers::Workers;
 pub use workers::default_workers;
 
@@ -65,6 +72,14 @@ pub struct UserspaceConfig {
     /// Threads forwarding traffic (started on the first [`UserspaceProxy::apply`]), each with its
     /// own listener per TCP frontend. [`default_workers`] unless set.
     pub workers: NonZeroUsize,
+    /// Capture ClusterIP, load-balancer and external IP traffic with nftables rules and serve it
+    /// on proxy ports ([`capture`]), instead of binding those addresses (which only works for
+    /// addresses the node holds). NodePorts are always bound on the node's addresses.
+    pub capture: Option<capture::CaptureConfig>,
+    /// UDP sessions one Service port may hold at once; clients beyond it are dropped.
+    pub udp_sessions_per_service: usize,
+    /// Counts UDP sessions refused for the cap (exported as a metric by the caller).
+    pub refused_udp_sessions: Arc<AtomicU64>,
 }
 
 /// Which Service addresses the userspace backend listens on.
@@ -90,6 +105,9 @@ impl Default for UserspaceConfig {
                 .collect(),
             serve: Serve::AllFrontends,
             workers: default_workers(),
+            capture: None,
+            udp_sessions_per_service: DEFAULT_UDP_SESSIONS_PER_SERVICE,
+            refused_udp_sessions: Arc::default(),
         }
     }
 }
@@ -109,11 +127,24 @@ impl fmt::Display for Frontend {
     }
 }
 
+/// Which Service address a frontend is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontendKind {
+    /// `spec.clusterIPs`.
+    ClusterIp,
+    /// `status.loadBalancer.ingress` IPs and `spec.externalIPs`.
+    External,
+    /// A node address with the NodePort.
+    NodePort,
+}
+
 /// What one frontend forwards to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrontendSpec {
     /// The Service port it belongs to.
     pub service: PortKey,
+    /// Which address of the Service it is.
+    pub kind: FrontendKind,
     /// Endpoints (already filtered by traffic policy and topology).
     pub endpoints: Vec<EndpointAddr>,
     /// ClientIP affinity timeout.
@@ -133,30 +164,46 @@ pub fn frontends(snapshot: &Snapshot) -> (BTreeMap<Frontend, FrontendSpec>, Vec<
             skipped.push(port.key.clone());
             continue;
         }
-        let spec = |endpoints: &[EndpointAddr]| FrontendSpec {
+        let spec = |kind: FrontendKind, endpoints: &[EndpointAddr]| FrontendSpec {
             service: port.key.clone(),
+            kind,
             endpoints: endpoints.to_vec(),
             affinity_timeout: port.affinity_timeout,
             proxy_protocol: port.proxy_protocol,
         };
-        let mut add = |ip: IpAddr, number: u16, endpoints: &[EndpointAddr]| {
+        let mut add = |kind: FrontendKind, ip: IpAddr, number: u16, endpoints: &[EndpointAddr]| {
             if !endpoints.is_empty() {
                 let frontend = Frontend {
                     protocol: port.key.protocol,
                     addr: SocketAddr::new(ip, number),
                 };
-                out.insert(frontend, spec(endpoints));
+                out.insert(frontend, spec(kind, endpoints));
             }
         };
         for ip in &port.cluster_ips {
-            add(*ip, port.key.port, port.internal_endpoints());
+            add(
+                FrontendKind::ClusterIp,
+                *ip,
+                port.key.port,
+                port.internal_endpoints(),
+            );
         }
         for ip in port.load_balancer_ips.iter().chain(&port.external_ips) {
-            add(*ip, port.key.port, port.external_endpoints());
+            add(
+                FrontendKind::External,
+                *ip,
+                port.key.port,
+                port.external_endpoints(),
+            );
         }
         if let Some(node_port) = port.node_port {
             for ip in &snapshot.nodeport_addresses {
-                add(*ip, node_port, port.external_endpoints());
+                add(
+                    FrontendKind::NodePort,
+                    *ip,
+                    node_port,
+                    port.external_endpoints(),
+                );
             }
         }
     }
@@ -176,12 +223,16 @@ pub struct ApplyReport {
     pub failed: Vec<(Frontend, String)>,
     /// SCTP Service ports this backend does not serve.
     pub skipped_sctp: Vec<PortKey>,
+    /// Why the capture rules could not be written (retried on the next apply).
+    pub capture_error: Option<String>,
 }
 
 #[derive(Debug)]
 struct Shared {
     pool: Mutex<Pool>,
     proxy_protocol: Mutex<Option<ProxyProtocol>>,
+    /// UDP sessions of the Service port, shared with its other frontends.
+    udp_budget: Arc<SessionBudget>,
 }
 
 impl Shared {
@@ -204,6 +255,8 @@ struct Listener {
     /// One accept loop (TCP) or receive loop (UDP) per worker, their sockets sharing the address
     /// with SO_REUSEPORT.
     tasks: Vec<JoinHandle<()>>,
+    /// Port of the unspecified address the sockets listen on when the frontend is captured.
+    proxy_port: Option<u16>,
 }
 
 impl Listener {
@@ -230,6 +283,10 @@ impl Drop for Listener {
 pub struct UserspaceProxy {
     config: Arc<UserspaceConfig>,
     listeners: BTreeMap<Frontend, Listener>,
+    /// The capture rules, when [`UserspaceConfig::capture`] is set.
+    capture: Option<capture::Capture>,
+    /// UDP session budgets per Service port, while one of its frontends listens.
+    budgets: BTreeMap<PortKey, Arc<SessionBudget>>,
     /// Declared after `listeners` so their tasks are aborted before the workers stop.
     workers: Option<Workers>,
 }
@@ -238,10 +295,44 @@ impl UserspaceProxy {
     /// A proxy with no listeners; its worker threads start with the first listener.
     pub fn new(config: UserspaceConfig) -> Self {
         UserspaceProxy {
+            capture: config.capture.clone().map(capture::Capture::new),
             config: Arc::new(config),
             listeners: BTreeMap::new(),
+            budgets: BTreeMap::new(),
             workers: None,
         }
+    }
+
+    /// Per-client state held right now: affinity entries and UDP sessions.
+    pub fn state(&self) -> StateCounts {
+        let mut counts = StateCounts::default();
+        for listener in self.listeners.values() {
+            let pool = listener.shared.pool();
+            counts.affinity_entries += pool.affinity_len();
+            counts.affinity_capacity += pool.affinity_capacity();
+        }
+        counts.udp_sessions = self.budgets.values().map(|budget| budget.live()).sum();
+        counts
+    }
+
+    /// Closes every listener and deletes the capture table: the node keeps nothing of this
+    /// proxy (the proxy is stopping).
+    pub async fn shutdown(&mut self) -> Result<(), capture::CaptureError> {
+        for (_, listener) in std::mem::take(&mut self.listeners) {
+            listener.close().await;
+        }
+        match &mut self.capture {
+            Some(capture) => capture.remove().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Proxy port of each captured frontend that is listening.
+    pub fn proxy_ports(&self) -> BTreeMap<Frontend, u16> {
+        self.listeners
+            .iter()
+            .filter_map(|(frontend, listener)| Some((*frontend, listener.proxy_port?)))
+            .collect()
     }
 
     /// Frontends currently listening.
@@ -265,6 +356,11 @@ impl UserspaceProxy {
             skipped_sctp,
             ..ApplyReport::default()
         };
+        let rejects = if self.capture.is_some() {
+            capture::without_endpoints(snapshot)
+        } else {
+            BTreeSet::new()
+        };
         let stale: Vec<Frontend> = self
             .listeners
             .keys()
@@ -278,6 +374,9 @@ impl UserspaceProxy {
             tracing::info!(%frontend, "closed listener");
             report.closed.push(frontend);
         }
+        // A budget nobody but this map holds belongs to a Service no longer served.
+        self.budgets
+            .retain(|_, budget| Arc::strong_count(budget) > 1);
         for (frontend, spec) in wanted {
             if let Some(listener) = self.listeners.get_mut(&frontend) {
                 if listener.spec != spec {
@@ -307,6 +406,20 @@ impl UserspaceProxy {
                 }
             }
         }
+        if let Some(capture) = &mut self.capture {
+            let desired = capture::CaptureState {
+                redirects: self
+                    .listeners
+                    .iter()
+                    .filter_map(|(frontend, listener)| Some((*frontend, listener.proxy_port?)))
+                    .collect(),
+                rejects,
+            };
+            if let Err(error) = capture.sync(&desired).await {
+                tracing::warn!(table = capture.table(), %error, "capture rules not written");
+                report.capture_error = Some(error.to_string());
+            }
+        }
         report
     }
 
@@ -319,6 +432,25 @@ impl UserspaceProxy {
                 "SCTP is not proxied in userspace",
             ));
         }
+        // A captured frontend listens on a proxy port of its own on the unspecified address; the
+        // capture rules send the frontend's traffic there.
+        let captured = self.capture.is_some() && spec.kind != FrontendKind::NodePort;
+        let taken: BTreeSet<u16> = self
+            .listeners
+            .iter()
+            .filter(|(other, _)| other.protocol == frontend.protocol)
+            .filter_map(|(_, listener)| listener.proxy_port)
+            .collect();
+        let first = if captured {
+            let unspecified: IpAddr = if frontend.addr.is_ipv4() {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            };
+            SocketAddr::new(unspecified, 0)
+        } else {
+            frontend.addr
+        };
         let workers = match &mut self.workers {
             Some(workers) => workers,
             empty => empty.insert(Workers::start(self.config.workers)?),
@@ -331,16 +463,38 @@ impl UserspaceProxy {
                 spec.affinity_timeout,
             )),
             proxy_protocol: Mutex::new(spec.proxy_protocol),
+            udp_budget: self
+                .budgets
+                .entry(spec.service.clone())
+                .or_insert_with(|| {
+                    Arc::new(SessionBudget::new(
+                        spec.service.clone(),
+                        self.config.udp_sessions_per_service,
+                        self.config.refused_udp_sessions.clone(),
+                    ))
+                })
+                .clone(),
         });
         let mut tasks = Vec::new();
+        // Expired affinity entries are forgotten even when their clients never come back.
+        if let Some(worker) = workers.all().first() {
+            let reaped = shared.clone();
+            tasks.push(worker.spawn(state::reap_affinity(move |now| {
+                let mut pool = reaped.pool();
+                pool.reap(now);
+                pool.reap_interval()
+            })));
+        }
         // Bind every socket before spawning anything, so a failure leaves nothing behind.
+        let mut proxy_port = None;
         if frontend.protocol == Protocol::Tcp {
-            let listeners = workers
-                .all()
-                .iter()
-                .map(|worker| Ok((worker, on_worker(worker, || tcp_listener(frontend.addr))?)))
-                .collect::<std::io::Result<Vec<_>>>()?;
-            for (worker, listener) in listeners {
+            let listeners = bind_all(workers.all(), first, &taken, tcp_listener, |l| {
+                l.local_addr()
+            })?;
+            if captured {
+                proxy_port = listeners.first().map(|(port, _, _)| *port);
+            }
+            for (_, worker, listener) in listeners {
                 tasks.push(worker.spawn(serve_tcp(
                     listener,
                     frontend.addr,
@@ -351,12 +505,11 @@ impl UserspaceProxy {
         } else {
             // The kernel hashes a client's address and port to one of the sockets, so each client
             // keeps its session on one worker.
-            let sockets = workers
-                .all()
-                .iter()
-                .map(|worker| Ok((worker, on_worker(worker, || udp_socket(frontend.addr))?)))
-                .collect::<std::io::Result<Vec<_>>>()?;
-            for (worker, socket) in sockets {
+            let sockets = bind_all(workers.all(), first, &taken, udp_socket, |s| s.local_addr())?;
+            if captured {
+                proxy_port = sockets.first().map(|(port, _, _)| *port);
+            }
+            for (_, worker, socket) in sockets {
                 tasks.push(worker.spawn(serve_udp(
                     Arc::new(socket),
                     shared.clone(),
@@ -368,8 +521,49 @@ impl UserspaceProxy {
             spec,
             shared,
             tasks,
+            proxy_port,
         })
     }
+}
+
+/// Binds one socket per worker to `first`; when `first` has port 0, the kernel's choice is
+/// taken by every worker's socket (`SO_REUSEPORT`). A chosen port already used by another
+/// frontend of this proxy (`taken`, which `SO_REUSEPORT` would let us join) is held while
+/// another one is picked. Returns (port, worker, socket) per worker.
+fn bind_all<'w, T>(
+    workers: &'w [Handle],
+    first: SocketAddr,
+    taken: &BTreeSet<u16>,
+    bind: impl Fn(SocketAddr) -> std::io::Result<T>,
+    local: impl Fn(&T) -> std::io::Result<SocketAddr>,
+) -> std::io::Result<Vec<(u16, &'w Handle, T)>> {
+    const ATTEMPTS: usize = 16;
+    let Some((head, rest)) = workers.split_first() else {
+        return Ok(Vec::new());
+    };
+    let mut held = Vec::new();
+    let mut found = None;
+    for _ in 0..ATTEMPTS {
+        let socket = on_worker(head, || bind(first))?;
+        let addr = local(&socket)?;
+        if first.port() != 0 || !taken.contains(&addr.port()) {
+            found = Some((addr, socket));
+            break;
+        }
+        held.push(socket);
+    }
+    drop(held);
+    let Some((addr, socket)) = found else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "no free proxy port",
+        ));
+    };
+    let mut out = vec![(addr.port(), head, socket)];
+    for worker in rest {
+        out.push((addr.port(), worker, on_worker(worker, || bind(addr))?));
+    }
+    Ok(out)
 }
 
 /// Runs `make` with `worker` as the current runtime, so the sockets it creates are registered with
@@ -507,7 +701,7 @@ async fn forward_tcp(
 ) {
     let mut failed = Vec::new();
     for timeout in &config.connect_timeouts {
-        let Some(endpoint) = shared.pool().pick(peer.ip(), &failed, Instant::now()) else {
+        let Some(endpoint) = shared.pool().pick(peer, &failed, Instant::now()) else {
             break;
         };
         let dialled = match tokio::time::timeout(*timeout, connect(endpoint.socket_addr())).await {
@@ -539,7 +733,7 @@ async fn forward_tcp(
             }
         };
         let result = match started {
-            Ok(mut upstream) => relay::relay(&mut client, &mut upstream).await.map(drop),
+            Ok(mut upstream) => relay::relay_tcp(&mut client, &mut upstream).await.map(drop),
             Err(error) => Err(error),
         };
         if let Err(error) = result {
@@ -556,6 +750,8 @@ type Sessions = Arc<Mutex<HashMap<SocketAddr, Arc<UdpSession>>>>;
 struct UdpSession {
     upstream: UdpSocket,
     last_seen: Mutex<Instant>,
+    /// The session's place under the Service's cap, given back when the session ends.
+    _permit: state::SessionPermit,
 }
 
 impl UdpSession {
@@ -635,7 +831,8 @@ fn session_endpoint(session: &UdpSession) -> Option<EndpointAddr> {
 }
 
 async fn open_udp_session(peer: SocketAddr, shared: &Arc<Shared>) -> Option<UdpSession> {
-    let endpoint = shared.pool().pick(peer.ip(), &[], Instant::now())?;
+    let permit = shared.udp_budget.acquire()?;
+    let endpoint = shared.pool().pick(peer, &[], Instant::now())?;
     let local: SocketAddr = if endpoint.ip.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -647,6 +844,7 @@ async fn open_udp_session(peer: SocketAddr, shared: &Arc<Shared>) -> Option<UdpS
     Some(UdpSession {
         upstream,
         last_seen: Mutex::new(Instant::now()),
+        _permit: permit,
     })
 }
 
@@ -661,30 +859,54 @@ async fn relay_replies(
     endpoint: Option<EndpointAddr>,
     idle: Duration,
 ) {
-    let mut buffer = vec![0u8; 65_535];
+    // No buffer of its own: a reply is received into the worker thread's scratch buffer and
+    // sent on in the same synchronous step, so an idle session costs no 64 KiB (a burst of
+    // clients up to the session cap would otherwise hold cap × 64 KiB).
     loop {
-        match tokio::time::timeout_at(session.deadline(idle), session.upstream.recv(&mut buffer))
-            .await
-        {
-            Ok(Ok(len)) => {
-                session.touch();
-                let Some(socket) = socket.upgrade() else {
-                    break;
-                };
-                if socket.send_to(&buffer[..len], peer).await.is_err() {
-                    break;
-                }
-            }
-            // ICMP errors from the endpoint (e.g. port unreachable) end the session.
+        match tokio::time::timeout_at(session.deadline(idle), session.upstream.readable()).await {
+            Ok(Ok(())) => {}
             Ok(Err(_)) => break,
             Err(_) if Instant::now() >= session.deadline(idle) => break,
             Err(_) => continue,
         }
+        let Some(socket) = socket.upgrade() else {
+            break;
+        };
+        let forwarded = relay::with_scratch(|buffer| {
+            let len = session.upstream.try_recv(buffer)?;
+            session.touch();
+            match socket.try_send_to(&buffer[..len], peer) {
+                Ok(_) => Ok(None),
+                // The client-facing socket is full: keep this one datagram until it drains.
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    Ok(Some(buffer[..len].to_vec()))
+                }
+                Err(error) => Err(error),
+            }
+        });
+        match forwarded {
+            Ok(None) => {}
+            Ok(Some(pending)) => {
+                if socket.send_to(&pending, peer).await.is_err() {
+                    break;
+                }
+            }
+            // Readiness without a datagram: wait again.
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            // ICMP errors from the endpoint (e.g. port unreachable) end the session, as does a
+            // failed send to the client.
+            Err(_) => break,
+        }
     }
-    sessions
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .remove(&peer);
+    {
+        let mut sessions = sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        sessions.remove(&peer);
+        // Give back the memory of a burst of clients once most of them are gone.
+        let live = sessions.len();
+        if sessions.capacity() > 64 && sessions.capacity() > 4 * live {
+            sessions.shrink_to(64.max(2 * live));
+        }
+    }
     if let Some(endpoint) = endpoint {
         shared.pool().disconnected(endpoint);
     }

@@ -8,7 +8,11 @@
 //!   idle keep-alive connection holds no buffer, and every read can take 64 KiB;
 //! - the direction that finishes last does not shut its writer down: both peers have sent their
 //!   FIN by then, and closing the sockets (which the caller does next) sends ours, so one
-//!   `shutdown(2)` per connection is saved.
+//!   `shutdown(2)` per connection is saved;
+//! - between two TCP sockets ([`relay_tcp`]), a direction that has moved [`SPLICE_AFTER`] bytes
+//!   (a bulk stream, not a request) switches to `splice(2)` through a pipe of its own: the bytes
+//!   go from one socket to the other inside the kernel instead of being copied out to this
+//!   process and back in. Short connections never pay for the pipe.
 
 use std::cell::RefCell;
 use std::future::poll_fn;
@@ -16,15 +20,32 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use std::os::fd::OwnedFd;
+
+use rustix::pipe::{PipeFlags, SpliceFlags};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
 
 /// Size of the per-thread read buffer: the most one read moves.
 pub const SCRATCH_BUFFER: usize = 64 * 1024;
+
+/// Bytes a direction of [`relay_tcp`] copies before it moves the rest with `splice(2)`: four
+/// full reads, past any request or response header, so only bulk transfers open a pipe.
+pub const SPLICE_AFTER: u64 = 4 * SCRATCH_BUFFER as u64;
+
+/// The most one `splice(2)` moves: a default pipe's capacity (16 pages).
+const SPLICE_CHUNK: usize = 64 * 1024;
 
 thread_local! {
     /// Borrowed only inside one synchronous poll, never across an await, so every connection
     /// relayed by this thread can use it.
     static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH_BUFFER].into_boxed_slice());
+}
+
+/// Runs `f` with this thread's scratch buffer (it must not await: the buffer is shared by
+/// every task of the thread).
+pub fn with_scratch<T>(f: impl FnOnce(&mut [u8]) -> T) -> T {
+    SCRATCH.with_borrow_mut(|scratch| f(scratch))
 }
 
 /// Bytes moved by [`relay`], per direction.
@@ -49,6 +70,28 @@ where
     poll_fn(|cx| {
         let up = upstream.poll(cx, &mut *client, &mut *endpoint, downstream.done)?;
         let down = downstream.poll(cx, &mut *endpoint, &mut *client, upstream.done)?;
+        if up.is_ready() && down.is_ready() {
+            Poll::Ready(Ok(Transferred {
+                to_endpoint: upstream.transferred,
+                to_client: downstream.transferred,
+            }))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// [`relay`] between two TCP sockets, with `splice(2)` for bulk directions (see the module docs).
+pub async fn relay_tcp(
+    client: &mut TcpStream,
+    endpoint: &mut TcpStream,
+) -> io::Result<Transferred> {
+    let mut upstream = Direction::default();
+    let mut downstream = Direction::default();
+    poll_fn(|cx| {
+        let up = upstream.poll_tcp(cx, &mut *client, &mut *endpoint, downstream.done)?;
+        let down = downstream.poll_tcp(cx, &mut *endpoint, &mut *client, upstream.done)?;
         if up.is_ready() && down.is_ready() {
             Poll::Ready(Ok(Transferred {
                 to_endpoint: upstream.transferred,
@@ -132,6 +175,45 @@ struct Direction {
     /// End of stream reached and everything written: nothing more to do.
     done: bool,
     transferred: u64,
+    /// Set once the direction moves its bytes with `splice(2)`.
+    splice: Option<Splice>,
+    /// Opening a pipe failed (out of file descriptors, say): this direction keeps copying.
+    no_splice: bool,
+}
+
+/// A direction's pipe, and how many bytes wait in it.
+#[derive(Debug)]
+struct Splice {
+    read: OwnedFd,
+    write: OwnedFd,
+    buffered: usize,
+}
+
+impl Splice {
+    fn open() -> io::Result<Splice> {
+        let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        Ok(Splice {
+            read,
+            write,
+            buffered: 0,
+        })
+    }
+}
+
+/// One non-blocking `splice(2)` from `from` to `to` (one of them a pipe).
+fn splice(
+    from: &impl std::os::fd::AsFd,
+    to: &impl std::os::fd::AsFd,
+    len: usize,
+) -> io::Result<usize> {
+    Ok(rustix::pipe::splice(
+        from,
+        None,
+        to,
+        None,
+        len,
+        SpliceFlags::MOVE | SpliceFlags::NONBLOCK,
+    )?)
 }
 
 impl Direction {
@@ -224,6 +306,93 @@ impl Direction {
             }
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// [`Direction::poll`] between TCP sockets, switching to `splice(2)` once [`SPLICE_AFTER`]
+    /// bytes have been copied and nothing copied is still waiting for the writer.
+    fn poll_tcp(
+        &mut self,
+        cx: &mut Context<'_>,
+        reader: &mut TcpStream,
+        writer: &mut TcpStream,
+        other_done: bool,
+    ) -> Poll<io::Result<()>> {
+        if self.splice.is_none()
+            && !self.no_splice
+            && !self.done
+            && !self.eof
+            && self.transferred >= SPLICE_AFTER
+            && self.written == self.pending.len()
+        {
+            match Splice::open() {
+                Ok(pipe) => {
+                    // No buffer is needed any more: bytes stay in the kernel from now on.
+                    self.pending = Vec::new();
+                    self.written = 0;
+                    self.splice = Some(pipe);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "no pipe for splice(2); copying on");
+                    self.no_splice = true;
+                }
+            }
+        }
+        if self.splice.is_some() {
+            self.poll_splice(cx, reader, writer, other_done)
+        } else {
+            self.poll(cx, reader, writer, other_done)
+        }
+    }
+
+    /// Moves bytes reader → pipe → writer until the reader ends, an error, or nothing can move.
+    fn poll_splice(
+        &mut self,
+        cx: &mut Context<'_>,
+        reader: &mut TcpStream,
+        writer: &mut TcpStream,
+        other_done: bool,
+    ) -> Poll<io::Result<()>> {
+        if self.done {
+            return Poll::Ready(Ok(()));
+        }
+        let Some(pipe) = self.splice.as_mut() else {
+            return Poll::Ready(Err(io::ErrorKind::InvalidInput.into()));
+        };
+        loop {
+            // What is in the pipe goes first.
+            while pipe.buffered > 0 {
+                ready!(writer.poll_write_ready(cx))?;
+                match writer.try_io(Interest::WRITABLE, || {
+                    splice(&pipe.read, &*writer, pipe.buffered)
+                }) {
+                    Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Ok(moved) => {
+                        pipe.buffered -= moved;
+                        self.transferred += moved as u64;
+                    }
+                    // try_io cleared the readiness: the next poll_write_ready waits for it.
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(error) => return Poll::Ready(Err(error)),
+                }
+            }
+            if self.eof {
+                if !other_done {
+                    ready!(Pin::new(&mut *writer).poll_shutdown(cx))?;
+                }
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            ready!(reader.poll_read_ready(cx))?;
+            // The pipe is empty here, so WouldBlock can only mean the socket has nothing.
+            match reader.try_io(Interest::READABLE, || {
+                splice(&*reader, &pipe.write, SPLICE_CHUNK)
+            }) {
+                Ok(0) => self.eof = true,
+                Ok(moved) => pipe.buffered = moved,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => return Poll::Ready(Err(error)),
+            }
+        }
     }
 
     fn wrote(&mut self, written: usize) -> io::Result<()> {
@@ -394,6 +563,91 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::ConnectionReset);
+    }
+
+    /// A connected pair of tokio TCP streams.
+    async fn tcp_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let connecting = TcpStream::connect(listener.local_addr().unwrap());
+        let (accepted, connected) = tokio::join!(listener.accept(), connecting);
+        (connected.unwrap(), accepted.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn tcp_relay_splices_bulk_directions_and_keeps_every_byte_in_order() {
+        // (client → endpoint bytes, endpoint → client bytes): below, at and far above the switch.
+        let cases = [
+            (10, 20),
+            (SPLICE_AFTER as usize, 3),
+            (3 << 20, 5 << 20),
+            (1, 7 << 20),
+        ];
+        for (up, down) in cases {
+            let (mut client, mut client_side) = tcp_pair().await;
+            let (mut endpoint_side, mut endpoint) = tcp_pair().await;
+            let relay =
+                tokio::spawn(async move { relay_tcp(&mut client_side, &mut endpoint_side).await });
+            let request = pattern(up);
+            let sent = request.clone();
+            let writer = tokio::spawn(async move {
+                client.write_all(&sent).await.unwrap();
+                client.shutdown().await.unwrap();
+                client
+            });
+            let mut received = Vec::new();
+            endpoint.read_to_end(&mut received).await.unwrap();
+            assert!(
+                received == request,
+                "{up} bytes up arrived intact, then EOF"
+            );
+            let response = pattern(down);
+            endpoint.write_all(&response).await.unwrap();
+            drop(endpoint);
+            let mut client = writer.await.unwrap();
+            let mut answer = Vec::new();
+            client.read_to_end(&mut answer).await.unwrap();
+            assert!(answer == response, "{down} bytes down arrived intact");
+            assert_eq!(
+                relay.await.unwrap().unwrap(),
+                Transferred {
+                    to_endpoint: up as u64,
+                    to_client: down as u64,
+                }
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_direction_past_the_threshold_opens_a_pipe() {
+        for (len, spliced) in [(SPLICE_AFTER as usize - 1, false), (2 << 20, true)] {
+            let (mut client, mut reader) = tcp_pair().await;
+            let (mut writer, mut endpoint) = tcp_pair().await;
+            let data = pattern(len);
+            let sent = data.clone();
+            let sender = tokio::spawn(async move {
+                client.write_all(&sent).await.unwrap();
+                client.shutdown().await.unwrap();
+            });
+            let receiver = tokio::spawn(async move {
+                let mut out = Vec::new();
+                endpoint.read_to_end(&mut out).await.unwrap();
+                out
+            });
+            let mut direction = Direction::default();
+            let mut opened = false;
+            poll_fn(|cx| {
+                let poll = direction.poll_tcp(cx, &mut reader, &mut writer, true);
+                opened |= direction.splice.is_some();
+                poll
+            })
+            .await
+            .unwrap();
+            drop(writer);
+            sender.await.unwrap();
+            assert!(receiver.await.unwrap() == data, "{len} bytes in order");
+            assert_eq!(opened, spliced, "{len} bytes");
+            assert_eq!(direction.transferred, len as u64);
+        }
     }
 
     /// A connected, non-blocking std socket (the proxy's side) and the endpoint's side.

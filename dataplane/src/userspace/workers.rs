@@ -42,6 +42,9 @@ impl Workers {
                 .name(format!("klb-userspace-{i}"))
                 .spawn(move || {
                     runtime.block_on(async {
+                        if i == 0 {
+                            tokio::spawn(super::state::trim_heap_forever());
+                        }
                         let _ = stopped.await;
                     });
                 })?;

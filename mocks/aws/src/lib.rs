@@ -579,6 +579,8 @@ struct LossCounters {
 #[derive(Debug)]
 struct ProxyState {
     upstream: SocketAddr,
+    /// Added to every request before it is handled, in microseconds.
+    latency: std::sync::atomic::AtomicU64,
     plan: Mutex<FaultPlan>,
     losses: Mutex<LossCounters>,
     seen: Mutex<Vec<Seen>>,
@@ -701,6 +703,10 @@ async fn proxy(
     state: Arc<ProxyState>,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Dropped> {
+    let delay = Duration::from_micros(state.latency.load(std::sync::atomic::Ordering::Relaxed));
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let (parts, body) = request.into_parts();
     let body = match body.collect().await {
         Ok(b) => b.to_bytes(),
@@ -832,6 +838,7 @@ impl FaultProxy {
             .map_err(io("reading the proxy port"))?;
         let state = Arc::new(ProxyState {
             upstream,
+            latency: std::sync::atomic::AtomicU64::new(0),
             plan: Mutex::new(plan),
             losses: Mutex::new(LossCounters::default()),
             seen: Mutex::new(Vec::new()),
@@ -868,6 +875,15 @@ impl FaultProxy {
         if let Ok(mut counters) = self.state.losses.lock() {
             *counters = LossCounters::default();
         }
+    }
+
+    /// Delays every later request by `per_request` before handling it (zero: no delay), so
+    /// benchmarks see a cloud's round trip on top of moto's own time.
+    pub fn set_latency(&self, per_request: Duration) {
+        let micros = u64::try_from(per_request.as_micros()).unwrap_or(u64::MAX);
+        self.state
+            .latency
+            .store(micros, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Actions whose response was lost so far, in order.

@@ -31,6 +31,7 @@ mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
@@ -221,7 +222,11 @@ impl MockArmBuilder {
             );
         }
         let shared = Arc::new(Mutex::new(state));
-        let app = Router::new().fallback(handle).with_state(shared.clone());
+        let latency = Arc::new(AtomicU64::new(0));
+        let app = with_latency(
+            Router::new().fallback(handle).with_state(shared.clone()),
+            latency.clone(),
+        );
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let server = axum::serve(listener, app).with_graceful_shutdown(async {
@@ -234,10 +239,27 @@ impl MockArmBuilder {
         Ok(MockArm {
             addr,
             state: shared,
+            latency,
             stop: Some(stop),
             task,
         })
     }
+}
+
+/// Delays every request by the current value of `latency` (microseconds), as a remote cloud
+/// endpoint's round trip would.
+fn with_latency(router: Router, latency: Arc<AtomicU64>) -> Router {
+    router.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let delay = std::time::Duration::from_micros(latency.load(Ordering::Relaxed));
+            async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                next.run(request).await
+            }
+        },
+    ))
 }
 
 /// A running mock ARM server. Stops when dropped.
@@ -245,6 +267,7 @@ impl MockArmBuilder {
 pub struct MockArm {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
+    latency: Arc<AtomicU64>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -292,6 +315,13 @@ impl MockArm {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Delays every later request (token requests included) by `per_request` before it is
+    /// answered (zero: no delay), so benchmarks see a cloud's round trip instead of loopback's.
+    pub fn set_latency(&self, per_request: std::time::Duration) {
+        let micros = u64::try_from(per_request.as_micros()).unwrap_or(u64::MAX);
+        self.latency.store(micros, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -26,7 +26,9 @@ pub mod validate;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -206,7 +208,11 @@ impl MockGceBuilder {
             store.add_instance(zone, name, tags, None);
         }
         let state = Arc::new(Mutex::new(store));
-        let app = Router::new().fallback(serve).with_state(state.clone());
+        let latency = Arc::new(AtomicU64::new(0));
+        let app = with_latency(
+            Router::new().fallback(serve).with_state(state.clone()),
+            latency.clone(),
+        );
         let task = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, app).await {
                 tracing::error!(%error, "mock GCE server stopped");
@@ -217,9 +223,26 @@ impl MockGceBuilder {
             project: self.project,
             region: self.region,
             state,
+            latency,
             task,
         })
     }
+}
+
+/// Delays every request by the current value of `latency` (microseconds), as a remote cloud
+/// endpoint's round trip would.
+fn with_latency(router: Router, latency: Arc<AtomicU64>) -> Router {
+    router.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let delay = Duration::from_micros(latency.load(Ordering::Relaxed));
+            async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                next.run(request).await
+            }
+        },
+    ))
 }
 
 /// A running mock; the server stops when this is dropped.
@@ -229,6 +252,7 @@ pub struct MockGce {
     project: String,
     region: String,
     state: Arc<Mutex<Store>>,
+    latency: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
@@ -287,6 +311,13 @@ impl MockGce {
             .into_iter()
             .filter(JournalEntry::is_mutation)
             .collect()
+    }
+
+    /// Delays every later request by `per_request` before it is answered (zero: no delay), so
+    /// benchmarks see a cloud's round trip instead of loopback's.
+    pub fn set_latency(&self, per_request: Duration) {
+        let micros = u64::try_from(per_request.as_micros()).unwrap_or(u64::MAX);
+        self.latency.store(micros, Ordering::Relaxed);
     }
 
     /// Adds a fault.

@@ -5,8 +5,10 @@
 //! [`crate::clients`]) so that each attempt that reaches AWS is limited and counted exactly once.
 //!
 //! Call sites keep [`AwsError`] (they match on AWS codes such as `LoadBalancerNotFound`); the
-//! in-place retry decision ([`is_transient`]) reads the same code table in [`crate::error`] that
-//! decides what the controller does.
+//! in-place retry decision ([`is_transient`]) is core's rule
+//! ([`Classification::retries_in_place`](kube_lb_provider_core::error::Classification)) applied
+//! to the same classification ([`AwsError::classification`]) that the conversion to
+//! `ProviderError` uses, so the two cannot disagree.
 
 use std::fmt;
 use std::future::Future;
@@ -493,15 +495,14 @@ pub fn default_rate_limits() -> RateLimits {
 }
 
 /// Whether the in-place retry should repeat `error`: a throttling, server or transport failure
-/// ([`AwsError::is_transient`]; the same request is likely to succeed in a moment). Every such
-/// error maps to a transient `ProviderError` too (the table test
-/// below asserts it), so this is the shared call path's one rule read without consuming the
+/// (the same request is likely to succeed in a moment). This is core's rule on the error's
+/// classification, the one its `ProviderError` conversion uses, read without consuming the
 /// error. Conflicts and vanished resources (`DependencyViolation`, `LoadBalancerNotFound`) are
 /// left to the controller's next pass: repeating them in place would not help (a dependency is
 /// not torn down in 200 ms) and would turn every "describe → not found" answer, which call
 /// sites expect, into `max_attempts` calls.
 pub fn is_transient(error: &AwsError) -> bool {
-    error.is_transient()
+    error.classification().retries_in_place()
 }
 
 /// The AWS side of the shared call path: maps an [`Op`] to its rate-limit family, counter
@@ -665,17 +666,17 @@ mod tests {
         }
         assert!(!is_transient(&AwsError::Invalid("bad".into())));
         assert!(!is_transient(&AwsError::Unexpected("odd".into())));
-        // Codes whose class `crate::error` owns (conflicts, vanished resources): whatever it
-        // decides, the in-place retry agrees with both of its predicates.
+        // Conflicts and vanished resources are the controller's to retry; the converted
+        // error says the same.
         for code in [
             "DependencyViolation",
             "LoadBalancerNotFound",
             "ResourceInUse",
         ] {
             let error = api_error(code, Some(400));
-            let both = error.is_transient()
-                && ProviderError::from(api_error(code, Some(400))).is_transient();
-            assert_eq!(is_transient(&error), both, "{code}");
+            assert!(!is_transient(&error), "{code}");
+            assert!(!ProviderError::from(api_error(code, Some(400))).is_transient());
+            assert!(ProviderError::from(api_error(code, Some(400))).is_retryable());
         }
     }
 

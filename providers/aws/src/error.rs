@@ -3,6 +3,7 @@
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use kube_lb_provider_core::error::Classification;
 use kube_lb_provider_core::{EnvironmentCause, ProviderError};
 
 use crate::calls::Op;
@@ -30,8 +31,9 @@ const SERVER_ERROR_CODES: &[&str] = &[
     "InsufficientAddressCapacity",
 ];
 
-/// Codes of conditions that clear up on their own, so the same call may simply be repeated: a
-/// dependency still being torn down, a resource in a passing state.
+/// Codes of conditions that clear up on their own, so the same call may simply be repeated
+/// later: a dependency still being torn down, a resource in a passing state. Clearing takes
+/// longer than an in-place backoff step, so the controller's backoff retries them.
 const CONFLICT_CODES: &[&str] = &[
     "DependencyViolation",
     "ResourceInUse",
@@ -120,55 +122,43 @@ const NAME_TAKEN_CODES: &[&str] = &[
     "InvalidGroup.Duplicate",
 ];
 
-/// What the controller should do about one AWS error code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
-    /// Throttling, 5xx, transport failures, passing conflicts: retry, in place too.
-    Retryable,
-    /// The provider's picture is out of date: retried by the controller after a fresh read,
-    /// not in place.
-    Stale,
-    /// Something outside the Service blocks it.
-    Environment(EnvironmentCause),
-    /// Only the Service's author can fix it.
-    User,
-    /// A code this table does not know: retried with backoff, reported as is.
-    Unknown,
-}
-
 /// Classifies an AWS error code (or a transport category such as `Timeout`) and the HTTP
-/// status it came with. Pure, so the whole table is tested without AWS.
-pub fn classify(code: &str, status: Option<u16>) -> Class {
+/// status it came with, in the providers' shared taxonomy: both the in-place retry
+/// ([`Classification::retries_in_place`]) and the conversion to [`ProviderError`] read this
+/// one answer. Pure, so the whole table is tested without AWS.
+pub fn classify(code: &str, status: Option<u16>) -> Classification {
     if THROTTLING_CODES.contains(&code)
         || SERVER_ERROR_CODES.contains(&code)
-        || CONFLICT_CODES.contains(&code)
         || matches!(code, "Timeout" | "Dispatch" | "Response")
         || status.is_some_and(|s| s >= 500)
     {
-        return Class::Retryable;
+        return Classification::Transient;
+    }
+    if CONFLICT_CODES.contains(&code) {
+        return Classification::Pending;
     }
     if STALE_CODES.contains(&code) {
-        return Class::Stale;
+        return Classification::Stale;
     }
     if USER_ERROR_CODES.contains(&code) {
-        return Class::User;
+        return Classification::User;
     }
     if NAME_TAKEN_CODES.contains(&code) {
-        return Class::Environment(EnvironmentCause::NameTaken);
+        return Classification::Environment(EnvironmentCause::NameTaken);
     }
     if MISSING_DEPENDENCY_CODES.contains(&code) {
-        return Class::Environment(EnvironmentCause::MissingDependency);
+        return Classification::Environment(EnvironmentCause::MissingDependency);
     }
     if PERMISSION_CODES.contains(&code) || status == Some(403) {
-        return Class::Environment(EnvironmentCause::PermissionDenied);
+        return Classification::Environment(EnvironmentCause::PermissionDenied);
     }
     // EC2 and ELB spell quotas as `TooMany…` (`TooManyLoadBalancers`) or `…LimitExceeded`
     // (`RulesPerSecurityGroupLimitExceeded`); the throttling codes among them matched above.
     if QUOTA_CODES.contains(&code) || code.starts_with("TooMany") || code.ends_with("LimitExceeded")
     {
-        return Class::Environment(EnvironmentCause::Quota);
+        return Classification::Environment(EnvironmentCause::Quota);
     }
-    Class::Unknown
+    Classification::Unknown
 }
 
 /// What went wrong in the AWS provider.
@@ -291,18 +281,18 @@ impl AwsError {
         self.code().is_some_and(|c| codes.contains(&c))
     }
 
-    /// True for throttling, 5xx and transport failures: the same call is retried in place.
-    /// Passing conflicts (`DependencyViolation`) are [`ProviderError::Retryable`] too, but
-    /// take longer to clear than an in-place backoff step: the controller retries those.
-    pub fn is_transient(&self) -> bool {
+    /// This error in the providers' shared taxonomy: what [`ProviderError::from`] turns it
+    /// into and whether the shared call path repeats it in place.
+    pub fn classification(&self) -> Classification {
         match self {
-            AwsError::Api { code, status, .. } => {
-                THROTTLING_CODES.contains(&code.as_str())
-                    || SERVER_ERROR_CODES.contains(&code.as_str())
-                    || matches!(code.as_str(), "Timeout" | "Dispatch" | "Response")
-                    || status.is_some_and(|s| s >= 500)
-            }
-            _ => false,
+            AwsError::Api { code, status, .. } => classify(code, *status),
+            AwsError::Invalid(_) => Classification::User,
+            AwsError::Environment { cause, .. } => Classification::Environment(*cause),
+            AwsError::NameTaken { .. } => Classification::Environment(EnvironmentCause::NameTaken),
+            AwsError::ConfigRead { .. }
+            | AwsError::ConfigParse { .. }
+            | AwsError::Setup(_)
+            | AwsError::Unexpected(_) => Classification::Unknown,
         }
     }
 
@@ -312,21 +302,17 @@ impl AwsError {
     }
 }
 
-/// The single conversion from AWS errors to the controller's classes (see [`classify`]).
+/// The single conversion from AWS errors to the controller's classes: the variant
+/// [`AwsError::classification`] names, so the converted error retries exactly as the shared
+/// call path did ([`ProviderError::retry`] equals [`Classification::retry`]).
 impl From<AwsError> for ProviderError {
     fn from(error: AwsError) -> Self {
-        let (operation, code, message, status) = match &error {
+        let class = error.classification();
+        let (operation, text) = match &error {
             AwsError::Invalid(message) => return ProviderError::user(message.clone()),
             AwsError::Environment { cause, message } => {
                 return ProviderError::environment("aws", *cause, message.clone());
             }
-            AwsError::Api {
-                operation,
-                code,
-                message,
-                status,
-                ..
-            } => (*operation, code.as_str(), message.as_str(), *status),
             AwsError::NameTaken { operation, .. } => {
                 return ProviderError::environment(
                     operation,
@@ -334,24 +320,33 @@ impl From<AwsError> for ProviderError {
                     error.to_string(),
                 );
             }
-            _ => {
-                return ProviderError::Internal {
-                    message: error.to_string(),
-                    source: Some(Box::new(error)),
-                };
-            }
-        };
-        match classify(code, status) {
-            Class::Retryable => ProviderError::Retryable {
+            AwsError::Api {
                 operation,
-                message: format!("{code}: {message}"),
+                code,
+                message,
+                ..
+            } => (*operation, format!("{code}: {message}")),
+            AwsError::ConfigRead { .. }
+            | AwsError::ConfigParse { .. }
+            | AwsError::Setup(_)
+            | AwsError::Unexpected(_) => ("aws", String::new()),
+        };
+        match class {
+            Classification::Transient => ProviderError::Retryable {
+                operation,
+                message: text,
                 source: Some(Box::new(error)),
             },
-            Class::Environment(cause) => {
-                ProviderError::environment(operation, cause, format!("{code}: {message}"))
+            Classification::Pending => ProviderError::Pending {
+                operation,
+                message: text,
+                source: Some(Box::new(error)),
+            },
+            Classification::Environment(cause) => {
+                ProviderError::environment(operation, cause, text)
             }
-            Class::User => ProviderError::user(format!("{operation}: {code}: {message}")),
-            Class::Stale | Class::Unknown => ProviderError::Internal {
+            Classification::User => ProviderError::user(format!("{operation}: {text}")),
+            Classification::Stale | Classification::Unknown => ProviderError::Internal {
                 message: error.to_string(),
                 source: Some(Box::new(error)),
             },
@@ -395,7 +390,7 @@ mod tests {
             ("Unknown", 502, "retryable", None),
             ("Timeout", 0, "retryable", None),
             ("Dispatch", 0, "retryable", None),
-            // passing conflicts: retried (in place too)
+            // passing conflicts: retried by the controller, not in place
             ("DependencyViolation", 400, "retryable", None),
             ("ResourceInUse", 400, "retryable", None),
             ("OperationNotPermitted", 400, "retryable", None),
@@ -577,7 +572,66 @@ mod tests {
             ("InvalidGroup.NotFound", 400, false),
         ];
         for (code, status, transient) in cases {
-            assert_eq!(api(code, status).is_transient(), transient, "{code}");
+            assert_eq!(
+                api(code, status).classification().retries_in_place(),
+                transient,
+                "{code}"
+            );
+        }
+    }
+
+    /// The in-place retry on `AwsError` and the converted `ProviderError` follow one rule, for
+    /// every code of every table and for the provider's own errors.
+    #[test]
+    fn in_place_retry_and_conversion_agree() {
+        let tables: [&[&str]; 10] = [
+            THROTTLING_CODES,
+            SERVER_ERROR_CODES,
+            CONFLICT_CODES,
+            STALE_CODES,
+            USER_ERROR_CODES,
+            QUOTA_CODES,
+            PERMISSION_CODES,
+            MISSING_DEPENDENCY_CODES,
+            NAME_TAKEN_CODES,
+            &[
+                "Timeout",
+                "Dispatch",
+                "Response",
+                "SomethingNew",
+                "TooManyX",
+            ],
+        ];
+        let mut errors: Vec<AwsError> = Vec::new();
+        for code in tables.into_iter().flatten() {
+            for status in [None, Some(400), Some(403), Some(503)] {
+                let mut error = api(code, 400);
+                if let AwsError::Api { status: s, .. } = &mut error {
+                    *s = status;
+                }
+                errors.push(error);
+            }
+        }
+        errors.extend([
+            AwsError::Invalid("bad port".into()),
+            AwsError::Environment {
+                cause: EnvironmentCause::MissingDependency,
+                message: "no subnet".into(),
+            },
+            AwsError::Unexpected("no ARN".into()),
+            AwsError::Setup("no region".into()),
+            AwsError::NameTaken {
+                operation: "CreateLoadBalancer",
+                resource: "load balancer",
+                name: "a".into(),
+                owner: "b".into(),
+            },
+        ]);
+        for error in errors {
+            let label = error.to_string();
+            let class = error.classification();
+            let converted = ProviderError::from(error);
+            assert_eq!(converted.retry(), class.retry(), "{label}: {converted}");
         }
     }
 

@@ -29,7 +29,7 @@ use crate::naming::{clb_security_group_description, clb_security_group_name};
 use crate::nlb;
 use crate::nlb::plan::{NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg};
 use crate::nodes::{self, Ownership};
-use crate::sg::{IngressRule, diff_rules};
+use crate::sg::{IngressRule, ObservedGroup, diff_rules};
 use crate::tags::security_group_tags;
 
 /// What the last full reconcile of a load balancer established, so a resync with an unchanged
@@ -253,13 +253,17 @@ impl AwsProvider {
     /// Finds or creates `k8s-elb-<name>` and converges its ingress rules. Returns its ID and
     /// whether it was just created. A group of that name tagged for another cluster is a
     /// [`AwsError::NameTaken`]; one a lost `CreateSecurityGroup` response left is adopted.
+    /// `known`: the groups already read in this pass (every group kube-lb owns in the VPC
+    /// carries the cluster tag, so the Service's own group is among them when it exists and is
+    /// tagged); `None` reads the group by name.
     async fn ensure_clb_group(
         &self,
         spec: &LoadBalancerSpec,
         name: &str,
         vpc: &str,
-    ) -> Result<(String, bool), AwsError> {
-        match self.ensure_clb_group_once(spec, name, vpc).await {
+        known: Option<&[ObservedGroup]>,
+    ) -> Result<String, AwsError> {
+        match self.ensure_clb_group_once(spec, name, vpc, known).await {
             // Created meanwhile (by our own earlier attempt whose response was lost): the
             // second pass finds it, checks its owner and adopts it.
             Err(e) if e.has_code(&["InvalidGroup.Duplicate"]) => {
@@ -267,7 +271,8 @@ impl AwsProvider {
                     lb = name,
                     "security group exists after a lost create; adopting it"
                 );
-                self.ensure_clb_group_once(spec, name, vpc).await
+                // Read by name this time: an untagged group is not among the known ones.
+                self.ensure_clb_group_once(spec, name, vpc, None).await
             }
             other => other,
         }
@@ -278,18 +283,28 @@ impl AwsProvider {
         spec: &LoadBalancerSpec,
         name: &str,
         vpc: &str,
-    ) -> Result<(String, bool), AwsError> {
+        known: Option<&[ObservedGroup]>,
+    ) -> Result<String, AwsError> {
         let group_name = clb_security_group_name(name);
         let rules = desired::clb_security_group_rules(spec)?;
-        let existing = nodes::describe_groups(
-            &self.clients,
-            Some(vec![
-                crate::discovery::ec2_filter("group-name", [group_name.as_str()]),
-                crate::discovery::ec2_filter("vpc-id", [vpc]),
-            ]),
-            None,
-        )
-        .await?;
+        let existing = match known {
+            Some(groups) => groups
+                .iter()
+                .filter(|g| g.name == group_name && g.vpc_id.as_deref() == Some(vpc))
+                .cloned()
+                .collect(),
+            None => {
+                nodes::describe_groups(
+                    &self.clients,
+                    Some(vec![
+                        crate::discovery::ec2_filter("group-name", [group_name.as_str()]),
+                        crate::discovery::ec2_filter("vpc-id", [vpc]),
+                    ]),
+                    None,
+                )
+                .await?
+            }
+        };
         let aws = desired::aws_spec(spec)?;
         if let Some(group) = existing.first() {
             crate::owner::check_group(&group.tags, &self.cluster_tag()).map_err(|owner| {
@@ -322,7 +337,7 @@ impl AwsProvider {
             }
             let changes = diff_rules(&group.ingress, &rules, |_| true);
             nodes::apply_rule_changes(&self.clients, &group.id, &changes).await?;
-            return Ok((group.id.clone(), false));
+            return Ok(group.id.clone());
         }
         let tags = security_group_tags(&self.cluster_id, &aws.additional_tags);
         let spec_tags = TagSpecification::builder()
@@ -354,13 +369,16 @@ impl AwsProvider {
             .to_string();
         let changes = diff_rules(&[], &rules, |_| true);
         nodes::apply_rule_changes(&self.clients, &id, &changes).await?;
-        Ok((id, true))
+        Ok(id)
     }
 
+    /// `retire_nlb`: whether this Service's NLB may still exist (a change of kind, or nothing
+    /// verified by this process yet). It is then removed before a Classic ELB is created.
     async fn ensure_clb(
         &self,
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
+        retire_nlb: bool,
     ) -> Result<LoadBalancerStatus, AwsError> {
         let name = load_balancer_name(&spec.service.uid);
         let instances = self.instances(spec, backends).await?;
@@ -417,6 +435,9 @@ impl AwsProvider {
             }
             None => None,
         };
+        if observed.is_none() && retire_nlb {
+            crate::delete::retire_nlb(self, spec).await?;
+        }
         let vpc = self.vpc(
             &instances,
             observed.as_ref().and_then(|o| o.vpc_id.as_deref()),
@@ -424,13 +445,30 @@ impl AwsProvider {
         let internal = spec.scheme == kube_lb_annotations::Scheme::Internal;
         let subnets = self.subnets(spec, &vpc, internal).await?;
         let aws = desired::aws_spec(spec)?;
-        let (mut groups, lb_group_created) = if !aws.security_groups.is_empty() {
-            (aws.security_groups.clone(), false)
-        } else if let Some(group) = &self.config.elb_security_group {
-            (vec![group.clone()], false)
+        // One read serves the Service's own group and the node groups (taken before the own
+        // group is created or changed; neither step touches the node groups).
+        let observed_groups = if self.config.disable_security_group_ingress {
+            None
         } else {
-            let (id, created) = self.ensure_clb_group(spec, &name, &vpc).await?;
-            (vec![id], created)
+            Some(
+                nodes::observe_groups(
+                    &self.clients,
+                    &self.cluster_tag(),
+                    Some(&vpc),
+                    &candidate_groups,
+                )
+                .await?,
+            )
+        };
+        let mut groups = if !aws.security_groups.is_empty() {
+            aws.security_groups.clone()
+        } else if let Some(group) = &self.config.elb_security_group {
+            vec![group.clone()]
+        } else {
+            vec![
+                self.ensure_clb_group(spec, &name, &vpc, observed_groups.as_deref())
+                    .await?,
+            ]
         };
         for extra in &aws.extra_security_groups {
             if !groups.contains(extra) {
@@ -458,32 +496,13 @@ impl AwsProvider {
         let actions = clb::plan::plan(observed.as_ref(), &desired);
         let created_dns = clb::io::apply(&self.clients, &desired, &actions).await?;
 
-        if !self.config.disable_security_group_ingress
+        if let Some(observed_groups) = &observed_groups
             && let Some(primary) = groups.first()
         {
-            let observed_groups = if lb_group_created {
-                // A group created just now cannot be referenced anywhere yet: only the node
-                // groups need reading.
-                nodes::describe_groups(
-                    &self.clients,
-                    None,
-                    Some(candidate_groups.iter().cloned().collect()),
-                )
-                .await?
-            } else {
-                nodes::observe_groups(
-                    &self.clients,
-                    &self.cluster_tag(),
-                    Some(&vpc),
-                    &candidate_groups,
-                )
-                .await?
-            };
-            let node_groups =
-                nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
+            let node_groups = nodes::node_groups(&instances, observed_groups, &self.cluster_tag())?;
             let sources = vec![primary.clone()];
             let plan = nodes::plan_node_groups(
-                &observed_groups,
+                observed_groups,
                 &node_groups,
                 &[IngressRule::from_group(primary)],
                 Ownership::ClbSource(&sources),
@@ -778,8 +797,10 @@ impl LoadBalancerProvider for AwsProvider {
         let aws = desired::aws_spec(spec).map_err(|e| to_provider_error(&spec.service, e))?;
         let name = load_balancer_name(&spec.service.uid);
         // A change of kind is break-before-make: the other kind is removed completely before
-        // this one is created or changed (see `crate::delete` for why). Skipped only while this
-        // process itself last verified the same kind, which it did after this check.
+        // this one is created or changed (see `crate::delete` for why). Skipped while this
+        // process itself last verified the same kind, which it did after this check, and (for
+        // a Classic ELB) when the ELB is found and ours: every create of one kind follows a
+        // confirmed absence of the other, so the other cannot exist beside it.
         let verified_kind = match self.cached(&name) {
             Some(Verified::Clb { .. }) => Some(AwsLoadBalancerKind::Classic),
             Some(Verified::Nlb { .. }) => Some(AwsLoadBalancerKind::Nlb),
@@ -790,15 +811,8 @@ impl LoadBalancerProvider for AwsProvider {
                 return Err(ProviderError::ImplementedElsewhere);
             }
             AwsLoadBalancerKind::Classic => {
-                let retired = if verified_kind == Some(AwsLoadBalancerKind::Classic) {
-                    Ok(())
-                } else {
-                    crate::delete::retire_nlb(self, spec).await
-                };
-                match retired {
-                    Ok(()) => self.ensure_clb(spec, backends).await,
-                    Err(e) => Err(e),
-                }
+                let retire_nlb = verified_kind != Some(AwsLoadBalancerKind::Classic);
+                self.ensure_clb(spec, backends, retire_nlb).await
             }
             AwsLoadBalancerKind::Nlb => {
                 let retired = if verified_kind == Some(AwsLoadBalancerKind::Nlb) {

@@ -25,6 +25,7 @@
 
 pub mod arm;
 mod auth;
+pub mod cache;
 pub mod client;
 pub mod config;
 mod convert;

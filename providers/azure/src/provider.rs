@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use kube_lb_provider_core::{
@@ -13,7 +13,8 @@ use kube_lb_provider_core::{
 };
 use tracing::{debug, info, instrument};
 
-use crate::arm::{Subnet, resource_group_of};
+use crate::arm::{LoadBalancer, PublicIp, SecurityGroup, Subnet, resource_group_of};
+use crate::cache::{ArmCache, Written};
 use crate::client::{ArmClient, NetworkClient, PollSettings};
 use crate::config::AzureConfig;
 use crate::desired::{Desired, FrontendKind, PipChoice, Settings, desired};
@@ -38,6 +39,9 @@ pub struct ProviderOptions {
     pub limits: RateLimits,
     /// Per-request timeout.
     pub request_timeout: Duration,
+    /// How long a read of the shared objects (load balancers, security group, public IP
+    /// lists, subnets) serves every Service's sync ([`crate::cache`]).
+    pub cache_ttl: Duration,
 }
 
 impl Default for ProviderOptions {
@@ -48,6 +52,7 @@ impl Default for ProviderOptions {
             counter: CallCounter::new(),
             limits: RateLimits::new(RateLimit::default()),
             request_timeout: Duration::from_secs(60),
+            cache_ttl: crate::cache::DEFAULT_TTL,
         }
     }
 }
@@ -61,6 +66,8 @@ pub struct AzureProvider {
     /// Reconciles of the shared load balancers are serialised, as upstream does: they rewrite
     /// one object, and concurrent writers would only turn into 412 retries.
     lock: tokio::sync::Mutex<()>,
+    /// Reads shared by every Service's sync.
+    cache: ArmCache,
 }
 
 impl AzureProvider {
@@ -110,6 +117,7 @@ impl AzureProvider {
             settings,
             counter: options.counter,
             lock: tokio::sync::Mutex::new(()),
+            cache: ArmCache::new(options.cache_ttl),
         })
     }
 
@@ -124,6 +132,7 @@ impl AzureProvider {
             settings,
             counter,
             lock: tokio::sync::Mutex::new(()),
+            cache: ArmCache::new(crate::cache::DEFAULT_TTL),
         }
     }
 
@@ -137,10 +146,68 @@ impl AzureProvider {
         &self.settings
     }
 
+    /// A load balancer, from the cache when `cached` and fresh.
+    async fn load_balancer(
+        &self,
+        rg: &str,
+        name: &str,
+        cached: bool,
+    ) -> Result<Option<LoadBalancer>, AzureError> {
+        if cached && let Some(hit) = self.cache.load_balancer(rg, name, Instant::now()) {
+            return Ok(hit);
+        }
+        let found = self.client.get_load_balancer(rg, name).await?;
+        self.cache
+            .put_load_balancer(rg, name, found.clone(), Instant::now());
+        Ok(found)
+    }
+
+    /// The public IPs of a resource group, from the cache when `cached` and fresh.
+    async fn public_ips(&self, rg: &str, cached: bool) -> Result<Vec<PublicIp>, AzureError> {
+        if cached && let Some(hit) = self.cache.public_ips(rg, Instant::now()) {
+            return Ok(hit);
+        }
+        let found = self.client.list_public_ips(rg).await?;
+        self.cache.put_public_ips(rg, found.clone(), Instant::now());
+        Ok(found)
+    }
+
+    /// The security group, from the cache when `cached` and fresh.
+    async fn security_group(
+        &self,
+        rg: &str,
+        name: &str,
+        cached: bool,
+    ) -> Result<Option<SecurityGroup>, AzureError> {
+        if cached && let Some(hit) = self.cache.security_group(rg, name, Instant::now()) {
+            return Ok(hit);
+        }
+        let found = self.client.get_security_group(rg, name).await?;
+        self.cache
+            .put_security_group(rg, name, found.clone(), Instant::now());
+        Ok(found)
+    }
+
+    /// Whether a subnet exists (a positive answer is cached).
+    async fn subnet_exists(&self, rg: &str, vnet: &str, subnet: &str) -> Result<bool, AzureError> {
+        if self.cache.subnet_exists(rg, vnet, subnet, Instant::now()) {
+            return Ok(true);
+        }
+        let found: Option<Subnet> = self.client.get_subnet(rg, vnet, subnet).await?;
+        if found.is_some() {
+            self.cache.put_subnet(rg, vnet, subnet, Instant::now());
+        }
+        Ok(found.is_some())
+    }
+
+    /// Reads what the Service's sync plans from. With `cached`, the shared objects come from
+    /// the [`crate::cache`] when fresh: every Service of a pass plans against one read of
+    /// them. `status` reads afresh.
     async fn observe(
         &self,
         service: &ServiceKey,
         desired: Option<&Desired>,
+        cached: bool,
     ) -> Result<Observed, AzureError> {
         let s = &self.settings;
         let mut observed = Observed::default();
@@ -149,8 +216,7 @@ impl AzureProvider {
             s.lb_name(kube_lb_provider_core::annotations::Scheme::Internal),
         ] {
             if let Some(lb) = self
-                .client
-                .get_load_balancer(&s.lb_resource_group, &name)
+                .load_balancer(&s.lb_resource_group, &name, cached)
                 .await?
             {
                 observed.load_balancers.push(lb);
@@ -190,10 +256,10 @@ impl AzureProvider {
         for rg in groups {
             observed
                 .public_ips
-                .extend(self.client.list_public_ips(&rg).await?);
+                .extend(self.public_ips(&rg, cached).await?);
         }
         if let Some((rg, name)) = &s.security_group {
-            observed.security_group = self.client.get_security_group(rg, name).await?;
+            observed.security_group = self.security_group(rg, name, cached).await?;
             if observed.security_group.is_none() && desired.is_some() {
                 return Err(AzureError::Environment {
                     cause: EnvironmentCause::MissingDependency,
@@ -205,48 +271,62 @@ impl AzureProvider {
             frontend: FrontendKind::Internal { subnet, .. },
             ..
         }) = desired
+            && !self
+                .subnet_exists(&s.vnet_resource_group, &s.vnet, subnet)
+                .await?
         {
-            let found: Option<Subnet> = self
-                .client
-                .get_subnet(&s.vnet_resource_group, &s.vnet, subnet)
-                .await?;
-            if found.is_none() {
-                // The subnet may still be on its way: retried, not a user error.
-                return Err(AzureError::Environment {
-                    cause: EnvironmentCause::MissingDependency,
-                    message: format!(
-                        "subnet {subnet} not found in virtual network {} (resource group {})",
-                        s.vnet, s.vnet_resource_group
-                    ),
-                });
-            }
+            // The subnet may still be on its way: retried, not a user error.
+            return Err(AzureError::Environment {
+                cause: EnvironmentCause::MissingDependency,
+                message: format!(
+                    "subnet {subnet} not found in virtual network {} (resource group {})",
+                    s.vnet, s.vnet_resource_group
+                ),
+            });
         }
         Ok(observed)
     }
 
+    /// Performs one write and takes what it stored into the cache.
     async fn apply(&self, action: &Action) -> Result<(), AzureError> {
         let s = &self.settings;
-        match action {
-            Action::PutPublicIp { rg, pip } => self.client.put_public_ip(rg, pip).await.map(drop),
-            Action::PutLoadBalancer(lb) => self
-                .client
-                .put_load_balancer(&s.lb_resource_group, lb)
-                .await
-                .map(drop),
+        let rg = s.lb_resource_group.as_str();
+        let written = match action {
+            Action::PutPublicIp { rg, pip } => {
+                self.client.put_public_ip(rg, pip).await?;
+                Written::PublicIps { rg }
+            }
+            Action::PutLoadBalancer(lb) => {
+                let stored = self.client.put_load_balancer(rg, lb).await?;
+                Written::LoadBalancer {
+                    rg,
+                    name: &lb.name,
+                    stored: Some(stored),
+                }
+            }
             Action::DeleteLoadBalancer { name, etag } => {
                 self.client
-                    .delete_load_balancer(&s.lb_resource_group, name, etag.as_deref())
-                    .await
+                    .delete_load_balancer(rg, name, etag.as_deref())
+                    .await?;
+                Written::LoadBalancer {
+                    rg,
+                    name,
+                    stored: None,
+                }
             }
             Action::PutSecurityGroup { rg, nsg } => {
-                self.client.put_security_group(rg, nsg).await.map(drop)
+                let stored = self.client.put_security_group(rg, nsg).await?;
+                Written::SecurityGroup { rg, stored }
             }
             Action::DeletePublicIp { rg, name, etag } => {
                 self.client
                     .delete_public_ip(rg, name, etag.as_deref())
-                    .await
+                    .await?;
+                Written::PublicIps { rg }
             }
-        }
+        };
+        self.cache.record(written, Instant::now());
+        Ok(())
     }
 
     /// Observes, plans and applies until the plan is empty; returns the final observation.
@@ -261,8 +341,21 @@ impl AzureProvider {
         service: &ServiceKey,
         desired: Option<&Desired>,
     ) -> Result<Observed, ProviderError> {
+        let result = self.converge_rounds(service, desired).await;
+        if result.is_err() {
+            // A refused or failed write, or a missing object: nothing cached is trusted now.
+            self.cache.clear();
+        }
+        result
+    }
+
+    async fn converge_rounds(
+        &self,
+        service: &ServiceKey,
+        desired: Option<&Desired>,
+    ) -> Result<Observed, ProviderError> {
         for round in 0..MAX_ROUNDS {
-            let observed = self.observe(service, desired).await?;
+            let observed = self.observe(service, desired, true).await?;
             let actions = plan(&self.settings, service, desired, &observed)?;
             if actions.is_empty() {
                 debug!(%service, provider = "azure", round, "converged");
@@ -273,8 +366,10 @@ impl AzureProvider {
                 match self.apply(action).await {
                     Ok(()) => {}
                     Err(AzureError::PreconditionFailed { operation }) => {
-                        // Someone changed the object since we read it: read again and re-plan.
+                        // Someone changed the object since we read it (possibly since we
+                        // cached it): read again and re-plan.
                         info!(%service, provider = "azure", operation, "etag changed; re-reading");
+                        self.cache.clear();
                         break;
                     }
                     Err(error) => return Err(error.into()),
@@ -332,7 +427,7 @@ impl LoadBalancerProvider for AzureProvider {
         &self,
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
-        let observed = self.observe(service, None).await?;
+        let observed = self.observe(service, None, false).await?;
         Ok(self.status_from(service, &observed))
     }
 }

@@ -9,6 +9,7 @@ mod support;
 use kube_lb_mock_azure::{
     ArmError, CLIENT_ID, CLIENT_SECRET, Fault, MockArm, SUBSCRIPTION, TENANT,
 };
+use kube_lb_provider_azure::ProviderOptions;
 use kube_lb_provider_core::{EnvironmentCause, LoadBalancerProvider, ProviderError};
 use serde_json::{Value, json};
 use support::*;
@@ -123,6 +124,8 @@ fn merge(target: &mut Value, patch: &Value) {
 async fn a_hand_edited_security_rule_is_repaired_on_the_next_sync() {
     // Each edit is what someone might do by hand to the managed rule of a Service restricted
     // to 203.0.113.0/24; the next sync must restore it and the one after must do nothing.
+    // "Next" is the next one that reads the security group again, after the shared-object
+    // cache expired: here at once (TTL zero).
     let tampers: Vec<(&str, Value)> = vec![
         (
             "opened to the world",
@@ -151,7 +154,11 @@ async fn a_hand_edited_security_rule_is_repaired_on_the_next_sync() {
         ),
     ];
     for (what, patch) in tampers {
-        let h = harness().await;
+        let h = harness_with(ProviderOptions {
+            cache_ttl: std::time::Duration::ZERO,
+            ..fast_options()
+        })
+        .await;
         let web = svc("web", UID_A)
             .ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)])
             .source_ranges(&["203.0.113.0/24"]);

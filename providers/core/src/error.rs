@@ -5,11 +5,19 @@
 //!
 //! | variant | who can fix it | what happens |
 //! |---|---|---|
-//! | [`ProviderError::Retryable`] | nobody: it passes (throttling, 5xx, a timeout, a conflict) | retried in place by `CloudApi`, then by the controller with backoff |
+//! | [`ProviderError::Retryable`] | nobody: it passes in a moment (throttling, 5xx, a timeout) | retried in place by `CloudApi`, then by the controller with backoff |
+//! | [`ProviderError::Pending`] | nobody: it passes, but slowly (a dependency being torn down, a resource in a transitional state) | not retried in place; the controller retries with backoff |
 //! | [`ProviderError::Environment`] | the cluster's operator or time (quota, permission, a missing network, an exhausted pool) | not retried in place; the controller retries with capped backoff and a Warning naming the cause |
 //! | [`ProviderError::User`] | only the Service's author | Warning event, then wait for the Service to change |
 //! | [`ProviderError::ImplementedElsewhere`] | nobody: another controller owns it | left alone quietly |
 //! | [`ProviderError::Internal`] | us (an unexpected answer) | retried by the controller with backoff |
+//!
+//! The last column is [`Retry`], read through [`ProviderError::retry`]: `CloudApi` repeats a
+//! call in place only for [`Retry::InPlace`], the controller backs off for
+//! [`Retry::InPlace`] and [`Retry::Backoff`]. Providers that classify cloud error codes answer
+//! with a [`Classification`], whose [`Classification::retry`] is the same rule, so a
+//! provider's in-place decision on its own error type and the class its error converts to
+//! cannot disagree.
 
 use std::fmt;
 
@@ -61,16 +69,98 @@ impl fmt::Display for EnvironmentCause {
     }
 }
 
+/// When a failed call may be made again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Retry {
+    /// Now: the same request is likely to succeed in a moment (throttling, 5xx, a timeout, a
+    /// dropped connection). `CloudApi` repeats it in place with a short backoff; if that runs
+    /// out, the controller retries with its per-Service backoff.
+    InPlace,
+    /// Later: the cause passes or is fixed outside the Service, but not within an in-place
+    /// backoff step (a dependency still being torn down, a read that went stale, a quota, a
+    /// permission, an unexpected answer). Only the controller retries, with backoff; repeating
+    /// it in place would spend attempts and rate-limit tokens for nothing.
+    Backoff,
+    /// After the Service changes: only its author can fix it.
+    OnChange,
+    /// Never: there is nothing for this controller to do.
+    Never,
+}
+
+impl Retry {
+    /// True when the controller retries with backoff ([`Retry::InPlace`] and
+    /// [`Retry::Backoff`]).
+    pub fn with_backoff(self) -> bool {
+        matches!(self, Retry::InPlace | Retry::Backoff)
+    }
+}
+
+/// What one cloud error code (or transport failure) means, in the shared taxonomy. A
+/// provider's code table answers with this; [`Classification::retry`] is its in-place
+/// decision and the provider converts it into the [`ProviderError`] variant named on each
+/// case, which has the same [`ProviderError::retry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Classification {
+    /// Throttling, 5xx, transport failures: [`ProviderError::Retryable`].
+    Transient,
+    /// A condition that clears on its own, slowly (a dependency still being torn down, a
+    /// resource in a transitional state): [`ProviderError::Pending`].
+    Pending,
+    /// The provider's picture is out of date (one of its own resources vanished or appeared
+    /// under it): the controller's next pass reads afresh. [`ProviderError::Internal`].
+    Stale,
+    /// Something outside the Service blocks it: [`ProviderError::Environment`].
+    Environment(EnvironmentCause),
+    /// Only the Service's author can fix it: [`ProviderError::User`].
+    User,
+    /// A code the table does not know: retried with backoff and reported verbatim.
+    /// [`ProviderError::Internal`].
+    Unknown,
+}
+
+impl Classification {
+    /// When the failed call may be made again (the same as the converted error's
+    /// [`ProviderError::retry`]).
+    pub fn retry(self) -> Retry {
+        match self {
+            Classification::Transient => Retry::InPlace,
+            Classification::Pending
+            | Classification::Stale
+            | Classification::Environment(_)
+            | Classification::Unknown => Retry::Backoff,
+            Classification::User => Retry::OnChange,
+        }
+    }
+
+    /// True when the call is repeated in place now ([`Retry::InPlace`]).
+    pub fn retries_in_place(self) -> bool {
+        self.retry() == Retry::InPlace
+    }
+}
+
 /// Why a provider call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
-    /// A transient failure (throttling, 5xx, a conflict, a timeout): retried in place with
-    /// backoff, then by the controller.
+    /// A transient failure (throttling, 5xx, a timeout): retried in place with backoff, then
+    /// by the controller.
     #[error("{operation}: {message}")]
     Retryable {
         /// The cloud operation that failed (e.g. `CreateLoadBalancer`).
         operation: &'static str,
         /// What went wrong.
+        message: String,
+        /// The underlying error, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// A condition that passes on its own, but not within an in-place backoff step (a
+    /// dependency still being torn down, a resource in a transitional state): not retried in
+    /// place, retried by the controller with backoff. Counted as `retryable`.
+    #[error("{operation}: {message}")]
+    Pending {
+        /// The cloud operation that failed.
+        operation: &'static str,
+        /// What is still in progress, in the cloud's words.
         message: String,
         /// The underlying error, when there is one.
         #[source]
@@ -111,28 +201,38 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// When the failed call may be made again: the one rule behind `CloudApi`'s in-place
+    /// retry and the controller's error policy.
+    pub fn retry(&self) -> Retry {
+        match self {
+            ProviderError::Retryable { .. } => Retry::InPlace,
+            ProviderError::Pending { .. }
+            | ProviderError::Environment { .. }
+            | ProviderError::Internal { .. } => Retry::Backoff,
+            ProviderError::User { .. } => Retry::OnChange,
+            ProviderError::ImplementedElsewhere => Retry::Never,
+        }
+    }
+
     /// True when the same call may succeed later without any change to the Service: the
-    /// controller retries it with backoff.
+    /// controller retries it with backoff ([`Retry::with_backoff`]).
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            ProviderError::Retryable { .. }
-                | ProviderError::Environment { .. }
-                | ProviderError::Internal { .. }
-        )
+        self.retry().with_backoff()
     }
 
     /// True when repeating the very same call soon is likely to succeed (throttling, 5xx,
-    /// timeouts): `CloudApi` retries only these in place.
+    /// timeouts): `CloudApi` retries only these in place ([`Retry::InPlace`]).
     pub fn is_transient(&self) -> bool {
-        matches!(self, ProviderError::Retryable { .. })
+        self.retry() == Retry::InPlace
     }
 
     /// A fixed label for metrics (`retryable`, `environment`, `user`,
-    /// `implemented_elsewhere`, `internal`).
+    /// `implemented_elsewhere`, `internal`). [`ProviderError::Pending`] is `retryable` too:
+    /// to the controller and to dashboards it is the same class, only the in-place retry
+    /// tells them apart.
     pub fn class(&self) -> &'static str {
         match self {
-            ProviderError::Retryable { .. } => "retryable",
+            ProviderError::Retryable { .. } | ProviderError::Pending { .. } => "retryable",
             ProviderError::Environment { .. } => "environment",
             ProviderError::User { .. } => "user",
             ProviderError::ImplementedElsewhere => "implemented_elsewhere",
@@ -168,6 +268,15 @@ impl ProviderError {
             source: None,
         }
     }
+
+    /// A pending condition (retried later, not in place).
+    pub fn pending(operation: &'static str, message: impl Into<String>) -> Self {
+        ProviderError::Pending {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -181,6 +290,12 @@ mod tests {
                 ProviderError::retryable("Create", "503"),
                 true,
                 true,
+                "retryable",
+            ),
+            (
+                ProviderError::pending("Delete", "DependencyViolation"),
+                true,
+                false,
                 "retryable",
             ),
             (
@@ -214,6 +329,67 @@ mod tests {
             assert_eq!(error.is_retryable(), retryable, "{error}");
             assert_eq!(error.is_transient(), transient, "{error}");
             assert_eq!(error.class(), class, "{error}");
+        }
+    }
+
+    #[test]
+    fn each_error_has_one_retry_rule() {
+        let cases = [
+            (ProviderError::retryable("Create", "503"), Retry::InPlace),
+            (ProviderError::pending("Delete", "in use"), Retry::Backoff),
+            (
+                ProviderError::environment("Create", EnvironmentCause::Quota, "quota"),
+                Retry::Backoff,
+            ),
+            (
+                ProviderError::Internal {
+                    message: "odd".into(),
+                    source: None,
+                },
+                Retry::Backoff,
+            ),
+            (ProviderError::user("bad port"), Retry::OnChange),
+            (ProviderError::ImplementedElsewhere, Retry::Never),
+        ];
+        for (error, retry) in cases {
+            assert_eq!(error.retry(), retry, "{error}");
+            assert_eq!(error.is_transient(), retry == Retry::InPlace, "{error}");
+            assert_eq!(error.is_retryable(), retry.with_backoff(), "{error}");
+        }
+    }
+
+    /// A classification and the error variant it names retry the same way.
+    #[test]
+    fn classifications_retry_like_the_errors_they_become() {
+        let cases = [
+            (
+                Classification::Transient,
+                ProviderError::retryable("op", "m"),
+            ),
+            (Classification::Pending, ProviderError::pending("op", "m")),
+            (
+                Classification::Stale,
+                ProviderError::Internal {
+                    message: "m".into(),
+                    source: None,
+                },
+            ),
+            (
+                Classification::Environment(EnvironmentCause::PermissionDenied),
+                ProviderError::environment("op", EnvironmentCause::PermissionDenied, "m"),
+            ),
+            (Classification::User, ProviderError::user("m")),
+            (
+                Classification::Unknown,
+                ProviderError::Internal {
+                    message: "m".into(),
+                    source: None,
+                },
+            ),
+        ];
+        for (class, error) in cases {
+            assert_eq!(class.retry(), error.retry(), "{class:?}");
+            assert_eq!(class.retries_in_place(), error.is_transient(), "{class:?}");
         }
     }
 }

@@ -18,6 +18,7 @@
 //! `NameTaken` environment error naming the owner, never rewritten.
 
 pub mod adopt;
+pub mod cache;
 pub mod client;
 pub mod config;
 pub mod desired;
@@ -27,6 +28,7 @@ pub mod plan;
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use kube_lb_provider_core::naming::load_balancer_name;
@@ -40,10 +42,11 @@ pub use client::PollSettings;
 pub use config::CloudConfig;
 pub use error::GcpError;
 
+use crate::cache::Cache;
 use crate::client::Gce;
 use crate::desired::{Desired, IpRequest, Settings, desired, node_instances};
 use crate::error::Failure;
-use crate::model::{HealthCheckKind, Refs};
+use crate::model::{Firewall, HealthCheck, HealthCheckKind, InstanceGroup, Refs};
 use crate::plan::{Action, IpSource, Observed, plan, plan_address, plan_delete};
 
 /// The Compute API methods this provider calls (for reviews and the IAM custom role).
@@ -157,6 +160,9 @@ pub struct Options {
     pub retry: RetryPolicy,
     /// Operation polling.
     pub poll: PollSettings,
+    /// How long node VMs and the Services' shared objects (node health check, its firewall,
+    /// instance groups) are trusted from one lookup ([`cache`]).
+    pub cache_ttl: Duration,
 }
 
 impl Default for Options {
@@ -167,6 +173,7 @@ impl Default for Options {
                 .with_family("operations", RateLimit::new(5, 5)),
             retry: RetryPolicy::default(),
             poll: PollSettings::default(),
+            cache_ttl: cache::DEFAULT_TTL,
         }
     }
 }
@@ -180,6 +187,8 @@ pub struct GcpProvider {
     /// Shared resources (node health check, its firewall, instance groups) are written by
     /// every Service; one sync at a time avoids racing ourselves on them.
     shared: tokio::sync::Mutex<()>,
+    /// Node VMs and shared objects, looked up once for all Services.
+    cache: Cache,
 }
 
 impl GcpProvider {
@@ -251,6 +260,7 @@ impl GcpProvider {
             },
             node_tags: config.node_tags.clone(),
             shared: tokio::sync::Mutex::new(()),
+            cache: Cache::new(options.cache_ttl),
         })
     }
 
@@ -279,7 +289,17 @@ impl GcpProvider {
         let mut tags: BTreeSet<String> = self.node_tags.iter().cloned().collect();
         let mut found = BTreeSet::new();
         for (zone, names) in zones {
-            for (name, instance_tags) in self.gce.instance_tags(&zone, &names).await? {
+            // One list per zone whose nodes are not all cached: it asks for every node of the
+            // zone, so a node joining refreshes its neighbours for the same single call.
+            let listed = match self.cache.instances(&zone, &names, Instant::now()) {
+                Some(cached) => cached,
+                None => {
+                    let listed = self.gce.instance_tags(&zone, &names).await?;
+                    self.cache.put_instances(&zone, &listed, Instant::now());
+                    listed
+                }
+            };
+            for (name, instance_tags) in listed {
                 if self.node_tags.is_empty() {
                     let best = instance_tags
                         .iter()
@@ -312,6 +332,16 @@ impl GcpProvider {
         Ok((existing, tags))
     }
 
+    /// Reads what the Service's load balancer is made of, in one round trip when it exists
+    /// in the desired scheme: its own resources (rule, address, firewall, target pool or
+    /// backend service, a per-Service health check and its firewall) and, when its health
+    /// check is the shared node one, whether a per-Service health check of the same kind is
+    /// left over from `Local`. Shared pieces come from the [`cache`].
+    ///
+    /// Leftovers of the other scheme (its target pool or backend service and health check)
+    /// are only looked for when the rule is missing or of the other scheme: the planner
+    /// deletes them before it inserts a rule, so a rule of the desired scheme proves they are
+    /// gone.
     async fn observe(&self, desired: &Desired) -> Result<Observed, ProviderError> {
         let gce = &self.gce;
         let lb = &desired.lb;
@@ -319,19 +349,8 @@ impl GcpProvider {
             IpRequest::Requested(ip) => gce.address_by_ip(ip).await?,
             IpRequest::Any => None,
         };
-        let mut other_own_health_checks = Vec::new();
-        for kind in [HealthCheckKind::LegacyHttp, HealthCheckKind::Http] {
-            let is_desired = kind == desired.health_check.kind && desired.health_check.name == *lb;
-            if !is_desired && gce.get_health_check(kind, lb).await?.is_some() {
-                other_own_health_checks.push(kind);
-            }
-        }
-        let mut groups = Vec::new();
-        for group in &desired.groups {
-            let have = gce.get_instance_group(&group.zone, &group.name).await?;
-            groups.push((group.zone.clone(), have));
-        }
-        // Independent reads go out together: a resync costs one round trip, not seven.
+        let hc = &desired.health_check;
+        let shared_hc = hc.name != *lb;
         let (
             rule,
             address,
@@ -340,17 +359,34 @@ impl GcpProvider {
             health_check_firewall,
             target_pool,
             backend_service,
+            policy_leftover,
         ) = tokio::join!(
             gce.get_rule(lb),
             gce.get_address(lb),
             gce.get_firewall(&desired.firewall.name),
-            gce.get_health_check(desired.health_check.kind, &desired.health_check.name),
-            gce.get_firewall(&desired.health_check_firewall.name),
-            gce.get_target_pool(lb),
-            gce.get_backend_service(lb),
+            self.health_check(hc.kind, &hc.name, shared_hc),
+            self.health_check_firewall(&desired.health_check_firewall.name, shared_hc),
+            async {
+                match desired.internal {
+                    false => gce.get_target_pool(lb).await,
+                    true => Ok(None),
+                }
+            },
+            async {
+                match desired.internal {
+                    true => gce.get_backend_service(lb).await,
+                    false => Ok(None),
+                }
+            },
+            async {
+                match shared_hc {
+                    true => gce.get_health_check(hc.kind, lb).await.map(|h| h.is_some()),
+                    false => Ok(false),
+                }
+            },
         );
-        Ok(Observed {
-            rule: rule?,
+        let rule = rule?;
+        let mut observed = Observed {
             address: address?,
             user_address,
             firewall: firewall?,
@@ -358,9 +394,101 @@ impl GcpProvider {
             health_check_firewall: health_check_firewall?,
             target_pool: target_pool?,
             backend_service: backend_service?,
-            other_own_health_checks,
-            groups,
-        })
+            other_own_health_checks: Vec::new(),
+            groups: Vec::new(),
+            rule: None,
+        };
+        if policy_leftover? {
+            observed.other_own_health_checks.push(hc.kind);
+        }
+        if rule.as_ref().is_none_or(|r| r.internal != desired.internal) {
+            let other_kind = match hc.kind {
+                HealthCheckKind::LegacyHttp => HealthCheckKind::Http,
+                HealthCheckKind::Http => HealthCheckKind::LegacyHttp,
+            };
+            let (pool, service, other_hc) = tokio::join!(
+                async {
+                    match desired.internal {
+                        true => gce.get_target_pool(lb).await,
+                        false => Ok(None),
+                    }
+                },
+                async {
+                    match desired.internal {
+                        false => gce.get_backend_service(lb).await,
+                        true => Ok(None),
+                    }
+                },
+                gce.get_health_check(other_kind, lb),
+            );
+            if let Some(pool) = pool? {
+                observed.target_pool = Some(pool);
+            }
+            if let Some(service) = service? {
+                observed.backend_service = Some(service);
+            }
+            if other_hc?.is_some() {
+                observed.other_own_health_checks.push(other_kind);
+            }
+        }
+        observed.rule = rule;
+        for group in &desired.groups {
+            let have = self.instance_group(&group.zone, &group.name).await?;
+            observed.groups.push((group.zone.clone(), have));
+        }
+        Ok(observed)
+    }
+
+    /// The desired health check: a per-Service one is read, the shared node one comes from
+    /// the cache when fresh.
+    async fn health_check(
+        &self,
+        kind: HealthCheckKind,
+        name: &str,
+        shared: bool,
+    ) -> Result<Option<HealthCheck>, ProviderError> {
+        if !shared {
+            return self.gce.get_health_check(kind, name).await;
+        }
+        if let Some(hit) = self.cache.health_check(kind, name, Instant::now()) {
+            return Ok(hit);
+        }
+        let found = self.gce.get_health_check(kind, name).await?;
+        self.cache
+            .put_health_check(kind, name, found.clone(), Instant::now());
+        Ok(found)
+    }
+
+    /// The health-check firewall: cached like its health check when that is shared.
+    async fn health_check_firewall(
+        &self,
+        name: &str,
+        shared: bool,
+    ) -> Result<Option<Firewall>, ProviderError> {
+        if !shared {
+            return self.gce.get_firewall(name).await;
+        }
+        if let Some(hit) = self.cache.firewall(name, Instant::now()) {
+            return Ok(hit);
+        }
+        let found = self.gce.get_firewall(name).await?;
+        self.cache.put_firewall(name, found.clone(), Instant::now());
+        Ok(found)
+    }
+
+    /// A cluster instance group (shared by every internal Service), cached.
+    async fn instance_group(
+        &self,
+        zone: &str,
+        name: &str,
+    ) -> Result<Option<InstanceGroup>, ProviderError> {
+        if let Some(hit) = self.cache.group(zone, name, Instant::now()) {
+            return Ok(hit);
+        }
+        let found = self.gce.get_instance_group(zone, name).await?;
+        self.cache
+            .put_group(zone, name, found.clone(), Instant::now());
+        Ok(found)
     }
 
     /// Performs one action. "Already gone" deletes succeed; shared pieces in use elsewhere are
@@ -691,25 +819,8 @@ impl GcpProvider {
         })
     }
 
-    async fn apply_all(&self, actions: &[Action], lb: &str) -> Result<(), ProviderError> {
-        for action in actions {
-            // Boxed: the SDK's request futures are large and `apply` holds one per action
-            // kind; inline in `ensure`'s state machine they overflow a 2 MiB worker stack in
-            // debug builds.
-            Box::pin(self.apply(action, lb)).await?;
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl LoadBalancerProvider for GcpProvider {
-    fn name(&self) -> &'static str {
-        "gcp"
-    }
-
-    #[tracing::instrument(skip_all, fields(provider = "gcp", service = %spec.service, lb = %load_balancer_name(&spec.service.uid)))]
-    async fn ensure(
+    /// One ensure: resolve nodes, observe, plan, apply.
+    async fn sync(
         &self,
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
@@ -758,6 +869,40 @@ impl LoadBalancerProvider for GcpProvider {
         })
     }
 
+    async fn apply_all(&self, actions: &[Action], lb: &str) -> Result<(), ProviderError> {
+        for action in actions {
+            // Forgotten before the call: whether it succeeds, fails or its answer is lost, the
+            // object is no longer what the cache holds.
+            self.cache.forget_touched(action);
+            // Boxed: the SDK's request futures are large and `apply` holds one per action
+            // kind; inline in `ensure`'s state machine they overflow a 2 MiB worker stack in
+            // debug builds.
+            Box::pin(self.apply(action, lb)).await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LoadBalancerProvider for GcpProvider {
+    fn name(&self) -> &'static str {
+        "gcp"
+    }
+
+    #[tracing::instrument(skip_all, fields(provider = "gcp", service = %spec.service, lb = %load_balancer_name(&spec.service.uid)))]
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let result = self.sync(spec, backends).await;
+        if result.is_err() {
+            // The failure may be a VM or shared object gone behind our back: look again.
+            self.cache.clear();
+        }
+        result
+    }
+
     #[tracing::instrument(skip_all, fields(provider = "gcp", service = %service, lb = %load_balancer_name(&service.uid)))]
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
         let lb = load_balancer_name(&service.uid);
@@ -768,7 +913,11 @@ impl LoadBalancerProvider for GcpProvider {
                 actions.push(action);
             }
         }
-        self.apply_all(&actions, &lb).await
+        let result = self.apply_all(&actions, &lb).await;
+        if result.is_err() {
+            self.cache.clear();
+        }
+        result
     }
 
     async fn status(

@@ -292,6 +292,10 @@ pub fn plan(
     ip_source: &IpSource,
 ) -> Vec<Action> {
     let mut before_rule = Vec::new();
+    // What the other scheme left (its target pool or backend service, and health checks of
+    // its kind) goes before any rule insert: then a rule of the desired scheme proves there
+    // is nothing of the other scheme left, and a resync need not look for it.
+    let mut other_scheme = Vec::new();
     let mut rule_actions = Vec::new();
     let mut after_rule = Vec::new();
 
@@ -380,8 +384,8 @@ pub fn plan(
             None => before_rule.extend(insert_target_pool(pool)),
         }
     } else if let Some(have) = &observed.target_pool {
-        // Switched to internal: the pool goes once the rule no longer points at it.
-        after_rule.push(Action::DeleteTargetPool(have.name.clone()));
+        // Switched to internal: the pool goes once the old rule no longer points at it.
+        other_scheme.push(Action::DeleteTargetPool(have.name.clone()));
         for old in &have.health_checks {
             stale_health_checks.insert((HealthCheckKind::LegacyHttp, link_name(old).to_string()));
         }
@@ -438,7 +442,7 @@ pub fn plan(
             Some(_) => {}
         }
     } else if let Some(have) = &observed.backend_service {
-        after_rule.push(Action::DeleteBackendService(have.name.clone()));
+        other_scheme.push(Action::DeleteBackendService(have.name.clone()));
         for old in &have.health_checks {
             stale_health_checks.insert((HealthCheckKind::Http, link_name(old).to_string()));
         }
@@ -467,11 +471,16 @@ pub fn plan(
         if kind == desired.health_check.kind && name == desired.health_check.name {
             continue;
         }
-        after_rule.push(Action::DeleteHealthCheck {
+        let delete = Action::DeleteHealthCheck {
             kind,
             firewall: health_check_firewall_name(kind, &name, &desired.lb),
             name,
-        });
+        };
+        if kind == desired.health_check.kind {
+            after_rule.push(delete);
+        } else {
+            other_scheme.push(delete);
+        }
     }
     if let (IpSource::User(_), Some(address)) = (ip_source, &observed.address) {
         after_rule.push(Action::DeleteAddress(address.name.clone()));
@@ -479,6 +488,7 @@ pub fn plan(
 
     before_rule
         .into_iter()
+        .chain(other_scheme)
         .chain(rule_actions)
         .chain(after_rule)
         .collect()

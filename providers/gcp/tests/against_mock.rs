@@ -32,6 +32,12 @@ fn nodes_builder() -> MockGceBuilder {
 
 async fn env_with(builder: MockGceBuilder) -> Env {
     let gce = builder.start().await.unwrap();
+    let provider = provider_for(&gce).await;
+    Env { gce, provider }
+}
+
+/// A provider for the mock, as a controller (re)starting builds it: nothing cached.
+async fn provider_for(gce: &MockGce) -> GcpProvider {
     let config = CloudConfig::parse(&format!(
         "[global]\nproject-id = {}\nlocal-zone = {ZONE_A}\nmultizone = true\n\
          network-name = default\nsubnetwork-name = default\ncluster-id = c1\n\
@@ -54,10 +60,9 @@ async fn env_with(builder: MockGceBuilder) -> Env {
         },
         ..Options::default()
     };
-    let provider = GcpProvider::from_config(config, "ignored", options)
+    GcpProvider::from_config(config, "ignored", options)
         .await
-        .unwrap();
-    Env { gce, provider }
+        .unwrap()
 }
 
 async fn env() -> Env {
@@ -1067,4 +1072,82 @@ async fn a_resource_with_our_name_but_another_owner_is_left_alone() {
             "{what}: untouched"
         );
     }
+}
+
+/// After a controller restart (a fresh provider, nothing cached) the first pass over Services
+/// that are in sync mutates nothing, reads each load balancer's own resources once, and does
+/// the node and shared-object lookups once for all Services rather than once per Service.
+///
+/// Reads per load balancer (its name in the path) against what it is made of:
+/// - external, `Cluster`: rule, address, firewall, target pool = 4, plus one probe for a
+///   per-Service health check left from `Local` = 5 (made of 6: those 4 and the shared node
+///   health check and its firewall);
+/// - external, `Local`: rule, address, firewall, target pool, health check, its firewall = 6
+///   (made of those 6);
+/// - internal, `Cluster`: rule, address, firewall, backend service + the same probe = 5 (made
+///   of 4 + shared health check, its firewall and the zones' instance groups).
+///
+/// Shared, once per pass: one `instances.list` per zone with nodes (2), the two node health
+/// checks and their firewalls (4), each zone's instance group with its members (2 × 2).
+#[tokio::test]
+async fn restart_resync_reads_each_load_balancer_once_and_shared_pieces_once() {
+    const N: usize = 18;
+    const SHARED_READS: usize = 2 + 4 + 4;
+    let env = env().await;
+    let services: Vec<(Svc, usize)> = (0..N)
+        .map(|i| {
+            let base = svc(&format!("{i:08}-feb5-11e6-bdea-42010af00000"));
+            match i % 3 {
+                0 => (base, 5),
+                1 => (base.local(31000 + u16::try_from(i).unwrap()), 6),
+                _ => (base.internal(), 5),
+            }
+        })
+        .collect();
+    let nodes = two_nodes();
+    for (service, _) in &services {
+        env.provider.ensure(&service.spec(), &nodes).await.unwrap();
+    }
+
+    let restarted = provider_for(&env.gce).await;
+    let mark = env.gce.journal_len();
+    let before = restarted.calls().snapshot();
+    for (service, _) in &services {
+        restarted.ensure(&service.spec(), &nodes).await.unwrap();
+    }
+    let pass = restarted.calls().snapshot().since(&before);
+    let journal = env.gce.journal_since(mark);
+    assert_eq!(
+        pass.mutations(),
+        0,
+        "{:?}",
+        shorts(&env.gce.mutations_since(mark))
+    );
+    assert_eq!(pass.reads(), u64::try_from(journal.len()).unwrap());
+
+    let mut attributed = 0;
+    for (service, budget) in &services {
+        let lb = kube_lb_provider_core::naming::load_balancer_name(&service.key().uid);
+        let reads: Vec<String> = journal
+            .iter()
+            .filter(|e| e.path.contains(&lb))
+            .map(JournalEntry::short)
+            .collect();
+        assert_eq!(reads.len(), *budget, "{lb}: {reads:?}");
+        attributed += reads.len();
+    }
+    let shared: Vec<String> = journal
+        .iter()
+        .filter(|e| {
+            !services.iter().any(|(s, _)| {
+                e.path
+                    .contains(&kube_lb_provider_core::naming::load_balancer_name(
+                        &s.key().uid,
+                    ))
+            })
+        })
+        .map(JournalEntry::short)
+        .collect();
+    assert_eq!(attributed + shared.len(), journal.len());
+    assert_eq!(shared.len(), SHARED_READS, "{shared:?}");
 }

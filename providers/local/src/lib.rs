@@ -171,11 +171,23 @@ impl LoadBalancerProvider for LocalProvider {
             })
             .await?;
         let held = self.with_pool(|pool| pool.get(service));
+        let published = current.is_some();
         if let Some(lb) = current
             && held == Some(lb.ip)
             && spec.requested_ip.is_none_or(|ip| ip == lb.ip)
             && lb == LocalLoadBalancer::new(lb.ip, spec)
         {
+            return Ok(lb.status());
+        }
+        if !published
+            && let Some(ip) = held
+            && spec.requested_ip.is_none_or(|requested| requested == ip)
+        {
+            // Adopted at start-up from the Service's status: the pool already holds the
+            // address, so a restart's first pass changes nothing and only rebuilds the
+            // in-process table the dataplane serves from.
+            let lb = LocalLoadBalancer::new(ip, spec);
+            self.publish(service, Some(lb.clone()));
             return Ok(lb.status());
         }
         let lb = self
@@ -375,6 +387,45 @@ mod tests {
         assert_eq!(ip_of(&fresh).to_string(), "127.0.0.11");
         assert_eq!(p.ensure(&old, &[]).await.unwrap(), status);
         assert!(p.adopt(&spec("thief", 80).service, &status).await.is_err());
+    }
+
+    /// A restart: every address is adopted from the Services' status, then the first pass
+    /// finds each one held and only republishes it: one read per load balancer (its pool
+    /// entry, the one thing it is made of) and no mutation.
+    #[tokio::test]
+    async fn restart_pass_after_adoption_reads_once_per_service_and_mutates_nothing() {
+        let before = provider("127.0.0.10-127.0.0.40");
+        let specs: Vec<LoadBalancerSpec> = (0..20).map(|i| spec(&format!("s{i}"), 80)).collect();
+        let mut statuses = Vec::new();
+        for s in &specs {
+            statuses.push(before.ensure(s, &[]).await.unwrap());
+        }
+
+        let restarted = provider("127.0.0.10-127.0.0.40");
+        let mut table = restarted.subscribe();
+        for (s, status) in specs.iter().zip(&statuses) {
+            restarted.adopt(&s.service, status).await.unwrap();
+        }
+        let adopted = restarted.counter().snapshot();
+        for (s, status) in specs.iter().zip(&statuses) {
+            assert_eq!(&restarted.ensure(s, &[]).await.unwrap(), status);
+        }
+        let pass = restarted.counter().snapshot().since(&adopted);
+        assert_eq!(pass.mutations(), 0, "{pass:?}");
+        assert_eq!(pass.reads(), 20);
+        assert_eq!(
+            table.borrow_and_update().len(),
+            20,
+            "the dataplane table is rebuilt"
+        );
+        // A requested address other than the adopted one is a real change.
+        let mut moved = specs[0].clone();
+        moved.requested_ip = Some("127.0.0.40".parse().unwrap());
+        restarted.ensure(&moved, &[]).await.unwrap();
+        assert_eq!(
+            restarted.counter().snapshot().since(&adopted).mutations(),
+            1
+        );
     }
 
     #[test]

@@ -210,7 +210,7 @@ impl Replica {
             .open(&self.log)
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-            .args(["--log", "info", "controller"])
+            .args(["--log", "info,kube_lb=debug", "controller"])
             .args(&self.args)
             .envs(self.env.iter().cloned())
             .env("POD_NAME", format!("replica-{}", self.index))

@@ -514,3 +514,139 @@ fn udp_cleanup_lists_gone_endpoints_and_revived_frontends() {
     assert!(swapped.revived_frontends.is_empty());
     assert_eq!(udp_cleanup(&one, &one), UdpCleanup::default());
 }
+
+/// `count` endpoints of the web Service, all on n1.
+fn web_endpoints(count: u8) -> Vec<(String, &'static str)> {
+    (1..=count)
+        .map(|i| (format!("10.244.1.{i}"), "n1"))
+        .collect()
+}
+
+fn web_eps_owned(
+    endpoints: &[(String, &'static str)],
+) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    let borrowed: Vec<(&str, &str)> = endpoints
+        .iter()
+        .map(|(ip, node)| (ip.as_str(), *node))
+        .collect();
+    web_eps(&borrowed)
+}
+
+#[test]
+fn maglev_groups_own_their_table_and_share_one_chain() {
+    let size = TableSize::new(251).unwrap();
+    let mut renderer = Renderer::new();
+    renderer.config.scheduler = NftScheduler::Maglev(size);
+    let five = web_endpoints(5);
+    let ruleset = renderer.render(&snapshot(&[web()], &[web_eps_owned(&five)]));
+    assert_eq!(
+        ruleset.chains["pick_maglev_251"],
+        pick_rules("jhash ip saddr . th sport mod 251 seed 0x6d61676c")
+    );
+    assert_eq!(
+        element(&ruleset, "group-chains", "4096"),
+        Some(&Some("goto pick_maglev_251".into()))
+    );
+    // The buckets are the Maglev table of the endpoint set, entry for entry.
+    let endpoints: Vec<EndpointAddr> = five
+        .iter()
+        .map(|(ip, _)| EndpointAddr {
+            ip: ip.parse().unwrap(),
+            port: 8080,
+        })
+        .collect();
+    let table = maglev::Table::new(&endpoints, size);
+    let buckets: Vec<(&String, &Option<String>)> = ruleset.container("buckets").collect();
+    assert_eq!(buckets.len(), 251);
+    for (bucket, endpoint) in table.iter().enumerate() {
+        assert_eq!(
+            element(&ruleset, "buckets", &format!("4096 . {bucket}")),
+            Some(&Some(format!("{} . 8080", endpoint.ip)))
+        );
+    }
+    // One endpoint needs no table.
+    let single = renderer.render(&snapshot(&[web()], &[web_eps_owned(&five[..1])]));
+    assert_eq!(single.container("buckets").count(), 1);
+    assert_eq!(
+        element(&single, "group-chains", "4096"),
+        Some(&Some("goto pick_maglev_1".into()))
+    );
+}
+
+#[test]
+fn a_maglev_endpoint_change_is_element_updates_of_the_moved_entries_only() {
+    let size = TableSize::default();
+    let entries = size.get() as usize;
+    let mut renderer = Renderer::new();
+    renderer.config.scheduler = NftScheduler::Maglev(size);
+    let ten = web_endpoints(10);
+    let before = renderer.render(&snapshot(&[web()], &[web_eps_owned(&ten)]));
+    for (change, endpoints) in [("removal", &ten[..9]), ("addition", &web_endpoints(11)[..])] {
+        let mut renderer = Renderer {
+            ids: renderer.ids.clone(),
+            config: renderer.config.clone(),
+        };
+        let after = renderer.render(&snapshot(&[web()], &[web_eps_owned(endpoints)]));
+        let text = diff(Some(&before), &after, Family::V4, &renderer.config);
+        assert!(
+            text.lines()
+                .all(|line| line.starts_with("delete element ip kube-lb buckets")
+                    || line.starts_with("add element ip kube-lb buckets")
+                    || line.starts_with("delete element ip kube-lb hairpin")
+                    || line.starts_with("add element ip kube-lb hairpin")),
+            "{change}: only bucket elements change:\n{text}"
+        );
+        let moved = after
+            .container("buckets")
+            .filter(|(key, value)| element(&before, "buckets", key) != Some(*value))
+            .count();
+        let bound = (entries as f64 * (1.0 / 10.0 + 0.02)) as usize;
+        assert!(
+            moved <= bound,
+            "{change}: {moved} of {entries} entries moved"
+        );
+        assert!(moved >= entries / 11, "{change}: {moved}");
+    }
+}
+
+#[test]
+fn maglev_with_affinity_maps_table_entries_to_slots() {
+    let size = TableSize::new(251).unwrap();
+    let mut renderer = Renderer::new();
+    renderer.config.scheduler = NftScheduler::Maglev(size);
+    let sticky = service("default", "web", "10.96.0.10")
+        .port("", "TCP", 80)
+        .affinity(60)
+        .build();
+    let three = web_endpoints(3);
+    let ruleset = renderer.render(&snapshot(
+        std::slice::from_ref(&sticky),
+        &[web_eps_owned(&three)],
+    ));
+    assert!(
+        ruleset.chains["affpick_maglev_251_60"][0].starts_with(
+            "meta mark set meta mark . jhash ip saddr . th sport mod 251 seed 0x6d61676c map @slots"
+        ),
+        "{:?}",
+        ruleset.chains
+    );
+    assert_eq!(ruleset.container("slots").count(), 251);
+    // Every bucket's slot holds the endpoint the table names for it.
+    let endpoints: Vec<EndpointAddr> = three
+        .iter()
+        .map(|(ip, _)| EndpointAddr {
+            ip: ip.parse().unwrap(),
+            port: 8080,
+        })
+        .collect();
+    let table = maglev::Table::new(&endpoints, size);
+    for (bucket, endpoint) in table.iter().enumerate() {
+        let Some(Some(slot)) = element(&ruleset, "slots", &format!("4096 . {bucket}")) else {
+            panic!("bucket {bucket} has no slot");
+        };
+        assert_eq!(
+            element(&ruleset, "endpoints", slot),
+            Some(&Some(format!("{} . 8080", endpoint.ip)))
+        );
+    }
+}

@@ -73,9 +73,14 @@ pub async fn mock() -> MockArm {
 }
 
 pub async fn harness() -> Harness {
+    harness_with(fast_options()).await
+}
+
+/// A harness whose provider has `options`.
+pub async fn harness_with(options: ProviderOptions) -> Harness {
     let arm = mock().await;
     let config: AzureConfig = serde_json::from_value(config_json(&arm.url())).unwrap();
-    let provider = AzureProvider::new(&config, CLUSTER, fast_options()).unwrap();
+    let provider = AzureProvider::new(&config, CLUSTER, options).unwrap();
     Harness {
         arm,
         provider,

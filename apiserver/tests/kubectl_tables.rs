@@ -1,0 +1,261 @@
+//! kubectl 1.32: server-side apply conflicts between two field managers, and the printed
+//! columns of events, nodes, leases and EndpointSlices.
+
+// Test helpers may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::Output;
+
+use kube_lb_apiserver::ApiServer;
+use serde_json::json;
+
+const KUBECTL: &str = "/usr/bin/kubectl";
+
+/// kubectl, or `None` (a loud skip) outside CI; under `CI=true` a missing kubectl fails.
+fn kubectl_available(test: &str) -> bool {
+    if Path::new(KUBECTL).exists() {
+        return true;
+    }
+    let message = format!("{test}: {KUBECTL} is not installed (install kubectl 1.32 to run it)");
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+    eprintln!("\n\n*** SKIPPING {message} ***\n\n");
+    false
+}
+
+async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(KUBECTL)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .args(["--request-timeout=20s"])
+        .args(args)
+        .output()
+        .await
+        .unwrap()
+}
+
+async fn ok(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = kubectl(kubeconfig, args).await;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed ({}):\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn service(target_port: u16) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector:\n    app: web\n  ports:\n  - port: 80\n    targetPort: {target_port}\n"
+    )
+}
+
+#[tokio::test]
+async fn server_side_apply_conflicts_between_managers() {
+    if !kubectl_available("server_side_apply_conflicts_between_managers") {
+        return;
+    }
+    let server = ApiServer::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kc).unwrap();
+    let a = dir.path().join("a.yaml");
+    let b = dir.path().join("b.yaml");
+    let same = dir.path().join("same.yaml");
+    std::fs::write(&a, service(8080)).unwrap();
+    std::fs::write(&b, service(9090)).unwrap();
+    std::fs::write(&same, service(8080)).unwrap();
+    let apply = |manager: &'static str, file: &Path, force: bool| {
+        let mut args = vec![
+            "apply".to_string(),
+            "--server-side".to_string(),
+            format!("--field-manager={manager}"),
+            "-f".to_string(),
+            file.to_str().unwrap().to_string(),
+        ];
+        if force {
+            args.push("--force-conflicts".to_string());
+        }
+        args
+    };
+    let run = |args: Vec<String>| {
+        let kc = kc.clone();
+        async move {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            kubectl(&kc, &refs).await
+        }
+    };
+
+    let out = run(apply("manager-a", &a, false)).await;
+    assert!(out.status.success(), "{out:?}");
+    // Same value from another manager: shared ownership, no conflict.
+    let out = run(apply("manager-b", &same, false)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A different value: 409, printed as kubectl prints it against kube-apiserver.
+    let out = run(apply("manager-c", &b, false)).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "Apply failed with 2 conflicts: conflicts with \"manager-a\":\n- .spec.ports[port=80,protocol=\"TCP\"].targetPort\nconflicts with \"manager-b\":\n- .spec.ports[port=80,protocol=\"TCP\"].targetPort"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--force-conflicts"),
+        "kubectl adds its advice: {stderr}"
+    );
+    let web = ok(
+        &kc,
+        &[
+            "get",
+            "svc",
+            "web",
+            "-o",
+            "jsonpath={.spec.ports[0].targetPort}",
+        ],
+    )
+    .await;
+    assert_eq!(web, "8080", "nothing changed");
+
+    // Forced, the field changes hands.
+    let out = run(apply("manager-c", &b, true)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let web = ok(
+        &kc,
+        &[
+            "get",
+            "svc",
+            "web",
+            "-o",
+            "jsonpath={.spec.ports[0].targetPort}",
+        ],
+    )
+    .await;
+    assert_eq!(web, "9090");
+    // Now manager-a conflicts with manager-c alone.
+    let out = run(apply("manager-a", &a, false)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "Apply failed with 1 conflict: conflict with \"manager-c\": .spec.ports[port=80,protocol=\"TCP\"].targetPort"
+        ),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_columns_for_events_nodes_leases_and_slices() {
+    if !kubectl_available("kubectl_columns_for_events_nodes_leases_and_slices") {
+        return;
+    }
+    let server = ApiServer::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kc).unwrap();
+    // Seeded out of time order: the newest event has the alphabetically first name.
+    for (name, last, reason) in [
+        ("a-newest", "2025-01-03T00:00:00Z", "Third"),
+        ("b-oldest", "2025-01-01T00:00:00Z", "First"),
+        ("c-middle", "2025-01-02T00:00:00Z", "Second"),
+    ] {
+        server
+            .seed(json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": "default"},
+                "involvedObject": {"kind": "Service", "name": "web", "namespace": "default"},
+                "reason": reason, "message": format!("{reason} thing happened"), "type": "Normal",
+                "source": {"component": "kube-lb"}, "count": 1,
+                "firstTimestamp": last, "lastTimestamp": last}))
+            .unwrap();
+    }
+    let out = ok(&kc, &["get", "events"]).await;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        vec!["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
+    assert!(
+        out.contains("service/web") && out.contains("Third thing happened"),
+        "{out}"
+    );
+    let sorted = ok(&kc, &["get", "events", "--sort-by=.lastTimestamp"]).await;
+    let reasons: Vec<&str> = sorted
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(reasons, vec!["First", "Second", "Third"], "{sorted}");
+    let wide = ok(&kc, &["get", "events", "-o", "wide"]).await;
+    assert!(wide.lines().next().unwrap().contains("SUBOBJECT"), "{wide}");
+    assert!(wide.contains("kube-lb"), "{wide}");
+
+    server
+        .seed(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "labels": {"node-role.kubernetes.io/worker": ""}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                       "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                       "nodeInfo": {"kubeletVersion": "v1.33.0"}}}))
+        .unwrap();
+    let nodes = ok(&kc, &["get", "nodes"]).await;
+    let header: Vec<&str> = nodes.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        vec!["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
+        "{nodes}"
+    );
+    let row: Vec<&str> = nodes.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        (row[1], row[2], row[4]),
+        ("Ready", "worker", "v1.33.0"),
+        "{nodes}"
+    );
+    let wide = ok(&kc, &["get", "nodes", "-o", "wide"]).await;
+    assert!(
+        wide.contains("INTERNAL-IP") && wide.contains("10.0.0.1"),
+        "{wide}"
+    );
+
+    server
+        .seed(
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "kube-lb", "namespace": "default"},
+            "spec": {"holderIdentity": "controller-0"}}),
+        )
+        .unwrap();
+    let leases = ok(&kc, &["get", "leases"]).await;
+    let header: Vec<&str> = leases.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, vec!["NAME", "HOLDER", "AGE"], "{leases}");
+    assert!(leases.contains("controller-0"), "{leases}");
+
+    server
+        .seed(
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-1", "namespace": "default"}, "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.1.0.1"]}, {"addresses": ["10.1.0.2"]}],
+            "ports": [{"port": 8080, "protocol": "TCP"}]}),
+        )
+        .unwrap();
+    let slices = ok(&kc, &["get", "endpointslices"]).await;
+    let header: Vec<&str> = slices.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        vec!["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"],
+        "{slices}"
+    );
+    assert!(
+        slices.contains("8080") && slices.contains("10.1.0.1,10.1.0.2"),
+        "{slices}"
+    );
+}

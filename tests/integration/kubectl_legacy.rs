@@ -1,0 +1,290 @@
+//! Debian's kubectl 1.20 (which needs `/openapi/v2` in protobuf form to `apply`) and the
+//! installed kubectl 1.32 against the two commands that ship the embedded API server,
+//! `kube-lb apiserver` and `kube-lb up`: apply, get, describe, a second apply that removes a
+//! port, an unchanged re-apply, delete. kubectl 1.20 comes from scripts/setup-tools.sh.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const CEILING: Duration = Duration::from_secs(30);
+
+/// kubectl 1.20: `$KUBE_LB_KUBECTL_1_20`, else where scripts/setup-tools.sh unpacks it.
+fn kubectl_1_20() -> PathBuf {
+    std::env::var_os("KUBE_LB_KUBECTL_1_20").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/kubectl-1.20/usr/bin/kubectl"),
+        PathBuf::from,
+    )
+}
+
+/// The binary, or `None` (a loud skip) outside CI; in CI a missing tool fails the test.
+fn require(path: PathBuf, how: &str) -> Option<PathBuf> {
+    if path.is_file() {
+        return Some(path);
+    }
+    let message = format!("{} not found; {how}", path.display());
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+    eprintln!("SKIPPED: {message}");
+    None
+}
+
+/// A running `kube-lb` subcommand, killed when dropped.
+struct Running {
+    child: Child,
+    kubeconfig: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `kube-lb <args> --kubeconfig-out …` and waits until it printed the kubeconfig line
+/// (written before it is printed).
+fn start(args: &[&str]) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
+        .args(["--log", "warn"])
+        .args(args)
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let running = Running {
+        child,
+        kubeconfig,
+        dir,
+    };
+    let deadline = Instant::now() + CEILING;
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("kube-lb {args:?} printed no kubeconfig line in time"));
+        if line.starts_with("kubeconfig:") {
+            return running;
+        }
+    }
+}
+
+struct Kubectl<'a> {
+    binary: &'a Path,
+    running: &'a Running,
+}
+
+impl Kubectl<'_> {
+    fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write as _;
+        let mut child = Command::new(self.binary)
+            .env("KUBECONFIG", &self.running.kubeconfig)
+            // A private discovery cache per server and version.
+            .env("HOME", self.running.dir.path())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .arg("--request-timeout=20s")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).unwrap();
+        }
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.run(args, stdin);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed ({}):\nstdout: {stdout}\nstderr: {}",
+            self.binary.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    fn service(&self) -> Value {
+        serde_json::from_str(&self.ok(&["get", "svc", "web", "-o", "json"], None)).unwrap()
+    }
+}
+
+const WEB_V1: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  labels:
+    app: web
+  annotations:
+    example.com/owner: team-a
+spec:
+  type: LoadBalancer
+  selector:
+    app: web
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+  - name: https
+    port: 443
+    targetPort: 8443
+"#;
+
+/// Drops the https port and the annotation, changes a target port, adds a label.
+const WEB_V2: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  labels:
+    app: web
+    tier: front
+spec:
+  type: LoadBalancer
+  selector:
+    app: web
+  ports:
+  - name: http
+    port: 80
+    targetPort: 9090
+"#;
+
+/// The cycle a user runs; the second apply is a strategic merge patch that removes a port,
+/// which kubectl computes right only when it knows `ports` merges by `port`.
+fn cycle(kubectl: &Kubectl<'_>) {
+    let out = kubectl.ok(&["apply", "-f", "-"], Some(WEB_V1));
+    assert!(out.contains("service/web created"), "{out}");
+    let svc = kubectl.service();
+    assert_eq!(svc["spec"]["ports"].as_array().unwrap().len(), 2, "{svc}");
+    let node_port = svc["spec"]["ports"][0]["nodePort"].clone();
+    assert!(node_port.is_u64(), "{svc}");
+
+    let table = kubectl.ok(&["get", "svc", "web"], None);
+    assert!(
+        table.contains("LoadBalancer") && table.contains("80:"),
+        "{table}"
+    );
+    let described = kubectl.ok(&["describe", "svc", "web"], None);
+    for want in ["Name:", "web", "LoadBalancer", "443/TCP", "8443/TCP"] {
+        assert!(
+            described.contains(want),
+            "describe lacks {want:?}:\n{described}"
+        );
+    }
+
+    let out = kubectl.ok(&["apply", "-f", "-"], Some(WEB_V2));
+    assert!(out.contains("service/web configured"), "{out}");
+    let svc = kubectl.service();
+    assert_eq!(
+        svc["spec"]["ports"],
+        json!([{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 9090, "nodePort": node_port}]),
+        "the https port is gone, the allocated nodePort kept"
+    );
+    assert_eq!(
+        svc["metadata"]["labels"],
+        json!({"app": "web", "tier": "front"})
+    );
+    assert!(
+        svc["metadata"]["annotations"]
+            .get("example.com/owner")
+            .is_none(),
+        "{svc}"
+    );
+    let out = kubectl.ok(&["apply", "-f", "-"], Some(WEB_V2));
+    assert!(out.contains("service/web unchanged"), "{out}");
+
+    let out = kubectl.ok(&["delete", "-f", "-"], Some(WEB_V2));
+    assert!(out.contains("service \"web\" deleted"), "{out}");
+    let gone = kubectl.run(&["get", "svc", "web"], None);
+    assert!(!gone.status.success());
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("NotFound"));
+}
+
+fn apiserver() -> Running {
+    start(&["apiserver", "--listen", "127.0.0.1:0"])
+}
+
+fn up() -> Running {
+    // A pool of its own, so the userspace dataplane binds no address another test uses.
+    start(&[
+        "up",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--dataplane",
+        "userspace",
+        "--local-pool",
+        "127.20.77.1-127.20.77.6",
+    ])
+}
+
+#[test]
+fn kubectl_1_20_against_kube_lb_apiserver() {
+    let Some(binary) = require(kubectl_1_20(), "run scripts/setup-tools.sh") else {
+        return;
+    };
+    let running = apiserver();
+    let kubectl = Kubectl {
+        binary: &binary,
+        running: &running,
+    };
+    let version = kubectl.ok(&["version", "--client", "--short"], None);
+    assert!(version.contains("v1.20."), "{version}");
+    cycle(&kubectl);
+}
+
+#[test]
+fn kubectl_1_20_against_kube_lb_up() {
+    let Some(binary) = require(kubectl_1_20(), "run scripts/setup-tools.sh") else {
+        return;
+    };
+    let running = up();
+    cycle(&Kubectl {
+        binary: &binary,
+        running: &running,
+    });
+}
+
+#[test]
+fn kubectl_1_32_against_kube_lb_apiserver() {
+    let Some(binary) = require(PathBuf::from("/usr/bin/kubectl"), "install kubectl") else {
+        return;
+    };
+    let running = apiserver();
+    cycle(&Kubectl {
+        binary: &binary,
+        running: &running,
+    });
+}
+
+#[test]
+fn kubectl_1_32_against_kube_lb_up() {
+    let Some(binary) = require(PathBuf::from("/usr/bin/kubectl"), "install kubectl") else {
+        return;
+    };
+    let running = up();
+    cycle(&Kubectl {
+        binary: &binary,
+        running: &running,
+    });
+}

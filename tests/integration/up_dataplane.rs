@@ -1,0 +1,294 @@
+//! `kube-lb up` picks its dataplane: the nftables backend as root with a working `nft`, the
+//! userspace backend when `nft` is not on the PATH or `--dataplane userspace` asks for it. It says
+//! which on stdout, traffic to the load-balancer address reaches the demo's real TCP backends
+//! either way, and the nftables table is gone once `up` stops.
+//!
+//! Each run also times requests (one new connection each) through the load-balancer address and
+//! straight to a backend and prints both; `KUBE_LB_UP_REQUESTS=N` sets how many (default 200),
+//! `KUBE_LB_UP_BIN` runs another build of the binary (the README's figures use the release one).
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const CEILING: Duration = Duration::from_secs(30);
+
+/// True when this test can program nftables here. Under `CI=true` a missing prerequisite fails
+/// the test instead of skipping it.
+fn nft_usable() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .and_then(|uids| uids.split_whitespace().nth(1))
+            == Some("0")
+    });
+    let nft = root
+        && Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .is_ok_and(|output| output.status.success());
+    if nft {
+        return true;
+    }
+    let why = if root {
+        "nft is missing or cannot list tables"
+    } else {
+        "not root"
+    };
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true and this test cannot run: {why}"
+    );
+    eprintln!("SKIPPED: kube-lb up with nftables needs root and nft ({why})");
+    false
+}
+
+/// A running `kube-lb up --demo` with its stdout lines.
+struct Up {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// Lines read so far.
+    seen: Vec<String>,
+}
+
+impl Up {
+    /// Starts `up --demo` on an address pool of its own (tests run in parallel, each with its own
+    /// `up`); `path` replaces the PATH it sees.
+    fn start(pool: &str, table: &str, extra: &[&str], path: Option<&str>) -> Up {
+        let binary = std::env::var("KUBE_LB_UP_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-lb").to_string());
+        let kubeconfig = std::env::temp_dir().join(format!(
+            "kube-lb-up-dataplane-{table}-{}.kubeconfig",
+            std::process::id()
+        ));
+        let mut command = Command::new(binary);
+        command
+            .args(["--log", "warn", "up", "--demo", "--metrics-addr"])
+            .args(["127.0.0.1:0", "--local-pool", pool, "--nft-table", table])
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(path) = path {
+            command.env("PATH", path);
+        }
+        let mut child = command.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Up {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first line (already seen or still to come) that starts with `prefix`.
+    fn line(&mut self, prefix: &str) -> String {
+        if let Some(line) = self.seen.iter().find(|line| line.starts_with(prefix)) {
+            return line.clone();
+        }
+        let deadline = Instant::now() + CEILING;
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("no line {prefix:?} in time; saw {:?}", self.seen));
+            self.seen.push(line.clone());
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    }
+
+    /// The load-balancer address of demo/echo and one of the demo's backends.
+    fn addresses(&mut self) -> (SocketAddr, SocketAddr) {
+        let demo = self.line("demo:");
+        // "demo:        echo backends on 127.0.0.11, 127.0.0.12, 127.0.0.13 port 41234; ..."
+        let ip = demo.split("backends on ").nth(1).unwrap().split(',').next();
+        let port = demo.split(" port ").nth(1).unwrap().split(';').next();
+        let backend = format!("{}:{}", ip.unwrap(), port.unwrap());
+        let echo = self.line("demo/echo ");
+        let lb = echo.split("curl http://").nth(1).unwrap();
+        (
+            lb.trim_end_matches('/').parse().unwrap(),
+            backend.parse().unwrap(),
+        )
+    }
+
+    /// Sends SIGINT and waits for a clean exit.
+    fn stop(mut self) {
+        let status = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + CEILING;
+        loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                assert!(exit.success(), "{exit:?}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "kube-lb up did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP request on a new connection; the echo backend's name from the reply.
+fn request(addr: SocketAddr) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: demo\r\n\r\n")
+        .ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    reply
+        .split("echo backend ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .map(str::to_owned)
+}
+
+/// Waits until `addr` answers through the dataplane.
+fn served(addr: SocketAddr) -> String {
+    let deadline = Instant::now() + CEILING;
+    loop {
+        if let Some(backend) = request(addr) {
+            return backend;
+        }
+        assert!(Instant::now() < deadline, "{addr} never answered");
+        // The address is printed when allocated; the dataplane programs it within a sync period.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Median and p99 in µs of `count` requests, each on a new connection.
+fn latency(addr: SocketAddr, count: usize) -> (f64, f64) {
+    let mut samples: Vec<Duration> = (0..count)
+        .map(|_| {
+            let started = Instant::now();
+            assert!(request(addr).is_some(), "request to {addr} failed");
+            started.elapsed()
+        })
+        .collect();
+    samples.sort();
+    let at = |q: f64| {
+        let index = ((samples.len() as f64 * q) as usize).min(samples.len() - 1);
+        samples[index].as_secs_f64() * 1e6
+    };
+    (at(0.5), at(0.99))
+}
+
+/// Prints the load-balancer address's latency beside a direct connection to a backend.
+fn measure(mode: &str, lb: SocketAddr, backend: SocketAddr) {
+    let count = std::env::var("KUBE_LB_UP_REQUESTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
+    // Interleaved halves, so a load change on the machine hits both alike.
+    let (lb1, direct1) = (latency(lb, count / 2), latency(backend, count / 2));
+    let (direct2, lb2) = (latency(backend, count / 2), latency(lb, count / 2));
+    let mean = |a: (f64, f64), b: (f64, f64)| ((a.0 + b.0) / 2.0, (a.1 + b.1) / 2.0);
+    let (via, direct) = (mean(lb1, lb2), mean(direct1, direct2));
+    println!(
+        "up {mode}: {count} requests, one new connection each: LB address p50 {:.0} µs p99 {:.0} µs; \
+         direct p50 {:.0} µs p99 {:.0} µs; p50 ratio {:.2}x",
+        via.0,
+        via.1,
+        direct.0,
+        direct.1,
+        via.0 / direct.0
+    );
+}
+
+fn nft_table_exists(table: &str) -> bool {
+    Command::new("nft")
+        .args(["list", "table", "ip", table])
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+/// Pool of one test: a /24 of 127.0.0.0/8 no other test uses.
+fn pool(second: u8) -> String {
+    format!("127.{second}.{}.0/24", std::process::id() % 250)
+}
+
+#[test]
+fn as_root_with_nft_up_forwards_through_nftables_and_removes_its_table() {
+    if !nft_usable() {
+        return;
+    }
+    let table = format!("klb-up-test-{}", std::process::id());
+    let mut up = Up::start(&pool(241), &table, &[], None);
+    let dataplane = up.line("dataplane:");
+    assert!(
+        dataplane.starts_with("dataplane:   nftables"),
+        "{dataplane}"
+    );
+    let (lb, backend) = up.addresses();
+    assert!(!served(lb).is_empty());
+    let rules = Command::new("nft")
+        .args(["list", "table", "ip", &table])
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    assert!(
+        rules.contains(&lb.ip().to_string()),
+        "the LB address is in the table: {rules}"
+    );
+    assert!(
+        std::net::TcpListener::bind(lb).is_ok(),
+        "no process listens on {lb}: the kernel forwards it"
+    );
+    measure("nftables", lb, backend);
+    up.stop();
+    assert!(!nft_table_exists(&table), "table {table} removed on exit");
+    assert!(request(lb).is_none(), "nothing answers {lb} after exit");
+}
+
+#[test]
+fn without_nft_up_falls_back_to_userspace() {
+    let table = format!("klb-up-test-nonft-{}", std::process::id());
+    // A PATH with no nft on it: `up` needs no other program.
+    let mut up = Up::start(&pool(242), &table, &[], Some("/nonexistent"));
+    let dataplane = up.line("dataplane:");
+    assert_eq!(
+        dataplane,
+        "dataplane:   userspace (nft not found on the PATH)"
+    );
+    let (lb, backend) = up.addresses();
+    assert!(!served(lb).is_empty());
+    measure("userspace", lb, backend);
+    up.stop();
+}
+
+#[test]
+fn dataplane_flag_userspace_wins_over_a_usable_nft() {
+    let table = format!("klb-up-test-flag-{}", std::process::id());
+    let mut up = Up::start(&pool(243), &table, &["--dataplane", "userspace"], None);
+    let dataplane = up.line("dataplane:");
+    assert_eq!(dataplane, "dataplane:   userspace (--dataplane userspace)");
+    let (lb, _) = up.addresses();
+    assert!(!served(lb).is_empty());
+    up.stop();
+    assert!(!nft_table_exists(&table), "userspace mode made no table");
+}
