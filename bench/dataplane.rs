@@ -24,8 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use kube_lb_dataplane::maglev::TableSize;
 use kube_lb_dataplane::model::{EndpointAddr, Index, IndexConfig, Snapshot};
-use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
+use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig, NftScheduler};
 use kube_lb_dataplane::testing::{service, slice};
 use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -312,6 +313,82 @@ fn ms(duration: Duration) -> String {
     format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
 }
 
+/// Services in the Maglev comparison: each owns a 4,093-slot table, so a full sync loads
+/// 409,300 map elements (the one-change cost does not depend on it).
+const MAGLEV_SERVICES: usize = 100;
+
+/// One endpoint replaced with `--scheduler maglev` beside the default random scheduler: two
+/// backends in one namespace each (own table names would clash, so one after the other),
+/// changes alternated round by round so machine noise hits both alike.
+async fn maglev_change(ns: &Netns) {
+    let snap = snapshot(MAGLEV_SERVICES);
+    let middle = snap.ports.keys().nth(MAGLEV_SERVICES / 2).cloned().unwrap();
+    let changed = |round: u8| {
+        let mut changed = snap.clone();
+        if round.is_multiple_of(2)
+            && let Some(port) = changed.ports.get_mut(&middle)
+            && let Some(last) = port.cluster_endpoints.last_mut()
+        {
+            *last = EndpointAddr {
+                ip: Ipv4Addr::new(10, 255, 0, 1).into(),
+                port: 8080,
+            };
+        }
+        changed
+    };
+    let mut results = Vec::new();
+    for (name, scheduler) in [
+        ("random", NftScheduler::default()),
+        ("maglev", NftScheduler::Maglev(TableSize::default())),
+    ] {
+        let host_netns = enter_netns(&ns.node);
+        let mut backend = NftBackend::new(
+            NftConfig {
+                scheduler,
+                ..NftConfig::default()
+            },
+            Commands {
+                nft: vec!["nft".into()],
+                conntrack: None,
+                sysctl: Vec::new(),
+            },
+        );
+        let started = Instant::now();
+        backend.sync(&snap).await.expect("full sync");
+        let full = started.elapsed();
+        let mut times = Vec::new();
+        let mut lines = 0;
+        for round in 0..CHANGE_ROUNDS {
+            let report = backend.sync(&changed(round)).await.expect("one change");
+            assert!(!report.full);
+            times.push(report.nft_time);
+            lines = lines.max(report.commands);
+        }
+        leave_netns(&host_netns);
+        for family in ["ip", "ip6"] {
+            sh(&[
+                "ip", "netns", "exec", &ns.node, "nft", "delete", "table", family, "kube-lb",
+            ]);
+        }
+        results.push((name, full, median(times), lines));
+    }
+    println!(
+        "\n== one endpoint replaced among {MAGLEV_SERVICES} Services x {ENDPOINTS}, median of {CHANGE_ROUNDS}: --scheduler maglev (table {}) vs random",
+        TableSize::default()
+    );
+    for (name, full, change, lines) in &results {
+        println!(
+            "{name:>8} | full sync {:>12} | one change {:>10} ({lines} transaction lines)",
+            ms(*full),
+            ms(*change)
+        );
+    }
+    println!(
+        "   ratio | one change maglev / random {:.2}x (target <= 1.5x)",
+        results[1].2.as_secs_f64() / results[0].2.as_secs_f64()
+    );
+}
+
 async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
     let ns = Netns::new();
     println!(
@@ -468,6 +545,7 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
         ms(median(adds)),
         ms(median(deletes))
     );
+    maglev_change(&ns).await;
     println!(
         "\n== CPU time (user + system) of the nft / iptables-restore processes, load-independent"
     );

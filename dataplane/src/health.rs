@@ -38,6 +38,8 @@ pub struct ProxyHealth {
 struct HealthState {
     last_updated: SystemTime,
     pending_since: Option<Instant>,
+    /// The last sync was refused; cleared by the next successful one.
+    failed: bool,
     node_eligible: bool,
 }
 
@@ -65,6 +67,7 @@ impl ProxyHealth {
             state: Mutex::new(HealthState {
                 last_updated: SystemTime::now(),
                 pending_since: None,
+                failed: false,
                 node_eligible: true,
             }),
             rejected_endpoints: std::sync::atomic::AtomicU64::new(0),
@@ -119,10 +122,18 @@ impl ProxyHealth {
         }
     }
 
+    /// A sync was refused (the previous rules stay): unhealthy until a sync succeeds, without
+    /// waiting for the staleness timeout, so a node whose rules cannot follow its Services stops
+    /// being sent traffic by load balancers that health-check it.
+    pub fn sync_failed(&self) {
+        self.state().failed = true;
+    }
+
     /// Rules were programmed successfully.
     pub fn updated(&self) {
         let mut state = self.state();
         state.pending_since = None;
+        state.failed = false;
         state.last_updated = SystemTime::now();
     }
 
@@ -135,7 +146,7 @@ impl ProxyHealth {
     pub fn status(&self) -> HealthStatus {
         let state = *self.state();
         HealthStatus {
-            healthy: is_healthy(state.pending_since, Instant::now(), self.timeout),
+            healthy: !state.failed && is_healthy(state.pending_since, Instant::now(), self.timeout),
             node_eligible: state.node_eligible,
             last_updated: state.last_updated,
         }
@@ -485,6 +496,18 @@ mod tests {
         tokio::time::advance(Duration::from_secs(30)).await;
         assert!(health.status().healthy);
         tokio::time::advance(Duration::from_secs(31)).await;
+        assert!(!health.status().healthy);
+        health.updated();
+        assert!(health.status().healthy);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_sync_is_unhealthy_until_a_sync_succeeds() {
+        let health = ProxyHealth::new(Duration::from_secs(60));
+        health.queued_update();
+        health.sync_failed();
+        assert!(!health.status().healthy, "at once, not after the timeout");
+        tokio::time::advance(Duration::from_secs(600)).await;
         assert!(!health.status().healthy);
         health.updated();
         assert!(health.status().healthy);

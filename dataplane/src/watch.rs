@@ -399,7 +399,15 @@ pub async fn run_with_addresses(
                         next_sync = Instant::now() + proxy.timing.min_sync_period;
                     }
                     Err(error) => {
-                        tracing::error!(%error, "sync failed; retrying");
+                        // The transaction was refused as a whole: the kernel still holds the
+                        // last good ruleset. Name the Services whose change it carried.
+                        let services = changed_services(last_snapshot.as_ref(), &snapshot);
+                        tracing::error!(
+                            %error,
+                            services = %summarise(&services),
+                            "sync refused; the previous rules stay in place; retrying"
+                        );
+                        proxy.health.sync_failed();
                         next_sync = Instant::now() + proxy.timing.sync_period;
                     }
                 }
@@ -408,10 +416,87 @@ pub async fn run_with_addresses(
     }
 }
 
+/// The Services whose proxied ports differ between the last programmed snapshot (none: a
+/// full sync, every Service) and `next`, sorted.
+fn changed_services(
+    last: Option<&crate::model::Snapshot>,
+    next: &crate::model::Snapshot,
+) -> Vec<crate::model::ServiceKey> {
+    let mut services = std::collections::BTreeSet::new();
+    for (key, port) in &next.ports {
+        if last.and_then(|last| last.ports.get(key)) != Some(port) {
+            services.insert(key.service.clone());
+        }
+    }
+    if let Some(last) = last {
+        for key in last.ports.keys() {
+            if !next.ports.contains_key(key) {
+                services.insert(key.service.clone());
+            }
+        }
+    }
+    services.into_iter().collect()
+}
+
+/// At most ten names, then how many more (a full sync carries every Service).
+fn summarise(services: &[crate::model::ServiceKey]) -> String {
+    const SHOWN: usize = 10;
+    let mut text = services
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if services.len() > SHOWN {
+        text.push_str(&format!(" and {} more", services.len() - SHOWN));
+    }
+    if text.is_empty() {
+        text.push_str("none (node addresses only)");
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::service;
+
+    #[test]
+    fn a_refused_sync_names_the_services_whose_change_it_carried() {
+        let mut index = Index::new(IndexConfig {
+            node_name: "n1".into(),
+            nodeport_cidrs: Vec::new(),
+            allow_loopback_endpoints: false,
+        });
+        index.apply_service(&svc("a", "10.96.0.1"));
+        index.apply_service(&svc("b", "10.96.0.2"));
+        let first = index.snapshot();
+        let names = |services: Vec<crate::model::ServiceKey>| {
+            services.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(changed_services(None, &first)),
+            ["default/a", "default/b"]
+        );
+        assert!(changed_services(Some(&first), &first).is_empty());
+        index.apply_service(&svc("b", "10.96.0.3"));
+        index.apply_service(&svc("c", "10.96.0.4"));
+        index.delete_service("default", "a");
+        let next = index.snapshot();
+        assert_eq!(
+            names(changed_services(Some(&first), &next)),
+            ["default/a", "default/b", "default/c"]
+        );
+        let many: Vec<_> = (0..12)
+            .map(|i| crate::model::ServiceKey::new("ns", format!("s{i:02}")))
+            .collect();
+        assert!(
+            summarise(&many).ends_with("ns/s09 and 2 more"),
+            "{}",
+            summarise(&many)
+        );
+        assert_eq!(summarise(&[]), "none (node addresses only)");
+    }
 
     fn svc(name: &str, ip: &str) -> Service {
         service("default", name, ip).port("", "TCP", 80).build()

@@ -1,7 +1,7 @@
 //! `--scheduler maglev` in the nftables backend, in network namespaces the tests create: the
 //! kernel picks the endpoint the Maglev table names for a flow on every node (and the same one
-//! the userspace backend would), and one endpoint change is element updates only, timed beside
-//! the default scheduler's one-change path.
+//! the userspace backend would), and one endpoint change is element updates only, like the
+//! default scheduler's one-change path (their times side by side: `bench/dataplane.rs`).
 
 // Helpers panic on setup failures, as the tests calling them do.
 #![allow(clippy::unwrap_used)]
@@ -10,7 +10,6 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -19,21 +18,6 @@ use kube_lb_dataplane::model::{EndpointAddr, Index, IndexConfig};
 use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig, NftScheduler};
 use kube_lb_dataplane::testing::{node, service, slice};
 use support::{Lab, Outcome, node_ip, run};
-
-/// Fails under CI (where the environment must provide root, netns and nft), skips loudly
-/// elsewhere.
-macro_rules! require_netns_or_fail_in_ci {
-    () => {
-        if !support::have_netns() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI=true: this test needs root, ip netns and nft"
-            );
-            eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
-            return;
-        }
-    };
-}
 
 fn maglev_config() -> NftConfig {
     NftConfig {
@@ -82,7 +66,7 @@ fn predicted(table: &Table, pods: &[support::Pod], port: u16) -> String {
 
 #[tokio::test]
 async fn every_node_picks_the_endpoint_the_maglev_table_names_for_a_flow() {
-    require_netns_or_fail_in_ci!();
+    require_netns!();
     let mut lab = Lab::new(2);
     let pods = vec![
         lab.pod("a", 1),
@@ -234,19 +218,13 @@ fn many(services: usize, endpoints: usize, swap_one: bool) -> (Vec<Service>, Vec
     (list, slices)
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
 #[tokio::test]
-async fn one_maglev_endpoint_change_costs_about_what_the_default_scheduler_does() {
-    require_netns_or_fail_in_ci!();
-    // Larger forms: MAGLEV_BENCH_SERVICES=200 (each Service with 10 endpoints owns a table).
-    let services: usize = std::env::var("MAGLEV_BENCH_SERVICES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(20);
+async fn one_maglev_endpoint_change_is_a_few_element_updates_like_the_default_schedulers() {
+    require_netns!();
+    // Its time beside the default scheduler's is measured by `bench/dataplane.rs` (a timed
+    // assertion here would measure the CI machine's load); this test pins the shape of the
+    // change that keeps it cheap.
+    let services = 20;
     let lab = Lab::new(2);
     let schedulers = [
         ("random", NftConfig::default()),
@@ -264,54 +242,74 @@ async fn one_maglev_endpoint_change_costs_about_what_the_default_scheduler_does(
             )
         })
         .collect();
-    let (full, _) = many(services, 10, false);
-    let (_, full_slices) = many(services, 10, false);
+    let (full, full_slices) = many(services, 10, false);
     let (_, swapped_slices) = many(services, 10, true);
-    for (name, index, backend) in &mut nodes {
+    let mut chains = Vec::new();
+    for (_, index, backend) in &mut nodes {
         for svc in &full {
             index.apply_service(svc);
         }
         for eps in &full_slices {
             index.apply_endpoint_slice(eps);
         }
-        let started = Instant::now();
-        backend.sync(&index.snapshot()).await.expect("full sync");
-        eprintln!(
-            "{name}: full sync of {services} Services x 10 endpoints in {:?}",
-            started.elapsed()
+        assert!(
+            backend
+                .sync(&index.snapshot())
+                .await
+                .expect("full sync")
+                .full
         );
     }
-    // Alternate the two backends so machine noise hits both alike. Each round replaces one
-    // endpoint of Service 0 (and the next puts it back): for both schedulers a transaction that
-    // changes element values, which the kernel commits after an RCU grace period (the floor
-    // of any such change, see bench/dataplane.rs).
-    const ROUNDS: usize = 20;
-    let mut times: Vec<Vec<Duration>> = vec![Vec::new(), Vec::new()];
-    let mut elements: Vec<usize> = vec![0, 0];
-    for round in 0..ROUNDS {
+    for node in ["n1", "n2"] {
+        chains.push(chain_listing(&lab, node));
+    }
+    // Each round replaces one endpoint of Service 0 (and the next puts it back).
+    let mut lines: Vec<BTreeSet<usize>> = vec![BTreeSet::new(), BTreeSet::new()];
+    for round in 0..4 {
         let slice0 = if round % 2 == 0 {
             &swapped_slices[0]
         } else {
             &full_slices[0]
         };
-        for (i, (_, index, backend)) in nodes.iter_mut().enumerate() {
+        for (i, (name, index, backend)) in nodes.iter_mut().enumerate() {
             index.apply_endpoint_slice(slice0);
             let report = backend.sync(&index.snapshot()).await.expect("one change");
-            assert!(!report.full);
-            times[i].push(report.nft_time);
-            elements[i] = elements[i].max(report.commands);
+            assert!(!report.full, "{name}: one change recreated the table");
+            lines[i].insert(report.commands);
         }
     }
-    let random = median(times[0].clone());
-    let maglev = median(times[1].clone());
     eprintln!(
-        "one endpoint replaced, median of {ROUNDS} (nft run): random {random:?} ({} lines), maglev {maglev:?} ({} lines), ratio {:.2}",
-        elements[0],
-        elements[1],
-        maglev.as_secs_f64() / random.as_secs_f64()
+        "transaction lines per change: random {:?}, maglev {:?}",
+        lines[0], lines[1]
     );
-    assert!(
-        maglev.as_secs_f64() <= 1.5 * random.as_secs_f64(),
-        "maglev {maglev:?} vs random {random:?}: {times:?}"
-    );
+    // Maglev adds one table's element updates (the moved slots, in one delete and one add
+    // line) to the default scheduler's endpoint-set update: a constant, not a function of how
+    // many Services or slots there are.
+    let most = |set: &BTreeSet<usize>| set.iter().copied().max().unwrap_or(0);
+    assert!(most(&lines[0]) > 0 && most(&lines[1]) > 0, "{lines:?}");
+    assert!(most(&lines[1]) <= most(&lines[0]) + 2, "{lines:?}");
+    for (node, before) in ["n1", "n2"].iter().zip(&chains) {
+        assert_eq!(
+            &chain_listing(&lab, node),
+            before,
+            "{node}: chains rewritten"
+        );
+    }
+}
+
+/// The table's chains and rules (`-t`: set and map contents left out): what a change made of
+/// element updates leaves untouched.
+fn chain_listing(lab: &Lab, node: &str) -> String {
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &lab.ns(node),
+        "nft",
+        "-t",
+        "list",
+        "table",
+        "ip",
+        "kube-lb",
+    ])
 }

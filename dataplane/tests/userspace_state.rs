@@ -21,7 +21,7 @@ use kube_lb_dataplane::model::{Index, IndexConfig, Snapshot};
 use kube_lb_dataplane::testing::{service, slice};
 use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, UdpSocket};
+use tokio::net::{TcpSocket, UdpSocket};
 
 const CHILD_ENV: &str = "PROXY_CHILD";
 /// Service address (TCP 80 and UDP 53).
@@ -191,31 +191,46 @@ impl Drop for Child {
     }
 }
 
-/// A TCP backend that writes one byte to every connection and closes it (so the TIME_WAIT
-/// state stays on its side), and a UDP backend echoing every datagram.
-async fn backends(count: usize) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
-    let mut tcp = Vec::new();
-    let mut udp = Vec::new();
-    for _ in 0..count {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        tcp.push(listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
+/// TCP backends that write one byte to every connection and close it (so the TIME_WAIT state
+/// stays on their side), and UDP backends echoing every datagram. They run on a thread and
+/// runtime of their own with a full-size accept queue: the 32 client tasks must not starve
+/// them on a loaded machine, or a connection would fail for a reason that is not the proxy's.
+fn backends(count: usize) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut tcp = Vec::new();
+            let mut udp = Vec::new();
+            for _ in 0..count {
+                let socket = TcpSocket::new_v4().unwrap();
+                socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+                let listener = socket.listen(4096).unwrap();
+                tcp.push(listener.local_addr().unwrap());
                 tokio::spawn(async move {
-                    let _ = stream.write_all(b"x").await;
+                    while let Ok((mut stream, _)) = listener.accept().await {
+                        tokio::spawn(async move {
+                            let _ = stream.write_all(b"x").await;
+                        });
+                    }
+                });
+                let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                udp.push(socket.local_addr().unwrap());
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 512];
+                    while let Ok((len, peer)) = socket.recv_from(&mut buffer).await {
+                        let _ = socket.send_to(&buffer[..len], peer).await;
+                    }
                 });
             }
+            ready_tx.send((tcp, udp)).unwrap();
+            std::future::pending::<()>().await;
         });
-        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        udp.push(socket.local_addr().unwrap());
-        tokio::spawn(async move {
-            let mut buffer = [0u8; 512];
-            while let Ok((len, peer)) = socket.recv_from(&mut buffer).await {
-                let _ = socket.send_to(&buffer[..len], peer).await;
-            }
-        });
-    }
-    (tcp, udp)
+    });
+    ready_rx.recv().unwrap()
 }
 
 /// One TCP connection and one UDP datagram from each of `range`'s client addresses; returns how
@@ -262,7 +277,7 @@ async fn drive(range: std::ops::Range<usize>) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounded_state_returns_to_its_baseline() {
     let total = clients();
-    let (tcp, udp) = backends(3).await;
+    let (tcp, udp) = backends(3);
     let list = |addrs: &[SocketAddr]| {
         addrs
             .iter()

@@ -177,6 +177,9 @@ pub struct Context {
     state: Mutex<HashMap<ObjectRef<Service>, ObjectState>>,
     outcomes: watch::Sender<Outcomes>,
     leading: watch::Receiver<bool>,
+    /// `Some(true)` once the Node and EndpointSlice stores hold a first complete list,
+    /// `Some(false)` when they never will (the controller is stopping). See [`stores_ready`].
+    stores_ready: watch::Receiver<Option<bool>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -223,6 +226,33 @@ impl Context {
     fn is_leading(&self) -> bool {
         *self.leading.borrow()
     }
+
+    /// Waits until the Node and EndpointSlice stores are complete; false when they never will be.
+    async fn stores_ready(&self) -> bool {
+        let mut ready = self.stores_ready.clone();
+        match ready.wait_for(Option::is_some).await {
+            Ok(ready) => ready.unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Publishes when both stores are complete, waiting on each from one task only.
+///
+/// `Store::wait_until_ready` must not be awaited by several tasks at once: kube-runtime keeps
+/// one oneshot receiver per store behind a mutex, which remembers only the waker of the task
+/// that polled it last. With concurrent reconciles waiting right after a leadership change,
+/// every waiter but one was never woken, and its Service stayed unreconciled for good (its
+/// later events queue behind a reconcile that never ends) — seen in the chaos suite as a
+/// Service whose retype or deletion no replica ever handled.
+fn stores_ready(nodes: Store<Node>, slices: Store<EndpointSlice>) -> watch::Receiver<Option<bool>> {
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let ready =
+            nodes.wait_until_ready().await.is_ok() && slices.wait_until_ready().await.is_ok();
+        tx.send_replace(Some(ready));
+    });
+    rx
 }
 
 /// The controller, ready to run.
@@ -404,7 +434,9 @@ impl LoadBalancerController {
         );
         let slice_resyncs = slice_trigger(slice_events, slices.clone(), services);
 
+        let stores_ready = stores_ready(nodes.clone(), slices.clone());
         let ctx = Arc::new(Context {
+            stores_ready,
             client: client.clone(),
             provider: self.provider.clone(),
             config: self.config.clone(),
@@ -445,7 +477,7 @@ async fn reconcile_while_leading(
         Some(result) => result,
         None => {
             tracing::info!(service = %name, "leadership lost; reconcile cancelled");
-            Ok(Action::await_change())
+            Ok(reconcile::not_leading())
         }
     }
 }

@@ -22,6 +22,19 @@ use super::{
 /// Retry delay after a write conflict.
 const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// Retry delay of a reconcile that found this replica not leading.
+const NOT_LEADING_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a reconcile returns when this replica is not (or no longer) leading: a short retry,
+/// never "wait for a change". Leadership can lapse and come back (a renewal that missed its
+/// deadline, then succeeded one retry period later) before the run loop sees it was lost; a
+/// Service parked until its next edit would then keep its old load balancer, finalizer or
+/// status indefinitely. While the replica really follows, the run loop has stopped the
+/// controller and the retry never runs.
+pub(crate) fn not_leading() -> Action {
+    Action::requeue(NOT_LEADING_RETRY)
+}
+
 /// What to do with a Service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
@@ -87,8 +100,8 @@ fn hash_of<T: serde::Serialize>(value: &T) -> u64 {
 pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
     let mut timer = ctx.metrics.reconcile_timer();
     if !ctx.is_leading() {
-        // A follower never writes; the leader will see this Service.
-        return Ok(Action::await_change());
+        // A follower never writes.
+        return Ok(not_leading());
     }
     let namespace = service
         .namespace()
@@ -193,7 +206,7 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
 
 async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Result<Action, Error> {
     if !ctx.is_leading() {
-        return Ok(Action::await_change());
+        return Ok(not_leading());
     }
     let key = ObjectRef::from_obj(service.as_ref());
     let name = ServiceName::of(&service);
@@ -234,7 +247,7 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
             return Err(Error::InvalidService(errors));
         }
     };
-    if ctx.nodes.wait_until_ready().await.is_err() || ctx.slices.wait_until_ready().await.is_err() {
+    if !ctx.stores_ready().await {
         // The watches are gone: the controller is shutting down.
         return Ok(Action::await_change());
     }
@@ -394,7 +407,7 @@ fn backends_for(spec: &LoadBalancerSpec, ctx: &Context) -> Vec<kube_lb_provider_
 
 async fn cleanup(service: Arc<Service>, ctx: &Context) -> Result<Action, Error> {
     if !ctx.is_leading() {
-        return Ok(Action::await_change());
+        return Ok(not_leading());
     }
     let key = service_key(&service)?;
     ctx.events
@@ -443,7 +456,7 @@ async fn release(
     ctx: &Context,
 ) -> Result<Action, Error> {
     if !ctx.is_leading() {
-        return Ok(Action::await_change());
+        return Ok(not_leading());
     }
     tracing::debug!("no longer a load balancer of ours: releasing");
     cleanup(service.clone(), ctx).await?;

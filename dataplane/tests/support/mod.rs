@@ -60,11 +60,16 @@ pub fn have_netns() -> bool {
         .unwrap_or(false)
 }
 
-/// Skips the calling test loudly when root + netns are missing.
+/// Skips the calling test loudly when root + netns are missing; fails it when `CI` is set (CI
+/// must provide them, and nextest hides a skip that passes).
 #[macro_export]
 macro_rules! require_netns {
     () => {
         if !support::have_netns() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set: this test needs root, ip netns and nft, and must not skip"
+            );
             eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
             return;
         }
