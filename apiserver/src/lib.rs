@@ -1,4 +1,5 @@
-//! In-memory Kubernetes API server for tests and `kube-lb up`.
+//! The in-memory Kubernetes API server that `kube-lb up`, `kube-lb reconcile`, `kube-lb
+//! apiserver` and the project's tests stand on.
 //!
 //! It speaks enough of the Kubernetes REST API over real HTTP for kube-rs (clients, watchers,
 //! reflectors, controllers) and kubectl: core/v1 namespaces, services, endpoints, nodes, pods,
@@ -38,7 +39,7 @@
 //!   once, finalizers on them included.
 //! - events.k8s.io/v1 Events are mirrored into core/v1 Events (kube-apiserver shares one
 //!   storage), so the mirror has its own resourceVersion.
-//! - Only the resources listed above; no CRDs.
+//! - Only the built-in resources listed above, plus whatever CustomResourceDefinitions define.
 //!
 //! Benchmark: `cargo bench -p kube-lb-apiserver --bench apiserver` (lists of 10,000
 //! Services and watch latency over loopback).

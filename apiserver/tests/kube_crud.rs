@@ -427,6 +427,135 @@ async fn invalid_services_are_rejected_with_causes() {
     }
 }
 
+/// What kube-apiserver answers for a refused write, read over raw HTTP: status code, reason
+/// and the field of every cause.
+async fn refused(
+    server: &kube_lb_apiserver::RunningApiServer,
+    path: &str,
+    body: serde_json::Value,
+) -> (u16, String, Vec<String>) {
+    let raw = reqwest::Client::new()
+        .post(format!("{}{path}", server.url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let code = raw.status().as_u16();
+    let status: serde_json::Value = raw.json().await.unwrap();
+    let fields = status["details"]["causes"]
+        .as_array()
+        .map(|causes| {
+            causes
+                .iter()
+                .map(|c| c["field"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    (
+        code,
+        status["reason"].as_str().unwrap_or_default().to_string(),
+        fields,
+    )
+}
+
+#[tokio::test]
+async fn invalid_endpoints_and_slices_are_refused_over_http_with_field_paths() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+    services
+        .create(
+            &PostParams::default(),
+            &service(
+                "dns",
+                json!({"clusterIP": "10.96.0.10", "ports": [{"port": 53}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    let endpoints = |name: &str, ip: &str| {
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name},
+               "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": 80}]}]})
+    };
+    let slice = |name: &str, family: &str, ip: &str| {
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": name, "labels": {"kubernetes.io/service-name": "web"}},
+               "addressType": family, "ports": [{"port": 80}],
+               "endpoints": [{"addresses": [ip]}]})
+    };
+    let core = "/api/v1/namespaces/default/endpoints";
+    let discovery = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices";
+    let cases = [
+        (
+            core,
+            endpoints("loopback", "127.0.0.1"),
+            "subsets[0].addresses[0].ip",
+        ),
+        (
+            core,
+            endpoints("link-local", "169.254.1.1"),
+            "subsets[0].addresses[0].ip",
+        ),
+        (
+            core,
+            endpoints("multicast", "224.0.0.5"),
+            "subsets[0].addresses[0].ip",
+        ),
+        (
+            core,
+            endpoints("v6-loopback", "::1"),
+            "subsets[0].addresses[0].ip",
+        ),
+        (
+            core,
+            endpoints("cluster-ip", "10.96.0.10"),
+            "subsets[0].addresses[0].ip",
+        ),
+        (
+            discovery,
+            slice("loopback", "IPv4", "127.0.0.2"),
+            "endpoints[0].addresses[0]",
+        ),
+        (
+            discovery,
+            slice("v6-link-local", "IPv6", "fe80::1"),
+            "endpoints[0].addresses[0]",
+        ),
+        (
+            discovery,
+            slice("family", "IPv4", "2001:db8::1"),
+            "endpoints[0].addresses[0]",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let name = body["metadata"]["name"].as_str().unwrap().to_string();
+        let (code, reason, fields) = refused(&server, path, body).await;
+        assert_eq!((code, reason.as_str()), (422, "Invalid"), "{path} {name}");
+        assert_eq!(fields, [field], "{path} {name}");
+        let stored = reqwest::get(format!("{}{path}/{name}", server.url()))
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(
+            stored.as_u16(),
+            404,
+            "{path} {name} must not have been stored"
+        );
+    }
+    // The same objects with an ordinary address are stored.
+    assert_eq!(
+        refused(&server, core, endpoints("fine", "10.244.0.5"))
+            .await
+            .0,
+        201
+    );
+    assert_eq!(
+        refused(&server, discovery, slice("fine", "IPv4", "10.244.0.5"))
+            .await
+            .0,
+        201
+    );
+}
+
 #[tokio::test]
 async fn other_resources_and_selectors() {
     let server = ApiServer::builder().start().await.unwrap();

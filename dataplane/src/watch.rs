@@ -133,6 +133,80 @@ impl Default for Timing {
     }
 }
 
+/// A Service as the proxy reads it off the API server: the typed object, after the
+/// `spec.topologyKeys` field of the 1.17–1.21 API (seed 002's manifests) was lifted into the
+/// `service.kubernetes.io/topology-keys` annotation — typed decoding with today's API types would
+/// drop the field silently. The lift is the one `lint` and `reconcile -f` use
+/// ([`kube_lb_annotations::lift_topology_keys`]), so the field and the annotation are one input
+/// everywhere. A field that cannot be lifted (not a list, or disagreeing with an annotation
+/// already set) leaves the object as the annotation says, with a warning.
+#[derive(Debug, Clone)]
+struct WatchedService(Service);
+
+impl<'de> serde::Deserialize<'de> for WatchedService {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        if let Err(error) = kube_lb_annotations::lift_topology_keys(&mut value) {
+            let name = |field: &str| {
+                value
+                    .pointer(&format!("/metadata/{field}"))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            tracing::warn!(service = %format!("{}/{}", name("namespace"), name("name")), %error, "spec.topologyKeys not applied");
+        }
+        serde_json::from_value(value)
+            .map(WatchedService)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Resource for WatchedService {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        Service::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        Service::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        Service::version(dt)
+    }
+
+    fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
+        Service::api_version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        Service::plural(dt)
+    }
+
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &self.0.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+/// A watch event of [`WatchedService`]s as one of the Services it carries.
+fn service_change(event: Box<watcher::Event<WatchedService>>) -> Change {
+    let event = match *event {
+        watcher::Event::Apply(s) => watcher::Event::Apply(s.0),
+        watcher::Event::Delete(s) => watcher::Event::Delete(s.0),
+        watcher::Event::InitApply(s) => watcher::Event::InitApply(s.0),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    };
+    Change::Service(Box::new(event))
+}
+
 /// One watch event of any kind the proxy follows.
 enum Change {
     Service(Box<watcher::Event<Service>>),
@@ -278,9 +352,9 @@ pub async fn run_with_addresses(
     let not_ours = format!("!{HEADLESS_LABEL},!{SERVICE_PROXY_NAME_LABEL}");
     let mut changes = futures::stream::select_all([
         watch(
-            Api::<Service>::all(client.clone()),
+            Api::<WatchedService>::all(client.clone()),
             watcher::Config::default().labels(&not_ours),
-            Change::Service,
+            service_change,
         )
         .boxed(),
         watch(
@@ -460,6 +534,56 @@ fn summarise(services: &[crate::model::ServiceKey]) -> String {
 mod tests {
     use super::*;
     use crate::testing::service;
+
+    #[test]
+    fn the_topology_keys_field_reaches_the_proxy_as_the_annotation() {
+        let decode = |spec: serde_json::Value, annotations: serde_json::Value| {
+            let service: WatchedService = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "default", "annotations": annotations},
+                "spec": spec,
+            }))
+            .expect("a Service decodes whatever its topologyKeys field holds");
+            service
+                .0
+                .annotations()
+                .get(crate::model::topology::TOPOLOGY_KEYS_ANNOTATION)
+                .cloned()
+        };
+        let keys = serde_json::json!(["kubernetes.io/hostname", "*"]);
+        // Seed 002 as a 1.17–1.21 API server stores it: the field only.
+        assert_eq!(
+            decode(
+                serde_json::json!({"topologyKeys": keys}),
+                serde_json::json!({})
+            ),
+            Some("kubernetes.io/hostname,*".to_string())
+        );
+        // Field and annotation agree (the embedded API server mirrors one into the other).
+        assert_eq!(
+            decode(
+                serde_json::json!({"topologyKeys": keys}),
+                serde_json::json!({"service.kubernetes.io/topology-keys": "kubernetes.io/hostname,*"})
+            ),
+            Some("kubernetes.io/hostname,*".to_string())
+        );
+        // A disagreement or a malformed field leaves the annotation in charge.
+        assert_eq!(
+            decode(
+                serde_json::json!({"topologyKeys": ["*"]}),
+                serde_json::json!({"service.kubernetes.io/topology-keys": "kubernetes.io/hostname"})
+            ),
+            Some("kubernetes.io/hostname".to_string())
+        );
+        assert_eq!(
+            decode(
+                serde_json::json!({"topologyKeys": "zone"}),
+                serde_json::json!({})
+            ),
+            None
+        );
+        assert_eq!(decode(serde_json::json!({}), serde_json::json!({})), None);
+    }
 
     #[test]
     fn a_refused_sync_names_the_services_whose_change_it_carried() {

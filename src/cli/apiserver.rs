@@ -41,6 +41,12 @@ pub struct Args {
     #[arg(long, default_value = "10.96.0.0/12")]
     pub service_cidr: IpNet,
 
+    /// A second Service CIDR of the other IP family, for dual-stack Services
+    /// (`ipFamilyPolicy: PreferDualStack` / `RequireDualStack` get one cluster IP from each
+    /// range), like the second range of kube-apiserver's `--service-cluster-ip-range`.
+    #[arg(long, value_name = "CIDR")]
+    pub secondary_service_cidr: Option<IpNet>,
+
     /// Node port range, `FIRST-LAST`.
     #[arg(long, default_value = "30000-32767", value_parser = parse_port_range)]
     pub node_port_range: std::ops::RangeInclusive<u16>,
@@ -73,6 +79,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .history(args.history)
         .service_cidr(args.service_cidr)
         .node_port_range(args.node_port_range.clone());
+    if let Some(cidr) = args.secondary_service_cidr {
+        builder = builder.secondary_service_cidr(cidr);
+    }
     if let Some(path) = &args.state_file {
         builder = builder.state_file(path);
     }

@@ -288,3 +288,141 @@ fn kubectl_1_32_against_kube_lb_up() {
         running: &running,
     });
 }
+
+/// Seed 002's Service as the seed writes it (`spec.topologyKeys`, the 1.17–1.21 field), loaded
+/// with `-f` by both commands that ship the API server: stored with the field and mirrored into
+/// the annotation the controller, lint and the proxy read (one input, one code path); under `up`
+/// the controller then gives it an address.
+#[test]
+fn seed_002_topology_keys_field_through_apiserver_and_up() {
+    let Some(binary) = require(PathBuf::from("/usr/bin/kubectl"), "install kubectl") else {
+        return;
+    };
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/local/topology.yaml");
+    let manifest = manifest.to_str().unwrap();
+    let keys = ["kubernetes.io/hostname", "topology.kubernetes.io/zone", "*"];
+    let apiserver = start(&["apiserver", "--listen", "127.0.0.1:0", "-f", manifest]);
+    let up = start(&[
+        "up",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--dataplane",
+        "userspace",
+        "--local-pool",
+        "127.20.78.1-127.20.78.6",
+        "-f",
+        manifest,
+    ]);
+    for (command, running) in [("apiserver", &apiserver), ("up", &up)] {
+        let kubectl = Kubectl {
+            binary: &binary,
+            running,
+        };
+        let get = || -> Value {
+            serde_json::from_str(
+                &kubectl.ok(&["get", "svc", "cache", "-n", "demo", "-o", "json"], None),
+            )
+            .unwrap()
+        };
+        let service = get();
+        assert_eq!(
+            service["spec"]["topologyKeys"],
+            json!(keys),
+            "{command}: {service}"
+        );
+        assert_eq!(
+            service["metadata"]["annotations"]["service.kubernetes.io/topology-keys"],
+            json!(keys.join(",")),
+            "{command}: {service}"
+        );
+        if command == "up" {
+            let deadline = Instant::now() + CEILING;
+            loop {
+                let service = get();
+                if let Some(ip) = service.pointer("/status/loadBalancer/ingress/0/ip") {
+                    assert!(ip.as_str().unwrap().starts_with("127.20.78."), "{service}");
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "up gave the Service no address: {service}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    // The field's rules are kube-apiserver 1.21's: `*` only last.
+    let kubectl = Kubectl {
+        binary: &binary,
+        running: &apiserver,
+    };
+    let refused = kubectl.run(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "bad", "namespace": "demo"},
+                    "spec": {"ports": [{"port": 80}], "topologyKeys": ["*", "kubernetes.io/hostname"]}})
+            .to_string(),
+        ),
+    );
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("spec.topologyKeys"), "{stderr}");
+}
+
+/// `kube-lb apiserver --secondary-service-cidr`: a dual-stack Service gets one cluster IP per
+/// family, in its `ipFamilies` order; a single-stack one only the primary family's.
+#[test]
+fn dual_stack_services_through_kube_lb_apiserver() {
+    let Some(binary) = require(PathBuf::from("/usr/bin/kubectl"), "install kubectl") else {
+        return;
+    };
+    let running = start(&[
+        "apiserver",
+        "--listen",
+        "127.0.0.1:0",
+        "--service-cidr",
+        "10.96.0.0/16",
+        "--secondary-service-cidr",
+        "fd00:10:96::/108",
+    ]);
+    let kubectl = Kubectl {
+        binary: &binary,
+        running: &running,
+    };
+    let apply = |name: &str, policy: &str| {
+        kubectl.ok(
+            &["apply", "-f", "-"],
+            Some(
+                &json!({"apiVersion": "v1", "kind": "Service",
+                        "metadata": {"name": name, "namespace": "default"},
+                        "spec": {"ipFamilyPolicy": policy, "ports": [{"port": 80}]}})
+                .to_string(),
+            ),
+        );
+        let service: Value =
+            serde_json::from_str(&kubectl.ok(&["get", "svc", name, "-o", "json"], None)).unwrap();
+        service
+    };
+    let dual = apply("dual", "PreferDualStack");
+    assert_eq!(
+        dual["spec"]["ipFamilies"],
+        json!(["IPv4", "IPv6"]),
+        "{dual}"
+    );
+    let ips = dual["spec"]["clusterIPs"].as_array().unwrap();
+    assert_eq!(ips.len(), 2, "{dual}");
+    assert!(ips[0].as_str().unwrap().starts_with("10.96."), "{dual}");
+    assert!(
+        ips[1].as_str().unwrap().starts_with("fd00:10:96::"),
+        "{dual}"
+    );
+    let single = apply("single", "SingleStack");
+    assert_eq!(
+        single["spec"]["clusterIPs"].as_array().unwrap().len(),
+        1,
+        "{single}"
+    );
+}

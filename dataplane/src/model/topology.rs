@@ -1,8 +1,10 @@
 //! Service Topology (seed 002): ordered node-label keys that choose which endpoints a node uses.
 //!
 //! The keys arrive in one place, the annotation [`TOPOLOGY_KEYS_ANNOTATION`]: current typed
-//! clients cannot see the removed `spec.topologyKeys` field, so the embedded API server mirrors
-//! the field into the annotation and `reconcile -f` lifts it there. They are read by
+//! clients cannot see the removed `spec.topologyKeys` field, so whatever reads raw JSON lifts the
+//! field into the annotation with [`kube_lb_annotations::lift_topology_keys`] — the proxy's watch
+//! (for an API server of 1.17–1.21, which stores the field only), `lint` and `reconcile -f` — and
+//! the embedded API server stores both, kept in step. They are read by
 //! [`kube_lb_annotations::check_topology_keys`], the same function `lint` and the controller
 //! use, so the proxy cannot accept a list lint refuses or the other way round.
 

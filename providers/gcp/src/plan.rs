@@ -285,6 +285,14 @@ pub fn plan_address(
 }
 
 /// Phase 2: everything but the address, with the IP known.
+///
+/// A change of scheme (external ↔ internal) is break-before-make: the forwarding rule that
+/// does not serve the wanted scheme is deleted, and the other scheme's target pool or backend
+/// service and health checks go, before the new rule is inserted. The rule's name is derived
+/// from the Service and GCE names are unique per project and region, so the two rules could
+/// not coexist under that name anyway; and after a kill at any step the next pass sees at most
+/// one rule, with the leftovers of the other scheme found by name and removed first. The cost
+/// is a gap in service while the new rule is created (upstream has the same gap).
 pub fn plan(
     desired: &Desired,
     observed: &Observed,

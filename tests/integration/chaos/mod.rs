@@ -681,6 +681,16 @@ fn check_invariants(
                 .insert(format!("{name} ({kinds:?}) of Service uid {uid}"));
         }
     }
+    // The finalizer goes after every resource of the Service, not only its load balancer:
+    // security groups, firewalls, addresses, … whose names carry the load-balancer name.
+    for uid in gone {
+        let name = load_balancer_name(uid);
+        for other in inventory.others.iter().filter(|o| o.contains(&name)) {
+            report
+                .outlived
+                .insert(format!("{other} of Service uid {uid}"));
+        }
+    }
 }
 
 /// For `local`, where nothing is in a cloud: two Services never share an address.
