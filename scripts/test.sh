@@ -31,7 +31,3 @@ echo "== benches: compile and lint (test profile)"
 cargo test --workspace --all-features --benches --no-run -q
 echo "== cargo nextest (workspace crates compiled by clippy-driver with -D warnings)"
 cargo nextest run --workspace --all-features --no-fail-fast
-# Last, because it replaces target/debug/kube-lb that the tests above run: the container image's
-# build (controller and proxy, no embedded API server) must compile and lint cleanly too.
-echo "== build without the apiserver feature (the image's feature set)"
-cargo build -q --no-default-features --features aws,gcp,azure --bin kube-lb
