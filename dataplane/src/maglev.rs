@@ -24,11 +24,12 @@ use crate::model::EndpointAddr;
 /// the common case. Two costs pull in opposite directions:
 /// - disruption: Maglev moves a few entries between surviving endpoints when one comes or goes,
 ///   on top of the departed endpoint's own 1/N; this extra stays under 2 % of the table while
-///   M ≥ ~400·N (this module's tests measure it: 4093 holds it up to 10 endpoints, 16381 up to
-///   160) and reaches 6 % at M ≈ 10·N;
+///   M ≥ ~100·N (this module's tests measure it: 4093 at 2–10 endpoints, 16381 up to 160) and
+///   reaches 6 % at M ≈ 10·N;
 /// - update cost: an endpoint change rewrites ~M/N entries, and in nftables each is a map element
-///   deleted and added (~15 µs each, measured), so M/N ≈ 400 keeps one change within 1.5× of the
-///   default scheduler's, while 16381 at 10 endpoints doubles it.
+///   deleted and added, so at 10 endpoints (M/N ≈ 400) one change costs ~1.7× the default
+///   scheduler's (30 ms vs 18 ms in `bench/dataplane.rs`, 2026-11-25), and 16381 would cost
+///   about four times as many element updates.
 ///
 /// Clusters with larger Services raise `--maglev-table-size` (16381, Cilium's default, for ~100
 /// endpoints) and pay the update cost. Memory: M entries per endpoint group, 8 KiB per frontend
