@@ -7,8 +7,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -23,48 +21,6 @@ use kube_lb_dataplane::node_addresses::{self, AddressSource};
 use kube_lb_dataplane::testing::{node, service, slice};
 use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
 use support::{Lab, Outcome, eventually, names, node_ip};
-
-/// Fails under `CI=true` when the test cannot run; elsewhere skips loudly.
-macro_rules! need_netns {
-    () => {
-        if !support::have_netns() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but this test cannot run: it needs root, ip netns and nft"
-            );
-            eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
-            return;
-        }
-    };
-}
-
-/// Extra backend server (`kube-lb-probe serve NAME PORT`) in a pod namespace.
-struct Server(Child);
-
-impl Server {
-    fn start(ns: &str, name: &str, port: u16) -> Server {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns, support::PROBE, "serve", name])
-            .arg(port.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start server");
-        let mut ready = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut ready)
-            .expect("ready line");
-        assert_eq!(ready.trim(), "ready");
-        Server(child)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The proxy loop of node 1 with the nftables backend.
 struct NodeProxy {
@@ -183,12 +139,12 @@ fn two_subsets(a_ip: &str, b_ip: &str, with_a: bool) -> Endpoints {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nft_endpoints_subsets_keep_their_own_ports() {
-    need_netns!();
+    require_netns!();
     let mut lab = Lab::new(2);
     let a = lab.pod("a", 1);
     let b = lab.pod("b", 2);
-    let a9376 = Server::start(&lab.ns("pa"), "a9376", 9376);
-    let _b9377 = Server::start(&lab.ns("pb"), "b9377", 9377);
+    let a9376 = support::Server::start(&lab.ns("pa"), "a9376", 9376);
+    let _b9377 = support::Server::start(&lab.ns("pb"), "b9377", 9377);
     let proxy = NodeProxy::start(&lab, 2, &[]).await;
     proxy
         .create(
@@ -244,7 +200,7 @@ async fn nft_endpoints_subsets_keep_their_own_ports() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nft_nodeports_follow_the_node_interface_addresses() {
-    need_netns!();
+    require_netns!();
     let mut lab = Lab::new(1);
     let a = lab.pod("a", 1);
     let proxy = NodeProxy::start(&lab, 1, &["10.0.0.0/24"]).await;

@@ -31,20 +31,6 @@ use support::{Lab, Outcome, eventually, names, node_ip};
 
 const TABLE: &str = "kube-lb-userspace";
 
-/// Fails under `CI=true` when the test cannot run; elsewhere skips loudly.
-macro_rules! need_netns {
-    () => {
-        if !support::have_netns() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but this test cannot run: it needs root, ip netns and nft"
-            );
-            eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
-            return;
-        }
-    };
-}
-
 /// The node proxy running in a node namespace.
 struct Agent {
     /// Address of the agent's API server (a socket of the node namespace that is not the
@@ -135,34 +121,6 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Extra backend server (`kube-lb-probe serve NAME PORT`) in a pod namespace.
-struct Server(Child);
-
-impl Server {
-    fn start(ns: &str, name: &str, port: u16) -> Server {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", ns, support::PROBE, "serve", name])
-            .arg(port.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start server");
-        let mut ready = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut ready)
-            .expect("ready line");
-        assert_eq!(ready.trim(), "ready");
-        Server(child)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -326,7 +284,7 @@ fn udp_reached(lab: &Lab, client: &str, addr: &str) -> bool {
 
 #[test]
 fn userspace_captures_every_frontend_kind_for_pods_nodes_and_the_host() {
-    need_netns!();
+    require_netns!();
     let mut lab = Lab::new(2);
     let a = lab.pod("a", 1);
     let b = lab.pod("b", 2);
@@ -489,12 +447,12 @@ fn legacy() -> Service {
 
 #[test]
 fn userspace_endpoints_subsets_keep_their_own_ports() {
-    need_netns!();
+    require_netns!();
     let mut lab = Lab::new(2);
     let a = lab.pod("a", 1);
     let b = lab.pod("b", 2);
-    let a9376 = Server::start(&lab.ns("pa"), "a9376", 9376);
-    let _b9377 = Server::start(&lab.ns("pb"), "b9377", 9377);
+    let a9376 = support::Server::start(&lab.ns("pa"), "a9376", 9376);
+    let _b9377 = support::Server::start(&lab.ns("pb"), "b9377", 9377);
     let mut agent = Agent::start(&lab.ns("n1"), "");
     agent.apply(&legacy());
     agent.apply(&two_subsets(&a.ip, &b.ip));
@@ -523,7 +481,7 @@ fn userspace_endpoints_subsets_keep_their_own_ports() {
 
 #[test]
 fn userspace_nodeports_follow_the_node_interface_addresses() {
-    need_netns!();
+    require_netns!();
     let mut lab = Lab::new(1);
     let a = lab.pod("a", 1);
     let only_a: BTreeSet<String> = ["a".to_string()].into();

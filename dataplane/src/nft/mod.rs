@@ -239,35 +239,7 @@ impl NftBackend {
     }
 
     async fn run_nft(&self, text: &str) -> Result<(), NftError> {
-        let (program, args) = split(&self.commands.nft);
-        let spawn_error = |source| NftError::Spawn {
-            program: program.to_owned(),
-            source,
-        };
-        let mut child = Command::new(program)
-            .args(args)
-            .args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(spawn_error)?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(text.as_bytes())
-                .await
-                .map_err(spawn_error)?;
-            // Closing stdin ends nft's input.
-        }
-        let output = child.wait_with_output().await.map_err(spawn_error)?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(NftError::Rejected {
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-            })
-        }
+        run_script(&self.commands.nft, text).await
     }
 
     /// Deletes UDP conntrack entries that point at endpoints that went away, and the entries of
@@ -323,6 +295,40 @@ impl NftBackend {
 
 fn family_flag(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { "ipv4" } else { "ipv6" }
+}
+
+/// Runs `text` as one `nft -f -` transaction with the command prefix `nft` (empty: `nft`).
+/// Shared by the nftables backend and the userspace backend's capture table.
+pub(crate) async fn run_script(nft: &[String], text: &str) -> Result<(), NftError> {
+    let (program, args) = split(nft);
+    let spawn_error = |source| NftError::Spawn {
+        program: program.to_owned(),
+        source,
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(spawn_error)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(text.as_bytes())
+            .await
+            .map_err(spawn_error)?;
+        // Closing stdin ends nft's input.
+    }
+    let output = child.wait_with_output().await.map_err(spawn_error)?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(NftError::Rejected {
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        })
+    }
 }
 
 fn split(command: &[String]) -> (&str, &[String]) {

@@ -28,13 +28,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::process::Stdio;
-
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
 use super::Frontend;
 use crate::model::{Protocol, Snapshot};
+use crate::nft::NftError;
 
 /// Default name of the capture table (family `inet`).
 pub const DEFAULT_TABLE: &str = "kube-lb-userspace";
@@ -307,37 +304,12 @@ impl Capture {
 }
 
 async fn run_nft(prefix: &[String], text: &str) -> Result<(), CaptureError> {
-    let (program, args) = match prefix.split_first() {
-        Some((program, args)) => (program.as_str(), args),
-        None => ("nft", &[][..]),
-    };
-    let spawn_error = |source| CaptureError::Spawn {
-        program: program.to_owned(),
-        source,
-    };
-    let mut child = Command::new(program)
-        .args(args)
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(spawn_error)?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(text.as_bytes())
-            .await
-            .map_err(spawn_error)?;
-    }
-    let output = child.wait_with_output().await.map_err(spawn_error)?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(CaptureError::Rejected {
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+    crate::nft::run_script(prefix, text)
+        .await
+        .map_err(|error| match error {
+            NftError::Spawn { program, source } => CaptureError::Spawn { program, source },
+            NftError::Rejected { stderr } => CaptureError::Rejected { stderr },
         })
-    }
 }
 
 #[cfg(test)]

@@ -60,20 +60,50 @@ pub fn have_netns() -> bool {
         .unwrap_or(false)
 }
 
-/// Skips the calling test loudly when root + netns are missing; fails it when `CI` is set (CI
+/// Skips the calling test loudly when root + netns are missing; fails it under `CI=true` (CI
 /// must provide them, and nextest hides a skip that passes).
 #[macro_export]
 macro_rules! require_netns {
     () => {
         if !support::have_netns() {
             assert!(
-                std::env::var_os("CI").is_none(),
-                "CI is set: this test needs root, ip netns and nft, and must not skip"
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true but this test cannot run: it needs root, ip netns and nft"
             );
             eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
             return;
         }
     };
+}
+
+/// Extra backend server (`kube-lb-probe serve NAME PORT`) in a pod namespace, stopped when
+/// dropped.
+pub struct Server(std::process::Child);
+
+impl Server {
+    /// Starts it and waits for its `ready` line.
+    pub fn start(ns: &str, name: &str, port: u16) -> Server {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, PROBE, "serve", name])
+            .arg(port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start server");
+        let mut ready = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut ready)
+            .expect("ready line");
+        assert_eq!(ready.trim(), "ready");
+        Server(child)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// One backend pod.
