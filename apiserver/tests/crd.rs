@@ -7,11 +7,9 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Output;
 use std::time::Duration;
 
-use common::eventually;
+use common::{eventually, kubectl, kubectl_available, ok};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -383,42 +381,6 @@ async fn custom_resources_survive_a_restart() {
             .await
             .is_err()
     );
-}
-
-const KUBECTL: &str = "/usr/bin/kubectl";
-
-/// kubectl, or `None` (a loud skip) outside CI; under `CI=true` a missing kubectl fails.
-fn kubectl_available(test: &str) -> bool {
-    if Path::new(KUBECTL).exists() {
-        return true;
-    }
-    let message = format!("{test}: {KUBECTL} is not installed (install kubectl 1.32 to run it)");
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
-    eprintln!("\n\n*** SKIPPING {message} ***\n\n");
-    false
-}
-
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(KUBECTL)
-        .env("KUBECONFIG", kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .args(["--request-timeout=20s"])
-        .args(args)
-        .output()
-        .await
-        .unwrap()
-}
-
-async fn ok(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = kubectl(kubeconfig, args).await;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed ({}):\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 const POOLS: &str = r#"apiVersion: kube-lb.io/v1alpha1

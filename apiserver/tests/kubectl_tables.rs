@@ -4,47 +4,13 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
-use std::process::Output;
+mod common;
 
+use std::path::Path;
+
+use common::{kubectl, kubectl_available, ok};
 use kube_lb_apiserver::ApiServer;
 use serde_json::json;
-
-const KUBECTL: &str = "/usr/bin/kubectl";
-
-/// kubectl, or `None` (a loud skip) outside CI; under `CI=true` a missing kubectl fails.
-fn kubectl_available(test: &str) -> bool {
-    if Path::new(KUBECTL).exists() {
-        return true;
-    }
-    let message = format!("{test}: {KUBECTL} is not installed (install kubectl 1.32 to run it)");
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
-    eprintln!("\n\n*** SKIPPING {message} ***\n\n");
-    false
-}
-
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(KUBECTL)
-        .env("KUBECONFIG", kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .args(["--request-timeout=20s"])
-        .args(args)
-        .output()
-        .await
-        .unwrap()
-}
-
-async fn ok(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = kubectl(kubeconfig, args).await;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed ({}):\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
 
 fn service(target_port: u16) -> String {
     format!(

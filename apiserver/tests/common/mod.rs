@@ -45,3 +45,42 @@ pub fn lb_service(name: &str, port: i32) -> Service {
         json!({"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"name": "http", "port": port}]}),
     )
 }
+
+/// kubectl 1.32, as installed with the Google Cloud CLI.
+pub const KUBECTL: &str = "/usr/bin/kubectl";
+
+/// kubectl, or `None` (a loud skip) outside CI; under `CI=true` a missing kubectl fails.
+pub fn kubectl_available(test: &str) -> bool {
+    if std::path::Path::new(KUBECTL).exists() {
+        return true;
+    }
+    let message = format!("{test}: {KUBECTL} is not installed (install kubectl 1.32 to run it)");
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+    eprintln!("\n\n*** SKIPPING {message} ***\n\n");
+    false
+}
+
+/// Runs kubectl against the server of `kubeconfig`.
+pub async fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(KUBECTL)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .args(["--request-timeout=20s"])
+        .args(args)
+        .output()
+        .await
+        .unwrap()
+}
+
+/// Runs kubectl and returns its stdout; a failure fails the test.
+pub async fn ok(kubeconfig: &std::path::Path, args: &[&str]) -> String {
+    let out = kubectl(kubeconfig, args).await;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed ({}):\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
