@@ -402,9 +402,11 @@ async fn bounded_state_returns_to_its_baseline() {
             peak.anon_kib,
         ),
     ] {
-        let ratio = after as f64 / baseline as f64;
+        // ±10 %, and at least ±512 KiB: the anonymous part is only ~2.4 MiB, where one more
+        // allocator arena page or thread stack page is already 10 % (seen once in CI: +264 KiB).
+        let slack = (baseline / 10).max(512);
         assert!(
-            (0.9..=1.1).contains(&ratio),
+            after.abs_diff(baseline) <= slack,
             "{what} {after} KiB after vs {baseline} KiB baseline (peak {peak} KiB)"
         );
     }
