@@ -494,6 +494,21 @@ pub enum FaultPlan {
     /// every later mutating call with a non-retryable `InjectedStop` error without forwarding
     /// it: the caller stops right after its `k`-th change, as if it had been killed there.
     StopAfterMutations(u32),
+    /// Answer every call of `action` with an HTTP 400 error `code` without forwarding it, as
+    /// AWS refuses a request it finds invalid (`ModifyListener` with an unusable certificate,
+    /// say).
+    Refuse {
+        /// The action refused (`ModifyListener`, …).
+        action: &'static str,
+        /// The AWS error code in the answer.
+        code: &'static str,
+    },
+    /// Forward every call of `action` (it takes effect), then answer HTTP 200 with a body that
+    /// is not the API's XML: a truncated or corrupted answer the client must survive.
+    Garble {
+        /// The action whose answers are garbled; `None` = every action.
+        action: Option<&'static str>,
+    },
 }
 
 /// How a lost response looks to the client.
@@ -691,6 +706,24 @@ fn stop_response() -> Response<Full<Bytes>> {
     response
 }
 
+fn refusal_response(code: &str) -> Response<Full<Bytes>> {
+    let body = format!(
+        "<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>injected: \
+         the request was refused</Message></Error><RequestId>fault-proxy</RequestId>\
+         </ErrorResponse>"
+    );
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response
+}
+
+/// What [`FaultPlan::Garble`] answers: the start of an XML document, cut off, then noise.
+fn garbled_response() -> Response<Full<Bytes>> {
+    Response::new(Full::new(Bytes::from_static(
+        b"<?xml version=\"1.0\"?><DescribeLoadBalancersResponse><Resul\x00\xff{\"not\": xml",
+    )))
+}
+
 fn server_error_response() -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from_static(
         b"<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code><Message>injected</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
@@ -719,8 +752,11 @@ async fn proxy(
         let seen = state.seen.lock().map(|s| s.len()).unwrap_or(0);
         u32::try_from(seen + 1).unwrap_or(u32::MAX)
     };
-    let fault = match state.plan() {
-        FaultPlan::None | FaultPlan::LoseResponse(_) => None,
+    let plan = state.plan();
+    let garble = matches!(plan, FaultPlan::Garble { action: a } if a.is_none_or(|a| a == action));
+    let fault = match plan {
+        FaultPlan::None | FaultPlan::LoseResponse(_) | FaultPlan::Garble { .. } => None,
+        FaultPlan::Refuse { action: a, code } => (a == action).then(|| refusal_response(code)),
         FaultPlan::StopAfterMutations(_) => state.stop(&action).then(stop_response),
         FaultPlan::ThrottleEvery(n) => {
             (n > 0 && count % n == 0).then(|| throttle_response(&version))
@@ -738,7 +774,7 @@ async fn proxy(
             action: action.clone(),
             version,
             injected: fault.is_some(),
-            lost: lose.is_some(),
+            lost: lose.is_some() || garble,
         });
     }
     if let Some(response) = fault {
@@ -767,6 +803,9 @@ async fn proxy(
         body,
     )
     .await;
+    if garble {
+        return Ok(garbled_response());
+    }
     // The call reached moto (and took effect, if moto accepted it) before its answer is lost.
     match lose {
         Some(LostAs::ServiceUnavailable) => return Ok(unavailable_response()),

@@ -356,6 +356,11 @@ impl MockArm {
         self.lock().faults.push(fault);
     }
 
+    /// Disarms every fault not yet fired.
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
     /// Faults not yet fired.
     pub fn pending_faults(&self) -> usize {
         self.lock().faults.len()

@@ -208,7 +208,7 @@ async fn remove_clb(
             Ownership::ClbSource(&sources),
         );
         for (id, changes) in &plan {
-            nodes::apply_rule_changes(clients, id, changes).await?;
+            provider.apply_rules(id, changes).await?;
         }
     }
     if !provider.config_ref().disable_security_group_ingress && owned_groups.is_empty() {
@@ -229,7 +229,7 @@ async fn remove_clb(
                     Ownership::ClbSource(&sources),
                 );
                 for (id, changes) in &plan {
-                    nodes::apply_rule_changes(clients, id, changes).await?;
+                    provider.apply_rules(id, changes).await?;
                 }
             }
         }
@@ -336,7 +336,7 @@ async fn remove_nlb(
             nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &known).await?;
         let plan = nodes::plan_node_groups(&groups, &BTreeSet::new(), &[], Ownership::Nlb(&name));
         for (group, changes) in &plan {
-            nodes::apply_rule_changes(clients, group, changes).await?;
+            provider.apply_rules(group, changes).await?;
         }
     }
     if let Some(arn) = &ours {

@@ -6,7 +6,10 @@
 //! the upstream provider (`naming`), so load balancers it created are adopted. A resync whose
 //! spec and node security groups are unchanged since the last full reconcile only reads what
 //! node changes affect (the CLB description, or the NLB target health) until
-//! `FullResyncSeconds` passes; then everything is re-read to heal drift.
+//! `FullResyncSeconds` passes; then everything is re-read to heal drift. The first pass after a
+//! start (and each such full-resync wave) reads load balancers, target groups, tags and the
+//! cluster's security groups from shared listings (`inventory`) instead of one set of
+//! describes per Service.
 //!
 //! Where upstream is known to be wrong (reference aws.md §8.5) kube-lb converges instead:
 //! TCP→TLS modifies the listener in place (no DuplicateListener), the NLB health-check timeout is
@@ -17,7 +20,8 @@
 //! Under faults: a create whose response was lost is recognised on the retry (found by its
 //! deterministic name, adopted when its tags say it is this Service's, `owner`); a resource
 //! with the name but another owner is `ProviderError::Environment { cause: NameTaken }`. A
-//! change of kind (Classic ELB ↔ NLB) is break-before-make and every ensure removes the other
+//! change of kind (Classic ELB ↔ NLB) is break-before-make: unless this Service's load balancer
+//! of the wanted kind is found (which proves the other is gone), an ensure removes the other
 //! kind first (`delete`), so a kill at any step leaves at most one load balancer. NLB
 //! listeners are only ever modified in place (never deleted to be re-created).
 
@@ -29,6 +33,7 @@ mod delete;
 pub mod desired;
 pub mod discovery;
 pub mod error;
+mod inventory;
 pub mod naming;
 pub mod nlb;
 pub mod nodes;

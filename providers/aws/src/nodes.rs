@@ -238,56 +238,80 @@ pub async fn describe_groups(
     }
 }
 
-/// Applies one group's changes: revoke first (so a replaced rule with the same identity can be
-/// authorized again), then authorize. Races with another writer are tolerated.
+/// Applies one group's rule changes: revocations first, then authorizations. AWS refuses a
+/// whole request when one of its permissions is already there (`InvalidPermission.Duplicate`)
+/// or already gone (`InvalidPermission.NotFound`) — which happens when another load balancer's
+/// reconcile got there first with a rule of the same identity (the shared MTU rule) — so such a
+/// request is repeated one permission at a time, and only the permissions that are really
+/// already done are skipped.
 pub async fn apply_rule_changes(
     clients: &Clients,
     group: &str,
     changes: &RuleChanges,
 ) -> Result<(), AwsError> {
+    const GONE: &[&str] = &["InvalidPermission.NotFound", "InvalidGroup.NotFound"];
+    const THERE: &[&str] = &["InvalidPermission.Duplicate"];
     if !changes.revoke.is_empty() {
-        let permissions: Vec<_> = changes
-            .revoke
-            .iter()
-            .map(IngressRule::to_permission)
-            .collect();
-        match clients
-            .calls
-            .run(ops::REVOKE_INGRESS, || {
-                clients
-                    .ec2
-                    .revoke_security_group_ingress()
-                    .group_id(group)
-                    .set_ip_permissions(Some(permissions.clone()))
-                    .send()
-            })
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.has_code(&["InvalidPermission.NotFound", "InvalidGroup.NotFound"]) => {}
-            Err(e) => return Err(e),
-        }
+        let revoke = |rules: Vec<IngressRule>| async move {
+            let permissions: Vec<_> = rules.iter().map(IngressRule::to_permission).collect();
+            clients
+                .calls
+                .run(ops::REVOKE_INGRESS, || {
+                    clients
+                        .ec2
+                        .revoke_security_group_ingress()
+                        .group_id(group)
+                        .set_ip_permissions(Some(permissions.clone()))
+                        .send()
+                })
+                .await
+                .map(|_| ())
+        };
+        one_by_one_on(GONE, &changes.revoke, revoke).await?;
     }
     if !changes.authorize.is_empty() {
-        let permissions: Vec<_> = changes
-            .authorize
-            .iter()
-            .map(IngressRule::to_permission)
-            .collect();
-        match clients
-            .calls
-            .run(ops::AUTHORIZE_INGRESS, || {
-                clients
-                    .ec2
-                    .authorize_security_group_ingress()
-                    .group_id(group)
-                    .set_ip_permissions(Some(permissions.clone()))
-                    .send()
-            })
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.has_code(&["InvalidPermission.Duplicate"]) => {}
+        let authorize = |rules: Vec<IngressRule>| async move {
+            let permissions: Vec<_> = rules.iter().map(IngressRule::to_permission).collect();
+            clients
+                .calls
+                .run(ops::AUTHORIZE_INGRESS, || {
+                    clients
+                        .ec2
+                        .authorize_security_group_ingress()
+                        .group_id(group)
+                        .set_ip_permissions(Some(permissions.clone()))
+                        .send()
+                })
+                .await
+                .map(|_| ())
+        };
+        one_by_one_on(THERE, &changes.authorize, authorize).await?;
+    }
+    Ok(())
+}
+
+/// Runs `call` for all `rules` at once; when that fails with one of `done_codes` (the request
+/// was refused as a whole because part of it is already done), runs it for each rule alone,
+/// skipping those that fail with `done_codes`.
+async fn one_by_one_on<F, Fut>(
+    done_codes: &[&str],
+    rules: &[IngressRule],
+    call: F,
+) -> Result<(), AwsError>
+where
+    F: Fn(Vec<IngressRule>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), AwsError>>,
+{
+    match call(rules.to_vec()).await {
+        Ok(()) => return Ok(()),
+        Err(e) if e.has_code(done_codes) && rules.len() > 1 => {}
+        Err(e) if e.has_code(done_codes) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    for rule in rules {
+        match call(vec![rule.clone()]).await {
+            Ok(()) => {}
+            Err(e) if e.has_code(done_codes) => {}
             Err(e) => return Err(e),
         }
     }

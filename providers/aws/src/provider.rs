@@ -25,6 +25,7 @@ use crate::config::{CloudConfig, NlbSecurityGroupMode};
 use crate::desired::{self, Context, Placement};
 use crate::discovery::{Discovery, InstanceInfo, instance_id_from_provider_id, select_subnets};
 use crate::error::AwsError;
+use crate::inventory::Inventory;
 use crate::naming::{clb_security_group_description, clb_security_group_name};
 use crate::nlb;
 use crate::nlb::plan::{NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg};
@@ -59,6 +60,8 @@ pub struct AwsProvider {
     cluster_id: String,
     discovery: Discovery,
     verified: Mutex<HashMap<String, Verified>>,
+    /// Listings the first pass after a start (and each full resync wave) shares.
+    inventory: Inventory,
 }
 
 fn status(hostname: Option<String>) -> LoadBalancerStatus {
@@ -123,6 +126,7 @@ impl AwsProvider {
             cluster_id,
             discovery: Discovery::default(),
             verified: Mutex::new(HashMap::new()),
+            inventory: Inventory::default(),
         }
     }
 
@@ -160,6 +164,9 @@ impl AwsProvider {
     }
 
     fn remember(&self, name: &str, verified: Option<Verified>) {
+        if verified.is_none() {
+            self.inventory.forget(name);
+        }
         if let Ok(mut map) = self.verified.lock() {
             match verified {
                 Some(v) => map.insert(name.to_string(), v),
@@ -336,7 +343,7 @@ impl AwsProvider {
                     .await?;
             }
             let changes = diff_rules(&group.ingress, &rules, |_| true);
-            nodes::apply_rule_changes(&self.clients, &group.id, &changes).await?;
+            self.apply_rules(&group.id, &changes).await?;
             return Ok(group.id.clone());
         }
         let tags = security_group_tags(&self.cluster_id, &aws.additional_tags);
@@ -368,7 +375,7 @@ impl AwsProvider {
             .ok_or_else(|| AwsError::Unexpected("CreateSecurityGroup returned no ID".into()))?
             .to_string();
         let changes = diff_rules(&[], &rules, |_| true);
-        nodes::apply_rule_changes(&self.clients, &id, &changes).await?;
+        self.apply_rules(&id, &changes).await?;
         Ok(id)
     }
 
@@ -419,12 +426,27 @@ impl AwsProvider {
             }
         }
 
-        let observed = clb::io::describe(&self.clients, &name).await?;
+        // The first pass after a start reads from one listing of all load balancers.
+        let (observed, listed_tags) = match self
+            .inventory
+            .take_clb(&self.clients, &name, self.config.full_resync)
+            .await?
+        {
+            Some(Some(mut listed)) => {
+                let tags = listed.tags.take();
+                (Some(listed), tags)
+            }
+            Some(None) => (None, None),
+            None => (clb::io::describe(&self.clients, &name).await?, None),
+        };
         // Someone else's load balancer under this name is left untouched: checked before
         // anything (the security group) is created for it.
         let observed_tags = match &observed {
             Some(_) => {
-                let tags = clb::io::read_tags(&self.clients, &name).await?;
+                let tags = match listed_tags {
+                    Some(tags) => tags,
+                    None => clb::io::read_tags(&self.clients, &name).await?,
+                };
                 self.check_owner(
                     &spec.service,
                     &tags,
@@ -451,13 +473,16 @@ impl AwsProvider {
             None
         } else {
             Some(
-                nodes::observe_groups(
-                    &self.clients,
-                    &self.cluster_tag(),
-                    Some(&vpc),
-                    &candidate_groups,
-                )
-                .await?,
+                self.inventory
+                    .groups(
+                        &self.clients,
+                        &name,
+                        &self.cluster_tag(),
+                        &vpc,
+                        &candidate_groups,
+                        self.config.full_resync,
+                    )
+                    .await?,
             )
         };
         let mut groups = if !aws.security_groups.is_empty() {
@@ -508,7 +533,7 @@ impl AwsProvider {
                 Ownership::ClbSource(&sources),
             );
             for (group, changes) in &plan {
-                nodes::apply_rule_changes(&self.clients, group, changes).await?;
+                self.apply_rules(group, changes).await?;
             }
         }
 
@@ -524,10 +549,13 @@ impl AwsProvider {
         Ok(status(dns))
     }
 
+    /// `retire_clb`: whether this Service's Classic ELB may still exist (a change of kind, or
+    /// nothing verified by this process yet). It is then removed before an NLB is created.
     async fn ensure_nlb(
         &self,
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
+        retire_clb: bool,
     ) -> Result<LoadBalancerStatus, AwsError> {
         let name = load_balancer_name(&spec.service.uid);
         let instances = self.instances(spec, backends).await?;
@@ -615,15 +643,29 @@ impl AwsProvider {
             }
         }
 
-        let mut observed = nlb::io::describe(&self.clients, &name).await?;
+        // The first pass after a start reads from one listing of all load balancers.
+        let (mut observed, prefetched) = match self
+            .inventory
+            .take_nlb(&self.clients, &name, self.config.full_resync)
+            .await?
+        {
+            Some(Some((listed, prefetched))) => (Some(listed), Some(prefetched)),
+            Some(None) => (None, None),
+            None => (nlb::io::describe(&self.clients, &name).await?, None),
+        };
         if let Some(seen) = observed.as_mut() {
-            nlb::io::observe_details(&self.clients, seen).await?;
+            nlb::io::observe_details(&self.clients, seen, prefetched.as_ref()).await?;
             self.check_owner(
                 &spec.service,
                 seen.tags.as_ref().unwrap_or(&BTreeMap::new()),
                 "NLB",
                 ops::V2_CREATE_LOAD_BALANCER,
             )?;
+        }
+        // An NLB found and ours proves there is no Classic ELB of this Service beside it (every
+        // NLB create follows a confirmed absence of the ELB), as the converse does for ELBs.
+        if retire_clb && observed.is_none() {
+            crate::delete::retire_clb(self, spec, false).await?;
         }
         let vpc = self.vpc(&instances, None)?;
         let internal = spec.scheme == kube_lb_annotations::Scheme::Internal;
@@ -682,13 +724,17 @@ impl AwsProvider {
             let vpc_cidrs = self.discovery.vpc_cidrs(&self.clients, &vpc).await?;
             let inputs = desired::nlb_node_rule_inputs(spec)?;
             let rules = nodes::nlb_node_rules(&name, &inputs, &vpc_cidrs);
-            let observed_groups = nodes::observe_groups(
-                &self.clients,
-                &self.cluster_tag(),
-                Some(&vpc),
-                &candidate_groups,
-            )
-            .await?;
+            let observed_groups = self
+                .inventory
+                .groups(
+                    &self.clients,
+                    &name,
+                    &self.cluster_tag(),
+                    &vpc,
+                    &candidate_groups,
+                    self.config.full_resync,
+                )
+                .await?;
             // The cluster-tagged groups include a Classic ELB's own group left by a kind change
             // interrupted between deleting the ELB and its group: finish that removal.
             let clb_group = clb_security_group_name(&name);
@@ -704,7 +750,7 @@ impl AwsProvider {
                 Ownership::Nlb(&name),
             );
             for (group, changes) in &plan {
-                nodes::apply_rule_changes(&self.clients, group, changes).await?;
+                self.apply_rules(group, changes).await?;
             }
         }
 
@@ -772,6 +818,20 @@ impl AwsProvider {
         self.cluster_tag()
     }
 
+    /// Applies one group's rule changes and keeps the shared group listings in step with them.
+    pub(crate) async fn apply_rules(
+        &self,
+        group: &str,
+        changes: &crate::sg::RuleChanges,
+    ) -> Result<(), AwsError> {
+        let result = nodes::apply_rule_changes(&self.clients, group, changes).await;
+        match &result {
+            Ok(()) => self.inventory.applied(group, changes),
+            Err(_) => self.inventory.forget_groups(),
+        }
+        result
+    }
+
     pub(crate) fn forget(&self, name: &str) {
         self.remember(name, None);
     }
@@ -815,15 +875,8 @@ impl LoadBalancerProvider for AwsProvider {
                 self.ensure_clb(spec, backends, retire_nlb).await
             }
             AwsLoadBalancerKind::Nlb => {
-                let retired = if verified_kind == Some(AwsLoadBalancerKind::Nlb) {
-                    Ok(())
-                } else {
-                    crate::delete::retire_clb(self, spec, false).await
-                };
-                match retired {
-                    Ok(()) => self.ensure_nlb(spec, backends).await,
-                    Err(e) => Err(e),
-                }
+                let retire_clb = verified_kind != Some(AwsLoadBalancerKind::Nlb);
+                self.ensure_nlb(spec, backends, retire_clb).await
             }
         };
         result.map_err(|e| {

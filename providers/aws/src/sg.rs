@@ -68,7 +68,7 @@ impl IngressRule {
     }
 
     /// The identity EC2 uses: everything but the description.
-    fn identity(&self) -> (&str, Option<i32>, Option<i32>, &RuleSource) {
+    pub(crate) fn identity(&self) -> (&str, Option<i32>, Option<i32>, &RuleSource) {
         (&self.protocol, self.from_port, self.to_port, &self.source)
     }
 

@@ -487,3 +487,148 @@ async fn a_kind_change_stopped_after_any_step_converges_to_one_load_balancer() {
         assert!(steps >= 3, "{from}→{to}: only {steps} changes interrupted");
     }
 }
+
+/// The listeners of the Service's NLB: (port, target group it forwards to).
+async fn nlb_listeners(env: &Env, spec: &LoadBalancerSpec) -> Vec<(i32, String)> {
+    let name = load_balancer_name(&spec.service.uid);
+    let lbs = env
+        .elbv2
+        .describe_load_balancers()
+        .names(&name)
+        .send()
+        .await
+        .unwrap();
+    let arn = lbs.load_balancers()[0].load_balancer_arn().unwrap();
+    let listeners = env
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(arn)
+        .send()
+        .await
+        .unwrap();
+    let mut out: Vec<(i32, String)> = listeners
+        .listeners()
+        .iter()
+        .map(|l| {
+            let target = l
+                .default_actions()
+                .iter()
+                .find_map(|a| a.target_group_arn())
+                .unwrap_or_default();
+            (l.port().unwrap_or_default(), target.to_string())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_refused_listener_change_leaves_the_port_served_and_converges_once_allowed() {
+    let env = Env::start().await;
+    let faulty = Faulty::start(&env).await;
+    let n = 40;
+    let spec = service(n, "nlb").spec();
+    converge(&env, &faulty, &spec).await;
+    let before = nlb_listeners(&env, &spec).await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    // A new node port needs a new target group and the listener moved onto it.
+    let moved = svc(&format!("svc{n}"), &uid(n))
+        .port("tcp", 80, 30081, "TCP")
+        .aws("type", "nlb")
+        .spec();
+    faulty.proxy.set_plan(FaultPlan::Refuse {
+        action: "ModifyListener",
+        code: "ValidationError",
+    });
+    for attempt in 0..2 {
+        let error = faulty
+            .restarted(&env)
+            .ensure(&moved, &env.nodes(&env.instances))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::User { message } if message.contains("ModifyListener")),
+            "attempt {attempt}: {error:?}"
+        );
+        // The port keeps its listener, still forwarding to the target group it had.
+        assert_eq!(
+            nlb_listeners(&env, &spec).await,
+            before,
+            "attempt {attempt}"
+        );
+        let prefix = target_group_prefix(&spec.service);
+        let groups = env.target_group_names().await;
+        let ours = groups.iter().filter(|n| n.starts_with(&prefix)).count();
+        assert!(
+            ours <= 2,
+            "attempt {attempt}: a retry made another target group: {groups:?}"
+        );
+    }
+    faulty.proxy.set_plan(FaultPlan::None);
+    converge(&env, &faulty, &moved).await;
+    let after = nlb_listeners(&env, &moved).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(after, before, "the listener moved to the new target group");
+    assert_eq!(
+        inventory(&env, &moved).await,
+        Inventory::expected(&moved, "nlb"),
+        "the old target group is gone once the listener moved"
+    );
+    assert_converged(&env, &faulty, &moved, "refused ModifyListener").await;
+    faulty.restarted(&env).delete(&moved.service).await.unwrap();
+    assert_eq!(inventory(&env, &moved).await, Inventory::default());
+}
+
+#[tokio::test]
+async fn garbled_cloud_answers_are_errors_not_panics_and_converge_afterwards() {
+    let env = Env::start().await;
+    let faulty = Faulty::start(&env).await;
+    // (kind, action whose every answer is replaced by a body that is not the API's XML; the
+    // call itself reached moto and took effect where it mutates)
+    let cases = [
+        ("clb", "DescribeLoadBalancers"),
+        ("clb", "CreateSecurityGroup"),
+        ("clb", "AuthorizeSecurityGroupIngress"),
+        ("clb", "CreateLoadBalancer"),
+        ("clb", "ConfigureHealthCheck"),
+        ("nlb", "DescribeLoadBalancers"),
+        ("nlb", "CreateLoadBalancer"),
+        ("nlb", "CreateTargetGroup"),
+        ("nlb", "RegisterTargets"),
+        ("nlb", "CreateListener"),
+        ("nlb", "DescribeSecurityGroups"),
+        ("nlb", "AuthorizeSecurityGroupIngress"),
+    ];
+    for (i, (kind, action)) in cases.into_iter().enumerate() {
+        let case = format!("{kind} {action} garbled");
+        let spec = service(50 + i, kind).spec();
+        let garbled_before = faulty.proxy.lost().len();
+        faulty.proxy.set_plan(FaultPlan::Garble {
+            action: Some(action),
+        });
+        // Whatever the answer, nothing panics and an error says which operation failed. (An
+        // answer with nothing in it that the client needs, RegisterTargets', may pass: the
+        // call took effect, and the state is checked below.)
+        if let Err(error) = faulty
+            .restarted(&env)
+            .ensure(&spec, &env.nodes(&env.instances))
+            .await
+        {
+            assert!(error.to_string().contains(action), "{case}: {error}");
+        }
+        assert!(
+            faulty.proxy.lost().len() > garbled_before,
+            "{case}: the action was called and its answer garbled"
+        );
+        faulty.proxy.set_plan(FaultPlan::None);
+        converge(&env, &faulty, &spec).await;
+        assert_eq!(
+            inventory(&env, &spec).await,
+            Inventory::expected(&spec, kind),
+            "{case}"
+        );
+        assert_converged(&env, &faulty, &spec, &case).await;
+        faulty.restarted(&env).delete(&spec.service).await.unwrap();
+        assert_eq!(inventory(&env, &spec).await, Inventory::default(), "{case}");
+    }
+}

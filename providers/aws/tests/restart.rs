@@ -38,20 +38,92 @@ async fn restart_resync_reads_each_classic_elb_and_shared_lookups_once() {
     }
     let pass = meter.take();
     assert_eq!(pass.mutations(), 0, "{pass:?}");
-    // Per Classic ELB its own resources: the ELB (description, tags, attributes) and its
-    // security group, which one DescribeSecurityGroups reads together with the node groups.
-    // Shared lookups once for all Services; no NLB lookup for a Service whose ELB is found.
+    // A Classic ELB is made of the ELB and its security group. The ELBs named like ours are
+    // listed together (one page, tags in batches of 20) and the cluster's groups in one
+    // listing shared with the node groups; what is left per ELB is its attributes. Shared
+    // lookups once for all Services; no NLB lookup for a Service whose ELB is found.
     let n = N as u64;
     let want: std::collections::BTreeMap<&str, u64> = [
         ("ec2:DescribeInstances", 1),
         ("ec2:DescribeRouteTables", 1),
         ("ec2:DescribeSubnets", 1),
-        ("ec2:DescribeSecurityGroups", n),
+        ("ec2:DescribeSecurityGroups", 1),
         ("elb:DescribeLoadBalancerAttributes", n),
-        ("elb:DescribeLoadBalancers", n),
-        ("elb:DescribeTags", n),
+        ("elb:DescribeLoadBalancers", 1),
+        ("elb:DescribeTags", n.div_ceil(20)),
     ]
     .into_iter()
     .collect();
     assert_eq!(pass.operations(CallKind::Read), want);
+    let per_lb = pass.reads() as f64 / N as f64;
+    assert!(
+        per_lb <= 2.0,
+        "{per_lb:.2} reads per Classic ELB (2 resources)"
+    );
+
+    // The listing speaks for each Service once: the next full pass (a change, say) reads the
+    // ELB itself again, and a load balancer changed behind its back is seen.
+    let meter = Meter::new(&restarted);
+    restarted.delete(&services[0].service).await.unwrap();
+    restarted.ensure(&services[0], &nodes).await.unwrap();
+    let recreated = meter.take();
+    assert_eq!(
+        recreated
+            .operations(CallKind::Mutate)
+            .get("elb:CreateLoadBalancer"),
+        Some(&1),
+        "a Service whose ELB was deleted after the listing gets a new one: {recreated:?}"
+    );
+}
+
+#[tokio::test]
+async fn restart_resync_reads_each_nlb_from_shared_listings() {
+    const N: usize = 12;
+    let env = Env::start().await;
+    let nodes = env.nodes(&env.instances);
+    let services: Vec<_> = (0..N)
+        .map(|i| {
+            svc(&format!("nlb{i}"), &uid(i))
+                .aws("type", "nlb")
+                .port("http", 80, 30080 + u16::try_from(i).unwrap(), "TCP")
+                .spec()
+        })
+        .collect();
+    let first = env.provider(env.config());
+    for spec in &services {
+        first.ensure(spec, &nodes).await.unwrap();
+    }
+
+    let restarted = env.provider(env.config());
+    let meter = Meter::new(&restarted);
+    for spec in &services {
+        restarted.ensure(spec, &nodes).await.unwrap();
+    }
+    let pass = meter.take();
+    assert_eq!(pass.mutations(), 0, "{pass:?}");
+    // An NLB with one port is made of the load balancer, its listener, its target group and
+    // two rules in the node security group (client traffic, path-MTU discovery): 5 resources.
+    // Load balancers, target groups and their tags are listed together (an NLB found and
+    // ours also proves no Classic ELB of the Service is left); per NLB: its listeners, the
+    // target group's targets and attributes, and the load balancer's attributes.
+    let n = N as u64;
+    let want: std::collections::BTreeMap<&str, u64> = [
+        ("ec2:DescribeInstances", 1),
+        ("ec2:DescribeRouteTables", 1),
+        ("ec2:DescribeSubnets", 1),
+        ("ec2:DescribeSecurityGroups", 1),
+        ("ec2:DescribeVpcs", 1),
+        ("elbv2:DescribeLoadBalancers", 1),
+        ("elbv2:DescribeTargetGroups", 1),
+        ("elbv2:DescribeTags", (2 * n).div_ceil(20)),
+        ("elbv2:DescribeListeners", n),
+        ("elbv2:DescribeTargetHealth", n),
+        ("elbv2:DescribeTargetGroupAttributes", n),
+        ("elbv2:DescribeLoadBalancerAttributes", n),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(pass.operations(CallKind::Read), want);
+    let per_lb = pass.reads() as f64 / N as f64;
+    assert!(per_lb <= 5.0, "{per_lb:.2} reads per NLB (5 resources)");
 }

@@ -496,3 +496,111 @@ async fn a_public_ip_with_our_name_but_another_owner_is_not_taken_over() {
         );
     }
 }
+
+/// What the cloud holds for the cluster's Services: load balancers with the names of their
+/// frontends, rules and probes, public IPs, managed security rules.
+fn cloud_state(arm: &MockArm) -> Vec<String> {
+    let mut out = Vec::new();
+    for lb in arm.load_balancers() {
+        let name = lb["name"].as_str().unwrap_or("?").to_string();
+        for collection in ["frontendIPConfigurations", "loadBalancingRules", "probes"] {
+            for child in names(&lb["properties"][collection]) {
+                out.push(format!("{name}/{collection}/{child}"));
+            }
+        }
+        out.push(format!("loadBalancer/{name}"));
+    }
+    for pip in arm.public_ips() {
+        out.push(format!("publicIP/{}", pip["name"].as_str().unwrap_or("?")));
+    }
+    out.extend(managed_rules(arm).into_keys().map(|r| format!("rule/{r}")));
+    out.sort();
+    out
+}
+
+/// A move between the public and the internal load balancer is break-before-make; stopped
+/// before any one of its changes — as a SIGKILL there would stop it — a restarted provider
+/// finishes it: the Service on the new load balancer only, a free resync, a clean delete.
+#[tokio::test]
+async fn a_scheme_switch_stopped_before_any_of_its_changes_converges_after_a_restart() {
+    let internal = svc("db", UID_A).internal();
+    let public = svc("db", UID_A);
+    for (from, to, what) in [
+        (&public, &internal, "public → internal"),
+        (&internal, &public, "internal → public"),
+    ] {
+        let reference = harness().await;
+        reference
+            .provider
+            .ensure(&from.spec(), &nodes(2))
+            .await
+            .unwrap();
+        let mark = reference.arm.mutations().len();
+        reference.provider.ensure(&to.spec(), &nodes(2)).await.unwrap();
+        let steps: Vec<_> = reference.arm.mutations().split_off(mark);
+        let end = cloud_state(&reference.arm);
+        assert!(steps.len() >= 2, "{what}: {steps:?}");
+
+        for (k, step) in steps.iter().enumerate() {
+            let case = format!("{what}, stopped before change {k} ({} {})", step.method, step.path);
+            let h = harness().await;
+            h.provider.ensure(&from.spec(), &nodes(2)).await.unwrap();
+            let mark = h.arm.mutations().len();
+            // The mock matches a path substring, case-insensitively: count the earlier
+            // changes it would match the same way.
+            let earlier = steps[..k]
+                .iter()
+                .filter(|s| {
+                    s.method == step.method
+                        && s.path.to_lowercase().contains(&step.path.to_lowercase())
+                })
+                .count();
+            h.arm.inject(Fault {
+                method: Some(step.method.clone()),
+                path_contains: step.path.clone(),
+                skip: u32::try_from(earlier).unwrap(),
+                times: 1000,
+                action: kube_lb_mock_azure::FaultAction::Respond {
+                    error: ArmError::bad_request("InjectedStop", "injected: stopped here"),
+                    retry_after: None,
+                },
+            });
+            let stopped = h.provider.ensure(&to.spec(), &nodes(2)).await;
+            assert!(stopped.is_err(), "{case}: {stopped:?}");
+            let made: Vec<(String, String)> = h.arm.mutations()[mark..]
+                .iter()
+                .take(k)
+                .map(|e| (e.method.clone(), e.path.clone()))
+                .collect();
+            let expected: Vec<(String, String)> = steps[..k]
+                .iter()
+                .map(|e| (e.method.clone(), e.path.clone()))
+                .collect();
+            assert_eq!(made, expected, "{case}: the same changes led up to it");
+            h.arm.clear_faults();
+            let restarted =
+                kube_lb_provider_azure::AzureProvider::new(&h.config, CLUSTER, fast_options())
+                    .unwrap();
+            restarted
+                .ensure(&to.spec(), &nodes(2))
+                .await
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(cloud_state(&h.arm), end, "{case}");
+            let mark = h.arm.mutations().len();
+            restarted.ensure(&to.spec(), &nodes(2)).await.unwrap();
+            assert_eq!(
+                h.arm.mutations().len(),
+                mark,
+                "{case}: the resync after convergence changed something"
+            );
+            restarted.delete(&to.spec().service).await.unwrap();
+            assert!(
+                cloud_state(&h.arm).iter().all(|e| !e.contains("publicIP")
+                    && !e.contains("/frontendIPConfigurations/")
+                    && !e.starts_with("rule/")),
+                "{case}: delete left {:?}",
+                cloud_state(&h.arm)
+            );
+        }
+    }
+}

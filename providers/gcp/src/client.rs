@@ -14,7 +14,7 @@ use kube_lb_provider_core::{CallKind, CloudApi, ProviderError};
 use crate::error::{Failure, GcpError};
 use crate::model::{
     Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind, InstanceGroup,
-    RulePorts, TargetPool, Timing, canon, merge_ranges, parse_range, range_text,
+    RulePorts, TargetPool, Timing, canon, link_name, merge_ranges, parse_range, range_text,
 };
 
 /// Longest `Retry-After` honoured in place; longer ones go back to the controller's backoff.
@@ -355,6 +355,77 @@ impl Gce {
             match list.next_page_token {
                 Some(next) if !next.is_empty() => page_token = next,
                 _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Whether any target pool (legacy HTTP check) or regional backend service (HTTP check) of
+    /// the region refers to the health check `name`: read (paged lists) before a shared check
+    /// is collected, so a check in use is never sent a delete.
+    pub async fn health_check_referenced(
+        &self,
+        kind: HealthCheckKind,
+        name: &str,
+    ) -> Result<bool, ProviderError> {
+        let refers = |links: &[String]| {
+            links.iter().any(|link| {
+                link_name(link) == name && link.contains(&format!("/{}/", kind.collection()))
+            })
+        };
+        let mut page_token = String::new();
+        loop {
+            let token = page_token.clone();
+            let (found, next) = match kind {
+                HealthCheckKind::LegacyHttp => {
+                    let list = self
+                        .call("targetPools", "targetPools.list", CallKind::Read, || {
+                            self.clients
+                                .target_pools
+                                .list()
+                                .set_project(&self.project)
+                                .set_region(&self.region)
+                                .set_page_token(&token)
+                                .send()
+                        })
+                        .await?
+                        .map_err(|f| f.into_provider_error("targetPools.list"))?;
+                    (
+                        list.items.iter().any(|pool| refers(&pool.health_checks)),
+                        list.next_page_token,
+                    )
+                }
+                HealthCheckKind::Http => {
+                    let list = self
+                        .call(
+                            "backendServices",
+                            "regionBackendServices.list",
+                            CallKind::Read,
+                            || {
+                                self.clients
+                                    .backend_services
+                                    .list()
+                                    .set_project(&self.project)
+                                    .set_region(&self.region)
+                                    .set_page_token(&token)
+                                    .send()
+                            },
+                        )
+                        .await?
+                        .map_err(|f| f.into_provider_error("regionBackendServices.list"))?;
+                    (
+                        list.items
+                            .iter()
+                            .any(|service| refers(&service.health_checks)),
+                        list.next_page_token,
+                    )
+                }
+            };
+            if found {
+                return Ok(true);
+            }
+            match next {
+                Some(next) if !next.is_empty() => page_token = next,
+                _ => return Ok(false),
             }
         }
     }

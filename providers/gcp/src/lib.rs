@@ -189,6 +189,9 @@ pub struct GcpProvider {
     shared: tokio::sync::Mutex<()>,
     /// Node VMs and shared objects, looked up once for all Services.
     cache: Cache,
+    /// The shared node health checks are checked for leftovers before the next sync: set at
+    /// start and after any failed sync or delete (see [`GcpProvider::collect_shared_leftovers`]).
+    leftovers_due: std::sync::atomic::AtomicBool,
 }
 
 impl GcpProvider {
@@ -261,6 +264,7 @@ impl GcpProvider {
             node_tags: config.node_tags.clone(),
             shared: tokio::sync::Mutex::new(()),
             cache: Cache::new(options.cache_ttl),
+            leftovers_due: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -828,6 +832,7 @@ impl GcpProvider {
         let (backends, target_tags) = self.resolve_nodes(backends).await?;
         let desired = desired(spec, &backends, &self.settings, &target_tags)?;
         let _shared = self.shared.lock().await;
+        Box::pin(self.collect_shared_leftovers()).await?;
         let mut observed = Box::pin(self.observe(&desired)).await?;
         if let Some((kind, name, owner)) = adopt::foreign(&desired, &observed) {
             return Err(ProviderError::environment(
@@ -869,6 +874,74 @@ impl GcpProvider {
         })
     }
 
+    /// Removes a shared node health check (either kind) that nothing refers to any more, with
+    /// its firewall, and such a firewall whose check is gone. A change of scheme or a delete
+    /// stopped between removing a Service's target pool or backend service and removing the
+    /// shared check it was the last user of leaves them behind, and nothing in that Service's
+    /// own resources points at them any more. Runs under the `shared` lock, so no sync of ours
+    /// is half way through creating a check that is not referenced yet; reads first, so a
+    /// check in use is never sent a delete and a no-op pass stays free of mutations.
+    async fn collect_shared_leftovers(&self) -> Result<(), ProviderError> {
+        use std::sync::atomic::Ordering;
+        if !self.leftovers_due.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let result = self.collect_shared_leftovers_now().await;
+        if result.is_err() {
+            self.leftovers_due.store(true, Ordering::SeqCst);
+        }
+        result
+    }
+
+    async fn collect_shared_leftovers_now(&self) -> Result<(), ProviderError> {
+        let name = desired::shared_health_check_name(&self.settings.cluster_id);
+        // Only what the cluster's own descriptions mark (kube-lb's, or upstream's) is removed;
+        // another cluster's check under the same name is not ours to judge.
+        let ours = |description: &str| {
+            let marks = [
+                serde_json::json!({ "kubernetes.io/cluster-id": self.settings.cluster_id })
+                    .to_string(),
+                desired::service_description(&name),
+            ];
+            let marks: Vec<&str> = marks.iter().map(String::as_str).collect();
+            adopt::adoption_any(&marks, description) == adopt::Adoption::Adopt
+        };
+        for kind in [HealthCheckKind::LegacyHttp, HealthCheckKind::Http] {
+            let firewall_name = desired::health_check_firewall_name(kind, &name, "");
+            let now = Instant::now();
+            let check = self.gce.get_health_check(kind, &name).await?;
+            let orphaned = match &check {
+                Some(check) => {
+                    ours(&check.description)
+                        && !self.gce.health_check_referenced(kind, &name).await?
+                }
+                None => {
+                    let firewall = self.gce.get_firewall(&firewall_name).await?;
+                    let orphaned = firewall.as_ref().is_some_and(|f| ours(&f.description));
+                    self.cache.put_firewall(&firewall_name, firewall, now);
+                    orphaned
+                }
+            };
+            // What was read serves the Services' syncs that follow (the cache's usual TTL).
+            self.cache.put_health_check(kind, &name, check, now);
+            if orphaned {
+                tracing::info!(
+                    provider = "gcp",
+                    health_check = %name,
+                    kind = kind.collection(),
+                    "removing a shared node health check (or its firewall) that nothing uses, left by an interrupted change"
+                );
+                let action = Action::DeleteHealthCheck {
+                    kind,
+                    name: name.clone(),
+                    firewall: firewall_name,
+                };
+                self.apply_all(std::slice::from_ref(&action), &name).await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn apply_all(&self, actions: &[Action], lb: &str) -> Result<(), ProviderError> {
         for action in actions {
             // Forgotten before the call: whether it succeeds, fails or its answer is lost, the
@@ -899,6 +972,8 @@ impl LoadBalancerProvider for GcpProvider {
         if result.is_err() {
             // The failure may be a VM or shared object gone behind our back: look again.
             self.cache.clear();
+            self.leftovers_due
+                .store(true, std::sync::atomic::Ordering::SeqCst);
         }
         result
     }
@@ -916,6 +991,8 @@ impl LoadBalancerProvider for GcpProvider {
         let result = self.apply_all(&actions, &lb).await;
         if result.is_err() {
             self.cache.clear();
+            self.leftovers_due
+                .store(true, std::sync::atomic::Ordering::SeqCst);
         }
         result
     }

@@ -1088,11 +1088,13 @@ async fn a_resource_with_our_name_but_another_owner_is_left_alone() {
 ///   of 4 + shared health check, its firewall and the zones' instance groups).
 ///
 /// Shared, once per pass: one `instances.list` per zone with nodes (2), the two node health
-/// checks and their firewalls (4), each zone's instance group with its members (2 × 2).
+/// checks and their firewalls (4), each zone's instance group with its members (2 × 2), and
+/// the check that each node health check is still used by something (one target-pool and one
+/// backend-service list, 2) before a start's look for leftovers of interrupted changes.
 #[tokio::test]
 async fn restart_resync_reads_each_load_balancer_once_and_shared_pieces_once() {
     const N: usize = 18;
-    const SHARED_READS: usize = 2 + 4 + 4;
+    const SHARED_READS: usize = 2 + 4 + 4 + 2;
     let env = env().await;
     let services: Vec<(Svc, usize)> = (0..N)
         .map(|i| {
@@ -1150,4 +1152,100 @@ async fn restart_resync_reads_each_load_balancer_once_and_shared_pieces_once() {
         .collect();
     assert_eq!(attributed + shared.len(), journal.len());
     assert_eq!(shared.len(), SHARED_READS, "{shared:?}");
+}
+
+/// `text` as a regular expression matching only itself.
+fn literal(text: &str) -> String {
+    text.chars().fold(String::new(), |mut out, c| {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+        out
+    })
+}
+
+/// A change of scheme (external ↔ internal) is break-before-make; stopped before any one of
+/// its changes — as a SIGKILL there would stop it — a restarted provider finishes it: one load
+/// balancer of the new scheme, nothing of the old one, a free resync, and a delete that leaves
+/// nothing.
+#[tokio::test]
+async fn a_scheme_switch_stopped_before_any_of_its_changes_converges_after_a_restart() {
+    let external = svc(UID);
+    let internal = svc(UID).internal();
+    for (from, to, what) in [
+        (&external, &internal, "external → internal"),
+        (&internal, &external, "internal → external"),
+    ] {
+        // The uninterrupted switch, for its sequence of changes and its end state.
+        let reference = env().await;
+        reference
+            .provider
+            .ensure(&from.spec(), &two_nodes())
+            .await
+            .unwrap();
+        let mark = reference.gce.journal_len();
+        reference
+            .provider
+            .ensure(&to.spec(), &two_nodes())
+            .await
+            .unwrap();
+        let steps = reference.gce.mutations_since(mark);
+        let end = footprint(&reference.gce);
+        assert!(steps.len() >= 4, "{what}: {:?}", shorts(&steps));
+
+        for (k, step) in steps.iter().enumerate() {
+            let case = format!("{what}, stopped before change {k} ({})", step.short());
+            let env = env().await;
+            env.provider
+                .ensure(&from.spec(), &two_nodes())
+                .await
+                .unwrap();
+            let mark = env.gce.journal_len();
+            let earlier = steps[..k]
+                .iter()
+                .filter(|s| s.method == step.method && s.path == step.path)
+                .count();
+            env.gce.inject(
+                Fault::on(
+                    &step.method,
+                    &format!("^{}$", literal(&step.path)),
+                    FaultResponse::Http(ApiError::new(400, "invalid", "injected: stopped here")),
+                )
+                .nth(u32::try_from(earlier + 1).unwrap())
+                .times(1000),
+            );
+            let stopped = provider_for(&env.gce)
+                .await
+                .ensure(&to.spec(), &two_nodes())
+                .await;
+            assert!(stopped.is_err(), "{case}: {stopped:?}");
+            let made: Vec<String> = env
+                .gce
+                .mutations_since(mark)
+                .iter()
+                .take(k)
+                .map(JournalEntry::short)
+                .collect();
+            assert_eq!(
+                made,
+                shorts(&steps[..k]),
+                "{case}: the same changes led up to it"
+            );
+            env.gce.clear_faults();
+            let restarted = provider_for(&env.gce).await;
+            restarted
+                .ensure(&to.spec(), &two_nodes())
+                .await
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(footprint(&env.gce), end, "{case}");
+            let resync = Env {
+                gce: env.gce,
+                provider: restarted,
+            };
+            assert_noop_resync(&resync, &to.spec(), &two_nodes()).await;
+            resync.provider.delete(&to.key()).await.unwrap();
+            assert_nothing_left(&resync.gce);
+        }
+    }
 }

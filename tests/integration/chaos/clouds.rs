@@ -120,6 +120,25 @@ mod aws {
         }
     }
 
+    /// The ingress rules of a DescribeSecurityGroups answer for one group, as inventory entries:
+    /// `noderule/<description>` and `noderule/from/<source group>`.
+    fn node_rules(answer: &str) -> Vec<String> {
+        let Some(start) = answer.find("<ipPermissions>") else {
+            return Vec::new();
+        };
+        let section = &answer[start..];
+        let section = &section[..section.find("</ipPermissions>").unwrap_or(section.len())];
+        xml_values(section, "description")
+            .into_iter()
+            .map(|description| format!("noderule/{description}"))
+            .chain(
+                xml_values(section, "groupId")
+                    .into_iter()
+                    .map(|group| format!("noderule/from/{group}")),
+            )
+            .collect()
+    }
+
     #[async_trait]
     impl ChaosCloud for Aws {
         fn name(&self) -> &'static str {
@@ -199,6 +218,18 @@ mod aws {
                     inventory.others.push(format!("securitygroup/{id}"));
                 }
             }
+            // The node group starts with no ingress rule: every rule in it is one kube-lb
+            // added (NLB rules carry the load balancer's name in their description, Classic
+            // ELB rules admit the ELB's own group).
+            let node_group = self
+                .moto
+                .ec2(
+                    "DescribeSecurityGroups",
+                    &[("GroupId.1", &self.network.node_security_group)],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            inventory.others.extend(node_rules(&node_group));
             Ok(inventory)
         }
         fn kind_switch(&self) -> Option<(&'static str, &'static str)> {

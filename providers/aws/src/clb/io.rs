@@ -34,9 +34,104 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<ClbObserve
         Err(e) if e.has_code(&["LoadBalancerNotFound", "AccessPointNotFound"]) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let Some(lb) = response.load_balancer_descriptions().first() else {
-        return Ok(None);
-    };
+    Ok(response
+        .load_balancer_descriptions()
+        .first()
+        .map(observed_from_description))
+}
+
+/// Every Classic ELB of the account and region (paged, 400 per call), keyed by name, filled as
+/// [`describe`] fills one: the first pass after a restart reads them together instead of one
+/// call each.
+pub async fn list(clients: &Clients) -> Result<BTreeMap<String, ClbObserved>, AwsError> {
+    let mut found = BTreeMap::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let response = clients
+            .calls
+            .run(ops::ELB_DESCRIBE_LOAD_BALANCERS, || {
+                clients
+                    .elb
+                    .describe_load_balancers()
+                    .page_size(400)
+                    .set_marker(marker.clone())
+                    .send()
+            })
+            .await?;
+        for lb in response.load_balancer_descriptions() {
+            if let Some(name) = lb.load_balancer_name() {
+                found.insert(name.to_string(), observed_from_description(lb));
+            }
+        }
+        marker = response
+            .next_marker()
+            .filter(|m| !m.is_empty())
+            .map(str::to_string);
+        if marker.is_none() {
+            return Ok(found);
+        }
+    }
+}
+
+/// The tags of up to 20 Classic ELBs per call (the API's limit), keyed by name; names without
+/// tags map to an empty set.
+pub async fn read_tags_of(
+    clients: &Clients,
+    names: &[String],
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, AwsError> {
+    let mut tags: BTreeMap<String, BTreeMap<String, String>> = names
+        .iter()
+        .map(|name| (name.clone(), BTreeMap::new()))
+        .collect();
+    for chunk in names.chunks(20) {
+        let response = clients
+            .calls
+            .run(ops::ELB_DESCRIBE_TAGS, || {
+                clients
+                    .elb
+                    .describe_tags()
+                    .set_load_balancer_names(Some(chunk.to_vec()))
+                    .send()
+            })
+            .await;
+        let response = match response {
+            Ok(r) => r,
+            // One of them was deleted since the listing: read the rest one by one.
+            Err(e) if e.has_code(&["LoadBalancerNotFound", "AccessPointNotFound"]) => {
+                for name in chunk {
+                    match read_tags(clients, name).await {
+                        Ok(one) => {
+                            tags.insert(name.clone(), one);
+                        }
+                        Err(e) if e.has_code(&["LoadBalancerNotFound", "AccessPointNotFound"]) => {
+                            tags.remove(name);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for description in response.tag_descriptions() {
+            let Some(name) = description.load_balancer_name() else {
+                continue;
+            };
+            tags.insert(
+                name.to_string(),
+                description
+                    .tags()
+                    .iter()
+                    .map(|t| (t.key().to_string(), t.value().unwrap_or("").to_string()))
+                    .collect(),
+            );
+        }
+    }
+    Ok(tags)
+}
+
+/// Everything of one description except attributes and tags (separate calls).
+fn observed_from_description(lb: &elb::LoadBalancerDescription) -> ClbObserved {
     let listeners = lb
         .listener_descriptions()
         .iter()
@@ -73,7 +168,7 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<ClbObserve
         healthy: hc.healthy_threshold(),
         unhealthy: hc.unhealthy_threshold(),
     });
-    Ok(Some(ClbObserved {
+    ClbObserved {
         dns_name: lb.dns_name().map(str::to_string),
         internal: lb.scheme() == Some("internal"),
         listeners,
@@ -90,7 +185,7 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<ClbObserve
         vpc_id: lb.vpc_id().map(str::to_string),
         attributes: None,
         tags: None,
-    }))
+    }
 }
 
 /// Reads the managed attributes.

@@ -25,12 +25,116 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserve
         Err(e) if e.has_code(&["LoadBalancerNotFound"]) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let Some(lb) = response.load_balancers().first() else {
-        return Ok(None);
-    };
-    let Some(arn) = lb.load_balancer_arn() else {
-        return Ok(None);
-    };
+    Ok(response.load_balancers().first().and_then(observed_from_lb))
+}
+
+/// What a listing already read of one NLB: its target groups (by ARN) and the tags of it and
+/// of them (by ARN). [`observe_details`] reads only what is missing.
+#[derive(Debug, Clone, Default)]
+pub struct Prefetched {
+    /// Target groups by ARN.
+    pub target_groups: BTreeMap<String, ObservedTg>,
+    /// Tags by ARN.
+    pub tags: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Every load balancer (ELBv2) of the account and region whose name `keep` accepts, with the
+/// target groups forwarding to them and the tags of both, read together (paged listings, tags
+/// in batches of 20): the first pass after a restart reads them in a few calls instead of
+/// several per load balancer.
+pub async fn list(
+    clients: &Clients,
+    keep: impl Fn(&str) -> bool,
+) -> Result<BTreeMap<String, (NlbObserved, Prefetched)>, AwsError> {
+    let mut found: BTreeMap<String, (NlbObserved, Prefetched)> = BTreeMap::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let response = clients
+            .calls
+            .run(ops::V2_DESCRIBE_LOAD_BALANCERS, || {
+                clients
+                    .elbv2
+                    .describe_load_balancers()
+                    .page_size(400)
+                    .set_marker(marker.clone())
+                    .send()
+            })
+            .await?;
+        for lb in response.load_balancers() {
+            if let (Some(name), Some(observed)) = (lb.load_balancer_name(), observed_from_lb(lb))
+                && keep(name)
+            {
+                found.insert(name.to_string(), (observed, Prefetched::default()));
+            }
+        }
+        marker = response
+            .next_marker()
+            .filter(|m| !m.is_empty())
+            .map(str::to_string);
+        if marker.is_none() {
+            break;
+        }
+    }
+    if found.is_empty() {
+        return Ok(found);
+    }
+    let by_arn: BTreeMap<String, String> = found
+        .iter()
+        .map(|(name, (observed, _))| (observed.arn.clone(), name.clone()))
+        .collect();
+    let mut marker: Option<String> = None;
+    loop {
+        let response = clients
+            .calls
+            .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
+                clients
+                    .elbv2
+                    .describe_target_groups()
+                    .page_size(400)
+                    .set_marker(marker.clone())
+                    .send()
+            })
+            .await?;
+        for tg in response.target_groups() {
+            let Some(observed_tg) = tg_from_sdk(tg) else {
+                continue;
+            };
+            for lb_arn in tg.load_balancer_arns() {
+                if let Some((_, prefetched)) = by_arn.get(lb_arn).and_then(|n| found.get_mut(n)) {
+                    prefetched
+                        .target_groups
+                        .insert(observed_tg.arn.clone(), observed_tg.clone());
+                }
+            }
+        }
+        marker = response
+            .next_marker()
+            .filter(|m| !m.is_empty())
+            .map(str::to_string);
+        if marker.is_none() {
+            break;
+        }
+    }
+    let arns: Vec<String> = found
+        .values()
+        .flat_map(|(observed, prefetched)| {
+            std::iter::once(observed.arn.clone()).chain(prefetched.target_groups.keys().cloned())
+        })
+        .collect();
+    let tags = read_tags(clients, &arns).await?;
+    for (observed, prefetched) in found.values_mut() {
+        for arn in std::iter::once(&observed.arn).chain(prefetched.target_groups.keys()) {
+            if let Some(tags) = tags.get(arn) {
+                prefetched.tags.insert(arn.clone(), tags.clone());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Everything of one description except listeners, target groups, attributes and tags.
+fn observed_from_lb(lb: &v2::LoadBalancer) -> Option<NlbObserved> {
+    let arn = lb.load_balancer_arn()?;
     let addresses_reported = lb
         .availability_zones()
         .iter()
@@ -49,7 +153,7 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserve
             })
         })
         .collect();
-    Ok(Some(NlbObserved {
+    Some(NlbObserved {
         arn: arn.to_string(),
         dns_name: lb.dns_name().map(str::to_string),
         internal: lb.scheme().map(|s| s.as_str()) == Some("internal"),
@@ -59,13 +163,14 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserve
         target_groups: Vec::new(),
         attributes: None,
         tags: None,
-    }))
+    })
 }
 
 /// Fills listeners, target groups (with targets, attributes and tags), LB attributes and tags.
 pub async fn observe_details(
     clients: &Clients,
     observed: &mut NlbObserved,
+    prefetched: Option<&Prefetched>,
 ) -> Result<(), AwsError> {
     let arn = observed.arn.clone();
     let listeners = clients
@@ -109,25 +214,29 @@ pub async fn observe_details(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mut target_groups: Vec<ObservedTg> = Vec::new();
-    if !forwarded.is_empty() {
+    let mut target_groups: Vec<ObservedTg> = forwarded
+        .iter()
+        .filter_map(|arn| prefetched.and_then(|p| p.target_groups.get(arn)).cloned())
+        .collect();
+    let missing: Vec<String> = forwarded
+        .iter()
+        .filter(|arn| !target_groups.iter().any(|tg| &tg.arn == *arn))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
         match clients
             .calls
             .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
                 clients
                     .elbv2
                     .describe_target_groups()
-                    .set_target_group_arns(Some(forwarded.clone()))
+                    .set_target_group_arns(Some(missing.clone()))
                     .send()
             })
             .await
         {
             Ok(groups) => {
-                target_groups = groups
-                    .target_groups()
-                    .iter()
-                    .filter_map(tg_from_sdk)
-                    .collect();
+                target_groups.extend(groups.target_groups().iter().filter_map(tg_from_sdk));
             }
             // One of them was deleted behind our back: the plan replaces it.
             Err(e) if e.has_code(&["TargetGroupNotFound"]) => {}
@@ -173,7 +282,24 @@ pub async fn observe_details(
     );
     let mut arns: Vec<String> = vec![arn.clone()];
     arns.extend(target_groups.iter().map(|t| t.arn.clone()));
-    let tags = read_tags(clients, &arns).await?;
+    let known = prefetched.map(|p| &p.tags);
+    let unknown: Vec<String> = arns
+        .iter()
+        .filter(|arn| !known.is_some_and(|tags| tags.contains_key(*arn)))
+        .cloned()
+        .collect();
+    let mut tags = if unknown.is_empty() {
+        BTreeMap::new()
+    } else {
+        read_tags(clients, &unknown).await?
+    };
+    if let Some(known) = known {
+        for arn in &arns {
+            if let Some(listed) = known.get(arn) {
+                tags.entry(arn.clone()).or_insert_with(|| listed.clone());
+            }
+        }
+    }
     observed.tags = Some(tags.get(&arn).cloned().unwrap_or_default());
     for tg in &mut target_groups {
         tg.tags = Some(tags.get(&tg.arn).cloned().unwrap_or_default());
@@ -405,7 +531,7 @@ async fn create_lb(clients: &Clients, desired: &NlbDesired) -> Result<Created, A
             let Some(mut seen) = describe(clients, &desired.name).await? else {
                 return name_held_by_clb(clients, &desired.name, &desired.tags, e).await;
             };
-            observe_details(clients, &mut seen).await?;
+            observe_details(clients, &mut seen, None).await?;
             let tags = seen.tags.clone().unwrap_or_default();
             crate::owner::check_resource(&tags, &desired.tags).map_err(|owner| {
                 AwsError::NameTaken {
