@@ -8,9 +8,13 @@
 //! then drops the cache ([`ArmCache::clear`]) and plans again from fresh reads. What this
 //! provider writes replaces the cached copy ([`ArmCache::record`]). Drift that no write of ours
 //! runs into is seen when the entry expires.
+//!
+//! Entries are shared (`Arc`), never copied on a hit: with every Service a frontend of the same
+//! load balancer and a public IP of the same list, a deep copy per Service would make a pass
+//! over N Services cost N² ([`crate::plan`] copies only the object it rewrites).
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::arm::{LoadBalancer, PublicIp, SecurityGroup};
@@ -27,11 +31,11 @@ struct Timed<T> {
 #[derive(Debug, Default)]
 struct Inner {
     /// `rg/name` (lowercase) → the load balancer, or `None` when it does not exist.
-    load_balancers: BTreeMap<String, Timed<Option<LoadBalancer>>>,
+    load_balancers: BTreeMap<String, Timed<Option<Arc<LoadBalancer>>>>,
     /// `rg` (lowercase) → its public IPs.
-    public_ips: BTreeMap<String, Timed<Vec<PublicIp>>>,
+    public_ips: BTreeMap<String, Timed<Vec<Arc<PublicIp>>>>,
     /// `rg/name` (lowercase) → the security group, or `None`.
-    security_groups: BTreeMap<String, Timed<Option<SecurityGroup>>>,
+    security_groups: BTreeMap<String, Timed<Option<Arc<SecurityGroup>>>>,
     /// `rg/vnet/subnet` (lowercase) of subnets known to exist.
     subnets: BTreeMap<String, Instant>,
 }
@@ -46,14 +50,14 @@ pub enum Written<'a> {
         /// Name.
         name: &'a str,
         /// What is stored now.
-        stored: Option<LoadBalancer>,
+        stored: Option<Arc<LoadBalancer>>,
     },
     /// A security group as stored.
     SecurityGroup {
         /// Resource group.
         rg: &'a str,
         /// What is stored now.
-        stored: SecurityGroup,
+        stored: Arc<SecurityGroup>,
     },
     /// A public IP of `rg` was created, changed or deleted.
     PublicIps {
@@ -73,6 +77,7 @@ fn key(parts: &[&str]) -> String {
     parts.join("/").to_ascii_lowercase()
 }
 
+/// The entry when it is younger than `ttl`. `T` holds `Arc`s: the clone copies pointers.
 fn fresh<T: Clone>(slot: Option<&Timed<T>>, now: Instant, ttl: Duration) -> Option<T> {
     slot.filter(|t| now.saturating_duration_since(t.at) < ttl)
         .map(|t| t.value.clone())
@@ -97,7 +102,7 @@ impl ArmCache {
         rg: &str,
         name: &str,
         now: Instant,
-    ) -> Option<Option<LoadBalancer>> {
+    ) -> Option<Option<Arc<LoadBalancer>>> {
         fresh(
             self.inner().load_balancers.get(&key(&[rg, name])),
             now,
@@ -110,7 +115,7 @@ impl ArmCache {
         &self,
         rg: &str,
         name: &str,
-        value: Option<LoadBalancer>,
+        value: Option<Arc<LoadBalancer>>,
         now: Instant,
     ) {
         self.inner()
@@ -119,12 +124,12 @@ impl ArmCache {
     }
 
     /// The cached public IPs of `rg`.
-    pub fn public_ips(&self, rg: &str, now: Instant) -> Option<Vec<PublicIp>> {
+    pub fn public_ips(&self, rg: &str, now: Instant) -> Option<Vec<Arc<PublicIp>>> {
         fresh(self.inner().public_ips.get(&key(&[rg])), now, self.ttl)
     }
 
     /// Remembers the public IPs of `rg` as listed.
-    pub fn put_public_ips(&self, rg: &str, value: Vec<PublicIp>, now: Instant) {
+    pub fn put_public_ips(&self, rg: &str, value: Vec<Arc<PublicIp>>, now: Instant) {
         self.inner()
             .public_ips
             .insert(key(&[rg]), Timed { value, at: now });
@@ -136,7 +141,7 @@ impl ArmCache {
         rg: &str,
         name: &str,
         now: Instant,
-    ) -> Option<Option<SecurityGroup>> {
+    ) -> Option<Option<Arc<SecurityGroup>>> {
         fresh(
             self.inner().security_groups.get(&key(&[rg, name])),
             now,
@@ -149,7 +154,7 @@ impl ArmCache {
         &self,
         rg: &str,
         name: &str,
-        value: Option<SecurityGroup>,
+        value: Option<Arc<SecurityGroup>>,
         now: Instant,
     ) {
         self.inner()
@@ -202,12 +207,12 @@ impl ArmCache {
 mod tests {
     use super::*;
 
-    fn lb(name: &str, etag: &str) -> LoadBalancer {
-        LoadBalancer {
+    fn lb(name: &str, etag: &str) -> Arc<LoadBalancer> {
+        Arc::new(LoadBalancer {
             name: name.into(),
             etag: Some(etag.into()),
             ..LoadBalancer::default()
-        }
+        })
     }
 
     #[test]
@@ -239,8 +244,8 @@ mod tests {
         let cache = ArmCache::new(Duration::from_secs(60));
         let now = Instant::now();
         cache.put_load_balancer("rg", "kubernetes", Some(lb("kubernetes", "1")), now);
-        cache.put_public_ips("rg", vec![PublicIp::default()], now);
-        cache.put_public_ips("pips", vec![PublicIp::default()], now);
+        cache.put_public_ips("rg", vec![Arc::new(PublicIp::default())], now);
+        cache.put_public_ips("pips", vec![Arc::new(PublicIp::default())], now);
         cache.record(Written::PublicIps { rg: "RG" }, now);
         assert_eq!(cache.public_ips("rg", now), None);
         assert!(cache.public_ips("pips", now).is_some(), "other groups kept");

@@ -3,8 +3,14 @@
 //! only at the fields kube-lb sets, so server-filled fields (IDs, etags, back-references,
 //! allocated addresses, defaults) never cause a write: a resync of an unchanged Service plans
 //! nothing.
+//!
+//! Every Service of a cluster shares the same load balancer (a frontend, rules and probes each),
+//! security rules and public IP list, so these grow with the number of Services. A plan only
+//! scans them: it decides whether anything changes by reading, and copies only the object it
+//! must write, so a no-op resync of one Service costs a scan, not a copy, of what it shares.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use kube_lb_provider_core::{EnvironmentCause, ProviderError, ServiceKey};
 use md5::{Digest, Md5};
@@ -21,15 +27,17 @@ use crate::desired::{
 };
 use crate::error::AzureError;
 
-/// What exists in Azure that matters to one Service.
+/// What exists in Azure that matters to one Service. The objects are shared with the provider's
+/// cache (and with every other Service's observation): reading them is free, changing one means
+/// `Arc::make_mut` or a copy.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
     /// The cluster's shared load balancers that exist (external and/or internal).
-    pub load_balancers: Vec<LoadBalancer>,
+    pub load_balancers: Vec<Arc<LoadBalancer>>,
     /// Public IPs in the resource groups the Service may use.
-    pub public_ips: Vec<PublicIp>,
+    pub public_ips: Vec<Arc<PublicIp>>,
     /// The cluster security group, when configured and present.
-    pub security_group: Option<SecurityGroup>,
+    pub security_group: Option<Arc<SecurityGroup>>,
 }
 
 /// One write.
@@ -82,12 +90,16 @@ impl Action {
     }
 }
 
-/// True when a child named `name` belongs to the Service whose names start with `prefix`.
+/// True when a child named `name` belongs to the Service whose names start with `prefix`
+/// (`prefix` itself or `prefix-…`, ignoring ASCII case).
 pub fn owned_child(prefix: &str, name: &str) -> bool {
+    // Called for every child of the shared load balancers on every Service's sync: compares
+    // bytes in place rather than building `prefix-`.
+    let (name, prefix) = (name.as_bytes(), prefix.as_bytes());
     name.eq_ignore_ascii_case(prefix)
-        || name
-            .get(..prefix.len() + 1)
-            .is_some_and(|head| head.eq_ignore_ascii_case(&format!("{prefix}-")))
+        || name.get(..prefix.len() + 1).is_some_and(|head| {
+            head[prefix.len()] == b'-' && head[..prefix.len()].eq_ignore_ascii_case(prefix)
+        })
 }
 
 /// The error for a public IP that has the Service's deterministic name but is tagged for
@@ -118,8 +130,13 @@ fn name_taken(pip: &PublicIp, rg: &str, service: &ServiceKey) -> ProviderError {
 
 /// True when `pip`'s tags say `service` of `cluster` owns it.
 pub fn owns_public_ip(pip: &PublicIp, cluster: &str, service: &ServiceKey) -> bool {
-    let tag = |new: &str, legacy: &str| pip.tags.get(new).or_else(|| pip.tags.get(legacy)).cloned();
-    let service_name = service.to_string();
+    owned_by(pip, cluster, &service.to_string())
+}
+
+/// [`owns_public_ip`] with the Service's `namespace/name` formatted once: it is asked of every
+/// listed public IP on every sync.
+fn owned_by(pip: &PublicIp, cluster: &str, service_name: &str) -> bool {
+    let tag = |new: &str, legacy: &str| pip.tags.get(new).or_else(|| pip.tags.get(legacy));
     let listed = tag(SERVICE_TAG, LEGACY_SERVICE_TAG)
         .is_some_and(|v| v.split(',').any(|s| s.trim() == service_name));
     let cluster_ok = tag(CLUSTER_TAG, LEGACY_CLUSTER_TAG).is_none_or(|c| c == cluster);
@@ -244,12 +261,49 @@ fn reconcile_children<T: Named + Clone>(
     changed
 }
 
-/// Removes every child of the Service; returns whether anything was removed.
-fn remove_service(lb: &mut LoadBalancer, prefix: &str) -> bool {
+/// Whether [`reconcile_children`] would change `list`, found by reading it: the shared lists
+/// hold every Service's children, and most syncs change none of them.
+fn children_changed<T: Named>(
+    list: &[T],
+    prefix: &str,
+    wanted: &[T],
+    matches: fn(&T, &T) -> bool,
+) -> bool {
+    let mut placed = BTreeSet::new();
+    for item in list.iter().filter(|i| owned_child(prefix, i.name())) {
+        match wanted
+            .iter()
+            .find(|w| w.name().eq_ignore_ascii_case(item.name()))
+        {
+            Some(want) if matches(item, want) => {
+                placed.insert(want.name().to_ascii_lowercase());
+            }
+            // Replaced, or no longer wanted.
+            _ => return true,
+        }
+    }
+    wanted
+        .iter()
+        .any(|w| !placed.contains(&w.name().to_ascii_lowercase()))
+}
+
+/// True when the load balancer holds a frontend, rule or probe of the Service.
+fn holds_service(lb: &LoadBalancer, prefix: &str) -> bool {
+    let props = &lb.properties;
+    props
+        .frontend_ip_configurations
+        .iter()
+        .any(|c| owned_child(prefix, &c.name))
+        || props
+            .load_balancing_rules
+            .iter()
+            .any(|c| owned_child(prefix, &c.name))
+        || props.probes.iter().any(|c| owned_child(prefix, &c.name))
+}
+
+/// Removes every child of the Service.
+fn remove_service(lb: &mut LoadBalancer, prefix: &str) {
     let props = &mut lb.properties;
-    let before = props.frontend_ip_configurations.len()
-        + props.load_balancing_rules.len()
-        + props.probes.len();
     props
         .frontend_ip_configurations
         .retain(|c| !owned_child(prefix, &c.name));
@@ -257,10 +311,6 @@ fn remove_service(lb: &mut LoadBalancer, prefix: &str) -> bool {
         .load_balancing_rules
         .retain(|c| !owned_child(prefix, &c.name));
     props.probes.retain(|c| !owned_child(prefix, &c.name));
-    before
-        != props.frontend_ip_configurations.len()
-            + props.load_balancing_rules.len()
-            + props.probes.len()
 }
 
 fn reconcile_pool(lb: &mut LoadBalancer, settings: &Settings, desired: &Desired) -> bool {
@@ -304,6 +354,27 @@ fn reconcile_pool(lb: &mut LoadBalancer, settings: &Settings, desired: &Desired)
     changed || created
 }
 
+/// Whether [`reconcile_pool`] would report a change, found by reading.
+fn pool_changed(lb: &LoadBalancer, settings: &Settings, desired: &Desired) -> bool {
+    let Some(pool) = lb
+        .properties
+        .backend_address_pools
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case(settings.pool_name()))
+    else {
+        return true;
+    };
+    let members = &pool.properties.load_balancer_backend_addresses;
+    let key = |m: &crate::arm::BackendAddress| (m.name.clone(), m.properties.ip_address.clone());
+    let have: BTreeSet<_> = members.iter().map(key).collect();
+    if desired.exact_members {
+        let want: BTreeSet<_> = desired.members.iter().map(key).collect();
+        have != want
+    } else {
+        desired.members.iter().any(|m| !have.contains(&key(m)))
+    }
+}
+
 /// The Service's public IP: where it is, its ID and (when it exists) its address.
 #[derive(Debug, Clone, PartialEq)]
 struct ChosenIp {
@@ -312,13 +383,17 @@ struct ChosenIp {
 }
 
 fn find_pip<'a>(observed: &'a Observed, rg: &str, name: &str) -> Option<&'a PublicIp> {
-    observed.public_ips.iter().find(|p| {
-        p.name.eq_ignore_ascii_case(name)
-            && p.id
-                .as_deref()
-                .and_then(resource_group_of)
-                .is_some_and(|r| r.eq_ignore_ascii_case(rg))
-    })
+    observed
+        .public_ips
+        .iter()
+        .find(|p| {
+            p.name.eq_ignore_ascii_case(name)
+                && p.id
+                    .as_deref()
+                    .and_then(resource_group_of)
+                    .is_some_and(|r| r.eq_ignore_ascii_case(rg))
+        })
+        .map(Arc::as_ref)
 }
 
 fn pip_address(observed: &Observed, id: &str) -> Option<String> {
@@ -494,46 +569,69 @@ pub fn plan(
     // break-before-make, so the Service never has a frontend on both at once, whatever step a
     // kill interrupts (the next ensure observes both load balancers and finishes the move).
     let put_at = actions.len();
-    let mut lb_after: BTreeMap<String, Option<LoadBalancer>> = observed
+    // The load balancers as they will be once the actions are applied (`None`: deleted),
+    // sharing the observed ones that do not change.
+    let mut lb_after: BTreeMap<String, Option<Arc<LoadBalancer>>> = observed
         .load_balancers
         .iter()
-        .map(|lb| (lb.name.to_ascii_lowercase(), Some(lb.clone())))
+        .map(|lb| (lb.name.to_ascii_lowercase(), Some(Arc::clone(lb))))
         .collect();
     if let Some(desired) = desired {
-        let existing = lb_after
-            .get(&desired.lb_name.to_ascii_lowercase())
-            .cloned()
-            .flatten();
-        let mut lb = existing.clone().unwrap_or_else(|| LoadBalancer {
-            name: desired.lb_name.clone(),
-            location: settings.location.clone(),
-            sku: Some(Sku {
-                name: settings.sku.as_str().into(),
-                tier: Some("Regional".into()),
-            }),
-            ..Default::default()
-        });
+        let key = desired.lb_name.to_ascii_lowercase();
+        let existing = lb_after.get(&key).cloned().flatten();
         let frontend = wanted_frontend(desired, chosen.as_ref().map(|c| c.id.as_str()));
-        let props = &mut lb.properties;
-        let mut changed = existing.is_none();
-        changed |= reconcile_children(
-            &mut props.frontend_ip_configurations,
-            &prefix,
-            &[frontend],
-            frontend_matches,
-        );
-        changed |= reconcile_children(&mut props.probes, &prefix, &desired.probes, probe_matches);
-        changed |= reconcile_children(
-            &mut props.load_balancing_rules,
-            &prefix,
-            &desired.rules,
-            rule_matches,
-        );
-        changed |= reconcile_pool(&mut lb, settings, desired);
-        if changed {
-            actions.push(Action::PutLoadBalancer(lb.clone()));
+        // Decided by reading first: the shared load balancer is copied only to be written.
+        let differs = existing.as_deref().is_none_or(|lb| {
+            let props = &lb.properties;
+            children_changed(
+                &props.frontend_ip_configurations,
+                &prefix,
+                std::slice::from_ref(&frontend),
+                frontend_matches,
+            ) || children_changed(&props.probes, &prefix, &desired.probes, probe_matches)
+                || children_changed(
+                    &props.load_balancing_rules,
+                    &prefix,
+                    &desired.rules,
+                    rule_matches,
+                )
+                || pool_changed(lb, settings, desired)
+        });
+        if differs {
+            let mut lb = existing
+                .as_deref()
+                .cloned()
+                .unwrap_or_else(|| LoadBalancer {
+                    name: desired.lb_name.clone(),
+                    location: settings.location.clone(),
+                    sku: Some(Sku {
+                        name: settings.sku.as_str().into(),
+                        tier: Some("Regional".into()),
+                    }),
+                    ..Default::default()
+                });
+            let props = &mut lb.properties;
+            let mut changed = existing.is_none();
+            changed |= reconcile_children(
+                &mut props.frontend_ip_configurations,
+                &prefix,
+                &[frontend],
+                frontend_matches,
+            );
+            changed |=
+                reconcile_children(&mut props.probes, &prefix, &desired.probes, probe_matches);
+            changed |= reconcile_children(
+                &mut props.load_balancing_rules,
+                &prefix,
+                &desired.rules,
+                rule_matches,
+            );
+            changed |= reconcile_pool(&mut lb, settings, desired);
+            if changed {
+                actions.push(Action::PutLoadBalancer(lb.clone()));
+            }
+            lb_after.insert(key, Some(Arc::new(lb)));
         }
-        lb_after.insert(desired.lb_name.to_ascii_lowercase(), Some(lb));
     }
     // 3. Every other cluster load balancer must not hold the Service.
     let keep = desired.map(|d| d.lb_name.to_ascii_lowercase());
@@ -543,21 +641,28 @@ pub fn plan(
         if Some(&key) == keep.as_ref() {
             continue;
         }
-        let mut lb = observed_lb.clone();
-        let removed = remove_service(&mut lb, &prefix);
-        if lb.properties.frontend_ip_configurations.is_empty() {
+        let props = &observed_lb.properties;
+        if props
+            .frontend_ip_configurations
+            .iter()
+            .all(|f| owned_child(&prefix, &f.name))
+        {
+            // Nothing but the Service's frontends (or none at all): it goes.
             removals.push(Action::DeleteLoadBalancer {
-                name: lb.name.clone(),
-                etag: lb.etag.clone(),
+                name: observed_lb.name.clone(),
+                etag: observed_lb.etag.clone(),
             });
             lb_after.insert(key, None);
-        } else if removed {
+        } else if holds_service(observed_lb, &prefix) {
+            let mut lb = LoadBalancer::clone(observed_lb);
+            remove_service(&mut lb, &prefix);
             removals.push(Action::PutLoadBalancer(lb.clone()));
-            lb_after.insert(key, Some(lb));
+            lb_after.insert(key, Some(Arc::new(lb)));
         }
     }
     actions.splice(put_at..put_at, removals);
     // 4. Security group.
+    let service_name = service.to_string();
     if let (Some((rg, _)), Some(nsg)) = (&settings.security_group, &observed.security_group) {
         let managed_here = desired.is_none_or(|d| d.security.is_some());
         if managed_here {
@@ -575,7 +680,7 @@ pub fn plan(
             for pip in observed
                 .public_ips
                 .iter()
-                .filter(|p| owns_public_ip(p, &settings.cluster, service))
+                .filter(|p| owned_by(p, &settings.cluster, &service_name))
             {
                 remove.extend(pip.properties.ip_address.clone());
             }
@@ -594,8 +699,7 @@ pub fn plan(
                             } => Some(ip.to_string()),
                             FrontendKind::Internal { .. } => lb_after
                                 .get(&d.lb_name.to_ascii_lowercase())
-                                .cloned()
-                                .flatten()
+                                .and_then(Option::as_deref)
                                 .and_then(|lb| {
                                     lb.properties
                                         .frontend_ip_configurations
@@ -621,14 +725,22 @@ pub fn plan(
                 })
                 .filter_map(|r| r.properties.backend_port.map(|p| p.to_string()))
                 .collect();
-            let rules = reconcile_security_rules(
-                &nsg.properties.security_rules,
-                &remove,
-                &exclusive_ports,
-                add.as_ref(),
-            );
-            if rules != nsg.properties.security_rules {
-                let mut updated = nsg.clone();
+            let current = &nsg.properties.security_rules;
+            // The consolidated rules list every Service's address: rebuilt (copied) only when
+            // reading them shows something to change.
+            let rules =
+                if security_rules_unchanged(current, &remove, &exclusive_ports, add.as_ref()) {
+                    None
+                } else {
+                    Some(reconcile_security_rules(
+                        current,
+                        &remove,
+                        &exclusive_ports,
+                        add.as_ref(),
+                    ))
+                };
+            if let Some(rules) = rules.filter(|rules| rules != current) {
+                let mut updated = SecurityGroup::clone(nsg);
                 updated.properties.security_rules = rules;
                 actions.push(Action::PutSecurityGroup {
                     rg: rg.clone(),
@@ -648,17 +760,15 @@ pub fn plan(
         actions.insert(0, nsg);
     }
     // 5. Public IPs the Service owns but no longer uses, once nothing references them.
-    let referenced: BTreeSet<String> = lb_after
-        .values()
-        .flatten()
-        .flat_map(|lb| lb.properties.frontend_ip_configurations.iter())
-        .filter_map(|f| {
-            f.properties
-                .public_ip_address
-                .as_ref()
-                .map(|p| p.id.to_ascii_lowercase())
-        })
-        .collect();
+    // (Searched per candidate, which are few, rather than indexing every frontend.)
+    let referenced = |id: &str| {
+        lb_after
+            .values()
+            .flatten()
+            .flat_map(|lb| lb.properties.frontend_ip_configurations.iter())
+            .filter_map(|f| f.properties.public_ip_address.as_ref())
+            .any(|p| p.same(id))
+    };
     let writes_pending = actions.iter().any(|a| {
         matches!(
             a,
@@ -668,7 +778,7 @@ pub fn plan(
     for pip in observed
         .public_ips
         .iter()
-        .filter(|p| owns_public_ip(p, &settings.cluster, service))
+        .filter(|p| owned_by(p, &settings.cluster, &service_name))
     {
         let id = pip.id.clone().unwrap_or_default();
         if chosen
@@ -678,9 +788,7 @@ pub fn plan(
             continue;
         }
         // Still attached (in ARM, or by a frontend we keep): wait for the LB write to land.
-        if referenced.contains(&id.to_ascii_lowercase())
-            || (pip.properties.ip_configuration.is_some() && writes_pending)
-        {
+        if referenced(&id) || (pip.properties.ip_configuration.is_some() && writes_pending) {
             continue;
         }
         if pip.properties.ip_configuration.is_some() {
@@ -690,7 +798,6 @@ pub fn plan(
         let rg = resource_group_of(&id)
             .unwrap_or(&settings.resource_group)
             .to_string();
-        let service_name = service.to_string();
         let owners: Vec<String> = pip
             .tags
             .get(SERVICE_TAG)
@@ -709,7 +816,7 @@ pub fn plan(
                 etag: pip.etag.clone(),
             });
         } else {
-            let mut shared = pip.clone();
+            let mut shared = PublicIp::clone(pip);
             shared.tags.insert(SERVICE_TAG.into(), owners.join(","));
             actions.push(Action::PutPublicIp { rg, pip: shared });
         }
@@ -896,6 +1003,95 @@ fn new_rule(name: String, priority: u32, shape: &RuleShape) -> SecurityRule {
     }
 }
 
+/// True only when [`reconcile_security_rules`] would return `rules` unchanged, found by reading
+/// them: the consolidated rules list every Service's address, and rebuilding them costs
+/// allocations per address. `false` means "maybe changed": the caller then reconciles in full,
+/// so this only has to be right when it says `true` (the tests check that against the full
+/// reconcile on every case).
+fn security_rules_unchanged(
+    rules: &[SecurityRule],
+    remove: &BTreeSet<String>,
+    exclusive_ports: &BTreeSet<String>,
+    add: Option<&(Vec<AllowEntry>, Vec<String>, bool)>,
+) -> bool {
+    let mut shapes: BTreeMap<String, RuleShape> = BTreeMap::new();
+    let mut add_destinations: &[String] = &[];
+    if let Some((entries, destinations, deny_all)) = add {
+        for entry in entries {
+            shapes.insert(allow_rule_name(entry), RuleShape::allow(entry));
+        }
+        if *deny_all {
+            shapes.insert(DENY_ALL_RULE.to_string(), RuleShape::deny_all());
+        }
+        add_destinations = destinations;
+    }
+    let considered = |r: &SecurityRule| is_managed(r) || shapes.contains_key(&r.name);
+    // Two considered rules of one name share one wanted set in the full reconcile: leave that
+    // (impossible in ARM) case to it.
+    let mut names = BTreeSet::new();
+    if !rules
+        .iter()
+        .filter(|r| considered(r))
+        .all(|r| names.insert(r.name.as_str()))
+    {
+        return false;
+    }
+    // Every rule the Service needs exists (else one would be created).
+    if !shapes.keys().all(|name| names.contains(name.as_str())) {
+        return false;
+    }
+    for rule in rules.iter().filter(|r| considered(r)) {
+        let props = &rule.properties;
+        let have = || {
+            props
+                .destination_address_prefix
+                .iter()
+                .chain(&props.destination_address_prefixes)
+        };
+        let exclusive = {
+            let mut ports = props
+                .destination_port_range
+                .iter()
+                .chain(&props.destination_port_ranges)
+                .peekable();
+            ports.peek().is_some() && ports.all(|p| exclusive_ports.contains(p))
+        };
+        let needed = shapes.get(&rule.name);
+        // The full reconcile wants the destinations it keeps plus, on a rule the Service needs,
+        // the Service's own; the rule is unchanged when that is the set it has, and not empty
+        // (an empty one is dropped).
+        let kept = |d: &String| {
+            !exclusive
+                && !remove.contains(d)
+                && (needed.is_none() || d.parse::<std::net::IpAddr>().is_ok())
+        };
+        let added = |d: &String| needed.is_some() && add_destinations.contains(d);
+        if have().next().is_none() || !have().all(|d| kept(d) || added(d)) {
+            return false;
+        }
+        let Some(shape) = needed else {
+            continue;
+        };
+        if !add_destinations.iter().all(|a| have().any(|d| d == a)) {
+            return false;
+        }
+        // And `repair_rule` leaves it alone.
+        let priority = props.priority;
+        let collides = rules.iter().any(|r| {
+            !std::ptr::eq(r, rule)
+                && r.properties.priority == priority
+                && r.properties.direction.eq_ignore_ascii_case("Inbound")
+        });
+        if !shape.matches(props)
+            || !(MANAGED_PRIORITY_MIN..=MANAGED_PRIORITY_MAX).contains(&priority)
+            || collides
+        {
+            return false;
+        }
+    }
+    true
+}
+
 /// Removes `remove` from every managed rule's destinations (dropping rules left empty), then
 /// adds `add`'s destinations to the consolidated rules they belong to, creating rules at the
 /// lowest free priority from 500 (allow) or the highest from 4095 (deny). The rules the
@@ -1056,7 +1252,7 @@ mod tests {
                         .ip_address
                         .get_or_insert_with(|| format!("20.0.0.{}", observed.public_ips.len() + 1));
                     observed.public_ips.retain(|p| p.name != pip.name);
-                    observed.public_ips.push(stored);
+                    observed.public_ips.push(Arc::new(stored));
                 }
                 Action::PutLoadBalancer(lb) => {
                     let mut stored = lb.clone();
@@ -1079,7 +1275,7 @@ mod tests {
                     }
                     stored.id = Some(id);
                     observed.load_balancers.retain(|l| l.name != lb.name);
-                    observed.load_balancers.push(stored);
+                    observed.load_balancers.push(Arc::new(stored));
                 }
                 Action::DeleteLoadBalancer { name, .. } => {
                     observed.load_balancers.retain(|l| &l.name != name)
@@ -1087,7 +1283,7 @@ mod tests {
                 Action::PutSecurityGroup { nsg, .. } => {
                     let mut stored = nsg.clone();
                     stored.etag = etag(n);
-                    observed.security_group = Some(stored);
+                    observed.security_group = Some(Arc::new(stored));
                 }
                 Action::DeletePublicIp { name, .. } => {
                     observed.public_ips.retain(|p| &p.name != name)
@@ -1098,12 +1294,12 @@ mod tests {
 
     fn empty_cluster() -> Observed {
         Observed {
-            security_group: Some(SecurityGroup {
+            security_group: Some(Arc::new(SecurityGroup {
                 name: "nsg".into(),
                 location: "eastus".into(),
                 etag: Some("W/\"0\"".into()),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         }
     }
@@ -1221,7 +1417,7 @@ mod tests {
         let mut observed = empty_cluster();
         converge(&settings, &spec.service, Some(&desired), &mut observed);
         // ARM adds back-references, defaults and provisioning states to what it stores.
-        for lb in &mut observed.load_balancers {
+        for lb in observed.load_balancers.iter_mut().map(Arc::make_mut) {
             for rule in &mut lb.properties.load_balancing_rules {
                 rule.properties
                     .extra
@@ -1468,5 +1664,241 @@ mod tests {
         let kept =
             reconcile_security_rules(&single, &BTreeSet::new(), &BTreeSet::new(), Some(&add));
         assert_eq!(kept, single, "port order alone is not a change");
+    }
+
+    /// `security_rules_unchanged` may only say "unchanged" when the full reconcile agrees, and
+    /// must say it for a no-op resync (the case it exists for).
+    #[test]
+    fn the_read_only_security_check_agrees_with_the_full_reconcile() {
+        let entry = |ports: &[&str]| AllowEntry {
+            protocol: "Tcp".into(),
+            sources: vec!["Internet".into()],
+            ports: ports.iter().map(|p| p.to_string()).collect(),
+        };
+        let add = |ip: &str, deny_all: bool| (vec![entry(&["80"])], vec![ip.to_string()], deny_all);
+        let set =
+            |items: &[&str]| -> BTreeSet<String> { items.iter().map(|s| s.to_string()).collect() };
+        let none = BTreeSet::new();
+        let two = reconcile_security_rules(
+            &[],
+            &none,
+            &none,
+            Some(&(
+                vec![entry(&["80"])],
+                vec!["20.0.0.1".into(), "20.0.0.2".into()],
+                false,
+            )),
+        );
+        let with_deny = reconcile_security_rules(&two, &none, &none, Some(&add("20.0.0.2", true)));
+        let mut widened = two.clone();
+        widened[0]
+            .properties
+            .destination_address_prefixes
+            .push("0.0.0.0/0".into());
+        let mut moved = two.clone();
+        moved[0].properties.priority = 200;
+        let mut reshaped = two.clone();
+        reshaped[0].properties.source_port_range = None;
+        let mut emptied = two.clone();
+        emptied[0].properties.destination_address_prefixes.clear();
+        let node_ports = reconcile_security_rules(
+            &[],
+            &none,
+            &none,
+            Some(&(vec![entry(&["30080"])], vec!["10.0.0.1".into()], false)),
+        );
+        // (case, rules, remove, exclusive ports, add, read-only check says unchanged)
+        type Case<'a> = (
+            &'a str,
+            &'a [SecurityRule],
+            BTreeSet<String>,
+            BTreeSet<String>,
+            Option<(Vec<AllowEntry>, Vec<String>, bool)>,
+            bool,
+        );
+        let cases: [Case<'_>; 14] = [
+            (
+                "no-op resync",
+                &two,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                Some(add("20.0.0.2", false)),
+                true,
+            ),
+            (
+                "no-op, deny-all",
+                &with_deny,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                Some(add("20.0.0.2", true)),
+                true,
+            ),
+            (
+                "deny-all wanted, missing",
+                &two,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                Some(add("20.0.0.2", true)),
+                false,
+            ),
+            (
+                "deny-all no longer wanted",
+                &with_deny,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                Some(add("20.0.0.2", false)),
+                false,
+            ),
+            (
+                "new address",
+                &two,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                Some(add("20.0.0.3", false)),
+                false,
+            ),
+            (
+                "address added",
+                &two,
+                none.clone(),
+                none.clone(),
+                Some(add("20.0.0.3", false)),
+                false,
+            ),
+            (
+                "delete",
+                &two,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                None,
+                false,
+            ),
+            (
+                "delete of nothing there",
+                &two,
+                set(&["20.0.0.9"]),
+                none.clone(),
+                None,
+                true,
+            ),
+            (
+                "no rules, nothing wanted",
+                &[],
+                none.clone(),
+                none.clone(),
+                None,
+                true,
+            ),
+            (
+                "new rule",
+                &[],
+                none.clone(),
+                none.clone(),
+                Some(add("20.0.0.2", false)),
+                false,
+            ),
+            (
+                "widened by hand",
+                &widened,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                Some(add("20.0.0.2", false)),
+                false,
+            ),
+            (
+                "moved out of range",
+                &moved,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                Some(add("20.0.0.2", false)),
+                false,
+            ),
+            (
+                "reshaped by hand",
+                &reshaped,
+                set(&["20.0.0.2"]),
+                none.clone(),
+                Some(add("20.0.0.2", false)),
+                false,
+            ),
+            (
+                "node ports only",
+                &node_ports,
+                none.clone(),
+                set(&["30080"]),
+                Some((vec![entry(&["30080"])], vec!["10.0.0.1".into()], false)),
+                true,
+            ),
+        ];
+        for (name, rules, remove, exclusive, add, want) in cases {
+            let fast = security_rules_unchanged(rules, &remove, &exclusive, add.as_ref());
+            let full = reconcile_security_rules(rules, &remove, &exclusive, add.as_ref());
+            assert_eq!(fast, want, "{name}");
+            if fast {
+                assert_eq!(
+                    full, rules,
+                    "{name}: said unchanged, but the reconcile changes it"
+                );
+            }
+        }
+        // A managed rule with no destinations left is dropped by the reconcile.
+        let stray = set(&["20.0.0.9"]);
+        assert!(!security_rules_unchanged(&emptied, &stray, &none, None));
+        assert_ne!(
+            reconcile_security_rules(&emptied, &stray, &none, None),
+            emptied
+        );
+    }
+
+    #[test]
+    fn services_sharing_a_load_balancer_each_plan_nothing_once_in_sync() {
+        let settings = settings();
+        let specs: Vec<_> = (0..6)
+            .map(|i| {
+                let annotations = if i % 2 == 1 {
+                    json!({"azure-load-balancer-internal": "true"})
+                } else {
+                    json!({})
+                };
+                crate::test_support::spec(
+                    "ns",
+                    &format!("web-{i}"),
+                    &format!("{i:08x}-5e5e-4c4c-8a8a-000000000000"),
+                    annotations,
+                    json!({}),
+                )
+            })
+            .collect();
+        let mut observed = empty_cluster();
+        for spec in &specs {
+            let desired = desired(&settings, spec, &nodes(2)).unwrap();
+            converge(&settings, &spec.service, Some(&desired), &mut observed);
+        }
+        assert_eq!(
+            observed.load_balancers.len(),
+            2,
+            "one external, one internal"
+        );
+        for spec in &specs {
+            let desired = desired(&settings, spec, &nodes(2)).unwrap();
+            assert_eq!(
+                plan(&settings, &spec.service, Some(&desired), &observed).unwrap(),
+                vec![],
+                "{}",
+                spec.service
+            );
+        }
+        // Deleting one touches only its own load balancer and keeps the others' children.
+        let gone = &specs[1].service;
+        let actions = plan(&settings, gone, None, &observed).unwrap();
+        let puts: Vec<&LoadBalancer> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::PutLoadBalancer(lb) => Some(lb),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(puts.len(), 1, "{actions:?}");
+        assert_eq!(puts[0].properties.frontend_ip_configurations.len(), 2);
     }
 }

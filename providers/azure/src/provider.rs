@@ -152,22 +152,28 @@ impl AzureProvider {
         rg: &str,
         name: &str,
         cached: bool,
-    ) -> Result<Option<LoadBalancer>, AzureError> {
+    ) -> Result<Option<Arc<LoadBalancer>>, AzureError> {
         if cached && let Some(hit) = self.cache.load_balancer(rg, name, Instant::now()) {
             return Ok(hit);
         }
-        let found = self.client.get_load_balancer(rg, name).await?;
+        let found = self.client.get_load_balancer(rg, name).await?.map(Arc::new);
         self.cache
             .put_load_balancer(rg, name, found.clone(), Instant::now());
         Ok(found)
     }
 
     /// The public IPs of a resource group, from the cache when `cached` and fresh.
-    async fn public_ips(&self, rg: &str, cached: bool) -> Result<Vec<PublicIp>, AzureError> {
+    async fn public_ips(&self, rg: &str, cached: bool) -> Result<Vec<Arc<PublicIp>>, AzureError> {
         if cached && let Some(hit) = self.cache.public_ips(rg, Instant::now()) {
             return Ok(hit);
         }
-        let found = self.client.list_public_ips(rg).await?;
+        let found: Vec<Arc<PublicIp>> = self
+            .client
+            .list_public_ips(rg)
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         self.cache.put_public_ips(rg, found.clone(), Instant::now());
         Ok(found)
     }
@@ -178,11 +184,15 @@ impl AzureProvider {
         rg: &str,
         name: &str,
         cached: bool,
-    ) -> Result<Option<SecurityGroup>, AzureError> {
+    ) -> Result<Option<Arc<SecurityGroup>>, AzureError> {
         if cached && let Some(hit) = self.cache.security_group(rg, name, Instant::now()) {
             return Ok(hit);
         }
-        let found = self.client.get_security_group(rg, name).await?;
+        let found = self
+            .client
+            .get_security_group(rg, name)
+            .await?
+            .map(Arc::new);
         self.cache
             .put_security_group(rg, name, found.clone(), Instant::now());
         Ok(found)
@@ -202,7 +212,7 @@ impl AzureProvider {
 
     /// Reads what the Service's sync plans from. With `cached`, the shared objects come from
     /// the [`crate::cache`] when fresh: every Service of a pass plans against one read of
-    /// them. `status` reads afresh.
+    /// them, shared rather than copied. `status` reads afresh.
     async fn observe(
         &self,
         service: &ServiceKey,
@@ -301,7 +311,7 @@ impl AzureProvider {
                 Written::LoadBalancer {
                     rg,
                     name: &lb.name,
-                    stored: Some(stored),
+                    stored: Some(Arc::new(stored)),
                 }
             }
             Action::DeleteLoadBalancer { name, etag } => {
@@ -316,7 +326,10 @@ impl AzureProvider {
             }
             Action::PutSecurityGroup { rg, nsg } => {
                 let stored = self.client.put_security_group(rg, nsg).await?;
-                Written::SecurityGroup { rg, stored }
+                Written::SecurityGroup {
+                    rg,
+                    stored: Arc::new(stored),
+                }
             }
             Action::DeletePublicIp { rg, name, etag } => {
                 self.client
