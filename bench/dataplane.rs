@@ -87,6 +87,18 @@ fn children_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// CPU time (user + system) of this process so far, all threads: the nftables backend runs
+/// its incremental transactions in a libnftables context inside this process, not in an `nft`
+/// child.
+fn own_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}
+
 fn sh_stdin(args: &[&str], input: &str) -> Duration {
     let started = Instant::now();
     let mut child = Command::new(args[0])
@@ -429,7 +441,7 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
         assert!(report.full);
         let mut changes = Vec::new();
         let middle = snap.ports.keys().nth(count / 2).cloned().unwrap();
-        let cpu_before = children_cpu();
+        let cpu_before = children_cpu() + own_cpu();
         for round in 0..CHANGE_ROUNDS {
             let mut changed = snap.clone();
             if let Some(port) = changed.ports.get_mut(&middle)
@@ -444,7 +456,8 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
             changes.push(report.nft_time);
         }
         let nft_change = median(changes);
-        let nft_change_cpu = (children_cpu() - cpu_before) / u32::from(CHANGE_ROUNDS);
+        // The whole sync (render, diff, nft) in this process plus any `nft` child.
+        let nft_change_cpu = (children_cpu() + own_cpu() - cpu_before) / u32::from(CHANGE_ROUNDS);
         // A removal changes the group's size too (10 → 9 endpoints), then it comes back.
         let mut removals = Vec::new();
         for _ in 0..5 {
@@ -517,9 +530,11 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
         connect_rows.push((count, nft_connect, ipt_connect));
         cpu_rows.push((count, nft_full_cpu, ipt_full_cpu, nft_change_cpu));
     }
-    // The floor every change that replaces or removes an element pays: the kernel waits for an
-    // RCU grace period when such a transaction commits (with /sys/kernel/rcu_expedited = 1 it
-    // shrinks to a few ms). Measured on a one-element set, nothing else in the table.
+    // The floor every `nft` run that replaces or removes an element pays: closing its netlink
+    // socket at exit flushes the transaction's deferred destruction, an RCU grace period (with
+    // /sys/kernel/rcu_expedited = 1 it shrinks to a few ms). The backend's incremental syncs
+    // run in a libnftables context that stays open and do not pay it. Measured on a
+    // one-element set, nothing else in the table.
     let floor_table = "add table ip klbfloor\nadd set ip klbfloor s { type ipv4_addr; }\n";
     sh_stdin(
         &["ip", "netns", "exec", &ns.node, "nft", "-f", "-"],
@@ -538,7 +553,7 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
         "ip", "netns", "exec", &ns.node, "nft", "delete", "table", "ip", "klbfloor",
     ]);
     println!(
-        "\nkernel floor (one-element set, rcu_expedited={}): nft run adding an element {}, deleting one {}",
+        "\n`nft` program floor (one-element set, rcu_expedited={}): adding an element {}, deleting one {} (its exit closes the netlink socket, which waits for the deletion's RCU grace period; the backend's kept libnftables context never closes it)",
         std::fs::read_to_string("/sys/kernel/rcu_expedited")
             .map(|v| v.trim().to_owned())
             .unwrap_or_else(|_| "?".into()),
@@ -551,7 +566,7 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
     );
     println!(
         "{:>8} | {:>14} {:>14} {:>7} | {:>20}",
-        "services", "nft full", "ipt full", "ratio", "nft 1 change (mean)"
+        "services", "nft full", "ipt full", "ratio", "1 change, whole sync"
     );
     for (count, nft_full, ipt_full, nft_change) in cpu_rows {
         println!(
@@ -856,7 +871,8 @@ const PROXY_THREADS: usize = 2;
 /// The machine is shared, so the load changes while the benchmark runs. Each figure is therefore
 /// measured in short slices, rotating the order of the targets from one slice to the next, and a
 /// target's figure is its total over all its slices: a load change hits every target alike.
-/// `--rounds N` sets the slices per figure (default 10 of 0.5 s; 2 with `--quick`).
+/// `--rounds N` sets the slices per figure (default 10 of 0.5 s; 2 with `--quick`);
+/// `--only-new-connections` measures the new-connection figure alone.
 fn userspace_benchmarks(quick: bool) {
     let rounds: usize = std::env::args()
         .skip_while(|arg| arg != "--rounds")
@@ -981,13 +997,18 @@ fn userspace_benchmarks(quick: bool) {
         "   same backend server (2 tokio threads, one port per target: {direct_backend}, {userspace_backend}, {haproxy_backend}) and client (2 tokio threads), all on loopback; load {}",
         load_average()
     );
+    // `--only-new-connections` measures the new-connection figure alone (the other columns stay
+    // empty): quicker repeats when only the connection path changed.
+    let only_new = std::env::args().any(|arg| arg == "--only-new-connections");
     let figures = [Figure::NewConnection, Figure::KeepAlive, Figure::Throughput];
     let mut totals: [[Totals; 3]; 3] = Default::default();
     // Per-slice userspace/haproxy ratios.
     let mut spreads: [Vec<f64>; 3] = Default::default();
     for (f, figure) in figures.into_iter().enumerate() {
         // Bulk transfers take long enough per slice that fewer of them do.
-        let slices = if figure == Figure::Throughput {
+        let slices = if only_new && figure != Figure::NewConnection {
+            0
+        } else if figure == Figure::Throughput {
             rounds.div_ceil(2)
         } else {
             rounds
@@ -1062,8 +1083,15 @@ fn userspace_benchmarks(quick: bool) {
     for spread in &mut spreads {
         spread.sort_by(f64::total_cmp);
     }
-    let median = |values: &[f64]| format!("{:.2}x", values[values.len() / 2]);
-    let range = |values: &[f64]| format!("{:.2}–{:.2}x", values[0], values[values.len() - 1]);
+    let median = |values: &[f64]| {
+        values
+            .get(values.len() / 2)
+            .map_or_else(|| "-".to_owned(), |median| format!("{median:.2}x"))
+    };
+    let range = |values: &[f64]| match (values.first(), values.last()) {
+        (Some(low), Some(high)) => format!("{low:.2}–{high:.2}x"),
+        _ => "-".to_owned(),
+    };
     println!(
         "{:>18} | {:>16} {:>17} {:>15} |",
         "per-slice median",

@@ -26,10 +26,11 @@ use crate::model::EndpointAddr;
 ///   on top of the departed endpoint's own 1/N; this extra stays under 2 % of the table while
 ///   M ≥ ~100·N (this module's tests measure it: 4093 at 2–10 endpoints, 16381 up to 160) and
 ///   reaches 6 % at M ≈ 10·N;
-/// - update cost: an endpoint change rewrites ~M/N entries, and in nftables each is a map element
-///   deleted and added, so at 10 endpoints (M/N ≈ 400) one change costs ~1.7× the default
-///   scheduler's (30 ms vs 18 ms in `bench/dataplane.rs`, 2026-11-25), and 16381 would cost
-///   about four times as many element updates.
+/// - update cost: replacing one endpoint rewrites ~2·M/N entries, and in nftables each is a map
+///   element deleted and added (3–10 µs of libnftables CPU each), so at 10 endpoints one change
+///   costs ~22 ms where the default scheduler's costs under 1 ms (`bench/dataplane.rs`,
+///   2026-11-25, in the backend's kept libnftables context), and 16381 would cost about four
+///   times as many element updates.
 ///
 /// Clusters with larger Services raise `--maglev-table-size` (16381, Cilium's default, for ~100
 /// endpoints) and pay the update cost. Memory: M entries per endpoint group, 8 KiB per frontend

@@ -2,7 +2,7 @@
 //! Nodes feed the [`Index`]; a real change schedules one sync of the backend and the health
 //! servers, at most once per `min_sync_period`. Relists that change nothing cost nothing.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +15,8 @@ use tokio::time::Instant;
 
 use crate::health::{ProxyHealth, ServiceHealthServers};
 use crate::model::{
-    HEADLESS_LABEL, Index, IndexConfig, SERVICE_PROXY_NAME_LABEL, ServiceKey, Snapshot,
+    HEADLESS_LABEL, Index, IndexConfig, PortKey, SERVICE_PROXY_NAME_LABEL, ServiceKey, Snapshot,
+    SnapshotChanges,
 };
 use crate::nft::{NftBackend, NftError};
 use crate::userspace::UserspaceProxy;
@@ -41,11 +42,16 @@ pub enum Dataplane {
 }
 
 impl Dataplane {
-    /// Programs `snapshot`.
-    pub async fn sync(&mut self, snapshot: &Snapshot) -> Result<(), NftError> {
+    /// Programs `snapshot`. `changed`: the ports that may differ from the last successful
+    /// sync (`None`: any may), so the nftables backend compares and renders only those.
+    pub async fn sync(
+        &mut self,
+        snapshot: &Snapshot,
+        changed: Option<&BTreeSet<PortKey>>,
+    ) -> Result<(), NftError> {
         match self {
             Dataplane::Nft(backend) => {
-                let report = backend.sync(snapshot).await?;
+                let report = backend.sync_changed(snapshot, changed).await?;
                 for warning in &report.warnings {
                     tracing::warn!(%warning, "service port not programmed");
                 }
@@ -81,7 +87,7 @@ impl Dataplane {
                 );
             }
             Dataplane::NoNodePorts(inner) => {
-                Box::pin(inner.sync(&without_node_ports(snapshot))).await?;
+                Box::pin(inner.sync(&without_node_ports(snapshot), changed)).await?;
             }
         }
         Ok(())
@@ -384,7 +390,9 @@ pub async fn run_with_addresses(
     );
     let mut dirty = false;
     let mut next_sync = Instant::now();
-    let mut last_snapshot: Option<Snapshot> = None;
+    // What changed since the last successful sync (`None`: nothing was synced yet). The index
+    // keeps the snapshot itself; only the changed ports are compared and rendered.
+    let mut unsynced: Option<SnapshotChanges> = None;
     let mut reported_rejections: std::collections::BTreeSet<(ServiceKey, std::net::IpAddr)> =
         std::collections::BTreeSet::new();
     tokio::pin!(shutdown);
@@ -449,17 +457,20 @@ pub async fn run_with_addresses(
                 // Forget what is gone, so an address that comes back is reported again.
                 reported_rejections.retain(|(service, ip)| rejected.get(service).is_some_and(|ips| ips.contains(ip)));
                 proxy.health.count_rejected_endpoints(new_rejections);
-                let mut snapshot = index.snapshot();
-                if let Some(addresses) = &nodeport_addresses {
-                    snapshot.nodeport_addresses = addresses.borrow().clone();
-                }
-                if last_snapshot.as_ref() == Some(&snapshot) {
+                index.set_nodeport_addresses(
+                    nodeport_addresses.as_ref().map(|addresses| addresses.borrow().clone()),
+                );
+                let (snapshot, changes) = index.refresh();
+                let first = unsynced.is_none();
+                let pending = unsynced.get_or_insert_with(SnapshotChanges::default);
+                pending.extend(changes);
+                if !first && pending.is_empty() {
                     // Changes that cancel out, or touch fields the dataplane ignores, cost nothing.
                     dirty = false;
                     proxy.health.updated();
                     continue;
                 }
-                match proxy.dataplane.sync(&snapshot).await {
+                match proxy.dataplane.sync(snapshot, (!first).then_some(&pending.ports)).await {
                     Ok(()) => {
                         if restrict_health_bind {
                             proxy.service_health.set_bind_ips(snapshot.nodeport_addresses.clone());
@@ -469,13 +480,16 @@ pub async fn run_with_addresses(
                         }
                         dirty = false;
                         proxy.health.updated();
-                        last_snapshot = Some(snapshot);
+                        unsynced = Some(SnapshotChanges::default());
                         next_sync = Instant::now() + proxy.timing.min_sync_period;
                     }
                     Err(error) => {
                         // The transaction was refused as a whole: the kernel still holds the
                         // last good ruleset. Name the Services whose change it carried.
-                        let services = changed_services(last_snapshot.as_ref(), &snapshot);
+                        let services = changed_services((!first).then_some(&*pending), snapshot);
+                        if first {
+                            unsynced = None;
+                        }
                         tracing::error!(
                             %error,
                             services = %summarise(&services),
@@ -490,25 +504,20 @@ pub async fn run_with_addresses(
     }
 }
 
-/// The Services whose proxied ports differ between the last programmed snapshot (none: a
-/// full sync, every Service) and `next`, sorted.
+/// The Services a sync carried: those of the changed ports since the last successful sync, or
+/// every Service of `next` when nothing was synced yet (`None`), sorted.
 fn changed_services(
-    last: Option<&crate::model::Snapshot>,
+    changes: Option<&SnapshotChanges>,
     next: &crate::model::Snapshot,
 ) -> Vec<crate::model::ServiceKey> {
-    let mut services = std::collections::BTreeSet::new();
-    for (key, port) in &next.ports {
-        if last.and_then(|last| last.ports.get(key)) != Some(port) {
-            services.insert(key.service.clone());
-        }
-    }
-    if let Some(last) = last {
-        for key in last.ports.keys() {
-            if !next.ports.contains_key(key) {
-                services.insert(key.service.clone());
-            }
-        }
-    }
+    let services: BTreeSet<ServiceKey> = match changes {
+        Some(changes) => changes
+            .ports
+            .iter()
+            .map(|key| key.service.clone())
+            .collect(),
+        None => next.ports.keys().map(|key| key.service.clone()).collect(),
+    };
     services.into_iter().collect()
 }
 
@@ -594,7 +603,8 @@ mod tests {
         });
         index.apply_service(&svc("a", "10.96.0.1"));
         index.apply_service(&svc("b", "10.96.0.2"));
-        let first = index.snapshot();
+        let (first, changes) = index.refresh();
+        let first = first.clone();
         let names = |services: Vec<crate::model::ServiceKey>| {
             services.iter().map(ToString::to_string).collect::<Vec<_>>()
         };
@@ -602,13 +612,18 @@ mod tests {
             names(changed_services(None, &first)),
             ["default/a", "default/b"]
         );
-        assert!(changed_services(Some(&first), &first).is_empty());
+        assert_eq!(
+            names(changed_services(Some(&changes), &first)),
+            ["default/a", "default/b"]
+        );
+        let (_, unchanged) = index.refresh();
+        assert!(changed_services(Some(&unchanged), &first).is_empty());
         index.apply_service(&svc("b", "10.96.0.3"));
         index.apply_service(&svc("c", "10.96.0.4"));
         index.delete_service("default", "a");
-        let next = index.snapshot();
+        let (next, changes) = index.refresh();
         assert_eq!(
-            names(changed_services(Some(&first), &next)),
+            names(changed_services(Some(&changes), next)),
             ["default/a", "default/b", "default/c"]
         );
         let many: Vec<_> = (0..12)

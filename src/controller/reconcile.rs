@@ -468,6 +468,14 @@ async fn release(
     }
     // Re-read: the status patch changed the resourceVersion the finalizer patch is guarded by.
     let current = Arc::new(api.get(&name).await?);
+    if matches!(Disposition::of(&current, &ctx.config), Disposition::Manage) {
+        // Made a load balancer again while we released it: the finalizer stays (dropping it
+        // now would let a delete that follows skip the cleanup of the load balancer the next
+        // reconcile creates — seen in the chaos suite when the watch cache still showed the
+        // finalizer), and the Service is ensured again.
+        tracing::debug!("a load balancer of ours again: finalizer kept");
+        return Ok(Action::requeue(CONFLICT_RETRY));
+    }
     finalizer::set(api, &current, false).await?;
     tracing::debug!("finalizer removed");
     Ok(Action::await_change())

@@ -1,8 +1,9 @@
 //! The watch-fed index: normalised Services, EndpointSlices, Endpoints and Nodes, each update
 //! reporting whether anything the dataplane depends on changed (STYLE §8).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -67,7 +68,9 @@ struct ServiceInfo {
 #[derive(Debug, Clone, PartialEq)]
 struct EndpointInfo {
     ip: IpAddr,
-    node: Option<String>,
+    /// Interned: a node's name is shared by all its endpoints (a quarter million of them at
+    /// scale, see [`Index::intern_node`]).
+    node: Option<Arc<str>>,
     ready: bool,
     serving: bool,
     terminating: bool,
@@ -104,6 +107,45 @@ pub struct Index {
     nodes: HashMap<String, NodeInfo>,
     /// Problems found while normalising objects, per Service (logged by callers).
     warnings: BTreeMap<ServiceKey, String>,
+    /// Slice keys per Service, so a refresh finds one Service's slices without a scan.
+    service_slices: HashMap<ServiceKey, BTreeSet<(String, String)>>,
+    /// Node names endpoints refer to (see [`EndpointInfo::node`]).
+    node_names: HashSet<Arc<str>>,
+    /// The snapshot as of the last [`Index::refresh`].
+    cache: Snapshot,
+    /// Services changed since the last refresh.
+    dirty: HashSet<ServiceKey>,
+    /// Every Service must be recomputed by the next refresh (nothing refreshed yet, or a Node
+    /// changed: node labels steer topology and the own node's addresses the NodePorts).
+    all_dirty: bool,
+    /// NodePort addresses set by the caller instead of the own Node's (see
+    /// [`Index::set_nodeport_addresses`]).
+    nodeport_override: Option<Vec<IpAddr>>,
+}
+
+/// What an [`Index::refresh`] changed in its snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapshotChanges {
+    /// Ports added, removed or with a new model.
+    pub ports: BTreeSet<PortKey>,
+    /// The NodePort addresses changed.
+    pub nodeport_addresses: bool,
+    /// Health-check node ports changed.
+    pub health_checks: bool,
+}
+
+impl SnapshotChanges {
+    /// True when the snapshot is the same as before.
+    pub fn is_empty(&self) -> bool {
+        self.ports.is_empty() && !self.nodeport_addresses && !self.health_checks
+    }
+
+    /// Adds `other`'s changes (for changes accumulated over several refreshes).
+    pub fn extend(&mut self, other: SnapshotChanges) {
+        self.ports.extend(other.ports);
+        self.nodeport_addresses |= other.nodeport_addresses;
+        self.health_checks |= other.health_checks;
+    }
 }
 
 fn replace<K: std::hash::Hash + Eq, V: PartialEq>(
@@ -128,8 +170,58 @@ impl Index {
     pub fn new(config: IndexConfig) -> Self {
         Index {
             config,
+            all_dirty: true,
             ..Index::default()
         }
+    }
+
+    fn touch(&mut self, service: &ServiceKey) {
+        if !self.all_dirty && !self.dirty.contains(service) {
+            self.dirty.insert(service.clone());
+        }
+    }
+
+    /// The shared copy of a node name.
+    fn intern_node(&mut self, name: &str) -> Arc<str> {
+        if let Some(name) = self.node_names.get(name) {
+            return Arc::clone(name);
+        }
+        let name: Arc<str> = Arc::from(name);
+        self.node_names.insert(Arc::clone(&name));
+        name
+    }
+
+    /// Stores (or removes) one slice, keeping the per-Service slice lists and marking the
+    /// Services whose endpoints changed.
+    fn set_slice(&mut self, key: (String, String), info: Option<SliceInfo>) -> bool {
+        if self.slices.get(&key) == info.as_ref() {
+            return false;
+        }
+        let old = match info {
+            Some(info) => {
+                let service = info.service.clone();
+                self.service_slices
+                    .entry(service.clone())
+                    .or_default()
+                    .insert(key.clone());
+                self.touch(&service);
+                self.slices.insert(key.clone(), info)
+            }
+            None => self.slices.remove(&key),
+        };
+        if let Some(old) = old {
+            let still = self.slices.get(&key).map(|info| &info.service);
+            if still != Some(&old.service)
+                && let Some(keys) = self.service_slices.get_mut(&old.service)
+            {
+                keys.remove(&key);
+                if keys.is_empty() {
+                    self.service_slices.remove(&old.service);
+                }
+            }
+            self.touch(&old.service);
+        }
+        true
     }
 
     /// The node this index computes for.
@@ -153,14 +245,22 @@ impl Index {
                 None
             }
         };
-        replace(&mut self.services, key, info)
+        let changed = replace(&mut self.services, key.clone(), info);
+        if changed {
+            self.touch(&key);
+        }
+        changed
     }
 
     /// Removes a Service.
     pub fn delete_service(&mut self, namespace: &str, name: &str) -> bool {
         let key = ServiceKey::new(namespace, name);
         self.warnings.remove(&key);
-        replace(&mut self.services, key, None)
+        let changed = replace(&mut self.services, key.clone(), None);
+        if changed {
+            self.touch(&key);
+        }
+        changed
     }
 
     /// Adds or updates an EndpointSlice.
@@ -169,17 +269,23 @@ impl Index {
         else {
             return false;
         };
-        let info = normalise_slice(namespace, slice, |ip| self.rejects_endpoint(ip));
-        replace(&mut self.slices, (namespace.clone(), name.clone()), info)
+        let info = normalise_slice(namespace, slice, |ip| self.rejects_endpoint(ip))
+            .map(|info| self.intern_nodes(info));
+        self.set_slice((namespace.clone(), name.clone()), info)
+    }
+
+    fn intern_nodes(&mut self, mut info: SliceInfo) -> SliceInfo {
+        for endpoint in &mut info.endpoints {
+            if let Some(node) = &endpoint.node {
+                endpoint.node = Some(self.intern_node(node));
+            }
+        }
+        info
     }
 
     /// Removes an EndpointSlice.
     pub fn delete_endpoint_slice(&mut self, namespace: &str, name: &str) -> bool {
-        replace(
-            &mut self.slices,
-            (namespace.to_owned(), name.to_owned()),
-            None,
-        )
+        self.set_slice((namespace.to_owned(), name.to_owned()), None)
     }
 
     /// Adds or updates an Endpoints object (used only for Services without EndpointSlices).
@@ -187,13 +293,26 @@ impl Index {
         let Some(key) = object_key(&endpoints.metadata) else {
             return false;
         };
-        let info = normalise_endpoints(&key, endpoints, |ip| self.rejects_endpoint(ip));
-        replace(&mut self.endpoints, key, Some(info))
+        let info: Vec<SliceInfo> =
+            normalise_endpoints(&key, endpoints, |ip| self.rejects_endpoint(ip))
+                .into_iter()
+                .map(|info| self.intern_nodes(info))
+                .collect();
+        let changed = replace(&mut self.endpoints, key.clone(), Some(info));
+        if changed {
+            self.touch(&key);
+        }
+        changed
     }
 
     /// Removes an Endpoints object.
     pub fn delete_endpoints(&mut self, namespace: &str, name: &str) -> bool {
-        replace(&mut self.endpoints, ServiceKey::new(namespace, name), None)
+        let key = ServiceKey::new(namespace, name);
+        let changed = replace(&mut self.endpoints, key.clone(), None);
+        if changed {
+            self.touch(&key);
+        }
+        changed
     }
 
     /// Adds or updates a Node (only labels and addresses matter).
@@ -217,12 +336,16 @@ impl Index {
             .collect();
         addresses.sort();
         addresses.dedup();
-        replace(&mut self.nodes, name, Some(NodeInfo { labels, addresses }))
+        let changed = replace(&mut self.nodes, name, Some(NodeInfo { labels, addresses }));
+        self.all_dirty |= changed;
+        changed
     }
 
     /// Removes a Node.
     pub fn delete_node(&mut self, name: &str) -> bool {
-        replace(&mut self.nodes, name.to_owned(), None)
+        let changed = replace(&mut self.nodes, name.to_owned(), None);
+        self.all_dirty |= changed;
+        changed
     }
 
     /// True when `ip` must never be programmed as an endpoint on this node.
@@ -257,12 +380,114 @@ impl Index {
         &self.warnings
     }
 
-    /// Computes what this node must program.
+    /// Computes what this node must program, from scratch.
     pub fn snapshot(&self) -> Snapshot {
-        let own = self.nodes.get(&self.config.node_name);
-        let empty = BTreeMap::new();
-        let own_labels = own.map(|node| &node.labels).unwrap_or(&empty);
-        let nodeport_addresses: Vec<IpAddr> = own
+        let own_labels = self.own_labels();
+        let mut snapshot = Snapshot {
+            nodeport_addresses: self.nodeport_addresses(),
+            ..Snapshot::default()
+        };
+        for (key, service) in &self.services {
+            let (ports, health) = self.service_models(key, service, own_labels);
+            for model in ports {
+                snapshot.ports.insert(model.key.clone(), model);
+            }
+            if let Some(health) = health {
+                snapshot.health_checks.insert(key.clone(), health);
+            }
+        }
+        snapshot
+    }
+
+    /// Uses `addresses` as this node's NodePort addresses instead of its Node object's status
+    /// addresses (`None`: the Node's again). Takes effect at the next [`Index::refresh`].
+    pub fn set_nodeport_addresses(&mut self, addresses: Option<Vec<IpAddr>>) {
+        self.nodeport_override = addresses;
+    }
+
+    /// Brings the kept snapshot up to date and returns it with what changed: only Services
+    /// touched since the last refresh are recomputed (all of them after a Node change), so one
+    /// endpoint change costs one Service, not the cluster. Equal to [`Index::snapshot`] (with
+    /// the NodePort addresses of [`Index::set_nodeport_addresses`]).
+    pub fn refresh(&mut self) -> (&Snapshot, SnapshotChanges) {
+        let mut changes = SnapshotChanges::default();
+        let services: BTreeSet<ServiceKey> = if self.all_dirty {
+            self.dirty.clear();
+            self.services
+                .keys()
+                .cloned()
+                .chain(self.cache.ports.keys().map(|key| key.service.clone()))
+                .chain(self.cache.health_checks.keys().cloned())
+                .collect()
+        } else {
+            self.dirty.drain().collect()
+        };
+        self.all_dirty = false;
+        let addresses = self
+            .nodeport_override
+            .clone()
+            .unwrap_or_else(|| self.nodeport_addresses());
+        if addresses != self.cache.nodeport_addresses {
+            changes.nodeport_addresses = true;
+        }
+        let own_labels = self.own_labels();
+        let mut updates = Vec::new();
+        for key in &services {
+            let (ports, health) = match self.services.get(key) {
+                Some(service) => self.service_models(key, service, own_labels),
+                None => (Vec::new(), None),
+            };
+            updates.push((key, ports, health));
+        }
+        let cache = &mut self.cache;
+        cache.nodeport_addresses = addresses;
+        for (key, ports, health) in updates {
+            let range = PortKey {
+                service: key.clone(),
+                protocol: Protocol::Tcp,
+                port: 0,
+            }..=PortKey {
+                service: key.clone(),
+                protocol: Protocol::Sctp,
+                port: u16::MAX,
+            };
+            let gone: Vec<PortKey> = cache
+                .ports
+                .range(range)
+                .map(|(port, _)| port.clone())
+                .filter(|port| !ports.iter().any(|model| model.key == *port))
+                .collect();
+            for port in gone {
+                cache.ports.remove(&port);
+                changes.ports.insert(port);
+            }
+            for model in ports {
+                if cache.ports.get(&model.key) != Some(&model) {
+                    changes.ports.insert(model.key.clone());
+                    cache.ports.insert(model.key.clone(), model);
+                }
+            }
+            if cache.health_checks.get(key) != health.as_ref() {
+                changes.health_checks = true;
+                match health {
+                    Some(health) => cache.health_checks.insert(key.clone(), health),
+                    None => cache.health_checks.remove(key),
+                };
+            }
+        }
+        (&self.cache, changes)
+    }
+
+    fn own_labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.nodes
+            .get(&self.config.node_name)
+            .map_or(&EMPTY, |node| &node.labels)
+    }
+
+    fn nodeport_addresses(&self) -> Vec<IpAddr> {
+        self.nodes
+            .get(&self.config.node_name)
             .map(|node| {
                 node.addresses
                     .iter()
@@ -277,49 +502,47 @@ impl Index {
                     })
                     .collect()
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
 
-        let mut slices_by_service: HashMap<&ServiceKey, Vec<&SliceInfo>> = HashMap::new();
-        for slice in self.slices.values() {
-            slices_by_service
-                .entry(&slice.service)
-                .or_default()
-                .push(slice);
+    /// One Service's port models and health check.
+    fn service_models(
+        &self,
+        key: &ServiceKey,
+        service: &ServiceInfo,
+        own_labels: &BTreeMap<String, String>,
+    ) -> (Vec<ServicePortModel>, Option<HealthCheckModel>) {
+        // Slices in name order: which of two duplicate endpoints wins must not depend on
+        // hash order.
+        let mut slices: Vec<&SliceInfo> = self
+            .service_slices
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|slice| self.slices.get(slice))
+            .collect();
+        if slices.is_empty() && !service.has_selector {
+            slices.extend(self.endpoints.get(key).into_iter().flatten());
         }
-
-        let mut snapshot = Snapshot {
-            nodeport_addresses,
-            ..Snapshot::default()
-        };
-        for (key, service) in &self.services {
-            let mut slices = slices_by_service.remove(key).unwrap_or_default();
-            if slices.is_empty() && !service.has_selector {
-                slices.extend(self.endpoints.get(key).into_iter().flatten());
-            }
-            let mut local_ready_ips = BTreeSet::new();
-            for port in &service.ports {
-                let endpoints = merge_endpoints(&slices, port);
-                for (addr, info) in &endpoints {
-                    if info.ready && !info.terminating && self.is_local(info) {
-                        local_ready_ips.insert(addr.ip);
-                    }
+        let mut local_ready_ips = BTreeSet::new();
+        let mut ports = Vec::with_capacity(service.ports.len());
+        for port in &service.ports {
+            let endpoints = merge_endpoints(&slices, port);
+            for (addr, info) in &endpoints {
+                if info.ready && !info.terminating && self.is_local(info) {
+                    local_ready_ips.insert(addr.ip);
                 }
-                let model = self.port_model(key, service, port, &endpoints, own_labels);
-                snapshot.ports.insert(model.key.clone(), model);
             }
-            if let (TrafficPolicy::Local, Some(node_port)) =
-                (service.external_policy, service.health_check_node_port)
-            {
-                snapshot.health_checks.insert(
-                    key.clone(),
-                    HealthCheckModel {
-                        node_port,
-                        local_ready_endpoints: local_ready_ips.len(),
-                    },
-                );
-            }
+            ports.push(self.port_model(key, service, port, &endpoints, own_labels));
         }
-        snapshot
+        let health = match (service.external_policy, service.health_check_node_port) {
+            (TrafficPolicy::Local, Some(node_port)) => Some(HealthCheckModel {
+                node_port,
+                local_ready_endpoints: local_ready_ips.len(),
+            }),
+            _ => None,
+        };
+        (ports, health)
     }
 
     fn is_local(&self, endpoint: &EndpointInfo) -> bool {
@@ -346,7 +569,7 @@ impl Index {
         let cluster_endpoints: Vec<EndpointAddr> =
             topology::filter(&service.topology_keys, own_labels, &usable, |(_, info)| {
                 info.node
-                    .as_ref()
+                    .as_deref()
                     .and_then(|node| self.nodes.get(node))
                     .map(|node| &node.labels)
             })
@@ -637,7 +860,7 @@ fn normalise_slice(
             let conditions = endpoint.conditions.as_ref();
             Some(EndpointInfo {
                 ip,
-                node: endpoint.node_name.clone(),
+                node: endpoint.node_name.as_deref().map(Arc::from),
                 ready: conditions.and_then(|c| c.ready).unwrap_or(true),
                 serving: conditions.and_then(|c| c.serving).unwrap_or(true),
                 terminating: conditions.and_then(|c| c.terminating).unwrap_or(false),
@@ -699,7 +922,7 @@ fn normalise_endpoints(
                     }
                     Some(EndpointInfo {
                         ip,
-                        node: address.node_name.clone(),
+                        node: address.node_name.as_deref().map(Arc::from),
                         ready,
                         serving: ready,
                         terminating: false,

@@ -632,3 +632,108 @@ fn forbidden_endpoints_are_never_programmed_and_are_reported() {
         Some(&[ip("224.0.0.5")].into_iter().collect())
     );
 }
+
+/// `refresh` recomputes only the Services touched since the last refresh; on random sequences
+/// of Service, EndpointSlice, Endpoints and Node updates its snapshot stays equal to a full
+/// `snapshot()`, and the ports it reports changed are exactly those that differ.
+#[test]
+fn refresh_keeps_the_snapshot_a_full_rebuild_would_compute() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let mut rng = StdRng::seed_from_u64(14);
+    let mut index = index("n1", &[]);
+    let names = ["a", "b", "c", "d"];
+    let nodes = ["n1", "n2", "n3"];
+    let mut previous = Snapshot::default();
+    let full = index.snapshot();
+    let (first, _) = index.refresh();
+    assert_eq!(first, &full);
+    for round in 0..400 {
+        for _ in 0..rng.random_range(1..=3) {
+            let name = names[rng.random_range(0..names.len())];
+            match rng.random_range(0..8) {
+                0 => {
+                    index.delete_service("default", name);
+                }
+                1 => {
+                    let slice_name = format!("{name}-{}", rng.random_range(0..2));
+                    index.delete_endpoint_slice("default", &slice_name);
+                }
+                2 => {
+                    let zone = ["za", "zb"][rng.random_range(0..2)];
+                    let node_name = nodes[rng.random_range(0..nodes.len())];
+                    index.apply_node(&node(node_name, zone, "r1", &["10.0.0.11"]));
+                }
+                3 => {
+                    // A slice moving to another Service.
+                    let other = names[rng.random_range(0..names.len())];
+                    let slice_name = format!("{name}-{}", rng.random_range(0..2));
+                    index.apply_endpoint_slice(
+                        &slice("default", other, &slice_name)
+                            .port("", "TCP", 8080)
+                            .endpoint("10.244.7.7", "n2")
+                            .build(),
+                    );
+                }
+                4 => {
+                    let service = service(
+                        "default",
+                        name,
+                        &format!("10.96.0.{}", rng.random_range(1..9)),
+                    )
+                    .port("", "TCP", 80)
+                    .port("dns", "UDP", 53)
+                    .node_port(30_000 + rng.random_range(0..3));
+                    let service = if rng.random_bool(0.3) {
+                        service.local(32_000)
+                    } else {
+                        service
+                    };
+                    index.apply_service(&service.build());
+                }
+                _ => {
+                    let slice_name = format!("{name}-{}", rng.random_range(0..2));
+                    let mut builder = slice("default", name, &slice_name)
+                        .port("", "TCP", 8080)
+                        .port("dns", "UDP", 5353);
+                    for _ in 0..rng.random_range(0..4) {
+                        let ip = format!("10.244.0.{}", rng.random_range(1..12));
+                        let node_name = nodes[rng.random_range(0..nodes.len())];
+                        builder = builder.endpoint_with(
+                            &ip,
+                            node_name,
+                            rng.random_bool(0.8),
+                            true,
+                            rng.random_bool(0.1),
+                        );
+                    }
+                    index.apply_endpoint_slice(&builder.build());
+                }
+            }
+        }
+        let full = index.snapshot();
+        let (refreshed, changes) = index.refresh();
+        assert_eq!(refreshed, &full, "round {round}");
+        let differing: std::collections::BTreeSet<PortKey> = full
+            .ports
+            .keys()
+            .chain(previous.ports.keys())
+            .filter(|key| full.ports.get(*key) != previous.ports.get(*key))
+            .cloned()
+            .collect();
+        assert_eq!(changes.ports, differing, "round {round}");
+        assert_eq!(
+            changes.health_checks,
+            full.health_checks != previous.health_checks,
+            "round {round}"
+        );
+        previous = full;
+    }
+    let (_, nothing) = index.refresh();
+    assert!(nothing.is_empty());
+    index.set_nodeport_addresses(Some(vec![ip("10.9.9.9")]));
+    let (snapshot, changes) = index.refresh();
+    assert_eq!(snapshot.nodeport_addresses, [ip("10.9.9.9")]);
+    assert!(changes.nodeport_addresses && changes.ports.is_empty());
+}

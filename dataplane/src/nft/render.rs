@@ -155,11 +155,20 @@ pub struct Ruleset {
 }
 
 impl Ruleset {
-    fn insert(&mut self, container: &'static str, key: String, value: Option<String>) {
+    pub(crate) fn insert(&mut self, container: &'static str, key: String, value: Option<String>) {
         self.elements
             .entry(container)
             .or_default()
             .insert(key, value);
+    }
+
+    pub(crate) fn remove(&mut self, container: &'static str, key: &str) {
+        if let Some(elements) = self.elements.get_mut(container) {
+            elements.remove(key);
+            if elements.is_empty() {
+                self.elements.remove(container);
+            }
+        }
     }
 
     /// Elements of one container, for tests and diagnostics.
@@ -179,9 +188,13 @@ pub struct GroupIds {
 }
 
 impl GroupIds {
-    fn get(&mut self, group: &str) -> Option<u32> {
+    /// The id of `group`; with `allocate`, a new one if it has none (`None`: none free).
+    fn get(&mut self, group: &str, allocate: bool) -> Option<u32> {
         if let Some(id) = self.ids.get(group) {
             return Some(*id);
+        }
+        if !allocate {
+            return None;
         }
         // A reused id is harmless: affinity entries keyed by it can only name slots of the group
         // that now owns the id, and empty slots fall back to a fresh choice.
@@ -205,7 +218,12 @@ impl GroupIds {
         &mut self,
         group: &str,
         endpoints: &[EndpointAddr],
+        allocate: bool,
     ) -> Vec<Option<EndpointAddr>> {
+        if !allocate {
+            // Re-rendering what was committed: the slots as they were assigned then.
+            return self.slots.get(group).cloned().unwrap_or_default();
+        }
         let previous = self.slots.remove(group).unwrap_or_default();
         let wanted: BTreeSet<EndpointAddr> = endpoints.iter().copied().collect();
         let mut slots: Vec<Option<EndpointAddr>> = previous
@@ -229,8 +247,26 @@ impl GroupIds {
         slots
     }
 
+    /// Frees the id (and slots) of one group that is no longer rendered.
+    pub(crate) fn forget(&mut self, group: &str) {
+        if let Some(id) = self.ids.remove(group) {
+            self.free.push(id);
+        }
+        self.slots.remove(group);
+    }
+
+    /// Groups holding an id.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when no group holds an id.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
     /// Frees the ids (and slots) of groups that are no longer rendered.
-    fn retain(&mut self, groups: &HashSet<String>) {
+    pub(crate) fn retain(&mut self, groups: &HashSet<String>) {
         let free = &mut self.free;
         self.ids.retain(|group, id| {
             let keep = groups.contains(group);
@@ -270,30 +306,11 @@ pub fn render(
         family,
         config,
         ids,
-        ruleset: Ruleset::default(),
+        allocate: true,
+        ruleset: render_global(&snapshot.nodeport_addresses, family, config),
         warnings: Vec::new(),
         groups: HashMap::new(),
     };
-    for ip in snapshot
-        .nodeport_addresses
-        .iter()
-        .filter(|ip| family.contains(ip))
-    {
-        renderer
-            .ruleset
-            .insert("nodeport-ips", ip.to_string(), None);
-    }
-    for count in 1..=PRESET_GROUP_SIZES {
-        if let Some(select) = shared_select(config.scheduler, family, count) {
-            pick_chain(
-                &mut renderer.ruleset,
-                family,
-                scheduler_name(config.scheduler),
-                bucket_count(config.scheduler, count),
-                &select,
-            );
-        }
-    }
     for port in snapshot.ports.values() {
         renderer.port(port);
     }
@@ -316,10 +333,77 @@ pub fn render(
     (ruleset, warnings)
 }
 
+/// What one Service port contributes to one family's table (see [`render_port`]).
+#[derive(Debug, Default)]
+pub(crate) struct PortFragment {
+    /// The port's elements and the chains it uses.
+    pub ruleset: Ruleset,
+    /// Why parts of the port could not be programmed.
+    pub warnings: Vec<String>,
+    /// Names of the endpoint groups the port rendered (holding an id or not).
+    pub groups: Vec<String>,
+}
+
+/// Renders one Service port alone: what [`render`] adds for it. With `allocate` false nothing
+/// in `ids` changes: groups without an id stay unprogrammed and affinity slots are the ones
+/// assigned before, so rendering a port's last committed model again yields exactly what it
+/// committed then (ids and slots only change when the port itself is rendered with
+/// `allocate`).
+pub(crate) fn render_port(
+    port: &ServicePortModel,
+    family: Family,
+    config: &NftConfig,
+    ids: &mut GroupIds,
+    allocate: bool,
+) -> PortFragment {
+    let mut renderer = Renderer {
+        family,
+        config,
+        ids,
+        allocate,
+        ruleset: Ruleset::default(),
+        warnings: Vec::new(),
+        groups: HashMap::new(),
+    };
+    renderer.port(port);
+    PortFragment {
+        ruleset: renderer.ruleset,
+        warnings: renderer.warnings,
+        groups: renderer.groups.into_keys().collect(),
+    }
+}
+
+/// The objects every table holds whatever its Services: the NodePort addresses and the
+/// preset pick chains (see [`PRESET_GROUP_SIZES`]).
+pub(crate) fn render_global(
+    snapshot_addresses: &[IpAddr],
+    family: Family,
+    config: &NftConfig,
+) -> Ruleset {
+    let mut ruleset = Ruleset::default();
+    for ip in snapshot_addresses.iter().filter(|ip| family.contains(ip)) {
+        ruleset.insert("nodeport-ips", ip.to_string(), None);
+    }
+    for count in 1..=PRESET_GROUP_SIZES {
+        if let Some(select) = shared_select(config.scheduler, family, count) {
+            pick_chain(
+                &mut ruleset,
+                family,
+                scheduler_name(config.scheduler),
+                bucket_count(config.scheduler, count),
+                &select,
+            );
+        }
+    }
+    ruleset
+}
+
 struct Renderer<'a> {
     family: Family,
     config: &'a NftConfig,
     ids: &'a mut GroupIds,
+    /// False: render what was committed, without assigning ids or slots.
+    allocate: bool,
     ruleset: Ruleset,
     warnings: Vec<String>,
     /// Group name → its mark (None: could not be programmed), so shared groups render once.
@@ -366,7 +450,7 @@ impl Renderer<'_> {
         endpoints: &[EndpointAddr],
         port: &ServicePortModel,
     ) -> Result<u32, String> {
-        let Some(id) = self.ids.get(name) else {
+        let Some(id) = self.ids.get(name, self.allocate) else {
             return Err("no free mark id for the endpoint group".into());
         };
         let endpoints = if endpoints.len() > MAX_GROUP_ENDPOINTS {
@@ -425,7 +509,7 @@ impl Renderer<'_> {
                 );
             }
             (Some(select), Some(secs)) => {
-                let slots = self.ids.assign_slots(name, endpoints);
+                let slots = self.ids.assign_slots(name, endpoints, self.allocate);
                 let mut slot_marks = HashMap::new();
                 for (slot, endpoint) in slots
                     .iter()
@@ -968,20 +1052,36 @@ pub fn skeleton(family: Family, config: &NftConfig) -> String {
 /// Elements per `add element` line: keeps lines short without many commands.
 const ELEMENTS_PER_LINE: usize = 1000;
 
-fn element_text(key: &str, value: &Option<String>) -> String {
-    match value {
-        Some(value) => format!("{key} : {value}"),
-        None => key.to_owned(),
+/// Writes `items` (key, value) as `verb element` lines of at most [`ELEMENTS_PER_LINE`]
+/// elements, straight into `out`: a full sync writes hundreds of thousands of elements, and
+/// collecting their text first would double the peak memory of the sync.
+fn element_lines<'a>(
+    out: &mut String,
+    verb: &str,
+    prefix: &str,
+    container: &str,
+    items: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) {
+    let mut in_line = 0;
+    for (key, value) in items {
+        if in_line == 0 {
+            let _ = write!(out, "{verb} element {prefix} {container} {{ ");
+        } else {
+            out.push_str(", ");
+        }
+        out.push_str(key);
+        if let Some(value) = value {
+            out.push_str(" : ");
+            out.push_str(value);
+        }
+        in_line += 1;
+        if in_line == ELEMENTS_PER_LINE {
+            out.push_str(" }\n");
+            in_line = 0;
+        }
     }
-}
-
-fn element_lines(out: &mut String, verb: &str, prefix: &str, container: &str, items: &[String]) {
-    for chunk in items.chunks(ELEMENTS_PER_LINE) {
-        let _ = writeln!(
-            out,
-            "{verb} element {prefix} {container} {{ {} }}",
-            chunk.join(", ")
-        );
+    if in_line > 0 {
+        out.push_str(" }\n");
     }
 }
 
@@ -1012,13 +1112,12 @@ pub fn diff(old: Option<&Ruleset>, new: &Ruleset, family: Family, config: &NftCo
     for container in ELEMENT_CONTAINERS {
         let before = old.elements.get(container);
         let after = new.elements.get(container);
-        let gone: Vec<String> = before
+        let gone = before
             .into_iter()
             .flatten()
             .filter(|(key, value)| after.and_then(|after| after.get(*key)) != Some(*value))
-            .map(|(key, _)| key.clone())
-            .collect();
-        element_lines(&mut out, "delete", &prefix, container, &gone);
+            .map(|(key, _)| (key.as_str(), None));
+        element_lines(&mut out, "delete", &prefix, container, gone);
     }
     // 2. New and changed chains (flush + refill is atomic within the transaction). All chains
     // exist before any rule or element jumps to one.
@@ -1043,15 +1142,14 @@ pub fn diff(old: Option<&Ruleset>, new: &Ruleset, family: Family, config: &NftCo
     // 3. Elements that are new or changed.
     for container in ELEMENT_CONTAINERS {
         let before = old.elements.get(container);
-        let added: Vec<String> = new
+        let added = new
             .elements
             .get(container)
             .into_iter()
             .flatten()
             .filter(|(key, value)| before.and_then(|before| before.get(*key)) != Some(*value))
-            .map(|(key, value)| element_text(key, value))
-            .collect();
-        element_lines(&mut out, "add", &prefix, container, &added);
+            .map(|(key, value)| (key.as_str(), value.as_deref()));
+        element_lines(&mut out, "add", &prefix, container, added);
     }
     // 4. Chains nobody references any more: referrers first, then what they jumped to.
     let mut gone: Vec<&String> = old

@@ -62,6 +62,12 @@ pub struct AwsProvider {
     verified: Mutex<HashMap<String, Verified>>,
     /// Listings the first pass after a start (and each full resync wave) shares.
     inventory: Inventory,
+    /// One ensure or delete at a time, as the GCP and Azure providers do: Services share the
+    /// node security groups, and a rule of one identity (the MTU rule) is handed from one NLB
+    /// to another, so two Services' read-plan-write of those groups must not interleave (seen
+    /// in the chaos suite: a hand-over to an NLB whose delete had already read the groups left
+    /// its rule behind).
+    sync: tokio::sync::Mutex<()>,
 }
 
 fn status(hostname: Option<String>) -> LoadBalancerStatus {
@@ -127,6 +133,7 @@ impl AwsProvider {
             discovery: Discovery::default(),
             verified: Mutex::new(HashMap::new()),
             inventory: Inventory::default(),
+            sync: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -856,6 +863,7 @@ impl LoadBalancerProvider for AwsProvider {
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let aws = desired::aws_spec(spec).map_err(|e| to_provider_error(&spec.service, e))?;
         let name = load_balancer_name(&spec.service.uid);
+        let _sync = self.sync.lock().await;
         // A change of kind is break-before-make: the other kind is removed completely before
         // this one is created or changed (see `crate::delete` for why). Skipped while this
         // process itself last verified the same kind, which it did after this check, and (for
@@ -888,6 +896,7 @@ impl LoadBalancerProvider for AwsProvider {
 
     #[tracing::instrument(skip_all, fields(service = %service, provider = "aws", lb = %load_balancer_name(&service.uid)))]
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        let _sync = self.sync.lock().await;
         self.delete_all(service)
             .await
             .map_err(|e| to_provider_error(service, e))

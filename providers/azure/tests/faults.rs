@@ -536,13 +536,20 @@ async fn a_scheme_switch_stopped_before_any_of_its_changes_converges_after_a_res
             .await
             .unwrap();
         let mark = reference.arm.mutations().len();
-        reference.provider.ensure(&to.spec(), &nodes(2)).await.unwrap();
+        reference
+            .provider
+            .ensure(&to.spec(), &nodes(2))
+            .await
+            .unwrap();
         let steps: Vec<_> = reference.arm.mutations().split_off(mark);
         let end = cloud_state(&reference.arm);
         assert!(steps.len() >= 2, "{what}: {steps:?}");
 
         for (k, step) in steps.iter().enumerate() {
-            let case = format!("{what}, stopped before change {k} ({} {})", step.method, step.path);
+            let case = format!(
+                "{what}, stopped before change {k} ({} {})",
+                step.method, step.path
+            );
             let h = harness().await;
             h.provider.ensure(&from.spec(), &nodes(2)).await.unwrap();
             let mark = h.arm.mutations().len();
