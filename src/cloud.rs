@@ -19,6 +19,8 @@ pub enum CloudName {
     Gcp,
     /// Microsoft Azure; needs the `azure` cargo feature.
     Azure,
+    /// OpenStack (Octavia + Neutron); needs the `openstack` cargo feature.
+    Openstack,
 }
 
 impl CloudName {
@@ -29,6 +31,7 @@ impl CloudName {
             CloudName::Aws => Cloud::Aws,
             CloudName::Gcp => Cloud::Gcp,
             CloudName::Azure => Cloud::Azure,
+            CloudName::Openstack => Cloud::Openstack,
         }
     }
 }
@@ -82,10 +85,16 @@ pub async fn build(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Pro
         CloudName::Aws => aws(args, counter).await,
         CloudName::Gcp => gcp(args, counter).await,
         CloudName::Azure => azure(args, counter).await,
+        CloudName::Openstack => openstack(args, counter).await,
     }
 }
 
-#[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
+#[cfg(any(
+    feature = "aws",
+    feature = "gcp",
+    feature = "azure",
+    feature = "openstack"
+))]
 fn cloud_provider(provider: Arc<dyn LoadBalancerProvider>) -> Provider {
     Provider {
         provider,
@@ -142,4 +151,21 @@ async fn azure(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provide
 #[cfg(not(feature = "azure"))]
 async fn azure(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
     anyhow::bail!("--cloud azure: this kube-lb was built without the `azure` cargo feature")
+}
+
+#[cfg(feature = "openstack")]
+async fn openstack(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
+    let provider = kube_lb_provider_openstack::OpenStackProvider::from_cloud_config(
+        args.cloud_config.as_deref(),
+        &args.cluster_name,
+        counter,
+    )
+    .await
+    .context("configuring the OpenStack provider")?;
+    Ok(cloud_provider(Arc::new(provider)))
+}
+
+#[cfg(not(feature = "openstack"))]
+async fn openstack(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
+    anyhow::bail!("--cloud openstack: this kube-lb was built without the `openstack` cargo feature")
 }

@@ -1,0 +1,854 @@
+//! A thin typed client for the ~20 Keystone, Octavia and Neutron calls kube-lb makes, over
+//! `reqwest` (already in the build for the other providers).
+//!
+//! Keystone: a project-scoped token (password or application credential) is obtained on the
+//! first call, cached with the catalog's Octavia and Neutron endpoints, and renewed a margin
+//! before `expires_at`. A 401 drops the cached token, re-authenticates and repeats the call
+//! once; a second 401 is an error (the credentials are refused).
+//!
+//! Every request goes through [`CloudApi`]: rate limited per service (`keystone`, `octavia`,
+//! `neutron`), retried in place when transient, counted per operation.
+
+use std::time::{Duration, SystemTime};
+
+use kube_lb_provider_core::{CallKind, CloudApi};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::config::{Credentials, GlobalConfig};
+use crate::error::OpenStackError;
+use crate::model::{FloatingIp, HealthMonitor, Listener, LoadBalancer, Member, Network, Pool};
+
+/// Which API a request goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Service {
+    Octavia,
+    Neutron,
+}
+
+impl Service {
+    fn family(self) -> &'static str {
+        match self {
+            Service::Octavia => "octavia",
+            Service::Neutron => "neutron",
+        }
+    }
+}
+
+/// A token and the endpoints of its catalog.
+#[derive(Debug, Clone)]
+struct Session {
+    token: String,
+    /// When to get a new token: a margin before `expires_at`.
+    renew_at: SystemTime,
+    /// Octavia's versioned root (`…/load-balancer/v2`).
+    octavia: String,
+    /// Neutron's versioned root (`…/networking/v2.0`).
+    neutron: String,
+}
+
+/// Keystone, Octavia and Neutron behind one token.
+#[derive(Debug)]
+pub struct OpenStackClient {
+    http: reqwest::Client,
+    global: GlobalConfig,
+    api: CloudApi,
+    session: Mutex<Option<Session>>,
+    renew_before: Duration,
+}
+
+/// Appends the API version to a catalog endpoint unless it already carries one (catalogs
+/// register Octavia and Neutron unversioned, e.g. `https://cloud/load-balancer`).
+fn versioned(endpoint: &str, version: &str) -> String {
+    let root = endpoint.trim_end_matches('/');
+    if root.ends_with(&format!("/{version}")) || (version == "v2" && root.ends_with("/v2.0")) {
+        root.to_string()
+    } else {
+        format!("{root}/{version}")
+    }
+}
+
+/// The project-scoped token request body for `credentials` (pure).
+pub fn token_request(credentials: &Credentials) -> Value {
+    match credentials {
+        Credentials::Password {
+            username,
+            password,
+            user_domain_name,
+            project_id,
+            project_name,
+            project_domain_name,
+        } => {
+            let project = match (project_id, project_name) {
+                (Some(id), _) => json!({"id": id}),
+                (None, name) => json!({"name": name, "domain": {"name": project_domain_name}}),
+            };
+            json!({"auth": {
+                "identity": {"methods": ["password"], "password": {"user": {
+                    "name": username, "domain": {"name": user_domain_name}, "password": password}}},
+                "scope": {"project": project}}})
+        }
+        Credentials::ApplicationCredential { id, secret } => json!({"auth": {"identity": {
+            "methods": ["application_credential"],
+            "application_credential": {"id": id, "secret": secret}}}}),
+    }
+}
+
+/// The public endpoint of `kind` in a token's catalog, in `region` when one is configured.
+pub fn catalog_endpoint(token: &Value, kind: &str, region: Option<&str>) -> Option<String> {
+    token["token"]["catalog"]
+        .as_array()?
+        .iter()
+        .filter(|service| service["type"] == kind)
+        .flat_map(|service| service["endpoints"].as_array().into_iter().flatten())
+        .find(|endpoint| {
+            endpoint["interface"] == "public"
+                && region.is_none_or(|r| endpoint["region_id"] == r || endpoint["region"] == r)
+        })
+        .and_then(|endpoint| endpoint["url"].as_str().map(str::to_string))
+}
+
+impl OpenStackClient {
+    /// A client for the cloud `global` describes. Nothing is called until the first request.
+    pub fn new(
+        global: GlobalConfig,
+        api: CloudApi,
+        request_timeout: Duration,
+    ) -> Result<Self, OpenStackError> {
+        let mut builder = reqwest::Client::builder().timeout(request_timeout);
+        if let Some(path) = &global.ca_file {
+            let unexpected = |message: String| OpenStackError::Unexpected {
+                operation: "config:ca-file",
+                message,
+            };
+            let pem =
+                std::fs::read(path).map_err(|e| unexpected(format!("reading {path}: {e}")))?;
+            let certificate = reqwest::Certificate::from_pem(&pem)
+                .map_err(|e| unexpected(format!("{path} is not a PEM certificate: {e}")))?;
+            builder = builder.add_root_certificate(certificate);
+        }
+        let http = builder
+            .build()
+            .map_err(|source| OpenStackError::Transport {
+                operation: "config:http-client",
+                source,
+            })?;
+        Ok(OpenStackClient {
+            http,
+            global,
+            api,
+            session: Mutex::new(None),
+            renew_before: Duration::from_secs(300),
+        })
+    }
+
+    /// The call counter and limits this client uses.
+    pub fn api(&self) -> &CloudApi {
+        &self.api
+    }
+
+    /// A valid session: the cached one unless it expires within the renewal margin.
+    async fn session(&self) -> Result<Session, OpenStackError> {
+        let mut cached = self.session.lock().await;
+        if let Some(session) = cached.as_ref()
+            && SystemTime::now() < session.renew_at
+        {
+            return Ok(session.clone());
+        }
+        let session = self.authenticate().await?;
+        *cached = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn invalidate(&self, token: &str) {
+        let mut cached = self.session.lock().await;
+        if cached.as_ref().is_some_and(|s| s.token == token) {
+            *cached = None;
+        }
+    }
+
+    async fn authenticate(&self) -> Result<Session, OpenStackError> {
+        const OPERATION: &str = "keystone:IssueToken";
+        let url = format!("{}/auth/tokens", self.global.auth_url.trim_end_matches('/'));
+        let body = token_request(&self.global.credentials);
+        let is_transient = |e: &OpenStackError| e.classification().retries_in_place();
+        let (token, document) = self
+            .api
+            .call_with(
+                "keystone",
+                OPERATION,
+                CallKind::Read,
+                is_transient,
+                || async {
+                    let response =
+                        self.http
+                            .post(&url)
+                            .json(&body)
+                            .send()
+                            .await
+                            .map_err(|source| OpenStackError::Transport {
+                                operation: OPERATION,
+                                source,
+                            })?;
+                    let status = response.status();
+                    let token = response
+                        .headers()
+                        .get("x-subject-token")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
+                    let text =
+                        response
+                            .text()
+                            .await
+                            .map_err(|source| OpenStackError::Transport {
+                                operation: OPERATION,
+                                source,
+                            })?;
+                    if !status.is_success() {
+                        return Err(api_error(OPERATION, status.as_u16(), &text));
+                    }
+                    let token = token.ok_or_else(|| OpenStackError::Unexpected {
+                        operation: OPERATION,
+                        message: "Keystone answered without X-Subject-Token".into(),
+                    })?;
+                    let document: Value =
+                        serde_json::from_str(&text).map_err(|e| OpenStackError::Unexpected {
+                            operation: OPERATION,
+                            message: format!("token document: {e}"),
+                        })?;
+                    Ok((token, document))
+                },
+            )
+            .await?;
+        let expires = document["token"]["expires_at"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339_weak(t).ok())
+            .ok_or_else(|| OpenStackError::Unexpected {
+                operation: OPERATION,
+                message: "token document without a readable expires_at".into(),
+            })?;
+        let region = self.global.region.as_deref();
+        let endpoint = |kind: &str| {
+            catalog_endpoint(&document, kind, region).ok_or_else(|| OpenStackError::Unexpected {
+                operation: OPERATION,
+                message: format!(
+                    "the catalog has no public {kind} endpoint{}",
+                    region
+                        .map(|r| format!(" in region {r}"))
+                        .unwrap_or_default()
+                ),
+            })
+        };
+        // Renew a margin before expiry; for short-lived tokens, at half their remaining life.
+        let life = expires
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        let session = Session {
+            token,
+            renew_at: expires - self.renew_before.min(life / 2),
+            octavia: versioned(&endpoint("load-balancer")?, "v2"),
+            neutron: versioned(&endpoint("network")?, "v2.0"),
+        };
+        tracing::debug!(octavia = %session.octavia, neutron = %session.neutron, "authenticated to Keystone");
+        Ok(session)
+    }
+
+    /// One request; a 401 re-authenticates once and repeats it.
+    async fn call(
+        &self,
+        service: Service,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Option<Value>, OpenStackError> {
+        match self
+            .call_once(service, operation, method.clone(), path, query, body)
+            .await
+        {
+            Err((error, Some(token))) if error.status() == Some(401) => {
+                tracing::info!(operation, "token refused; authenticating again");
+                self.invalidate(&token).await;
+                self.call_once(service, operation, method, path, query, body)
+                    .await
+                    .map_err(|(error, _)| error)
+            }
+            other => other.map_err(|(error, _)| error),
+        }
+    }
+
+    /// One request through [`CloudApi`]; on failure, also the token it used.
+    async fn call_once(
+        &self,
+        service: Service,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> Result<Option<Value>, (OpenStackError, Option<String>)> {
+        let session = self.session().await.map_err(|e| (e, None))?;
+        let root = match service {
+            Service::Octavia => &session.octavia,
+            Service::Neutron => &session.neutron,
+        };
+        let url = format!("{root}/{path}");
+        let kind = if method == Method::GET {
+            CallKind::Read
+        } else {
+            CallKind::Mutate
+        };
+        let is_transient = |e: &OpenStackError| e.classification().retries_in_place();
+        let api = &self.api;
+        self.api
+            .call_with(service.family(), operation, kind, is_transient, || async {
+                let mut request = self
+                    .http
+                    .request(method.clone(), &url)
+                    .header("x-auth-token", &session.token)
+                    .header("accept", "application/json")
+                    .query(query);
+                if let Some(body) = body {
+                    request = request.json(body);
+                }
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|source| OpenStackError::Transport { operation, source })?;
+                let status = response.status();
+                let text = response
+                    .text()
+                    .await
+                    .map_err(|source| OpenStackError::Transport { operation, source })?;
+                if status.as_u16() == 429 {
+                    api.record_throttled(operation);
+                }
+                if !status.is_success() {
+                    return Err(api_error(operation, status.as_u16(), &text));
+                }
+                if text.trim().is_empty() {
+                    return Ok(None);
+                }
+                serde_json::from_str(&text)
+                    .map(Some)
+                    .map_err(|e| OpenStackError::Unexpected {
+                        operation,
+                        message: format!("answer is not JSON: {e}"),
+                    })
+            })
+            .await
+            .map_err(|e| (e, Some(session.token.clone())))
+    }
+
+    async fn get<T: DeserializeOwned>(
+        &self,
+        service: Service,
+        operation: &'static str,
+        path: &str,
+        query: &[(&str, &str)],
+        key: &str,
+    ) -> Result<T, OpenStackError> {
+        let document = self
+            .call(service, operation, Method::GET, path, query, None)
+            .await?;
+        decode(operation, document, key)
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        service: Service,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        body: &Value,
+        key: &str,
+    ) -> Result<T, OpenStackError> {
+        let document = self
+            .call(service, operation, method, path, &[], Some(body))
+            .await?;
+        decode(operation, document, key)
+    }
+
+    async fn delete(
+        &self,
+        service: Service,
+        operation: &'static str,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<(), OpenStackError> {
+        self.call(service, operation, Method::DELETE, path, query, None)
+            .await
+            .map(drop)
+    }
+
+    /// Load balancers named `name`.
+    pub async fn load_balancers_named(
+        &self,
+        name: &str,
+    ) -> Result<Vec<LoadBalancer>, OpenStackError> {
+        self.get(
+            Service::Octavia,
+            "octavia:ListLoadBalancers",
+            "lbaas/loadbalancers",
+            &[("name", name)],
+            "loadbalancers",
+        )
+        .await
+    }
+
+    /// Every load balancer of the project.
+    pub async fn load_balancers(&self) -> Result<Vec<LoadBalancer>, OpenStackError> {
+        self.get(
+            Service::Octavia,
+            "octavia:ListLoadBalancers",
+            "lbaas/loadbalancers",
+            &[],
+            "loadbalancers",
+        )
+        .await
+    }
+
+    /// One load balancer; `None` when it does not exist.
+    pub async fn load_balancer(&self, id: &str) -> Result<Option<LoadBalancer>, OpenStackError> {
+        match self
+            .get(
+                Service::Octavia,
+                "octavia:GetLoadBalancer",
+                &format!("lbaas/loadbalancers/{id}"),
+                &[],
+                "loadbalancer",
+            )
+            .await
+        {
+            Err(error) if error.is_not_found() => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    /// Creates a load balancer (fully populated when `body` carries listeners).
+    pub async fn create_load_balancer(&self, body: &Value) -> Result<LoadBalancer, OpenStackError> {
+        self.send(
+            Service::Octavia,
+            "octavia:CreateLoadBalancer",
+            Method::POST,
+            "lbaas/loadbalancers",
+            &json!({"loadbalancer": body}),
+            "loadbalancer",
+        )
+        .await
+    }
+
+    /// Changes a load balancer's name, description or tags.
+    pub async fn update_load_balancer(
+        &self,
+        id: &str,
+        body: &Value,
+    ) -> Result<LoadBalancer, OpenStackError> {
+        self.send(
+            Service::Octavia,
+            "octavia:UpdateLoadBalancer",
+            Method::PUT,
+            &format!("lbaas/loadbalancers/{id}"),
+            &json!({"loadbalancer": body}),
+            "loadbalancer",
+        )
+        .await
+    }
+
+    /// Deletes a load balancer with everything under it.
+    pub async fn delete_load_balancer(&self, id: &str) -> Result<(), OpenStackError> {
+        self.delete(
+            Service::Octavia,
+            "octavia:DeleteLoadBalancer",
+            &format!("lbaas/loadbalancers/{id}"),
+            &[("cascade", "true")],
+        )
+        .await
+    }
+
+    /// The listeners of a load balancer.
+    pub async fn listeners(&self, lb_id: &str) -> Result<Vec<Listener>, OpenStackError> {
+        self.get(
+            Service::Octavia,
+            "octavia:ListListeners",
+            "lbaas/listeners",
+            &[("loadbalancer_id", lb_id)],
+            "listeners",
+        )
+        .await
+    }
+
+    /// Creates a listener.
+    pub async fn create_listener(&self, body: &Value) -> Result<Listener, OpenStackError> {
+        self.send(
+            Service::Octavia,
+            "octavia:CreateListener",
+            Method::POST,
+            "lbaas/listeners",
+            &json!({"listener": body}),
+            "listener",
+        )
+        .await
+    }
+
+    /// Changes a listener.
+    pub async fn update_listener(
+        &self,
+        id: &str,
+        body: &Value,
+    ) -> Result<Listener, OpenStackError> {
+        self.send(
+            Service::Octavia,
+            "octavia:UpdateListener",
+            Method::PUT,
+            &format!("lbaas/listeners/{id}"),
+            &json!({"listener": body}),
+            "listener",
+        )
+        .await
+    }
+
+    /// Deletes a listener.
+    pub async fn delete_listener(&self, id: &str) -> Result<(), OpenStackError> {
+        self.delete(
+            Service::Octavia,
+            "octavia:DeleteListener",
+            &format!("lbaas/listeners/{id}"),
+            &[],
+        )
+        .await
+    }
+
+    /// The pools of a load balancer.
+    pub async fn pools(&self, lb_id: &str) -> Result<Vec<Pool>, OpenStackError> {
+        self.get(
+            Service::Octavia,
+            "octavia:ListPools",
+            "lbaas/pools",
+            &[("loadbalancer_id", lb_id)],
+            "pools",
+        )
+        .await
+    }
+
+    /// Creates a pool (members and monitor follow in their own calls).
+    pub async fn create_pool(&self, body: &Value) -> Result<Pool, OpenStackError> {
+        self.send(
+            Service::Octavia,
+            "octavia:CreatePool",
+            Method::POST,
+            "lbaas/pools",
+            &json!({"pool": body}),
+            "pool",
+        )
+        .await
+    }
+
+    /// Changes a pool.
+    pub async fn update_pool(&self, id: &str, body: &Value) -> Result<Pool, OpenStackError> {
+        self.send(
+            Service::Octavia,
+            "octavia:UpdatePool",
+            Method::PUT,
+            &format!("lbaas/pools/{id}"),
+            &json!({"pool": body}),
+            "pool",
+        )
+        .await
+    }
+
+    /// Deletes a pool (its members and monitor go with it).
+    pub async fn delete_pool(&self, id: &str) -> Result<(), OpenStackError> {
+        self.delete(
+            Service::Octavia,
+            "octavia:DeletePool",
+            &format!("lbaas/pools/{id}"),
+            &[],
+        )
+        .await
+    }
+
+    /// The members of a pool.
+    pub async fn members(&self, pool_id: &str) -> Result<Vec<Member>, OpenStackError> {
+        self.get(
+            Service::Octavia,
+            "octavia:ListMembers",
+            &format!("lbaas/pools/{pool_id}/members"),
+            &[],
+            "members",
+        )
+        .await
+    }
+
+    /// Replaces a pool's members with `members` in one batch call.
+    pub async fn replace_members(
+        &self,
+        pool_id: &str,
+        members: &[Value],
+    ) -> Result<(), OpenStackError> {
+        let body = json!({"members": members});
+        self.call(
+            Service::Octavia,
+            "octavia:BatchUpdateMembers",
+            Method::PUT,
+            &format!("lbaas/pools/{pool_id}/members"),
+            &[],
+            Some(&body),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// One health monitor; `None` when it does not exist.
+    pub async fn health_monitor(&self, id: &str) -> Result<Option<HealthMonitor>, OpenStackError> {
+        match self
+            .get(
+                Service::Octavia,
+                "octavia:GetHealthMonitor",
+                &format!("lbaas/healthmonitors/{id}"),
+                &[],
+                "healthmonitor",
+            )
+            .await
+        {
+            Err(error) if error.is_not_found() => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    /// Creates a health monitor.
+    pub async fn create_health_monitor(
+        &self,
+        body: &Value,
+    ) -> Result<HealthMonitor, OpenStackError> {
+        self.send(
+            Service::Octavia,
+            "octavia:CreateHealthMonitor",
+            Method::POST,
+            "lbaas/healthmonitors",
+            &json!({"healthmonitor": body}),
+            "healthmonitor",
+        )
+        .await
+    }
+
+    /// Changes a health monitor.
+    pub async fn update_health_monitor(
+        &self,
+        id: &str,
+        body: &Value,
+    ) -> Result<HealthMonitor, OpenStackError> {
+        self.send(
+            Service::Octavia,
+            "octavia:UpdateHealthMonitor",
+            Method::PUT,
+            &format!("lbaas/healthmonitors/{id}"),
+            &json!({"healthmonitor": body}),
+            "healthmonitor",
+        )
+        .await
+    }
+
+    /// Deletes a health monitor.
+    pub async fn delete_health_monitor(&self, id: &str) -> Result<(), OpenStackError> {
+        self.delete(
+            Service::Octavia,
+            "octavia:DeleteHealthMonitor",
+            &format!("lbaas/healthmonitors/{id}"),
+            &[],
+        )
+        .await
+    }
+
+    /// Floating IPs matching `filters` (`port_id`, `floating_ip_address`, `description`).
+    pub async fn floating_ips(
+        &self,
+        filters: &[(&str, &str)],
+    ) -> Result<Vec<FloatingIp>, OpenStackError> {
+        self.get(
+            Service::Neutron,
+            "neutron:ListFloatingIps",
+            "floatingips",
+            filters,
+            "floatingips",
+        )
+        .await
+    }
+
+    /// Allocates a floating IP.
+    pub async fn create_floating_ip(&self, body: &Value) -> Result<FloatingIp, OpenStackError> {
+        self.send(
+            Service::Neutron,
+            "neutron:CreateFloatingIp",
+            Method::POST,
+            "floatingips",
+            &json!({"floatingip": body}),
+            "floatingip",
+        )
+        .await
+    }
+
+    /// Associates a floating IP with a port (`None`: dissociates it).
+    pub async fn associate_floating_ip(
+        &self,
+        id: &str,
+        port_id: Option<&str>,
+    ) -> Result<FloatingIp, OpenStackError> {
+        self.send(
+            Service::Neutron,
+            "neutron:UpdateFloatingIp",
+            Method::PUT,
+            &format!("floatingips/{id}"),
+            &json!({"floatingip": {"port_id": port_id}}),
+            "floatingip",
+        )
+        .await
+    }
+
+    /// Releases a floating IP; one already gone is not an error.
+    pub async fn delete_floating_ip(&self, id: &str) -> Result<(), OpenStackError> {
+        match self
+            .delete(
+                Service::Neutron,
+                "neutron:DeleteFloatingIp",
+                &format!("floatingips/{id}"),
+                &[],
+            )
+            .await
+        {
+            Err(error) if error.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
+    /// External (`router:external`) networks.
+    pub async fn external_networks(&self) -> Result<Vec<Network>, OpenStackError> {
+        self.get(
+            Service::Neutron,
+            "neutron:ListNetworks",
+            "networks",
+            &[("router:external", "true")],
+            "networks",
+        )
+        .await
+    }
+}
+
+/// Extracts `document[key]` as `T`.
+fn decode<T: DeserializeOwned>(
+    operation: &'static str,
+    document: Option<Value>,
+    key: &str,
+) -> Result<T, OpenStackError> {
+    let mut document = document.ok_or_else(|| OpenStackError::Unexpected {
+        operation,
+        message: "empty answer".into(),
+    })?;
+    serde_json::from_value(document[key].take()).map_err(|e| OpenStackError::Unexpected {
+        operation,
+        message: format!("answer's {key:?}: {e}"),
+    })
+}
+
+/// The service's own words from an error body: Octavia `faultstring`, Neutron
+/// `NeutronError.message` (with its type), Keystone `error.message`; else the raw text.
+fn api_error(operation: &'static str, status: u16, text: &str) -> OpenStackError {
+    let body: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    let message = body["faultstring"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| {
+            body["NeutronError"]["message"].as_str().map(|m| {
+                match body["NeutronError"]["type"].as_str() {
+                    Some(kind) if !kind.is_empty() => format!("{m} ({kind})"),
+                    _ => m.to_string(),
+                }
+            })
+        })
+        .or_else(|| body["error"]["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| text.chars().take(300).collect());
+    OpenStackError::Api {
+        operation,
+        status,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_endpoints_get_their_api_version() {
+        let cases = [
+            (
+                "https://cloud/load-balancer",
+                "v2",
+                "https://cloud/load-balancer/v2",
+            ),
+            (
+                "https://cloud/load-balancer/",
+                "v2",
+                "https://cloud/load-balancer/v2",
+            ),
+            ("https://cloud:9876/v2", "v2", "https://cloud:9876/v2"),
+            ("https://cloud:9876/v2.0", "v2", "https://cloud:9876/v2.0"),
+            ("https://cloud:9696", "v2.0", "https://cloud:9696/v2.0"),
+            (
+                "https://cloud:9696/v2.0/",
+                "v2.0",
+                "https://cloud:9696/v2.0",
+            ),
+        ];
+        for (endpoint, version, want) in cases {
+            assert_eq!(versioned(endpoint, version), want, "{endpoint}");
+        }
+    }
+
+    #[test]
+    fn catalog_lookup_honours_interface_and_region() {
+        let token = json!({"token": {"catalog": [
+            {"type": "load-balancer", "endpoints": [
+                {"interface": "internal", "region_id": "R1", "url": "http://internal"},
+                {"interface": "public", "region_id": "R1", "url": "http://r1"},
+                {"interface": "public", "region_id": "R2", "url": "http://r2"}]}]}});
+        assert_eq!(
+            catalog_endpoint(&token, "load-balancer", None).as_deref(),
+            Some("http://r1")
+        );
+        assert_eq!(
+            catalog_endpoint(&token, "load-balancer", Some("R2")).as_deref(),
+            Some("http://r2")
+        );
+        assert_eq!(catalog_endpoint(&token, "load-balancer", Some("R3")), None);
+        assert_eq!(catalog_endpoint(&token, "network", None), None);
+    }
+
+    #[test]
+    fn error_bodies_yield_the_services_words() {
+        let cases = [
+            (
+                r#"{"faultcode": "Client", "faultstring": "Load Balancer x is immutable and cannot be updated.", "debuginfo": null}"#,
+                "Load Balancer x is immutable and cannot be updated.",
+            ),
+            (
+                r#"{"NeutronError": {"type": "OverQuota", "message": "Quota exceeded.", "detail": ""}}"#,
+                "Quota exceeded. (OverQuota)",
+            ),
+            (
+                r#"{"error": {"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}}"#,
+                "The request you have made requires authentication.",
+            ),
+            ("<html>bad gateway</html>", "<html>bad gateway</html>"),
+        ];
+        for (body, want) in cases {
+            match api_error("op", 400, body) {
+                OpenStackError::Api { message, .. } => assert_eq!(message, want),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}

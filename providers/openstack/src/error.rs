@@ -1,0 +1,239 @@
+//! What an OpenStack API answer means in kube-lb's error taxonomy.
+//!
+//! | answer | class | why |
+//! |---|---|---|
+//! | 401 (after one re-authentication) | Environment / PermissionDenied | the credentials are refused |
+//! | 403, 409 or 413 mentioning a quota | Environment / Quota | Octavia says "Quota has been met" (403), Neutron `OverQuota` (409) |
+//! | 403 | Environment / PermissionDenied | a policy forbids the call |
+//! | 409 "immutable" / `PENDING_*` / "Invalid state" | Pending | the load balancer is busy; waited on, then retried |
+//! | 409 `FloatingIPPortAlreadyAssociated`, `IpAddressAlreadyAllocated` | Environment / AddressInUse | someone else holds the address |
+//! | other 409 | Stale | our picture is out of date; the next pass reads afresh |
+//! | 400/404 naming a subnet, network or port "not found" | Environment / MissingDependency | the configuration names something that does not exist |
+//! | 404 | Stale | the object vanished under us |
+//! | 429, 5xx, transport failures | Transient | retried in place |
+//! | anything else | Unknown | reported verbatim, retried with backoff |
+
+use kube_lb_provider_core::EnvironmentCause;
+use kube_lb_provider_core::ProviderError;
+use kube_lb_provider_core::error::Classification;
+
+/// A failed OpenStack call.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenStackError {
+    /// The service answered with an error status.
+    #[error("{operation}: HTTP {status}: {message}")]
+    Api {
+        /// The operation (`octavia:CreateLoadBalancer`).
+        operation: &'static str,
+        /// The HTTP status.
+        status: u16,
+        /// The service's own words (`faultstring`, `NeutronError.message`, `error.message`).
+        message: String,
+    },
+    /// The request did not get an answer (connection refused, timeout, TLS).
+    #[error("{operation}: {source}")]
+    Transport {
+        /// The operation.
+        operation: &'static str,
+        /// The transport error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An answer kube-lb cannot use (bad JSON, a missing catalog entry, a missing header).
+    #[error("{operation}: {message}")]
+    Unexpected {
+        /// The operation.
+        operation: &'static str,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl OpenStackError {
+    /// The HTTP status, for API errors.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            OpenStackError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// True for a 404.
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(404)
+    }
+
+    /// True for Octavia's "busy" answer: a change under a load balancer in `PENDING_*`.
+    pub fn is_immutable(&self) -> bool {
+        matches!(classify_error(self), Classification::Pending)
+    }
+
+    /// Where this error falls in the shared taxonomy.
+    pub fn classification(&self) -> Classification {
+        classify_error(self)
+    }
+}
+
+fn classify_error(error: &OpenStackError) -> Classification {
+    match error {
+        OpenStackError::Api {
+            status, message, ..
+        } => classify(*status, message),
+        OpenStackError::Transport { .. } => Classification::Transient,
+        OpenStackError::Unexpected { .. } => Classification::Unknown,
+    }
+}
+
+/// Classifies an HTTP error status and the service's message (pure; see the module table).
+pub fn classify(status: u16, message: &str) -> Classification {
+    let text = message.to_ascii_lowercase();
+    let mentions = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    match status {
+        401 => Classification::Environment(EnvironmentCause::PermissionDenied),
+        403 | 409 | 413 if mentions(&["quota", "overquota"]) => {
+            Classification::Environment(EnvironmentCause::Quota)
+        }
+        403 => Classification::Environment(EnvironmentCause::PermissionDenied),
+        409 if mentions(&["immutable", "pending_", "invalid state"]) => Classification::Pending,
+        409 if mentions(&[
+            "already associated",
+            "alreadyassociated",
+            "already allocated",
+            "alreadyallocated",
+        ]) =>
+        {
+            Classification::Environment(EnvironmentCause::AddressInUse)
+        }
+        409 => Classification::Stale,
+        400 | 404
+            if mentions(&["subnet", "network", "port"])
+                && mentions(&["not found", "could not be found"]) =>
+        {
+            Classification::Environment(EnvironmentCause::MissingDependency)
+        }
+        404 => Classification::Stale,
+        429 | 500..=599 => Classification::Transient,
+        _ => Classification::Unknown,
+    }
+}
+
+impl From<OpenStackError> for ProviderError {
+    fn from(error: OpenStackError) -> Self {
+        let operation = match &error {
+            OpenStackError::Api { operation, .. }
+            | OpenStackError::Transport { operation, .. }
+            | OpenStackError::Unexpected { operation, .. } => *operation,
+        };
+        let message = match &error {
+            OpenStackError::Api {
+                message, status, ..
+            } => format!("HTTP {status}: {message}"),
+            other => other.to_string(),
+        };
+        match error.classification() {
+            Classification::Transient => ProviderError::Retryable {
+                operation,
+                message,
+                source: Some(Box::new(error)),
+            },
+            Classification::Pending => ProviderError::Pending {
+                operation,
+                message,
+                source: Some(Box::new(error)),
+            },
+            Classification::Environment(cause) => {
+                ProviderError::environment(operation, cause, message)
+            }
+            Classification::User => ProviderError::user(message),
+            Classification::Stale | Classification::Unknown => ProviderError::Internal {
+                message: format!("{operation}: {message}"),
+                source: Some(Box::new(error)),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_map_to_the_shared_taxonomy() {
+        use EnvironmentCause::*;
+        let cases = [
+            (
+                401,
+                "The request you have made requires authentication.",
+                Classification::Environment(PermissionDenied),
+            ),
+            (
+                403,
+                "Quota has been met for resources: Load Balancer",
+                Classification::Environment(Quota),
+            ),
+            (413, "Quota exceeded", Classification::Environment(Quota)),
+            (
+                409,
+                "Quota exceeded for resources: ['floatingip'].",
+                Classification::Environment(Quota),
+            ),
+            (
+                403,
+                "Policy does not allow this request to be performed.",
+                Classification::Environment(PermissionDenied),
+            ),
+            (
+                409,
+                "Load Balancer 1b is immutable and cannot be updated.",
+                Classification::Pending,
+            ),
+            (
+                409,
+                "Invalid state PENDING_UPDATE of loadbalancer resource 1b",
+                Classification::Pending,
+            ),
+            (
+                409,
+                "Cannot associate floating IP with port p: the port already has a floating IP. FloatingIPPortAlreadyAssociated",
+                Classification::Environment(AddressInUse),
+            ),
+            (
+                409,
+                "Another Listener on this Load Balancer is already using protocol_port 80",
+                Classification::Stale,
+            ),
+            (
+                400,
+                "Validation failure: Subnet 42 not found.",
+                Classification::Environment(MissingDependency),
+            ),
+            (
+                404,
+                "Network 42 could not be found.",
+                Classification::Environment(MissingDependency),
+            ),
+            (
+                404,
+                "Load Balancer 1b could not be found.",
+                Classification::Stale,
+            ),
+            (429, "Too Many Requests", Classification::Transient),
+            (500, "Internal Server Error", Classification::Transient),
+            (503, "Service Unavailable", Classification::Transient),
+            (
+                400,
+                "Invalid input for field/attribute protocol_port.",
+                Classification::Unknown,
+            ),
+        ];
+        for (status, message, want) in cases {
+            assert_eq!(classify(status, message), want, "{status} {message}");
+            let error = ProviderError::from(OpenStackError::Api {
+                operation: "op",
+                status,
+                message: message.into(),
+            });
+            assert_eq!(error.retry(), want.retry(), "{status} {message}: {error}");
+        }
+    }
+}

@@ -1,0 +1,1234 @@
+//! Pure parts of the provider: cloud-provider-openstack's names and ownership phrases, the
+//! desired Octavia graph for a Service, and the diff of an observed graph against it.
+
+use std::collections::BTreeMap;
+
+use kube_lb_annotations::{
+    LoadBalancerSpec, OpenstackProxyProtocol, Protocol, ProviderSpec, Scheme, ServiceKey,
+    TrafficPolicy,
+};
+use kube_lb_provider_core::{BackendNode, ChangeAction, PlannedChange, ProviderError};
+use serde_json::{Value, json};
+
+use crate::config::LoadBalancerConfig;
+use crate::model::{HealthMonitor, Listener, LoadBalancer, Member, Pool};
+
+/// Octavia names are at most 255 characters.
+const MAX_NAME: usize = 255;
+/// The tag prefix recording which Service (by UID) a load balancer was made for, so two
+/// clusters sharing a `--cluster-name` (upstream's most reported bug) never take over each
+/// other's load balancers.
+pub const UID_TAG_PREFIX: &str = "kube_lb_uid_";
+
+fn cut(name: String) -> String {
+    name.chars().take(MAX_NAME).collect()
+}
+
+/// `kube_service_<cluster>_<namespace>_<name>`, as upstream names it.
+pub fn load_balancer_name(cluster: &str, service: &ServiceKey) -> String {
+    cut(format!(
+        "kube_service_{cluster}_{}_{}",
+        service.namespace, service.name
+    ))
+}
+
+/// `listener_<index>_<lbName>`.
+pub fn listener_name(index: usize, lb_name: &str) -> String {
+    cut(format!("listener_{index}_{lb_name}"))
+}
+
+/// `pool_<index>_<lbName>`.
+pub fn pool_name(index: usize, lb_name: &str) -> String {
+    cut(format!("pool_{index}_{lb_name}"))
+}
+
+/// `monitor_<index>_<lbName>`.
+pub fn monitor_name(index: usize, lb_name: &str) -> String {
+    cut(format!("monitor_{index}_{lb_name}"))
+}
+
+/// Upstream's load-balancer description, which also marks it as the cluster's.
+pub fn load_balancer_description(cluster: &str, service: &ServiceKey) -> String {
+    format!("Kubernetes external service {service} from cluster {cluster}")
+}
+
+/// Upstream's floating-IP description: the marker of a floating IP the controller created
+/// (only those are released).
+pub fn floating_ip_description(cluster: &str, service: &ServiceKey) -> String {
+    format!("Floating IP for Kubernetes external service {service} from cluster {cluster}")
+}
+
+/// The tag carrying the Service UID.
+pub fn uid_tag(service: &ServiceKey) -> String {
+    format!("{UID_TAG_PREFIX}{}", service.uid)
+}
+
+/// Whether an observed load balancer with our name is ours to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// Made for this Service (or by upstream for it: same description, no UID tag yet).
+    Ours,
+    /// Someone else's: a different description, or another Service UID's tag.
+    Foreign(String),
+}
+
+/// Decides ownership from the description and the UID tag (pure).
+pub fn ownership(lb: &LoadBalancer, cluster: &str, service: &ServiceKey) -> Ownership {
+    if lb.description != load_balancer_description(cluster, service) {
+        return Ownership::Foreign(format!(
+            "load balancer {} ({}) has description {:?}, not this cluster's",
+            lb.name, lb.id, lb.description
+        ));
+    }
+    match lb.tags.iter().find_map(|t| t.strip_prefix(UID_TAG_PREFIX)) {
+        Some(uid) if uid != service.uid => Ownership::Foreign(format!(
+            "load balancer {} ({}) belongs to Service UID {uid}, not {} (another cluster with the same --cluster-name, or a leftover of a deleted Service: delete it to let kube-lb create a new one)",
+            lb.name, lb.id, service.uid
+        )),
+        _ => Ownership::Ours,
+    }
+}
+
+/// A member the pool should have.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DesiredMember {
+    /// Node name.
+    pub name: String,
+    /// Node address.
+    pub address: String,
+    /// Node port.
+    pub protocol_port: u16,
+    /// Health-check port when it differs (HTTP monitor on the health-check node port).
+    pub monitor_port: Option<u16>,
+    /// Member subnet.
+    pub subnet_id: Option<String>,
+}
+
+impl DesiredMember {
+    fn body(&self) -> Value {
+        let mut body = json!({"name": self.name, "address": self.address, "protocol_port": self.protocol_port});
+        if let Some(port) = self.monitor_port {
+            body["monitor_port"] = json!(port);
+        }
+        if let Some(subnet) = &self.subnet_id {
+            body["subnet_id"] = json!(subnet);
+        }
+        body
+    }
+
+    fn key(&self) -> (String, String, u16, Option<u16>) {
+        (
+            self.name.clone(),
+            self.address.clone(),
+            self.protocol_port,
+            self.monitor_port,
+        )
+    }
+}
+
+/// The health monitor a pool should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredMonitor {
+    /// Name.
+    pub name: String,
+    /// `TCP`, `UDP-CONNECT` or `HTTP`.
+    pub kind: &'static str,
+    /// Seconds between checks.
+    pub delay: u64,
+    /// Seconds per check.
+    pub timeout: u64,
+    /// Successes to mark up.
+    pub max_retries: u8,
+    /// Failures to mark down.
+    pub max_retries_down: u8,
+}
+
+impl DesiredMonitor {
+    fn body(&self) -> Value {
+        let mut body = json!({"name": self.name, "type": self.kind, "delay": self.delay, "timeout": self.timeout,
+            "max_retries": self.max_retries, "max_retries_down": self.max_retries_down});
+        if self.kind == "HTTP" {
+            body["http_method"] = json!("GET");
+            body["url_path"] = json!("/healthz");
+            body["expected_codes"] = json!("200");
+        }
+        body
+    }
+
+    fn differs(&self, observed: &HealthMonitor) -> Vec<(&'static str, String, String)> {
+        let mut changes = Vec::new();
+        let mut check = |field, old: String, new: String| {
+            if old != new {
+                changes.push((field, old, new));
+            }
+        };
+        check("delay", observed.delay.to_string(), self.delay.to_string());
+        check(
+            "timeout",
+            observed.timeout.to_string(),
+            self.timeout.to_string(),
+        );
+        check(
+            "max_retries",
+            observed.max_retries.to_string(),
+            self.max_retries.to_string(),
+        );
+        check(
+            "max_retries_down",
+            observed
+                .max_retries_down
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            self.max_retries_down.to_string(),
+        );
+        changes
+    }
+}
+
+/// A listener with its default pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredListener {
+    /// Listener name.
+    pub name: String,
+    /// `TCP` or `UDP`.
+    pub protocol: &'static str,
+    /// Service port.
+    pub port: u16,
+    /// `connection_limit` (-1: unlimited).
+    pub connection_limit: i64,
+    /// `allowed_cidrs` (`None`: everyone).
+    pub allowed_cidrs: Option<Vec<String>>,
+    /// Pool name.
+    pub pool_name: String,
+    /// Pool protocol (`TCP`, `UDP`, `PROXY`, `PROXYV2`).
+    pub pool_protocol: &'static str,
+    /// Pool algorithm.
+    pub lb_algorithm: &'static str,
+    /// Members.
+    pub members: Vec<DesiredMember>,
+    /// Health monitor.
+    pub monitor: Option<DesiredMonitor>,
+}
+
+impl DesiredListener {
+    /// The listener create body (without the pool).
+    pub fn listener_body(&self, lb_id: Option<&str>) -> Value {
+        let mut body = json!({"name": self.name, "protocol": self.protocol, "protocol_port": self.port,
+            "connection_limit": self.connection_limit});
+        if let Some(cidrs) = &self.allowed_cidrs {
+            body["allowed_cidrs"] = json!(cidrs);
+        }
+        if let Some(lb) = lb_id {
+            body["loadbalancer_id"] = json!(lb);
+        }
+        body
+    }
+
+    /// The pool create body (without members and monitor).
+    pub fn pool_body(&self, listener_id: Option<&str>) -> Value {
+        let mut body = json!({"name": self.pool_name, "protocol": self.pool_protocol, "lb_algorithm": self.lb_algorithm});
+        if let Some(listener) = listener_id {
+            body["listener_id"] = json!(listener);
+        }
+        body
+    }
+
+    /// Member bodies for the batch update.
+    pub fn member_bodies(&self) -> Vec<Value> {
+        self.members.iter().map(DesiredMember::body).collect()
+    }
+
+    /// The monitor create body for `pool_id`.
+    pub fn monitor_body(&self, pool_id: &str) -> Option<Value> {
+        self.monitor.as_ref().map(|m| {
+            let mut body = m.body();
+            body["pool_id"] = json!(pool_id);
+            body
+        })
+    }
+
+    /// The listener with its pool, members and monitor inline, for a fully populated create.
+    fn populated(&self) -> Value {
+        let mut pool = self.pool_body(None);
+        pool["members"] = json!(self.member_bodies());
+        if let Some(monitor) = &self.monitor {
+            pool["healthmonitor"] = monitor.body();
+        }
+        let mut listener = self.listener_body(None);
+        listener["default_pool"] = pool;
+        listener
+    }
+}
+
+/// Everything one Service's load balancer should be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    /// Load-balancer name.
+    pub name: String,
+    /// Load-balancer description (ownership phrase).
+    pub description: String,
+    /// Tags: the name (as upstream) and the Service UID.
+    pub tags: Vec<String>,
+    /// VIP subnet.
+    pub vip_subnet_id: String,
+    /// Requested VIP (internal Services' `loadBalancerIP`).
+    pub vip_address: Option<String>,
+    /// Octavia provider driver.
+    pub provider: Option<String>,
+    /// One per Service port.
+    pub listeners: Vec<DesiredListener>,
+    /// No floating IP.
+    pub internal: bool,
+    /// Where a floating IP comes from (`None`: the first external network).
+    pub floating_network_id: Option<String>,
+    /// The floating IP the Service asks for (external `loadBalancerIP`).
+    pub floating_ip_address: Option<String>,
+    /// The marker of floating IPs kube-lb creates for this Service.
+    pub floating_ip_description: String,
+    /// `keep-floatingip`: a floating IP kube-lb made is detached, not released, when the
+    /// Service turns internal.
+    pub keep_floating_ip: bool,
+}
+
+impl Desired {
+    /// The fully populated create body.
+    pub fn create_body(&self) -> Value {
+        let mut body = json!({"name": self.name, "description": self.description, "tags": self.tags,
+            "vip_subnet_id": self.vip_subnet_id,
+            "listeners": self.listeners.iter().map(DesiredListener::populated).collect::<Vec<_>>()});
+        if let Some(provider) = &self.provider {
+            body["provider"] = json!(provider);
+        }
+        if let Some(address) = &self.vip_address {
+            body["vip_address"] = json!(address);
+        }
+        body
+    }
+}
+
+/// The desired graph for `spec` over `backends` (pure). Errors are the Service author's.
+pub fn desired(
+    spec: &LoadBalancerSpec,
+    backends: &[BackendNode],
+    cluster: &str,
+    config: &LoadBalancerConfig,
+) -> Result<Desired, ProviderError> {
+    let os = match &spec.provider {
+        ProviderSpec::Openstack(os) => Some(os),
+        _ => None,
+    };
+    let internal =
+        config.internal_lb || spec.scheme == Scheme::Internal || os.is_some_and(|o| o.internal);
+    let name = load_balancer_name(cluster, &spec.service);
+    let vip_subnet_id = os
+        .and_then(|o| o.subnet_id.clone())
+        .or_else(|| config.subnet_id.clone())
+        .ok_or_else(|| ProviderError::environment(
+            "config",
+            kube_lb_provider_core::EnvironmentCause::MissingDependency,
+            "no VIP subnet: set [LoadBalancer] subnet-id in cloud.conf or the loadbalancer.openstack.org/subnet-id annotation",
+        ))?;
+    let member_subnet = config
+        .member_subnet_id
+        .clone()
+        .or_else(|| Some(vip_subnet_id.clone()));
+    let lb_algorithm = os
+        .and_then(|o| o.lb_method)
+        .unwrap_or(config.lb_method)
+        .as_str();
+    let health_check_node_port = match spec.traffic_policy {
+        TrafficPolicy::Local {
+            health_check_node_port,
+        } => Some(health_check_node_port),
+        TrafficPolicy::Cluster => None,
+    };
+    // Local traffic needs a monitor: without one, nodes with no endpoint black-hole traffic.
+    let monitor_wanted = config.create_monitor || health_check_node_port.is_some();
+    let mut listeners = Vec::new();
+    for (index, port) in spec.ports.iter().enumerate() {
+        let protocol = match port.protocol {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => {
+                return Err(ProviderError::user(format!(
+                    "port {}: SCTP is not supported by the OpenStack provider (TCP and UDP are)",
+                    port.port
+                )));
+            }
+        };
+        let pool_protocol = match (os.and_then(|o| o.proxy_protocol), protocol) {
+            (None, _) => protocol,
+            (Some(_), "UDP") => {
+                return Err(ProviderError::user(format!(
+                    "port {}: loadbalancer.openstack.org/proxy-protocol applies to TCP ports only",
+                    port.port
+                )));
+            }
+            (Some(OpenstackProxyProtocol::V1), _) => "PROXY",
+            (Some(OpenstackProxyProtocol::V2), _) => "PROXYV2",
+        };
+        let http_check_port = health_check_node_port
+            .flatten()
+            .filter(|_| protocol == "TCP");
+        let members = match port.node_port {
+            None => Vec::new(),
+            Some(node_port) => {
+                let mut members: Vec<DesiredMember> = backends
+                    .iter()
+                    .filter_map(|node| {
+                        let address = node
+                            .internal_ip()
+                            .or_else(|| node.addresses.first().map(|a| a.ip))?;
+                        Some(DesiredMember {
+                            name: node.name.clone(),
+                            address: address.to_string(),
+                            protocol_port: node_port,
+                            monitor_port: http_check_port.filter(|_| monitor_wanted),
+                            subnet_id: member_subnet.clone(),
+                        })
+                    })
+                    .collect();
+                members.sort();
+                members
+            }
+        };
+        let monitor = monitor_wanted.then(|| DesiredMonitor {
+            name: monitor_name(index, &name),
+            kind: match (protocol, http_check_port) {
+                ("UDP", _) => "UDP-CONNECT",
+                (_, Some(_)) => "HTTP",
+                _ => "TCP",
+            },
+            delay: config.monitor_delay.as_secs(),
+            timeout: config.monitor_timeout.as_secs(),
+            max_retries: config.monitor_max_retries,
+            max_retries_down: config.monitor_max_retries_down,
+        });
+        let allowed_cidrs = (!spec.source_ranges.allows_all()).then(|| {
+            spec.source_ranges
+                .cidrs
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        });
+        listeners.push(DesiredListener {
+            name: listener_name(index, &name),
+            protocol,
+            port: port.port,
+            connection_limit: os.map(|o| o.connection_limit).unwrap_or(-1),
+            allowed_cidrs,
+            pool_name: pool_name(index, &name),
+            pool_protocol,
+            lb_algorithm,
+            members,
+            monitor,
+        });
+    }
+    let requested = spec.requested_ip.map(|ip| ip.to_string());
+    Ok(Desired {
+        description: load_balancer_description(cluster, &spec.service),
+        tags: vec![name.clone(), uid_tag(&spec.service)],
+        name,
+        vip_subnet_id,
+        vip_address: requested.clone().filter(|_| internal),
+        provider: config.lb_provider.clone(),
+        listeners,
+        internal,
+        floating_network_id: os
+            .and_then(|o| o.floating_network_id.clone())
+            .or_else(|| config.floating_network_id.clone()),
+        floating_ip_address: requested.filter(|_| !internal),
+        floating_ip_description: floating_ip_description(cluster, &spec.service),
+        keep_floating_ip: os.is_some_and(|o| o.keep_floating_ip),
+    })
+}
+
+/// What exists under one load balancer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Its listeners.
+    pub listeners: Vec<Listener>,
+    /// Its pools.
+    pub pools: Vec<Pool>,
+    /// Members by pool id.
+    pub members: BTreeMap<String, Vec<Member>>,
+    /// Monitors by id.
+    pub monitors: BTreeMap<String, HealthMonitor>,
+}
+
+/// One change under an existing load balancer, in the order it is applied.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Add our tags (adopting an upstream load balancer, or a lost tag).
+    TagLoadBalancer {
+        /// The full tag list.
+        tags: Vec<String>,
+    },
+    /// Delete a pool (members and monitor go with it).
+    DeletePool {
+        /// Pool id.
+        id: String,
+        /// Its name, for plans.
+        name: String,
+    },
+    /// Delete a listener.
+    DeleteListener {
+        /// Listener id.
+        id: String,
+        /// Its name.
+        name: String,
+    },
+    /// Change a listener in place.
+    UpdateListener {
+        /// Listener id.
+        id: String,
+        /// Its name.
+        name: String,
+        /// The changed fields.
+        body: Value,
+    },
+    /// Create a listener with its pool, members and monitor.
+    CreateListener(Box<DesiredListener>),
+    /// Create the default pool of an existing listener, with members and monitor.
+    CreatePool {
+        /// The listener.
+        listener_id: String,
+        /// What to build.
+        desired: Box<DesiredListener>,
+    },
+    /// Change a pool's algorithm.
+    UpdatePool {
+        /// Pool id.
+        id: String,
+        /// Its name.
+        name: String,
+        /// The changed fields.
+        body: Value,
+    },
+    /// Replace a pool's members in one batch call.
+    ReplaceMembers {
+        /// Pool id.
+        pool_id: String,
+        /// Its name.
+        name: String,
+        /// The member bodies.
+        members: Vec<Value>,
+    },
+    /// Create a monitor.
+    CreateMonitor {
+        /// The body, with its pool id.
+        body: Value,
+        /// Its name.
+        name: String,
+    },
+    /// Change a monitor in place.
+    UpdateMonitor {
+        /// Monitor id.
+        id: String,
+        /// Its name.
+        name: String,
+        /// The changed fields.
+        body: Value,
+    },
+    /// Delete a monitor.
+    DeleteMonitor {
+        /// Monitor id.
+        id: String,
+        /// Its name.
+        name: String,
+    },
+}
+
+impl Step {
+    /// The step as `kube-lb plan` prints it.
+    pub fn planned(&self) -> PlannedChange {
+        match self {
+            Step::TagLoadBalancer { tags } => PlannedChange::new(
+                ChangeAction::Modify,
+                "LoadBalancer",
+                "",
+                "PUT loadbalancers",
+            )
+            .field("tags", None, Some(tags.join(","))),
+            Step::DeletePool { name, .. } => {
+                PlannedChange::new(ChangeAction::Delete, "Pool", name, "DELETE pools")
+            }
+            Step::DeleteListener { name, .. } => {
+                PlannedChange::new(ChangeAction::Delete, "Listener", name, "DELETE listeners")
+            }
+            Step::UpdateListener { name, body, .. } => fields(
+                PlannedChange::new(ChangeAction::Modify, "Listener", name, "PUT listeners"),
+                body,
+            ),
+            Step::CreateListener(desired) => PlannedChange::new(
+                ChangeAction::Create,
+                "Listener",
+                &desired.name,
+                "POST listeners",
+            )
+            .field("protocol_port", None, Some(desired.port.to_string())),
+            Step::CreatePool { desired, .. } => PlannedChange::new(
+                ChangeAction::Create,
+                "Pool",
+                &desired.pool_name,
+                "POST pools",
+            ),
+            Step::UpdatePool { name, body, .. } => fields(
+                PlannedChange::new(ChangeAction::Modify, "Pool", name, "PUT pools"),
+                body,
+            ),
+            Step::ReplaceMembers { name, members, .. } => {
+                PlannedChange::new(ChangeAction::Modify, "Pool", name, "PUT pools/members").field(
+                    "members",
+                    None,
+                    Some(
+                        members
+                            .iter()
+                            .map(|m| {
+                                format!(
+                                    "{}:{}",
+                                    m["address"].as_str().unwrap_or_default(),
+                                    m["protocol_port"]
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    ),
+                )
+            }
+            Step::CreateMonitor { name, .. } => PlannedChange::new(
+                ChangeAction::Create,
+                "HealthMonitor",
+                name,
+                "POST healthmonitors",
+            ),
+            Step::UpdateMonitor { name, body, .. } => fields(
+                PlannedChange::new(
+                    ChangeAction::Modify,
+                    "HealthMonitor",
+                    name,
+                    "PUT healthmonitors",
+                ),
+                body,
+            ),
+            Step::DeleteMonitor { name, .. } => PlannedChange::new(
+                ChangeAction::Delete,
+                "HealthMonitor",
+                name,
+                "DELETE healthmonitors",
+            ),
+        }
+    }
+}
+
+fn fields(mut change: PlannedChange, body: &Value) -> PlannedChange {
+    if let Some(object) = body.as_object() {
+        for (key, value) in object {
+            change = change.field(key.clone(), None, Some(value.to_string()));
+        }
+    }
+    change
+}
+
+/// The steps that turn `observed` (under `lb`) into `desired` (pure). Listeners are matched
+/// by protocol and port, as upstream does: a changed port is a new listener and a deleted
+/// one, and nothing else is touched.
+pub fn plan(lb: &LoadBalancer, observed: &Observed, desired: &Desired) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let missing_tags: Vec<&String> = desired
+        .tags
+        .iter()
+        .filter(|t| !lb.tags.contains(t))
+        .collect();
+    if !missing_tags.is_empty() {
+        // Keep others' tags (e.g. a Service sharing the LB upstream-style), drop a stale UID tag.
+        let mut tags: Vec<String> = lb
+            .tags
+            .iter()
+            .filter(|t| !t.starts_with(UID_TAG_PREFIX))
+            .cloned()
+            .collect();
+        for tag in &desired.tags {
+            if !tags.contains(tag) {
+                tags.push(tag.clone());
+            }
+        }
+        steps.push(Step::TagLoadBalancer { tags });
+    }
+    let wanted = |l: &Listener| {
+        desired
+            .listeners
+            .iter()
+            .any(|d| d.protocol == l.protocol && d.port == l.protocol_port)
+    };
+    // Leftover listeners first, so a port moved between listeners never clashes.
+    for listener in observed.listeners.iter().filter(|l| !wanted(l)) {
+        if let Some(pool) = listener
+            .default_pool_id
+            .as_ref()
+            .and_then(|id| observed.pools.iter().find(|p| &p.id == id))
+        {
+            steps.push(Step::DeletePool {
+                id: pool.id.clone(),
+                name: pool.name.clone(),
+            });
+        }
+        steps.push(Step::DeleteListener {
+            id: listener.id.clone(),
+            name: listener.name.clone(),
+        });
+    }
+    for want in &desired.listeners {
+        let Some(listener) = observed
+            .listeners
+            .iter()
+            .find(|l| l.protocol == want.protocol && l.protocol_port == want.port)
+        else {
+            steps.push(Step::CreateListener(Box::new(want.clone())));
+            continue;
+        };
+        let mut body = serde_json::Map::new();
+        if listener.connection_limit != want.connection_limit {
+            body.insert("connection_limit".into(), json!(want.connection_limit));
+        }
+        let observed_cidrs = listener.allowed_cidrs.clone().filter(|c| !c.is_empty());
+        if observed_cidrs != want.allowed_cidrs {
+            body.insert("allowed_cidrs".into(), json!(want.allowed_cidrs));
+        }
+        if !body.is_empty() {
+            steps.push(Step::UpdateListener {
+                id: listener.id.clone(),
+                name: listener.name.clone(),
+                body: Value::Object(body),
+            });
+        }
+        let pool = listener
+            .default_pool_id
+            .as_ref()
+            .and_then(|id| observed.pools.iter().find(|p| &p.id == id));
+        let pool = match pool {
+            Some(pool) if pool.protocol == want.pool_protocol => pool,
+            stale => {
+                // A pool's protocol cannot change: replace it (members and monitor go with it).
+                if let Some(pool) = stale {
+                    steps.push(Step::DeletePool {
+                        id: pool.id.clone(),
+                        name: pool.name.clone(),
+                    });
+                }
+                steps.push(Step::CreatePool {
+                    listener_id: listener.id.clone(),
+                    desired: Box::new(want.clone()),
+                });
+                continue;
+            }
+        };
+        if pool.lb_algorithm != want.lb_algorithm {
+            steps.push(Step::UpdatePool {
+                id: pool.id.clone(),
+                name: pool.name.clone(),
+                body: json!({"lb_algorithm": want.lb_algorithm}),
+            });
+        }
+        let mut have: Vec<_> = observed
+            .members
+            .get(&pool.id)
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    m.address.clone(),
+                    m.protocol_port,
+                    m.monitor_port,
+                )
+            })
+            .collect();
+        have.sort();
+        let mut want_members: Vec<_> = want.members.iter().map(DesiredMember::key).collect();
+        want_members.sort();
+        if have != want_members {
+            steps.push(Step::ReplaceMembers {
+                pool_id: pool.id.clone(),
+                name: pool.name.clone(),
+                members: want.member_bodies(),
+            });
+        }
+        let monitor = pool
+            .healthmonitor_id
+            .as_ref()
+            .and_then(|id| observed.monitors.get(id));
+        match (monitor, &want.monitor) {
+            (None, None) => {}
+            (Some(monitor), None) => steps.push(Step::DeleteMonitor {
+                id: monitor.id.clone(),
+                name: monitor.name.clone(),
+            }),
+            (None, Some(wanted)) => steps.push(Step::CreateMonitor {
+                body: want.monitor_body(&pool.id).unwrap_or_default(),
+                name: wanted.name.clone(),
+            }),
+            (Some(monitor), Some(wanted)) if monitor.kind != wanted.kind => {
+                steps.push(Step::DeleteMonitor {
+                    id: monitor.id.clone(),
+                    name: monitor.name.clone(),
+                });
+                steps.push(Step::CreateMonitor {
+                    body: want.monitor_body(&pool.id).unwrap_or_default(),
+                    name: wanted.name.clone(),
+                });
+            }
+            (Some(monitor), Some(wanted)) => {
+                let changes = wanted.differs(monitor);
+                if !changes.is_empty() {
+                    let mut body = serde_json::Map::new();
+                    for (field, _, new) in changes {
+                        let number: u64 = new.parse().unwrap_or_default();
+                        body.insert(field.into(), json!(number));
+                    }
+                    steps.push(Step::UpdateMonitor {
+                        id: monitor.id.clone(),
+                        name: monitor.name.clone(),
+                        body: Value::Object(body),
+                    });
+                }
+            }
+        }
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ServiceKey {
+        ServiceKey {
+            namespace: "prod".into(),
+            name: "web".into(),
+            uid: "u-1".into(),
+        }
+    }
+
+    #[test]
+    fn names_and_phrases_match_upstream() {
+        let lb = load_balancer_name("kubernetes", &key());
+        assert_eq!(lb, "kube_service_kubernetes_prod_web");
+        assert_eq!(
+            listener_name(0, &lb),
+            "listener_0_kube_service_kubernetes_prod_web"
+        );
+        assert_eq!(pool_name(1, &lb), "pool_1_kube_service_kubernetes_prod_web");
+        assert_eq!(
+            monitor_name(2, &lb),
+            "monitor_2_kube_service_kubernetes_prod_web"
+        );
+        assert_eq!(
+            load_balancer_description("c1", &key()),
+            "Kubernetes external service prod/web from cluster c1"
+        );
+        assert_eq!(
+            floating_ip_description("c1", &key()),
+            "Floating IP for Kubernetes external service prod/web from cluster c1"
+        );
+        let long = ServiceKey {
+            namespace: "n".repeat(200),
+            name: "s".repeat(200),
+            uid: String::new(),
+        };
+        assert_eq!(load_balancer_name("c", &long).chars().count(), 255);
+    }
+
+    #[test]
+    fn ownership_needs_our_description_and_no_other_uid() {
+        let lb = |description: &str, tags: &[&str]| LoadBalancer {
+            id: "id".into(),
+            name: "n".into(),
+            description: description.into(),
+            provisioning_status: "ACTIVE".into(),
+            vip_address: String::new(),
+            vip_port_id: String::new(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            created_at: None,
+        };
+        let ours = load_balancer_description("c", &key());
+        let cases = [
+            (lb(&ours, &[]), true),
+            (lb(&ours, &["kube_lb_uid_u-1"]), true),
+            (lb(&ours, &["kube_lb_uid_other"]), false),
+            (lb("made by hand", &[]), false),
+            (
+                lb(&load_balancer_description("other-cluster", &key()), &[]),
+                false,
+            ),
+        ];
+        for (lb, want) in cases {
+            assert_eq!(
+                ownership(&lb, "c", &key()) == Ownership::Ours,
+                want,
+                "{lb:?}"
+            );
+        }
+    }
+
+    fn parsed(
+        annotations: serde_json::Value,
+        ports: serde_json::Value,
+        local: bool,
+    ) -> LoadBalancerSpec {
+        let mut spec = json!({"type": "LoadBalancer", "ports": ports,
+            "externalTrafficPolicy": if local { "Local" } else { "Cluster" }});
+        if local {
+            spec["healthCheckNodePort"] = json!(32000);
+        }
+        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "prod", "uid": "u-1", "annotations": annotations},
+            "spec": spec}))
+        .expect("service");
+        kube_lb_annotations::parse(kube_lb_annotations::Cloud::Openstack, &service)
+            .expect("annotations")
+            .spec
+    }
+
+    fn tcp(port: u16, node_port: u16) -> Value {
+        json!({"name": format!("p{port}"), "port": port, "protocol": "TCP", "targetPort": port, "nodePort": node_port})
+    }
+
+    fn config() -> LoadBalancerConfig {
+        LoadBalancerConfig {
+            subnet_id: Some("vip-subnet".into()),
+            ..LoadBalancerConfig::default()
+        }
+    }
+
+    fn backends() -> Vec<BackendNode> {
+        use kube_lb_provider_core::types::NodeAddressKind;
+        ["10.0.0.2", "10.0.0.1"]
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| BackendNode {
+                name: format!("n{i}"),
+                provider_id: None,
+                addresses: vec![kube_lb_provider_core::NodeAddress {
+                    kind: NodeAddressKind::InternalIp,
+                    ip: ip.parse().expect("ip"),
+                }],
+                labels: BTreeMap::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn desired_graph_follows_annotations_and_config() {
+        let proxy = desired(
+            &parsed(
+                json!({"loadbalancer.openstack.org/proxy-protocol": "v2",
+            "loadbalancer.openstack.org/lb-method": "LEAST_CONNECTIONS"}),
+                json!([tcp(80, 30080)]),
+                false,
+            ),
+            &backends(),
+            "c",
+            &config(),
+        )
+        .expect("desired");
+        assert_eq!(proxy.listeners[0].pool_protocol, "PROXYV2");
+        assert_eq!(proxy.listeners[0].lb_algorithm, "LEAST_CONNECTIONS");
+        assert!(proxy.listeners[0].monitor.is_none());
+        assert!(!proxy.internal && proxy.vip_address.is_none());
+        assert_eq!(
+            proxy.listeners[0]
+                .members
+                .iter()
+                .map(|m| m.address.as_str())
+                .collect::<Vec<_>>(),
+            vec!["10.0.0.2", "10.0.0.1"],
+            "sorted by node name (n0, n1)"
+        );
+
+        let local = desired(
+            &parsed(json!({}), json!([tcp(80, 30080)]), true),
+            &backends(),
+            "c",
+            &config(),
+        )
+        .expect("desired");
+        let monitor = local.listeners[0]
+            .monitor
+            .as_ref()
+            .expect("Local always gets a monitor");
+        assert_eq!(monitor.kind, "HTTP");
+        assert!(
+            local.listeners[0]
+                .members
+                .iter()
+                .all(|m| m.monitor_port == Some(32000))
+        );
+
+        let internal_by_config = LoadBalancerConfig {
+            internal_lb: true,
+            ..config()
+        };
+        assert!(
+            desired(
+                &parsed(json!({}), json!([tcp(80, 30080)]), false),
+                &backends(),
+                "c",
+                &internal_by_config
+            )
+            .expect("desired")
+            .internal
+        );
+
+        let refused = [
+            (
+                json!({}),
+                json!([{"name": "s", "port": 9, "protocol": "SCTP", "targetPort": 9, "nodePort": 30009}]),
+                config(),
+                "SCTP",
+            ),
+            (
+                json!({"loadbalancer.openstack.org/proxy-protocol": "true"}),
+                json!([{"name": "u", "port": 53, "protocol": "UDP", "targetPort": 53, "nodePort": 30053}]),
+                config(),
+                "TCP ports only",
+            ),
+            (
+                json!({}),
+                json!([tcp(80, 30080)]),
+                LoadBalancerConfig::default(),
+                "subnet-id",
+            ),
+        ];
+        for (annotations, ports, config, words) in refused {
+            let error = desired(
+                &parsed(annotations, ports, false),
+                &backends(),
+                "c",
+                &config,
+            )
+            .expect_err(words);
+            assert!(error.to_string().contains(words), "{error}");
+        }
+    }
+
+    fn observed_for(desired: &Desired) -> (LoadBalancer, Observed) {
+        let lb = LoadBalancer {
+            id: "lb".into(),
+            name: desired.name.clone(),
+            description: desired.description.clone(),
+            provisioning_status: "ACTIVE".into(),
+            vip_address: "10.0.0.9".into(),
+            vip_port_id: "port".into(),
+            tags: desired.tags.clone(),
+            created_at: None,
+        };
+        let mut observed = Observed::default();
+        for (i, want) in desired.listeners.iter().enumerate() {
+            let (listener, pool) = (format!("l{i}"), format!("p{i}"));
+            observed.listeners.push(Listener {
+                id: listener.clone(),
+                name: want.name.clone(),
+                protocol: want.protocol.into(),
+                protocol_port: want.port,
+                connection_limit: want.connection_limit,
+                allowed_cidrs: want.allowed_cidrs.clone(),
+                default_pool_id: Some(pool.clone()),
+            });
+            let monitor = want.monitor.as_ref().map(|m| HealthMonitor {
+                id: format!("m{i}"),
+                name: m.name.clone(),
+                kind: m.kind.into(),
+                delay: m.delay,
+                timeout: m.timeout,
+                max_retries: m.max_retries,
+                max_retries_down: Some(m.max_retries_down),
+                url_path: None,
+            });
+            observed.pools.push(Pool {
+                id: pool.clone(),
+                name: want.pool_name.clone(),
+                protocol: want.pool_protocol.into(),
+                lb_algorithm: want.lb_algorithm.into(),
+                listeners: vec![crate::model::IdRef { id: listener }],
+                healthmonitor_id: monitor.as_ref().map(|m| m.id.clone()),
+            });
+            if let Some(monitor) = monitor {
+                observed.monitors.insert(monitor.id.clone(), monitor);
+            }
+            observed.members.insert(
+                pool,
+                want.members
+                    .iter()
+                    .enumerate()
+                    .map(|(j, m)| Member {
+                        id: format!("mem{i}{j}"),
+                        name: m.name.clone(),
+                        address: m.address.clone(),
+                        protocol_port: m.protocol_port,
+                        monitor_port: m.monitor_port,
+                        subnet_id: m.subnet_id.clone(),
+                    })
+                    .collect(),
+            );
+        }
+        (lb, observed)
+    }
+
+    /// The kinds of the planned steps, for compact expectations.
+    fn kinds(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| {
+                format!("{:?}", s)
+                    .split([' ', '(', '{'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plan_changes_only_what_differs() {
+        let base = || parsed(json!({}), json!([tcp(80, 30080), tcp(443, 30443)]), false);
+        let built = desired(&base(), &backends(), "c", &config()).expect("desired");
+        let (lb, observed) = observed_for(&built);
+        assert!(
+            plan(&lb, &observed, &built).is_empty(),
+            "in sync: nothing to do"
+        );
+
+        let cases: Vec<(&str, Desired, Vec<&str>)> = vec![
+            (
+                "node removed",
+                desired(&base(), &backends()[..1], "c", &config()).expect("d"),
+                vec!["ReplaceMembers", "ReplaceMembers"],
+            ),
+            (
+                "port moved",
+                desired(
+                    &parsed(json!({}), json!([tcp(80, 30080), tcp(8443, 30443)]), false),
+                    &backends(),
+                    "c",
+                    &config(),
+                )
+                .expect("d"),
+                vec!["DeletePool", "DeleteListener", "CreateListener"],
+            ),
+            (
+                "algorithm",
+                desired(
+                    &parsed(
+                        json!({"loadbalancer.openstack.org/lb-method": "SOURCE_IP"}),
+                        json!([tcp(80, 30080), tcp(443, 30443)]),
+                        false,
+                    ),
+                    &backends(),
+                    "c",
+                    &config(),
+                )
+                .expect("d"),
+                vec!["UpdatePool", "UpdatePool"],
+            ),
+            (
+                "connection limit",
+                desired(
+                    &parsed(
+                        json!({"loadbalancer.openstack.org/connection-limit": "100"}),
+                        json!([tcp(80, 30080), tcp(443, 30443)]),
+                        false,
+                    ),
+                    &backends(),
+                    "c",
+                    &config(),
+                )
+                .expect("d"),
+                vec!["UpdateListener", "UpdateListener"],
+            ),
+            (
+                "proxy protocol",
+                desired(
+                    &parsed(
+                        json!({"loadbalancer.openstack.org/proxy-protocol": "v1"}),
+                        json!([tcp(80, 30080), tcp(443, 30443)]),
+                        false,
+                    ),
+                    &backends(),
+                    "c",
+                    &config(),
+                )
+                .expect("d"),
+                vec!["DeletePool", "CreatePool", "DeletePool", "CreatePool"],
+            ),
+            (
+                "monitor enabled",
+                desired(
+                    &base(),
+                    &backends(),
+                    "c",
+                    &LoadBalancerConfig {
+                        create_monitor: true,
+                        ..config()
+                    },
+                )
+                .expect("d"),
+                vec!["CreateMonitor", "CreateMonitor"],
+            ),
+        ];
+        for (case, want, steps) in cases {
+            assert_eq!(kinds(&plan(&lb, &observed, &want)), steps, "{case}");
+        }
+
+        // Monitor settings changed in place; monitor type changed (Cluster → Local) replaced.
+        let monitored = LoadBalancerConfig {
+            create_monitor: true,
+            ..config()
+        };
+        let with_monitor = desired(&base(), &backends(), "c", &monitored).expect("d");
+        let (lb, observed) = observed_for(&with_monitor);
+        let slower = desired(
+            &base(),
+            &backends(),
+            "c",
+            &LoadBalancerConfig {
+                monitor_delay: std::time::Duration::from_secs(10),
+                ..monitored.clone()
+            },
+        )
+        .expect("d");
+        assert_eq!(
+            kinds(&plan(&lb, &observed, &slower)),
+            vec!["UpdateMonitor", "UpdateMonitor"]
+        );
+        let local = desired(
+            &parsed(json!({}), json!([tcp(80, 30080), tcp(443, 30443)]), true),
+            &backends(),
+            "c",
+            &monitored,
+        )
+        .expect("d");
+        assert_eq!(
+            kinds(&plan(&lb, &observed, &local)),
+            vec![
+                "ReplaceMembers",
+                "DeleteMonitor",
+                "CreateMonitor",
+                "ReplaceMembers",
+                "DeleteMonitor",
+                "CreateMonitor"
+            ],
+            "members gain monitor_port, the TCP monitor becomes HTTP"
+        );
+
+        // An upstream-made load balancer (no UID tag) is adopted by adding our tag.
+        let mut adopted = lb.clone();
+        adopted.tags = vec![with_monitor.name.clone()];
+        assert_eq!(
+            plan(&adopted, &observed, &with_monitor),
+            vec![Step::TagLoadBalancer {
+                tags: with_monitor.tags.clone()
+            }]
+        );
+    }
+}

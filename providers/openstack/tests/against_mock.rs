@@ -1,0 +1,593 @@
+//! The OpenStack provider against the mock Keystone + Octavia + Neutron: every test reads
+//! the cloud state back.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod support;
+
+use std::time::Duration;
+
+use kube_lb_mock_openstack::{Fault, MockOpenStack, PRIVATE_SUBNET_ID, PUBLIC_NETWORK_ID};
+use kube_lb_provider_core::{LoadBalancerProvider, ProviderError};
+use kube_lb_provider_openstack::CloudConfig;
+use support::*;
+
+const UID_A: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
+const UID_B: &str = "11111111-2222-3333-4444-555555555555";
+
+fn ip_of(status: &kube_lb_provider_core::LoadBalancerStatus) -> String {
+    status.ingress[0].ip.expect("ingress ip").to_string()
+}
+
+#[tokio::test]
+async fn ensure_creates_the_upstream_object_graph_and_a_floating_ip() {
+    let h = harness().await;
+    let web = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("dns", 53, "UDP", 30053)]);
+    let status = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+
+    let name = "kube_service_kubernetes_default_web";
+    let lb = lb_named(&h.cloud, name);
+    assert_eq!(lb["provisioning_status"], "ACTIVE");
+    assert_eq!(
+        lb["description"],
+        "Kubernetes external service default/web from cluster kubernetes"
+    );
+    assert_eq!(lb["vip_subnet_id"], PRIVATE_SUBNET_ID);
+    assert_eq!(
+        lb["tags"],
+        serde_json::json!([name, format!("kube_lb_uid_{UID_A}")])
+    );
+
+    let listeners = listeners_of(&h.cloud, lb["id"].as_str().unwrap());
+    let summary: Vec<(String, String, u64)> = listeners
+        .iter()
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap().into(),
+                l["protocol"].as_str().unwrap().into(),
+                l["protocol_port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (format!("listener_1_{name}"), "UDP".into(), 53),
+            (format!("listener_0_{name}"), "TCP".into(), 80),
+        ]
+    );
+    let http_pool = pool(&h.cloud, &listeners[1]["default_pool_id"]);
+    assert_eq!(http_pool["name"], format!("pool_0_{name}"));
+    assert_eq!(http_pool["lb_algorithm"], "ROUND_ROBIN");
+    assert_eq!(
+        member_set(&h.cloud, &http_pool["id"]),
+        vec![
+            ("node-1".into(), "10.0.0.101".into(), 30080),
+            ("node-2".into(), "10.0.0.102".into(), 30080)
+        ]
+    );
+    let dns_pool = pool(&h.cloud, &listeners[0]["default_pool_id"]);
+    assert_eq!(dns_pool["protocol"], "UDP");
+    assert_eq!(member_set(&h.cloud, &dns_pool["id"]).len(), 2);
+    assert!(
+        h.cloud.health_monitors().is_empty(),
+        "create-monitor defaults to false for Cluster policy"
+    );
+
+    let fips = h.cloud.floating_ips();
+    assert_eq!(fips.len(), 1);
+    assert_eq!(fips[0]["port_id"], lb["vip_port_id"]);
+    assert_eq!(fips[0]["floating_network_id"], PUBLIC_NETWORK_ID);
+    assert_eq!(
+        fips[0]["description"],
+        "Floating IP for Kubernetes external service default/web from cluster kubernetes"
+    );
+    assert_eq!(
+        ip_of(&status),
+        fips[0]["floating_ip_address"].as_str().unwrap()
+    );
+
+    // One fully populated create and one floating IP: no per-object calls.
+    let writes = mutations(&h.cloud);
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(
+        writes[0].starts_with("POST loadbalancers 201"),
+        "{writes:?}"
+    );
+    assert!(writes[1].starts_with("POST floatingips 201"), "{writes:?}");
+}
+
+#[tokio::test]
+async fn second_ensure_makes_no_mutating_call() {
+    let h = harness().await;
+    let web = svc("web", UID_A)
+        .ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)])
+        .local(32000);
+    let db = svc("db", UID_B).internal();
+    let first_web = h.provider.ensure(&web.spec(), &nodes(3)).await.unwrap();
+    let first_db = h.provider.ensure(&db.spec(), &nodes(3)).await.unwrap();
+    assert_eq!(
+        h.cloud.health_monitors().len(),
+        2,
+        "Local traffic gets a monitor per port"
+    );
+    assert!(
+        h.cloud
+            .health_monitors()
+            .iter()
+            .all(|m| m["type"] == "HTTP" && m["url_path"] == "/healthz")
+    );
+
+    h.cloud.clear_journal();
+    let before = h.counter.snapshot();
+    assert_eq!(
+        h.provider.ensure(&web.spec(), &nodes(3)).await.unwrap(),
+        first_web
+    );
+    assert_eq!(
+        h.provider.ensure(&db.spec(), &nodes(3)).await.unwrap(),
+        first_db
+    );
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new());
+    let after = h.counter.snapshot();
+    assert_eq!(after.mutations(), before.mutations(), "counted mutations");
+    // Reads per resync: LB by name, listeners, pools, members and monitor per pool, FIP by port.
+    let reads = h.cloud.journal().len();
+    assert_eq!(reads, (4 + 2 * 2) + (4 + 1), "{:#?}", h.cloud.journal());
+}
+
+#[tokio::test]
+async fn port_change_replaces_only_that_listener_and_pool() {
+    let h = harness().await;
+    let before =
+        svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)]);
+    h.provider.ensure(&before.spec(), &nodes(2)).await.unwrap();
+    let lb = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
+    let lb_id = lb["id"].as_str().unwrap();
+    let kept = listeners_of(&h.cloud, lb_id)[0].clone();
+    let kept_pool = pool(&h.cloud, &kept["default_pool_id"]);
+
+    h.cloud.clear_journal();
+    let after =
+        svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("https", 8443, "TCP", 30443)]);
+    h.provider.ensure(&after.spec(), &nodes(2)).await.unwrap();
+
+    let listeners = listeners_of(&h.cloud, lb_id);
+    let ports: Vec<u64> = listeners
+        .iter()
+        .map(|l| l["protocol_port"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ports, vec![80, 8443]);
+    assert_eq!(listeners[0], kept, "the unchanged listener is untouched");
+    assert_eq!(pool(&h.cloud, &kept["default_pool_id"]), kept_pool);
+    let writes: Vec<String> = mutations(&h.cloud)
+        .iter()
+        .map(|w| {
+            w.split_whitespace().next().unwrap().to_string()
+                + " "
+                + w.split_whitespace()
+                    .nth(1)
+                    .unwrap()
+                    .split('/')
+                    .next()
+                    .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        writes,
+        vec![
+            "DELETE pools",
+            "DELETE listeners",
+            "POST listeners",
+            "POST pools",
+            "PUT pools"
+        ],
+        "{:?}",
+        mutations(&h.cloud)
+    );
+    assert_eq!(
+        member_set(&h.cloud, &listeners[1]["default_pool_id"]).len(),
+        2
+    );
+    assert_eq!(h.cloud.floating_ips().len(), 1, "the floating IP stays");
+}
+
+#[tokio::test]
+async fn node_added_is_one_batch_member_update_per_pool() {
+    let h = harness().await;
+    let web = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)]);
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    h.cloud.clear_journal();
+    h.provider.ensure(&web.spec(), &nodes(3)).await.unwrap();
+    let writes = mutations(&h.cloud);
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.starts_with("PUT pools/") && w.ends_with("/members 202")),
+        "{writes:?}"
+    );
+    for pool in h.cloud.pools() {
+        assert_eq!(member_set(&h.cloud, &pool["id"]).len(), 3);
+    }
+}
+
+#[tokio::test]
+async fn internal_service_gets_its_vip_and_no_floating_ip() {
+    let h = harness().await;
+    let db = svc("db", UID_B).internal();
+    let status = h.provider.ensure(&db.spec(), &nodes(1)).await.unwrap();
+    let lb = lb_named(&h.cloud, "kube_service_kubernetes_default_db");
+    assert_eq!(ip_of(&status), lb["vip_address"].as_str().unwrap());
+    assert!(ip_of(&status).starts_with("10.0.0."));
+    assert!(h.cloud.floating_ips().is_empty());
+
+    // Switching an external Service to internal releases the floating IP kube-lb made.
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(h.cloud.floating_ips().len(), 1);
+    let status = h
+        .provider
+        .ensure(&web.clone().internal().spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert!(h.cloud.floating_ips().is_empty());
+    let lb = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
+    assert_eq!(ip_of(&status), lb["vip_address"].as_str().unwrap());
+}
+
+#[tokio::test]
+async fn delete_leaves_nothing_of_ours_and_keeps_a_user_floating_ip() {
+    let h = harness().await;
+    let user_fip = h.cloud.seed_floating_ip("reserved by the user").unwrap();
+    let address = user_fip["floating_ip_address"].as_str().unwrap();
+    let pinned = svc("pinned", UID_A).load_balancer_ip(address);
+    let plain = svc("plain", UID_B);
+    let status = h.provider.ensure(&pinned.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(
+        ip_of(&status),
+        address,
+        "the user's floating IP is attached, not a new one"
+    );
+    h.provider.ensure(&plain.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(h.cloud.floating_ips().len(), 2);
+
+    h.provider.delete(&pinned.key()).await.unwrap();
+    h.provider.delete(&plain.key()).await.unwrap();
+    assert!(h.cloud.load_balancers().is_empty());
+    assert!(h.cloud.listeners().is_empty() && h.cloud.pools().is_empty());
+    assert!(
+        h.cloud.ports().is_empty(),
+        "VIP ports go with their load balancers"
+    );
+    let fips = h.cloud.floating_ips();
+    assert_eq!(fips.len(), 1, "{fips:?}");
+    assert_eq!(fips[0]["id"], user_fip["id"]);
+    assert!(fips[0]["port_id"].is_null());
+
+    // Repeated delete: nothing to do, no mutation.
+    h.cloud.clear_journal();
+    h.provider.delete(&plain.key()).await.unwrap();
+    assert!(mutations(&h.cloud).is_empty());
+    assert_eq!(h.provider.status(&plain.key()).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn delete_after_out_of_band_removal_releases_the_orphaned_floating_ip() {
+    let h = harness().await;
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    // Someone deletes the load balancer by hand: Neutron detaches the floating IP.
+    let lb = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
+    h.cloud
+        .set_status(lb["id"].as_str().unwrap(), "PENDING_DELETE", Duration::ZERO);
+    assert!(h.cloud.load_balancers().is_empty());
+    assert_eq!(h.cloud.floating_ips().len(), 1);
+    h.provider.delete(&web.key()).await.unwrap();
+    assert!(h.cloud.floating_ips().is_empty());
+}
+
+#[tokio::test]
+async fn load_balancer_in_pending_update_is_waited_on() {
+    let h = harness().await;
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    let lb = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
+    let lb_id = lb["id"].as_str().unwrap();
+
+    // Another actor's change is in progress: kube-lb waits instead of failing.
+    h.cloud
+        .set_status(lb_id, "PENDING_UPDATE", Duration::from_millis(150));
+    h.cloud.clear_journal();
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let pools = h.cloud.pools();
+    assert_eq!(member_set(&h.cloud, &pools[0]["id"]).len(), 2);
+    assert!(
+        h.cloud.journal().iter().all(|e| e.status != 409),
+        "waited before changing"
+    );
+
+    // A change refused with 409 (the LB went busy between read and write) is retried.
+    h.cloud.inject(Fault::respond(
+        "PUT",
+        "/members",
+        409,
+        &format!("Load Balancer {lb_id} is immutable and cannot be updated."),
+        1,
+    ));
+    h.provider.ensure(&web.spec(), &nodes(3)).await.unwrap();
+    assert_eq!(h.cloud.pending_faults(), 0);
+    assert_eq!(member_set(&h.cloud, &pools[0]["id"]).len(), 3);
+
+    // Every change while a provisioning delay runs is waited out.
+    h.cloud.set_provisioning_delay(Duration::from_millis(30));
+    let two = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("alt", 81, "TCP", 30081)]);
+    h.provider.ensure(&two.spec(), &nodes(3)).await.unwrap();
+    assert_eq!(listeners_of(&h.cloud, lb_id).len(), 2);
+}
+
+#[tokio::test]
+async fn expired_token_is_renewed_once_and_the_call_repeated() {
+    let h = harness().await;
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(h.cloud.tokens_issued(), 1, "the token is cached");
+    h.cloud.expire_tokens();
+    h.cloud.clear_journal();
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(h.cloud.tokens_issued(), 2);
+    let unauthorized = h.cloud.journal().iter().filter(|e| e.status == 401).count();
+    assert_eq!(unauthorized, 1, "{:#?}", h.cloud.journal());
+}
+
+#[tokio::test]
+async fn refused_credentials_are_a_permission_error() {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let conf = cloud_conf(&cloud, "").replace("password = kube-lb-secret", "password = wrong");
+    let h = provider_for(cloud, CloudConfig::parse(&conf).unwrap());
+    let error = h
+        .provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProviderError::Environment {
+                cause: kube_lb_provider_core::EnvironmentCause::PermissionDenied,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn application_credentials_and_network_autodetection_work() {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let conf = app_credential_conf(&cloud);
+    let h = provider_for(cloud, CloudConfig::parse(&conf).unwrap());
+    let status = h
+        .provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    let fips = h.cloud.floating_ips();
+    assert_eq!(
+        fips[0]["floating_network_id"], PUBLIC_NETWORK_ID,
+        "the external network was found"
+    );
+    assert_eq!(
+        ip_of(&status),
+        fips[0]["floating_ip_address"].as_str().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn load_balancer_of_another_service_uid_is_not_touched() {
+    let h = harness().await;
+    h.provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    h.cloud.clear_journal();
+    // Same namespace/name and cluster name, different Service (another cluster).
+    let error = h
+        .provider
+        .ensure(&svc("web", UID_B).spec(), &nodes(2))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProviderError::Environment {
+                cause: kube_lb_provider_core::EnvironmentCause::NameTaken,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(mutations(&h.cloud).is_empty());
+    h.provider.delete(&svc("web", UID_B).key()).await.unwrap();
+    assert_eq!(
+        h.cloud.load_balancers().len(),
+        1,
+        "someone else's LB survives our delete"
+    );
+    assert_eq!(
+        h.cloud.floating_ips().len(),
+        1,
+        "and so does its floating IP, though its description reads like ours"
+    );
+}
+
+#[tokio::test]
+async fn quota_and_server_errors_map_to_their_classes() {
+    let cloud = MockOpenStack::builder()
+        .quotas(kube_lb_mock_openstack::Quotas {
+            load_balancers: Some(0),
+            floating_ips: None,
+        })
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(cloud, "").await;
+    let error = h
+        .provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProviderError::Environment {
+                cause: kube_lb_provider_core::EnvironmentCause::Quota,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+
+    let h = harness().await;
+    h.cloud.inject(Fault::respond(
+        "POST",
+        "/lbaas/loadbalancers",
+        503,
+        "Service Unavailable",
+        1,
+    ));
+    h.provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    let posts = h
+        .cloud
+        .journal()
+        .iter()
+        .filter(|e| e.method == "POST" && e.path.ends_with("/loadbalancers"))
+        .count();
+    assert_eq!(posts, 2, "a 503 is retried in place");
+}
+
+#[tokio::test]
+async fn load_balancer_in_error_is_recreated_and_keeps_its_floating_ip() {
+    let h = harness().await;
+    let web = svc("web", UID_A);
+    let first = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let broken = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
+    h.cloud
+        .set_status(broken["id"].as_str().unwrap(), "ERROR", Duration::ZERO);
+
+    let second = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let rebuilt = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
+    assert_ne!(
+        rebuilt["id"], broken["id"],
+        "a new load balancer replaced the broken one"
+    );
+    assert_eq!(rebuilt["provisioning_status"], "ACTIVE");
+    assert_eq!(second, first, "the same floating IP moved to the new VIP");
+    let fips = h.cloud.floating_ips();
+    assert_eq!(fips.len(), 1);
+    assert_eq!(fips[0]["port_id"], rebuilt["vip_port_id"]);
+    assert_eq!(h.cloud.pools().len(), 1);
+}
+
+#[tokio::test]
+async fn token_is_renewed_before_it_expires() {
+    let cloud = MockOpenStack::builder()
+        .token_ttl(Duration::from_secs(2))
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(cloud, "").await;
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(h.cloud.tokens_issued(), 1);
+    // Half the token's life later (the renewal point for short-lived tokens), before expiry.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(h.cloud.tokens_issued(), 2, "renewed ahead of expiry");
+    assert!(
+        h.cloud.journal().iter().all(|e| e.status != 401),
+        "no call was refused"
+    );
+}
+
+#[tokio::test]
+async fn keep_floatingip_detaches_instead_of_releasing_on_switch_to_internal() {
+    let h = harness().await;
+    let web = svc("web", UID_A).annotate("loadbalancer.openstack.org/keep-floatingip", "true");
+    let status = h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    h.provider
+        .ensure(&web.clone().internal().spec(), &nodes(1))
+        .await
+        .unwrap();
+    let fips = h.cloud.floating_ips();
+    assert_eq!(fips.len(), 1, "kept");
+    assert!(fips[0]["port_id"].is_null(), "but detached");
+    assert_eq!(
+        fips[0]["floating_ip_address"].as_str().unwrap(),
+        ip_of(&status)
+    );
+}
+
+#[tokio::test]
+async fn plans_and_inventory_read_without_changing_anything() {
+    let h = harness().await;
+    let web = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)]);
+    let db = svc("db", UID_B).internal();
+    let planned = h
+        .provider
+        .plan_ensure(&web.spec(), &nodes(2))
+        .await
+        .unwrap();
+    assert_eq!(planned.len(), 1);
+    assert_eq!(planned[0].kind, "LoadBalancer");
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    h.provider.ensure(&db.spec(), &nodes(2)).await.unwrap();
+
+    h.cloud.clear_journal();
+    assert!(
+        h.provider
+            .plan_ensure(&web.spec(), &nodes(2))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let grown = h
+        .provider
+        .plan_ensure(&web.spec(), &nodes(3))
+        .await
+        .unwrap();
+    assert_eq!(
+        grown.iter().map(|c| c.call.as_str()).collect::<Vec<_>>(),
+        vec!["PUT pools/members"; 2]
+    );
+    let teardown = h.provider.plan_delete(&web.key()).await.unwrap();
+    assert_eq!(
+        teardown.iter().map(|c| c.kind.as_str()).collect::<Vec<_>>(),
+        vec!["LoadBalancer", "FloatingIp"]
+    );
+
+    let mut owned: Vec<(String, String, String)> = h
+        .provider
+        .owned_resources()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.kind, r.service.to_string(), r.service.uid))
+        .collect();
+    owned.sort();
+    assert_eq!(
+        owned,
+        vec![
+            ("FloatingIp".into(), "default/web".into(), String::new()),
+            ("LoadBalancer".into(), "default/db".into(), UID_B.into()),
+            ("LoadBalancer".into(), "default/web".into(), UID_A.into()),
+        ]
+    );
+    assert!(
+        mutations(&h.cloud).is_empty(),
+        "plans and inventory only read"
+    );
+}
