@@ -3,6 +3,7 @@
 //! The binary (`main.rs`) only parses the command line; everything else lives here so the
 //! integration tests can drive the controller and the cloud selection directly.
 
+pub mod audit;
 pub mod cli;
 pub mod cloud;
 pub mod controller;

@@ -55,6 +55,12 @@ enum Command {
     Controller(cli::controller::Args),
     /// Run the node dataplane (kube-proxy replacement).
     Proxy(cli::proxy::Args),
+    /// Show the cloud calls the controller would make for every LoadBalancer Service, with
+    /// reads only (exit 0 nothing to change, 2 changes pending with --detailed-exitcode, 1 error).
+    Plan(cli::plan::Args),
+    /// List cloud resources of this cluster whose Service is gone, no longer a LoadBalancer or
+    /// of another class; --delete removes them (exit 0 none, 2 leaked, 1 error).
+    Audit(cli::audit::Args),
 }
 
 /// Any arguments of a subcommand this build lacks.
@@ -92,6 +98,8 @@ fn main() -> ExitCode {
         Command::Apiserver(_) => without_apiserver("apiserver"),
         Command::Controller(args) => block_on(cli::controller::run(args)),
         Command::Proxy(args) => block_on(cli::proxy::run(args)),
+        Command::Plan(args) => block_on(cli::plan::run(args)),
+        Command::Audit(args) => block_on(cli::audit::run(args)),
     };
     match result {
         Ok(code) => code,

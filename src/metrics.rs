@@ -1,9 +1,14 @@
 //! Prometheus metrics of the controller: reconciles, their duration, errors by class, cloud
-//! calls by provider and operation, and the number of load balancers managed.
+//! calls by provider and operation, throttled cloud calls, the number of load balancers managed,
+//! whether each Service's load balancer is ready, and whether this replica leads.
+//!
+//! The alerts and the dashboard shipped in `deploy/monitoring/` are built on these names; a test
+//! (`tests/integration/monitoring.rs`) keeps them in step.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use kube_lb_provider_core::calls::ThrottledCall;
 use kube_lb_provider_core::{CallCounter, CallRecord};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -11,6 +16,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 
 use crate::controller::ErrorClass;
 
@@ -41,6 +47,22 @@ struct CallLabels {
     kind: &'static str,
 }
 
+/// Labels of `cloud_throttled_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThrottleLabels {
+    provider: &'static str,
+    operation: &'static str,
+}
+
+/// Labels of `service_load_balancer_ready`. Not `namespace` and `service`: Prometheus'
+/// Kubernetes scrape configs attach those as target labels (the controller pod's namespace,
+/// the prometheus-operator Service), which would rename ours to `exported_*`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServiceLabels {
+    service_namespace: String,
+    service_name: String,
+}
+
 /// The controller's metrics, registered under the `kube_lb` prefix.
 #[derive(Debug)]
 pub struct Metrics {
@@ -49,8 +71,16 @@ pub struct Metrics {
     reconcile_duration: Histogram,
     errors: Family<ErrorLabels, Counter>,
     cloud_calls: Family<CallLabels, Counter>,
+    cloud_throttled: Family<ThrottleLabels, Counter>,
     load_balancers: Gauge,
     decode_errors: Family<ResourceLabels, Counter>,
+    service_ready: Family<ServiceLabels, Gauge>,
+    leader: Gauge,
+    /// Where [`Metrics::encode`] reads leadership from; `None` until
+    /// [`Metrics::track_leadership`] (then the gauge reads 0).
+    leading: Mutex<Option<watch::Receiver<bool>>>,
+    /// The periodic audit's results (`--audit-interval`).
+    audit: AuditMetrics,
 }
 
 impl Default for Metrics {
@@ -68,8 +98,11 @@ impl Metrics {
         let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
         let errors = Family::<ErrorLabels, Counter>::default();
         let cloud_calls = Family::<CallLabels, Counter>::default();
+        let cloud_throttled = Family::<ThrottleLabels, Counter>::default();
         let load_balancers = Gauge::default();
         let decode_errors = Family::<ResourceLabels, Counter>::default();
+        let service_ready = Family::<ServiceLabels, Gauge>::default();
+        let leader = Gauge::default();
         registry.register(
             "reconciles",
             "Service reconciles by result",
@@ -91,6 +124,12 @@ impl Metrics {
             cloud_calls.clone(),
         );
         registry.register(
+            "cloud_throttled",
+            "Cloud API call attempts refused for the request rate (throttling, HTTP 429), by \
+             provider and operation; each is also counted in cloud_calls_total",
+            cloud_throttled.clone(),
+        );
+        registry.register(
             "load_balancers_managed",
             "Load balancers with an address in their Service status",
             load_balancers.clone(),
@@ -100,14 +139,33 @@ impl Metrics {
             "Watched objects skipped because they do not decode, by resource",
             decode_errors.clone(),
         );
+        registry.register(
+            "service_load_balancer_ready",
+            "1 when the Service's load balancer is provisioned and its address is in the Service \
+             status, 0 while it fails or waits; one series per LoadBalancer Service this \
+             controller handles, exported by the leader only",
+            service_ready.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica may act (holds the leader-election Lease, or runs without \
+             leader election), 0 while it stands by",
+            leader.clone(),
+        );
+        let audit = AuditMetrics::register(&mut registry);
         Self {
+            audit,
             registry,
             reconciles,
             reconcile_duration,
             errors,
             cloud_calls,
+            cloud_throttled,
             load_balancers,
             decode_errors,
+            service_ready,
+            leader,
+            leading: Mutex::new(None),
         }
     }
 
@@ -126,6 +184,50 @@ impl Metrics {
                 })
                 .inc();
         }));
+        let throttled = self.cloud_throttled.clone();
+        counter.observe_throttled(Arc::new(move |call: &ThrottledCall| {
+            throttled
+                .get_or_create(&ThrottleLabels {
+                    provider: call.provider,
+                    operation: call.operation,
+                })
+                .inc();
+        }));
+    }
+
+    /// Reads `kube_lb_leader` from `leading` (the controller's leadership channel) at every
+    /// scrape, so the gauge can never lag the fence that stops reconciles.
+    pub fn track_leadership(&self, leading: watch::Receiver<bool>) {
+        *self.leading.lock().unwrap_or_else(PoisonError::into_inner) = Some(leading);
+    }
+
+    /// Whether this replica leads, as last published on the tracked channel.
+    fn is_leading(&self) -> bool {
+        self.leading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|leading| *leading.borrow())
+    }
+
+    /// Records whether the load balancer of `namespace/service` is ready (`Some(true)`), failing
+    /// or waiting (`Some(false)`), or no longer this controller's concern (`None`: the series
+    /// is removed, so a deleted Service does not stay "not ready" forever).
+    pub fn set_service_ready(&self, namespace: &str, service: &str, ready: Option<bool>) {
+        let labels = ServiceLabels {
+            service_namespace: namespace.to_string(),
+            service_name: service.to_string(),
+        };
+        match ready {
+            Some(ready) => {
+                self.service_ready
+                    .get_or_create(&labels)
+                    .set(i64::from(ready));
+            }
+            None => {
+                self.service_ready.remove(&labels);
+            }
+        }
     }
 
     /// Starts timing a reconcile; the duration is recorded when the guard drops.
@@ -160,11 +262,95 @@ impl Metrics {
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
+    /// Records a successful audit of `provider`: the leaked resources per kind (kinds seen
+    /// before and absent now drop to 0) and the time of success.
+    pub fn set_audit_result(
+        &self,
+        provider: &'static str,
+        leaked_by_kind: &std::collections::BTreeMap<String, usize>,
+    ) {
+        self.audit.set(provider, leaked_by_kind);
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let leading = self.is_leading();
+        self.leader.set(i64::from(leading));
+        if !leading {
+            // A replica standing by remembers the outcomes of its last term, which go stale
+            // once another replica acts; only the leader's view may raise "not ready" alerts.
+            self.service_ready.clear();
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
+    }
+}
+
+/// Labels of `audit_leaked_resources`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct AuditLabels {
+    provider: &'static str,
+    kind: String,
+}
+
+/// `audit_leaked_resources{provider,kind}` and `audit_last_success_timestamp_seconds`.
+#[derive(Debug)]
+struct AuditMetrics {
+    leaked: Family<AuditLabels, Gauge>,
+    last_success: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Every label set ever set, so a kind no longer leaked reads 0 instead of vanishing.
+    seen: Mutex<std::collections::BTreeSet<AuditLabels>>,
+}
+
+impl AuditMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let leaked = Family::<AuditLabels, Gauge>::default();
+        let last_success = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "audit_leaked_resources",
+            "Cloud resources owned by this cluster whose Service is gone, no longer a \
+             LoadBalancer or of another class, by provider and kind, as the last successful \
+             periodic audit found them (controller --audit-interval)",
+            leaked.clone(),
+        );
+        registry.register(
+            "audit_last_success_timestamp_seconds",
+            "Unix time of the last successful periodic audit",
+            last_success.clone(),
+        );
+        Self {
+            leaked,
+            last_success,
+            seen: Mutex::new(std::collections::BTreeSet::new()),
+        }
+    }
+
+    fn set(
+        &self,
+        provider: &'static str,
+        leaked_by_kind: &std::collections::BTreeMap<String, usize>,
+    ) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        for labels in seen.iter().filter(|l| l.provider == provider) {
+            if !leaked_by_kind.contains_key(&labels.kind) {
+                self.leaked.get_or_create(labels).set(0);
+            }
+        }
+        for (kind, count) in leaked_by_kind {
+            let labels = AuditLabels {
+                provider,
+                kind: kind.clone(),
+            };
+            self.leaked
+                .get_or_create(&labels)
+                .set(i64::try_from(*count).unwrap_or(i64::MAX));
+            seen.insert(labels);
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.last_success.set(now.as_secs_f64());
     }
 }
 
@@ -221,8 +407,66 @@ mod tests {
             r#"kube_lb_reconciles_total{result="error"} 1"#,
             "kube_lb_load_balancers_managed 3",
             "kube_lb_reconcile_duration_seconds_count 2",
+            // Never tracked: a controller that has not started leads nothing.
+            "kube_lb_leader 0",
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn throttled_calls_are_counted_per_provider_and_operation() {
+        let metrics = Arc::new(Metrics::new());
+        let counter = CallCounter::new();
+        metrics.observe_calls(&counter);
+        counter.record("gcp", "forwardingRules.get", CallKind::Read);
+        counter.record_throttled("gcp", "forwardingRules.get");
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(
+                r#"kube_lb_cloud_throttled_total{provider="gcp",operation="forwardingRules.get"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
+    /// Table: the leadership channel's value → `kube_lb_leader` and whether per-Service
+    /// readiness is exported (only the leader's view is current).
+    #[test]
+    fn leader_gauge_and_service_readiness_follow_leadership() {
+        for (leading, want_leader, want_services) in [(true, 1, true), (false, 0, false)] {
+            let metrics = Metrics::new();
+            let (tx, rx) = watch::channel(leading);
+            metrics.track_leadership(rx);
+            metrics.set_service_ready("default", "web", Some(true));
+            metrics.set_service_ready("default", "db", Some(false));
+            metrics.set_service_ready("default", "gone", Some(false));
+            metrics.set_service_ready("default", "gone", None);
+            let text = metrics.encode().unwrap();
+            assert!(
+                text.contains(&format!("kube_lb_leader {want_leader}")),
+                "{leading}: {text}"
+            );
+            for (line, present) in [
+                (
+                    r#"kube_lb_service_load_balancer_ready{service_namespace="default",service_name="web"} 1"#,
+                    want_services,
+                ),
+                (
+                    r#"kube_lb_service_load_balancer_ready{service_namespace="default",service_name="db"} 0"#,
+                    want_services,
+                ),
+                (r#"service_name="gone""#, false),
+            ] {
+                assert_eq!(text.contains(line), present, "{leading}: {line} in\n{text}");
+            }
+            // Leadership changes are seen at the next scrape, without any other call.
+            tx.send_replace(!leading);
+            let text = metrics.encode().unwrap();
+            assert!(
+                text.contains(&format!("kube_lb_leader {}", 1 - want_leader)),
+                "{text}"
+            );
         }
     }
 }

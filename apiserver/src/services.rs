@@ -777,6 +777,11 @@ pub fn validate(service: &Value) -> Vec<Cause> {
         );
     }
     validate_topology_keys(&mut causes, spec);
+    // Written through /status by load-balancer controllers (kube-lb.io/LoadBalancerReady).
+    causes.extend(crate::validation::validate_conditions(
+        service.pointer("/status/conditions"),
+        "status.conditions",
+    ));
     causes
 }
 

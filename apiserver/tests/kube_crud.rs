@@ -775,3 +775,107 @@ async fn malformed_requests_get_status_errors() {
         );
     }
 }
+
+/// Service `status.conditions` written through `/status` are kept as written when valid (a
+/// strategic merge by `type` leaves other conditions alone, `$patch: delete` removes one) and
+/// refused with 422 naming each bad field otherwise, as kube-apiserver's `ValidateConditions`.
+#[tokio::test]
+async fn service_status_conditions_are_merged_by_type_and_validated() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+    services
+        .create(&PostParams::default(), &lb_service("web", 80))
+        .await
+        .unwrap();
+    let pp = PatchParams::default();
+    let ready = json!({"type": "kube-lb.io/LoadBalancerReady", "status": "True", "reason": "Provisioned",
+        "message": "ready", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let other = json!({"type": "example.com/Other", "status": "False", "reason": "Nope",
+        "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    for condition in [&ready, &other] {
+        services
+            .patch_status(
+                "web",
+                &pp,
+                &Patch::Strategic(json!({"status": {"conditions": [condition]}})),
+            )
+            .await
+            .unwrap();
+    }
+    let types = |svc: Service| -> Vec<String> {
+        svc.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.type_)
+            .collect()
+    };
+    let both = services.get("web").await.unwrap();
+    assert_eq!(
+        types(both),
+        ["kube-lb.io/LoadBalancerReady", "example.com/Other"]
+    );
+    let removed = services
+        .patch_status(
+            "web",
+            &pp,
+            &Patch::Strategic(json!({"status": {"conditions": [
+                {"type": "kube-lb.io/LoadBalancerReady", "$patch": "delete"}]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(types(removed), ["example.com/Other"]);
+
+    let bad = json!({"type": "a/b/c", "status": "Yes", "reason": "not a reason!",
+        "message": "x".repeat(32 * 1024 + 1), "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let error = api_error(
+        services
+            .patch_status(
+                "web",
+                &pp,
+                &Patch::Strategic(json!({"status": {"conditions": [bad]}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (error.code, error.reason.as_str()),
+        (422, "Invalid"),
+        "{error:?}"
+    );
+    // Merged by type after the one kept: index 1.
+    for field in [
+        "status.conditions[1].type",
+        "status.conditions[1].status",
+        "status.conditions[1].reason",
+        "status.conditions[1].message",
+    ] {
+        assert!(
+            error.message.contains(field),
+            "{field} in {}",
+            error.message
+        );
+    }
+    let missing_time = json!({"type": "Ready", "status": "True", "reason": "X", "message": ""});
+    let error = api_error(
+        services
+            .patch_status(
+                "web",
+                &pp,
+                &Patch::Merge(json!({"status": {"conditions": [missing_time]}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.code, 422, "{error:?}");
+    assert!(
+        error
+            .message
+            .contains("status.conditions[0].lastTransitionTime"),
+        "{}",
+        error.message
+    );
+    // Nothing refused was stored.
+    let after = services.get("web").await.unwrap();
+    assert_eq!(types(after), ["example.com/Other"]);
+}

@@ -32,11 +32,15 @@ pub struct ProxyHealth {
     state: Mutex<HealthState>,
     rejected_endpoints: std::sync::atomic::AtomicU64,
     refused_udp_sessions: Arc<std::sync::atomic::AtomicU64>,
+    syncs: std::sync::atomic::AtomicU64,
+    sync_errors: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct HealthState {
     last_updated: SystemTime,
+    /// The last successful sync; `None` before the first (`last_updated` then holds the start).
+    last_success: Option<SystemTime>,
     pending_since: Option<Instant>,
     /// The last sync was refused; cleared by the next successful one.
     failed: bool,
@@ -66,12 +70,15 @@ impl ProxyHealth {
             timeout,
             state: Mutex::new(HealthState {
                 last_updated: SystemTime::now(),
+                last_success: None,
                 pending_since: None,
                 failed: false,
                 node_eligible: true,
             }),
             rejected_endpoints: std::sync::atomic::AtomicU64::new(0),
             refused_udp_sessions: Arc::default(),
+            syncs: std::sync::atomic::AtomicU64::new(0),
+            sync_errors: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -89,7 +96,8 @@ impl ProxyHealth {
         self.refused_udp_sessions.clone()
     }
 
-    /// The Prometheus text exposition of the proxy's counters.
+    /// The Prometheus text exposition of the proxy's counters and sync state. The alerts in
+    /// `deploy/monitoring/` read these names.
     pub fn metrics_text(&self) -> String {
         let rejected = self
             .rejected_endpoints
@@ -97,8 +105,39 @@ impl ProxyHealth {
         let refused = self
             .refused_udp_sessions
             .load(std::sync::atomic::Ordering::Relaxed);
+        let syncs = self.syncs.load(std::sync::atomic::Ordering::Relaxed);
+        let sync_errors = self.sync_errors.load(std::sync::atomic::Ordering::Relaxed);
+        let healthy = u8::from(self.status().healthy);
+        let state = *self.state();
+        let last_success = state
+            .last_success
+            .and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(0.0, |since_epoch| since_epoch.as_secs_f64());
+        let pending = state
+            .pending_since
+            .map_or(0.0, |since| since.elapsed().as_secs_f64());
         format!(
-            "# HELP kube_lb_proxy_rejected_endpoints_total Endpoint addresses never programmed \
+            "# HELP kube_lb_proxy_syncs_total Successful syncs of the node's rules with the \
+             cluster's Services and endpoints.\n\
+             # TYPE kube_lb_proxy_syncs_total counter\n\
+             kube_lb_proxy_syncs_total {syncs}\n\
+             # HELP kube_lb_proxy_sync_errors_total Syncs refused by the dataplane (the previous \
+             rules stay in place and the sync is retried).\n\
+             # TYPE kube_lb_proxy_sync_errors_total counter\n\
+             kube_lb_proxy_sync_errors_total {sync_errors}\n\
+             # HELP kube_lb_proxy_last_sync_success_timestamp_seconds Unix time of the last \
+             successful sync; 0 before the first.\n\
+             # TYPE kube_lb_proxy_last_sync_success_timestamp_seconds gauge\n\
+             kube_lb_proxy_last_sync_success_timestamp_seconds {last_success}\n\
+             # HELP kube_lb_proxy_sync_pending_seconds How long the oldest change not yet \
+             programmed has waited; 0 when the rules are current.\n\
+             # TYPE kube_lb_proxy_sync_pending_seconds gauge\n\
+             kube_lb_proxy_sync_pending_seconds {pending}\n\
+             # HELP kube_lb_proxy_healthy 1 while /healthz answers 200 (no sync refused, no change \
+             pending longer than twice the sync period), 0 otherwise.\n\
+             # TYPE kube_lb_proxy_healthy gauge\n\
+             kube_lb_proxy_healthy {healthy}\n\
+             # HELP kube_lb_proxy_rejected_endpoints_total Endpoint addresses never programmed \
              because no endpoint may have them (loopback, link-local, link-local multicast), \
              each Service and address counted once.\n\
              # TYPE kube_lb_proxy_rejected_endpoints_total counter\n\
@@ -126,15 +165,21 @@ impl ProxyHealth {
     /// waiting for the staleness timeout, so a node whose rules cannot follow its Services stops
     /// being sent traffic by load balancers that health-check it.
     pub fn sync_failed(&self) {
+        self.sync_errors
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.state().failed = true;
     }
 
     /// Rules were programmed successfully.
     pub fn updated(&self) {
+        self.syncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut state = self.state();
+        let now = SystemTime::now();
         state.pending_since = None;
         state.failed = false;
-        state.last_updated = SystemTime::now();
+        state.last_updated = now;
+        state.last_success = Some(now);
     }
 
     /// Records whether the node is being deleted.
@@ -511,5 +556,52 @@ mod tests {
         assert!(!health.status().healthy);
         health.updated();
         assert!(health.status().healthy);
+    }
+
+    /// The value of the unlabelled sample `name` in `text`.
+    fn sample(text: &str, name: &str) -> f64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// What the shipped alerts read: a refused sync counts an error and turns `healthy` to 0 at
+    /// once; pending time grows while a change waits; a success sets the timestamp and clears
+    /// both.
+    #[tokio::test(start_paused = true)]
+    async fn sync_metrics_follow_the_sync_loop() {
+        let health = ProxyHealth::new(Duration::from_secs(60));
+        let text = health.metrics_text();
+        for (name, want) in [
+            ("kube_lb_proxy_syncs_total", 0.0),
+            ("kube_lb_proxy_sync_errors_total", 0.0),
+            ("kube_lb_proxy_last_sync_success_timestamp_seconds", 0.0),
+            ("kube_lb_proxy_sync_pending_seconds", 0.0),
+            ("kube_lb_proxy_healthy", 1.0),
+        ] {
+            assert_eq!(sample(&text, name), want, "{name} at start");
+        }
+        health.queued_update();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        health.sync_failed();
+        let text = health.metrics_text();
+        assert_eq!(sample(&text, "kube_lb_proxy_sync_errors_total"), 1.0);
+        assert_eq!(sample(&text, "kube_lb_proxy_healthy"), 0.0);
+        assert_eq!(sample(&text, "kube_lb_proxy_sync_pending_seconds"), 5.0);
+
+        health.updated();
+        let text = health.metrics_text();
+        assert_eq!(sample(&text, "kube_lb_proxy_syncs_total"), 1.0);
+        assert_eq!(sample(&text, "kube_lb_proxy_sync_errors_total"), 1.0);
+        assert_eq!(sample(&text, "kube_lb_proxy_healthy"), 1.0);
+        assert_eq!(sample(&text, "kube_lb_proxy_sync_pending_seconds"), 0.0);
+        let unix_now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let last = sample(&text, "kube_lb_proxy_last_sync_success_timestamp_seconds");
+        assert!((unix_now - last).abs() < 60.0, "{last} vs {unix_now}");
     }
 }

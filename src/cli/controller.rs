@@ -87,6 +87,16 @@ pub struct Args {
     /// backend (flaps shorter than this re-program nothing); 0s removes it at once.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub node_ready_grace: Duration,
+
+    /// Audit for leaked cloud resources this often (what `kube-lb audit` lists; reads only, on
+    /// the leader) and export `kube_lb_audit_leaked_resources{provider,kind}`; 0s turns it off.
+    #[arg(
+        long,
+        env = "KUBE_LB_AUDIT_INTERVAL",
+        value_parser = humantime::parse_duration,
+        default_value = "0s"
+    )]
+    pub audit_interval: Duration,
 }
 
 /// A client from `--kubeconfig`, or the inferred configuration.
@@ -158,6 +168,17 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     .await
     .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
 
+    let audit = (!args.audit_interval.is_zero()).then(|| {
+        tokio::spawn(crate::audit::run_periodic(
+            client.clone(),
+            provider.provider.clone(),
+            config.clone(),
+            metrics.clone(),
+            args.audit_interval,
+            leading.clone(),
+            shutdown.clone(),
+        ))
+    });
     let controller = LoadBalancerController::new(client, provider.provider, config, metrics);
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -171,6 +192,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let _ = elector.await;
     }
     let _ = server.await;
+    if let Some(audit) = audit {
+        let _ = audit.await;
+    }
     result?;
     Ok(ExitCode::SUCCESS)
 }

@@ -2,8 +2,10 @@
 
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
+pub mod audit;
 pub mod controller;
 pub mod lint;
+pub mod plan;
 pub mod proxy;
 #[cfg(feature = "apiserver")]
 pub mod reconcile;

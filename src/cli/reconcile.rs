@@ -364,7 +364,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// lint parsed. Objects that cannot be used (a wrong-typed field, or refused by the API server's
 /// validation) come back as `Error` rows naming the object and the field; only a file that is
 /// not YAML/JSON at all fails the run.
-fn load_manifest(
+pub(crate) fn load_manifest(
     server: &kube_lb_apiserver::RunningApiServer,
     manifest: &manifests::Manifest,
 ) -> anyhow::Result<Vec<Row>> {

@@ -54,6 +54,12 @@ pub enum Reason {
     /// The Service as stored does not decode (a field of the wrong type): it is skipped until
     /// it changes; the note names the field path.
     DecodeFailed,
+    /// The `kube-lb.io/LoadBalancerReady` condition became True (note: the condition), so
+    /// `kubectl describe svc`, which does not print Service conditions, shows it.
+    LoadBalancerReady,
+    /// The `kube-lb.io/LoadBalancerReady` condition became False, or changed reason while
+    /// False (note: the condition, with what to change).
+    LoadBalancerNotReady,
 }
 
 impl Reason {
@@ -68,14 +74,17 @@ impl Reason {
             Reason::DeletedLoadBalancer => "DeletedLoadBalancer",
             Reason::AnnotationWarning => "AnnotationWarning",
             Reason::DecodeFailed => "DecodeFailed",
+            Reason::LoadBalancerReady => "LoadBalancerReady",
+            Reason::LoadBalancerNotReady => "LoadBalancerNotReady",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
-            Reason::SyncLoadBalancerFailed | Reason::AnnotationWarning | Reason::DecodeFailed => {
-                EventType::Warning
-            }
+            Reason::SyncLoadBalancerFailed
+            | Reason::AnnotationWarning
+            | Reason::DecodeFailed
+            | Reason::LoadBalancerNotReady => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -237,9 +246,10 @@ impl Events {
             action: reason.action().to_string(),
             secondary: None,
         };
-        let result = if reason.is_warning() {
+        let result = if reason.is_warning() || reason == Reason::LoadBalancerReady {
             // A changed Warning must be a new Event: the shared recorder would fold it into
-            // the previous one's series and keep the old text.
+            // the previous one's series and keep the old text. The same holds for the
+            // condition mirrored into LoadBalancerReady, whose note carries the address.
             Recorder::new(self.client.clone(), self.reporter.clone())
                 .publish(&event, &reference)
                 .await

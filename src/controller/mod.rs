@@ -3,6 +3,7 @@
 //! ensure the load balancer and writes the address into `.status.loadBalancer`, with the
 //! upstream finalizer and event reasons.
 
+pub mod conditions;
 mod error;
 pub mod events;
 pub mod finalizer;
@@ -163,6 +164,8 @@ struct ObjectState {
     /// What the last successful ensure was given and returned, to skip the next ensure when
     /// nothing it depends on changed.
     synced: Option<reconcile::Synced>,
+    /// The status write of a failure being backed off, so its watch event does not retry early.
+    echo: Option<reconcile::Echo>,
 }
 
 /// Everything a reconcile needs.
@@ -206,6 +209,14 @@ impl Context {
     }
 
     fn set_outcome(&self, name: &ServiceName, outcome: Option<Outcome>) {
+        // Another controller's load balancer is not ours to call ready or not.
+        let service_ready = match &outcome {
+            Some(Outcome::Ready(_)) => Some(true),
+            Some(Outcome::UserError(_) | Outcome::Retrying(_)) => Some(false),
+            Some(Outcome::ImplementedElsewhere) | None => None,
+        };
+        self.metrics
+            .set_service_ready(&name.namespace, &name.name, service_ready);
         let mut ready = 0;
         self.outcomes.send_if_modified(|all| {
             let changed = match outcome {
@@ -309,6 +320,7 @@ impl LoadBalancerController {
         mut leading: watch::Receiver<bool>,
         shutdown: CancellationToken,
     ) -> Result<(), kube::Error> {
+        self.metrics.track_leadership(leading.clone());
         loop {
             tokio::select! {
                 // Shutdown wins over leadership when both are ready (e.g. a zero timeout).
@@ -359,23 +371,7 @@ impl LoadBalancerController {
         for error in undecodable {
             tracing::warn!(%error, "not re-adopting a Service that does not decode");
         }
-        let mut owned: Vec<&Service> = services
-            .iter()
-            .filter(|s| s.finalizers().iter().any(|f| f == FINALIZER))
-            .collect();
-        owned.sort_by_key(|s| s.metadata.creation_timestamp.as_ref().map(|t| t.0));
-        for service in owned {
-            let Ok(key) = reconcile::service_key(service) else {
-                continue;
-            };
-            let recorded = status::recorded_status(service);
-            if recorded.ingress.is_empty() {
-                continue;
-            }
-            if let Err(error) = self.provider.adopt(&key, &recorded).await {
-                tracing::warn!(service = %key, %error, "could not re-adopt load balancer; it will be re-created");
-            }
-        }
+        adopt_statuses(self.provider.as_ref(), &services).await;
         Ok(())
     }
 
@@ -485,6 +481,31 @@ async fn reconcile_while_leading(
 fn is_load_balancer(service: &Service) -> bool {
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
         || service.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Tells `provider` about the addresses recorded in the statuses of the Services carrying our
+/// finalizer, oldest Service first (see [`LoadBalancerProvider::adopt`]): what the controller
+/// does when it starts leading, and what `kube-lb plan` and `kube-lb audit` do first, so a
+/// provider with in-memory state (`local`) sees what a running controller would. A refused
+/// adoption is logged; the load balancer is then re-created by the next ensure.
+pub async fn adopt_statuses(provider: &dyn LoadBalancerProvider, services: &[Service]) {
+    let mut owned: Vec<&Service> = services
+        .iter()
+        .filter(|s| s.finalizers().iter().any(|f| f == FINALIZER))
+        .collect();
+    owned.sort_by_key(|s| s.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    for service in owned {
+        let Ok(key) = reconcile::service_key(service) else {
+            continue;
+        };
+        let recorded = status::recorded_status(service);
+        if recorded.ingress.is_empty() {
+            continue;
+        }
+        if let Err(error) = provider.adopt(&key, &recorded).await {
+            tracing::warn!(service = %key, %error, "could not re-adopt load balancer; it will be re-created");
+        }
+    }
 }
 
 /// What the Node trigger has judged, for tests and diagnostics.

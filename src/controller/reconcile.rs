@@ -13,8 +13,10 @@ use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::ProviderError;
 use tokio::time::Instant;
 
+use super::conditions::{self, ConditionStatus, Readiness};
 use super::events::Reason;
 use super::finalizer::{self, FINALIZER, Step};
+use super::status::ConditionChange;
 use super::{
     Context, Error, ErrorClass, Outcome, ServiceName, backoff_delay, nodes, retry_delay, status,
 };
@@ -130,8 +132,12 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
             }
             Step::Apply => apply(&api, service, &ctx).await?,
             Step::Cleanup => {
-                let action = cleanup(service.clone(), &ctx).await?;
-                finalizer::set(&api, &service, false).await?;
+                let action = cleanup(&api, service.clone(), &ctx).await?;
+                // Only a cleanup that deleted the load balancer releases the finalizer; one
+                // that returned early (not leading, waiting out a backoff) did not.
+                if action == Action::await_change() {
+                    finalizer::set(&api, &service, false).await?;
+                }
                 action
             }
             Step::Done => Action::await_change(),
@@ -244,6 +250,8 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
                 .await;
             ctx.with_state(&key, |s| s.user_error = Some(fingerprint));
             ctx.set_outcome(&name, Some(Outcome::UserError(text)));
+            let readiness = Readiness::invalid(&errors).with_ignored(&warnings);
+            report_failure(api, &service, ctx, &readiness, None).await;
             return Err(Error::InvalidService(errors));
         }
     };
@@ -258,9 +266,27 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     });
     if let Some(next_resync) = in_sync {
         // A Node, EndpointSlice or status-only event that changed nothing the provider is
-        // given: no provider call. The periodic resync still comes when it is due.
+        // given: no provider call. The periodic resync still comes when it is due. The
+        // condition is still brought up to date: an annotation edit that only adds a warning
+        // leaves the spec as it was, and someone may have edited the condition.
         tracing::trace!(?next_resync, "load balancer in sync; no ensure");
+        let shown = ctx.with_state(&key, |s| {
+            s.synced.as_ref().map(|synced| addresses(&synced.ingress))
+        });
+        if let Some(shown) = shown {
+            let readiness = Readiness::provisioned(&shown).with_ignored(&warnings);
+            write_status(api, &service, ctx, None, ConditionChange::Set(&readiness)).await?;
+        }
         return Ok(Action::requeue(next_resync));
+    }
+    let echo = ctx.with_state(&key, |s| {
+        echo_wait(s.echo.as_ref(), &service, Some(hashes), Instant::now())
+    });
+    if let Some(wait) = echo {
+        // Woken by the status write of the failure being backed off, with nothing else
+        // changed: the retry stays where the backoff put it.
+        tracing::trace!(?wait, "own status write; retry not brought forward");
+        return Ok(Action::requeue(wait));
     }
     // Until this ensure succeeds the load balancer's state is unknown: never skip on old news.
     ctx.with_state(&key, |s| s.synced = None);
@@ -289,9 +315,14 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
                 s.applied = Some(hashes);
             });
             ctx.set_outcome(&name, Some(Outcome::ImplementedElsewhere));
+            // Nothing of kube-lb's to report; a condition from before the Service was handed
+            // over would only mislead.
+            write_status(api, &service, ctx, None, ConditionChange::Remove).await?;
             return Ok(Action::await_change());
         }
         Err(error) => {
+            let readiness = Readiness::from_provider(&error).map(|r| r.with_ignored(&warnings));
+            let mut backoff = None;
             if error.is_retryable() {
                 let within = schedule_retry(ctx, &key);
                 let text = retry_note("Error syncing load balancer", &error, within);
@@ -299,6 +330,8 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
                     .publish(&service, Reason::SyncLoadBalancerFailed, text.clone())
                     .await;
                 ctx.set_outcome(&name, Some(Outcome::Retrying(text)));
+                let delay = ctx.with_state(&key, |s| s.retry_in).unwrap_or(within);
+                backoff = Some((Some(hashes), delay));
             } else {
                 let text = format!("Error syncing load balancer: {error}");
                 ctx.events
@@ -307,18 +340,29 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
                 ctx.with_state(&key, |s| s.user_error = Some(fingerprint));
                 ctx.set_outcome(&name, Some(Outcome::UserError(error.to_string())));
             }
+            if let Some(readiness) = readiness {
+                report_failure(api, &service, ctx, &readiness, backoff).await;
+            }
             return Err(Error::Provider(error));
         }
     };
     let ingress = status::ingress(&lb_status);
-    if let Some(patch) = status::patch_for(&service, &ingress) {
-        api.patch_status(
-            &service.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await?;
+    let shown = addresses(&ingress);
+    let readiness = if shown.is_empty() {
+        Readiness::awaiting_address()
+    } else {
+        Readiness::provisioned(&shown)
     }
+    .with_ignored(&warnings);
+    // The address and the condition in one write.
+    let written = write_status(
+        api,
+        &service,
+        ctx,
+        Some(&ingress),
+        ConditionChange::Set(&readiness),
+    )
+    .await?;
     if spec_changed {
         ctx.events
             .publish(
@@ -340,18 +384,25 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
         s.failures = 0;
         s.user_error = None;
         s.applied = Some(hashes);
+        s.echo = None;
     });
-    let addresses: Vec<String> = ingress
-        .iter()
-        .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
-        .collect();
-    if addresses.is_empty() {
+    if shown.is_empty() {
         // The provider is still provisioning (e.g. a DNS name not assigned yet).
         ctx.set_outcome(
             &name,
             Some(Outcome::Retrying("load balancer has no address yet".into())),
         );
-        return Ok(Action::requeue(ctx.config.backoff_base));
+        let recheck = ctx.config.backoff_base;
+        if let Some(resource_version) = written {
+            ctx.with_state(&key, |s| {
+                s.echo = Some(Echo {
+                    resource_version,
+                    hashes: Some(hashes),
+                    retry_at: Instant::now() + recheck,
+                });
+            });
+        }
+        return Ok(Action::requeue(recheck));
     }
     ctx.with_state(&key, |s| {
         s.synced = Some(Synced {
@@ -360,8 +411,137 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
             fresh_until: Instant::now() + ctx.config.resync,
         });
     });
-    ctx.set_outcome(&name, Some(Outcome::Ready(addresses)));
+    ctx.set_outcome(&name, Some(Outcome::Ready(shown)));
     Ok(Action::requeue(ctx.config.resync))
+}
+
+/// The addresses of `ingress` (IPs, else host names), as the condition and outcomes name them.
+fn addresses(ingress: &[LoadBalancerIngress]) -> Vec<String> {
+    ingress
+        .iter()
+        .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+        .collect()
+}
+
+/// A status write this controller made while a retry was pending, and when that retry is due.
+/// The write comes back as a watch event that would run the reconcile at once; recognised by
+/// its resourceVersion, it must not bring the retry forward (a throttled cloud would get one
+/// extra call per change of the condition).
+#[derive(Debug, Clone)]
+pub(super) struct Echo {
+    /// `metadata.resourceVersion` the write produced.
+    resource_version: String,
+    /// Hashes of the spec and backends the failed ensure was given (`None` for a delete).
+    hashes: Option<(u64, u64)>,
+    /// When the retry is due.
+    retry_at: Instant,
+}
+
+/// `Some(time until the retry)` when `service` is exactly what our own write left (same
+/// resourceVersion, same spec and backends) and the retry is not due yet; `None` when the
+/// reconcile must go ahead.
+fn echo_wait(
+    echo: Option<&Echo>,
+    service: &Service,
+    hashes: Option<(u64, u64)>,
+    now: Instant,
+) -> Option<std::time::Duration> {
+    let echo = echo?;
+    let same = service.metadata.resource_version.as_deref() == Some(echo.resource_version.as_str())
+        && echo.hashes == hashes;
+    (same && now < echo.retry_at).then(|| echo.retry_at - now)
+}
+
+/// Writes the status patch (ingress and condition together) when the Service does not show
+/// them yet, and mirrors a change of the condition's status or reason into an Event, since
+/// `kubectl describe svc` prints events but not Service conditions. Returns the
+/// resourceVersion the write produced, `None` when nothing needed writing.
+async fn write_status(
+    api: &Api<Service>,
+    service: &Service,
+    ctx: &Context,
+    ingress: Option<&[LoadBalancerIngress]>,
+    condition: ConditionChange<'_>,
+) -> Result<Option<String>, Error> {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let Some(patch) = status::patch_for(service, ingress, condition, now) else {
+        return Ok(None);
+    };
+    let written = api
+        .patch_status(
+            &service.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await?;
+    if let ConditionChange::Set(readiness) = condition {
+        tracing::debug!(
+            status = readiness.status().as_str(),
+            reason = readiness.reason.as_str(),
+            "condition written"
+        );
+        announce(service, ctx, readiness).await;
+    }
+    Ok(written.resource_version())
+}
+
+/// Publishes the condition as an Event when its status or reason differs from what `service`
+/// showed (True as Normal `LoadBalancerReady`, False as Warning `LoadBalancerNotReady`;
+/// Unknown is covered by the retry Warnings already).
+async fn announce(service: &Service, ctx: &Context, readiness: &Readiness) {
+    let status = readiness.status();
+    let shown = conditions::current(service);
+    let changed =
+        shown.is_none_or(|c| c.status != status.as_str() || c.reason != readiness.reason.as_str());
+    let reason = match status {
+        ConditionStatus::True => Reason::LoadBalancerReady,
+        ConditionStatus::False => Reason::LoadBalancerNotReady,
+        ConditionStatus::Unknown => return,
+    };
+    if changed {
+        let note = format!(
+            "{}={} {}: {}",
+            conditions::CONDITION_TYPE,
+            status.as_str(),
+            readiness.reason.as_str(),
+            readiness.message
+        );
+        ctx.events.publish(service, reason, note).await;
+    }
+}
+
+/// Writes the condition of a failure. The failure is what the reconcile reports, so a failed
+/// write is only logged. With `backoff` (`(hashes, delay)` of a retried failure) the write is
+/// remembered as an [`Echo`], so the watch event it causes does not retry at once.
+async fn report_failure(
+    api: &Api<Service>,
+    service: &Service,
+    ctx: &Context,
+    readiness: &Readiness,
+    backoff: Option<(Option<(u64, u64)>, std::time::Duration)>,
+) {
+    match write_status(api, service, ctx, None, ConditionChange::Set(readiness)).await {
+        Ok(Some(resource_version)) => {
+            if let Some((hashes, delay)) = backoff {
+                let key = ObjectRef::from_obj(service);
+                ctx.with_state(&key, |s| {
+                    s.echo = Some(Echo {
+                        resource_version,
+                        hashes,
+                        retry_at: Instant::now() + delay,
+                    });
+                });
+            }
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(
+                %error,
+                reason = readiness.reason.as_str(),
+                "could not write the condition"
+            );
+        }
+    }
 }
 
 /// What the last successful ensure of a Service was given and what it wrote, so the next
@@ -388,7 +568,7 @@ fn skip_ensure(
     let synced = synced?;
     let unchanged = synced.hashes == hashes;
     // Someone cleared or edited the status: write it again, through a fresh ensure.
-    let status_intact = status::patch_for(service, &synced.ingress).is_none();
+    let status_intact = status::ingress_shown(service, &synced.ingress);
     (unchanged && status_intact && now < synced.fresh_until).then(|| synced.fresh_until - now)
 }
 
@@ -405,11 +585,25 @@ fn backends_for(spec: &LoadBalancerSpec, ctx: &Context) -> Vec<kube_lb_provider_
     )
 }
 
-async fn cleanup(service: Arc<Service>, ctx: &Context) -> Result<Action, Error> {
+/// Deletes the load balancer. Returns [`Action::await_change`] only when it is gone; any other
+/// action means nothing was deleted yet and the finalizer must stay.
+async fn cleanup(
+    api: &Api<Service>,
+    service: Arc<Service>,
+    ctx: &Context,
+) -> Result<Action, Error> {
     if !ctx.is_leading() {
         return Ok(not_leading());
     }
     let key = service_key(&service)?;
+    let object = ObjectRef::from_obj(service.as_ref());
+    let echo = ctx.with_state(&object, |s| {
+        echo_wait(s.echo.as_ref(), &service, None, Instant::now())
+    });
+    if let Some(wait) = echo {
+        // Woken by the condition of the failed delete being backed off.
+        return Ok(Action::requeue(wait));
+    }
     ctx.events
         .publish(
             &service,
@@ -423,7 +617,7 @@ async fn cleanup(service: Arc<Service>, ctx: &Context) -> Result<Action, Error> 
         Err(error) => {
             // Every delete failure is retried: the Service is going away or no longer ours,
             // so no edit by its author could help, and the finalizer must come off.
-            let within = schedule_retry(ctx, &ObjectRef::from_obj(service.as_ref()));
+            let within = schedule_retry(ctx, &object);
             ctx.events
                 .publish(
                     &service,
@@ -431,6 +625,10 @@ async fn cleanup(service: Arc<Service>, ctx: &Context) -> Result<Action, Error> 
                     retry_note("Error deleting load balancer", &error, within),
                 )
                 .await;
+            // Said on the Service too: a deletion stuck on the cloud shows why.
+            let delay = ctx.with_state(&object, |s| s.retry_in).unwrap_or(within);
+            let readiness = Readiness::delete_failed(&error);
+            report_failure(api, &service, ctx, &readiness, Some((None, delay))).await;
             return Err(Error::Delete(error));
         }
     }
@@ -459,12 +657,18 @@ async fn release(
         return Ok(not_leading());
     }
     tracing::debug!("no longer a load balancer of ours: releasing");
-    cleanup(service.clone(), ctx).await?;
+    let action = cleanup(api, service.clone(), ctx).await?;
+    if action != Action::await_change() {
+        // Not leading, or waiting out the backoff of a failed delete.
+        return Ok(action);
+    }
     let name = service.name_any();
-    if let Some(patch) = status::patch_for(&service, &[]) {
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
-        tracing::debug!("status cleared");
+    // The address and kube-lb's condition go in one write.
+    if write_status(api, &service, ctx, Some(&[]), ConditionChange::Remove)
+        .await?
+        .is_some()
+    {
+        tracing::debug!("status and condition cleared");
     }
     // Re-read: the status patch changed the resourceVersion the finalizer patch is guarded by.
     let current = Arc::new(api.get(&name).await?);

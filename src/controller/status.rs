@@ -1,9 +1,13 @@
-//! Translating provider status into `.status.loadBalancer` and deciding whether a patch is
-//! needed.
+//! Translating provider status into `.status.loadBalancer`, and that plus the
+//! `kube-lb.io/LoadBalancerReady` condition into the one status patch a reconcile writes, or
+//! none when the Service shows both already.
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
+use k8s_openapi::jiff::Timestamp;
 use kube_lb_provider_core::LoadBalancerStatus;
 use serde_json::{Value, json};
+
+use super::conditions::{self, Readiness};
 
 /// The ingress entries for `status`, in the provider's order.
 pub fn ingress(status: &LoadBalancerStatus) -> Vec<LoadBalancerIngress> {
@@ -42,25 +46,69 @@ pub fn recorded_status(service: &Service) -> LoadBalancerStatus {
     }
 }
 
-/// A merge patch for the `/status` subresource setting the ingress, or `None` when the
-/// Service already shows exactly that (a no-op resync writes nothing).
-pub fn patch_for(service: &Service, desired: &[LoadBalancerIngress]) -> Option<Value> {
-    let same = current_ingress(service)
+/// True when the Service already shows exactly `desired` as its ingress.
+pub fn ingress_shown(service: &Service, desired: &[LoadBalancerIngress]) -> bool {
+    current_ingress(service)
         .iter()
         .map(|i| (i.ip.as_deref(), i.hostname.as_deref()))
         .eq(desired
             .iter()
-            .map(|i| (i.ip.as_deref(), i.hostname.as_deref())));
-    if same {
-        return None;
+            .map(|i| (i.ip.as_deref(), i.hostname.as_deref())))
+}
+
+/// What a status write does with the `kube-lb.io/LoadBalancerReady` condition.
+#[derive(Debug, Clone, Copy)]
+pub enum ConditionChange<'a> {
+    /// Leave it as it is.
+    Keep,
+    /// Show this (a no-op when it is shown already).
+    Set(&'a Readiness),
+    /// Remove it: the Service stopped being ours (a no-op when it is absent).
+    Remove,
+}
+
+/// A strategic merge patch for the `/status` subresource that sets the ingress (when `ingress`
+/// is given) and the condition in one write, or `None` when the Service already shows both
+/// (a no-op resync writes nothing).
+///
+/// Strategic, not JSON merge: `status.conditions` merges by `type`, so the patch carries only
+/// kube-lb's condition and never drops one another controller wrote meanwhile; the ingress
+/// list is atomic and replaced whole (`null` removes it).
+pub fn patch_for(
+    service: &Service,
+    ingress: Option<&[LoadBalancerIngress]>,
+    condition: ConditionChange<'_>,
+    now: Timestamp,
+) -> Option<Value> {
+    let mut status = serde_json::Map::new();
+    if let Some(desired) = ingress
+        && !ingress_shown(service, desired)
+    {
+        let ingress: Value = if desired.is_empty() {
+            Value::Null
+        } else {
+            json!(desired)
+        };
+        status.insert("loadBalancer".into(), json!({ "ingress": ingress }));
     }
-    let ingress: Value = if desired.is_empty() {
-        // Merge patch: null removes the field.
-        Value::Null
-    } else {
-        json!(desired)
-    };
-    Some(json!({ "status": { "loadBalancer": { "ingress": ingress } } }))
+    let shown = conditions::current(service);
+    let generation = service.metadata.generation;
+    match condition {
+        ConditionChange::Keep => {}
+        ConditionChange::Set(readiness) if readiness.is_shown_by(shown, generation) => {}
+        ConditionChange::Set(readiness) => {
+            let condition = readiness.to_condition(shown, generation, now);
+            status.insert("conditions".into(), json!([condition]));
+        }
+        ConditionChange::Remove if shown.is_none() => {}
+        ConditionChange::Remove => {
+            status.insert(
+                "conditions".into(),
+                json!([{ "type": conditions::CONDITION_TYPE, "$patch": "delete" }]),
+            );
+        }
+    }
+    (!status.is_empty()).then(|| json!({ "status": status }))
 }
 
 /// The addresses as `kubectl get svc` shows them in EXTERNAL-IP.
@@ -111,6 +159,14 @@ mod tests {
         }
     }
 
+    fn t(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap()
+    }
+
+    fn ingress_patch(svc: &Service, desired: &[LoadBalancerIngress]) -> Option<Value> {
+        patch_for(svc, Some(desired), ConditionChange::Keep, t(0))
+    }
+
     #[test]
     fn patches_only_on_change() {
         let ip = ingress(&status(Some("127.240.0.1"), None));
@@ -126,22 +182,82 @@ mod tests {
         ];
         for (svc, desired, want) in cases {
             assert_eq!(
-                patch_for(&svc, &desired).is_some(),
+                ingress_patch(&svc, &desired).is_some(),
                 want,
                 "{:?} -> {desired:?}",
                 current_ingress(&svc)
             );
+            assert_eq!(ingress_shown(&svc, &desired), !want);
         }
-        let clear = patch_for(&svc_with(&["127.240.0.1"]), &[]).unwrap();
+        let clear = ingress_patch(&svc_with(&["127.240.0.1"]), &[]).unwrap();
         assert_eq!(
             clear,
             json!({"status": {"loadBalancer": {"ingress": null}}})
         );
-        let set = patch_for(&Service::default(), &host).unwrap();
+        let set = ingress_patch(&Service::default(), &host).unwrap();
         assert_eq!(
             set,
             json!({"status": {"loadBalancer": {"ingress": [{"hostname": "a1.elb.amazonaws.com"}]}}})
         );
+    }
+
+    /// The ingress and the condition go out in one patch; what is shown already is left out;
+    /// a Service that shows both gets no patch at all.
+    #[test]
+    fn ingress_and_condition_share_one_patch() {
+        let ip = ingress(&status(Some("127.240.0.1"), None));
+        let ready = Readiness::provisioned(&["127.240.0.1".into()]);
+        let fresh = svc_with(&[]);
+        let patch = patch_for(&fresh, Some(&ip), ConditionChange::Set(&ready), t(100)).unwrap();
+        assert_eq!(
+            patch,
+            json!({"status": {
+                "loadBalancer": {"ingress": [{"ip": "127.240.0.1"}]},
+                "conditions": [{
+                    "type": "kube-lb.io/LoadBalancerReady",
+                    "status": "True",
+                    "reason": "Provisioned",
+                    "message": "Load balancer ready at 127.240.0.1.",
+                    "lastTransitionTime": "1970-01-01T00:01:40Z"
+                }]
+            }})
+        );
+        // Apply it: the Service now shows both, and the same reconcile writes nothing.
+        let mut shown = svc_with(&["127.240.0.1"]);
+        shown.status.as_mut().unwrap().conditions =
+            Some(vec![ready.to_condition(None, None, t(100))]);
+        assert_eq!(
+            patch_for(&shown, Some(&ip), ConditionChange::Set(&ready), t(200)),
+            None
+        );
+        // Only the condition changed: only the condition is written, transition time kept
+        // while the status stays True.
+        let with_note = ready.clone().with_ignored(&["x: ignored".into()]);
+        let patch = patch_for(&shown, Some(&ip), ConditionChange::Set(&with_note), t(200)).unwrap();
+        assert!(patch["status"].get("loadBalancer").is_none(), "{patch}");
+        assert_eq!(
+            patch["status"]["conditions"][0]["lastTransitionTime"],
+            "1970-01-01T00:01:40Z"
+        );
+        // Removal: a delete directive for kube-lb's type only, with the ingress cleared.
+        let patch = patch_for(&shown, Some(&[]), ConditionChange::Remove, t(300)).unwrap();
+        assert_eq!(
+            patch,
+            json!({"status": {
+                "loadBalancer": {"ingress": null},
+                "conditions": [{"type": "kube-lb.io/LoadBalancerReady", "$patch": "delete"}]
+            }})
+        );
+        assert_eq!(
+            patch_for(&fresh, Some(&[]), ConditionChange::Remove, t(300)),
+            None,
+            "nothing to remove"
+        );
+        // observedGeneration follows metadata.generation when the API server sets it.
+        let mut generated = fresh.clone();
+        generated.metadata.generation = Some(7);
+        let patch = patch_for(&generated, None, ConditionChange::Set(&ready), t(1)).unwrap();
+        assert_eq!(patch["status"]["conditions"][0]["observedGeneration"], 7);
     }
 
     #[test]

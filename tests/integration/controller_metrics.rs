@@ -47,7 +47,18 @@ async fn metrics_count_reconciles_cloud_calls_and_load_balancers() {
 
     svc_lb("default", "web").create(&client).await;
     wait_address(&client, "default", "web").await;
-    let (status, text) = get("/metrics").await;
+    // The status write lands before the controller records the reconcile's outcome: wait for
+    // the outcome rather than reading the first scrape after the address appears.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let (status, text) = loop {
+        let (status, text) = get("/metrics").await;
+        if (status == 200 && text.contains("kube_lb_load_balancers_managed 1"))
+            || tokio::time::Instant::now() > deadline
+        {
+            break (status, text);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(status, 200);
     assert!(
         text.contains(

@@ -111,8 +111,11 @@ fn gcp_role_grants_exactly_the_methods_the_provider_calls() {
         .iter()
         .map(|p| p.as_str().unwrap().to_string())
         .collect();
+    // The controller's own calls plus the paged lists of `plan`, `audit` and the periodic
+    // audit (`--audit-interval`), which run with the same identity.
     let mut needed: BTreeSet<String> = kube_lb_provider_gcp::API_METHODS
         .iter()
+        .chain(kube_lb_provider_gcp::PLAN_AUDIT_API_METHODS)
         .map(|m| gcp_permission(m))
         .collect();
     needed.extend(GCP_IMPLIED.iter().map(|(p, _)| p.to_string()));

@@ -1,12 +1,15 @@
 //! Validation of the endpoint resources, as kube-apiserver 1.33 does it: `ValidateEndpoints`
 //! (pkg/apis/core/validation/validation.go) and `ValidateEndpointSlice`
-//! (pkg/apis/discovery/validation/validation.go). Service validation lives with Service
-//! allocation in [`crate::services`].
+//! (pkg/apis/discovery/validation/validation.go), and `metav1.Condition` lists
+//! ([`validate_conditions`]). Service validation lives with Service allocation in
+//! [`crate::services`].
 
+mod conditions;
 mod endpoints;
 
 use std::net::IpAddr;
 
+pub use conditions::validate_conditions;
 pub use endpoints::{validate_endpoint_slice, validate_endpoints};
 
 use crate::status::Cause;

@@ -546,21 +546,29 @@ impl Calls {
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        self.api
-            .call_with(
-                op.family().name(),
-                op.label,
-                op.kind(),
-                is_transient,
-                || {
-                    // The SDK's futures are large; boxing keeps each layer of the shared call
-                    // path a pointer wide instead of copying them into every enclosing future
-                    // (debug builds overflowed the test thread's stack without this).
-                    let attempt = Box::pin(attempt_fn());
-                    async move { attempt.await.map_err(|error| AwsError::from_sdk(op, error)) }
-                },
-            )
-            .await
+        let api = &self.api;
+        api.call_with(
+            op.family().name(),
+            op.label,
+            op.kind(),
+            is_transient,
+            || {
+                // The SDK's futures are large; boxing keeps each layer of the shared call
+                // path a pointer wide instead of copying them into every enclosing future
+                // (debug builds overflowed the test thread's stack without this).
+                let attempt = Box::pin(attempt_fn());
+                async move {
+                    attempt.await.map_err(|error| {
+                        let error = AwsError::from_sdk(op, error);
+                        if error.is_throttling() {
+                            api.record_throttled(op.label);
+                        }
+                        error
+                    })
+                }
+            },
+        )
+        .await
     }
 }
 

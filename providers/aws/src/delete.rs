@@ -120,7 +120,7 @@ pub async fn retire_clb(
 }
 
 /// The ownership tags kube-lb writes on this Service's load balancers.
-fn ownership(provider: &AwsProvider, service: &ServiceKey) -> BTreeMap<String, String> {
+pub(crate) fn ownership(provider: &AwsProvider, service: &ServiceKey) -> BTreeMap<String, String> {
     crate::tags::resource_tags(
         provider.cluster_id(),
         provider.config_ref().legacy_cluster_tag,
@@ -348,41 +348,27 @@ async fn remove_nlb(
 /// Target groups of this Service left without a load balancer: name prefix
 /// `k8s-<ns8>-<name8>-`, then confirmed by tags (the service-name tag, and our LB-name tag
 /// when present, so a re-created Service with the same name keeps its own).
-async fn orphan_target_groups(
+pub(crate) async fn orphan_target_groups(
     provider: &AwsProvider,
     service: &ServiceKey,
     lb_name: &str,
 ) -> Result<Vec<String>, AwsError> {
     let clients = provider.clients_ref();
     let prefix = target_group_prefix(service);
-    let mut candidates = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
-        let response = clients
-            .calls
-            .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
-                clients
-                    .elbv2
-                    .describe_target_groups()
-                    .set_marker(marker.clone())
-                    .page_size(400)
-                    .send()
-            })
-            .await?;
-        for tg in response.target_groups() {
-            if tg
-                .target_group_name()
+    let candidates: Vec<(String, bool)> = nlb::io::describe_all_target_groups(clients)
+        .await?
+        .iter()
+        .filter(|tg| {
+            tg.target_group_name()
                 .is_some_and(|n| n.starts_with(&prefix))
-                && let Some(arn) = tg.target_group_arn()
-            {
-                candidates.push((arn.to_string(), tg.load_balancer_arns().is_empty()));
-            }
-        }
-        marker = response.next_marker().map(str::to_string);
-        if marker.is_none() {
-            break;
-        }
-    }
+        })
+        .filter_map(|tg| {
+            Some((
+                tg.target_group_arn()?.to_string(),
+                tg.load_balancer_arns().is_empty(),
+            ))
+        })
+        .collect();
     if candidates.is_empty() {
         return Ok(Vec::new());
     }

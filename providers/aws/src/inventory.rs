@@ -107,7 +107,7 @@ impl<T> Listing<T> {
 
 /// Names kube-lb (and the upstream provider) give load balancers: `a` and 31 hex digits of the
 /// Service UID. Tags are read only for those.
-fn named_like_ours(name: &str) -> bool {
+pub(crate) fn named_like_ours(name: &str) -> bool {
     name.len() == 32 && name.starts_with('a') && name[1..].bytes().all(|b| b.is_ascii_hexdigit())
 }
 

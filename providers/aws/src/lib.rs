@@ -11,6 +11,10 @@
 //! cluster's security groups from shared listings (`inventory`) instead of one set of
 //! describes per Service.
 //!
+//! `kube-lb plan` and `kube-lb audit` (`plan_ensure`, `plan_delete`, `owned_resources`) read
+//! the same state with reads only and feed the same pure planners (`dry_run`), or classify
+//! shared listings of everything tagged for the cluster (`audit`).
+//!
 //! Where upstream is known to be wrong (reference aws.md §8.5) kube-lb converges instead:
 //! TCP→TLS modifies the listener in place (no DuplicateListener), the NLB health-check timeout is
 //! sent, thresholds are compared one by one, tags are reconciled (user tags removed from the
@@ -25,6 +29,7 @@
 //! kind first (`delete`), so a kill at any step leaves at most one load balancer. NLB
 //! listeners are only ever modified in place (never deleted to be re-created).
 
+mod audit;
 pub mod calls;
 pub mod clb;
 pub mod clients;
@@ -32,6 +37,7 @@ pub mod config;
 mod delete;
 pub mod desired;
 pub mod discovery;
+mod dry_run;
 pub mod error;
 mod inventory;
 pub mod naming;

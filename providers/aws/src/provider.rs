@@ -14,7 +14,7 @@ use kube_lb_annotations::{AwsLoadBalancerKind, LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::naming::{cluster_tag_key, load_balancer_name};
 use kube_lb_provider_core::{
     BackendNode, CallCounter, EnvironmentCause, LoadBalancerIngress, LoadBalancerProvider,
-    LoadBalancerStatus, ProviderError,
+    LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
 };
 
 use crate::calls::{Calls, ops};
@@ -158,7 +158,7 @@ impl AwsProvider {
         cluster_tag_key(&self.cluster_id)
     }
 
-    fn context<'a>(&'a self, lb_name: &'a str) -> Context<'a> {
+    pub(crate) fn context<'a>(&'a self, lb_name: &'a str) -> Context<'a> {
         Context {
             cluster_id: &self.cluster_id,
             legacy_tag: self.config.legacy_cluster_tag,
@@ -182,7 +182,7 @@ impl AwsProvider {
         }
     }
 
-    async fn instances(
+    pub(crate) async fn instances(
         &self,
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
@@ -206,7 +206,7 @@ impl AwsProvider {
             .await
     }
 
-    fn vpc(
+    pub(crate) fn vpc(
         &self,
         instances: &BTreeMap<String, InstanceInfo>,
         fallback: Option<&str>,
@@ -225,7 +225,7 @@ impl AwsProvider {
             })
     }
 
-    async fn subnets(
+    pub(crate) async fn subnets(
         &self,
         spec: &LoadBalancerSpec,
         vpc: &str,
@@ -784,7 +784,7 @@ impl AwsProvider {
 
     /// A load balancer found under this Service's name is changed only when its tags say it
     /// is this Service's (kube-lb and upstream write the same ownership tags).
-    fn check_owner(
+    pub(crate) fn check_owner(
         &self,
         service: &ServiceKey,
         observed: &BTreeMap<String, String>,
@@ -917,6 +917,37 @@ impl LoadBalancerProvider for AwsProvider {
             .await
             .map_err(|e| to_provider_error(service, e))?
             .map(|nlb| status(nlb.dns_name)))
+    }
+
+    /// Reads only, without the sync lock (nothing is written) and without the shared listings
+    /// or the verified cache (reading a listing marks it used; the cache skips drift).
+    #[tracing::instrument(skip_all, fields(service = %spec.service, provider = "aws", lb = %load_balancer_name(&spec.service.uid)))]
+    async fn plan_ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        let aws = desired::aws_spec(spec).map_err(|e| to_provider_error(&spec.service, e))?;
+        if aws.kind == AwsLoadBalancerKind::ImplementedElsewhere {
+            return Err(ProviderError::ImplementedElsewhere);
+        }
+        crate::dry_run::plan_ensure(self, spec, backends)
+            .await
+            .map_err(|e| to_provider_error(&spec.service, e))
+    }
+
+    #[tracing::instrument(skip_all, fields(service = %service, provider = "aws", lb = %load_balancer_name(&service.uid)))]
+    async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
+        crate::dry_run::plan_delete(self, service)
+            .await
+            .map_err(|e| to_provider_error(service, e))
+    }
+
+    async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
+        crate::audit::owned_resources(self).await.map_err(|e| {
+            tracing::warn!(provider = "aws", error = %e, "AWS audit failed");
+            ProviderError::from(e)
+        })
     }
 
     fn accepts_node(&self, spec: &LoadBalancerSpec, node: &BackendNode) -> bool {

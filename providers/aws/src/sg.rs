@@ -98,6 +98,22 @@ impl IngressRule {
     }
 }
 
+/// For people (plans, audits): `tcp/30080 from 0.0.0.0/0`, `icmp/3-4 from …`, `all from sg-…`.
+impl std::fmt::Display for IngressRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.protocol.as_str(), self.from_port, self.to_port) {
+            ("-1", _, _) => f.write_str("all")?,
+            (protocol, Some(from), Some(to)) if from == to => write!(f, "{protocol}/{from}")?,
+            (protocol, Some(from), Some(to)) => write!(f, "{protocol}/{from}-{to}")?,
+            (protocol, _, _) => f.write_str(protocol)?,
+        }
+        match &self.source {
+            RuleSource::Cidr(cidr) => write!(f, " from {cidr}"),
+            RuleSource::Group(group) => write!(f, " from {group}"),
+        }
+    }
+}
+
 /// Flattens EC2's grouped permissions into one rule per source. IPv6 ranges and prefix lists
 /// are left out: kube-lb never creates them, so they are never revoked either.
 pub fn flatten(permissions: &[IpPermission]) -> Vec<IngressRule> {

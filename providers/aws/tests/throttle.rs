@@ -127,6 +127,9 @@ async fn converges_through_throttling_without_exceeding_the_rate() {
     }
     assert!(created.operation("elb:CreateLoadBalancer") >= 1);
     assert!(created.operation("elbv2:CreateLoadBalancer") >= 1);
+    // Exactly the throttled answers are counted as throttled (kube_lb_cloud_throttled_total).
+    let counted: u64 = counter.throttled().values().sum();
+    assert_eq!(counted, throttled as u64, "{:?}", counter.throttled());
 
     // Converged despite the faults: a resync changes nothing.
     provider.ensure(&clb, &nodes).await.unwrap();

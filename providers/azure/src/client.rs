@@ -373,7 +373,12 @@ impl ArmClient {
                     let error = match outcome {
                         Ok(value) => return Ok(Ok(Some(value))),
                         Err(error) if status_of(&error) == Some(404) => return Ok(Ok(None)),
-                        Err(error) => classify(operation, error),
+                        Err(error) => {
+                            if status_of(&error) == Some(429) {
+                                self.api.record_throttled(operation);
+                            }
+                            classify(operation, error)
+                        }
                     };
                     if !error.is_transient()
                         || matches!(error, AzureError::PreconditionFailed { .. })

@@ -31,9 +31,11 @@ pub mod config;
 mod convert;
 pub mod desired;
 mod error;
+pub mod inventory;
 mod lro;
 mod pipeline;
 pub mod plan;
+pub mod preview;
 mod provider;
 #[cfg(test)]
 mod test_support;

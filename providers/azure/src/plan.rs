@@ -847,7 +847,9 @@ pub fn allow_rule_name(entry: &AllowEntry) -> String {
 /// The deny-all rule's name.
 pub const DENY_ALL_RULE: &str = "k8s-azure-lb_deny-all_IPv4";
 
-fn is_managed(rule: &SecurityRule) -> bool {
+/// True for the security rules kube-lb (and upstream) manage: named `k8s-azure-lb_…` with a
+/// priority in the managed range.
+pub(crate) fn is_managed(rule: &SecurityRule) -> bool {
     rule.name.starts_with(MANAGED_RULE_PREFIX)
         && (MANAGED_PRIORITY_MIN..=MANAGED_PRIORITY_MAX).contains(&rule.properties.priority)
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use kube_lb_provider_core::{
     BackendNode, CallCounter, EnvironmentCause, LoadBalancerIngress, LoadBalancerProvider,
-    LoadBalancerSpec, LoadBalancerStatus, ProviderError, RateLimit, RateLimits, RetryPolicy,
-    ServiceKey,
+    LoadBalancerSpec, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError, RateLimit,
+    RateLimits, RetryPolicy, ServiceKey,
 };
 use tracing::{debug, info, instrument};
 
@@ -19,7 +19,9 @@ use crate::client::{ArmClient, NetworkClient, PollSettings};
 use crate::config::AzureConfig;
 use crate::desired::{Desired, FrontendKind, PipChoice, Settings, desired};
 use crate::error::AzureError;
+use crate::inventory::owned_resources;
 use crate::plan::{Action, Observed, owned_child, plan, status_address};
+use crate::preview::preview;
 
 /// Where upstream keeps the cloud config on nodes.
 pub const DEFAULT_CLOUD_CONFIG: &str = "/etc/kubernetes/azure.json";
@@ -392,6 +394,45 @@ impl AzureProvider {
         Err(AzureError::NotConverged(MAX_ROUNDS).into())
     }
 
+    /// Reads everything that may hold a Service's objects, afresh: both cluster load
+    /// balancers, the public IPs of the cluster resource group and of every group a frontend
+    /// points into, and the security group (`kube-lb audit`).
+    async fn observe_all(&self) -> Result<Observed, AzureError> {
+        let s = &self.settings;
+        let mut observed = Observed::default();
+        for scheme in [
+            kube_lb_provider_core::annotations::Scheme::External,
+            kube_lb_provider_core::annotations::Scheme::Internal,
+        ] {
+            let name = s.lb_name(scheme);
+            if let Some(lb) = self
+                .load_balancer(&s.lb_resource_group, &name, false)
+                .await?
+            {
+                observed.load_balancers.push(lb);
+            }
+        }
+        let mut groups: BTreeSet<String> = BTreeSet::from([s.resource_group.to_ascii_lowercase()]);
+        groups.extend(
+            observed
+                .load_balancers
+                .iter()
+                .flat_map(|lb| lb.properties.frontend_ip_configurations.iter())
+                .filter_map(|fe| fe.properties.public_ip_address.as_ref())
+                .filter_map(|pip| resource_group_of(&pip.id))
+                .map(str::to_ascii_lowercase),
+        );
+        for rg in groups {
+            observed
+                .public_ips
+                .extend(self.public_ips(&rg, false).await?);
+        }
+        if let Some((rg, name)) = &s.security_group {
+            observed.security_group = self.security_group(rg, name, false).await?;
+        }
+        Ok(observed)
+    }
+
     fn status_from(&self, service: &ServiceKey, observed: &Observed) -> Option<LoadBalancerStatus> {
         let address = status_address(service, observed)?;
         let ip = address.parse().ok()?;
@@ -442,5 +483,37 @@ impl LoadBalancerProvider for AzureProvider {
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
         let observed = self.observe(service, None, false).await?;
         Ok(self.status_from(service, &observed))
+    }
+
+    /// Plans from the same (cached) reads `ensure` plans from, so a pass over every Service
+    /// reads the shared objects once; nothing is written, to ARM or to the cache beyond what
+    /// was read.
+    #[instrument(skip_all, fields(service = %spec.service, provider = "azure"))]
+    async fn plan_ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        let desired = desired(&self.settings, spec, backends)?;
+        let observed = self.observe(&spec.service, Some(&desired), true).await?;
+        let changes = preview(&self.settings, &spec.service, Some(&desired), &observed)?;
+        debug!(changes = changes.len(), "planned ensure");
+        Ok(changes)
+    }
+
+    #[instrument(skip_all, fields(service = %service, provider = "azure"))]
+    async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
+        let observed = self.observe(service, None, true).await?;
+        let changes = preview(&self.settings, service, None, &observed)?;
+        debug!(changes = changes.len(), "planned delete");
+        Ok(changes)
+    }
+
+    #[instrument(skip_all, fields(provider = "azure"))]
+    async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
+        let observed = self.observe_all().await?;
+        let owned = owned_resources(&self.settings, &observed);
+        debug!(resources = owned.len(), "listed owned resources");
+        Ok(owned)
     }
 }

@@ -585,6 +585,9 @@ async fn throttling_is_honoured_with_retry_after() {
         .map(|e| e.status)
         .collect();
     assert_eq!(pip_puts, vec![429, 201]);
+    // The 429 is counted as throttled (kube_lb_cloud_throttled_total), apart from other failures.
+    let throttled = h.provider.calls().throttled();
+    assert_eq!(throttled.values().sum::<u64>(), 1, "{throttled:?}");
 }
 
 #[tokio::test]

@@ -45,6 +45,14 @@ impl CloudApi {
         &self.counter
     }
 
+    /// Counts one attempt of `operation` that the cloud refused for its request rate; the
+    /// provider calls this where it classifies the answer (it alone knows a throttle from
+    /// another transient failure). Feeds `kube_lb_cloud_throttled_total`.
+    pub fn record_throttled(&self, operation: &'static str) {
+        tracing::debug!(provider = self.provider, operation, "cloud call throttled");
+        self.counter.record_throttled(self.provider, operation);
+    }
+
     /// Performs `call` (an `operation` of API `family`): waits for the family's rate limit,
     /// counts the attempt, and retries [transient](ProviderError::is_transient) failures per
     /// the policy. Every attempt is counted, because every attempt reaches the cloud.

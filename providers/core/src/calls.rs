@@ -2,6 +2,12 @@
 //!
 //! Tests use [`CallCounter::snapshot`] to assert that a no-op resync performs no mutating call;
 //! the binary installs an observer that feeds the Prometheus `cloud_calls` family.
+//!
+//! Calls the cloud refused for its request rate (throttling, HTTP 429) are counted a second time,
+//! apart, through [`CallCounter::record_throttled`]: only the provider can tell a throttle from
+//! another transient failure (AWS error codes, GCE `rateLimitExceeded`, ARM 429), and operators
+//! need to tell them apart (a throttled account needs a quota raise or fewer callers, a 5xx
+//! needs nothing).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -48,6 +54,18 @@ pub struct CallRecord {
 
 /// A callback told about every call as it is made (e.g. to increment a Prometheus counter).
 pub type CallObserver = Arc<dyn Fn(&CallRecord) + Send + Sync>;
+
+/// One call the cloud refused because of its request rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ThrottledCall {
+    /// Provider name (`aws`, `gcp`, `azure`, ...).
+    pub provider: &'static str,
+    /// Cloud operation, the same label as [`CallRecord::operation`].
+    pub operation: &'static str,
+}
+
+/// A callback told about every throttled call as it is answered.
+pub type ThrottleObserver = Arc<dyn Fn(&ThrottledCall) + Send + Sync>;
 
 /// Counts of calls made so far, keyed by [`CallRecord`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -131,6 +149,8 @@ pub struct CallCounter {
 struct CounterInner {
     counts: Mutex<BTreeMap<CallRecord, u64>>,
     observers: Mutex<Vec<CallObserver>>,
+    throttled: Mutex<BTreeMap<ThrottledCall, u64>>,
+    throttle_observers: Mutex<Vec<ThrottleObserver>>,
 }
 
 impl fmt::Debug for CallCounter {
@@ -179,6 +199,49 @@ impl CallCounter {
         for observer in observers {
             observer(&record);
         }
+    }
+
+    /// Adds an observer told about every later throttled call.
+    pub fn observe_throttled(&self, observer: ThrottleObserver) {
+        self.inner
+            .throttle_observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(observer);
+    }
+
+    /// Records that the cloud refused one attempt of `operation` for its request rate. The
+    /// attempt itself was already counted by [`CallCounter::record`].
+    pub fn record_throttled(&self, provider: &'static str, operation: &'static str) {
+        let call = ThrottledCall {
+            provider,
+            operation,
+        };
+        *self
+            .inner
+            .throttled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(call)
+            .or_insert(0) += 1;
+        let observers = self
+            .inner
+            .throttle_observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for observer in observers {
+            observer(&call);
+        }
+    }
+
+    /// Throttled attempts so far, per provider and operation.
+    pub fn throttled(&self) -> BTreeMap<ThrottledCall, u64> {
+        self.inner
+            .throttled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The counts so far.
@@ -253,5 +316,28 @@ mod tests {
         counter.record("gcp", "get", CallKind::Read);
         assert_eq!(seen.load(Ordering::SeqCst), 2);
         assert_eq!(counter.snapshot().iter().count(), 2);
+    }
+
+    #[test]
+    fn throttled_calls_are_counted_apart_and_observed() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let counter = CallCounter::new();
+        let sink = seen.clone();
+        counter.observe_throttled(Arc::new(move |call: &ThrottledCall| {
+            sink.lock().unwrap().push(*call);
+        }));
+        counter.record("aws", "elb:DescribeLoadBalancers", CallKind::Read);
+        counter.record_throttled("aws", "elb:DescribeLoadBalancers");
+        counter
+            .clone()
+            .record_throttled("aws", "elb:DescribeLoadBalancers");
+        let call = ThrottledCall {
+            provider: "aws",
+            operation: "elb:DescribeLoadBalancers",
+        };
+        assert_eq!(counter.throttled(), BTreeMap::from([(call, 2)]));
+        assert_eq!(*seen.lock().unwrap(), vec![call, call]);
+        // A throttle is not a second call: the attempt was counted once, by `record`.
+        assert_eq!(counter.snapshot().total(), 1);
     }
 }

@@ -7,6 +7,7 @@ pub mod api;
 pub mod calls;
 pub mod error;
 pub mod naming;
+pub mod plan;
 pub mod ratelimit;
 pub mod retry;
 pub mod types;
@@ -18,6 +19,7 @@ pub use calls::{CallCounter, CallKind, CallRecord, CallSnapshot};
 pub use error::{EnvironmentCause, ProviderError};
 pub use kube_lb_annotations as annotations;
 pub use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+pub use plan::{ChangeAction, FieldChange, OwnedResource, PlannedChange};
 pub use ratelimit::{RateLimit, RateLimits};
 pub use retry::RetryPolicy;
 pub use types::{BackendNode, LoadBalancerIngress, LoadBalancerStatus, NodeAddress};
@@ -68,5 +70,42 @@ pub trait LoadBalancerProvider: Send + Sync + std::fmt::Debug {
         _status: &LoadBalancerStatus,
     ) -> Result<(), ProviderError> {
         Ok(())
+    }
+
+    /// The mutating calls [`LoadBalancerProvider::ensure`] would make for `spec` and `backends`
+    /// now, computed from the cloud's current state with reads only (`kube-lb plan`). Empty when
+    /// the load balancer is in sync. Must never make a mutating call; a refused read is an
+    /// error, never an empty plan.
+    async fn plan_ensure(
+        &self,
+        _spec: &LoadBalancerSpec,
+        _backends: &[BackendNode],
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        Err(ProviderError::Internal {
+            message: format!("provider {} cannot plan yet", self.name()),
+            source: None,
+        })
+    }
+
+    /// The mutating calls [`LoadBalancerProvider::delete`] would make for `service` now, with
+    /// reads only. Empty when nothing owned remains.
+    async fn plan_delete(
+        &self,
+        _service: &ServiceKey,
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        Err(ProviderError::Internal {
+            message: format!("provider {} cannot plan yet", self.name()),
+            source: None,
+        })
+    }
+
+    /// Every cloud resource that carries this cluster's ownership, with the Service each was
+    /// made for (`kube-lb audit`). Reads only; a refused or failed read is an error, never a
+    /// shorter list.
+    async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
+        Err(ProviderError::Internal {
+            message: format!("provider {} cannot list its resources yet", self.name()),
+            source: None,
+        })
     }
 }

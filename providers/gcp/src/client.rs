@@ -14,7 +14,7 @@ use kube_lb_provider_core::{CallKind, CloudApi, ProviderError};
 use crate::error::{Failure, GcpError};
 use crate::model::{
     Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind, InstanceGroup,
-    RulePorts, TargetPool, Timing, canon, link_name, merge_ranges, parse_range, range_text,
+    RulePorts, TargetPool, Timing, canon, merge_ranges, parse_range, range_text,
 };
 
 /// Longest `Retry-After` honoured in place; longer ones go back to the controller's backoff.
@@ -57,6 +57,82 @@ pub enum OpScope {
 /// The outcome of a call: `Ok(Ok(v))` success, `Ok(Err(failure))` an API answer the caller
 /// may tolerate (404, in use, …), `Err` a failure that is already classified.
 pub type Outcome<T> = Result<Result<T, Failure>, ProviderError>;
+
+/// A collection [`Gce::list`] can list (all of the provider's region, or one zone).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Collection {
+    /// `regions/<r>/forwardingRules`.
+    ForwardingRules,
+    /// `regions/<r>/addresses`.
+    Addresses,
+    /// `regions/<r>/targetPools`.
+    TargetPools,
+    /// `regions/<r>/backendServices`.
+    BackendServices,
+    /// `global/httpHealthChecks` (legacy).
+    HttpHealthChecks,
+    /// `global/healthChecks`.
+    HealthChecks,
+    /// `global/firewalls`.
+    Firewalls,
+    /// `zones/<z>/instanceGroups`.
+    InstanceGroups(String),
+}
+
+/// What a listing keeps of each resource: enough to tell whose it is and what it uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listed {
+    /// Name.
+    pub name: String,
+    /// Description (the owner marks).
+    pub description: String,
+    /// `creationTimestamp` (RFC 3339).
+    pub created: Option<String>,
+    /// Links to the resources it uses: a rule's target pool or backend service, a pool's or
+    /// backend service's health checks and instance groups.
+    pub references: Vec<String>,
+}
+
+impl Listed {
+    fn new(name: Option<String>, description: Option<String>, created: Option<String>) -> Self {
+        Listed {
+            name: name.unwrap_or_default(),
+            description: description.unwrap_or_default(),
+            created,
+            references: Vec::new(),
+        }
+    }
+}
+
+/// One page of a Compute list answer: its items and the next page's token.
+trait Page {
+    type Item;
+    fn into_parts(self) -> (Vec<Self::Item>, Option<String>);
+}
+
+macro_rules! pages {
+    ($($list:ty => $item:ty),* $(,)?) => {$(
+        impl Page for $list {
+            type Item = $item;
+            fn into_parts(self) -> (Vec<$item>, Option<String>) {
+                (self.items, self.next_page_token)
+            }
+        }
+    )*};
+}
+
+pages!(
+    gm::ForwardingRuleList => gm::ForwardingRule,
+    gm::AddressList => gm::Address,
+    gm::TargetPoolList => gm::TargetPool,
+    gm::BackendServiceList => gm::BackendService,
+    gm::HttpHealthCheckList => gm::HttpHealthCheck,
+    gm::HealthCheckList => gm::HealthCheck,
+    gm::FirewallList => gm::Firewall,
+    gm::InstanceGroupList => gm::InstanceGroup,
+    gm::InstanceList => gm::Instance,
+    gm::InstanceGroupsListInstances => gm::InstanceWithNamedPorts,
+);
 
 /// The Compute service clients.
 #[derive(Debug, Clone)]
@@ -173,6 +249,9 @@ impl Gce {
                         Ok(value) => Ok(Ok(value)),
                         Err(error) => {
                             let failure = Failure::from_client(&error);
+                            if failure.is_throttled() {
+                                self.api.record_throttled(operation);
+                            }
                             if failure.retry_in_place() {
                                 if let Some(delay) = failure.retry_after {
                                     tracing::debug!(
@@ -302,6 +381,36 @@ impl Gce {
         }
     }
 
+    /// Every item of a paged list call: `request` is given the page token (empty for the
+    /// first page) and sends one page's request. A refused or failed page fails the whole
+    /// listing, so callers never act on part of a collection.
+    async fn list_all<L, F, Fut>(
+        &self,
+        family: &'static str,
+        operation: &'static str,
+        request: F,
+    ) -> Result<Vec<L::Item>, ProviderError>
+    where
+        L: Page,
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = gce::Result<L>>,
+    {
+        let mut items = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = self
+                .call(family, operation, CallKind::Read, || request(token.clone()))
+                .await?
+                .map_err(|f| f.into_provider_error(operation))?;
+            let (page_items, next) = page.into_parts();
+            items.extend(page_items);
+            match next {
+                Some(next) if !next.is_empty() => token = next,
+                _ => return Ok(items),
+            }
+        }
+    }
+
     // ------------------------------------------------------------------ reads
 
     /// The zones of the region.
@@ -331,32 +440,25 @@ impl Gce {
     ) -> Result<Vec<(String, Vec<String>)>, ProviderError> {
         let pattern: Vec<String> = names.iter().map(|n| regex_escape(n)).collect();
         let filter = format!("name eq ({})", pattern.join("|"));
-        let mut out = Vec::new();
-        let mut page_token = String::new();
-        loop {
-            let token = page_token.clone();
-            let list = self
-                .call("instances", "instances.list", CallKind::Read, || {
-                    self.clients
-                        .instances
-                        .list()
-                        .set_project(&self.project)
-                        .set_zone(zone)
-                        .set_filter(&filter)
-                        .set_page_token(&token)
-                        .send()
-                })
-                .await?
-                .map_err(|f| f.into_provider_error("instances.list"))?;
-            for instance in list.items {
+        let instances = self
+            .list_all("instances", "instances.list", |token| {
+                self.clients
+                    .instances
+                    .list()
+                    .set_project(&self.project)
+                    .set_zone(zone)
+                    .set_filter(&filter)
+                    .set_page_token(token)
+                    .send()
+            })
+            .await?;
+        Ok(instances
+            .into_iter()
+            .map(|instance| {
                 let tags = instance.tags.map(|t| t.items).unwrap_or_default();
-                out.push((instance.name.unwrap_or_default(), tags));
-            }
-            match list.next_page_token {
-                Some(next) if !next.is_empty() => page_token = next,
-                _ => return Ok(out),
-            }
-        }
+                (instance.name.unwrap_or_default(), tags)
+            })
+            .collect())
     }
 
     /// Whether any target pool (legacy HTTP check) or regional backend service (HTTP check) of
@@ -367,67 +469,138 @@ impl Gce {
         kind: HealthCheckKind,
         name: &str,
     ) -> Result<bool, ProviderError> {
-        let refers = |links: &[String]| {
-            links.iter().any(|link| {
-                link_name(link) == name && link.contains(&format!("/{}/", kind.collection()))
-            })
+        let users = match kind {
+            HealthCheckKind::LegacyHttp => self.list(Collection::TargetPools).await?,
+            HealthCheckKind::Http => self.list(Collection::BackendServices).await?,
         };
-        let mut page_token = String::new();
-        loop {
-            let token = page_token.clone();
-            let (found, next) = match kind {
-                HealthCheckKind::LegacyHttp => {
-                    let list = self
-                        .call("targetPools", "targetPools.list", CallKind::Read, || {
-                            self.clients
-                                .target_pools
-                                .list()
-                                .set_project(&self.project)
-                                .set_region(&self.region)
-                                .set_page_token(&token)
-                                .send()
-                        })
-                        .await?
-                        .map_err(|f| f.into_provider_error("targetPools.list"))?;
-                    (
-                        list.items.iter().any(|pool| refers(&pool.health_checks)),
-                        list.next_page_token,
-                    )
-                }
-                HealthCheckKind::Http => {
-                    let list = self
-                        .call(
-                            "backendServices",
-                            "regionBackendServices.list",
-                            CallKind::Read,
-                            || {
-                                self.clients
-                                    .backend_services
-                                    .list()
-                                    .set_project(&self.project)
-                                    .set_region(&self.region)
-                                    .set_page_token(&token)
-                                    .send()
-                            },
-                        )
-                        .await?
-                        .map_err(|f| f.into_provider_error("regionBackendServices.list"))?;
-                    (
-                        list.items
-                            .iter()
-                            .any(|service| refers(&service.health_checks)),
-                        list.next_page_token,
-                    )
-                }
-            };
-            if found {
-                return Ok(true);
-            }
-            match next {
-                Some(next) if !next.is_empty() => page_token = next,
-                _ => return Ok(false),
-            }
-        }
+        let link = format!("/{}/{name}", kind.collection());
+        Ok(users
+            .iter()
+            .any(|user| user.references.iter().any(|r| r.ends_with(&link))))
+    }
+
+    /// Every resource of a collection (all pages), with what [`Listed`] keeps of each. Any
+    /// refused or failed page is an error: a partial listing is never returned.
+    pub async fn list(&self, collection: Collection) -> Result<Vec<Listed>, ProviderError> {
+        let (project, region) = (&self.project, &self.region);
+        let c = &self.clients;
+        Ok(match &collection {
+            Collection::ForwardingRules => self
+                .list_all("forwardingRules", "forwardingRules.list", |token| {
+                    c.forwarding_rules
+                        .list()
+                        .set_project(project)
+                        .set_region(region)
+                        .set_page_token(token)
+                        .send()
+                })
+                .await?
+                .into_iter()
+                .map(|r| Listed {
+                    references: r.target.iter().chain(&r.backend_service).cloned().collect(),
+                    ..Listed::new(r.name, r.description, r.creation_timestamp)
+                })
+                .collect(),
+            Collection::Addresses => self
+                .list_all("addresses", "addresses.list", |token| {
+                    c.addresses
+                        .list()
+                        .set_project(project)
+                        .set_region(region)
+                        .set_page_token(token)
+                        .send()
+                })
+                .await?
+                .into_iter()
+                .map(|a| Listed::new(a.name, a.description, a.creation_timestamp))
+                .collect(),
+            Collection::TargetPools => self
+                .list_all("targetPools", "targetPools.list", |token| {
+                    c.target_pools
+                        .list()
+                        .set_project(project)
+                        .set_region(region)
+                        .set_page_token(token)
+                        .send()
+                })
+                .await?
+                .into_iter()
+                .map(|p| Listed {
+                    references: p.health_checks.clone(),
+                    ..Listed::new(p.name, p.description, p.creation_timestamp)
+                })
+                .collect(),
+            Collection::BackendServices => self
+                .list_all("backendServices", "regionBackendServices.list", |token| {
+                    c.backend_services
+                        .list()
+                        .set_project(project)
+                        .set_region(region)
+                        .set_page_token(token)
+                        .send()
+                })
+                .await?
+                .into_iter()
+                .map(|b| Listed {
+                    references: b
+                        .health_checks
+                        .iter()
+                        .cloned()
+                        .chain(b.backends.iter().filter_map(|x| x.group.clone()))
+                        .collect(),
+                    ..Listed::new(b.name, b.description, b.creation_timestamp)
+                })
+                .collect(),
+            Collection::HttpHealthChecks => self
+                .list_all("healthChecks", "httpHealthChecks.list", |token| {
+                    c.http_health_checks
+                        .list()
+                        .set_project(project)
+                        .set_page_token(token)
+                        .send()
+                })
+                .await?
+                .into_iter()
+                .map(|h| Listed::new(h.name, h.description, h.creation_timestamp))
+                .collect(),
+            Collection::HealthChecks => self
+                .list_all("healthChecks", "healthChecks.list", |token| {
+                    c.health_checks
+                        .list()
+                        .set_project(project)
+                        .set_page_token(token)
+                        .send()
+                })
+                .await?
+                .into_iter()
+                .map(|h| Listed::new(h.name, h.description, h.creation_timestamp))
+                .collect(),
+            Collection::Firewalls => self
+                .list_all("firewalls", "firewalls.list", |token| {
+                    c.firewalls
+                        .list()
+                        .set_project(project)
+                        .set_page_token(token)
+                        .send()
+                })
+                .await?
+                .into_iter()
+                .map(|f| Listed::new(f.name, f.description, f.creation_timestamp))
+                .collect(),
+            Collection::InstanceGroups(zone) => self
+                .list_all("instanceGroups", "instanceGroups.list", |token| {
+                    c.instance_groups
+                        .list()
+                        .set_project(project)
+                        .set_zone(zone)
+                        .set_page_token(token)
+                        .send()
+                })
+                .await?
+                .into_iter()
+                .map(|g| Listed::new(g.name, g.description, g.creation_timestamp))
+                .collect(),
+        })
     }
 
     /// Address by name.
@@ -609,44 +782,27 @@ impl Gce {
         if Self::found(outcome, "instanceGroups.get", |_| ())?.is_none() {
             return Ok(None);
         }
-        let mut members = BTreeSet::new();
-        let mut page_token = String::new();
-        loop {
-            let token = page_token.clone();
-            let list = self
-                .call(
-                    "instanceGroups",
-                    "instanceGroups.listInstances",
-                    CallKind::Read,
-                    || {
-                        let mut body = gm::InstanceGroupsListInstancesRequest::default();
-                        body.instance_state = Some(
-                            gm::instance_groups_list_instances_request::InstanceState::from("ALL"),
-                        );
-                        self.clients
-                            .instance_groups
-                            .list_instances()
-                            .set_project(&self.project)
-                            .set_zone(zone)
-                            .set_instance_group(name)
-                            .set_page_token(&token)
-                            .set_body(body)
-                            .send()
-                    },
-                )
-                .await?
-                .map_err(|f| f.into_provider_error("instanceGroups.listInstances"))?;
-            members.extend(
-                list.items
-                    .into_iter()
-                    .filter_map(|i| i.instance)
-                    .map(|i| canon(&i)),
-            );
-            match list.next_page_token {
-                Some(next) if !next.is_empty() => page_token = next,
-                _ => break,
-            }
-        }
+        let listed = self
+            .list_all("instanceGroups", "instanceGroups.listInstances", |token| {
+                let mut body = gm::InstanceGroupsListInstancesRequest::default();
+                body.instance_state =
+                    Some(gm::instance_groups_list_instances_request::InstanceState::from("ALL"));
+                self.clients
+                    .instance_groups
+                    .list_instances()
+                    .set_project(&self.project)
+                    .set_zone(zone)
+                    .set_instance_group(name)
+                    .set_page_token(token)
+                    .set_body(body)
+                    .send()
+            })
+            .await?;
+        let members: BTreeSet<String> = listed
+            .into_iter()
+            .filter_map(|i| i.instance)
+            .map(|i| canon(&i))
+            .collect();
         Ok(Some(InstanceGroup {
             zone: zone.to_string(),
             name: name.to_string(),

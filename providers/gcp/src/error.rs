@@ -90,6 +90,12 @@ impl Failure {
         self.status == Some(409)
     }
 
+    /// The request rate was refused: a rate-limit reason (GCE answers those with 403) or 429.
+    /// Counted apart from other transient failures (`kube_lb_cloud_throttled_total`).
+    pub fn is_throttled(&self) -> bool {
+        RATE_LIMIT_REASONS.contains(&self.reason.as_str()) || self.status == Some(429)
+    }
+
     /// 400 "in use" (the upstream provider string-matches "being used by" too).
     pub fn is_in_use(&self) -> bool {
         self.reason == "resourceInUseByAnotherResource"
@@ -193,6 +199,13 @@ const ADDRESS_IN_USE_REASONS: &[&str] = &[
     "ADDRESS_IN_USE",
 ];
 
+/// Reasons meaning the project's request rate was exceeded.
+const RATE_LIMIT_REASONS: &[&str] = &[
+    "rateLimitExceeded",
+    "userRateLimitExceeded",
+    "RATE_LIMIT_EXCEEDED",
+];
+
 /// Reasons meaning something the load balancer refers to (network, subnetwork, address,
 /// instance group) does not exist.
 const MISSING_REASONS: &[&str] = &["notFound", "RESOURCE_NOT_FOUND"];
@@ -202,10 +215,8 @@ const MISSING_REASONS: &[&str] = &["notFound", "RESOURCE_NOT_FOUND"];
 /// without GCE.
 pub fn classify(failure: &Failure) -> Class {
     let reason = failure.reason.as_str();
-    if matches!(
-        reason,
-        "rateLimitExceeded" | "userRateLimitExceeded" | "RATE_LIMIT_EXCEEDED"
-    ) || NOT_READY_REASONS.contains(&reason)
+    if RATE_LIMIT_REASONS.contains(&reason)
+        || NOT_READY_REASONS.contains(&reason)
         || failure.is_in_use()
     {
         return Class::Retryable;
@@ -393,6 +404,20 @@ mod tests {
         assert!(failure(Some(400), "resourceInUseByAnotherResource", "").is_in_use());
         assert!(failure(Some(400), "invalid", "is already being used by 'x'").is_in_use());
         assert!(!failure(Some(400), "invalid", "bad").is_in_use());
+        for (status, reason, throttled) in [
+            (Some(403), "rateLimitExceeded", true),
+            (Some(403), "userRateLimitExceeded", true),
+            (None, "RATE_LIMIT_EXCEEDED", true),
+            (Some(429), "", true),
+            (Some(403), "forbidden", false),
+            (Some(503), "backendError", false),
+        ] {
+            assert_eq!(
+                failure(status, reason, "").is_throttled(),
+                throttled,
+                "{status:?} {reason}"
+            );
+        }
         assert!(failure(Some(404), "notFound", "").is_not_found());
         assert!(failure(None, "RESOURCE_NOT_FOUND", "").is_not_found());
     }

@@ -16,8 +16,13 @@
 //! create answered `alreadyExists` after its answer was lost adopts its own resource, and a
 //! resource under one of the Service's names that belongs to someone else is reported as a
 //! `NameTaken` environment error naming the owner, never rewritten.
+//!
+//! `kube-lb plan` runs the same observation and planner with reads only and reports the
+//! actions as calls ([`preview`]); `kube-lb audit` lists every collection the provider writes
+//! to and keeps what [`audit`] recognises as the cluster's.
 
 pub mod adopt;
+pub mod audit;
 pub mod cache;
 pub mod client;
 pub mod config;
@@ -25,8 +30,9 @@ pub mod desired;
 pub mod error;
 pub mod model;
 pub mod plan;
+pub mod preview;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -34,8 +40,8 @@ use async_trait::async_trait;
 use kube_lb_provider_core::naming::load_balancer_name;
 use kube_lb_provider_core::{
     BackendNode, CallCounter, CloudApi, EnvironmentCause, LoadBalancerIngress,
-    LoadBalancerProvider, LoadBalancerSpec, LoadBalancerStatus, ProviderError, RateLimit,
-    RateLimits, RetryPolicy, ServiceKey,
+    LoadBalancerProvider, LoadBalancerSpec, LoadBalancerStatus, OwnedResource, PlannedChange,
+    ProviderError, RateLimit, RateLimits, RetryPolicy, ServiceKey,
 };
 
 pub use client::PollSettings;
@@ -43,11 +49,12 @@ pub use config::CloudConfig;
 pub use error::GcpError;
 
 use crate::cache::Cache;
-use crate::client::Gce;
+use crate::client::{Collection, Gce};
 use crate::desired::{Desired, IpRequest, Settings, desired, node_instances};
 use crate::error::Failure;
 use crate::model::{Firewall, HealthCheck, HealthCheckKind, InstanceGroup, Refs};
 use crate::plan::{Action, IpSource, Observed, plan, plan_address, plan_delete};
+use crate::preview::HealthCheckDelete;
 
 /// The Compute API methods this provider calls (for reviews and the IAM custom role).
 pub const API_METHODS: &[&str] = &[
@@ -60,6 +67,7 @@ pub const API_METHODS: &[&str] = &[
     "compute.forwardingRules.patch",
     "compute.forwardingRules.delete",
     "compute.targetPools.get",
+    "compute.targetPools.list",
     "compute.targetPools.insert",
     "compute.targetPools.delete",
     "compute.targetPools.addInstance",
@@ -79,6 +87,7 @@ pub const API_METHODS: &[&str] = &[
     "compute.firewalls.update",
     "compute.firewalls.delete",
     "compute.regionBackendServices.get",
+    "compute.regionBackendServices.list",
     "compute.regionBackendServices.insert",
     "compute.regionBackendServices.update",
     "compute.regionBackendServices.delete",
@@ -93,6 +102,19 @@ pub const API_METHODS: &[&str] = &[
     "compute.regionOperations.get",
     "compute.zoneOperations.get",
     "compute.globalOperations.get",
+];
+
+/// The read-only Compute methods `kube-lb plan` and `kube-lb audit` add to [`API_METHODS`]
+/// (the paged lists of every collection the provider writes to).
+pub const PLAN_AUDIT_API_METHODS: &[&str] = &[
+    "compute.forwardingRules.list",
+    "compute.addresses.list",
+    "compute.targetPools.list",
+    "compute.regionBackendServices.list",
+    "compute.httpHealthChecks.list",
+    "compute.healthChecks.list",
+    "compute.firewalls.list",
+    "compute.instanceGroups.list",
 ];
 
 /// IAM permissions those methods need (for a least-privilege custom role).
@@ -834,16 +856,7 @@ impl GcpProvider {
         let _shared = self.shared.lock().await;
         Box::pin(self.collect_shared_leftovers()).await?;
         let mut observed = Box::pin(self.observe(&desired)).await?;
-        if let Some((kind, name, owner)) = adopt::foreign(&desired, &observed) {
-            return Err(ProviderError::environment(
-                "observe",
-                EnvironmentCause::NameTaken,
-                format!(
-                    "{kind} {name} has the name kube-lb uses for Service {}, but belongs to {owner}; delete or rename it",
-                    desired.service
-                ),
-            ));
-        }
+        refuse_foreign(&desired, &observed)?;
 
         let (address_actions, ip_source) = plan_address(&desired, &observed)?;
         self.apply_all(&address_actions, &desired.lb).await?;
@@ -895,6 +908,22 @@ impl GcpProvider {
 
     async fn collect_shared_leftovers_now(&self) -> Result<(), ProviderError> {
         let name = desired::shared_health_check_name(&self.settings.cluster_id);
+        for action in self.shared_leftovers().await? {
+            tracing::info!(
+                provider = "gcp",
+                action = %action.label(),
+                "removing a shared node health check (or its firewall) that nothing uses, left by an interrupted change"
+            );
+            self.apply_all(std::slice::from_ref(&action), &name).await?;
+        }
+        Ok(())
+    }
+
+    /// The deletes of shared node health checks (either kind, with their firewalls) that the
+    /// cluster's marks call ours and nothing refers to, found with reads only. What was read
+    /// is cached for the Services' syncs that follow.
+    async fn shared_leftovers(&self) -> Result<Vec<Action>, ProviderError> {
+        let name = desired::shared_health_check_name(&self.settings.cluster_id);
         // Only what the cluster's own descriptions mark (kube-lb's, or upstream's) is removed;
         // another cluster's check under the same name is not ours to judge.
         let ours = |description: &str| {
@@ -906,6 +935,7 @@ impl GcpProvider {
             let marks: Vec<&str> = marks.iter().map(String::as_str).collect();
             adopt::adoption_any(&marks, description) == adopt::Adoption::Adopt
         };
+        let mut leftovers = Vec::new();
         for kind in [HealthCheckKind::LegacyHttp, HealthCheckKind::Http] {
             let firewall_name = desired::health_check_firewall_name(kind, &name, "");
             let now = Instant::now();
@@ -922,24 +952,88 @@ impl GcpProvider {
                     orphaned
                 }
             };
-            // What was read serves the Services' syncs that follow (the cache's usual TTL).
             self.cache.put_health_check(kind, &name, check, now);
             if orphaned {
-                tracing::info!(
-                    provider = "gcp",
-                    health_check = %name,
-                    kind = kind.collection(),
-                    "removing a shared node health check (or its firewall) that nothing uses, left by an interrupted change"
-                );
-                let action = Action::DeleteHealthCheck {
+                leftovers.push(Action::DeleteHealthCheck {
                     kind,
                     name: name.clone(),
                     firewall: firewall_name,
-                };
-                self.apply_all(std::slice::from_ref(&action), &name).await?;
+                });
             }
         }
-        Ok(())
+        Ok(leftovers)
+    }
+
+    /// What `delete` does for `service`. A Service always has a UID; an empty one is how
+    /// [`LoadBalancerProvider::owned_resources`] records the cluster's shared pieces, so it
+    /// stands for those alone (each removed only when nothing uses it).
+    fn delete_actions(&self, service: &ServiceKey) -> Vec<Action> {
+        let lb = load_balancer_name(&service.uid);
+        let actions = plan_delete(&lb, &self.settings.cluster_id, &self.settings.zones);
+        if !service.uid.is_empty() {
+            return actions;
+        }
+        actions
+            .into_iter()
+            .filter(|action| match action {
+                Action::DeleteHealthCheck { name, .. } => *name != lb,
+                Action::DeleteInstanceGroup { .. } => true,
+                _ => false,
+            })
+            .collect()
+    }
+
+    /// Target pools (legacy health checks) or backend services (health checks, instance
+    /// groups), other than the Service's own `lb`, that use the resource at `link_suffix`
+    /// (`/httpHealthChecks/<name>`, `/zones/<z>/instanceGroups/<name>`).
+    async fn used_elsewhere(
+        &self,
+        users: Collection,
+        link_suffix: &str,
+        lb: &str,
+    ) -> Result<bool, ProviderError> {
+        Ok(self.gce.list(users).await?.iter().any(|user| {
+            user.name != lb && user.references.iter().any(|r| r.ends_with(link_suffix))
+        }))
+    }
+
+    /// For each health-check delete among `actions`, what it would remove (reads only): the
+    /// check when it exists and nothing but `lb` uses it, its firewall when it exists and the
+    /// check goes (or is gone).
+    async fn health_check_deletes(
+        &self,
+        actions: &[Action],
+        lb: &str,
+    ) -> Result<BTreeMap<(HealthCheckKind, String), HealthCheckDelete>, ProviderError> {
+        let mut effects = BTreeMap::new();
+        for action in actions {
+            let Action::DeleteHealthCheck {
+                kind,
+                name,
+                firewall,
+            } = action
+            else {
+                continue;
+            };
+            let exists = self.gce.get_health_check(*kind, name).await?.is_some();
+            let in_use = exists && {
+                let users = match kind {
+                    HealthCheckKind::LegacyHttp => Collection::TargetPools,
+                    HealthCheckKind::Http => Collection::BackendServices,
+                };
+                let link = format!("/{}/{name}", kind.collection());
+                self.used_elsewhere(users, &link, lb).await?
+            };
+            let firewall = !in_use && self.gce.get_firewall(firewall).await?.is_some();
+            effects.insert(
+                (*kind, name.clone()),
+                HealthCheckDelete {
+                    check: exists && !in_use,
+                    firewall,
+                },
+            );
+        }
+        Ok(effects)
     }
 
     async fn apply_all(&self, actions: &[Action], lb: &str) -> Result<(), ProviderError> {
@@ -983,7 +1077,7 @@ impl LoadBalancerProvider for GcpProvider {
         let lb = load_balancer_name(&service.uid);
         let _shared = self.shared.lock().await;
         let mut actions = Vec::new();
-        for action in plan_delete(&lb, &self.settings.cluster_id, &self.settings.zones) {
+        for action in self.delete_actions(service) {
             if Box::pin(self.still_exists(&action)).await? {
                 actions.push(action);
             }
@@ -1012,5 +1106,154 @@ impl LoadBalancerProvider for GcpProvider {
                     hostname: None,
                 }],
             }))
+    }
+
+    /// Observes like `ensure` (node lookups, the Service's resources, the shared pieces) and
+    /// runs the same pure planner, then reports its actions without applying any. Where GCE
+    /// would choose a new IP, the plan shows it as [`preview::IP_CHOSEN_BY_GCE`]. After a
+    /// start or a failure the plan begins, like `ensure`, with the removal of shared node
+    /// health checks that are the cluster's and unused.
+    #[tracing::instrument(skip_all, fields(provider = "gcp", service = %spec.service, lb = %load_balancer_name(&spec.service.uid)))]
+    async fn plan_ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        let (backends, target_tags) = self.resolve_nodes(backends).await?;
+        let desired = desired(spec, &backends, &self.settings, &target_tags)?;
+        // `ensure` first removes unused shared node health checks after a start or a failure.
+        let leftovers = if self.leftovers_due.load(std::sync::atomic::Ordering::SeqCst) {
+            Box::pin(self.shared_leftovers()).await?
+        } else {
+            Vec::new()
+        };
+        let mut observed = Box::pin(self.observe(&desired)).await?;
+        for leftover in &leftovers {
+            if let Action::DeleteHealthCheck {
+                kind,
+                name,
+                firewall,
+            } = leftover
+            {
+                // Gone by the time the Service's own plan runs.
+                if observed
+                    .health_check
+                    .as_ref()
+                    .is_some_and(|h| h.kind == *kind && h.name == *name)
+                {
+                    observed.health_check = None;
+                }
+                if observed
+                    .health_check_firewall
+                    .as_ref()
+                    .is_some_and(|f| f.name == *firewall)
+                {
+                    observed.health_check_firewall = None;
+                }
+            }
+        }
+        refuse_foreign(&desired, &observed)?;
+        let (address_actions, ip_source) = plan_address(&desired, &observed)?;
+        let (ip, unknown_ip) = match ip_source {
+            IpSource::User(ip) | IpSource::Owned(Some(ip)) => (ip, None),
+            // GCE picks the IP when the address is reserved; plan with a stand-in.
+            IpSource::Owned(None) => {
+                let stand_in = std::net::IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED);
+                (stand_in, Some(stand_in))
+            }
+        };
+        let mut actions = leftovers;
+        actions.extend(address_actions);
+        actions.extend(plan(&desired, &observed, ip, &ip_source));
+        let health_checks = self.health_check_deletes(&actions, &desired.lb).await?;
+        Ok(preview::planned_changes(
+            &actions,
+            &observed,
+            unknown_ip,
+            &health_checks,
+        ))
+    }
+
+    /// The deletions `delete` would make now: each of its steps whose resource exists, with
+    /// shared pieces (node health checks, instance groups) only when nothing else uses them.
+    #[tracing::instrument(skip_all, fields(provider = "gcp", service = %service, lb = %load_balancer_name(&service.uid)))]
+    async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
+        let lb = load_balancer_name(&service.uid);
+        let mut actions = Vec::new();
+        for action in self.delete_actions(service) {
+            let effective = match &action {
+                // Decided with their firewalls below.
+                Action::DeleteHealthCheck { .. } => true,
+                Action::DeleteInstanceGroup { zone, name } => {
+                    self.gce.get_instance_group(zone, name).await?.is_some()
+                        && !self
+                            .used_elsewhere(
+                                Collection::BackendServices,
+                                &format!("/zones/{zone}/instanceGroups/{name}"),
+                                &lb,
+                            )
+                            .await?
+                }
+                _ => Box::pin(self.still_exists(&action)).await?,
+            };
+            if effective {
+                actions.push(action);
+            }
+        }
+        let health_checks = self.health_check_deletes(&actions, &lb).await?;
+        Ok(preview::planned_changes(
+            &actions,
+            &Observed::default(),
+            None,
+            &health_checks,
+        ))
+    }
+
+    /// Lists every collection the provider writes to (all pages) and keeps what
+    /// [`audit::owned`] recognises as this cluster's. Any refused read fails the whole call.
+    async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
+        let mut collections = vec![
+            Collection::ForwardingRules,
+            Collection::Addresses,
+            Collection::TargetPools,
+            Collection::BackendServices,
+            Collection::HttpHealthChecks,
+            Collection::HealthChecks,
+            Collection::Firewalls,
+        ];
+        collections.extend(
+            self.settings
+                .zones
+                .iter()
+                .map(|zone| Collection::InstanceGroups(zone.clone())),
+        );
+        let mut listings = Vec::with_capacity(collections.len());
+        for collection in collections {
+            let items = self.gce.list(collection.clone()).await?;
+            listings.push((collection, items));
+        }
+        let owned = audit::owned(&listings, &self.settings.cluster_id);
+        tracing::debug!(
+            provider = "gcp",
+            owned = owned.len(),
+            "listed owned resources"
+        );
+        Ok(owned)
+    }
+}
+
+/// The environment error `ensure` (and its plan) gives when a resource under one of the
+/// Service's names belongs to someone else.
+fn refuse_foreign(desired: &Desired, observed: &Observed) -> Result<(), ProviderError> {
+    match adopt::foreign(desired, observed) {
+        None => Ok(()),
+        Some((kind, name, owner)) => Err(ProviderError::environment(
+            "observe",
+            EnvironmentCause::NameTaken,
+            format!(
+                "{kind} {name} has the name kube-lb uses for Service {}, but belongs to {owner}; delete or rename it",
+                desired.service
+            ),
+        )),
     }
 }

@@ -166,7 +166,8 @@ pub struct Firewall {
 
 impl Firewall {
     /// True when the rule lets the same traffic through (description included, because it
-    /// records the Service IP).
+    /// records the Service IP; compared as JSON where both are, so upstream's spelling of the
+    /// same marks is not rewritten).
     pub fn same_as(&self, other: &Firewall) -> bool {
         let norm = |f: &Firewall| {
             let mut allowed: Vec<(String, Vec<(u16, u16)>)> = f
@@ -177,12 +178,28 @@ impl Firewall {
             allowed.sort();
             allowed
         };
-        self.description == other.description
+        same_description(&self.description, &other.description)
             && canon(&self.network) == canon(&other.network)
             && norm(self) == norm(other)
             && self.source_ranges == other.source_ranges
             && self.destination_ranges == other.destination_ranges
             && self.target_tags == other.target_tags
+    }
+}
+
+/// Two descriptions say the same: equal text, or equal JSON values (key order and spacing
+/// aside: upstream writes `{"kubernetes.io/service-name":"ns/n", "kubernetes.io/service-ip":…}`,
+/// kube-lb its keys sorted).
+pub fn same_description(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (
+        serde_json::from_str::<serde_json::Value>(a),
+        serde_json::from_str::<serde_json::Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -382,6 +399,21 @@ mod tests {
         assert_eq!(parse_range("x"), None);
         assert_eq!(range_text((80, 80)), "80");
         assert_eq!(range_text((80, 81)), "80-81");
+    }
+
+    #[test]
+    fn descriptions_compare_as_json() {
+        let cases = [
+            (r#"{"a":"1","b":"2"}"#, r#"{"b":"2","a":"1"}"#, true),
+            (r#"{"a":"1", "b":"2"}"#, r#"{"a":"1","b":"2"}"#, true),
+            (r#"{"a":"1","b":"2"}"#, r#"{"a":"1","b":"3"}"#, false),
+            ("plain text", "plain text", true),
+            ("plain text", "plain  text", false),
+            ("", r#"{"a":"1"}"#, false),
+        ];
+        for (a, b, same) in cases {
+            assert_eq!(same_description(a, b), same, "{a} vs {b}");
+        }
     }
 
     #[test]

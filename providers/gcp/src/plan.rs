@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use kube_lb_provider_core::ProviderError;
 
+use crate::adopt::{Adoption, adoption_any, health_check_marks};
 use crate::desired::{Desired, IpRequest, firewall_description, health_check_firewall_name};
 use crate::model::{
     Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind, InstanceGroup,
@@ -330,6 +331,13 @@ pub fn plan(
         Some(have) => {
             let mut wanted = desired.health_check.clone();
             wanted.timing = wanted.timing.raised_to(have.timing);
+            // Any owner mark the cluster accepts on it stays (upstream marks a health check
+            // with its own name): rewriting it would change nothing but the text.
+            let marks = health_check_marks(desired, &wanted.description);
+            let marks: Vec<&str> = marks.iter().map(String::as_str).collect();
+            if adoption_any(&marks, &have.description) == Adoption::Adopt {
+                wanted.description = have.description.clone();
+            }
             if wanted != *have {
                 before_rule.push(Action::UpdateHealthCheck(wanted));
             }
@@ -782,6 +790,33 @@ mod tests {
                 assert_eq!((hc.port, hc.timing.interval), (10256, 60))
             }
             other => panic!("unexpected plan {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepted_owner_marks_on_a_health_check_are_kept_and_foreign_ones_rewritten() {
+        let desired = external();
+        // (description found on the shared node health check, whether it is rewritten)
+        let cases = [
+            (json!({"kubernetes.io/cluster-id": "c1"}).to_string(), false),
+            (
+                json!({"kubernetes.io/service-name": "k8s-c1-node"}).to_string(),
+                false,
+            ),
+            (String::new(), true),
+            ("made by hand".to_string(), true),
+        ];
+        for (description, rewritten) in cases {
+            let mut observed = converged(&desired, IP);
+            if let Some(hc) = observed.health_check.as_mut() {
+                hc.description = description.clone();
+            }
+            let (_, second) = both_phases(&desired, &observed);
+            assert_eq!(
+                matches!(second.as_slice(), [Action::UpdateHealthCheck(_)]),
+                rewritten,
+                "{description:?}: {second:?}"
+            );
         }
     }
 

@@ -582,6 +582,9 @@ async fn throttling_is_retried_after_retry_after() {
     let journal = env.gce.journal();
     let throttled: Vec<&JournalEntry> = journal.iter().filter(|e| e.status == 429).collect();
     assert_eq!(throttled.len(), 2);
+    // Both are counted as throttled (kube_lb_cloud_throttled_total), apart from other failures.
+    let counted: u64 = env.provider.calls().throttled().values().sum();
+    assert_eq!(counted, 2, "{:?}", env.provider.calls().throttled());
     let after = &journal[throttled[1].seq as usize + 1];
     assert!(
         after.at - throttled[1].at >= Duration::from_secs(1),

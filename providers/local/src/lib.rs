@@ -12,17 +12,25 @@ use async_trait::async_trait;
 use ipnet::IpNet;
 use kube_lb_annotations::{LoadBalancerSpec, PortSpec, Protocol, ServiceKey};
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, CallKind, CloudApi, EnvironmentCause, LoadBalancerIngress,
-    LoadBalancerProvider, LoadBalancerStatus, ProviderError, RateLimits, RetryPolicy,
+    BackendNode, CallCounter, CallKind, ChangeAction, CloudApi, EnvironmentCause,
+    LoadBalancerIngress, LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange,
+    ProviderError, RateLimits, RetryPolicy,
 };
 use tokio::sync::watch;
 
-pub use pool::{DEFAULT_POOL, IpRange, Pool, PoolError};
+pub use pool::{Allocation, DEFAULT_POOL, IpRange, Pool, PoolError};
 
 /// Provider name used in logs and metric labels.
 pub const PROVIDER_NAME: &str = "local";
 /// The API family label of every pool operation (for rate limiting and call counting).
 const FAMILY: &str = "pool";
+/// What a local load balancer is, in `kube-lb plan` and `kube-lb audit`: one pool address
+/// (with the ports the dataplane serves on it).
+pub const RESOURCE_KIND: &str = "Address";
+/// The pool operation that hands out an address or changes what is served on it.
+const ALLOCATE: &str = "allocate";
+/// The pool operation that frees an address.
+const RELEASE: &str = "release";
 
 /// One listening port of a local load balancer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +159,163 @@ fn pool_error(error: PoolError) -> ProviderError {
     }
 }
 
+fn protocol_name(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Tcp => "TCP",
+        Protocol::Udp => "UDP",
+        Protocol::Sctp => "SCTP",
+    }
+}
+
+/// `http:80/TCP, 53/UDP`, as the plan shows the ports of a load balancer.
+fn describe_ports(ports: &[LocalPort]) -> String {
+    ports
+        .iter()
+        .map(|p| {
+            let number = format!("{}/{}", p.port, protocol_name(p.protocol));
+            match &p.name {
+                Some(name) => format!("{name}:{number}"),
+                None => number,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The allowed client ranges; `None` when everyone is allowed (no restriction to show).
+fn describe_ranges(ranges: &[IpNet]) -> Option<String> {
+    (!ranges.is_empty()).then(|| {
+        ranges
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
+/// The calls [`LocalProvider::ensure`] would make for `spec`, given what the provider serves
+/// (`published`) and what the pool holds; pure, and it mirrors `ensure` branch by branch.
+///
+/// A load balancer the pool holds but does not serve yet was adopted from its Service's status
+/// (a fresh process: the controller after a restart, or `kube-lb plan`): `ensure` only
+/// publishes it, without a pool call, so the plan is empty. Its ports were never recorded
+/// outside the process that served them, so a port change is visible only to the process
+/// that serves the load balancer.
+fn plan_ensure_from(
+    spec: &LoadBalancerSpec,
+    published: Option<&LocalLoadBalancer>,
+    pool: &Pool,
+) -> Result<Vec<PlannedChange>, PoolError> {
+    let service = &spec.service;
+    let held = pool.get(service);
+    let requested_ok = |ip: IpAddr| spec.requested_ip.is_none_or(|requested| requested == ip);
+    if let Some(lb) = published
+        && held == Some(lb.ip)
+        && requested_ok(lb.ip)
+        && *lb == LocalLoadBalancer::new(lb.ip, spec)
+    {
+        return Ok(Vec::new());
+    }
+    if published.is_none()
+        && let Some(ip) = held
+        && requested_ok(ip)
+    {
+        return Ok(Vec::new());
+    }
+    let ip = pool.would_allocate(service, spec.requested_ip)?;
+    let desired = LocalLoadBalancer::new(ip, spec);
+    let change = match published.map(|lb| lb.ip).or(held) {
+        None => {
+            let create = PlannedChange::new(
+                ChangeAction::Create,
+                RESOURCE_KIND,
+                ip.to_string(),
+                ALLOCATE,
+            )
+            .field("address", None, Some(ip.to_string()))
+            .field("ports", None, Some(describe_ports(&desired.ports)));
+            match describe_ranges(&desired.source_ranges) {
+                Some(ranges) => create.field("sourceRanges", None, Some(ranges)),
+                None => create,
+            }
+        }
+        Some(old_ip) => {
+            let mut modify = PlannedChange::new(
+                ChangeAction::Modify,
+                RESOURCE_KIND,
+                old_ip.to_string(),
+                ALLOCATE,
+            );
+            if old_ip != ip {
+                modify = modify.field("address", Some(old_ip.to_string()), Some(ip.to_string()));
+            }
+            if let Some(lb) = published {
+                if lb.ports != desired.ports {
+                    modify = modify.field(
+                        "ports",
+                        Some(describe_ports(&lb.ports)),
+                        Some(describe_ports(&desired.ports)),
+                    );
+                }
+                if lb.source_ranges != desired.source_ranges {
+                    modify = modify.field(
+                        "sourceRanges",
+                        describe_ranges(&lb.source_ranges),
+                        describe_ranges(&desired.source_ranges),
+                    );
+                }
+            }
+            modify
+        }
+    };
+    Ok(vec![change])
+}
+
+/// The calls [`LocalProvider::delete`] would make for `service`: one release of its address.
+fn plan_delete_from(
+    service: &ServiceKey,
+    published: Option<&LocalLoadBalancer>,
+    pool: &Pool,
+) -> Vec<PlannedChange> {
+    pool.get(service)
+        .or(published.map(|lb| lb.ip))
+        .map(|ip| PlannedChange::new(ChangeAction::Delete, RESOURCE_KIND, ip.to_string(), RELEASE))
+        .into_iter()
+        .collect()
+}
+
+/// Every address the provider holds or serves, with its Service.
+fn owned_from(pool: &Pool, published: &LocalLoadBalancers) -> Vec<OwnedResource> {
+    let allocations = pool.allocations();
+    let mut owned: Vec<OwnedResource> = allocations
+        .iter()
+        .map(|a| OwnedResource {
+            kind: RESOURCE_KIND.to_string(),
+            name: a.ip.to_string(),
+            service: a.service.clone(),
+            created: a
+                .allocated_at
+                .map(|at| humantime::format_rfc3339_seconds(at).to_string()),
+            shared: false,
+        })
+        .collect();
+    // Served without a pool entry cannot happen through `ensure`; listed all the same, so an
+    // audit never hides what the dataplane still serves.
+    owned.extend(
+        published
+            .iter()
+            .filter(|(service, _)| !allocations.iter().any(|a| &a.service == *service))
+            .map(|(service, lb)| OwnedResource {
+                kind: RESOURCE_KIND.to_string(),
+                name: lb.ip.to_string(),
+                service: service.clone(),
+                created: None,
+                shared: false,
+            }),
+    );
+    owned
+}
+
 #[async_trait]
 impl LoadBalancerProvider for LocalProvider {
     fn name(&self) -> &'static str {
@@ -192,7 +357,7 @@ impl LoadBalancerProvider for LocalProvider {
         }
         let lb = self
             .api
-            .call(FAMILY, "allocate", CallKind::Mutate, || async {
+            .call(FAMILY, ALLOCATE, CallKind::Mutate, || async {
                 let ip = self
                     .with_pool(|pool| pool.allocate(service, spec.requested_ip))
                     .map_err(pool_error)?;
@@ -217,7 +382,7 @@ impl LoadBalancerProvider for LocalProvider {
             return Ok(());
         }
         self.api
-            .call(FAMILY, "release", CallKind::Mutate, || async {
+            .call(FAMILY, RELEASE, CallKind::Mutate, || async {
                 let released = self.with_pool(|pool| pool.release(service));
                 self.publish(service, None);
                 if let Some(ip) = released {
@@ -251,6 +416,38 @@ impl LoadBalancerProvider for LocalProvider {
             .call(FAMILY, "adopt", CallKind::Mutate, || async {
                 self.with_pool(|pool| pool.adopt(service, ip))
                     .map_err(pool_error)
+            })
+            .await
+    }
+
+    async fn plan_ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        _backends: &[BackendNode],
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        self.api
+            .call(FAMILY, "get", CallKind::Read, || async {
+                let published = self.current(&spec.service);
+                self.with_pool(|pool| plan_ensure_from(spec, published.as_ref(), pool))
+                    .map_err(pool_error)
+            })
+            .await
+    }
+
+    async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
+        self.api
+            .call(FAMILY, "get", CallKind::Read, || async {
+                let published = self.current(service);
+                Ok(self.with_pool(|pool| plan_delete_from(service, published.as_ref(), pool)))
+            })
+            .await
+    }
+
+    async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
+        self.api
+            .call(FAMILY, "list", CallKind::Read, || async {
+                let published = self.published.borrow().clone();
+                Ok(self.with_pool(|pool| owned_from(pool, &published)))
             })
             .await
     }
@@ -426,6 +623,175 @@ mod tests {
             restarted.counter().snapshot().since(&adopted).mutations(),
             1
         );
+    }
+
+    /// `(action, name, [(field, old, new)])` of a plan, for table comparisons.
+    type Summary = Vec<(
+        ChangeAction,
+        String,
+        Vec<(String, Option<String>, Option<String>)>,
+    )>;
+
+    fn summary(plan: &[PlannedChange]) -> Summary {
+        plan.iter()
+            .map(|c| {
+                assert_eq!(c.kind, RESOURCE_KIND);
+                let fields = c
+                    .fields
+                    .iter()
+                    .map(|f| (f.field.clone(), f.old.clone(), f.new.clone()))
+                    .collect();
+                (c.action, c.name.clone(), fields)
+            })
+            .collect()
+    }
+
+    fn field(
+        name: &str,
+        old: Option<&str>,
+        new: Option<&str>,
+    ) -> (String, Option<String>, Option<String>) {
+        (name.into(), old.map(String::from), new.map(String::from))
+    }
+
+    #[test]
+    fn plan_ensure_mirrors_ensure() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let web = spec("web", 80);
+        let mut pool = Pool::new(vec!["127.0.0.10-127.0.0.20".parse().unwrap()]).unwrap();
+        pool.allocate(&spec("other", 80).service, None).unwrap();
+        let mut held = pool.clone();
+        held.allocate(&web.service, None).unwrap();
+        let served = LocalLoadBalancer::new(ip("127.0.0.11"), &web);
+        let mut restricted = web.clone();
+        restricted.source_ranges.cidrs = vec!["10.0.0.0/8".parse().unwrap()];
+        let mut requested = web.clone();
+        requested.requested_ip = Some(ip("127.0.0.15"));
+        let web_8080 = spec("web", 8080);
+        let mut taken = web.clone();
+        taken.requested_ip = Some(ip("127.0.0.10"));
+        // (case, spec, served, pool, expected plan or error class)
+        type Case<'a> = (
+            &'a str,
+            &'a LoadBalancerSpec,
+            Option<&'a LocalLoadBalancer>,
+            &'a Pool,
+            Result<Summary, &'a str>,
+        );
+        let cases: Vec<Case<'_>> = vec![
+            ("in sync", &web, Some(&served), &held, Ok(vec![])),
+            (
+                "adopted, not served yet: ensure only publishes",
+                &web,
+                None,
+                &held,
+                Ok(vec![]),
+            ),
+            (
+                "new: the lowest free address",
+                &web,
+                None,
+                &pool,
+                Ok(vec![(
+                    ChangeAction::Create,
+                    "127.0.0.11".into(),
+                    vec![
+                        field("address", None, Some("127.0.0.11")),
+                        field("ports", None, Some("http:80/TCP")),
+                    ],
+                )]),
+            ),
+            (
+                "port changed",
+                &web_8080,
+                Some(&served),
+                &held,
+                Ok(vec![(
+                    ChangeAction::Modify,
+                    "127.0.0.11".into(),
+                    vec![field("ports", Some("http:80/TCP"), Some("http:8080/TCP"))],
+                )]),
+            ),
+            (
+                "source ranges added",
+                &restricted,
+                Some(&served),
+                &held,
+                Ok(vec![(
+                    ChangeAction::Modify,
+                    "127.0.0.11".into(),
+                    vec![field("sourceRanges", None, Some("10.0.0.0/8"))],
+                )]),
+            ),
+            (
+                "requested address moves it",
+                &requested,
+                Some(&served),
+                &held,
+                Ok(vec![(
+                    ChangeAction::Modify,
+                    "127.0.0.11".into(),
+                    vec![field("address", Some("127.0.0.11"), Some("127.0.0.15"))],
+                )]),
+            ),
+            (
+                "requested address held by another Service",
+                &taken,
+                None,
+                &pool,
+                Err("environment"),
+            ),
+        ];
+        for (case, spec, served, pool, want) in cases {
+            let got = plan_ensure_from(spec, served, pool)
+                .map(|plan| summary(&plan))
+                .map_err(|e| pool_error(e).class());
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[tokio::test]
+    async fn plans_make_no_mutating_call_and_match_what_ensure_and_delete_do() {
+        let p = provider("127.0.0.10-127.0.0.20");
+        let web = spec("web", 80);
+        let before = p.counter().snapshot();
+        let plan = p.plan_ensure(&web, &[]).await.unwrap();
+        assert_eq!(summary(&plan)[0].0, ChangeAction::Create);
+        assert!(p.plan_delete(&web.service).await.unwrap().is_empty());
+        assert!(p.owned_resources().await.unwrap().is_empty());
+        let planning = p.counter().snapshot().since(&before);
+        assert_eq!(planning.mutations(), 0, "{planning:?}");
+        assert_eq!(planning.reads(), 3);
+
+        let status = p.ensure(&web, &[]).await.unwrap();
+        assert_eq!(
+            plan[0].name,
+            ip_of(&status).to_string(),
+            "the planned address is the one given"
+        );
+        assert!(
+            p.plan_ensure(&web, &[]).await.unwrap().is_empty(),
+            "in sync after ensure"
+        );
+        let owned = p.owned_resources().await.unwrap();
+        assert_eq!(owned.len(), 1);
+        assert_eq!(
+            (owned[0].name.as_str(), &owned[0].service),
+            ("127.0.0.10", &web.service)
+        );
+        assert!(
+            owned[0].created.is_some(),
+            "allocated by this process: it knows when"
+        );
+
+        let delete = p.plan_delete(&web.service).await.unwrap();
+        assert_eq!(
+            summary(&delete),
+            vec![(ChangeAction::Delete, "127.0.0.10".to_string(), vec![])]
+        );
+        p.delete(&web.service).await.unwrap();
+        assert!(p.plan_delete(&web.service).await.unwrap().is_empty());
+        assert!(p.owned_resources().await.unwrap().is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
+use std::time::SystemTime;
 
 use ipnet::IpNet;
 use kube_lb_annotations::ServiceKey;
@@ -146,6 +147,20 @@ pub struct Pool {
     ranges: Vec<IpRange>,
     owners: BTreeMap<IpAddr, ServiceKey>,
     by_service: HashMap<ServiceKey, IpAddr>,
+    /// When this process handed each address out; absent for adopted addresses (their
+    /// allocation happened in an earlier process, and no record of when survives).
+    allocated_at: HashMap<ServiceKey, SystemTime>,
+}
+
+/// One address held by a Service, as [`Pool::allocations`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// The Service holding the address.
+    pub service: ServiceKey,
+    /// The address.
+    pub ip: IpAddr,
+    /// When this process allocated it; `None` when it was adopted from a Service status.
+    pub allocated_at: Option<SystemTime>,
 }
 
 impl Pool {
@@ -158,6 +173,7 @@ impl Pool {
             ranges,
             owners: BTreeMap::new(),
             by_service: HashMap::new(),
+            allocated_at: HashMap::new(),
         })
     }
 
@@ -171,6 +187,7 @@ impl Pool {
             }],
             owners: BTreeMap::new(),
             by_service: HashMap::new(),
+            allocated_at: HashMap::new(),
         }
     }
 
@@ -213,13 +230,40 @@ impl Pool {
         }
     }
 
-    fn assign(&mut self, service: &ServiceKey, ip: IpAddr) {
+    fn assign(&mut self, service: &ServiceKey, ip: IpAddr, at: Option<SystemTime>) {
         if let Some(old) = self.by_service.insert(service.clone(), ip)
             && old != ip
         {
             self.owners.remove(&old);
+            self.allocated_at.remove(service);
         }
         self.owners.insert(ip, service.clone());
+        if let Some(at) = at {
+            self.allocated_at.entry(service.clone()).or_insert(at);
+        }
+    }
+
+    /// The address [`Pool::allocate`] would give `service` now, without allocating it: the
+    /// same checks and the same choice, so a plan shows exactly what an ensure would do.
+    pub fn would_allocate(
+        &self,
+        service: &ServiceKey,
+        requested: Option<IpAddr>,
+    ) -> Result<IpAddr, PoolError> {
+        if let Some(ip) = requested {
+            self.check_requested(service, ip)?;
+            return Ok(ip);
+        }
+        if let Some(ip) = self.get(service) {
+            return Ok(ip);
+        }
+        self.ranges
+            .iter()
+            .flat_map(IpRange::iter)
+            .find(|ip| !self.owners.contains_key(ip))
+            .ok_or_else(|| PoolError::Exhausted {
+                pool: self.describe(),
+            })
     }
 
     /// Gives `service` an address: `requested` when set (it must be in the pool and not held by
@@ -230,31 +274,16 @@ impl Pool {
         service: &ServiceKey,
         requested: Option<IpAddr>,
     ) -> Result<IpAddr, PoolError> {
-        if let Some(ip) = requested {
-            self.check_requested(service, ip)?;
-            self.assign(service, ip);
-            return Ok(ip);
-        }
-        if let Some(ip) = self.get(service) {
-            return Ok(ip);
-        }
-        let free = self
-            .ranges
-            .iter()
-            .flat_map(IpRange::iter)
-            .find(|ip| !self.owners.contains_key(ip))
-            .ok_or_else(|| PoolError::Exhausted {
-                pool: self.describe(),
-            })?;
-        self.assign(service, free);
-        Ok(free)
+        let ip = self.would_allocate(service, requested)?;
+        self.assign(service, ip, Some(SystemTime::now()));
+        Ok(ip)
     }
 
     /// Records that `service` already holds `ip` (read back from its status after a restart).
     /// Fails, changing nothing, when `ip` is outside the pool or held by another Service.
     pub fn adopt(&mut self, service: &ServiceKey, ip: IpAddr) -> Result<(), PoolError> {
         self.check_requested(service, ip)?;
-        self.assign(service, ip);
+        self.assign(service, ip, None);
         Ok(())
     }
 
@@ -262,7 +291,20 @@ impl Pool {
     pub fn release(&mut self, service: &ServiceKey) -> Option<IpAddr> {
         let ip = self.by_service.remove(service)?;
         self.owners.remove(&ip);
+        self.allocated_at.remove(service);
         Some(ip)
+    }
+
+    /// Every allocation, by address.
+    pub fn allocations(&self) -> Vec<Allocation> {
+        self.owners
+            .iter()
+            .map(|(ip, service)| Allocation {
+                service: service.clone(),
+                ip: *ip,
+                allocated_at: self.allocated_at.get(service).copied(),
+            })
+            .collect()
     }
 }
 
@@ -396,6 +438,58 @@ mod tests {
         // Adopting twice is idempotent.
         p.adopt(&key("old"), ip("127.0.0.10")).unwrap();
         assert_eq!(p.allocated(), 2);
+    }
+
+    #[test]
+    fn would_allocate_predicts_allocate_without_allocating() {
+        let mut p = pool(&["127.0.0.10-127.0.0.12"]);
+        p.allocate(&key("a"), None).unwrap();
+        // (service, requested) in order; each prediction is checked against the real call.
+        let cases = [
+            ("a", None),
+            ("b", None),
+            ("a", Some("127.0.0.12")),
+            ("c", Some("127.0.0.10")),
+            ("c", Some("10.0.0.1")),
+            ("d", None),
+            ("e", None),
+        ];
+        for (svc, requested) in cases {
+            let requested = requested.map(ip);
+            let before = p.allocations();
+            let predicted = p.would_allocate(&key(svc), requested);
+            assert_eq!(
+                p.allocations(),
+                before,
+                "{svc}: a prediction allocates nothing"
+            );
+            assert_eq!(
+                p.allocate(&key(svc), requested),
+                predicted,
+                "{svc} {requested:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn allocations_record_when_this_process_allocated() {
+        let mut p = pool(&["127.0.0.10-127.0.0.19"]);
+        p.allocate(&key("new"), None).unwrap();
+        p.adopt(&key("old"), ip("127.0.0.15")).unwrap();
+        let listed: Vec<(String, IpAddr, bool)> = p
+            .allocations()
+            .into_iter()
+            .map(|a| (a.service.name, a.ip, a.allocated_at.is_some()))
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                ("new".to_string(), ip("127.0.0.10"), true),
+                ("old".to_string(), ip("127.0.0.15"), false),
+            ]
+        );
+        p.release(&key("new"));
+        assert_eq!(p.allocations().len(), 1);
     }
 
     #[test]

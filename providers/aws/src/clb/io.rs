@@ -44,7 +44,24 @@ pub async fn describe(clients: &Clients, name: &str) -> Result<Option<ClbObserve
 /// [`describe`] fills one: the first pass after a restart reads them together instead of one
 /// call each.
 pub async fn list(clients: &Clients) -> Result<BTreeMap<String, ClbObserved>, AwsError> {
-    let mut found = BTreeMap::new();
+    Ok(describe_all(clients)
+        .await?
+        .iter()
+        .filter_map(|lb| {
+            Some((
+                lb.load_balancer_name()?.to_string(),
+                observed_from_description(lb),
+            ))
+        })
+        .collect())
+}
+
+/// Every Classic ELB description of the account and region, as AWS returns them (paged, 400
+/// per call): [`list`] and the audit (which also wants `CreatedTime`) read through it.
+pub async fn describe_all(
+    clients: &Clients,
+) -> Result<Vec<elb::LoadBalancerDescription>, AwsError> {
+    let mut found = Vec::new();
     let mut marker: Option<String> = None;
     loop {
         let response = clients
@@ -58,11 +75,7 @@ pub async fn list(clients: &Clients) -> Result<BTreeMap<String, ClbObserved>, Aw
                     .send()
             })
             .await?;
-        for lb in response.load_balancer_descriptions() {
-            if let Some(name) = lb.load_balancer_name() {
-                found.insert(name.to_string(), observed_from_description(lb));
-            }
-        }
+        found.extend(response.load_balancer_descriptions().iter().cloned());
         marker = response
             .next_marker()
             .filter(|m| !m.is_empty())

@@ -47,32 +47,11 @@ pub async fn list(
     keep: impl Fn(&str) -> bool,
 ) -> Result<BTreeMap<String, (NlbObserved, Prefetched)>, AwsError> {
     let mut found: BTreeMap<String, (NlbObserved, Prefetched)> = BTreeMap::new();
-    let mut marker: Option<String> = None;
-    loop {
-        let response = clients
-            .calls
-            .run(ops::V2_DESCRIBE_LOAD_BALANCERS, || {
-                clients
-                    .elbv2
-                    .describe_load_balancers()
-                    .page_size(400)
-                    .set_marker(marker.clone())
-                    .send()
-            })
-            .await?;
-        for lb in response.load_balancers() {
-            if let (Some(name), Some(observed)) = (lb.load_balancer_name(), observed_from_lb(lb))
-                && keep(name)
-            {
-                found.insert(name.to_string(), (observed, Prefetched::default()));
-            }
-        }
-        marker = response
-            .next_marker()
-            .filter(|m| !m.is_empty())
-            .map(str::to_string);
-        if marker.is_none() {
-            break;
+    for lb in describe_all_lbs(clients).await? {
+        if let (Some(name), Some(observed)) = (lb.load_balancer_name(), observed_from_lb(&lb))
+            && keep(name)
+        {
+            found.insert(name.to_string(), (observed, Prefetched::default()));
         }
     }
     if found.is_empty() {
@@ -82,37 +61,16 @@ pub async fn list(
         .iter()
         .map(|(name, (observed, _))| (observed.arn.clone(), name.clone()))
         .collect();
-    let mut marker: Option<String> = None;
-    loop {
-        let response = clients
-            .calls
-            .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
-                clients
-                    .elbv2
-                    .describe_target_groups()
-                    .page_size(400)
-                    .set_marker(marker.clone())
-                    .send()
-            })
-            .await?;
-        for tg in response.target_groups() {
-            let Some(observed_tg) = tg_from_sdk(tg) else {
-                continue;
-            };
-            for lb_arn in tg.load_balancer_arns() {
-                if let Some((_, prefetched)) = by_arn.get(lb_arn).and_then(|n| found.get_mut(n)) {
-                    prefetched
-                        .target_groups
-                        .insert(observed_tg.arn.clone(), observed_tg.clone());
-                }
+    for tg in describe_all_target_groups(clients).await? {
+        let Some(observed_tg) = tg_from_sdk(&tg) else {
+            continue;
+        };
+        for lb_arn in tg.load_balancer_arns() {
+            if let Some((_, prefetched)) = by_arn.get(lb_arn).and_then(|n| found.get_mut(n)) {
+                prefetched
+                    .target_groups
+                    .insert(observed_tg.arn.clone(), observed_tg.clone());
             }
-        }
-        marker = response
-            .next_marker()
-            .filter(|m| !m.is_empty())
-            .map(str::to_string);
-        if marker.is_none() {
-            break;
         }
     }
     let arns: Vec<String> = found
@@ -130,6 +88,64 @@ pub async fn list(
         }
     }
     Ok(found)
+}
+
+/// Every ELBv2 load balancer of the account and region, as AWS returns them (paged, 400 per
+/// call).
+pub async fn describe_all_lbs(clients: &Clients) -> Result<Vec<v2::LoadBalancer>, AwsError> {
+    let mut found = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let response = clients
+            .calls
+            .run(ops::V2_DESCRIBE_LOAD_BALANCERS, || {
+                clients
+                    .elbv2
+                    .describe_load_balancers()
+                    .page_size(400)
+                    .set_marker(marker.clone())
+                    .send()
+            })
+            .await?;
+        found.extend(response.load_balancers().iter().cloned());
+        marker = response
+            .next_marker()
+            .filter(|m| !m.is_empty())
+            .map(str::to_string);
+        if marker.is_none() {
+            return Ok(found);
+        }
+    }
+}
+
+/// Every target group of the account and region, as AWS returns them (paged, 400 per call),
+/// attached or not.
+pub async fn describe_all_target_groups(
+    clients: &Clients,
+) -> Result<Vec<v2::TargetGroup>, AwsError> {
+    let mut found = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let response = clients
+            .calls
+            .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
+                clients
+                    .elbv2
+                    .describe_target_groups()
+                    .page_size(400)
+                    .set_marker(marker.clone())
+                    .send()
+            })
+            .await?;
+        found.extend(response.target_groups().iter().cloned());
+        marker = response
+            .next_marker()
+            .filter(|m| !m.is_empty())
+            .map(str::to_string);
+        if marker.is_none() {
+            return Ok(found);
+        }
+    }
 }
 
 /// Everything of one description except listeners, target groups, attributes and tags.

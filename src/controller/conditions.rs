@@ -1,0 +1,740 @@
+//! The `kube-lb.io/LoadBalancerReady` condition: why a Service has (or has not) got its load
+//! balancer, in `status.conditions`, so `kubectl wait` and dashboards can tell without reading
+//! controller logs.
+//!
+//! Pure: this module turns what a reconcile found (an address, a parse error, a provider
+//! error) into the condition the Service should show; [`super::status`] compares it with what
+//! the Service shows and builds the one status patch that writes both.
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube_lb_annotations::ParseErrors;
+use kube_lb_provider_core::{EnvironmentCause, ProviderError};
+
+use super::Error;
+
+/// The condition type kube-lb owns on every Service it manages (domain-qualified, so it never
+/// collides with a condition another controller writes).
+pub const CONDITION_TYPE: &str = "kube-lb.io/LoadBalancerReady";
+
+/// The API server's limit on a condition message, in bytes (`metav1.Condition` validation).
+pub const MESSAGE_LIMIT: usize = 32 * 1024;
+
+/// `status` of a condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionStatus {
+    /// The load balancer exists and the Service shows its address.
+    True,
+    /// The load balancer is not ready and will not become ready until something changes (the
+    /// Service, the cloud account, the cluster's configuration).
+    False,
+    /// Not known yet: provisioning is under way or a transient cloud failure is being retried.
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// Why the `kube-lb.io/LoadBalancerReady` condition has its status: a closed set, so alerts and
+/// scripts can match on it. Each reason has one status.
+///
+/// | reason | status | from | what to do |
+/// |---|---|---|---|
+/// | `Provisioned` | True | the provider returned an address | nothing |
+/// | `Pending` | Unknown | created, no address yet; or the cloud reports a transitional state ([`ProviderError::Pending`]) | wait |
+/// | `Deleting` | False | deleting the load balancer failed (the Service is being deleted or stopped being ours) | see the message; retried |
+/// | `AnnotationInvalid` | False | an annotation or field cannot be realised ([`Error::InvalidService`]) | fix the annotation the message names |
+/// | `CloudRejected` | False | the cloud refused the Service's settings ([`ProviderError::User`]) | change the Service |
+/// | `CloudThrottled` | Unknown | the cloud throttled the controller ([`ProviderError::Retryable`] with a throttling code) | nothing; retried with backoff |
+/// | `CloudError` | Unknown | any other transient or unexpected cloud failure ([`ProviderError::Retryable`], [`ProviderError::Internal`]) | nothing unless it persists; retried |
+/// | `QuotaExceeded` | False | [`EnvironmentCause::Quota`] | raise the quota or free load balancers |
+/// | `PermissionDenied` | False | [`EnvironmentCause::PermissionDenied`] | grant the controller's cloud identity the call named |
+/// | `PoolExhausted` | False | [`EnvironmentCause::PoolExhausted`] | add addresses to the pool |
+/// | `AddressInUse` | False | [`EnvironmentCause::AddressInUse`], held outside this cluster | request another address |
+/// | `SharingConflict` | False | [`EnvironmentCause::AddressInUse`], held by another Service | give one Service another address |
+/// | `NameTaken` | False | [`EnvironmentCause::NameTaken`] | delete or re-tag the resource named |
+/// | `MissingDependency` | False | [`EnvironmentCause::MissingDependency`] | create what is named, or fix the cloud config |
+///
+/// Environment reasons (quota to missing dependency) are retried with backoff as well: the
+/// cause can go away without the Service changing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReadyReason {
+    /// The load balancer exists and its address is in `status.loadBalancer`.
+    Provisioned,
+    /// Provisioning is under way.
+    Pending,
+    /// Deleting the load balancer failed; the finalizer stays until it succeeds.
+    Deleting,
+    /// An annotation or field of the Service cannot be realised as written.
+    AnnotationInvalid,
+    /// The cloud refused what the Service asks for.
+    CloudRejected,
+    /// The cloud throttled the controller's requests.
+    CloudThrottled,
+    /// A transient or unexpected cloud failure.
+    CloudError,
+    /// A cloud quota is used up.
+    QuotaExceeded,
+    /// The controller's cloud identity may not make a call it needs.
+    PermissionDenied,
+    /// No address is left in the pool.
+    PoolExhausted,
+    /// The requested address is held outside this cluster.
+    AddressInUse,
+    /// A cloud resource with the load balancer's name belongs to someone else.
+    NameTaken,
+    /// Something the load balancer needs does not exist.
+    MissingDependency,
+    /// The requested address is held by another Service of this cluster.
+    SharingConflict,
+}
+
+impl ReadyReason {
+    /// Every reason, in documentation order.
+    pub const ALL: [ReadyReason; 14] = [
+        ReadyReason::Provisioned,
+        ReadyReason::Pending,
+        ReadyReason::Deleting,
+        ReadyReason::AnnotationInvalid,
+        ReadyReason::CloudRejected,
+        ReadyReason::CloudThrottled,
+        ReadyReason::CloudError,
+        ReadyReason::QuotaExceeded,
+        ReadyReason::PermissionDenied,
+        ReadyReason::PoolExhausted,
+        ReadyReason::AddressInUse,
+        ReadyReason::SharingConflict,
+        ReadyReason::NameTaken,
+        ReadyReason::MissingDependency,
+    ];
+
+    /// The API spelling (CamelCase, as `metav1.Condition` requires).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadyReason::Provisioned => "Provisioned",
+            ReadyReason::Pending => "Pending",
+            ReadyReason::Deleting => "Deleting",
+            ReadyReason::AnnotationInvalid => "AnnotationInvalid",
+            ReadyReason::CloudRejected => "CloudRejected",
+            ReadyReason::CloudThrottled => "CloudThrottled",
+            ReadyReason::CloudError => "CloudError",
+            ReadyReason::QuotaExceeded => "QuotaExceeded",
+            ReadyReason::PermissionDenied => "PermissionDenied",
+            ReadyReason::PoolExhausted => "PoolExhausted",
+            ReadyReason::AddressInUse => "AddressInUse",
+            ReadyReason::NameTaken => "NameTaken",
+            ReadyReason::MissingDependency => "MissingDependency",
+            ReadyReason::SharingConflict => "SharingConflict",
+        }
+    }
+
+    /// The status that goes with the reason.
+    pub fn status(self) -> ConditionStatus {
+        match self {
+            ReadyReason::Provisioned => ConditionStatus::True,
+            ReadyReason::Pending | ReadyReason::CloudThrottled | ReadyReason::CloudError => {
+                ConditionStatus::Unknown
+            }
+            ReadyReason::Deleting
+            | ReadyReason::AnnotationInvalid
+            | ReadyReason::CloudRejected
+            | ReadyReason::QuotaExceeded
+            | ReadyReason::PermissionDenied
+            | ReadyReason::PoolExhausted
+            | ReadyReason::AddressInUse
+            | ReadyReason::NameTaken
+            | ReadyReason::MissingDependency
+            | ReadyReason::SharingConflict => ConditionStatus::False,
+        }
+    }
+}
+
+/// The condition a Service should show, without the timestamps (those depend on what it shows
+/// now; see [`super::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// Why.
+    pub reason: ReadyReason,
+    /// What happened and what to change, within [`MESSAGE_LIMIT`].
+    pub message: String,
+}
+
+impl Readiness {
+    fn new(reason: ReadyReason, message: String) -> Self {
+        Self { reason, message }
+    }
+
+    /// The status implied by the reason.
+    pub fn status(&self) -> ConditionStatus {
+        self.reason.status()
+    }
+
+    /// The load balancer is ready at `addresses` (IPs or host names).
+    pub fn provisioned(addresses: &[String]) -> Self {
+        Self::new(
+            ReadyReason::Provisioned,
+            format!("Load balancer ready at {}.", addresses.join(", ")),
+        )
+    }
+
+    /// The provider created the load balancer but reported no address yet.
+    pub fn awaiting_address() -> Self {
+        Self::new(
+            ReadyReason::Pending,
+            "Load balancer created; waiting for the cloud to assign its address. kube-lb checks \
+             again shortly."
+                .to_string(),
+        )
+    }
+
+    /// The Service's annotations or fields cannot be realised: each problem names the
+    /// annotation key or field path, the value and what is allowed.
+    pub fn invalid(errors: &ParseErrors) -> Self {
+        Self::new(
+            ReadyReason::AnnotationInvalid,
+            format!(
+                "The Service cannot be realised as written. Change: {errors}. kube-lb tries \
+                 again when the Service changes."
+            ),
+        )
+    }
+
+    /// Deleting the load balancer failed.
+    pub fn delete_failed(error: &ProviderError) -> Self {
+        Self::new(
+            ReadyReason::Deleting,
+            format!(
+                "Deleting the load balancer failed: {error}. kube-lb retries with backoff; the \
+                 finalizer stays until the load balancer is gone."
+            ),
+        )
+    }
+
+    /// What a failed ensure means for the Service; `None` when another controller implements
+    /// its load balancer (nothing of kube-lb's to report).
+    pub fn from_provider(error: &ProviderError) -> Option<Self> {
+        let readiness = match error {
+            ProviderError::ImplementedElsewhere => return None,
+            ProviderError::User { message } => Self::new(
+                ReadyReason::CloudRejected,
+                format!(
+                    "The cloud cannot build the load balancer as the Service asks: {message}. \
+                     Change the Service; kube-lb tries again when it changes."
+                ),
+            ),
+            ProviderError::Retryable {
+                operation, message, ..
+            } if is_throttling(message) => Self::new(
+                ReadyReason::CloudThrottled,
+                format!(
+                    "The cloud throttled {operation}: {message}. kube-lb backs off and retries; \
+                     if this persists, lower the controller's request rate or raise the cloud \
+                     API rate quota."
+                ),
+            ),
+            ProviderError::Retryable { .. } | ProviderError::Internal { .. } => Self::new(
+                ReadyReason::CloudError,
+                format!(
+                    "Cloud call failed: {error}. kube-lb retries with backoff; nothing to change \
+                     unless this persists."
+                ),
+            ),
+            ProviderError::Pending { .. } => Self::new(
+                ReadyReason::Pending,
+                format!("Waiting for the cloud: {error}. kube-lb retries with backoff."),
+            ),
+            ProviderError::Environment {
+                operation,
+                cause,
+                message,
+            } => environment(operation, *cause, message),
+        };
+        Some(readiness)
+    }
+
+    /// What a reconcile error means for the Service; `None` when it says nothing about the
+    /// load balancer (an API server failure: the condition is left as it is).
+    pub fn from_error(error: &Error) -> Option<Self> {
+        match error {
+            Error::InvalidService(errors) => Some(Self::invalid(errors)),
+            Error::Provider(error) => Self::from_provider(error),
+            Error::Delete(error) => Some(Self::delete_failed(error)),
+            Error::Kube(_) | Error::MissingField(_) => None,
+        }
+    }
+
+    /// Adds the annotations and fields that were ignored or only partly honoured (`kube-lb
+    /// lint` warnings: another cloud's annotations, options that do not apply to this kind of
+    /// load balancer, settings honoured only at creation), so the user learns that the load
+    /// balancer is not quite what the Service says.
+    pub fn with_ignored(mut self, warnings: &[String]) -> Self {
+        if !warnings.is_empty() {
+            self.message.push_str(" Ignored or only partly honoured: ");
+            self.message.push_str(&warnings.join("; "));
+            if !self.message.ends_with('.') {
+                self.message.push('.');
+            }
+        }
+        self
+    }
+
+    /// The message cut to [`MESSAGE_LIMIT`] bytes on a character boundary, marked when cut.
+    pub fn limited_message(&self) -> String {
+        cut_message(&self.message, MESSAGE_LIMIT)
+    }
+
+    /// The condition as the Service should show it at `now`, keeping the transition time of
+    /// `current` when the status did not change.
+    pub fn to_condition(
+        &self,
+        current: Option<&Condition>,
+        generation: Option<i64>,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Condition {
+        let status = self.status().as_str();
+        let last_transition_time = match current {
+            Some(current) if current.status == status => current.last_transition_time.clone(),
+            _ => k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+        };
+        Condition {
+            type_: CONDITION_TYPE.to_string(),
+            status: status.to_string(),
+            reason: self.reason.as_str().to_string(),
+            message: self.limited_message(),
+            observed_generation: generation,
+            last_transition_time,
+        }
+    }
+
+    /// True when `current` already says exactly this for `generation` (no write needed).
+    pub fn is_shown_by(&self, current: Option<&Condition>, generation: Option<i64>) -> bool {
+        current.is_some_and(|c| {
+            c.status == self.status().as_str()
+                && c.reason == self.reason.as_str()
+                && c.message == self.limited_message()
+                && c.observed_generation == generation
+        })
+    }
+}
+
+/// The message of an environment error: the cloud's words, then what to change.
+fn environment(operation: &str, cause: EnvironmentCause, message: &str) -> Readiness {
+    let (reason, advice) = match cause {
+        EnvironmentCause::Quota => (
+            ReadyReason::QuotaExceeded,
+            "Raise the cloud quota or delete load balancers that are no longer used",
+        ),
+        EnvironmentCause::PermissionDenied => (
+            ReadyReason::PermissionDenied,
+            "Grant the controller's cloud identity permission for this call (see the IAM \
+             policies in deploy/)",
+        ),
+        EnvironmentCause::PoolExhausted => (
+            ReadyReason::PoolExhausted,
+            "Add addresses to the pool or delete LoadBalancer Services that are no longer used",
+        ),
+        EnvironmentCause::AddressInUse if held_by_service(message) => (
+            ReadyReason::SharingConflict,
+            "Another Service holds this address: give one of them a different \
+             spec.loadBalancerIP, or delete the other",
+        ),
+        EnvironmentCause::AddressInUse => (
+            ReadyReason::AddressInUse,
+            "Request another address (spec.loadBalancerIP or the cloud's address annotation) \
+             or release this one",
+        ),
+        EnvironmentCause::NameTaken => (
+            ReadyReason::NameTaken,
+            "A cloud resource with this load balancer's name belongs to another owner: delete \
+             or re-tag it",
+        ),
+        EnvironmentCause::MissingDependency => (
+            ReadyReason::MissingDependency,
+            "Create the missing resource, or fix the annotation or cloud configuration that \
+             names it",
+        ),
+    };
+    Readiness::new(
+        reason,
+        format!("{operation}: {cause}: {message}. {advice}; kube-lb retries with backoff."),
+    )
+}
+
+/// Whether a transient error is the cloud throttling the controller. [`ProviderError`] has no
+/// structured field for this, so the cloud's own error codes are looked for in the message
+/// (every provider keeps the code there): AWS `Throttling*`, `RequestLimitExceeded`,
+/// `SlowDown`; GCE `rateLimitExceeded`; ARM `TooManyRequests`.
+pub fn is_throttling(message: &str) -> bool {
+    const MARKERS: &[&str] = &[
+        "throttl",
+        "ratelimitexceeded",
+        "rate_limit_exceeded",
+        "requestlimitexceeded",
+        "toomanyrequests",
+        "too many requests",
+        "slowdown",
+    ];
+    let lower = message.to_ascii_lowercase();
+    MARKERS.iter().any(|m| lower.contains(m))
+}
+
+/// Whether an address-in-use message names another Service as the holder (the local pool's
+/// "… in use by Service ns/name"), which makes it a conflict between two Services of this
+/// cluster rather than with something outside it.
+fn held_by_service(message: &str) -> bool {
+    message.contains("in use by Service ")
+}
+
+/// `message` cut to at most `limit` bytes, never inside a character, ending with a note of how
+/// much was cut. Unchanged when it fits.
+pub fn cut_message(message: &str, limit: usize) -> String {
+    if message.len() <= limit {
+        return message.to_string();
+    }
+    let suffix = |cut: usize| format!("… [{cut} more bytes]");
+    // Sized for the most that could be cut, so the real suffix is never longer.
+    let room = limit.saturating_sub(suffix(message.len()).len());
+    let mut end = room.min(message.len());
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = format!("{}{}", &message[..end], suffix(message.len() - end));
+    if cut.len() <= limit {
+        return cut;
+    }
+    let mut end = limit;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message[..end].to_string()
+}
+
+/// The `kube-lb.io/LoadBalancerReady` condition the Service shows, if any.
+pub fn current(service: &Service) -> Option<&Condition> {
+    service
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION_TYPE)
+}
+
+#[cfg(test)]
+mod tests {
+    use kube_lb_annotations::{ErrorKind, Location, ParseError};
+
+    use super::*;
+
+    fn parse_errors() -> ParseErrors {
+        ParseErrors::from_vec(vec![ParseError {
+            location: Location::annotation(
+                "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval",
+            ),
+            value: Some("9000".into()),
+            kind: ErrorKind::OutOfRange,
+            detail: "must be between 5 and 300 seconds".into(),
+        }])
+        .unwrap()
+    }
+
+    fn env(cause: EnvironmentCause, message: &str) -> Error {
+        Error::Provider(ProviderError::environment(
+            "CreateLoadBalancer",
+            cause,
+            message,
+        ))
+    }
+
+    /// Every reconcile error class, the reason and status it shows, and words the message must
+    /// carry (what went wrong and what to change).
+    #[test]
+    fn errors_map_to_reasons_statuses_and_actionable_messages() {
+        use ConditionStatus::{False, Unknown};
+        use EnvironmentCause::*;
+        let cases: Vec<(Error, ReadyReason, ConditionStatus, &[&str])> = vec![
+            (
+                Error::InvalidService(parse_errors()),
+                ReadyReason::AnnotationInvalid,
+                False,
+                &[
+                    "annotation service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval",
+                    "\"9000\"",
+                    "between 5 and 300",
+                    "Change:",
+                ],
+            ),
+            (
+                Error::Provider(ProviderError::user(
+                    "loadBalancerIP 10.9.9.9 is outside the pool 127.240.0.0/16",
+                )),
+                ReadyReason::CloudRejected,
+                False,
+                &["outside the pool", "Change the Service"],
+            ),
+            (
+                Error::Provider(ProviderError::retryable(
+                    "DescribeLoadBalancers",
+                    "Throttling: Rate exceeded",
+                )),
+                ReadyReason::CloudThrottled,
+                Unknown,
+                &["DescribeLoadBalancers", "Rate exceeded", "retries"],
+            ),
+            (
+                Error::Provider(ProviderError::retryable(
+                    "forwardingRules.insert",
+                    "rateLimitExceeded: quota per minute",
+                )),
+                ReadyReason::CloudThrottled,
+                Unknown,
+                &["forwardingRules.insert"],
+            ),
+            (
+                Error::Provider(ProviderError::retryable(
+                    "CreateLoadBalancer",
+                    "ServiceUnavailable",
+                )),
+                ReadyReason::CloudError,
+                Unknown,
+                &["ServiceUnavailable", "retries"],
+            ),
+            (
+                Error::Provider(ProviderError::Internal {
+                    message: "unexpected answer".into(),
+                    source: None,
+                }),
+                ReadyReason::CloudError,
+                Unknown,
+                &["unexpected answer"],
+            ),
+            (
+                Error::Provider(ProviderError::pending(
+                    "DeleteSecurityGroup",
+                    "DependencyViolation",
+                )),
+                ReadyReason::Pending,
+                Unknown,
+                &["DependencyViolation"],
+            ),
+            (
+                env(Quota, "TooManyLoadBalancers"),
+                ReadyReason::QuotaExceeded,
+                False,
+                &["TooManyLoadBalancers", "Raise the cloud quota"],
+            ),
+            (
+                env(PermissionDenied, "UnauthorizedOperation"),
+                ReadyReason::PermissionDenied,
+                False,
+                &[
+                    "CreateLoadBalancer",
+                    "Grant the controller's cloud identity",
+                ],
+            ),
+            (
+                env(
+                    PoolExhausted,
+                    "the local address pool (127.240.0.0/30) is exhausted",
+                ),
+                ReadyReason::PoolExhausted,
+                False,
+                &["127.240.0.0/30", "Add addresses to the pool"],
+            ),
+            (
+                env(AddressInUse, "PublicIPAddressInUse"),
+                ReadyReason::AddressInUse,
+                False,
+                &["PublicIPAddressInUse", "Request another address"],
+            ),
+            (
+                env(
+                    AddressInUse,
+                    "loadBalancerIP 127.240.0.7 is already in use by Service default/a",
+                ),
+                ReadyReason::SharingConflict,
+                False,
+                &["default/a", "different spec.loadBalancerIP"],
+            ),
+            (
+                env(NameTaken, "load balancer a1b2 belongs to cluster c2"),
+                ReadyReason::NameTaken,
+                False,
+                &["a1b2", "delete or re-tag"],
+            ),
+            (
+                env(MissingDependency, "subnet subnet-123 not found"),
+                ReadyReason::MissingDependency,
+                False,
+                &["subnet-123", "Create the missing resource"],
+            ),
+            (
+                Error::Delete(ProviderError::retryable("DeleteLoadBalancer", "503")),
+                ReadyReason::Deleting,
+                False,
+                &["Deleting the load balancer failed", "503", "finalizer"],
+            ),
+        ];
+        for (error, reason, status, words) in cases {
+            let readiness =
+                Readiness::from_error(&error).unwrap_or_else(|| panic!("{error}: no condition"));
+            assert_eq!(readiness.reason, reason, "{error}");
+            assert_eq!(readiness.status(), status, "{error}");
+            for word in words {
+                assert!(
+                    readiness.message.contains(word),
+                    "{error}: {word:?} missing from {:?}",
+                    readiness.message
+                );
+            }
+        }
+        // Nothing about the load balancer: the condition stays as it is.
+        let kube = Error::MissingField("uid");
+        assert_eq!(Readiness::from_error(&kube), None);
+        assert_eq!(
+            Readiness::from_error(&Error::Provider(ProviderError::ImplementedElsewhere)),
+            None
+        );
+    }
+
+    #[test]
+    fn reasons_are_a_closed_set_of_valid_condition_reasons() {
+        let mut seen = std::collections::BTreeSet::new();
+        for reason in ReadyReason::ALL {
+            let text = reason.as_str();
+            assert!(seen.insert(text), "{text} twice");
+            // metav1.Condition: `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`, CamelCase here.
+            assert!(text.chars().next().is_some_and(|c| c.is_ascii_uppercase()));
+            assert!(text.chars().all(|c| c.is_ascii_alphanumeric()), "{text}");
+        }
+        assert_eq!(ReadyReason::Provisioned.status(), ConditionStatus::True);
+        let required = [
+            "Provisioned",
+            "AnnotationInvalid",
+            "CloudRejected",
+            "CloudThrottled",
+            "QuotaExceeded",
+            "PermissionDenied",
+            "PoolExhausted",
+            "AddressInUse",
+            "NameTaken",
+            "MissingDependency",
+            "SharingConflict",
+            "Pending",
+            "Deleting",
+            "CloudError",
+        ];
+        for name in required {
+            assert!(seen.contains(name), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn ignored_annotations_are_listed() {
+        let readiness = Readiness::provisioned(&["127.240.0.1".into()]).with_ignored(&[
+            "metadata.annotations: 1 annotation(s) for cloud aws have no effect on cloud local: \
+             service.beta.kubernetes.io/aws-load-balancer-type"
+                .into(),
+        ]);
+        assert_eq!(readiness.reason, ReadyReason::Provisioned);
+        assert!(
+            readiness
+                .message
+                .starts_with("Load balancer ready at 127.240.0.1."),
+            "{}",
+            readiness.message
+        );
+        let listed = "Ignored or only partly honoured: metadata.annotations: 1 annotation(s) \
+                      for cloud aws";
+        assert!(readiness.message.contains(listed), "{}", readiness.message);
+        let plain = Readiness::provisioned(&["a".into()]).with_ignored(&[]);
+        assert_eq!(plain.message, "Load balancer ready at a.");
+    }
+
+    #[test]
+    fn messages_are_cut_to_the_api_limit_on_character_boundaries() {
+        let cases = [
+            "x".repeat(MESSAGE_LIMIT),
+            "x".repeat(MESSAGE_LIMIT + 1),
+            "é".repeat(MESSAGE_LIMIT),
+            "€".repeat(MESSAGE_LIMIT),
+            "🦀".repeat(MESSAGE_LIMIT / 2),
+        ];
+        for message in cases {
+            let cut = cut_message(&message, MESSAGE_LIMIT);
+            assert!(cut.len() <= MESSAGE_LIMIT, "{} bytes", cut.len());
+            if message.len() <= MESSAGE_LIMIT {
+                assert_eq!(cut, message);
+            } else {
+                assert!(cut.ends_with("more bytes]"));
+                assert!(cut.len() + 8 >= MESSAGE_LIMIT, "as much as fits is kept");
+            }
+        }
+        assert_eq!(cut_message("ééé", 3), "é");
+        // Through the condition too.
+        let huge = Readiness::provisioned(&["a".into()]).with_ignored(&["ü".repeat(40_000)]);
+        assert!(huge.limited_message().len() <= MESSAGE_LIMIT);
+    }
+
+    #[test]
+    fn transition_time_changes_only_with_the_status() {
+        use k8s_openapi::jiff::Timestamp;
+        let t0 = Timestamp::from_second(1_700_000_000).unwrap();
+        let t1 = Timestamp::from_second(1_700_000_600).unwrap();
+        let invalid = Readiness::invalid(&parse_errors());
+        let rejected = Readiness::from_provider(&ProviderError::user("bad")).unwrap();
+        let ready = Readiness::provisioned(&["127.240.0.1".into()]);
+        let first = invalid.to_condition(None, Some(3), t0);
+        assert_eq!(first.last_transition_time.0, t0);
+        assert_eq!(first.observed_generation, Some(3));
+        assert_eq!(first.type_, CONDITION_TYPE);
+        assert_eq!(
+            (first.status.as_str(), first.reason.as_str()),
+            ("False", "AnnotationInvalid")
+        );
+        // Same status, another reason and message: the transition time stays.
+        let second = rejected.to_condition(Some(&first), Some(4), t1);
+        assert_eq!(second.last_transition_time.0, t0);
+        assert_eq!(second.reason, "CloudRejected");
+        assert_eq!(second.observed_generation, Some(4));
+        // The status changes: a new transition time.
+        let third = ready.to_condition(Some(&second), None, t1);
+        assert_eq!(third.last_transition_time.0, t1);
+        assert_eq!(third.status, "True");
+        assert_eq!(third.observed_generation, None);
+        // What is shown already needs no write; any difference does.
+        assert!(ready.is_shown_by(Some(&third), None));
+        assert!(
+            !ready.is_shown_by(Some(&third), Some(1)),
+            "a newer generation"
+        );
+        assert!(!ready.is_shown_by(Some(&second), None));
+        assert!(!ready.is_shown_by(None, None));
+    }
+
+    #[test]
+    fn throttling_is_recognised_by_the_clouds_codes() {
+        let cases = [
+            ("Throttling: Rate exceeded", true),
+            ("RequestLimitExceeded: Request limit exceeded.", true),
+            ("EC2ThrottledException", true),
+            ("rateLimitExceeded", true),
+            ("RATE_LIMIT_EXCEEDED", true),
+            ("TooManyRequests: retry after 5s", true),
+            ("SlowDown", true),
+            ("InternalError: 500", false),
+            ("connection reset by peer", false),
+        ];
+        for (message, want) in cases {
+            assert_eq!(is_throttling(message), want, "{message}");
+        }
+    }
+}

@@ -1,0 +1,613 @@
+//! `deploy/monitoring/` against the binaries: every metric the alert rules and the Grafana
+//! dashboard query is exported on `/metrics` of a running `kube-lb controller` (for
+//! `kube_lb_*` names) or `kube-lb proxy` (for `kube_lb_proxy_*` names); the rule file passes
+//! `promtool check rules` and its unit tests (`promtool test rules`); the dashboard is valid
+//! JSON whose every panel queries something.
+//!
+//! The names are read out of the PromQL expressions by a small tokenizer (strings, label
+//! matchers, ranges, `by (...)`-style label lists, functions, keywords and numbers are dropped),
+//! tested on its own below.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::controller_support::{server, svc_lb};
+
+const RULES: &str = "deploy/monitoring/prometheus-rules.yaml";
+const RULE_TESTS: &str = "deploy/monitoring/prometheus-rules.test.yaml";
+const DASHBOARD: &str = "deploy/monitoring/grafana-dashboard.json";
+
+/// How long the binaries may take to start, sync their informers and reconcile.
+const CEILING: Duration = Duration::from_secs(60);
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo_file(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+// ------------------------------------------------------------------ PromQL names
+
+/// Clauses followed by a parenthesised list of label names, not of expressions.
+const LABEL_LIST_CLAUSES: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
+
+/// Words that are operators or literals, never metric names.
+const KEYWORDS: &[&str] = &[
+    "and", "or", "unless", "bool", "offset", "atan2", "inf", "nan",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Ident(String),
+    Open,
+    Close,
+}
+
+/// Replaces string literals, `{...}` label matchers and `[...]` ranges by spaces: none of them
+/// can hold a metric name (a `{__name__="x"}` matcher is not used by the shipped files).
+fn blank_literals_and_matchers(expr: &str) -> String {
+    let mut out = String::with_capacity(expr.len());
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut depth = 0usize;
+    for c in expr.chars() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            out.push(' ');
+            continue;
+        }
+        match c {
+            '"' | '\'' | '`' => quote = Some(c),
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => {
+                out.push(c);
+                continue;
+            }
+            _ => {}
+        }
+        out.push(' ');
+    }
+    out
+}
+
+/// Identifiers and parentheses; numbers, durations, `$variables` and operators are dropped.
+fn tokens(cleaned: &str) -> Vec<Token> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = cleaned.chars().collect();
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '(' {
+            out.push(Token::Open);
+            i += 1;
+        } else if c == ')' {
+            out.push(Token::Close);
+            i += 1;
+        } else if c == '$' || c.is_ascii_digit() || c == '.' {
+            // A variable, or a number / duration such as 1e-9, 0.99, 5m.
+            i += 1;
+            while i < chars.len() && (word(chars[i]) || chars[i] == '.') {
+                i += 1;
+            }
+        } else if word(c) {
+            let start = i;
+            while i < chars.len() && word(chars[i]) {
+                i += 1;
+            }
+            out.push(Token::Ident(chars[start..i].iter().collect()));
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The metric names an expression selects.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let all = tokens(&blank_literals_and_matchers(expr));
+    // Drop `by (a, b)`-style clauses first, so `sum by (le) (x)` reads as the call `sum (x)`.
+    let mut kept = Vec::new();
+    let mut i = 0;
+    while i < all.len() {
+        if let Token::Ident(word) = &all[i]
+            && LABEL_LIST_CLAUSES.contains(&word.as_str())
+        {
+            i += 1;
+            if all.get(i) == Some(&Token::Open) {
+                while i < all.len() && all[i] != Token::Close {
+                    i += 1;
+                }
+                i += 1;
+            }
+            continue;
+        }
+        kept.push(all[i].clone());
+        i += 1;
+    }
+    kept.iter()
+        .enumerate()
+        .filter_map(|(i, token)| match token {
+            // A word followed by `(` is a function or an aggregation.
+            Token::Ident(word)
+                if kept.get(i + 1) != Some(&Token::Open)
+                    && !KEYWORDS.contains(&word.to_ascii_lowercase().as_str()) =>
+            {
+                Some(word.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn metric_names_are_read_out_of_promql() {
+    let cases: &[(&str, &[&str])] = &[
+        ("up", &["up"]),
+        ("kube_lb_leader == 0", &["kube_lb_leader"]),
+        (
+            "(sum(kube_lb_leader) or vector(0)) < 1",
+            &["kube_lb_leader"],
+        ),
+        (
+            r#"sum by (class, kind) (rate(kube_lb_reconcile_errors_total{class!="user",kind=~"a|b"}[10m]))
+              / on() group_left() clamp_min(sum(rate(kube_lb_reconciles_total[10m])), 1e-9) > 0.1"#,
+            &["kube_lb_reconcile_errors_total", "kube_lb_reconciles_total"],
+        ),
+        (
+            "histogram_quantile(0.99, sum by (le) (rate(x_seconds_bucket[$__rate_interval])))",
+            &["x_seconds_bucket"],
+        ),
+        (
+            "sum(rate(a_total[5m])) without (pod) unless b",
+            &["a_total", "b"],
+        ),
+        ("time() - (ts_seconds > 0)", &["ts_seconds"]),
+        (r#"count(m{l="sum(other)"} offset 5m == bool 0)"#, &["m"]),
+        ("rate(x[5m:1m])", &["x"]),
+        ("vector(1)", &[]),
+    ];
+    for (expr, want) in cases {
+        let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+        assert_eq!(metric_names(expr), want, "{expr}");
+    }
+}
+
+// ------------------------------------------------------------------ exposition names
+
+/// Every sample name an exposition can hold: the samples present, and for every declared
+/// family the names its samples take (`_total` of a counter, `_bucket`/`_sum`/`_count` of a
+/// histogram), so a family with no sample yet (no throttled call so far) still counts as
+/// exported.
+fn exported_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        if let Some(declaration) = line.strip_prefix("# TYPE ") {
+            let mut parts = declaration.split_whitespace();
+            let (Some(family), Some(kind)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            names.insert(family.to_string());
+            let suffixes: &[&str] = match kind {
+                "counter" => &["_total"],
+                "histogram" => &["_bucket", "_sum", "_count", "_created"],
+                "summary" => &["_sum", "_count"],
+                _ => &[],
+            };
+            for suffix in suffixes {
+                if !family.ends_with(suffix) {
+                    names.insert(format!("{family}{suffix}"));
+                }
+            }
+        } else if !line.starts_with('#') && !line.trim().is_empty() {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_string());
+        }
+    }
+    names
+}
+
+#[test]
+fn exported_names_include_declared_families() {
+    let text = "# HELP a_calls Calls.\n# TYPE a_calls counter\n\
+                # TYPE a_seconds histogram\na_seconds_bucket{le=\"1\"} 0\n\
+                # TYPE b_total counter\nb_total 3\n# TYPE c gauge\nc{x=\"y z\"} 1\n# EOF\n";
+    let names = exported_names(text);
+    for want in [
+        "a_calls_total",
+        "a_seconds_bucket",
+        "a_seconds_sum",
+        "a_seconds_count",
+        "b_total",
+        "c",
+    ] {
+        assert!(names.contains(want), "{want} missing from {names:?}");
+    }
+    assert!(!names.contains("b_total_total"), "{names:?}");
+}
+
+// ------------------------------------------------------------------ the shipped files
+
+/// `(alert or record name, expression)` of every rule.
+fn rule_expressions() -> Vec<(String, String)> {
+    let rules: serde_json::Value =
+        serde_yaml_ng::from_str(&read(RULES)).unwrap_or_else(|e| panic!("{RULES}: {e}"));
+    let groups = rules["groups"].as_array().expect("groups");
+    let mut out = Vec::new();
+    for group in groups {
+        for rule in group["rules"].as_array().expect("rules of a group") {
+            let name = rule["alert"]
+                .as_str()
+                .or(rule["record"].as_str())
+                .expect("alert or record")
+                .to_string();
+            let expr = rule["expr"].as_str().expect("expr").to_string();
+            out.push((name, expr));
+        }
+    }
+    out
+}
+
+/// `(panel title, expression)` of every query of every panel, rows' nested panels included.
+fn dashboard_expressions(dashboard: &serde_json::Value) -> Vec<(String, String)> {
+    fn walk(panels: &[serde_json::Value], out: &mut Vec<(String, String)>) {
+        for panel in panels {
+            let title = panel["title"].as_str().unwrap_or("(untitled)").to_string();
+            if panel["type"] != "row" {
+                let targets = panel["targets"]
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                assert!(!targets.is_empty(), "panel {title:?} has no query");
+                for target in targets {
+                    let expr = target["expr"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("panel {title:?}: a target without expr"));
+                    out.push((title.clone(), expr.to_string()));
+                }
+            }
+            if let Some(nested) = panel["panels"].as_array() {
+                walk(nested, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dashboard["panels"].as_array().expect("panels"), &mut out);
+    out
+}
+
+#[test]
+fn every_alert_carries_severity_summary_and_description() {
+    let rules: serde_json::Value = serde_yaml_ng::from_str(&read(RULES)).unwrap();
+    let mut alerts = BTreeSet::new();
+    for group in rules["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let Some(alert) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts.insert(alert.to_string());
+            let severity = rule["labels"]["severity"].as_str();
+            assert!(
+                matches!(severity, Some("warning" | "critical")),
+                "{alert}: severity {severity:?}"
+            );
+            for annotation in ["summary", "description"] {
+                let text = rule["annotations"][annotation].as_str().unwrap_or_default();
+                assert!(text.len() > 20, "{alert}: {annotation} {text:?}");
+            }
+        }
+    }
+    // The alerts issue 19 asks for, one per failure an operator must hear about.
+    for want in [
+        "KubeLbReconcileErrorsRising",
+        "KubeLbServiceLoadBalancerNotReady",
+        "KubeLbCloudThrottled",
+        "KubeLbLeakedCloudResources",
+        "KubeLbProxySyncFailing",
+        "KubeLbProxyRulesStale",
+        "KubeLbNoLeader",
+    ] {
+        assert!(alerts.contains(want), "{want} missing from {alerts:?}");
+    }
+}
+
+#[test]
+fn dashboard_is_valid_json_with_a_datasource_variable() {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read(DASHBOARD)).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"));
+    assert!(dashboard["title"].is_string() && dashboard["uid"].is_string());
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating");
+    assert!(
+        variables
+            .iter()
+            .any(|v| v["type"] == "datasource" && v["name"] == "datasource"),
+        "{variables:?}"
+    );
+    let queries = dashboard_expressions(&dashboard);
+    assert!(queries.len() >= 10, "{queries:?}");
+    for (title, expr) in &queries {
+        assert!(
+            !metric_names(expr).is_empty(),
+            "panel {title:?}: no metric in {expr:?}"
+        );
+    }
+}
+
+/// `promtool` from Debian's `prometheus` package (.ci/run installs it). Missing: a failure
+/// under CI, a loud skip elsewhere.
+fn promtool() -> Option<&'static str> {
+    let found = Command::new("promtool")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but promtool is missing (apt-get install prometheus)"
+        );
+        eprintln!("SKIPPED: promtool not found (apt-get install prometheus)");
+    }
+    found.then_some("promtool")
+}
+
+#[test]
+fn rule_file_passes_promtool_check_and_unit_tests() {
+    let Some(promtool) = promtool() else {
+        return;
+    };
+    for args in [["check", "rules", RULES], ["test", "rules", RULE_TESTS]] {
+        let output = Command::new(promtool)
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "promtool {}:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+// ------------------------------------------------------------------ the running binaries
+
+/// A child process, killed when dropped so a failed assertion leaves nothing running.
+struct Process {
+    child: Child,
+    log: PathBuf,
+    metrics: String,
+}
+
+impl Process {
+    fn start(mut command: Command, log: PathBuf, metrics: String) -> Process {
+        command
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        Process {
+            child: command.spawn().unwrap(),
+            log,
+            metrics,
+        }
+    }
+
+    /// Scrapes `/metrics` until `ready` holds for the text, failing with the log after
+    /// [`CEILING`] or when the process exits.
+    async fn scrape_until(&mut self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = tokio::time::Instant::now() + CEILING;
+        let mut last = String::new();
+        loop {
+            if let Ok(response) = reqwest::get(&self.metrics).await
+                && let Ok(text) = response.text().await
+            {
+                if ready(&text) {
+                    return text;
+                }
+                last = text;
+            }
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                panic!("exited with {exit} before {what}:\n{}", self.log());
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {what} after {CEILING:?}; last /metrics:\n{last}\nlog:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    // The kernel picks a free port; nothing else on this loopback binds by number meanwhile.
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The value of the first sample line starting with `prefix` (name and labels).
+fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// Stand-ins for `nft` and `conntrack` on `PATH`: `nft` refuses every transaction, so the proxy
+/// runs unprivileged, touches no ruleset of the machine, and reports refused syncs.
+fn refusing_nft(dir: &Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for (name, script) in [
+        (
+            "nft",
+            "#!/bin/sh\ncat >/dev/null\necho 'Error: refused by the test stand-in' >&2\nexit 1\n",
+        ),
+        ("conntrack", "#!/bin/sh\nexit 0\n"),
+    ] {
+        let path = bin.join(name);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    format!("{}:{path}", bin.display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
+    let server = server().await;
+    let client = server.client().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    // One Service the local pool serves, one it cannot (an address outside every pool).
+    svc_lb("default", "web").create(&client).await;
+    svc_lb("default", "outside")
+        .lb_ip("192.0.2.10")
+        .create(&client)
+        .await;
+
+    let port = free_port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kube-lb"));
+    command
+        .env_remove("KUBE_LB_CLOUD")
+        .env_remove("KUBE_LB_CLOUD_CONFIG")
+        .args(["--log", "info", "controller", "--cloud", "local"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .args(["--leader-elect", "--leader-elect-namespace", "default"])
+        .args(["--backoff-base", "200ms"])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig);
+    let mut controller = Process::start(
+        command,
+        dir.path().join("controller.log"),
+        format!("http://127.0.0.1:{port}/metrics"),
+    );
+
+    let port = free_port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kube-lb"));
+    command
+        .env("PATH", refusing_nft(dir.path()))
+        .args(["--log", "info", "proxy", "--node-name", "n1"])
+        .args([
+            "--mode",
+            "nftables",
+            "--nft-table",
+            "kube-lb-monitoring-test",
+        ])
+        // No local address is in TEST-NET-1: no NodePort is bound, no sysctl is touched.
+        .args(["--nodeport-addresses", "192.0.2.0/24"])
+        .args(["--healthz-addr", &format!("127.0.0.1:{port}")])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig);
+    let mut proxy = Process::start(
+        command,
+        dir.path().join("proxy.log"),
+        format!("http://127.0.0.1:{port}/metrics"),
+    );
+
+    // What the alerts read, as the alerts expect it: this replica leads; one Service is ready
+    // and the other is not; the proxy counts its refused syncs and fails its health.
+    let ready = |name: &str| {
+        format!(
+            r#"kube_lb_service_load_balancer_ready{{service_namespace="default",service_name="{name}"}}"#
+        )
+    };
+    let controller_text = controller
+        .scrape_until("leadership and both Services' readiness", |text| {
+            sample(text, "kube_lb_leader") == Some(1.0)
+                && sample(text, &ready("web")) == Some(1.0)
+                && sample(text, &ready("outside")) == Some(0.0)
+        })
+        .await;
+    let proxy_text = proxy
+        .scrape_until("a refused sync", |text| {
+            sample(text, "kube_lb_proxy_sync_errors_total").is_some_and(|n| n >= 1.0)
+                && sample(text, "kube_lb_proxy_healthy") == Some(0.0)
+        })
+        .await;
+
+    let controller_names = exported_names(&controller_text);
+    let proxy_names = exported_names(&proxy_text);
+    let dashboard: serde_json::Value = serde_json::from_str(&read(DASHBOARD)).unwrap();
+    let uses = rule_expressions()
+        .into_iter()
+        .map(|(alert, expr)| (format!("{RULES}: {alert}"), expr))
+        .chain(
+            dashboard_expressions(&dashboard)
+                .into_iter()
+                .map(|(panel, expr)| (format!("{DASHBOARD}: {panel}"), expr)),
+        );
+    let mut missing = Vec::new();
+    let mut checked = BTreeSet::new();
+    for (place, expr) in uses {
+        let names = metric_names(&expr);
+        assert!(!names.is_empty(), "{place}: no metric in {expr:?}");
+        for name in names {
+            let (binary, exported) = if name.starts_with("kube_lb_proxy_") {
+                ("proxy", &proxy_names)
+            } else {
+                ("controller", &controller_names)
+            };
+            if !exported.contains(&name) {
+                missing.push(format!("{place}: {name} is not exported by the {binary}"));
+            }
+            checked.insert(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{}\n\ncontroller /metrics:\n{controller_text}\nproxy /metrics:\n{proxy_text}",
+        missing.join("\n")
+    );
+    // Each alert's input is in the files: a tokenizer that found nothing would pass vacuously.
+    for name in [
+        "kube_lb_leader",
+        "kube_lb_service_load_balancer_ready",
+        "kube_lb_reconcile_errors_total",
+        "kube_lb_cloud_throttled_total",
+        "kube_lb_audit_leaked_resources",
+        "kube_lb_proxy_sync_errors_total",
+        "kube_lb_proxy_sync_pending_seconds",
+    ] {
+        assert!(checked.contains(name), "{name} not used: {checked:?}");
+    }
+}
