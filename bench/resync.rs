@@ -178,6 +178,9 @@ async fn local(run: &Run) -> Result<Row, Error> {
     })
 }
 
+/// Above this many load balancers the AWS run uses one shared ELB security group.
+const AWS_SHARED_GROUP_ABOVE: usize = 500;
+
 async fn aws(run: &Run) -> Result<Row, Error> {
     use aws_config::{BehaviorVersion, Region};
     use aws_credential_types::Credentials;
@@ -212,10 +215,39 @@ async fn aws(run: &Run) -> Result<Row, Error> {
     let specs: Vec<_> = (0..run.lbs)
         .map(|i| spec(Cloud::Aws, i, json!({})))
         .collect::<Result<_, _>>()?;
+    // Each Classic ELB with its own group adds one rule to the node group, and AWS caps rules
+    // per group (60 by default, 1,000 at most; moto refuses near 1,000): beyond a few hundred
+    // load balancers a cluster needs upstream's `ElbSecurityGroup` (one group for every ELB,
+    // one node rule), so the bench uses it there.
+    let shared_group = if run.lbs > AWS_SHARED_GROUP_ABOVE {
+        let created = moto
+            .ec2(
+                "CreateSecurityGroup",
+                &[
+                    ("GroupName", "bench-elbs"),
+                    (
+                        "GroupDescription",
+                        "shared group of every ELB (ElbSecurityGroup)",
+                    ),
+                    ("VpcId", &network.vpc),
+                ],
+            )
+            .await?;
+        let group = kube_lb_mock_aws::xml_value(&created, "groupId")
+            .ok_or("CreateSecurityGroup answered without a groupId")?;
+        println!(
+            "  aws: {} load balancers > {AWS_SHARED_GROUP_ABOVE}: ElbSecurityGroup={group} (AWS caps rules per security group)",
+            run.lbs
+        );
+        Some(group)
+    } else {
+        None
+    };
     let setup = AwsProvider::new(
         &sdk(moto.endpoint()).await,
         CloudConfig {
             rate_limits: RateLimits::unlimited(),
+            elb_security_group: shared_group.clone(),
             ..CloudConfig::default()
         },
         CLUSTER,
@@ -224,7 +256,10 @@ async fn aws(run: &Run) -> Result<Row, Error> {
 
     let proxy = FaultProxy::start(moto.addr(), FaultPlan::None).await?;
     proxy.set_latency(run.latency);
-    let config = CloudConfig::default();
+    let config = CloudConfig {
+        elb_security_group: shared_group,
+        ..CloudConfig::default()
+    };
     let limits = config.rate_limits.clone();
     let restarted = AwsProvider::new(&sdk(proxy.endpoint()).await, config, CLUSTER);
     let start = Instant::now();

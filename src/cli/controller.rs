@@ -18,6 +18,19 @@ use crate::metrics::Metrics;
 
 /// Arguments of `kube-lb controller`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Why is a Service <pending>? Every Service this controller manages \
+carries the condition kube-lb.io/LoadBalancerReady: status True (reason Provisioned), Unknown \
+(Pending, CloudThrottled, CloudError: retried) or False (AnnotationInvalid, CloudRejected: fix \
+the Service; QuotaExceeded, PermissionDenied, PoolExhausted, AddressInUse, SharingConflict, \
+NameTaken, MissingDependency, Deleting: retried with backoff), with a message naming what to \
+change and the annotations that were ignored. Each change of it is also an Event \
+(LoadBalancerReady / LoadBalancerNotReady), which `kubectl describe svc` shows.\n\nExample:\n  \
+kubectl wait --for=condition=kube-lb.io/LoadBalancerReady svc/web --timeout=60s\n  \
+kubectl get svc web -o jsonpath='{.status.conditions[?(@.type==\"kube-lb.io/LoadBalancerReady\")].message}'\n  \
+Load balancer ready at 127.20.79.1.\n\nLeaked cloud resources: --audit-interval 10m runs \
+`kube-lb audit` on the leader and exports kube_lb_audit_leaked_resources{provider,kind}."
+)]
 pub struct Args {
     #[command(flatten)]
     pub cloud: CloudArgs,
