@@ -22,7 +22,7 @@ fn kubectl_1_20() -> PathBuf {
 }
 
 /// The binary, or `None` (a loud skip) outside CI; in CI a missing tool fails the test.
-fn require(path: PathBuf, how: &str) -> Option<PathBuf> {
+pub(crate) fn require(path: PathBuf, how: &str) -> Option<PathBuf> {
     if path.is_file() {
         return Some(path);
     }
@@ -33,7 +33,7 @@ fn require(path: PathBuf, how: &str) -> Option<PathBuf> {
 }
 
 /// A running `kube-lb` subcommand, killed when dropped.
-struct Running {
+pub(crate) struct Running {
     child: Child,
     kubeconfig: PathBuf,
     dir: tempfile::TempDir,
@@ -48,7 +48,7 @@ impl Drop for Running {
 
 /// Starts `kube-lb <args> --kubeconfig-out …` and waits until it printed the kubeconfig line
 /// (written before it is printed).
-fn start(args: &[&str]) -> Running {
+pub(crate) fn start(args: &[&str]) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     let mut child = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
@@ -83,13 +83,14 @@ fn start(args: &[&str]) -> Running {
     }
 }
 
-struct Kubectl<'a> {
-    binary: &'a Path,
-    running: &'a Running,
+/// kubectl `binary` pointed at `running` (its kubeconfig, a private discovery cache).
+pub(crate) struct Kubectl<'a> {
+    pub(crate) binary: &'a Path,
+    pub(crate) running: &'a Running,
 }
 
 impl Kubectl<'_> {
-    fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+    pub(crate) fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
         use std::io::Write as _;
         let mut child = Command::new(self.binary)
             .env("KUBECONFIG", &self.running.kubeconfig)
@@ -111,7 +112,7 @@ impl Kubectl<'_> {
         child.wait_with_output().unwrap()
     }
 
-    fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+    pub(crate) fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
         let out = self.run(args, stdin);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(

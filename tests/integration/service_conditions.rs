@@ -6,11 +6,9 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::controller_support;
+use crate::kubectl_legacy::{Kubectl, require, start};
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use controller_support::*;
@@ -246,100 +244,7 @@ async fn a_throttled_cloud_is_unknown_and_the_retry_keeps_its_backoff() {
 fn kubectl_binary() -> Option<PathBuf> {
     let path = std::env::var_os("KUBECTL")
         .map_or_else(|| PathBuf::from("/usr/bin/kubectl"), PathBuf::from);
-    if path.is_file() {
-        return Some(path);
-    }
-    let message = format!("{} not found; install kubectl", path.display());
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
-    eprintln!("SKIPPED: {message}");
-    None
-}
-
-/// `kube-lb up` (API server, controller and dataplane in one process), killed when dropped.
-struct Up {
-    child: Child,
-    kubeconfig: PathBuf,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn up() -> Up {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    // A pool of its own, so the userspace dataplane binds no address another test uses.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-        .args(["--log", "warn", "up", "--listen", "127.0.0.1:0"])
-        .args(["--metrics-addr", "127.0.0.1:0", "--dataplane", "userspace"])
-        .args([
-            "--local-pool",
-            "127.20.79.1-127.20.79.6",
-            "--kubeconfig-out",
-        ])
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let up = Up {
-        child,
-        kubeconfig,
-        dir,
-    };
-    let deadline = Instant::now() + CEILING;
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("kube-lb up printed no kubeconfig line in time");
-        if line.starts_with("kubeconfig:") {
-            return up;
-        }
-    }
-}
-
-fn kubectl(binary: &PathBuf, up: &Up, args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write as _;
-    let mut child = Command::new(binary)
-        .env("KUBECONFIG", &up.kubeconfig)
-        // A private discovery cache.
-        .env("HOME", up.dir.path())
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).unwrap();
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
-}
-
-fn ok(output: Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\nstdout: {stdout}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    require(path, "install kubectl")
 }
 
 const SERVICES: &str = r#"apiVersion: v1
@@ -376,37 +281,31 @@ fn kubectl_wait_and_describe_show_the_condition() {
     let Some(binary) = kubectl_binary() else {
         return;
     };
-    let up = up();
-    ok(
-        kubectl(&binary, &up, &["apply", "-f", "-"], Some(SERVICES)),
-        "kubectl apply",
-    );
+    // `kube-lb up` with a pool of its own, so the userspace dataplane binds no address another
+    // test uses.
+    let running = start(&[
+        "up",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--dataplane",
+        "userspace",
+        "--local-pool",
+        "127.20.79.1-127.20.79.6",
+    ]);
+    let kubectl = Kubectl {
+        binary: &binary,
+        running: &running,
+    };
+    kubectl.ok(&["apply", "-f", "-"], Some(SERVICES));
     let ready = format!("--for=condition={CONDITION_TYPE}");
-    let waited = ok(
-        kubectl(
-            &binary,
-            &up,
-            &["wait", &ready, "svc/web", "--timeout=60s"],
-            None,
-        ),
-        "kubectl wait for True",
-    );
+    let waited = kubectl.ok(&["wait", &ready, "svc/web", "--timeout=60s"], None);
     assert_eq!(waited.trim(), "service/web condition met");
     let not_ready = format!("--for=condition={CONDITION_TYPE}=False");
-    ok(
-        kubectl(
-            &binary,
-            &up,
-            &["wait", &not_ready, "svc/broken", "--timeout=60s"],
-            None,
-        ),
-        "kubectl wait for False",
-    );
+    kubectl.ok(&["wait", &not_ready, "svc/broken", "--timeout=60s"], None);
 
-    let described = ok(
-        kubectl(&binary, &up, &["describe", "svc", "web"], None),
-        "kubectl describe svc web",
-    );
+    let described = kubectl.ok(&["describe", "svc", "web"], None);
     eprintln!("{described}");
     assert!(described.contains("LoadBalancerReady"), "{described}");
     assert!(
@@ -415,10 +314,7 @@ fn kubectl_wait_and_describe_show_the_condition() {
         ),
         "{described}"
     );
-    let broken = ok(
-        kubectl(&binary, &up, &["describe", "svc", "broken"], None),
-        "kubectl describe svc broken",
-    );
+    let broken = kubectl.ok(&["describe", "svc", "broken"], None);
     eprintln!("{broken}");
     assert!(broken.contains("LoadBalancerNotReady"), "{broken}");
     assert!(
@@ -426,20 +322,15 @@ fn kubectl_wait_and_describe_show_the_condition() {
         "{broken}"
     );
     // The condition itself, as `kubectl get -o jsonpath` scripts read it.
-    let reason = ok(
-        kubectl(
-            &binary,
-            &up,
-            &[
-                "get",
-                "svc",
-                "broken",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"kube-lb.io/LoadBalancerReady\")].reason}",
-            ],
-            None,
-        ),
-        "kubectl get jsonpath",
+    let reason = kubectl.ok(
+        &[
+            "get",
+            "svc",
+            "broken",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"kube-lb.io/LoadBalancerReady\")].reason}",
+        ],
+        None,
     );
     assert_eq!(reason, "AnnotationInvalid");
 }
