@@ -9,7 +9,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends musl-tools && r
     && rustup target add x86_64-unknown-linux-musl
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --target x86_64-unknown-linux-musl --no-default-features --features aws,gcp,azure,openstack \
+RUN cargo build --release --locked --target x86_64-unknown-linux-musl --no-default-features --features aws,gcp,azure,openstack,tencent,baidu \
     && cp target/x86_64-unknown-linux-musl/release/kube-lb /kube-lb
 
 # Stage 2: the proxy shells out to `nft` and `conntrack`, so the runtime image is a slim Debian

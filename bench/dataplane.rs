@@ -787,15 +787,25 @@ struct Totals {
     work: f64,
     seconds: f64,
     cpu_ns: u64,
+    /// CPU ns of the load generator and backend threads (the same programs for every target).
+    load_ns: u64,
     /// Request latencies in µs (request figures only).
     latencies: Vec<u32>,
 }
 
 impl Totals {
-    fn add(&mut self, work: f64, seconds: f64, cpu_ns: u64, latencies: Vec<u32>) {
+    fn add(&mut self, slice: Slice) {
+        let Slice {
+            work,
+            seconds,
+            cpu_ns,
+            load_ns,
+            latencies,
+        } = slice;
         self.work += work;
         self.seconds += seconds;
         self.cpu_ns += cpu_ns;
+        self.load_ns += load_ns;
         self.latencies.extend(latencies);
     }
 
@@ -817,6 +827,11 @@ impl Totals {
     fn cpu_per(&self) -> f64 {
         self.cpu_ns as f64 / 1e3 / self.work
     }
+
+    /// Client and backend CPU µs per unit of work.
+    fn load_per(&self) -> f64 {
+        self.load_ns as f64 / 1e3 / self.work
+    }
 }
 
 /// The figures compared.
@@ -830,15 +845,29 @@ enum Figure {
     Throughput,
 }
 
-/// One measurement slice of `figure` against `target`: (work done, seconds, proxy CPU ns,
-/// request latencies in µs).
-async fn slice_of(
-    figure: Figure,
-    target: SocketAddr,
-    cpu: Cpu,
-    slice: Duration,
-) -> (f64, f64, u64, Vec<u32>) {
+/// What one measurement slice of one figure against one target came to.
+struct Slice {
+    /// Requests completed, or MB received.
+    work: f64,
+    seconds: f64,
+    /// CPU ns of the proxy's threads.
+    cpu_ns: u64,
+    /// CPU ns of the load generator's and the backend's threads.
+    load_ns: u64,
+    /// Request latencies in µs.
+    latencies: Vec<u32>,
+}
+
+/// CPU ns so far of this process's load generator and backend threads.
+fn load_cpu_ns() -> u64 {
+    let pid = std::process::id();
+    cpu_ns(pid, Some("bench-client")) + cpu_ns(pid, Some("bench-backend"))
+}
+
+/// One measurement slice of `figure` against `target`.
+async fn slice_of(figure: Figure, target: SocketAddr, cpu: Cpu, slice: Duration) -> Slice {
     let before = cpu.now();
+    let load_before = load_cpu_ns();
     let started = Instant::now();
     let (work, latencies) = match figure {
         Figure::NewConnection | Figure::KeepAlive => {
@@ -856,7 +885,13 @@ async fn slice_of(
         Figure::Throughput => started.elapsed().as_secs_f64(),
         _ => slice.as_secs_f64(),
     };
-    (work, seconds, cpu.now() - before, latencies)
+    Slice {
+        work,
+        seconds,
+        cpu_ns: cpu.now() - before,
+        load_ns: load_cpu_ns() - load_before,
+        latencies,
+    }
 }
 
 /// Concurrent request loops of the load generator.
@@ -1022,10 +1057,9 @@ fn userspace_benchmarks(quick: bool) {
             let mut this = [0.0; 3];
             for index in order {
                 let (_, addr, cpu) = targets[index];
-                let (work, seconds, cpu_ns, latencies) =
-                    client_runtime.block_on(slice_of(figure, addr, cpu, slice));
-                totals[f][index].add(work, seconds, cpu_ns, latencies);
-                this[index] = work / seconds;
+                let measured = client_runtime.block_on(slice_of(figure, addr, cpu, slice));
+                this[index] = measured.work / measured.seconds;
+                totals[f][index].add(measured);
             }
             spreads[f].push(this[1] / this[2]);
         }
@@ -1106,6 +1140,33 @@ fn userspace_benchmarks(quick: bool) {
         range(&spreads[1]),
         range(&spreads[2]),
         load_average()
+    );
+    // Where the CPU goes per new-connection request. On a machine the load generator and
+    // backend share with the proxy, req/s follows the total: with equal client and backend
+    // costs, userspace/haproxy ≈ (haproxy + its load) / (userspace + its load), and even a
+    // proxy that cost nothing could not pass (haproxy + its load) / load.
+    println!(
+        "\n{:>18} | {:>12} {:>16} {:>12}   (CPU µs per new-connection request)",
+        "target", "proxy", "client + backend", "together"
+    );
+    for (index, (name, _, cpu)) in targets.iter().enumerate() {
+        let totals = &totals[0][index];
+        let proxy = match cpu {
+            Cpu::None => 0.0,
+            Cpu::Threads(..) => totals.cpu_per(),
+        };
+        println!(
+            "{name:>18} | {proxy:>12.1} {:>16.1} {:>12.1}",
+            totals.load_per(),
+            proxy + totals.load_per()
+        );
+    }
+    let together = |index: usize| totals[0][index].cpu_per() + totals[0][index].load_per();
+    println!(
+        "{:>18} | userspace/haproxy from CPU {:.2}x; with a proxy costing nothing {:.2}x",
+        "CPU-bound ratio",
+        together(2) / together(1),
+        together(2) / totals[0][1].load_per()
     );
     println!(
         "\n{:>18} | {:>22} {:>22}",

@@ -21,6 +21,10 @@ pub enum CloudName {
     Azure,
     /// OpenStack (Octavia + Neutron); needs the `openstack` cargo feature.
     Openstack,
+    /// Baidu Cloud (BLB + EIP); needs the `baidu` cargo feature.
+    Baidu,
+    /// Tencent Cloud (CLB, TKE annotations); needs the `tencent` cargo feature.
+    Tencent,
 }
 
 impl CloudName {
@@ -32,6 +36,8 @@ impl CloudName {
             CloudName::Gcp => Cloud::Gcp,
             CloudName::Azure => Cloud::Azure,
             CloudName::Openstack => Cloud::Openstack,
+            CloudName::Baidu => Cloud::Baidu,
+            CloudName::Tencent => Cloud::Tencent,
         }
     }
 }
@@ -86,6 +92,8 @@ pub async fn build(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Pro
         CloudName::Gcp => gcp(args, counter).await,
         CloudName::Azure => azure(args, counter).await,
         CloudName::Openstack => openstack(args, counter).await,
+        CloudName::Baidu => baidu(args, counter).await,
+        CloudName::Tencent => tencent(args, counter).await,
     }
 }
 
@@ -93,7 +101,9 @@ pub async fn build(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Pro
     feature = "aws",
     feature = "gcp",
     feature = "azure",
-    feature = "openstack"
+    feature = "openstack",
+    feature = "baidu",
+    feature = "tencent"
 ))]
 fn cloud_provider(provider: Arc<dyn LoadBalancerProvider>) -> Provider {
     Provider {
@@ -168,4 +178,38 @@ async fn openstack(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Pro
 #[cfg(not(feature = "openstack"))]
 async fn openstack(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
     anyhow::bail!("--cloud openstack: this kube-lb was built without the `openstack` cargo feature")
+}
+
+#[cfg(feature = "baidu")]
+async fn baidu(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
+    let provider = kube_lb_provider_baidu::BaiduProvider::from_cloud_config(
+        args.cloud_config.as_deref(),
+        &args.cluster_name,
+        counter,
+    )
+    .await
+    .context("configuring the Baidu provider")?;
+    Ok(cloud_provider(Arc::new(provider)))
+}
+
+#[cfg(not(feature = "baidu"))]
+async fn baidu(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
+    anyhow::bail!("--cloud baidu: this kube-lb was built without the `baidu` cargo feature")
+}
+
+#[cfg(feature = "tencent")]
+async fn tencent(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
+    let provider = kube_lb_provider_tencent::TencentProvider::from_cloud_config(
+        args.cloud_config.as_deref(),
+        &args.cluster_name,
+        counter,
+    )
+    .await
+    .context("configuring the Tencent provider")?;
+    Ok(cloud_provider(Arc::new(provider)))
+}
+
+#[cfg(not(feature = "tencent"))]
+async fn tencent(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
+    anyhow::bail!("--cloud tencent: this kube-lb was built without the `tencent` cargo feature")
 }

@@ -242,6 +242,55 @@ pub mod openstack {
     pub const KEEP_FLOATING_IP: &str = "loadbalancer.openstack.org/keep-floatingip";
     /// Listener connection limit.
     pub const CONNECTION_LIMIT: &str = "loadbalancer.openstack.org/connection-limit";
+    /// Floating IP subnet by id.
+    pub const FLOATING_SUBNET_ID: &str = "loadbalancer.openstack.org/floating-subnet-id";
+    /// Floating IP subnet by name.
+    pub const FLOATING_SUBNET: &str = "loadbalancer.openstack.org/floating-subnet";
+    /// Floating IP subnet by tags.
+    pub const FLOATING_SUBNET_TAGS: &str = "loadbalancer.openstack.org/floating-subnet-tags";
+    /// A `[LoadBalancerClass "name"]` of cloud.conf.
+    pub const CLASS: &str = "loadbalancer.openstack.org/class";
+    /// VIP network.
+    pub const NETWORK_ID: &str = "loadbalancer.openstack.org/network-id";
+    /// Members' subnet.
+    pub const MEMBER_SUBNET_ID: &str = "loadbalancer.openstack.org/member-subnet-id";
+    /// Pre-created VIP port.
+    pub const PORT_ID: &str = "loadbalancer.openstack.org/port-id";
+    /// Listener client inactivity timeout (ms).
+    pub const TIMEOUT_CLIENT_DATA: &str = "loadbalancer.openstack.org/timeout-client-data";
+    /// Listener member connect timeout (ms).
+    pub const TIMEOUT_MEMBER_CONNECT: &str = "loadbalancer.openstack.org/timeout-member-connect";
+    /// Listener member inactivity timeout (ms).
+    pub const TIMEOUT_MEMBER_DATA: &str = "loadbalancer.openstack.org/timeout-member-data";
+    /// Listener TCP inspection timeout (ms).
+    pub const TIMEOUT_TCP_INSPECT: &str = "loadbalancer.openstack.org/timeout-tcp-inspect";
+    /// Create a health monitor per pool.
+    pub const ENABLE_HEALTH_MONITOR: &str = "loadbalancer.openstack.org/enable-health-monitor";
+    /// Seconds between health checks.
+    pub const HEALTH_MONITOR_DELAY: &str = "loadbalancer.openstack.org/health-monitor-delay";
+    /// Seconds per health check.
+    pub const HEALTH_MONITOR_TIMEOUT: &str = "loadbalancer.openstack.org/health-monitor-timeout";
+    /// Successes to mark a member up.
+    pub const HEALTH_MONITOR_MAX_RETRIES: &str =
+        "loadbalancer.openstack.org/health-monitor-max-retries";
+    /// Failures to mark a member down.
+    pub const HEALTH_MONITOR_MAX_RETRIES_DOWN: &str =
+        "loadbalancer.openstack.org/health-monitor-max-retries-down";
+    /// Octavia flavor.
+    pub const FLAVOR_ID: &str = "loadbalancer.openstack.org/flavor-id";
+    /// Octavia availability zone.
+    pub const AVAILABILITY_ZONE: &str = "loadbalancer.openstack.org/availability-zone";
+    /// Barbican TLS container for TERMINATED_HTTPS listeners.
+    pub const DEFAULT_TLS_CONTAINER_REF: &str =
+        "loadbalancer.openstack.org/default-tls-container-ref";
+    /// An existing load balancer to use.
+    pub const LOAD_BALANCER_ID: &str = "loadbalancer.openstack.org/load-balancer-id";
+    /// Hostname reported in status.
+    pub const HOSTNAME: &str = "loadbalancer.openstack.org/hostname";
+    /// Written by cloud-provider-openstack: the address behind `hostname` (read-only here).
+    pub const LOAD_BALANCER_ADDRESS: &str = "loadbalancer.openstack.org/load-balancer-address";
+    /// Member node label selector.
+    pub const NODE_SELECTOR: &str = "loadbalancer.openstack.org/node-selector";
 }
 
 /// Tencent TKE keys (seed 001; reference other-clouds.md §2.3).
@@ -274,6 +323,68 @@ pub mod tencent {
 pub mod baidu {
     /// Internal BLB (no EIP).
     pub const INTERNAL_VPC: &str = "service.beta.kubernetes.io/cce-load-balancer-internal-vpc";
+    /// BLB name override.
+    pub const LB_NAME: &str = "service.beta.kubernetes.io/cce-load-balancer-lb-name";
+    /// Subnet for a new BLB.
+    pub const SUBNET_ID: &str = "service.beta.kubernetes.io/cce-load-balancer-subnet-id";
+    /// Ask for a VIP at create.
+    pub const ALLOCATE_VIP: &str = "service.beta.kubernetes.io/cce-load-balancer-allocate-vip";
+    /// Keep the BLB on delete.
+    pub const RESERVE_LB: &str = "service.beta.kubernetes.io/cce-load-balancer-reserve-lb";
+    /// Use an existing BLB.
+    pub const EXIST_ID: &str = "service.beta.kubernetes.io/cce-load-balancer-exist-id";
+    /// The BLB id (read first; upstream writes it back).
+    pub const LOAD_BALANCER_ID: &str = "service.beta.kubernetes.io/cce-load-balancer-id";
+    /// The BLB id upstream writes back after creating it.
+    pub const CCE_ADD_ID: &str = "service.beta.kubernetes.io/cce-load-balancer-cce-add-id";
+    /// The EIP upstream writes back.
+    pub const CCE_ADD_EIP: &str = "service.beta.kubernetes.io/cce-load-balancer-cce-add-eip";
+    /// Upstream's cap on backend servers (not converged by kube-lb: warned).
+    pub const RS_MAX_NUM: &str = "service.beta.kubernetes.io/cce-load-balancer-rs-max-num";
+    /// EIP name.
+    pub const EIP_NAME: &str = "service.beta.kubernetes.io/cce-elastic-ip-name";
+    /// `Prepaid` / `Postpaid`.
+    pub const EIP_PAYMENT_TIMING: &str = "service.beta.kubernetes.io/cce-elastic-ip-payment-timing";
+    /// `ByTraffic` / `ByBandwidth`.
+    pub const EIP_BILLING_METHOD: &str = "service.beta.kubernetes.io/cce-elastic-ip-billing-method";
+    /// Bandwidth, Mbps.
+    pub const EIP_BANDWIDTH_IN_MBPS: &str =
+        "service.beta.kubernetes.io/cce-elastic-ip-bandwidth-in-mbps";
+    /// Prepaid length, months.
+    pub const EIP_RESERVATION_LENGTH: &str =
+        "service.beta.kubernetes.io/cce-elastic-ip-reservation-length";
+}
+
+/// `local` provider keys (address pools, issue 18), with MetalLB's keys accepted as aliases
+/// (reference other-clouds.md §4.1) so a cluster can move over without editing Services.
+pub mod local {
+    /// Requested addresses, comma separated, at most one per family: the only way to ask for
+    /// both families (`spec.loadBalancerIP` holds one address).
+    pub const LOAD_BALANCER_IPS: &str = "kube-lb.io/load-balancer-ips";
+    /// The `IPPool` to take the address from.
+    pub const ADDRESS_POOL: &str = "kube-lb.io/address-pool";
+    /// Sharing key: Services with the same key and disjoint (port, protocol) pairs may share
+    /// an address.
+    pub const ALLOW_SHARED_IP: &str = "kube-lb.io/allow-shared-ip";
+    /// Written by the controller: the `IPPool` the Service's address came from.
+    pub const ALLOCATED_FROM_POOL: &str = "kube-lb.io/ip-allocated-from-pool";
+    /// MetalLB's spelling of [`LOAD_BALANCER_IPS`].
+    pub const METALLB_LOAD_BALANCER_IPS: &str = "metallb.io/loadBalancerIPs";
+    /// MetalLB's spelling of [`ADDRESS_POOL`].
+    pub const METALLB_ADDRESS_POOL: &str = "metallb.io/address-pool";
+    /// MetalLB's spelling of [`ALLOW_SHARED_IP`].
+    pub const METALLB_ALLOW_SHARED_IP: &str = "metallb.io/allow-shared-ip";
+    /// MetalLB's spelling of [`ALLOCATED_FROM_POOL`].
+    pub const METALLB_ALLOCATED_FROM_POOL: &str = "metallb.io/ip-allocated-from-pool";
+    /// MetalLB's deprecated spelling of [`LOAD_BALANCER_IPS`].
+    pub const METALLB_LEGACY_LOAD_BALANCER_IPS: &str = "metallb.universe.tf/loadBalancerIPs";
+    /// MetalLB's deprecated spelling of [`ADDRESS_POOL`].
+    pub const METALLB_LEGACY_ADDRESS_POOL: &str = "metallb.universe.tf/address-pool";
+    /// MetalLB's deprecated spelling of [`ALLOW_SHARED_IP`].
+    pub const METALLB_LEGACY_ALLOW_SHARED_IP: &str = "metallb.universe.tf/allow-shared-ip";
+    /// MetalLB's deprecated spelling of [`ALLOCATED_FROM_POOL`].
+    pub const METALLB_LEGACY_ALLOCATED_FROM_POOL: &str =
+        "metallb.universe.tf/ip-allocated-from-pool";
 }
 
 use crate::Cloud;
@@ -307,6 +418,12 @@ pub(crate) fn cloud_of_key(key: &str) -> Option<Cloud> {
         ),
         ("service.cloud.tencent.com/", Cloud::Tencent),
         ("service.beta.kubernetes.io/cce-", Cloud::Baidu),
+        ("kube-lb.io/load-balancer-ips", Cloud::Local),
+        ("kube-lb.io/address-pool", Cloud::Local),
+        ("kube-lb.io/allow-shared-ip", Cloud::Local),
+        ("kube-lb.io/ip-allocated-from-pool", Cloud::Local),
+        ("metallb.io/", Cloud::Local),
+        ("metallb.universe.tf/", Cloud::Local),
     ];
     TABLE
         .iter()

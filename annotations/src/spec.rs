@@ -12,6 +12,7 @@ mod aws;
 mod azure;
 mod baidu;
 mod gcp;
+mod local;
 mod openstack;
 mod tencent;
 
@@ -19,6 +20,7 @@ pub use aws::*;
 pub use azure::*;
 pub use baidu::*;
 pub use gcp::*;
+pub use local::*;
 pub use openstack::*;
 pub use tencent::*;
 
@@ -298,8 +300,8 @@ pub struct LoadBalancerSpec {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "cloud", rename_all = "lowercase")]
 pub enum ProviderSpec {
-    /// The embedded `local` provider has no extra settings.
-    Local,
+    /// The embedded `local` provider: what the Service asks of the address pools.
+    Local(LocalSpec),
     /// Amazon: Classic ELB or NLB, listeners and health check resolved.
     Aws(AwsSpec),
     /// Google Cloud L4.
@@ -335,6 +337,14 @@ impl ProviderSpec {
     pub fn as_azure(&self) -> Option<&AzureSpec> {
         match self {
             ProviderSpec::Azure(azure) => Some(azure),
+            _ => None,
+        }
+    }
+
+    /// The `local` extension, when this spec was parsed for the `local` provider.
+    pub fn as_local(&self) -> Option<&LocalSpec> {
+        match self {
+            ProviderSpec::Local(local) => Some(local),
             _ => None,
         }
     }

@@ -403,7 +403,7 @@ fn tencent_the_eight_tke_annotations() {
         .annotate(tencent::LISTENER_PARAMETERS, "{not json")
         .annotate(tencent::LOADBALANCE_TYPE, "xxxxx")
         .annotate(tencent::INTERNET_CHARGE_TYPE, "xxxxxx")
-        .annotate(tencent::INTERNET_MAX_BANDWIDTH_OUT, "2001")
+        .annotate(tencent::INTERNET_MAX_BANDWIDTH_OUT, "2049")
         .annotate(tencent::LOCAL_SVC_ONLY_BIND_NODE_WITH_POD, "sure")
         .err(Cloud::Tencent);
     assert_eq!(errors.len(), 9, "{errors}");
@@ -423,7 +423,7 @@ fn tencent_the_eight_tke_annotations() {
         &errors,
         tencent::INTERNET_MAX_BANDWIDTH_OUT,
         ErrorKind::OutOfRange,
-        "from 1 to 2000",
+        "from 1 to 2048",
     );
     assert_error(
         &errors,

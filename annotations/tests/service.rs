@@ -18,7 +18,7 @@ fn a_plain_service_parses_with_neutral_defaults() {
     let parsed = svc_lb("ns", "web").ok(Cloud::Local);
     let spec = parsed.spec;
     assert_eq!(spec.service.to_string(), "ns/web");
-    assert_eq!(spec.provider, ProviderSpec::Local);
+    assert_eq!(spec.provider, ProviderSpec::Local(Default::default()));
     assert_eq!(spec.scheme, Scheme::External);
     assert_eq!(spec.traffic_policy, TrafficPolicy::Cluster);
     assert_eq!(spec.session_affinity, SessionAffinity::None);

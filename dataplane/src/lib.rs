@@ -3,6 +3,7 @@
 //! the kube-proxy compatible health servers ([`health`]).
 
 pub mod health;
+pub mod l2;
 pub mod maglev;
 pub mod model;
 pub mod nft;

@@ -21,9 +21,10 @@ use crate::metrics::Metrics;
 #[command(
     after_help = "Why is a Service <pending>? Every Service this controller manages \
 carries the condition kube-lb.io/LoadBalancerReady: status True (reason Provisioned), Unknown \
-(Pending, CloudThrottled, CloudError: retried) or False (AnnotationInvalid, CloudRejected: fix \
-the Service; QuotaExceeded, PermissionDenied, PoolExhausted, AddressInUse, SharingConflict, \
-NameTaken, MissingDependency, Deleting: retried with backoff), with a message naming what to \
+(Pending, CloudThrottled, CloudError: retried) or False (AnnotationInvalid, CloudRejected, \
+NameTaken when the owner is known to be someone else: fix the Service or the resource named; \
+QuotaExceeded, PermissionDenied, PoolExhausted, AddressInUse, SharingConflict, \
+MissingDependency, Deleting: retried with backoff), with a message naming what to \
 change and the annotations that were ignored. Each change of it is also an Event \
 (LoadBalancerReady / LoadBalancerNotReady), which `kubectl describe svc` shows.\n\nExample:\n  \
 kubectl wait --for=condition=kube-lb.io/LoadBalancerReady svc/web --timeout=60s\n  \
@@ -192,7 +193,20 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             shutdown.clone(),
         ))
     });
-    let controller = LoadBalancerController::new(client, provider.provider, config, metrics);
+    // The local provider's address pools: IPPools when the CRD is installed.
+    let pools = provider.local.clone().map(|local| {
+        tokio::spawn(crate::controller::pools::run(
+            client.clone(),
+            local,
+            leading.clone(),
+            config.identity.clone(),
+            shutdown.clone(),
+        ))
+    });
+    let mut controller = LoadBalancerController::new(client, provider.provider, config, metrics);
+    if let Some(local) = &provider.local {
+        controller = controller.retry_pending_on(local.changes());
+    }
     let signal = shutdown.clone();
     tokio::spawn(async move {
         crate::cli::wait_for_signal().await;
@@ -207,6 +221,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let _ = server.await;
     if let Some(audit) = audit {
         let _ = audit.await;
+    }
+    if let Some(pools) = pools {
+        let _ = pools.await;
     }
     result?;
     Ok(ExitCode::SUCCESS)

@@ -43,7 +43,10 @@ pub struct Args {
     pub files: Vec<String>,
 
     /// Which cloud's annotations to interpret. `local` (the default) is kube-lb's embedded
-    /// provider: no cloud annotations apply, and any found are reported as having no effect.
+    /// provider: its address-pool annotations (`kube-lb.io/load-balancer-ips`,
+    /// `kube-lb.io/address-pool`, `kube-lb.io/allow-shared-ip`, MetalLB's `metallb.io/*` as
+    /// aliases with a warning) are checked, and cloud annotations are reported as having no
+    /// effect.
     #[arg(long, value_enum, default_value_t = CloudArg::Local, env = "KUBE_LB_CLOUD")]
     pub cloud: CloudArg,
 
@@ -55,7 +58,8 @@ pub struct Args {
 /// `--cloud` values (one per [`Cloud`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CloudArg {
-    /// kube-lb's embedded provider (addresses from a local pool).
+    /// kube-lb's embedded provider (addresses from IPPools or a local pool; `kube-lb.io/*`
+    /// and MetalLB's `metallb.io/*` address annotations).
     Local,
     /// AWS Classic ELB / NLB (`service.beta.kubernetes.io/aws-load-balancer-*`).
     Aws,

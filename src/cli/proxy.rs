@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use ipnet::IpNet;
 use kube::Client;
 use kube_lb_dataplane::health::{self, ProxyHealth, ServiceHealthServers};
+use kube_lb_dataplane::l2::announcer as l2;
 use kube_lb_dataplane::maglev::TableSize;
 use kube_lb_dataplane::model::IndexConfig;
 use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig, NftScheduler};
@@ -108,6 +109,35 @@ pub struct Args {
     /// (default: one per CPU, at most 4).
     #[arg(long)]
     pub userspace_workers: Option<std::num::NonZeroUsize>,
+
+    /// Layer-2 announcement: answer ARP (IPv4) and NDP (IPv6) for the load-balancer addresses
+    /// this node is elected for, on `--l2-interface`, and take them over when their node fails.
+    /// For bare-metal clusters whose addresses come from local pools.
+    #[arg(long)]
+    pub l2_announce: bool,
+
+    /// Interfaces to announce on (with --l2-announce): an interface name or a regular
+    /// expression matched against whole names, e.g. `eth0` or `en.*|bond0`.
+    #[arg(long, value_name = "NAME|REGEX")]
+    pub l2_interface: Option<String>,
+
+    /// Namespace of the per-node announcer leases (one Lease per node, whatever the number of
+    /// Services).
+    #[arg(long, default_value = "kube-lb-system")]
+    pub l2_lease_namespace: String,
+
+    /// How often this node renews its announcer lease.
+    #[arg(long, default_value = "500ms")]
+    pub l2_renew_interval: humantime::Duration,
+
+    /// How long after its last renewal a node's lease counts as live: its addresses move about
+    /// this long after the node fails. Every node should use the same value.
+    #[arg(long, default_value = "1500ms")]
+    pub l2_lease_duration: humantime::Duration,
+
+    /// Address of the Layer-2 announcer's `/metrics` (kube_lb_l2_announcing{service,ip,interface}).
+    #[arg(long, default_value = "0.0.0.0:10259")]
+    pub l2_metrics_addr: SocketAddr,
 }
 
 /// The scheduler of a mode when `--scheduler` is not given: random in nftables mode (what
@@ -193,6 +223,49 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// Starts the Layer-2 announcer (`--l2-announce`) and its metrics server.
+async fn start_l2(
+    args: &Args,
+    client: Client,
+    health: std::sync::Arc<ProxyHealth>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), l2::L2Error>>> {
+    let selector = args
+        .l2_interface
+        .as_deref()
+        .context("--l2-announce needs --l2-interface (an interface name or regex)")?;
+    let interfaces = l2::interface_selector(selector).context("--l2-interface")?;
+    let metrics = std::sync::Arc::new(l2::L2Metrics::default());
+    let listener = tokio::net::TcpListener::bind(args.l2_metrics_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the layer-2 metrics server to {}",
+                args.l2_metrics_addr
+            )
+        })?;
+    tracing::info!(addr = %listener.local_addr()?, "serving layer-2 /metrics");
+    tokio::spawn(l2::serve_metrics(listener, metrics.clone()));
+    let config = l2::L2Config {
+        node_name: args.node_name.clone(),
+        interfaces,
+        lease_namespace: args.l2_lease_namespace.clone(),
+        renew_interval: args.l2_renew_interval.into(),
+        lease_duration: args.l2_lease_duration.into(),
+        health: Some(health),
+        metrics,
+    };
+    tracing::info!(interfaces = %selector, lease_namespace = %config.lease_namespace, "layer-2 announcement on");
+    Ok(tokio::spawn(async move {
+        // Reported when it happens, not only when the proxy stops.
+        let result = l2::run(client, config, shutdown).await;
+        if let Err(error) = &result {
+            tracing::error!(%error, "layer-2 announcer stopped: this node announces nothing");
+        }
+        result
+    }))
+}
+
 /// Runs `kube-lb proxy`.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sync_period: Duration = args.sync_period.into();
@@ -213,7 +286,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         dataplane,
         health: health.clone(),
-        service_health: ServiceHealthServers::new(health, Vec::new()),
+        service_health: ServiceHealthServers::new(health.clone(), Vec::new()),
         timing: Timing {
             min_sync_period: args.min_sync_period.into(),
             sync_period,
@@ -232,14 +305,40 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     .await
     .context("reading the node's interface addresses for NodePorts")?;
     tracing::info!(node = %args.node_name, mode = ?args.mode, "proxy started");
+    let l2_health = health;
+    // One signal stops both the dataplane loop and the announcer.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stopped_future = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    tokio::spawn(async move {
+        super::wait_for_signal().await;
+        let _ = stop.send(true);
+    });
+    let announcer = if args.l2_announce {
+        Some(
+            start_l2(
+                &args,
+                client.clone(),
+                l2_health,
+                stopped_future(stopped.clone()),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     let result = watch::run_with_addresses(
         client,
         proxy,
         Some(addresses.subscribe()),
-        super::wait_for_signal(),
+        stopped_future(stopped),
     )
     .await;
     node_health.abort();
+    if let Some(announcer) = announcer {
+        announcer.await.context("layer-2 announcer")??;
+    }
     result?;
     match args.mode {
         Mode::Nftables => {

@@ -272,6 +272,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .start()
         .await
         .context("starting the embedded API server")?;
+    // IPPools may come with the manifests; the local provider uses them when present.
+    server
+        .apply_manifests(crate::controller::pools::IPPOOL_CRD)
+        .context("installing the IPPool CRD")?;
     let mut refused = Vec::new();
     for manifest in &texts {
         refused.extend(load_manifest(&server, manifest)?);
@@ -281,6 +285,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let metrics = Arc::new(Metrics::new());
     metrics.observe_calls(&counter);
     let provider = cloud::build(&args.cloud, counter).await?;
+    if let Some(local) = &provider.local {
+        let pools: Api<kube::api::DynamicObject> =
+            Api::all_with(client.clone(), &crate::controller::pools::ippool_resource());
+        let listed: Vec<Arc<kube::api::DynamicObject>> = pools
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        local.set_pools(crate::controller::pools::pool_defs(&listed));
+    }
 
     let mut config = ControllerConfig::new(args.cloud.cloud.annotations_cloud());
     config.load_balancer_class = args.load_balancer_class.clone();

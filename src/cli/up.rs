@@ -205,6 +205,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         kubeconfig.display()
     );
 
+    // Address pools can be applied with -f or kubectl; none keeps the --local-pool ranges.
+    server
+        .apply_manifests(crate::controller::pools::IPPOOL_CRD)
+        .context("installing the IPPool CRD")?;
     let applied = apply_files(&server, &args.files)?;
     let has_node = applied.iter().any(|o| o["kind"] == "Node")
         || server
@@ -260,9 +264,17 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut config = ControllerConfig::new(Cloud::Local);
     config.identity = "kube-lb-up".to_string();
     let controller =
-        LoadBalancerController::new(client.clone(), provider.provider, config, metrics.clone());
+        LoadBalancerController::new(client.clone(), provider.provider, config, metrics.clone())
+            .retry_pending_on(local.changes());
     let outcomes = controller.outcomes();
     let (_leading_tx, leading) = watch::channel(true);
+    let pools_task = tokio::spawn(crate::controller::pools::run(
+        client.clone(),
+        local.clone(),
+        leading.clone(),
+        "kube-lb-up".to_string(),
+        shutdown.clone(),
+    ));
     let (_ready_tx, ready) = watch::channel(true);
     let (metrics_addr, metrics_server) =
         crate::health::serve(args.metrics_addr, metrics, ready, shutdown.clone())
@@ -292,6 +304,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         remove_nft_tables(&args.nft_table).await;
     }
     let _ = printer.await;
+    let _ = pools_task.await;
     let _ = metrics_server.await;
     server.shutdown().await;
     match controller_result {

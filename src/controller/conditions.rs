@@ -60,7 +60,7 @@ impl ConditionStatus {
 /// | `PoolExhausted` | False | [`EnvironmentCause::PoolExhausted`] | add addresses to the pool |
 /// | `AddressInUse` | False | [`EnvironmentCause::AddressInUse`], held outside this cluster | request another address |
 /// | `SharingConflict` | False | [`EnvironmentCause::AddressInUse`], held by another Service | give one Service another address |
-/// | `NameTaken` | False | [`EnvironmentCause::NameTaken`] | delete or re-tag the resource named |
+/// | `NameTaken` | False | [`ProviderError::OwnedElsewhere`] (a user error: waits for a change), or [`EnvironmentCause::NameTaken`] before the owner is known (retried) | delete or re-tag the resource named, or recreate the Service |
 /// | `MissingDependency` | False | [`EnvironmentCause::MissingDependency`] | create what is named, or fix the cloud config |
 ///
 /// Environment reasons (quota to missing dependency) are retried with backoff as well: the
@@ -223,6 +223,21 @@ impl Readiness {
     pub fn from_provider(error: &ProviderError) -> Option<Self> {
         let readiness = match error {
             ProviderError::ImplementedElsewhere => return None,
+            ProviderError::OwnedElsewhere {
+                operation,
+                resource,
+                owner,
+            } => Self::new(
+                ReadyReason::NameTaken,
+                format!(
+                    "{operation}: {resource} already exists and belongs to {owner}, not to this \
+                     Service. kube-lb never adopts or changes another owner's resource: delete \
+                     or re-tag it (or recreate the Service, which gives its load balancer a new \
+                     name), then change the Service (any label will do, e.g. `kubectl label svc \
+                     NAME kube-lb.io/retry=1 --overwrite`): kube-lb tries again when the Service \
+                     changes."
+                ),
+            ),
             ProviderError::User { message } => Self::new(
                 ReadyReason::CloudRejected,
                 format!(
@@ -569,6 +584,21 @@ mod tests {
                 ReadyReason::NameTaken,
                 False,
                 &["a1b2", "delete or re-tag"],
+            ),
+            (
+                Error::Provider(ProviderError::owned_elsewhere(
+                    "CreateLoadBalancer",
+                    "Classic ELB a1b2",
+                    "Service(s) shop/cart of cluster c2",
+                )),
+                ReadyReason::NameTaken,
+                False,
+                &[
+                    "Classic ELB a1b2",
+                    "shop/cart of cluster c2",
+                    "delete or re-tag",
+                    "when the Service changes",
+                ],
             ),
             (
                 env(MissingDependency, "subnet subnet-123 not found"),

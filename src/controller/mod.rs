@@ -8,6 +8,7 @@ mod error;
 pub mod events;
 pub mod finalizer;
 pub mod nodes;
+pub mod pools;
 mod reconcile;
 pub mod status;
 #[cfg(test)]
@@ -274,6 +275,9 @@ pub struct LoadBalancerController {
     metrics: Arc<Metrics>,
     outcomes: watch::Sender<Outcomes>,
     node_sync: watch::Sender<NodeSync>,
+    /// Ticks when Services waiting for an address may now get one (see
+    /// [`LoadBalancerController::retry_pending_on`]).
+    retry_pending: Option<watch::Receiver<u64>>,
 }
 
 impl std::fmt::Debug for LoadBalancerController {
@@ -300,7 +304,17 @@ impl LoadBalancerController {
             metrics,
             outcomes: watch::Sender::new(Outcomes::new()),
             node_sync: watch::Sender::new(NodeSync::default()),
+            retry_pending: None,
         }
+    }
+
+    /// Retries every Service still waiting for its load balancer (outcome `Retrying`) each
+    /// time `changes` ticks, without waiting out its backoff: the `local` provider ticks when
+    /// a pool, a namespace's labels or another Service changed in a way that may free an
+    /// address, so a `<pending>` Service is retried then and not only when it is edited.
+    pub fn retry_pending_on(mut self, changes: watch::Receiver<u64>) -> Self {
+        self.retry_pending = Some(changes);
+        self
     }
 
     /// Where each handled Service stands; updated as reconciles finish.
@@ -444,9 +458,11 @@ impl LoadBalancerController {
             outcomes: self.outcomes.clone(),
             leading,
         });
+        let pending_retries = pending_trigger(self.retry_pending.clone(), ctx.clone());
         controller
             .reconcile_on(node_resyncs)
             .reconcile_on(slice_resyncs)
+            .reconcile_on(pending_retries)
             .graceful_shutdown_on(stop)
             .run(reconcile_while_leading, reconcile::error_policy, ctx)
             .for_each(|result| async move {
@@ -476,6 +492,42 @@ async fn reconcile_while_leading(
             Ok(reconcile::not_leading())
         }
     }
+}
+
+/// How long the pending trigger lets ticks gather: an allocation pass over many Services
+/// ticks once per freed address, and one retry of the waiting Services covers them all.
+const PENDING_GATHER: Duration = Duration::from_millis(100);
+
+/// Turns ticks of `changes` into retries of every Service whose outcome is `Retrying`, with
+/// the echo of its last failure forgotten so the retry is not held back to its backoff.
+fn pending_trigger(
+    changes: Option<watch::Receiver<u64>>,
+    ctx: Arc<Context>,
+) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
+    futures::stream::unfold((changes, ctx), |(mut changes, ctx)| async move {
+        let receiver = changes.as_mut()?;
+        receiver.changed().await.ok()?;
+        tokio::time::sleep(PENDING_GATHER).await;
+        receiver.borrow_and_update();
+        let waiting: Vec<ObjectRef<Service>> = ctx
+            .outcomes
+            .borrow()
+            .iter()
+            .filter(|(_, outcome)| matches!(outcome, Outcome::Retrying(_)))
+            .map(|(name, _)| ObjectRef::new(&name.name).within(&name.namespace))
+            .collect();
+        for key in &waiting {
+            ctx.with_state(key, |s| s.echo = None);
+        }
+        if !waiting.is_empty() {
+            tracing::debug!(
+                services = waiting.len(),
+                "retrying Services waiting for an address"
+            );
+        }
+        Some((futures::stream::iter(waiting), (changes, ctx)))
+    })
+    .flatten()
 }
 
 fn is_load_balancer(service: &Service) -> bool {

@@ -42,6 +42,6 @@ pub fn spec_for(name: &str, local: bool) -> LoadBalancerSpec {
         external_ips: vec![],
         topology_keys: vec![],
         extra_tags: BTreeMap::new(),
-        provider: ProviderSpec::Local,
+        provider: ProviderSpec::Local(Default::default()),
     }
 }

@@ -348,3 +348,145 @@ async fn reconcile_leaves_nlb_ip_to_the_aws_load_balancer_controller() {
         "left alone quietly: {stderr}"
     );
 }
+
+/// The local provider, except that while `taken` is set, Services whose name starts with
+/// `taken` find their load balancer's name held by another owner (as a cloud provider reports
+/// a same-named resource tagged for another cluster).
+#[derive(Debug)]
+struct NameHeldElsewhere {
+    inner: LocalProvider,
+    taken: std::sync::atomic::AtomicBool,
+    refused: AtomicU32,
+}
+
+#[async_trait]
+impl LoadBalancerProvider for NameHeldElsewhere {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        if spec.service.name.starts_with("taken") && self.taken.load(Ordering::SeqCst) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(ProviderError::owned_elsewhere(
+                "CreateLoadBalancer",
+                "Classic ELB a1b2c3",
+                "Service(s) shop/cart of cluster other",
+            ));
+        }
+        self.inner.ensure(spec, backends).await
+    }
+
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        self.inner.delete(service).await
+    }
+
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        self.inner.status(service).await
+    }
+}
+
+/// A load balancer name held by another owner is a user error: one Warning naming the
+/// resource and its owner, condition `NameTaken`, and no retries while the Service is
+/// unchanged (retrying cannot clear it); once the other owner's resource is gone, a change to
+/// the Service (a label) makes the controller try again and the Service gets its address.
+#[tokio::test]
+async fn a_name_held_by_another_owner_is_a_user_error_that_waits_for_a_change() {
+    let server = server().await;
+    let client = server.client().unwrap();
+    let provider = Arc::new(NameHeldElsewhere {
+        inner: LocalProvider::new(
+            Pool::new(vec!["127.240.0.0/16".parse().unwrap()]).unwrap(),
+            CallCounter::new(),
+        ),
+        taken: std::sync::atomic::AtomicBool::new(true),
+        refused: AtomicU32::new(0),
+    });
+    let metrics = Arc::new(Metrics::new());
+    let controller = LoadBalancerController::new(
+        client.clone(),
+        provider.clone(),
+        test_config(),
+        metrics.clone(),
+    );
+    let mut outcomes = controller.outcomes();
+    let (_leading, leading) = watch::channel(true);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(controller.run(leading, shutdown.clone()));
+
+    svc_lb("default", "taken").create(&client).await;
+    tokio::time::timeout(
+        CEILING,
+        outcomes.wait_for(|o| matches!(o.get(&name("taken")), Some(Outcome::UserError(_)))),
+    )
+    .await
+    .expect("a user error")
+    .unwrap();
+    let warnings = notes(&client, "taken", "SyncLoadBalancerFailed").await;
+    assert!(
+        warnings[0].contains("Classic ELB a1b2c3")
+            && warnings[0].contains("shop/cart of cluster other")
+            && !warnings[0].contains("will retry"),
+        "{warnings:?}"
+    );
+    let svc = eventually("the NameTaken condition", || async {
+        let svc = get_svc(&client, "default", "taken").await?;
+        let condition = svc
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == kube_lb::controller::conditions::CONDITION_TYPE)?
+            .clone();
+        (condition.reason == "NameTaken").then_some(condition)
+    })
+    .await;
+    assert_eq!(svc.status, "False");
+    assert!(
+        svc.message.contains("shop/cart of cluster other"),
+        "{}",
+        svc.message
+    );
+
+    // Work that comes after it (a new Service, a node) is done while the Service waits: no
+    // retry of it without a change to it.
+    let asked = provider.refused.load(Ordering::SeqCst);
+    svc_lb("default", "plain").create(&client).await;
+    wait_address(&client, "default", "plain").await;
+    server.seed(node("n2")).unwrap();
+    wait_address(&client, "default", "plain").await;
+    assert!(
+        provider.refused.load(Ordering::SeqCst) == asked,
+        "retried without a change to the Service: {} ensures after {asked}",
+        provider.refused.load(Ordering::SeqCst)
+    );
+    let text = metrics.encode().unwrap();
+    assert!(
+        text.contains(r#"kube_lb_reconcile_errors_total{class="user",kind="user"}"#),
+        "{text}"
+    );
+
+    // The other owner removes its resource; a label on the Service makes kube-lb try again.
+    provider.taken.store(false, Ordering::SeqCst);
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "default")
+        .patch(
+            "taken",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"labels": {"kube-lb.io/retry": "1"}}
+            })),
+        )
+        .await
+        .unwrap();
+    wait_address(&client, "default", "taken").await;
+    shutdown.cancel();
+    let _ = tokio::time::timeout(CEILING, task).await;
+}

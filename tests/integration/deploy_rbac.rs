@@ -202,12 +202,17 @@ struct Recorder {
 
 impl Recorder {
     async fn start(upstream: String) -> Recorder {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Recorder::serve(listener, upstream)
+    }
+
+    /// A recorder answering on `listener` (which may live in another network namespace).
+    fn serve(listener: tokio::net::TcpListener, upstream: String) -> Recorder {
         let seen = Arc::new(Mutex::new(BTreeSet::new()));
         let state = (upstream, reqwest::Client::new(), seen.clone());
         let app = axum::Router::new()
             .fallback(forward)
             .with_state(Arc::new(state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -302,6 +307,18 @@ where
 }
 
 async fn seed_cluster(server: &RunningApiServer) {
+    // The local provider's address pools: the CRD from deploy/ and one pool, so the
+    // controller watches IPPools and namespaces and writes a pool status.
+    server
+        .apply_manifests(kube_lb::controller::pools::IPPOOL_CRD)
+        .unwrap();
+    server
+        .seed(
+            json!({"apiVersion": "kube-lb.io/v1alpha1", "kind": "IPPool",
+                     "metadata": {"name": "default"},
+                     "spec": {"addresses": ["127.240.0.0/16"]}}),
+        )
+        .unwrap();
     server
         .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-lb-system"}}))
         .ok();
@@ -451,6 +468,127 @@ async fn proxy_rbac_is_exactly_what_the_proxy_uses() {
     assert!(
         unused.is_empty(),
         "RBAC granted to the proxy but never used: {unused:?}"
+    );
+    recorder.task.abort();
+}
+
+/// With `--l2-announce`, the proxy uses exactly the base grants plus
+/// `deploy/components/l2-announce` (its Lease, the event naming the announcing node): run for
+/// real on a node of a Layer-2 rig in network namespaces this test creates, the API server
+/// reached over the rig's LAN through the recorder, the address on the LAN assigned to a
+/// Service so the node announces it, then a clean stop (which deletes the Lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_l2_announce_rbac_is_exactly_base_plus_the_l2_component() {
+    use kube_lb_dataplane::l2::lab::{self, L2Lab};
+    if !lab::available() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but this test cannot run: it needs root, ip netns and nft"
+        );
+        eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
+        return;
+    }
+    let rig = L2Lab::new(1).unwrap();
+    let server = ApiServer::builder().start().await.unwrap();
+    seed_cluster(&server).await;
+    let client = server.client().unwrap();
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    services
+        .create(&PostParams::default(), &lb_service("web", 80))
+        .await
+        .unwrap();
+    services
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.50"}]}}})),
+        )
+        .await
+        .unwrap();
+    // The recorder listens on the switch's address, inside the rig; it forwards from here.
+    let listener = lab::in_netns(&rig.ns("sw"), || {
+        std::net::TcpListener::bind(format!("{}:0", lab::API_ADDRESS))
+    })
+    .unwrap()
+    .unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let recorder = Recorder::serve(
+        tokio::net::TcpListener::from_std(listener).unwrap(),
+        server.url(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = recorder.kubeconfig(dir.path(), "proxy.kubeconfig");
+    let mut proxy = rig
+        .node_command(
+            1,
+            Path::new(env!("CARGO_BIN_EXE_kube-lb")),
+            &[
+                "proxy",
+                "--node-name=n1",
+                "--mode=userspace",
+                "--healthz-addr=127.0.0.1:0",
+                "--l2-metrics-addr=127.0.0.1:0",
+                "--l2-announce",
+                "--l2-interface=eth0",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let files = [
+        "deploy/base/rbac-proxy.yaml",
+        "deploy/components/l2-announce/rbac.yaml",
+    ];
+    let granted = granted(&files, "kube-lb-proxy");
+    let permission = |group: &str, resource: &str, verb: &str| -> Permission {
+        (group.to_string(), resource.to_string(), verb.to_string())
+    };
+    let lease_renewed = permission("coordination.k8s.io", "leases", "patch");
+    let announced = permission("events.k8s.io", "events", "create");
+    wait_for(
+        "the proxy's watches, lease renewals and the announcing event",
+        Duration::from_secs(60),
+        || async {
+            let seen = recorder.seen();
+            seen.contains(&lease_renewed)
+                && seen.contains(&announced)
+                && seen.iter().filter(|p| p.2 == "watch").count()
+                    >= granted.iter().filter(|p| p.2 == "watch").count()
+        },
+    )
+    .await;
+    // A clean stop hands the addresses over at once by deleting the Lease.
+    let stopped = Command::new("kill")
+        .args(["-TERM", &proxy.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let lease_released = permission("coordination.k8s.io", "leases", "delete");
+    wait_for(
+        "the lease released on SIGTERM",
+        Duration::from_secs(30),
+        || async { recorder.seen().contains(&lease_released) },
+    )
+    .await;
+    let _ = proxy.wait();
+    let used = recorder.seen();
+    let missing: Vec<_> = used.difference(&granted).collect();
+    assert!(
+        missing.is_empty(),
+        "the proxy with --l2-announce needs RBAC it is not granted: {missing:?}"
+    );
+    // `events patch` is granted for a repeated event (the same node taking the same address
+    // again), which one short run does not produce; everything else must be used.
+    let unused: Vec<_> = granted
+        .difference(&used)
+        .filter(|p| **p != permission("events.k8s.io", "events", "patch"))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "RBAC granted to the proxy with --l2-announce but never used: {unused:?}"
     );
     recorder.task.abort();
 }

@@ -2,10 +2,13 @@
 
 mod aws;
 mod azure;
+mod baidu;
 mod gcp;
-mod others;
+mod local;
+mod openstack;
 mod reader;
 mod service;
+mod tencent;
 mod topology;
 
 use std::collections::BTreeMap;
@@ -17,7 +20,7 @@ use crate::diagnostics::{ErrorKind, Location, ParseError, ParseErrors, Warning};
 use crate::keys;
 use crate::spec::{Cloud, LoadBalancerSpec, ProviderSpec, Scheme};
 
-pub use others::parse_label_selector;
+pub use tencent::parse_label_selector;
 pub use topology::{
     InvalidTopologyKey, MAX_TOPOLOGY_KEYS, TopologyKeysError, TopologyLiftError,
     check_topology_keys, lift_topology_keys,
@@ -65,7 +68,10 @@ pub fn parse(cloud: Cloud, service: &Service) -> Result<Parsed, ParseErrors> {
     let mut core = service::parse_core(&mut reader, service);
 
     let (provider, scheme) = match cloud {
-        Cloud::Local => (ProviderSpec::Local, Scheme::External),
+        Cloud::Local => (
+            ProviderSpec::Local(local::parse(&mut reader, &core, service)),
+            Scheme::External,
+        ),
         Cloud::Aws => {
             let (aws, scheme) = aws::parse(&mut reader, &mut core, service);
             (ProviderSpec::Aws(aws), scheme)
@@ -79,15 +85,15 @@ pub fn parse(cloud: Cloud, service: &Service) -> Result<Parsed, ParseErrors> {
             (ProviderSpec::Azure(azure), scheme)
         }
         Cloud::Openstack => {
-            let (os, scheme) = others::parse_openstack(&mut reader, &core);
+            let (os, scheme) = openstack::parse(&mut reader, &core);
             (ProviderSpec::Openstack(os), scheme)
         }
         Cloud::Tencent => {
-            let (tencent, scheme) = others::parse_tencent(&mut reader, &core);
+            let (tencent, scheme) = tencent::parse_tencent(&mut reader, &core);
             (ProviderSpec::Tencent(tencent), scheme)
         }
         Cloud::Baidu => {
-            let (baidu, scheme) = others::parse_baidu(&mut reader, &core);
+            let (baidu, scheme) = baidu::parse(&mut reader, &core);
             (ProviderSpec::Baidu(baidu), scheme)
         }
     };

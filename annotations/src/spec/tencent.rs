@@ -1,4 +1,4 @@
-//! Tencent TKE (CLB) extension of the spec (no provider in this repository).
+//! Tencent TKE (CLB) extension of the spec, converged by `providers/tencent`.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -81,7 +81,7 @@ pub struct TencentSpec {
     /// `service.kubernetes.io/qcloud-loadbalancer-internet-charge-type`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internet_charge_type: Option<InternetChargeType>,
-    /// `service.kubernetes.io/qcloud-loadbalancer-internet-max-bandwidth-out`, Mbps 1–2000.
+    /// `service.kubernetes.io/qcloud-loadbalancer-internet-max-bandwidth-out`, Mbps 1–2048.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internet_max_bandwidth_out: Option<u32>,
     /// `service.kubernetes.io/local-svc-only-bind-node-with-pod`.

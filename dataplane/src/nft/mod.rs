@@ -225,8 +225,17 @@ impl NftBackend {
         for (family, state) in &mut self.families {
             let mut ids = state.ids.clone();
             let (ruleset, _) = render::render(snapshot, *family, &self.config, &mut ids);
+            // As in a sync: a ruleset the kernel's containers cannot hold, or one that needs a
+            // new pick chain, is sent as a full sync.
+            let committed = state.committed.as_ref().filter(|table| {
+                ruleset.fits(table.capacities())
+                    && !ruleset.chains.keys().any(|chain| {
+                        chain.starts_with(render::PICK_CHAIN_PREFIX)
+                            && !table.ruleset().chains.contains_key(chain)
+                    })
+            });
             text.push_str(&render::diff(
-                state.committed.as_ref().map(FamilyTable::ruleset),
+                committed.map(FamilyTable::ruleset),
                 &ruleset,
                 *family,
                 &self.config,
@@ -305,7 +314,29 @@ impl NftBackend {
                         &family_changes,
                         &snapshot.nodeport_addresses,
                     );
-                    render::diff(Some(&before), &after, *family, &self.config)
+                    let new_pick_chain = after.chains.keys().any(|chain| {
+                        chain.starts_with(render::PICK_CHAIN_PREFIX)
+                            && !before.chains.contains_key(chain)
+                    });
+                    if table.fits() && !new_pick_chain {
+                        render::diff(Some(&before), &after, *family, &self.config)
+                    } else {
+                        // A container outgrew the size the last full sync declared (the
+                        // kernel would refuse the elements), or a group size without a pick
+                        // chain appeared: nft 1.0.6 refuses a rule binding `buckets` (its
+                        // `typeof … th dport` read back from the kernel) outside the
+                        // transaction that declares the map. Recreate the table, with room
+                        // for twice what it holds now.
+                        tracing::info!(
+                            family = family.keyword(),
+                            outgrown = !table.fits(),
+                            new_pick_chain,
+                            "recreating the table"
+                        );
+                        report.full = true;
+                        table.redeclare();
+                        render::diff(None, table.ruleset(), *family, &self.config)
+                    }
                 }
             };
             if let Some(table) = &state.committed {

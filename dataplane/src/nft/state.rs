@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::render::{self, Family, GroupIds, NftConfig, PortFragment, Ruleset, UdpCleanup};
+use super::render::{
+    self, Capacities, Family, GroupIds, NftConfig, PortFragment, Ruleset, UdpCleanup,
+};
 use crate::model::{EndpointAddr, PortKey, Protocol, ServicePortModel};
 
 /// Containers keyed by a group mark: one group, hence one port, owns each of their keys.
@@ -60,6 +62,8 @@ pub(crate) struct FamilyTable {
     warnings: BTreeMap<PortKey, Vec<String>>,
     /// Interned port keys, shared by the `owners` entries.
     keys: HashSet<Arc<PortKey>>,
+    /// The container sizes the kernel's table was declared with by the last full sync.
+    capacities: Capacities,
 }
 
 impl FamilyTable {
@@ -81,15 +85,36 @@ impl FamilyTable {
         table.ruleset.elements = global.elements;
         let mut groups = HashSet::new();
         for port in ports {
-            let fragment = render::render_port(port, family, config, ids, true);
-            groups.extend(fragment.groups.iter().cloned());
-            table.add(&port.key, &fragment);
-            if !fragment.warnings.is_empty() {
-                table.warnings.insert(port.key.clone(), fragment.warnings);
+            let PortFragment {
+                ruleset,
+                warnings,
+                groups: port_groups,
+            } = render::render_port(port, family, config, ids, true);
+            groups.extend(port_groups);
+            table.add_owned(&port.key, ruleset);
+            if !warnings.is_empty() {
+                table.warnings.insert(port.key.clone(), warnings);
             }
         }
         ids.retain(&groups);
+        table.capacities = table.ruleset.capacities();
         table
+    }
+
+    /// The container sizes the kernel's table was declared with.
+    pub(crate) fn capacities(&self) -> &Capacities {
+        &self.capacities
+    }
+
+    /// True when what the table holds fits the kernel's containers; otherwise the next
+    /// transaction must be a full sync, after [`FamilyTable::redeclare`].
+    pub(crate) fn fits(&self) -> bool {
+        self.ruleset.fits(&self.capacities)
+    }
+
+    /// Takes the sizes a full sync of the current contents declares.
+    pub(crate) fn redeclare(&mut self) {
+        self.capacities = self.ruleset.capacities();
     }
 
     /// What the table holds, as the full renderer would return it.
@@ -247,6 +272,33 @@ impl FamilyTable {
         for (chain, rules) in &fragment.ruleset.chains {
             *self.chain_refs.entry(chain.clone()).or_default() += 1;
             self.ruleset.chains.insert(chain.clone(), rules.clone());
+        }
+    }
+
+    /// [`FamilyTable::add`] of a fragment the caller no longer needs: its strings move into
+    /// the table instead of being copied (a full sync adds one per element).
+    fn add_owned(&mut self, key: &PortKey, fragment: Ruleset) {
+        let owner = self.intern(key);
+        for (container, entries) in fragment.elements {
+            if entries.is_empty() {
+                continue;
+            }
+            if SINGLE_OWNER.contains(&container) {
+                let into = self.ruleset.elements.entry(container).or_default();
+                if into.is_empty() {
+                    *into = entries;
+                } else {
+                    into.extend(entries);
+                }
+                continue;
+            }
+            for (element, value) in &entries {
+                self.add_owner(container, element, &owner, value);
+            }
+        }
+        for (chain, rules) in fragment.chains {
+            *self.chain_refs.entry(chain.clone()).or_default() += 1;
+            self.ruleset.chains.insert(chain, rules);
         }
     }
 

@@ -737,7 +737,7 @@ fn start(
     scratch: &mut [u8],
 ) -> std::io::Result<Start> {
     let filled = match carried {
-        None => relay::first_bytes(cx, client, header, scratch)?,
+        None => relay::first_bytes_tcp(cx, client, header, scratch)?,
         Some(bytes) => {
             let len = header.len() + bytes.len();
             scratch.get_mut(..len).map(|room| {

@@ -4,7 +4,12 @@
 //! * Keystone v3 at `/v3` (`POST /v3/auth/tokens` with password or application credential;
 //!   `X-Subject-Token`, `expires_at` and a catalog pointing back at this server),
 //! * Octavia v2 at `/load-balancer` (versions document, then `/load-balancer/v2/lbaas/...`),
-//! * Neutron v2.0 at `/networking` (networks, subnets, ports, floating IPs).
+//! * Neutron v2.0 at `/networking` (networks with `router:external`, subnets, ports, floating
+//!   IPs with port association, security groups and rules, the project's quota).
+//!
+//! Request bodies are checked as Octavia's WSME types and Neutron's attribute maps check them
+//! (an unknown or read-only attribute, a bad enum value → 400 in the service's error format),
+//! and quotas are enforced as each service answers (Octavia 403, Neutron 409 `OverQuota`).
 //!
 //! It models what Octavia users run into: every change puts the load balancer into
 //! `PENDING_CREATE`/`PENDING_UPDATE`/`PENDING_DELETE` for a configurable delay, and any change
@@ -23,6 +28,7 @@ mod keystone;
 mod neutron;
 mod octavia;
 mod state;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -72,6 +78,7 @@ pub const PRIVATE_SUBNET_ID: &str = "0e100000-0000-4000-8000-0000000000a2";
 pub struct MockOpenStackBuilder {
     config: Config,
     networks: Vec<(String, String, bool, String, String)>,
+    server_ports: Vec<(String, String, String)>,
     listen: SocketAddr,
 }
 
@@ -132,6 +139,23 @@ impl MockOpenStackBuilder {
         self
     }
 
+    /// A limit on one more resource, by its quota API name: Octavia's `listener`, `pool`,
+    /// `member`, `healthmonitor` (exceeded: 403) or Neutron's `security_group`,
+    /// `security_group_rule`, `port` (exceeded: 409 `OverQuota`).
+    pub fn quota(mut self, resource: &str, limit: usize) -> Self {
+        self.config.limits.insert(resource.into(), limit);
+        self
+    }
+
+    /// A Neutron port on `network_id` with `ip_address` from the network's first subnet, owned
+    /// by the server `device_id` (`compute:nova`), as a node VM has: what OCCM reads to find
+    /// the subnet of a node and where managed security groups attach.
+    pub fn server_port(mut self, network_id: &str, device_id: &str, ip_address: &str) -> Self {
+        self.server_ports
+            .push((network_id.into(), device_id.into(), ip_address.into()));
+        self
+    }
+
     /// Listen address (default `127.0.0.1:0`).
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = addr;
@@ -167,6 +191,9 @@ impl MockOpenStackBuilder {
                 "project_id": project, "tenant_id": project, "tags": [], "description": "",
                 "allocation_pools": [], "dns_nameservers": [], "host_routes": [],
             }));
+        }
+        for (network_id, device_id, ip_address) in self.server_ports {
+            neutron::seed_server_port(&mut state, &network_id, &device_id, &ip_address);
         }
         let shared = Arc::new(Mutex::new(state));
         let app = Router::new().fallback(handle).with_state(shared.clone());
@@ -222,6 +249,7 @@ impl MockOpenStack {
                 token_ttl: Duration::from_secs(3600),
                 provisioning_delay: Duration::ZERO,
                 quotas: Quotas::default(),
+                limits: BTreeMap::new(),
                 credentials: Credentials {
                     users: BTreeMap::from([(USERNAME.into(), PASSWORD.into())]),
                     application_credentials: BTreeMap::from([(
@@ -246,6 +274,7 @@ impl MockOpenStack {
                     "10.0.0.0/24".into(),
                 ),
             ],
+            server_ports: Vec::new(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         }
     }
@@ -258,6 +287,20 @@ impl MockOpenStack {
     /// The Keystone v3 endpoint, as `auth-url` in `cloud.conf`.
     pub fn auth_url(&self) -> String {
         format!("{}/v3", self.url())
+    }
+
+    /// A `cloud.conf` (cloud-provider-openstack's format) that points kube-lb at this mock:
+    /// password credentials of [`USERNAME`] in [`PROJECT_NAME`], floating IPs from the public
+    /// network, VIPs and members on the private subnet. What `--config-out` writes.
+    pub fn cloud_conf(&self) -> String {
+        format!(
+            "[Global]\nauth-url = {}\nusername = {USERNAME}\npassword = {PASSWORD}\n\
+             user-domain-name = {DOMAIN}\nproject-name = {PROJECT_NAME}\n\
+             project-domain-name = {DOMAIN}\nregion = {REGION}\n\n\
+             [LoadBalancer]\nfloating-network-id = {PUBLIC_NETWORK_ID}\n\
+             subnet-id = {PRIVATE_SUBNET_ID}\n",
+            self.auth_url()
+        )
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -366,6 +409,32 @@ impl MockOpenStack {
     /// All ports.
     pub fn ports(&self) -> Vec<Value> {
         state::filter(self.lock().store.ports.values(), &[])
+    }
+
+    /// All networks.
+    pub fn networks(&self) -> Vec<Value> {
+        state::filter(self.lock().store.networks.values(), &[])
+    }
+
+    /// All subnets.
+    pub fn subnets(&self) -> Vec<Value> {
+        state::filter(self.lock().store.subnets.values(), &[])
+    }
+
+    /// All security groups (each with its `security_group_rules`).
+    pub fn security_groups(&self) -> Vec<Value> {
+        let state = self.lock();
+        state
+            .store
+            .security_groups
+            .values()
+            .map(|group| neutron::security_group_document(&state, group))
+            .collect()
+    }
+
+    /// All security group rules.
+    pub fn security_group_rules(&self) -> Vec<Value> {
+        state::filter(self.lock().store.security_group_rules.values(), &[])
     }
 
     /// Allocates an unattached floating IP on the public network, as a user would before

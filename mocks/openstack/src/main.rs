@@ -10,10 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kube_lb_mock_openstack::{
-    DOMAIN, MockOpenStack, PASSWORD, PRIVATE_SUBNET_ID, PROJECT_NAME, PUBLIC_NETWORK_ID, REGION,
-    USERNAME,
-};
+use kube_lb_mock_openstack::MockOpenStack;
 
 const USAGE: &str = "kube-lb-mock-openstack [--listen 127.0.0.1:0] [--config-out cloud.conf] [--provisioning-delay-ms N]";
 
@@ -72,16 +69,11 @@ async fn main() -> std::io::Result<()> {
         .provisioning_delay(args.delay)
         .start()
         .await?;
-    println!("{}", cloud.url());
+    // The config first: once the URL is printed, everything is ready.
     if let Some(path) = args.config_out {
-        let conf = format!(
-            "[Global]\nauth-url = {}\nusername = {USERNAME}\npassword = {PASSWORD}\nuser-domain-name = {DOMAIN}\n\
-             project-name = {PROJECT_NAME}\nproject-domain-name = {DOMAIN}\nregion = {REGION}\n\n\
-             [LoadBalancer]\nfloating-network-id = {PUBLIC_NETWORK_ID}\nsubnet-id = {PRIVATE_SUBNET_ID}\n",
-            cloud.auth_url()
-        );
-        std::fs::write(&path, conf)?;
+        std::fs::write(&path, cloud.cloud_conf())?;
     }
+    println!("{}", cloud.url());
     tokio::signal::ctrl_c().await?;
     Ok(())
 }

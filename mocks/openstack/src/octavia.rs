@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
 use crate::state::{ApiError, ApiResult, State, filter, public};
+use crate::validate::{self, Form};
 
 const LISTENER_PROTOCOLS: &[&str] = &[
     "TCP",
@@ -69,7 +70,25 @@ pub(crate) fn serve(
     query: &[(String, String)],
     body: &Value,
 ) -> ApiResult {
+    check_body(method, segments, body)?;
     match (method, segments) {
+        ("GET", ["lbaas", "quotas"]) => Ok((
+            StatusCode::OK,
+            Some(json!({"quotas": [quota_document(state, true)], "quotas_links": []})),
+        )),
+        ("GET", ["lbaas", "quotas", "defaults"]) => Ok((
+            StatusCode::OK,
+            Some(json!({"quota": quota_document(state, false)})),
+        )),
+        ("GET", ["lbaas", "quotas", project]) => {
+            if *project != state.config.project_id {
+                return Err(ApiError::not_found("Project", project));
+            }
+            Ok((
+                StatusCode::OK,
+                Some(json!({"quota": quota_document(state, true)})),
+            ))
+        }
         ("GET", ["lbaas", collection]) => list(state, collection, query),
         ("GET", ["lbaas", collection, id]) => show(state, collection, id),
         ("POST", ["lbaas", "loadbalancers"]) => create_load_balancer(state, body),
@@ -148,7 +167,12 @@ pub(crate) fn serve(
             let member = public(&state.store.members[&id]);
             Ok((StatusCode::CREATED, Some(json!({"member": member}))))
         }
-        ("PUT", ["lbaas", "pools", pool, "members"]) => batch_members(state, pool, body),
+        ("PUT", ["lbaas", "pools", pool, "members"]) => {
+            let additive = query
+                .iter()
+                .any(|(k, v)| k == "additive_only" && v.eq_ignore_ascii_case("true"));
+            batch_members(state, pool, body, additive)
+        }
         ("PUT", ["lbaas", "pools", pool, "members", id]) => {
             let lb = lb_of(state, "pool", pool)?;
             member_of(state, pool, id)?;
@@ -190,6 +214,111 @@ pub(crate) fn serve(
             "The resource could not be found.",
         )),
     }
+}
+
+/// Checks a POST or PUT body against the Octavia type it must match, before anything is read
+/// or changed (Octavia's WSME layer refuses a bad body before the controller runs). The
+/// argument names are the controllers' parameter names, as WSME prints them.
+fn check_body(method: &str, segments: &[&str], body: &Value) -> Result<(), ApiError> {
+    type Check = fn(&str, &Value, Form) -> Result<(), ApiError>;
+    let (argument, key, check, form): (&str, &str, Check, Form) = match (method, segments) {
+        ("POST", ["lbaas", "loadbalancers"]) => (
+            "load_balancer",
+            "loadbalancer",
+            validate::load_balancer,
+            Form::Post,
+        ),
+        ("PUT", ["lbaas", "loadbalancers", _]) => (
+            "load_balancer",
+            "loadbalancer",
+            validate::load_balancer,
+            Form::Put,
+        ),
+        ("POST", ["lbaas", "listeners"]) => {
+            ("listener_", "listener", validate::listener, Form::Post)
+        }
+        ("PUT", ["lbaas", "listeners", _]) => {
+            ("listener_", "listener", validate::listener, Form::Put)
+        }
+        ("POST", ["lbaas", "pools"]) => ("pool_", "pool", validate::pool, Form::Post),
+        ("PUT", ["lbaas", "pools", _]) => ("pool_", "pool", validate::pool, Form::Put),
+        ("POST", ["lbaas", "pools", _, "members"]) => {
+            ("member_", "member", validate::member, Form::Post)
+        }
+        ("PUT", ["lbaas", "pools", _, "members"]) => {
+            return validate::member_batch("members_", body);
+        }
+        ("PUT", ["lbaas", "pools", _, "members", _]) => {
+            ("member_", "member", validate::member, Form::Put)
+        }
+        ("POST", ["lbaas", "healthmonitors"]) => (
+            "health_monitor_",
+            "healthmonitor",
+            validate::monitor,
+            Form::Post,
+        ),
+        ("PUT", ["lbaas", "healthmonitors", _]) => (
+            "health_monitor_",
+            "healthmonitor",
+            validate::monitor,
+            Form::Put,
+        ),
+        _ => return Ok(()),
+    };
+    let inner = validate::root(argument, body, key)?;
+    check(&format!("{argument}.{key}"), inner, form)
+}
+
+/// Octavia's quota resource names, with the type name its 403 uses.
+const QUOTA_RESOURCES: &[(&str, &str)] = &[
+    ("load_balancer", "Load Balancer"),
+    ("listener", "Listener"),
+    ("pool", "Pool"),
+    ("member", "Member"),
+    ("healthmonitor", "Health Monitor"),
+];
+
+/// The project's quota as `GET /v2/lbaas/quotas/{project}` shows it (`-1`: unlimited).
+fn quota_document(state: &State, with_project: bool) -> Value {
+    let mut quota = serde_json::Map::new();
+    for (resource, _) in QUOTA_RESOURCES {
+        let limit = state.quota(resource).map_or(-1, |n| n as i64);
+        quota.insert((*resource).into(), json!(limit));
+    }
+    // Octavia still reports the deprecated spelling next to the current one.
+    quota.insert("health_monitor".into(), quota["healthmonitor"].clone());
+    quota.insert("l7policy".into(), json!(-1));
+    quota.insert("l7rule".into(), json!(-1));
+    if with_project {
+        quota.insert("project_id".into(), json!(state.config.project_id));
+    }
+    Value::Object(quota)
+}
+
+/// Octavia refuses a create that would exceed the project's quota with 403 (not 409, unlike
+/// Neutron): "Quota has been met for resources: Listener".
+fn check_quota(state: &State, resource: &str, adding: usize) -> Result<(), ApiError> {
+    let Some(limit) = state.quota(resource) else {
+        return Ok(());
+    };
+    let in_use = match resource {
+        "load_balancer" => state.store.loadbalancers.len(),
+        "listener" => state.store.listeners.len(),
+        "pool" => state.store.pools.len(),
+        "member" => state.store.members.len(),
+        _ => state.store.healthmonitors.len(),
+    };
+    if in_use + adding <= limit {
+        return Ok(());
+    }
+    let label = QUOTA_RESOURCES
+        .iter()
+        .find(|(name, _)| *name == resource)
+        .map_or(resource, |(_, label)| label);
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!("Quota has been met for resources: {label}"),
+    ))
 }
 
 fn collection_of(name: &str) -> Option<&'static str> {
@@ -421,14 +550,7 @@ fn create_load_balancer(state: &mut State, body: &Value) -> ApiResult {
     if !request.is_object() {
         return Err(ApiError::bad_request("Missing argument: loadbalancer"));
     }
-    if let Some(limit) = state.config.quotas.load_balancers
-        && state.store.loadbalancers.len() >= limit
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Quota has been met for resources: Load Balancer",
-        ));
-    }
+    check_quota(state, "load_balancer", 1)?;
     let provider = match request["provider"].as_str() {
         None => "amphora".to_string(),
         Some(_) => one_of(request, "provider", PROVIDERS)?,
@@ -474,6 +596,8 @@ fn create_load_balancer(state: &mut State, body: &Value) -> ApiResult {
         "device_owner": "Octavia", "status": "ACTIVE", "admin_state_up": false,
         "project_id": state.config.project_id, "tenant_id": state.config.project_id,
         "mac_address": "fa:16:3e:00:00:01", "description": "", "tags": [],
+        "security_groups": [], "allowed_address_pairs": [], "port_security_enabled": true,
+        "revision_number": 0,
     }));
     let mut lb = common(state, &id, request, &id);
     lb.insert("vip_address".into(), json!(vip));
@@ -577,6 +701,7 @@ fn create_listener(state: &mut State, lb: &str, request: &Value) -> Result<Strin
     )?;
     let allowed_cidrs = cidrs(request)?;
     let tags = tags(request)?;
+    check_quota(state, "listener", 1)?;
     let clash = state.store.listeners.values().any(|l| {
         l["__lb"] == json!(lb)
             && l["protocol_port"] == json!(port)
@@ -655,7 +780,14 @@ fn create_pool(
                 format!("Listener {listener} already has a default pool"),
             ));
         }
+        let listener_protocol = owner["protocol"].as_str().unwrap_or_default();
+        if !validate::pool_protocol_fits(listener_protocol, &protocol) {
+            return Err(ApiError::bad_request(format!(
+                "Validation failure: The pool protocol '{protocol}' is invalid while the listener protocol is '{listener_protocol}'."
+            )));
+        }
     }
+    check_quota(state, "pool", 1)?;
     let id = state.new_id(0x90_01);
     let mut pool = common(state, &id, request, lb);
     pool.insert("protocol".into(), json!(protocol));
@@ -713,6 +845,7 @@ fn create_member(
             format!("Duplicate member address {address} and protocol_port {port} in pool {pool}"),
         ));
     }
+    check_quota(state, "member", 1)?;
     let id = state.new_id(0x3e);
     let mut member = common(state, &id, request, lb);
     member.remove("description");
@@ -766,6 +899,7 @@ fn create_monitor(
             format!("This pool {pool} already has a health monitor"),
         ));
     }
+    check_quota(state, "healthmonitor", 1)?;
     let http = matches!(kind.as_str(), "HTTP" | "HTTPS");
     let id = state.new_id(0x4d);
     let mut monitor = common(state, &id, request, lb);
@@ -911,8 +1045,9 @@ fn delete_child(state: &mut State, collection: &str, id: &str) -> ApiResult {
 }
 
 /// `PUT /pools/{id}/members`: the wanted member list; members are matched by address and
-/// port, then created, updated or deleted to match. Answers 202.
-fn batch_members(state: &mut State, pool: &str, body: &Value) -> ApiResult {
+/// port, then created, updated or deleted to match (`additive_only=true`: none deleted).
+/// Answers 202.
+fn batch_members(state: &mut State, pool: &str, body: &Value, additive: bool) -> ApiResult {
     let lb = lb_of(state, "pool", pool)?;
     state.require_mutable(&lb)?;
     let wanted = body["members"]
@@ -941,8 +1076,21 @@ fn batch_members(state: &mut State, pool: &str, body: &Value) -> ApiResult {
         .filter(|(_, m)| m["__pool"] == json!(pool))
         .map(|(id, m)| (id.clone(), key(m)))
         .collect();
+    let new_members = wanted_keys
+        .iter()
+        .filter(|k| !existing.iter().any(|(_, have)| have == *k))
+        .count();
+    let removed = if additive {
+        0
+    } else {
+        existing
+            .iter()
+            .filter(|(_, k)| !wanted_keys.contains(k))
+            .count()
+    };
+    check_quota(state, "member", new_members.saturating_sub(removed))?;
     for (id, k) in &existing {
-        if !wanted_keys.contains(k) {
+        if !additive && !wanted_keys.contains(k) {
             state.store.members.remove(id);
             unlink(state.store.pools.get_mut(pool), "members", id);
         }

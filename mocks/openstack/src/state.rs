@@ -128,6 +128,9 @@ pub(crate) struct Config {
     pub token_ttl: Duration,
     pub provisioning_delay: Duration,
     pub quotas: Quotas,
+    /// Limits beyond [`Quotas`], by the quota API's resource name (`listener`, `pool`,
+    /// `member`, `healthmonitor`, `security_group`, `security_group_rule`, `port`).
+    pub limits: BTreeMap<String, usize>,
     pub credentials: Credentials,
 }
 
@@ -155,6 +158,8 @@ pub(crate) struct Store {
     pub subnets: BTreeMap<String, Value>,
     pub ports: BTreeMap<String, Value>,
     pub floatingips: BTreeMap<String, Value>,
+    pub security_groups: BTreeMap<String, Value>,
+    pub security_group_rules: BTreeMap<String, Value>,
 }
 
 #[derive(Debug)]
@@ -219,6 +224,15 @@ impl State {
             journal: Vec::new(),
             faults: Vec::new(),
             next_id: 0,
+        }
+    }
+
+    /// The limit on `resource` (a quota API resource name), `None`: unlimited.
+    pub fn quota(&self, resource: &str) -> Option<usize> {
+        match resource {
+            "load_balancer" | "loadbalancer" => self.config.quotas.load_balancers,
+            "floatingip" => self.config.quotas.floating_ips,
+            other => self.config.limits.get(other).copied(),
         }
     }
 
@@ -353,6 +367,7 @@ impl State {
 
     pub fn remove_port(&mut self, port_id: &str) {
         self.store.ports.remove(port_id);
+        // Neutron detaches floating IPs from a port that goes away.
         for fip in self.store.floatingips.values_mut() {
             if fip["port_id"] == json!(port_id) {
                 fip["port_id"] = Value::Null;

@@ -198,3 +198,423 @@ async fn changes_under_a_pending_load_balancer_get_409_and_delete_needs_cascade(
             && cloud.ports().is_empty()
     );
 }
+
+const LBAAS: &str = "/load-balancer/v2/lbaas";
+const NEUTRON: &str = "/networking/v2.0";
+
+/// A settled load balancer with one TCP listener on 80 and its pool; (lb id, pool id).
+async fn load_balancer(cloud: &MockOpenStack, token: &str) -> (String, String) {
+    let (status, created) = call(
+        cloud,
+        Some(token),
+        reqwest::Method::POST,
+        &format!("{LBAAS}/loadbalancers"),
+        Some(json!({"loadbalancer": {"name": "lb", "vip_subnet_id": PRIVATE_SUBNET_ID,
+            "listeners": [{"name": "l80", "protocol": "TCP", "protocol_port": 80,
+                "default_pool": {"name": "p80", "protocol": "TCP", "lb_algorithm": "ROUND_ROBIN"}}]}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["loadbalancer"]["id"].as_str().unwrap().to_string();
+    assert_eq!(settle(cloud, token, &id).await, "ACTIVE");
+    let pool = cloud.pools()[0]["id"].as_str().unwrap().to_string();
+    (id, pool)
+}
+
+#[tokio::test]
+async fn octavia_refuses_bodies_it_would_refuse_with_its_faultstring() {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let token = token(&cloud).await;
+    let (lb, pool) = load_balancer(&cloud, &token).await;
+    let cases = [
+        (
+            "unknown attribute in a graph",
+            reqwest::Method::POST,
+            format!("{LBAAS}/loadbalancers"),
+            json!({"loadbalancer": {"vip_subnet_id": PRIVATE_SUBNET_ID,
+                "listeners": [{"protocol": "TCP", "protocol_port": 81, "colour": "red"}]}}),
+            "Unknown attribute for argument load_balancer.loadbalancer.listeners: colour",
+        ),
+        (
+            "a listener's protocol cannot be updated",
+            reqwest::Method::PUT,
+            format!(
+                "{LBAAS}/listeners/{}",
+                cloud.listeners()[0]["id"].as_str().unwrap()
+            ),
+            json!({"listener": {"protocol": "UDP"}}),
+            "Unknown attribute for argument listener_.listener: protocol",
+        ),
+        (
+            "bad listener protocol",
+            reqwest::Method::POST,
+            format!("{LBAAS}/listeners"),
+            json!({"listener": {"loadbalancer_id": lb, "protocol": "tcp", "protocol_port": 82}}),
+            "Invalid input for field/attribute protocol. Value: 'tcp'. Value should be one of:",
+        ),
+        (
+            "bad lb_algorithm",
+            reqwest::Method::PUT,
+            format!("{LBAAS}/pools/{pool}"),
+            json!({"pool": {"lb_algorithm": "RANDOM"}}),
+            "Invalid input for field/attribute lb_algorithm. Value: 'RANDOM'. Value should be one of:",
+        ),
+        (
+            "a UDP pool under a TCP listener",
+            reqwest::Method::POST,
+            format!("{LBAAS}/loadbalancers"),
+            json!({"loadbalancer": {"vip_subnet_id": PRIVATE_SUBNET_ID,
+                "listeners": [{"protocol": "TCP", "protocol_port": 81,
+                    "default_pool": {"protocol": "UDP", "lb_algorithm": "ROUND_ROBIN"}}]}}),
+            "Validation failure: The pool protocol 'UDP' is invalid while the listener protocol is 'TCP'.",
+        ),
+        (
+            "a batch member with a pool_id",
+            reqwest::Method::PUT,
+            format!("{LBAAS}/pools/{pool}/members"),
+            json!({"members": [{"address": "10.0.0.5", "protocol_port": 30080, "pool_id": pool}]}),
+            "Unknown attribute for argument members_.members: pool_id",
+        ),
+    ];
+    let before = (cloud.load_balancers().len(), cloud.members(&pool).len());
+    for (what, method, path, body, want) in cases {
+        let (status, answer) = call(&cloud, Some(&token), method, &path, Some(body)).await;
+        assert_eq!(status, 400, "{what}: {answer}");
+        assert_eq!(answer["faultcode"], "Client", "{what}");
+        assert!(answer["debuginfo"].is_null(), "{what}");
+        let fault = answer["faultstring"].as_str().unwrap();
+        assert!(fault.starts_with(want), "{what}: {fault}");
+    }
+    assert_eq!(
+        (cloud.load_balancers().len(), cloud.members(&pool).len()),
+        before,
+        "a refused body changed nothing"
+    );
+}
+
+#[tokio::test]
+async fn batch_member_update_converges_the_pool_and_honours_additive_only() {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let token = token(&cloud).await;
+    let (lb, pool) = load_balancer(&cloud, &token).await;
+    let batch = |members: Value, additive: bool| {
+        let cloud = &cloud;
+        let token = &token;
+        let pool = &pool;
+        async move {
+            let query = if additive { "?additive_only=true" } else { "" };
+            call(
+                cloud,
+                Some(token),
+                reqwest::Method::PUT,
+                &format!("{LBAAS}/pools/{pool}/members{query}"),
+                Some(json!({"members": members})),
+            )
+            .await
+        }
+    };
+    let addresses = |cloud: &MockOpenStack| {
+        let mut set: Vec<(String, u64, String)> = cloud
+            .members(&pool)
+            .iter()
+            .map(|m| {
+                (
+                    m["address"].as_str().unwrap().to_string(),
+                    m["protocol_port"].as_u64().unwrap(),
+                    m["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        set.sort();
+        set
+    };
+    let (status, _) = batch(
+        json!([{"name": "a", "address": "10.0.0.5", "protocol_port": 30080},
+               {"name": "b", "address": "10.0.0.6", "protocol_port": 30080}]),
+        false,
+    )
+    .await;
+    assert_eq!(status, 202);
+    assert_eq!(settle(&cloud, &token, &lb).await, "ACTIVE");
+    // Replace b by c and rename a: one call does all three.
+    let (status, _) = batch(
+        json!([{"name": "a2", "address": "10.0.0.5", "protocol_port": 30080},
+               {"name": "c", "address": "10.0.0.7", "protocol_port": 30080}]),
+        false,
+    )
+    .await;
+    assert_eq!(status, 202);
+    assert_eq!(settle(&cloud, &token, &lb).await, "ACTIVE");
+    assert_eq!(
+        addresses(&cloud),
+        vec![
+            ("10.0.0.5".into(), 30080, "a2".into()),
+            ("10.0.0.7".into(), 30080, "c".into())
+        ]
+    );
+    let (status, _) = batch(
+        json!([{"name": "d", "address": "10.0.0.8", "protocol_port": 30080}]),
+        true,
+    )
+    .await;
+    assert_eq!(status, 202);
+    assert_eq!(settle(&cloud, &token, &lb).await, "ACTIVE");
+    assert_eq!(addresses(&cloud).len(), 3, "additive_only deletes nothing");
+}
+
+#[tokio::test]
+async fn quotas_are_shown_and_enforced_as_octavia_and_neutron_answer() {
+    let cloud = MockOpenStack::builder()
+        .quota("listener", 1)
+        .quota("member", 1)
+        .quota("security_group", 1)
+        .start()
+        .await
+        .unwrap();
+    let token = token(&cloud).await;
+    let (status, quota) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::GET,
+        &format!("{LBAAS}/quotas/{}", kube_lb_mock_openstack::PROJECT_ID),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(quota["quota"]["listener"], 1);
+    assert_eq!(quota["quota"]["load_balancer"], -1);
+    let (lb, pool) = load_balancer(&cloud, &token).await;
+    let (status, answer) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::POST,
+        &format!("{LBAAS}/listeners"),
+        Some(json!({"listener": {"loadbalancer_id": lb, "protocol": "TCP", "protocol_port": 81}})),
+    )
+    .await;
+    assert_eq!(status, 403, "Octavia's quota answer is 403: {answer}");
+    assert_eq!(
+        answer["faultstring"],
+        "Quota has been met for resources: Listener"
+    );
+    let (status, answer) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::PUT,
+        &format!("{LBAAS}/pools/{pool}/members"),
+        Some(
+            json!({"members": [{"address": "10.0.0.5", "protocol_port": 1},
+                                {"address": "10.0.0.6", "protocol_port": 1}]}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(cloud.members(&pool).is_empty(), "a refused batch adds none");
+
+    let group = json!({"security_group": {"name": "g"}});
+    let (status, _) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::POST,
+        &format!("{NEUTRON}/security-groups"),
+        Some(group.clone()),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, answer) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::POST,
+        &format!("{NEUTRON}/security-groups"),
+        Some(group),
+    )
+    .await;
+    assert_eq!(status, 409, "Neutron's quota answer is 409: {answer}");
+    assert_eq!(answer["NeutronError"]["type"], "OverQuota");
+    let (_, quota) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::GET,
+        &format!("{NEUTRON}/quotas/{}", kube_lb_mock_openstack::PROJECT_ID),
+        None,
+    )
+    .await;
+    assert_eq!(quota["quota"]["security_group"], 1);
+    assert_eq!(quota["quota"]["floatingip"], -1);
+}
+
+#[tokio::test]
+async fn neutron_security_groups_rules_ports_and_floating_ips_behave_as_neutron() {
+    let cloud = MockOpenStack::builder()
+        .server_port(
+            kube_lb_mock_openstack::PRIVATE_NETWORK_ID,
+            "server-1",
+            "10.0.0.21",
+        )
+        .start()
+        .await
+        .unwrap();
+    let token = token(&cloud).await;
+    let post = |path: &'static str, body: Value| {
+        let cloud = &cloud;
+        let token = &token;
+        async move {
+            call(
+                cloud,
+                Some(token),
+                reqwest::Method::POST,
+                &format!("{NEUTRON}/{path}"),
+                Some(body),
+            )
+            .await
+        }
+    };
+    // The node port the builder seeded, found as OCCM finds it.
+    let (_, ports) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::GET,
+        &format!("{NEUTRON}/ports?device_id=server-1"),
+        None,
+    )
+    .await;
+    let node_port = ports["ports"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(ports["ports"][0]["fixed_ips"][0]["ip_address"], "10.0.0.21");
+    let (_, networks) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::GET,
+        &format!("{NEUTRON}/networks?router:external=true"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        networks["networks"][0]["id"],
+        kube_lb_mock_openstack::PUBLIC_NETWORK_ID
+    );
+
+    let (status, group) = post(
+        "security-groups",
+        json!({"security_group": {"name": "lb-sg"}}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let group_id = group["security_group"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        group["security_group"]["security_group_rules"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "a new group allows egress"
+    );
+    let rule = json!({"security_group_rule": {"security_group_id": group_id, "direction": "ingress",
+        "protocol": "tcp", "port_range_min": 30080, "port_range_max": 30080, "remote_ip_prefix": "10.0.0.0/24"}});
+    assert_eq!(post("security-group-rules", rule.clone()).await.0, 201);
+    let (status, duplicate) = post("security-group-rules", rule).await;
+    assert_eq!(status, 409);
+    assert_eq!(duplicate["NeutronError"]["type"], "SecurityGroupRuleExists");
+    let refused = [
+        (
+            json!({"security_group_rule": {"security_group_id": group_id, "direction": "in"}}),
+            "Invalid input for direction. Reason: 'in' is not in ['ingress', 'egress'].",
+        ),
+        (
+            json!({"security_group_rule": {"security_group_id": group_id, "direction": "ingress",
+                "port_range_min": 80, "port_range_max": 80}}),
+            "Must also specify protocol if port range is given.",
+        ),
+        (
+            json!({"security_group_rule": {"security_group_id": group_id, "direction": "ingress",
+                "protocol": "tcp", "port_range_min": 90, "port_range_max": 80}}),
+            "For TCP/UDP protocols, port_range_min must be <= port_range_max",
+        ),
+        (
+            json!({"security_group_rule": {"security_group_id": group_id, "direction": "ingress",
+                "ethertype": "IPv4", "remote_ip_prefix": "::/0"}}),
+            "Conflicting value ethertype IPv4 for CIDR ::/0",
+        ),
+        (
+            json!({"security_group_rule": {"security_group_id": group_id, "direction": "ingress",
+                "portrange": 1}}),
+            "Unrecognized attribute(s) 'portrange'",
+        ),
+    ];
+    for (body, want) in refused {
+        let (status, answer) = post("security-group-rules", body).await;
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["NeutronError"]["message"], want);
+    }
+
+    // A group in use by a port cannot go; detached, it can, with its rules.
+    let (status, _) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::PUT,
+        &format!("{NEUTRON}/ports/{node_port}"),
+        Some(json!({"port": {"security_groups": [group_id]}})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let group_path = format!("{NEUTRON}/security-groups/{group_id}");
+    let delete_group = || {
+        call(
+            &cloud,
+            Some(&token),
+            reqwest::Method::DELETE,
+            &group_path,
+            None,
+        )
+    };
+    let (status, answer) = delete_group().await;
+    assert_eq!(status, 409);
+    assert_eq!(answer["NeutronError"]["type"], "SecurityGroupInUse");
+    call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::PUT,
+        &format!("{NEUTRON}/ports/{node_port}"),
+        Some(json!({"port": {"security_groups": []}})),
+    )
+    .await;
+    assert_eq!(delete_group().await.0, 204);
+    assert!(cloud.security_groups().is_empty() && cloud.security_group_rules().is_empty());
+
+    // A floating IP follows its port: associated to a new port, dissociated when it goes.
+    let (status, port) = post(
+        "ports",
+        json!({"port": {"network_id": kube_lb_mock_openstack::PRIVATE_NETWORK_ID, "name": "vip"}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{port}");
+    let port_id = port["port"]["id"].as_str().unwrap().to_string();
+    let (status, fip) = post(
+        "floatingips",
+        json!({"floatingip": {"floating_network_id": kube_lb_mock_openstack::PUBLIC_NETWORK_ID,
+            "port_id": port_id}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{fip}");
+    assert_eq!(
+        fip["floatingip"]["fixed_ip_address"],
+        port["port"]["fixed_ips"][0]["ip_address"]
+    );
+    let (status, taken) = post(
+        "floatingips",
+        json!({"floatingip": {"floating_network_id": kube_lb_mock_openstack::PUBLIC_NETWORK_ID,
+            "port_id": port_id}}),
+    )
+    .await;
+    assert_eq!(status, 409, "{taken}");
+    call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::DELETE,
+        &format!("{NEUTRON}/ports/{port_id}"),
+        None,
+    )
+    .await;
+    let fips = cloud.floating_ips();
+    assert_eq!(fips.len(), 1);
+    assert!(fips[0]["port_id"].is_null(), "{fips:?}");
+}

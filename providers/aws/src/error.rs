@@ -288,7 +288,8 @@ impl AwsError {
             AwsError::Api { code, status, .. } => classify(code, *status),
             AwsError::Invalid(_) => Classification::User,
             AwsError::Environment { cause, .. } => Classification::Environment(*cause),
-            AwsError::NameTaken { .. } => Classification::Environment(EnvironmentCause::NameTaken),
+            // The owner is known and it is not this Service: only a person can clear it.
+            AwsError::NameTaken { .. } => Classification::User,
             AwsError::ConfigRead { .. }
             | AwsError::ConfigParse { .. }
             | AwsError::Setup(_)
@@ -313,11 +314,16 @@ impl From<AwsError> for ProviderError {
             AwsError::Environment { cause, message } => {
                 return ProviderError::environment("aws", *cause, message.clone());
             }
-            AwsError::NameTaken { operation, .. } => {
-                return ProviderError::environment(
+            AwsError::NameTaken {
+                operation,
+                resource,
+                name,
+                owner,
+            } => {
+                return ProviderError::owned_elsewhere(
                     operation,
-                    EnvironmentCause::NameTaken,
-                    error.to_string(),
+                    format!("{resource} {name}"),
+                    owner.clone(),
                 );
             }
             AwsError::Api {
@@ -500,7 +506,8 @@ mod tests {
                 "environment",
                 Some(env(MissingDependency)),
             ),
-            // a name held by someone else (ours would have been adopted before this)
+            // the cloud's raw answer, before the owner is checked: usually our own lost
+            // create, adopted on the next pass; another owner's becomes AwsError::NameTaken
             (
                 "DuplicateLoadBalancerName",
                 400,
@@ -648,6 +655,15 @@ mod tests {
             ),
             (AwsError::Unexpected("no ARN".into()), "internal"),
             (AwsError::Setup("no region".into()), "internal"),
+            (
+                AwsError::NameTaken {
+                    operation: "CreateLoadBalancer",
+                    resource: "Classic ELB",
+                    name: "a1b2".into(),
+                    owner: "cluster other".into(),
+                },
+                "user",
+            ),
         ];
         for (error, class) in cases {
             let text = error.to_string();

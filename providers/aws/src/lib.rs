@@ -23,7 +23,7 @@
 //!
 //! Under faults: a create whose response was lost is recognised on the retry (found by its
 //! deterministic name, adopted when its tags say it is this Service's, `owner`); a resource
-//! with the name but another owner is `ProviderError::Environment { cause: NameTaken }`. A
+//! with the name but another owner is a user error naming it (`ProviderError::OwnedElsewhere`). A
 //! change of kind (Classic ELB ↔ NLB) is break-before-make: unless this Service's load balancer
 //! of the wanted kind is found (which proves the other is gone), an ensure removes the other
 //! kind first (`delete`), so a kill at any step leaves at most one load balancer. NLB

@@ -23,7 +23,7 @@ use kube_lb_provider_aws::AwsProvider;
 use kube_lb_provider_aws::naming::target_group_prefix;
 use kube_lb_provider_aws::sg::RuleSource;
 use kube_lb_provider_core::naming::load_balancer_name;
-use kube_lb_provider_core::{EnvironmentCause, LoadBalancerProvider, ProviderError};
+use kube_lb_provider_core::{LoadBalancerProvider, ProviderError};
 
 /// moto behind the fault proxy, and providers that talk through it.
 struct Faulty {
@@ -413,14 +413,17 @@ async fn a_same_named_resource_of_another_owner_is_name_taken_and_left_alone() {
             .await
             .unwrap_err();
         match &error {
-            ProviderError::Environment {
-                cause: EnvironmentCause::NameTaken,
-                message,
-                ..
-            } => assert!(message.contains(owner), "{case}: {message}"),
-            other => panic!("{case}: want NameTaken, got {other:?}"),
+            ProviderError::OwnedElsewhere { owner: named, .. } => {
+                assert!(named.contains(owner), "{case}: {error}");
+                assert!(error.to_string().contains(&name), "{case}: {error}");
+                assert_eq!(error.class(), "user", "{case}: a user error");
+            }
+            other => panic!("{case}: want OwnedElsewhere, got {other:?}"),
         }
-        assert!(error.is_retryable(), "{case}: retried with backoff");
+        assert!(
+            !error.is_retryable(),
+            "{case}: a user error waits for the Service to change"
+        );
         assert_eq!(inventory(&env, &spec).await, before, "{case}: touched");
         provider.delete(&spec.service).await.unwrap();
         assert_eq!(

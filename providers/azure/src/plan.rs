@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use kube_lb_provider_core::{EnvironmentCause, ProviderError, ServiceKey};
+use kube_lb_provider_core::{ProviderError, ServiceKey};
 use md5::{Digest, Md5};
 
 use crate::arm::{
@@ -103,8 +103,8 @@ pub fn owned_child(prefix: &str, name: &str) -> bool {
 }
 
 /// The error for a public IP that has the Service's deterministic name but is tagged for
-/// another owner (or not tagged at all): the cluster operator must sort it out, so it is an
-/// environment error, retried with backoff, that names whoever holds the name.
+/// another owner (or not tagged at all): never adopted or rewritten, so it is a user error
+/// naming whoever holds the name, and the Service waits for a change.
 fn name_taken(pip: &PublicIp, rg: &str, service: &ServiceKey) -> ProviderError {
     let tag = |new: &str, legacy: &str| pip.tags.get(new).or_else(|| pip.tags.get(legacy));
     let owner = match (
@@ -118,13 +118,14 @@ fn name_taken(pip: &PublicIp, rg: &str, service: &ServiceKey) -> ProviderError {
         (None, Some(cluster)) => format!("cluster {cluster} (no {SERVICE_TAG} tag)"),
         (None, None) => format!("an unknown owner (no {SERVICE_TAG} tag)"),
     };
-    ProviderError::environment(
+    ProviderError::owned_elsewhere(
         "PutPublicIPAddress",
-        EnvironmentCause::NameTaken,
         format!(
-            "public IP {} in resource group {rg} is the name kube-lb uses for {service}, but it belongs to {owner}; delete or rename it, or tag it {SERVICE_TAG}={service}",
+            "public IP {} in resource group {rg} (the name kube-lb uses for {service}; to hand it \
+             over, tag it {SERVICE_TAG}={service})",
             pip.name
         ),
+        owner,
     )
 }
 

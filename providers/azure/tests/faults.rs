@@ -10,7 +10,7 @@ use kube_lb_mock_azure::{
     ArmError, CLIENT_ID, CLIENT_SECRET, Fault, MockArm, SUBSCRIPTION, TENANT,
 };
 use kube_lb_provider_azure::ProviderOptions;
-use kube_lb_provider_core::{EnvironmentCause, LoadBalancerProvider, ProviderError};
+use kube_lb_provider_core::{LoadBalancerProvider, ProviderError};
 use serde_json::{Value, json};
 use support::*;
 
@@ -479,14 +479,21 @@ async fn a_public_ip_with_our_name_but_another_owner_is_not_taken_over() {
         h.arm.seed_public_ip(RG, &name, tags.clone()).unwrap();
         let error = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap_err();
         match &error {
-            ProviderError::Environment { cause, message, .. } => {
-                assert_eq!(*cause, EnvironmentCause::NameTaken, "{what}");
-                assert!(message.contains(owner), "{what}: {message}");
-                assert!(message.contains(&name), "{what}: {message}");
+            ProviderError::OwnedElsewhere {
+                resource,
+                owner: named,
+                ..
+            } => {
+                assert!(named.contains(owner), "{what}: {error}");
+                assert!(resource.contains(&name), "{what}: {error}");
             }
             other => panic!("{what}: {other:?}"),
         }
-        assert!(error.is_retryable(), "{what}: retried once the owner moves");
+        assert_eq!(error.class(), "user", "{what}: a user error");
+        assert!(
+            !error.is_retryable(),
+            "{what}: waits for the Service (or the resource's owner) to change"
+        );
         assert_eq!(h.arm.public_ip(RG, &name).unwrap()["tags"], tags, "{what}");
         assert!(h.arm.load_balancer(RG, CLUSTER).is_none(), "{what}");
         assert!(

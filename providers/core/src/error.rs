@@ -9,6 +9,7 @@
 //! | [`ProviderError::Pending`] | nobody: it passes, but slowly (a dependency being torn down, a resource in a transitional state) | not retried in place; the controller retries with backoff |
 //! | [`ProviderError::Environment`] | the cluster's operator or time (quota, permission, a missing network, an exhausted pool) | not retried in place; the controller retries with capped backoff and a Warning naming the cause |
 //! | [`ProviderError::User`] | only the Service's author | Warning event, then wait for the Service to change |
+//! | [`ProviderError::OwnedElsewhere`] | a person: a resource with this load balancer's deterministic name belongs to another owner | a user error naming the owner: Warning event, then wait for the Service to change; never adopted, never rewritten |
 //! | [`ProviderError::ImplementedElsewhere`] | nobody: another controller owns it | left alone quietly |
 //! | [`ProviderError::Internal`] | us (an unexpected answer) | retried by the controller with backoff |
 //!
@@ -38,7 +39,11 @@ pub enum EnvironmentCause {
     PoolExhausted,
     /// The requested address is held by someone else.
     AddressInUse,
-    /// A resource with the load balancer's name exists and belongs to someone else.
+    /// The cloud answered that a resource with the load balancer's name already exists,
+    /// before its owner was checked (`DuplicateLoadBalancerName`, GCE `alreadyExists`): most
+    /// often this Service's own create whose answer was lost, adopted on the next pass. Once
+    /// the owner is known to be someone else, providers answer
+    /// [`ProviderError::OwnedElsewhere`] instead.
     NameTaken,
 }
 
@@ -186,6 +191,24 @@ pub enum ProviderError {
         /// What the user must change, in words they can act on.
         message: String,
     },
+    /// A cloud resource with the deterministic name this Service's load balancer needs
+    /// exists, and its ownership marks (tags, description) name another owner: another
+    /// cluster, another Service, or nobody we know. It is a user error, not an environment
+    /// one: kube-lb never adopts or rewrites it, and retrying cannot help, so the Service
+    /// waits for a change (or for a person to delete or re-tag the resource) with a Warning
+    /// naming the owner. A *raw* "name already exists" answer, before ownership is checked,
+    /// is [`EnvironmentCause::NameTaken`] instead: usually our own lost create, adopted on the
+    /// next pass.
+    #[error("{operation}: {resource} already exists and belongs to {owner}, not to this Service")]
+    OwnedElsewhere {
+        /// The cloud operation that found it.
+        operation: &'static str,
+        /// The resource's kind and name (`Classic ELB a1b2…`).
+        resource: String,
+        /// Who owns it, in the words of its ownership marks (`cluster other`, `Service ns/x`,
+        /// `no kube-lb ownership tags`).
+        owner: String,
+    },
     /// Another controller owns this Service's load balancer (e.g. AWS `type: nlb-ip`).
     #[error("load balancer is implemented by another controller")]
     ImplementedElsewhere,
@@ -209,7 +232,7 @@ impl ProviderError {
             ProviderError::Pending { .. }
             | ProviderError::Environment { .. }
             | ProviderError::Internal { .. } => Retry::Backoff,
-            ProviderError::User { .. } => Retry::OnChange,
+            ProviderError::User { .. } | ProviderError::OwnedElsewhere { .. } => Retry::OnChange,
             ProviderError::ImplementedElsewhere => Retry::Never,
         }
     }
@@ -234,7 +257,7 @@ impl ProviderError {
         match self {
             ProviderError::Retryable { .. } | ProviderError::Pending { .. } => "retryable",
             ProviderError::Environment { .. } => "environment",
-            ProviderError::User { .. } => "user",
+            ProviderError::User { .. } | ProviderError::OwnedElsewhere { .. } => "user",
             ProviderError::ImplementedElsewhere => "implemented_elsewhere",
             ProviderError::Internal { .. } => "internal",
         }
@@ -244,6 +267,19 @@ impl ProviderError {
     pub fn user(message: impl Into<String>) -> Self {
         ProviderError::User {
             message: message.into(),
+        }
+    }
+
+    /// A user error: `resource` exists under this load balancer's name but belongs to `owner`.
+    pub fn owned_elsewhere(
+        operation: &'static str,
+        resource: impl Into<String>,
+        owner: impl Into<String>,
+    ) -> Self {
+        ProviderError::OwnedElsewhere {
+            operation,
+            resource: resource.into(),
+            owner: owner.into(),
         }
     }
 
@@ -309,6 +345,16 @@ mod tests {
                 "environment",
             ),
             (ProviderError::user("bad port"), false, false, "user"),
+            (
+                ProviderError::owned_elsewhere(
+                    "CreateLoadBalancer",
+                    "Classic ELB a1b2",
+                    "cluster other",
+                ),
+                false,
+                false,
+                "user",
+            ),
             (
                 ProviderError::ImplementedElsewhere,
                 false,

@@ -6,7 +6,8 @@
 //! that name is adopted when its description carries the owner mark upstream writes and
 //! kube-lb wants (`kubernetes.io/service-name` for per-Service resources,
 //! `kubernetes.io/cluster-id` for the cluster's shared ones); anything else belongs to
-//! someone else and stays an environment error naming that owner, never taken over.
+//! someone else and is a user error naming that owner (`ProviderError::OwnedElsewhere`), never
+//! taken over.
 
 use crate::desired::{Desired, service_description};
 use crate::plan::Observed;

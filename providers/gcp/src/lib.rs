@@ -15,7 +15,7 @@
 //! balancers are adopted. Ownership is the description upstream writes (see [`adopt`]): a
 //! create answered `alreadyExists` after its answer was lost adopts its own resource, and a
 //! resource under one of the Service's names that belongs to someone else is reported as a
-//! `NameTaken` environment error naming the owner, never rewritten.
+//! user error naming the owner (`ProviderError::OwnedElsewhere`), never rewritten.
 //!
 //! `kube-lb plan` runs the same observation and planner with reads only and reports the
 //! actions as calls ([`preview`]); `kube-lb audit` lists every collection the provider writes
@@ -39,9 +39,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use kube_lb_provider_core::naming::load_balancer_name;
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, CloudApi, EnvironmentCause, LoadBalancerIngress,
-    LoadBalancerProvider, LoadBalancerSpec, LoadBalancerStatus, OwnedResource, PlannedChange,
-    ProviderError, RateLimit, RateLimits, RetryPolicy, ServiceKey,
+    BackendNode, CallCounter, CloudApi, LoadBalancerIngress, LoadBalancerProvider,
+    LoadBalancerSpec, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError, RateLimit,
+    RateLimits, RetryPolicy, ServiceKey,
 };
 
 pub use client::PollSettings;
@@ -808,12 +808,10 @@ impl GcpProvider {
                 );
                 Ok(())
             }
-            adopt::Adoption::Taken { owner } => Err(ProviderError::environment(
+            adopt::Adoption::Taken { owner } => Err(ProviderError::owned_elsewhere(
                 operation,
-                EnvironmentCause::NameTaken,
-                format!(
-                    "{kind} {name} already exists and belongs to {owner}, not to this Service; delete or rename it"
-                ),
+                format!("{kind} {name}"),
+                owner,
             )),
         }
     }
@@ -1242,18 +1240,18 @@ impl LoadBalancerProvider for GcpProvider {
     }
 }
 
-/// The environment error `ensure` (and its plan) gives when a resource under one of the
-/// Service's names belongs to someone else.
+/// The user error `ensure` (and its plan) gives when a resource under one of the Service's
+/// names belongs to someone else: never adopted or rewritten, so retrying cannot help.
 fn refuse_foreign(desired: &Desired, observed: &Observed) -> Result<(), ProviderError> {
     match adopt::foreign(desired, observed) {
         None => Ok(()),
-        Some((kind, name, owner)) => Err(ProviderError::environment(
+        Some((kind, name, owner)) => Err(ProviderError::owned_elsewhere(
             "observe",
-            EnvironmentCause::NameTaken,
             format!(
-                "{kind} {name} has the name kube-lb uses for Service {}, but belongs to {owner}; delete or rename it",
+                "{kind} {name} (the name kube-lb uses for Service {})",
                 desired.service
             ),
+            owner,
         )),
     }
 }

@@ -1054,20 +1054,20 @@ async fn a_resource_with_our_name_but_another_owner_is_left_alone() {
             .await
             .unwrap_err();
         match &error {
-            kube_lb_provider_core::ProviderError::Environment { cause, message, .. } => {
-                assert_eq!(
-                    *cause,
-                    kube_lb_provider_core::EnvironmentCause::NameTaken,
-                    "{what}"
-                );
-                assert!(message.contains(owner), "{what}: {message}");
-                assert!(message.contains(name), "{what}: {message}");
+            kube_lb_provider_core::ProviderError::OwnedElsewhere {
+                resource,
+                owner: named,
+                ..
+            } => {
+                assert!(named.contains(owner), "{what}: {error}");
+                assert!(resource.contains(name), "{what}: {error}");
+                assert_eq!(error.class(), "user", "{what}: a user error");
             }
             other => panic!("{what}: {other:?}"),
         }
         assert!(
-            error.is_retryable(),
-            "{what}: retried once the name is free"
+            !error.is_retryable(),
+            "{what}: a user error waits for the Service to change"
         );
         assert_eq!(
             env.gce.resource(collection_name, name).unwrap(),

@@ -1028,3 +1028,150 @@ async fn migration_from_upstream_shows_what_adoption_changes() {
         .unwrap();
     assert_eq!(plan, vec![], "web is in sync after one ensure");
 }
+
+/// Migration of an internal (ILB) Service from cloud-provider-gcp: the state upstream leaves
+/// (reference/gcp-azure.md §1.5, §1.6) built in the mock by hand — the per-zone instance
+/// groups `k8s-ig--c1` holding the nodes, the shared new-style health check `k8s-c1-node`
+/// (`/healthz:10256`, upstream's 8/1/1/3), the backend service `a<uid>` over the groups, an
+/// internal forwarding rule on an address upstream released after the sync (its address
+/// manager reserves and releases on every pass), the traffic firewall `k8s-fw-a<uid>` with
+/// upstream's description naming the IP, and the shared health-check firewall
+/// `k8s-c1-node-hc` with the cluster mark.
+///
+/// The plan shows what adoption changes and nothing else: the internal IP is reserved under
+/// the rule's name (the same IP, so clients see no change); the groups, health check, backend
+/// service, rule and firewalls are adopted as they are. After one ensure the plan is empty.
+#[tokio::test]
+async fn migration_from_upstream_internal_load_balancer_shows_what_adoption_changes() {
+    let gce = mock().await;
+    let http = reqwest::Client::new();
+    let base = format!("{}/compute/v1/projects/{}", gce.url(), gce.project());
+    let region = format!("{base}/regions/us-central1");
+    let post = |url: String, body: Value| {
+        let http = http.clone();
+        async move {
+            let answer = http.post(url).json(&body).send().await.unwrap();
+            let status = answer.status();
+            let text = answer.text().await.unwrap();
+            assert!(status.is_success(), "{body}: {text}");
+        }
+    };
+    let lb = load_balancer_name(UID_WEB);
+    let mark = |service: &str| format!(r#"{{"kubernetes.io/service-name":"{service}"}}"#);
+    let internal = service("web", UID_WEB, |m| {
+        m["metadata"]["annotations"]["networking.gke.io/load-balancer-type"] = json!("Internal");
+    });
+
+    // One unmanaged group per zone, with that zone's nodes.
+    for (zone, node) in [(ZONE_A, "gke-c1-node-1"), (ZONE_B, "gke-c1-node-2")] {
+        let groups = format!("{base}/zones/{zone}/instanceGroups");
+        post(
+            groups.clone(),
+            json!({"name": "k8s-ig--c1", "network": format!("{base}/global/networks/default")}),
+        )
+        .await;
+        post(
+            format!("{groups}/k8s-ig--c1/addInstances"),
+            json!({"instances": [{"instance": format!("{base}/zones/{zone}/instances/{node}")}]}),
+        )
+        .await;
+    }
+    post(
+        format!("{base}/global/healthChecks"),
+        json!({"name": "k8s-c1-node", "type": "HTTP", "description": mark("k8s-c1-node"),
+            "httpHealthCheck": {"port": 10256, "requestPath": "/healthz"},
+            "checkIntervalSec": 8, "timeoutSec": 1, "healthyThreshold": 1,
+            "unhealthyThreshold": 3}),
+    )
+    .await;
+    post(
+        format!("{region}/backendServices"),
+        json!({"name": lb, "description": mark("default/web"), "protocol": "TCP",
+        "loadBalancingScheme": "INTERNAL", "sessionAffinity": "NONE",
+        "healthChecks": [format!("{base}/global/healthChecks/k8s-c1-node")],
+        "backends": [
+            {"group": format!("{base}/zones/{ZONE_A}/instanceGroups/k8s-ig--c1")},
+            {"group": format!("{base}/zones/{ZONE_B}/instanceGroups/k8s-ig--c1")},
+        ]}),
+    )
+    .await;
+    post(
+        format!("{region}/forwardingRules"),
+        json!({"name": lb, "description": mark("default/web"), "IPProtocol": "TCP",
+            "ports": ["80", "443"], "loadBalancingScheme": "INTERNAL",
+            "backendService": format!("{region}/backendServices/{lb}"),
+            "network": format!("{base}/global/networks/default"),
+            "subnetwork": format!("{region}/subnetworks/default")}),
+    )
+    .await;
+    let ip = gce.resource("forwardingRules", &lb).unwrap()["IPAddress"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    post(
+        format!("{base}/global/firewalls"),
+        json!({"name": format!("k8s-fw-{lb}"),
+            "description": format!(
+                r#"{{"kubernetes.io/service-name":"default/web", "kubernetes.io/service-ip":"{ip}"}}"#
+            ),
+            "network": "global/networks/default",
+            "allowed": [{"IPProtocol": "tcp", "ports": ["80", "443"]}],
+            "sourceRanges": ["0.0.0.0/0"], "destinationRanges": [ip], "targetTags": [TAG]}),
+    )
+    .await;
+    post(
+        format!("{base}/global/firewalls"),
+        json!({"name": "k8s-c1-node-hc",
+            "description": json!({"kubernetes.io/cluster-id": "c1"}).to_string(),
+            "network": "global/networks/default",
+            "allowed": [{"IPProtocol": "tcp", "ports": ["10256"]}],
+            "sourceRanges": HEALTH_RANGES, "targetTags": [TAG]}),
+    )
+    .await;
+
+    let provider = provider(&gce).await;
+    let owned = provider.owned_resources().await.unwrap();
+    let recorded = by_service(&owned);
+    assert_eq!(
+        recorded[&("BackendService".to_string(), lb.clone())],
+        "default/web"
+    );
+    assert_eq!(
+        recorded[&("ForwardingRule".to_string(), lb.clone())],
+        "default/web"
+    );
+
+    let plan = without_mutations(&gce, &provider, provider.plan_ensure(&internal, &nodes()))
+        .await
+        .unwrap();
+    assert_eq!(
+        summary(&plan),
+        [format!("create Address {lb}")],
+        "{plan:#?}"
+    );
+    let address = fields(find(&plan, "addresses.insert", &lb));
+    assert_eq!(
+        address["address"],
+        (None, Some(ip.clone())),
+        "the IP is kept"
+    );
+
+    let rule_before = gce.resource("forwardingRules", &lb).unwrap();
+    let backends_before = gce.resource("backendServices", &lb).unwrap();
+    provider.ensure(&internal, &nodes()).await.unwrap();
+    let rule_after = gce.resource("forwardingRules", &lb).unwrap();
+    assert_eq!(
+        rule_after["id"], rule_before["id"],
+        "the rule was adopted, not re-created"
+    );
+    assert_eq!(rule_after["IPAddress"], json!(ip));
+    assert_eq!(
+        gce.resource("backendServices", &lb).unwrap()["id"],
+        backends_before["id"],
+        "the backend service was adopted"
+    );
+    let plan = without_mutations(&gce, &provider, provider.plan_ensure(&internal, &nodes()))
+        .await
+        .unwrap();
+    assert_eq!(plan, vec![], "in sync after one ensure");
+}

@@ -1,10 +1,18 @@
-//! The embedded `local` provider: load-balancer addresses come from a pool on this machine
-//! (by default inside 127.0.0.0/8, so nothing needs configuring), and the set of allocated
-//! addresses with their ports is published on a watch channel for the dataplane to serve.
+//! The embedded `local` provider: load-balancer addresses come from address pools — the
+//! `kube-lb.io/v1alpha1` `IPPool` custom resources when any exist, else the `--local-pool`
+//! ranges (by default inside 127.0.0.0/8, so nothing needs configuring) — and the set of
+//! allocated addresses with their ports is published on a watch channel for the dataplane.
+//!
+//! The allocation rules are in [`alloc`]; the custom resource in [`ippool`]. The controller
+//! feeds pools and namespace labels in ([`LocalProvider::set_pools`],
+//! [`LocalProvider::set_namespace_labels`]) and listens on [`LocalProvider::changes`] to retry
+//! Services that wait for an address when something that could give them one changed.
 
+pub mod alloc;
+pub mod ippool;
 pub mod pool;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 
@@ -18,7 +26,12 @@ use kube_lb_provider_core::{
 };
 use tokio::sync::watch;
 
-pub use pool::{Allocation, DEFAULT_POOL, IpRange, Pool, PoolError};
+pub use alloc::{
+    AllocError, Allocation, Allocator, Choice, FALLBACK_POOL_NAME, PoolCondition, PoolStatus,
+    Request,
+};
+pub use ippool::{IpPoolSpec, PoolDef, PoolProblem};
+pub use pool::{DEFAULT_POOL, IpRange, Pool, PoolError};
 
 /// Provider name used in logs and metric labels.
 pub const PROVIDER_NAME: &str = "local";
@@ -46,8 +59,15 @@ pub struct LocalPort {
 /// What the dataplane must serve for one Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalLoadBalancer {
-    /// The allocated address.
+    /// The first allocated address (of the Service's first family).
     pub ip: IpAddr,
+    /// Every allocated address, one per family, in the Service's family order.
+    pub ips: Vec<IpAddr>,
+    /// The pool the addresses came from, when known.
+    pub pool: Option<String>,
+    /// The pool the Service's `kube-lb.io/ip-allocated-from-pool` annotation named when it
+    /// was last ensured (the controller writes the annotation when it differs from `pool`).
+    pub written_pool: Option<String>,
     /// Ports to listen on.
     pub ports: Vec<LocalPort>,
     /// Allowed client ranges; empty allows everyone.
@@ -55,21 +75,39 @@ pub struct LocalLoadBalancer {
 }
 
 impl LocalLoadBalancer {
-    fn new(ip: IpAddr, spec: &LoadBalancerSpec) -> Self {
-        Self {
-            ip,
+    fn new(choice: &Choice, spec: &LoadBalancerSpec) -> Option<Self> {
+        Some(Self {
+            ip: *choice.ips.first()?,
+            ips: choice.ips.clone(),
+            pool: choice.pool.clone(),
+            written_pool: spec
+                .provider
+                .as_local()
+                .and_then(|l| l.allocated_from_pool.clone()),
             ports: spec.ports.iter().map(local_port).collect(),
             source_ranges: spec.source_ranges.cidrs.clone(),
-        }
+        })
     }
 
     fn status(&self) -> LoadBalancerStatus {
         LoadBalancerStatus {
-            ingress: vec![LoadBalancerIngress {
-                ip: Some(self.ip),
-                hostname: None,
-            }],
+            ingress: self
+                .ips
+                .iter()
+                .map(|ip| LoadBalancerIngress {
+                    ip: Some(*ip),
+                    hostname: None,
+                })
+                .collect(),
         }
+    }
+
+    fn addresses(&self) -> String {
+        self.ips
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -88,16 +126,25 @@ pub type LocalLoadBalancers = BTreeMap<ServiceKey, LocalLoadBalancer>;
 /// allocations from Service statuses through [`LoadBalancerProvider::adopt`].
 #[derive(Debug)]
 pub struct LocalProvider {
-    pool: Mutex<Pool>,
+    allocator: Mutex<Allocator>,
     api: CloudApi,
     published: watch::Sender<LocalLoadBalancers>,
+    changes: watch::Sender<u64>,
+    /// False from [`LocalProvider::hold_until_pools_known`] until the first
+    /// [`LocalProvider::set_pools`]: allocations wait, so a controller that starts before its
+    /// `IPPool` watch has listed never hands out an address from the wrong pool.
+    pools_known: watch::Sender<bool>,
 }
 
+/// How long an `ensure` waits for the pools to be read before it fails as pending.
+const POOLS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl LocalProvider {
-    /// A provider over `pool`, counting its operations on `counter`.
+    /// A provider whose pool, while no `IPPool` is set, is `pool`; it counts its operations on
+    /// `counter`.
     pub fn new(pool: Pool, counter: CallCounter) -> Self {
         Self {
-            pool: Mutex::new(pool),
+            allocator: Mutex::new(Allocator::new(pool.ranges())),
             // In-memory operations never fail transiently, and nothing needs protecting from
             // bursts; the counter is what matters.
             api: CloudApi::new(
@@ -107,6 +154,26 @@ impl LocalProvider {
                 RetryPolicy::none(),
             ),
             published: watch::Sender::new(BTreeMap::new()),
+            changes: watch::Sender::new(0),
+            pools_known: watch::Sender::new(true),
+        }
+    }
+
+    /// Makes allocations wait until the next [`LocalProvider::set_pools`] (at most 30 s, then
+    /// they fail as pending and are retried): called before the `IPPool` watch starts.
+    pub fn hold_until_pools_known(&self) {
+        self.pools_known.send_replace(false);
+    }
+
+    async fn wait_for_pools(&self) -> Result<(), ProviderError> {
+        let mut known = self.pools_known.subscribe();
+        match tokio::time::timeout(POOLS_WAIT, known.wait_for(|k| *k)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(ProviderError::Pending {
+                operation: ALLOCATE,
+                message: "the address pools (IPPools) have not been read yet".to_string(),
+                source: None,
+            }),
         }
     }
 
@@ -115,13 +182,52 @@ impl LocalProvider {
         self.published.subscribe()
     }
 
+    /// Bumped whenever a Service waiting for an address might now get one: a pool or a
+    /// namespace's labels changed, an address was freed, a sharing Service changed its ports.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// The call counter.
     pub fn counter(&self) -> &CallCounter {
         self.api.counter()
     }
 
-    fn with_pool<T>(&self, f: impl FnOnce(&mut Pool) -> T) -> T {
-        f(&mut self.pool.lock().unwrap_or_else(PoisonError::into_inner))
+    /// Replaces the `IPPool`s (an empty set brings back the `--local-pool` ranges). Addresses
+    /// Services hold are kept, also when their pool no longer contains them.
+    pub fn set_pools(&self, pools: Vec<PoolDef>) {
+        if self.with_allocator(|a| a.set_pools(pools)) {
+            self.bump();
+        }
+        self.pools_known.send_replace(true);
+    }
+
+    /// Replaces the labels of every namespace (for `namespaceSelectors`).
+    pub fn set_namespace_labels(&self, labels: HashMap<String, BTreeMap<String, String>>) {
+        if self.with_allocator(|a| a.set_namespace_labels(labels)) {
+            self.bump();
+        }
+    }
+
+    /// The status of every `IPPool`, by name.
+    pub fn pool_statuses(&self) -> BTreeMap<String, PoolStatus> {
+        self.with_allocator(|a| a.statuses())
+    }
+
+    /// The problems of every invalid `IPPool`, by name.
+    pub fn pool_problems(&self) -> BTreeMap<String, Vec<PoolProblem>> {
+        self.with_allocator(|a| a.problems())
+    }
+
+    fn bump(&self) {
+        self.changes.send_modify(|generation| *generation += 1);
+    }
+
+    fn with_allocator<T>(&self, f: impl FnOnce(&mut Allocator) -> T) -> T {
+        f(&mut self
+            .allocator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner))
     }
 
     fn current(&self, service: &ServiceKey) -> Option<LocalLoadBalancer> {
@@ -136,27 +242,33 @@ impl LocalProvider {
     }
 }
 
-/// Classes pool failures: an address outside the pool is the Service's own choice (only its
-/// author can fix it); an address held by another Service or an exhausted pool can clear up
-/// when other Services go away, so the controller retries those.
-fn pool_error(error: PoolError) -> ProviderError {
-    match &error {
-        PoolError::OutsidePool { .. } => ProviderError::user(error.to_string()),
-        PoolError::InUse { .. } => ProviderError::environment(
-            "allocate",
-            EnvironmentCause::AddressInUse,
-            error.to_string(),
-        ),
-        PoolError::Exhausted { .. } => ProviderError::environment(
-            "allocate",
-            EnvironmentCause::PoolExhausted,
-            error.to_string(),
-        ),
-        PoolError::InvalidRange { .. } | PoolError::Empty => ProviderError::Internal {
-            message: error.to_string(),
-            source: Some(Box::new(error)),
-        },
+/// Classes allocation failures. Every one can clear up without the Service changing — another
+/// Service goes, a pool is added or widened, a namespace is relabelled — so all are
+/// environment errors: retried with backoff, and at once when [`LocalProvider::changes`]
+/// ticks. The message names the cause for the Service's condition.
+///
+/// One exception: while no `IPPool` exists (`custom_pools` false), an address outside the
+/// `--local-pool` ranges can only be fixed by the Service's author (or a restart with other
+/// flags), so it is a user error, as it always was.
+fn alloc_error(error: AllocError, custom_pools: bool) -> ProviderError {
+    if let AllocError::Outside { ip, .. } = &error
+        && !custom_pools
+    {
+        return ProviderError::user(format!(
+            "loadBalancerIP {ip} is not in the local address pool (--local-pool)"
+        ));
     }
+    let cause = match &error {
+        AllocError::Exhausted { .. } => EnvironmentCause::PoolExhausted,
+        AllocError::InUse { .. } | AllocError::SharingClash { .. } => {
+            EnvironmentCause::AddressInUse
+        }
+        AllocError::NoPool { .. }
+        | AllocError::UnknownPool { .. }
+        | AllocError::OutOfScope { .. }
+        | AllocError::Outside { .. } => EnvironmentCause::MissingDependency,
+    };
+    ProviderError::environment(ALLOCATE, cause, error.to_string())
 }
 
 fn protocol_name(protocol: Protocol) -> &'static str {
@@ -193,61 +305,92 @@ fn describe_ranges(ranges: &[IpNet]) -> Option<String> {
     })
 }
 
-/// The calls [`LocalProvider::ensure`] would make for `spec`, given what the provider serves
-/// (`published`) and what the pool holds; pure, and it mirrors `ensure` branch by branch.
-///
-/// A load balancer the pool holds but does not serve yet was adopted from its Service's status
-/// (a fresh process: the controller after a restart, or `kube-lb plan`): `ensure` only
-/// publishes it, without a pool call, so the plan is empty. Its ports were never recorded
-/// outside the process that served them, so a port change is visible only to the process
-/// that serves the load balancer.
+/// What [`LocalProvider::ensure`] does for `spec`, decided from what the provider serves
+/// (`published`) and what the allocator holds; pure, shared by `ensure` and `plan_ensure`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Served and recorded exactly so: nothing to do.
+    InSync(LocalLoadBalancer),
+    /// Held (adopted at start-up) but not served yet: record the ports, publish, no pool call.
+    Republish(LocalLoadBalancer),
+    /// A pool call: allocate, move or change what is served.
+    Allocate(LocalLoadBalancer),
+}
+
+fn step_for(
+    spec: &LoadBalancerSpec,
+    req: &Request,
+    published: Option<&LocalLoadBalancer>,
+    allocator: &Allocator,
+) -> Result<(Choice, Step), AllocError> {
+    let choice = allocator.plan(req)?;
+    let Some(desired) = LocalLoadBalancer::new(&choice, spec) else {
+        return Err(AllocError::NoPool {
+            service: spec.service.to_string(),
+            namespace: spec.service.namespace.clone(),
+        });
+    };
+    let held = allocator.held(&spec.service);
+    // What the annotation says is not what is served: a write-back alone changes nothing.
+    let served = published.map(|p| LocalLoadBalancer {
+        written_pool: desired.written_pool.clone(),
+        ..p.clone()
+    });
+    let step = if served.as_ref() == Some(&desired) && allocator.is_recorded(req, &choice) {
+        Step::InSync(desired)
+    } else if published.is_none() && held.as_ref().is_some_and(|h| h.ips == choice.ips) {
+        Step::Republish(desired)
+    } else {
+        Step::Allocate(desired)
+    };
+    Ok((choice, step))
+}
+
+/// The calls [`LocalProvider::ensure`] would make for `spec`: none when in sync or only
+/// republished after adoption (a fresh process: the controller after a restart, or `kube-lb
+/// plan`; ports were never recorded outside the process that served them, so a port change is
+/// visible only to the process that serves the load balancer), else one allocate.
 fn plan_ensure_from(
     spec: &LoadBalancerSpec,
     published: Option<&LocalLoadBalancer>,
-    pool: &Pool,
-) -> Result<Vec<PlannedChange>, PoolError> {
-    let service = &spec.service;
-    let held = pool.get(service);
-    let requested_ok = |ip: IpAddr| spec.requested_ip.is_none_or(|requested| requested == ip);
-    if let Some(lb) = published
-        && held == Some(lb.ip)
-        && requested_ok(lb.ip)
-        && *lb == LocalLoadBalancer::new(lb.ip, spec)
-    {
-        return Ok(Vec::new());
-    }
-    if published.is_none()
-        && let Some(ip) = held
-        && requested_ok(ip)
-    {
-        return Ok(Vec::new());
-    }
-    let ip = pool.would_allocate(service, spec.requested_ip)?;
-    let desired = LocalLoadBalancer::new(ip, spec);
-    let change = match published.map(|lb| lb.ip).or(held) {
+    allocator: &Allocator,
+) -> Result<Vec<PlannedChange>, AllocError> {
+    let req = Request::from_spec(spec);
+    let (_, step) = step_for(spec, &req, published, allocator)?;
+    let desired = match step {
+        Step::InSync(_) | Step::Republish(_) => return Ok(Vec::new()),
+        Step::Allocate(desired) => desired,
+    };
+    let old_addresses = published.map(LocalLoadBalancer::addresses).or_else(|| {
+        allocator.held(&spec.service).map(|h| {
+            h.ips
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    });
+    let new_addresses = desired.addresses();
+    let change = match old_addresses {
         None => {
             let create = PlannedChange::new(
                 ChangeAction::Create,
                 RESOURCE_KIND,
-                ip.to_string(),
+                new_addresses.clone(),
                 ALLOCATE,
             )
-            .field("address", None, Some(ip.to_string()))
+            .field("address", None, Some(new_addresses))
             .field("ports", None, Some(describe_ports(&desired.ports)));
             match describe_ranges(&desired.source_ranges) {
                 Some(ranges) => create.field("sourceRanges", None, Some(ranges)),
                 None => create,
             }
         }
-        Some(old_ip) => {
-            let mut modify = PlannedChange::new(
-                ChangeAction::Modify,
-                RESOURCE_KIND,
-                old_ip.to_string(),
-                ALLOCATE,
-            );
-            if old_ip != ip {
-                modify = modify.field("address", Some(old_ip.to_string()), Some(ip.to_string()));
+        Some(old) => {
+            let mut modify =
+                PlannedChange::new(ChangeAction::Modify, RESOURCE_KIND, old.clone(), ALLOCATE);
+            if old != new_addresses {
+                modify = modify.field("address", Some(old), Some(new_addresses));
             }
             if let Some(lb) = published {
                 if lb.ports != desired.ports {
@@ -271,22 +414,28 @@ fn plan_ensure_from(
     Ok(vec![change])
 }
 
-/// The calls [`LocalProvider::delete`] would make for `service`: one release of its address.
+/// The calls [`LocalProvider::delete`] would make for `service`: one release of its addresses.
 fn plan_delete_from(
     service: &ServiceKey,
     published: Option<&LocalLoadBalancer>,
-    pool: &Pool,
+    allocator: &Allocator,
 ) -> Vec<PlannedChange> {
-    pool.get(service)
-        .or(published.map(|lb| lb.ip))
-        .map(|ip| PlannedChange::new(ChangeAction::Delete, RESOURCE_KIND, ip.to_string(), RELEASE))
+    let held = allocator.held(service).map(|h| {
+        h.ips
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    });
+    held.or(published.map(LocalLoadBalancer::addresses))
+        .map(|name| PlannedChange::new(ChangeAction::Delete, RESOURCE_KIND, name, RELEASE))
         .into_iter()
         .collect()
 }
 
 /// Every address the provider holds or serves, with its Service.
-fn owned_from(pool: &Pool, published: &LocalLoadBalancers) -> Vec<OwnedResource> {
-    let allocations = pool.allocations();
+fn owned_from(allocator: &Allocator, published: &LocalLoadBalancers) -> Vec<OwnedResource> {
+    let allocations = allocator.allocations();
     let mut owned: Vec<OwnedResource> = allocations
         .iter()
         .map(|a| OwnedResource {
@@ -299,18 +448,20 @@ fn owned_from(pool: &Pool, published: &LocalLoadBalancers) -> Vec<OwnedResource>
             shared: false,
         })
         .collect();
-    // Served without a pool entry cannot happen through `ensure`; listed all the same, so an
+    // Served without an allocation cannot happen through `ensure`; listed all the same, so an
     // audit never hides what the dataplane still serves.
     owned.extend(
         published
             .iter()
             .filter(|(service, _)| !allocations.iter().any(|a| &a.service == *service))
-            .map(|(service, lb)| OwnedResource {
-                kind: RESOURCE_KIND.to_string(),
-                name: lb.ip.to_string(),
-                service: service.clone(),
-                created: None,
-                shared: false,
+            .flat_map(|(service, lb)| {
+                lb.ips.iter().map(move |ip| OwnedResource {
+                    kind: RESOURCE_KIND.to_string(),
+                    name: ip.to_string(),
+                    service: service.clone(),
+                    created: None,
+                    shared: false,
+                })
             }),
     );
     owned
@@ -328,6 +479,7 @@ impl LoadBalancerProvider for LocalProvider {
         _backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let service = &spec.service;
+        self.wait_for_pools().await?;
         // Backends do not matter here: the local dataplane forwards straight to endpoints.
         let current = self
             .api
@@ -335,38 +487,42 @@ impl LoadBalancerProvider for LocalProvider {
                 Ok(self.current(service))
             })
             .await?;
-        let held = self.with_pool(|pool| pool.get(service));
-        let published = current.is_some();
-        if let Some(lb) = current
-            && held == Some(lb.ip)
-            && spec.requested_ip.is_none_or(|ip| ip == lb.ip)
-            && lb == LocalLoadBalancer::new(lb.ip, spec)
-        {
-            return Ok(lb.status());
-        }
-        if !published
-            && let Some(ip) = held
-            && spec.requested_ip.is_none_or(|requested| requested == ip)
-        {
-            // Adopted at start-up from the Service's status: the pool already holds the
-            // address, so a restart's first pass changes nothing and only rebuilds the
-            // in-process table the dataplane serves from.
-            let lb = LocalLoadBalancer::new(ip, spec);
-            self.publish(service, Some(lb.clone()));
-            return Ok(lb.status());
-        }
-        let lb = self
-            .api
-            .call(FAMILY, ALLOCATE, CallKind::Mutate, || async {
-                let ip = self
-                    .with_pool(|pool| pool.allocate(service, spec.requested_ip))
-                    .map_err(pool_error)?;
-                let lb = LocalLoadBalancer::new(ip, spec);
+        let req = Request::from_spec(spec);
+        let (choice, step) = self.with_allocator(|a| {
+            step_for(spec, &req, current.as_ref(), a)
+                .map_err(|e| alloc_error(e, !a.pools().is_empty()))
+        })?;
+        let lb = match step {
+            Step::InSync(lb) => return Ok(lb.status()),
+            Step::Republish(lb) => {
+                // Adopted at start-up from the Service's status: the allocator already holds
+                // the addresses, so a restart's first pass changes nothing and only rebuilds
+                // the in-process table the dataplane serves from.
+                if self.with_allocator(|a| a.commit(&req, &choice)) {
+                    self.bump();
+                }
                 self.publish(service, Some(lb.clone()));
-                Ok(lb)
+                return Ok(lb.status());
+            }
+            Step::Allocate(lb) => lb,
+        };
+        self.api
+            .call(FAMILY, ALLOCATE, CallKind::Mutate, || async {
+                let unblocked = self.with_allocator(|a| a.commit(&req, &choice));
+                self.publish(service, Some(lb.clone()));
+                if unblocked {
+                    self.bump();
+                }
+                Ok(())
             })
             .await?;
-        tracing::info!(service = %service, provider = PROVIDER_NAME, lb = %lb.ip, "local load balancer ensured");
+        tracing::info!(
+            service = %service,
+            provider = PROVIDER_NAME,
+            lb = %lb.addresses(),
+            pool = lb.pool.as_deref().unwrap_or_default(),
+            "local load balancer ensured"
+        );
         Ok(lb.status())
     }
 
@@ -375,7 +531,7 @@ impl LoadBalancerProvider for LocalProvider {
             .api
             .call(FAMILY, "get", CallKind::Read, || async {
                 Ok(self.current(service).is_some()
-                    || self.with_pool(|pool| pool.get(service)).is_some())
+                    || self.with_allocator(|a| a.held(service)).is_some())
             })
             .await?;
         if !exists {
@@ -383,10 +539,12 @@ impl LoadBalancerProvider for LocalProvider {
         }
         self.api
             .call(FAMILY, RELEASE, CallKind::Mutate, || async {
-                let released = self.with_pool(|pool| pool.release(service));
+                let released = self.with_allocator(|a| a.release(service));
                 self.publish(service, None);
-                if let Some(ip) = released {
-                    tracing::info!(service = %service, provider = PROVIDER_NAME, lb = %ip, "local load balancer released");
+                if let Some(ips) = released {
+                    let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
+                    tracing::info!(service = %service, provider = PROVIDER_NAME, lb = %ips.join(","), "local load balancer released");
+                    self.bump();
                 }
                 Ok(())
             })
@@ -409,13 +567,14 @@ impl LoadBalancerProvider for LocalProvider {
         service: &ServiceKey,
         status: &LoadBalancerStatus,
     ) -> Result<(), ProviderError> {
-        let Some(ip) = status.ingress.iter().find_map(|ingress| ingress.ip) else {
+        let ips: Vec<IpAddr> = status.ingress.iter().filter_map(|i| i.ip).collect();
+        if ips.is_empty() {
             return Ok(());
-        };
+        }
         self.api
             .call(FAMILY, "adopt", CallKind::Mutate, || async {
-                self.with_pool(|pool| pool.adopt(service, ip))
-                    .map_err(pool_error)
+                self.with_allocator(|a| a.adopt(service, &ips));
+                Ok(())
             })
             .await
     }
@@ -428,8 +587,10 @@ impl LoadBalancerProvider for LocalProvider {
         self.api
             .call(FAMILY, "get", CallKind::Read, || async {
                 let published = self.current(&spec.service);
-                self.with_pool(|pool| plan_ensure_from(spec, published.as_ref(), pool))
-                    .map_err(pool_error)
+                self.with_allocator(|a| {
+                    plan_ensure_from(spec, published.as_ref(), a)
+                        .map_err(|e| alloc_error(e, !a.pools().is_empty()))
+                })
             })
             .await
     }
@@ -438,7 +599,7 @@ impl LoadBalancerProvider for LocalProvider {
         self.api
             .call(FAMILY, "get", CallKind::Read, || async {
                 let published = self.current(service);
-                Ok(self.with_pool(|pool| plan_delete_from(service, published.as_ref(), pool)))
+                Ok(self.with_allocator(|a| plan_delete_from(service, published.as_ref(), a)))
             })
             .await
     }
@@ -447,7 +608,7 @@ impl LoadBalancerProvider for LocalProvider {
         self.api
             .call(FAMILY, "list", CallKind::Read, || async {
                 let published = self.published.borrow().clone();
-                Ok(self.with_pool(|pool| owned_from(pool, &published)))
+                Ok(self.with_allocator(|a| owned_from(a, &published)))
             })
             .await
     }
@@ -490,7 +651,7 @@ mod tests {
             external_ips: vec![],
             topology_keys: vec![],
             extra_tags: BTreeMap::new(),
-            provider: ProviderSpec::Local,
+            provider: ProviderSpec::Local(Default::default()),
         }
     }
 
@@ -546,6 +707,7 @@ mod tests {
         );
         other.requested_ip = Some("192.0.2.1".parse().unwrap());
         let err = p.ensure(&other, &[]).await.unwrap_err();
+        // Only the --local-pool ranges exist: only the Service's author can fix it.
         assert_eq!(err.class(), "user", "{err}");
         assert!(
             err.to_string().contains("not in the local address pool"),
@@ -583,7 +745,13 @@ mod tests {
         let fresh = p.ensure(&spec("fresh", 80), &[]).await.unwrap();
         assert_eq!(ip_of(&fresh).to_string(), "127.0.0.11");
         assert_eq!(p.ensure(&old, &[]).await.unwrap(), status);
-        assert!(p.adopt(&spec("thief", 80).service, &status).await.is_err());
+        // Two statuses naming one address (a hand edit): both adopted, and the second
+        // Service moves at its ensure, since neither shares.
+        let thief = spec("thief", 8080);
+        p.adopt(&thief.service, &status).await.unwrap();
+        let moved = p.ensure(&thief, &[]).await.unwrap();
+        assert_ne!(moved, status);
+        assert_eq!(p.ensure(&old, &[]).await.unwrap(), status);
     }
 
     /// A restart: every address is adopted from the Services' status, then the first pass
@@ -657,12 +825,14 @@ mod tests {
     #[test]
     fn plan_ensure_mirrors_ensure() {
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let range: IpRange = "127.0.0.10-127.0.0.20".parse().unwrap();
         let web = spec("web", 80);
-        let mut pool = Pool::new(vec!["127.0.0.10-127.0.0.20".parse().unwrap()]).unwrap();
-        pool.allocate(&spec("other", 80).service, None).unwrap();
+        let mut pool = Allocator::new(&[range]);
+        pool.allocate(&Request::from_spec(&spec("other", 80)))
+            .unwrap();
         let mut held = pool.clone();
-        held.allocate(&web.service, None).unwrap();
-        let served = LocalLoadBalancer::new(ip("127.0.0.11"), &web);
+        let choice = held.allocate(&Request::from_spec(&web)).unwrap();
+        let served = LocalLoadBalancer::new(&choice, &web).unwrap();
         let mut restricted = web.clone();
         restricted.source_ranges.cidrs = vec!["10.0.0.0/8".parse().unwrap()];
         let mut requested = web.clone();
@@ -670,12 +840,14 @@ mod tests {
         let web_8080 = spec("web", 8080);
         let mut taken = web.clone();
         taken.requested_ip = Some(ip("127.0.0.10"));
-        // (case, spec, served, pool, expected plan or error class)
+        let mut adopted = pool.clone();
+        adopted.adopt(&web.service, &[ip("127.0.0.11")]);
+        // (case, spec, served, allocator, expected plan or error class)
         type Case<'a> = (
             &'a str,
             &'a LoadBalancerSpec,
             Option<&'a LocalLoadBalancer>,
-            &'a Pool,
+            &'a Allocator,
             Result<Summary, &'a str>,
         );
         let cases: Vec<Case<'_>> = vec![
@@ -684,7 +856,7 @@ mod tests {
                 "adopted, not served yet: ensure only publishes",
                 &web,
                 None,
-                &held,
+                &adopted,
                 Ok(vec![]),
             ),
             (
@@ -742,10 +914,10 @@ mod tests {
                 Err("environment"),
             ),
         ];
-        for (case, spec, served, pool, want) in cases {
-            let got = plan_ensure_from(spec, served, pool)
+        for (case, spec, served, allocator, want) in cases {
+            let got = plan_ensure_from(spec, served, allocator)
                 .map(|plan| summary(&plan))
-                .map_err(|e| pool_error(e).class());
+                .map_err(|e| alloc_error(e, true).class());
             assert_eq!(got, want, "{case}");
         }
     }
@@ -795,48 +967,61 @@ mod tests {
     }
 
     #[test]
-    fn pool_error_classes() {
+    fn allocation_failures_are_environment_errors_with_the_condition_cause() {
         let ip: IpAddr = "127.0.0.15".parse().unwrap();
         let cases = [
             (
-                PoolError::OutsidePool {
+                AllocError::Outside {
                     ip,
-                    pool: "127.0.0.10-127.0.0.20".into(),
+                    where_: "every address pool".into(),
                 },
-                "user",
-                None,
+                EnvironmentCause::MissingDependency,
             ),
             (
-                PoolError::InUse {
+                AllocError::NoPool {
+                    service: "d/web".into(),
+                    namespace: "d".into(),
+                },
+                EnvironmentCause::MissingDependency,
+            ),
+            (
+                AllocError::UnknownPool { pool: "lan".into() },
+                EnvironmentCause::MissingDependency,
+            ),
+            (
+                AllocError::InUse {
                     ip,
                     owner: "default/a".into(),
+                    why: String::new(),
                 },
-                "environment",
-                Some(EnvironmentCause::AddressInUse),
+                EnvironmentCause::AddressInUse,
             ),
             (
-                PoolError::Exhausted {
-                    pool: "127.0.0.10-127.0.0.20".into(),
+                AllocError::SharingClash {
+                    ip,
+                    owner: "default/a".into(),
+                    port: 53,
+                    protocol: "UDP",
                 },
-                "environment",
-                Some(EnvironmentCause::PoolExhausted),
+                EnvironmentCause::AddressInUse,
             ),
-            (PoolError::Empty, "internal", None),
             (
-                PoolError::InvalidRange { input: "x".into() },
-                "internal",
-                None,
+                AllocError::Exhausted {
+                    pool: "lan".into(),
+                    detail: "no IPv4 address is free".into(),
+                },
+                EnvironmentCause::PoolExhausted,
             ),
         ];
-        for (error, class, cause) in cases {
+        for (error, cause) in cases {
             let text = error.to_string();
-            let converted = pool_error(error);
-            assert_eq!(converted.class(), class, "{text}");
+            let converted = alloc_error(error, true);
+            assert_eq!(converted.class(), "environment", "{text}");
             let got = match &converted {
                 ProviderError::Environment { cause, .. } => Some(*cause),
                 _ => None,
             };
-            assert_eq!(got, cause, "{text}");
+            assert_eq!(got, Some(cause), "{text}");
         }
     }
 }

@@ -19,7 +19,9 @@ use tokio::sync::Mutex;
 
 use crate::config::{Credentials, GlobalConfig};
 use crate::error::OpenStackError;
-use crate::model::{FloatingIp, HealthMonitor, Listener, LoadBalancer, Member, Network, Pool};
+use crate::model::{
+    FloatingIp, HealthMonitor, Listener, LoadBalancer, Member, Network, Pool, Subnet,
+};
 
 /// Which API a request goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,25 +76,36 @@ fn versioned(endpoint: &str, version: &str) -> String {
 pub fn token_request(credentials: &Credentials) -> Value {
     match credentials {
         Credentials::Password {
-            username,
+            user,
             password,
-            user_domain_name,
-            project_id,
-            project_name,
-            project_domain_name,
+            project,
         } => {
-            let project = match (project_id, project_name) {
-                (Some(id), _) => json!({"id": id}),
-                (None, name) => json!({"name": name, "domain": {"name": project_domain_name}}),
-            };
+            let mut user = user.body();
+            user["password"] = json!(password);
             json!({"auth": {
-                "identity": {"methods": ["password"], "password": {"user": {
-                    "name": username, "domain": {"name": user_domain_name}, "password": password}}},
-                "scope": {"project": project}}})
+                "identity": {"methods": ["password"], "password": {"user": user}},
+                "scope": {"project": project.body()}}})
         }
-        Credentials::ApplicationCredential { id, secret } => json!({"auth": {"identity": {
-            "methods": ["application_credential"],
-            "application_credential": {"id": id, "secret": secret}}}}),
+        Credentials::ApplicationCredential {
+            id,
+            name,
+            user,
+            secret,
+        } => {
+            let mut credential = json!({"secret": secret});
+            match (id, name) {
+                (Some(id), _) => credential["id"] = json!(id),
+                (None, name) => {
+                    credential["name"] = json!(name);
+                    if let Some(user) = user {
+                        credential["user"] = user.body();
+                    }
+                }
+            }
+            json!({"auth": {"identity": {
+                "methods": ["application_credential"],
+                "application_credential": credential}}})
+        }
     }
 }
 
@@ -125,9 +138,20 @@ impl OpenStackClient {
             };
             let pem =
                 std::fs::read(path).map_err(|e| unexpected(format!("reading {path}: {e}")))?;
-            let certificate = reqwest::Certificate::from_pem(&pem)
-                .map_err(|e| unexpected(format!("{path} is not a PEM certificate: {e}")))?;
-            builder = builder.add_root_certificate(certificate);
+            // A bundle may hold several certificates; one holding none is a mistake that
+            // would otherwise only show as TLS failures later.
+            let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| unexpected(format!("{path} is not a PEM certificate bundle: {e}")))?;
+            if certificates.is_empty()
+                || !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----")
+            {
+                return Err(unexpected(format!(
+                    "{path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+                )));
+            }
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
         }
         let http = builder
             .build()
@@ -481,6 +505,21 @@ impl OpenStackClient {
         .await
     }
 
+    /// Listeners matching `filters` (`tags`, `name`, ...), across load balancers.
+    pub async fn listeners_matching(
+        &self,
+        filters: &[(&str, &str)],
+    ) -> Result<Vec<Listener>, OpenStackError> {
+        self.get(
+            Service::Octavia,
+            "octavia:ListListeners",
+            "lbaas/listeners",
+            filters,
+            "listeners",
+        )
+        .await
+    }
+
     /// Creates a listener.
     pub async fn create_listener(&self, body: &Value) -> Result<Listener, OpenStackError> {
         self.send(
@@ -530,6 +569,30 @@ impl OpenStackClient {
             "lbaas/pools",
             &[("loadbalancer_id", lb_id)],
             "pools",
+        )
+        .await
+    }
+
+    /// Every pool of the project (each names its load balancer and member ids).
+    pub async fn all_pools(&self) -> Result<Vec<Pool>, OpenStackError> {
+        self.get(
+            Service::Octavia,
+            "octavia:ListPools",
+            "lbaas/pools",
+            &[],
+            "pools",
+        )
+        .await
+    }
+
+    /// Every health monitor of the project.
+    pub async fn health_monitors(&self) -> Result<Vec<HealthMonitor>, OpenStackError> {
+        self.get(
+            Service::Octavia,
+            "octavia:ListHealthMonitors",
+            "lbaas/healthmonitors",
+            &[],
+            "healthmonitors",
         )
         .await
     }
@@ -724,6 +787,18 @@ impl OpenStackClient {
         }
     }
 
+    /// Subnets matching `filters` (`network_id`, `tags`, ...).
+    pub async fn subnets(&self, filters: &[(&str, &str)]) -> Result<Vec<Subnet>, OpenStackError> {
+        self.get(
+            Service::Neutron,
+            "neutron:ListSubnets",
+            "subnets",
+            filters,
+            "subnets",
+        )
+        .await
+    }
+
     /// External (`router:external`) networks.
     pub async fn external_networks(&self) -> Result<Vec<Network>, OpenStackError> {
         self.get(
@@ -780,6 +855,61 @@ fn api_error(operation: &'static str, status: u16, text: &str) -> OpenStackError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_requests_follow_keystone_v3() {
+        use crate::config::{Domain, Project, User};
+        let cases = [
+            (
+                Credentials::Password {
+                    user: User::Name {
+                        name: "u".into(),
+                        domain: Domain::Name("Default".into()),
+                    },
+                    password: "p".into(),
+                    project: Project::Name {
+                        name: "demo".into(),
+                        domain: Domain::Id("d1".into()),
+                    },
+                },
+                json!({"auth": {"identity": {"methods": ["password"], "password": {"user":
+                    {"name": "u", "domain": {"name": "Default"}, "password": "p"}}},
+                    "scope": {"project": {"name": "demo", "domain": {"id": "d1"}}}}}),
+            ),
+            (
+                Credentials::Password {
+                    user: User::Id("uid".into()),
+                    password: "p".into(),
+                    project: Project::Id("pid".into()),
+                },
+                json!({"auth": {"identity": {"methods": ["password"], "password": {"user":
+                    {"id": "uid", "password": "p"}}}, "scope": {"project": {"id": "pid"}}}}),
+            ),
+            (
+                Credentials::ApplicationCredential {
+                    id: Some("ac".into()),
+                    name: None,
+                    user: None,
+                    secret: "s".into(),
+                },
+                json!({"auth": {"identity": {"methods": ["application_credential"],
+                    "application_credential": {"id": "ac", "secret": "s"}}}}),
+            ),
+            (
+                Credentials::ApplicationCredential {
+                    id: None,
+                    name: Some("ci".into()),
+                    user: Some(User::Id("uid".into())),
+                    secret: "s".into(),
+                },
+                json!({"auth": {"identity": {"methods": ["application_credential"],
+                    "application_credential": {"name": "ci", "user": {"id": "uid"}, "secret": "s"}}}}),
+            ),
+        ];
+        for (credentials, want) in cases {
+            assert_eq!(token_request(&credentials), want, "{credentials:?}");
+        }
+    }
 
     #[test]
     fn catalog_endpoints_get_their_api_version() {

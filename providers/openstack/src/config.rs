@@ -35,6 +35,18 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A `clouds.yaml` that cannot be used.
+    #[error("{path} line {line}: {key}: {reason}")]
+    CloudsYaml {
+        /// The file.
+        path: String,
+        /// 1-based line (0: not tied to one line).
+        line: usize,
+        /// The key path (`clouds.<name>.auth.auth_url`).
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A required key is absent.
     #[error("cloud.conf: [{section}] {key} is required: {reason}")]
     Missing {
@@ -47,29 +59,96 @@ pub enum ConfigError {
     },
 }
 
+/// A Keystone domain, by id or by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Domain {
+    /// `*-domain-id`.
+    Id(String),
+    /// `*-domain-name`.
+    Name(String),
+}
+
+impl Domain {
+    fn body(&self) -> serde_json::Value {
+        match self {
+            Domain::Id(id) => serde_json::json!({"id": id}),
+            Domain::Name(name) => serde_json::json!({"name": name}),
+        }
+    }
+}
+
+/// A Keystone user, by id or by name within a domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum User {
+    /// `user-id`.
+    Id(String),
+    /// `username` in `user-domain-name`/`user-domain-id`.
+    Name {
+        /// The user name.
+        name: String,
+        /// Its domain.
+        domain: Domain,
+    },
+}
+
+impl User {
+    /// The `user` object of a token request (without the password).
+    pub fn body(&self) -> serde_json::Value {
+        match self {
+            User::Id(id) => serde_json::json!({"id": id}),
+            User::Name { name, domain } => {
+                serde_json::json!({"name": name, "domain": domain.body()})
+            }
+        }
+    }
+}
+
+/// The project a password token is scoped to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Project {
+    /// `project-id` (alias `tenant-id`).
+    Id(String),
+    /// `project-name` (alias `tenant-name`) in `project-domain-name`/`project-domain-id`.
+    Name {
+        /// The project name.
+        name: String,
+        /// Its domain.
+        domain: Domain,
+    },
+}
+
+impl Project {
+    /// The `scope.project` object of a token request.
+    pub fn body(&self) -> serde_json::Value {
+        match self {
+            Project::Id(id) => serde_json::json!({"id": id}),
+            Project::Name { name, domain } => {
+                serde_json::json!({"name": name, "domain": domain.body()})
+            }
+        }
+    }
+}
+
 /// How kube-lb authenticates to Keystone.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Credentials {
-    /// `username`/`password` scoped to a project.
+    /// A user and password scoped to a project.
     Password {
-        /// `username`.
-        username: String,
+        /// The user.
+        user: User,
         /// `password`.
         password: String,
-        /// `user-domain-name` (default `Default`).
-        user_domain_name: String,
-        /// `project-id` (preferred over the name when both are given).
-        project_id: Option<String>,
-        /// `project-name` (alias `tenant-name`).
-        project_name: Option<String>,
-        /// `project-domain-name` (default: the user's domain).
-        project_domain_name: String,
+        /// The project.
+        project: Project,
     },
-    /// `application-credential-id`/`application-credential-secret` (the credential carries
-    /// its project).
+    /// An application credential (it carries its project): by id, or by name with its user.
     ApplicationCredential {
         /// `application-credential-id`.
-        id: String,
+        id: Option<String>,
+        /// `application-credential-name` (needs the user).
+        name: Option<String>,
+        /// The owning user, for a credential named rather than identified.
+        user: Option<User>,
         /// `application-credential-secret`.
         secret: String,
     },
@@ -79,28 +158,36 @@ impl std::fmt::Debug for Credentials {
     // Secrets never reach logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Credentials::Password {
-                username,
-                user_domain_name,
-                project_id,
-                project_name,
-                ..
-            } => f
+            Credentials::Password { user, project, .. } => f
                 .debug_struct("Password")
-                .field("username", username)
-                .field("user_domain_name", user_domain_name)
-                .field("project_id", project_id)
-                .field("project_name", project_name)
+                .field("user", user)
+                .field("project", project)
                 .finish_non_exhaustive(),
-            Credentials::ApplicationCredential { id, .. } => f
+            Credentials::ApplicationCredential { id, name, user, .. } => f
                 .debug_struct("ApplicationCredential")
                 .field("id", id)
+                .field("name", name)
+                .field("user", user)
                 .finish_non_exhaustive(),
         }
     }
 }
 
-/// `[Global]`.
+/// Where the credentials came from (named in errors and logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// `[Global]` of `cloud.conf`.
+    CloudConf,
+    /// The named cloud of a `clouds.yaml`.
+    CloudsYaml {
+        /// The file.
+        path: String,
+        /// The cloud's name.
+        cloud: String,
+    },
+}
+
+/// `[Global]`, or the `clouds.yaml` cloud it points at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GlobalConfig {
     /// `auth-url`: the Keystone v3 endpoint.
@@ -111,17 +198,37 @@ pub struct GlobalConfig {
     pub region: Option<String>,
     /// `ca-file`: a PEM bundle to trust in addition to the system roots.
     pub ca_file: Option<String>,
+    /// Where these settings came from.
+    pub source: CredentialSource,
+}
+
+/// The network settings a `[LoadBalancerClass "name"]` section gives (they win over the
+/// Service's annotations, as upstream).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadBalancerClass {
+    /// `floating-network-id`.
+    pub floating_network_id: Option<String>,
+    /// `floating-subnet-id`.
+    pub floating_subnet_id: Option<String>,
+    /// `floating-subnet` (name; `*` matches any run of characters).
+    pub floating_subnet: Option<String>,
+    /// `floating-subnet-tags` (comma separated; all must be present).
+    pub floating_subnet_tags: Vec<String>,
+    /// `network-id`: the VIP network.
+    pub network_id: Option<String>,
+    /// `subnet-id`: the VIP subnet.
+    pub subnet_id: Option<String>,
+    /// `member-subnet-id`.
+    pub member_subnet_id: Option<String>,
 }
 
 /// `[LoadBalancer]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadBalancerConfig {
-    /// `floating-network-id`: where floating IPs come from (`None`: the first external network).
-    pub floating_network_id: Option<String>,
-    /// `subnet-id`: the VIP subnet.
-    pub subnet_id: Option<String>,
-    /// `member-subnet-id`: the members' subnet (default: the VIP subnet).
-    pub member_subnet_id: Option<String>,
+    /// `floating-network-id` (`None`: the first external network), `floating-subnet-id`,
+    /// `floating-subnet`, `floating-subnet-tags`, `network-id`, `subnet-id` (the VIP subnet),
+    /// `member-subnet-id` (default: the VIP subnet): the defaults, in the shape of a class.
+    pub network: LoadBalancerClass,
     /// `lb-method` (default `ROUND_ROBIN`).
     pub lb_method: LbMethod,
     /// `create-monitor` (default false; `externalTrafficPolicy: Local` always gets one).
@@ -138,14 +245,23 @@ pub struct LoadBalancerConfig {
     pub internal_lb: bool,
     /// `lb-provider` (default: the cloud's default, usually `amphora`).
     pub lb_provider: Option<String>,
+    /// `flavor-id`: the default Octavia flavor.
+    pub flavor_id: Option<String>,
+    /// `availability-zone`: the default Octavia availability zone.
+    pub availability_zone: Option<String>,
+    /// `enable-ingress-hostname`: with PROXY protocol, report `<ip>.<suffix>` as the status
+    /// hostname (so in-cluster clients go through the load balancer).
+    pub enable_ingress_hostname: bool,
+    /// `ingress-hostname-suffix` (default `nip.io`).
+    pub ingress_hostname_suffix: String,
+    /// `[LoadBalancerClass "name"]` sections by name.
+    pub classes: BTreeMap<String, LoadBalancerClass>,
 }
 
 impl Default for LoadBalancerConfig {
     fn default() -> Self {
         LoadBalancerConfig {
-            floating_network_id: None,
-            subnet_id: None,
-            member_subnet_id: None,
+            network: LoadBalancerClass::default(),
             lb_method: LbMethod::RoundRobin,
             create_monitor: false,
             monitor_delay: Duration::from_secs(5),
@@ -154,6 +270,11 @@ impl Default for LoadBalancerConfig {
             monitor_max_retries_down: 3,
             internal_lb: false,
             lb_provider: None,
+            flavor_id: None,
+            availability_zone: None,
+            enable_ingress_hostname: false,
+            ingress_hostname_suffix: "nip.io".to_string(),
+            classes: BTreeMap::new(),
         }
     }
 }
@@ -173,40 +294,38 @@ struct Entry {
     line: usize,
 }
 
-type Sections = BTreeMap<String, BTreeMap<String, Entry>>;
+/// Sections by their header text as written, each with its line and its keys (lower-cased,
+/// as gcfg matches them).
+type Sections = Vec<(String, usize, BTreeMap<String, Entry>)>;
 
-/// Splits the gcfg/INI text into sections of keys (lower-cased, as gcfg matches them).
+/// Splits the gcfg/INI text into sections of keys.
 fn sections(text: &str) -> Result<Sections, ConfigError> {
-    let mut sections: Sections = BTreeMap::new();
-    let mut current = String::new();
+    let mut sections: Sections = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
             continue;
         }
         if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            current = header.trim().to_string();
-            sections.entry(current.clone()).or_default();
+            sections.push((header.trim().to_string(), index + 1, BTreeMap::new()));
             continue;
         }
-        let Some((key, value)) = line.split_once('=') else {
-            return Err(ConfigError::Syntax {
-                line: index + 1,
-                text: raw.to_string(),
-            });
+        let syntax = || ConfigError::Syntax {
+            line: index + 1,
+            text: raw.to_string(),
         };
-        if current.is_empty() {
-            return Err(ConfigError::Syntax {
-                line: index + 1,
-                text: raw.to_string(),
-            });
-        }
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(syntax());
+        };
+        let Some((_, _, entries)) = sections.last_mut() else {
+            return Err(syntax());
+        };
         let value = value.trim();
         let value = value
             .strip_prefix('"')
             .and_then(|v| v.strip_suffix('"'))
             .unwrap_or(value);
-        sections.entry(current.clone()).or_default().insert(
+        entries.insert(
             key.trim().to_ascii_lowercase(),
             Entry {
                 value: value.to_string(),
@@ -217,8 +336,20 @@ fn sections(text: &str) -> Result<Sections, ConfigError> {
     Ok(sections)
 }
 
+/// A header's kind and optional quoted name: `LoadBalancerClass "fast"` → (`loadbalancerclass`,
+/// `Some("fast")`); `None` for a malformed name.
+fn header(text: &str) -> Option<(String, Option<String>)> {
+    match text.split_once(char::is_whitespace) {
+        None => Some((text.to_ascii_lowercase(), None)),
+        Some((kind, rest)) => {
+            let name = rest.trim().strip_prefix('"')?.strip_suffix('"')?;
+            Some((kind.to_ascii_lowercase(), Some(name.to_string())))
+        }
+    }
+}
+
 struct Section<'a> {
-    name: &'static str,
+    name: String,
     entries: Option<&'a BTreeMap<String, Entry>>,
 }
 
@@ -234,7 +365,7 @@ impl Section<'_> {
         let entry = self.entries.and_then(|e| e.get(key));
         ConfigError::Value {
             line: entry.map(|e| e.line).unwrap_or_default(),
-            section: self.name.to_string(),
+            section: self.name.clone(),
             key: key.to_string(),
             value: entry.map(|e| e.value.clone()).unwrap_or_default(),
             reason: reason.to_string(),
@@ -274,121 +405,192 @@ impl Section<'_> {
                 .map_err(|_| self.invalid(key, "expected a duration such as 5s")),
         }
     }
+
+    /// A UUID-valued key (Neutron/Octavia ids): anything else would be refused by the cloud.
+    fn uuid(&self, key: &str) -> Result<Option<String>, ConfigError> {
+        match self.string(key) {
+            Some(value) if !looks_like_uuid(&value) => Err(self.invalid(
+                key,
+                "expected a UUID such as 0e100000-0000-4000-8000-0000000000e1",
+            )),
+            other => Ok(other),
+        }
+    }
+
+    fn list(&self, key: &str) -> Vec<String> {
+        self.string(key)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The network settings shared by `[LoadBalancer]` and `[LoadBalancerClass]`.
+    fn network(&self) -> Result<LoadBalancerClass, ConfigError> {
+        Ok(LoadBalancerClass {
+            floating_network_id: self.uuid("floating-network-id")?,
+            floating_subnet_id: self.uuid("floating-subnet-id")?,
+            floating_subnet: self.string("floating-subnet"),
+            floating_subnet_tags: self.list("floating-subnet-tags"),
+            network_id: self.uuid("network-id")?,
+            subnet_id: self.uuid("subnet-id")?,
+            member_subnet_id: self.uuid("member-subnet-id")?,
+        })
+    }
+}
+
+/// True for a dashed or plain UUID.
+fn looks_like_uuid(value: &str) -> bool {
+    let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit());
+    match value.len() {
+        32 => hex(value),
+        36 => {
+            let parts: Vec<&str> = value.split('-').collect();
+            parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12]) && parts.iter().all(|p| hex(p))
+        }
+        _ => false,
+    }
+}
+
+const GLOBAL_KEYS: &[&str] = &[
+    "auth-url",
+    "username",
+    "user-id",
+    "password",
+    "user-domain-name",
+    "user-domain-id",
+    "project-name",
+    "tenant-name",
+    "project-id",
+    "tenant-id",
+    "project-domain-name",
+    "project-domain-id",
+    "domain-name",
+    "domain-id",
+    "application-credential-id",
+    "application-credential-secret",
+    "application-credential-name",
+    "region",
+    "ca-file",
+    "use-clouds",
+    "clouds-file",
+    "cloud",
+];
+
+const NETWORK_KEYS: &[&str] = &[
+    "floating-network-id",
+    "floating-subnet-id",
+    "floating-subnet",
+    "floating-subnet-tags",
+    "network-id",
+    "subnet-id",
+    "member-subnet-id",
+];
+
+const LOAD_BALANCER_KEYS: &[&str] = &[
+    "lb-method",
+    "create-monitor",
+    "monitor-delay",
+    "monitor-timeout",
+    "monitor-max-retries",
+    "monitor-max-retries-down",
+    "internal-lb",
+    "lb-provider",
+    "flavor-id",
+    "availability-zone",
+    "enable-ingress-hostname",
+    "ingress-hostname-suffix",
+];
+
+/// Octavia provider drivers upstream accepts for `lb-provider`.
+const LB_PROVIDERS: &[&str] = &["amphora", "octavia", "ovn", "f5", "amphorav2"];
+
+/// Where `cloud.conf` parsing looks outside the text: the environment (`OS_CLOUD`,
+/// `OS_CLIENT_CONFIG_FILE`, `HOME`) and the file system (`clouds.yaml`). Tests substitute both.
+pub struct Environment<'a> {
+    /// An environment variable.
+    pub var: &'a dyn Fn(&str) -> Option<String>,
+    /// A file's text; `None` when it cannot be read.
+    pub read: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl std::fmt::Debug for Environment<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment").finish_non_exhaustive()
+    }
+}
+
+impl Environment<'_> {
+    /// The process environment and file system.
+    pub fn process() -> Environment<'static> {
+        Environment {
+            var: &|name| std::env::var(name).ok(),
+            read: &|path| std::fs::read_to_string(path).ok(),
+        }
+    }
 }
 
 impl CloudConfig {
-    /// Parses `cloud.conf` text.
+    /// Parses `cloud.conf` text; `use-clouds = true` reads `clouds.yaml` from the process's
+    /// environment and file system.
     pub fn parse(text: &str) -> Result<CloudConfig, ConfigError> {
+        Self::parse_in(text, &Environment::process())
+    }
+
+    /// Parses `cloud.conf` text, reading `clouds.yaml` through `env`.
+    pub fn parse_in(text: &str, env: &Environment<'_>) -> Result<CloudConfig, ConfigError> {
         let sections = sections(text)?;
-        for (name, entries) in &sections {
-            let known: &[&str] = match name.to_ascii_lowercase().as_str() {
-                "global" => &[
-                    "auth-url",
-                    "username",
-                    "user-id",
-                    "password",
-                    "user-domain-name",
-                    "user-domain-id",
-                    "project-name",
-                    "tenant-name",
-                    "project-id",
-                    "tenant-id",
-                    "project-domain-name",
-                    "project-domain-id",
-                    "domain-name",
-                    "application-credential-id",
-                    "application-credential-secret",
-                    "application-credential-name",
-                    "region",
-                    "ca-file",
-                ],
-                "loadbalancer" => &[
-                    "floating-network-id",
-                    "subnet-id",
-                    "member-subnet-id",
-                    "lb-method",
-                    "create-monitor",
-                    "monitor-delay",
-                    "monitor-timeout",
-                    "monitor-max-retries",
-                    "monitor-max-retries-down",
-                    "internal-lb",
-                    "lb-provider",
-                ],
-                _ => &[],
+        let mut classes = BTreeMap::new();
+        for (raw_header, line, entries) in &sections {
+            let Some((kind, name)) = header(raw_header) else {
+                return Err(ConfigError::Syntax {
+                    line: *line,
+                    text: format!("[{raw_header}]"),
+                });
+            };
+            let known: Vec<&str> = match (kind.as_str(), &name) {
+                ("global", None) => GLOBAL_KEYS.to_vec(),
+                ("loadbalancer", None) => [NETWORK_KEYS, LOAD_BALANCER_KEYS].concat(),
+                ("loadbalancerclass", Some(class)) => {
+                    let section = Section {
+                        name: raw_header.clone(),
+                        entries: Some(entries),
+                    };
+                    classes.insert(class.clone(), section.network()?);
+                    NETWORK_KEYS.to_vec()
+                }
+                ("loadbalancerclass", None) => {
+                    return Err(ConfigError::Syntax {
+                        line: *line,
+                        text: format!("[{raw_header}] (expected [LoadBalancerClass \"name\"])"),
+                    });
+                }
+                _ => Vec::new(),
             };
             for key in entries.keys().filter(|k| !known.contains(&k.as_str())) {
-                tracing::warn!(section = %name, key = %key, "cloud.conf key not used by kube-lb; ignored");
+                tracing::warn!(section = %raw_header, key = %key, "cloud.conf key not used by kube-lb; ignored");
             }
         }
-        let find = |name: &'static str| Section {
-            name,
-            entries: sections
+        let find = |wanted: &str| {
+            let entries = sections
                 .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v),
+                .find(|(h, _, _)| h.eq_ignore_ascii_case(wanted))
+                .map(|(_, _, e)| e);
+            Section {
+                name: wanted.to_string(),
+                entries,
+            }
         };
         let global = find("Global");
         let lb = find("LoadBalancer");
-        let auth_url = global.string("auth-url").ok_or(ConfigError::Missing {
-            section: "Global",
-            key: "auth-url",
-            reason: "the Keystone v3 endpoint",
-        })?;
-        let credentials = match (
-            global.string("application-credential-id"),
-            global.string("username"),
-        ) {
-            (Some(id), _) => Credentials::ApplicationCredential {
-                id,
-                secret: global.string("application-credential-secret").ok_or(
-                    ConfigError::Missing {
-                        section: "Global",
-                        key: "application-credential-secret",
-                        reason: "application-credential-id is set",
-                    },
-                )?,
-            },
-            (None, Some(username)) => {
-                let user_domain_name = global
-                    .string("user-domain-name")
-                    .or_else(|| global.string("domain-name"))
-                    .unwrap_or_else(|| "Default".to_string());
-                let project_id = global
-                    .string("project-id")
-                    .or_else(|| global.string("tenant-id"));
-                let project_name = global
-                    .string("project-name")
-                    .or_else(|| global.string("tenant-name"));
-                if project_id.is_none() && project_name.is_none() {
-                    return Err(ConfigError::Missing {
-                        section: "Global",
-                        key: "project-id",
-                        reason: "password authentication needs a project (project-id or project-name)",
-                    });
-                }
-                Credentials::Password {
-                    username,
-                    password: global.string("password").ok_or(ConfigError::Missing {
-                        section: "Global",
-                        key: "password",
-                        reason: "username is set",
-                    })?,
-                    project_domain_name: global
-                        .string("project-domain-name")
-                        .unwrap_or_else(|| user_domain_name.clone()),
-                    user_domain_name,
-                    project_id,
-                    project_name,
-                }
-            }
-            (None, None) => {
-                return Err(ConfigError::Missing {
-                    section: "Global",
-                    key: "username",
-                    reason: "set username/password or application-credential-id/secret",
-                });
-            }
+        let global = if global.bool("use-clouds", false)? {
+            clouds_yaml(&global, env)?
+        } else {
+            global_from_conf(&global)?
         };
         let defaults = LoadBalancerConfig::default();
         let lb_method = match lb.string("lb-method") {
@@ -408,10 +610,17 @@ impl CloudConfig {
                 "Octavia requires the timeout to be at most monitor-delay",
             ));
         }
+        let lb_provider = lb.string("lb-provider");
+        if let Some(provider) = &lb_provider
+            && !LB_PROVIDERS.contains(&provider.as_str())
+        {
+            return Err(lb.invalid(
+                "lb-provider",
+                "expected amphora, octavia, ovn, f5 or amphorav2",
+            ));
+        }
         let load_balancer = LoadBalancerConfig {
-            floating_network_id: lb.string("floating-network-id"),
-            subnet_id: lb.string("subnet-id"),
-            member_subnet_id: lb.string("member-subnet-id"),
+            network: lb.network()?,
             lb_method,
             create_monitor: lb.bool("create-monitor", defaults.create_monitor)?,
             monitor_delay,
@@ -419,18 +628,329 @@ impl CloudConfig {
             monitor_max_retries: lb.number("monitor-max-retries", 1, 1, 10)? as u8,
             monitor_max_retries_down: lb.number("monitor-max-retries-down", 3, 1, 10)? as u8,
             internal_lb: lb.bool("internal-lb", defaults.internal_lb)?,
-            lb_provider: lb.string("lb-provider"),
+            lb_provider,
+            flavor_id: lb.uuid("flavor-id")?,
+            availability_zone: lb.string("availability-zone"),
+            enable_ingress_hostname: lb.bool("enable-ingress-hostname", false)?,
+            ingress_hostname_suffix: lb
+                .string("ingress-hostname-suffix")
+                .unwrap_or(defaults.ingress_hostname_suffix),
+            classes,
         };
         Ok(CloudConfig {
-            global: GlobalConfig {
-                auth_url,
-                credentials,
-                region: global.string("region"),
-                ca_file: global.string("ca-file"),
-            },
+            global,
             load_balancer,
         })
     }
+}
+
+fn missing(key: &'static str, reason: &'static str) -> ConfigError {
+    ConfigError::Missing {
+        section: "Global",
+        key,
+        reason,
+    }
+}
+
+/// `[Global]` credentials written in `cloud.conf` itself.
+fn global_from_conf(global: &Section<'_>) -> Result<GlobalConfig, ConfigError> {
+    let auth_url = global
+        .string("auth-url")
+        .ok_or(missing("auth-url", "the Keystone v3 endpoint"))?;
+    let domain = |id_key: &str, name_key: &str| {
+        global
+            .string(id_key)
+            .map(Domain::Id)
+            .or_else(|| global.string(name_key).map(Domain::Name))
+    };
+    // `domain-id`/`domain-name` are upstream's defaults for both the user's and the project's.
+    let default_domain =
+        domain("domain-id", "domain-name").unwrap_or_else(|| Domain::Name("Default".to_string()));
+    let user_domain =
+        domain("user-domain-id", "user-domain-name").unwrap_or_else(|| default_domain.clone());
+    let user = match (global.string("user-id"), global.string("username")) {
+        (Some(id), _) => Some(User::Id(id)),
+        (None, Some(name)) => Some(User::Name {
+            name,
+            domain: user_domain.clone(),
+        }),
+        (None, None) => None,
+    };
+    let secret = global.string("application-credential-secret");
+    let credentials = match (
+        global.string("application-credential-id"),
+        global.string("application-credential-name"),
+    ) {
+        (None, None) => {
+            let user = user.ok_or(missing(
+                "username",
+                "set username (or user-id) and password, or application-credential-id/-name and -secret",
+            ))?;
+            let password = global
+                .string("password")
+                .ok_or(missing("password", "username is set"))?;
+            let project_domain =
+                domain("project-domain-id", "project-domain-name").unwrap_or_else(|| match &user {
+                    User::Name { domain, .. } => domain.clone(),
+                    User::Id(_) => default_domain.clone(),
+                });
+            let project = match (
+                global
+                    .string("project-id")
+                    .or_else(|| global.string("tenant-id")),
+                global
+                    .string("project-name")
+                    .or_else(|| global.string("tenant-name")),
+            ) {
+                (Some(id), _) => Project::Id(id),
+                (None, Some(name)) => Project::Name {
+                    name,
+                    domain: project_domain,
+                },
+                (None, None) => {
+                    return Err(missing(
+                        "project-id",
+                        "password authentication needs a project (project-id or project-name)",
+                    ));
+                }
+            };
+            Credentials::Password {
+                user,
+                password,
+                project,
+            }
+        }
+        (id, name) => {
+            let secret = secret.ok_or(missing(
+                "application-credential-secret",
+                "an application credential is set",
+            ))?;
+            if id.is_none() && user.is_none() {
+                return Err(missing(
+                    "username",
+                    "application-credential-name identifies a credential only with its user (username or user-id)",
+                ));
+            }
+            Credentials::ApplicationCredential {
+                user: if id.is_none() { user } else { None },
+                id,
+                name,
+                secret,
+            }
+        }
+    };
+    Ok(GlobalConfig {
+        auth_url,
+        credentials,
+        region: global.string("region"),
+        ca_file: global.string("ca-file"),
+        source: CredentialSource::CloudConf,
+    })
+}
+
+/// The 1-based line of the first `key:` at or after line `from` in a YAML text.
+fn yaml_line(text: &str, key: &str, from: usize) -> usize {
+    text.lines()
+        .enumerate()
+        .skip(from.saturating_sub(1))
+        .find(|(_, line)| line.trim_start().starts_with(&format!("{key}:")))
+        .map(|(index, _)| index + 1)
+        .unwrap_or(from)
+}
+
+/// `use-clouds = true`: the cloud named by `cloud` (or `OS_CLOUD`) from `clouds-file` (or
+/// `OS_CLIENT_CONFIG_FILE`, or the standard locations), with `auth_type` `password` or
+/// `v3applicationcredential`, as openstacksdk reads it.
+fn clouds_yaml(global: &Section<'_>, env: &Environment<'_>) -> Result<GlobalConfig, ConfigError> {
+    let candidates: Vec<String> = match global
+        .string("clouds-file")
+        .or_else(|| (env.var)("OS_CLIENT_CONFIG_FILE"))
+    {
+        Some(path) => vec![path],
+        None => {
+            let mut paths = vec!["clouds.yaml".to_string()];
+            if let Some(home) = (env.var)("HOME") {
+                paths.push(format!("{home}/.config/openstack/clouds.yaml"));
+            }
+            paths.push("/etc/openstack/clouds.yaml".to_string());
+            paths
+        }
+    };
+    let (path, text) = candidates
+        .iter()
+        .find_map(|p| (env.read)(p).map(|t| (p.clone(), t)))
+        .ok_or_else(|| {
+            global.invalid(
+                "use-clouds",
+                &format!("no readable clouds.yaml (tried {})", candidates.join(", ")),
+            )
+        })?;
+    let cloud = global
+        .string("cloud")
+        .or_else(|| (env.var)("OS_CLOUD"))
+        .ok_or(missing(
+            "cloud",
+            "use-clouds is set: name the clouds.yaml entry with `cloud` or OS_CLOUD",
+        ))?;
+    let yaml_error = |line: usize, key: String, reason: String| ConfigError::CloudsYaml {
+        path: path.clone(),
+        line,
+        key,
+        reason,
+    };
+    let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| {
+        yaml_error(
+            e.location().map(|l| l.line()).unwrap_or_default(),
+            "clouds".into(),
+            format!("not YAML: {e}"),
+        )
+    })?;
+    let entry = &document["clouds"][cloud.as_str()];
+    let entry_line = yaml_line(&text, &cloud, 1);
+    if !entry.is_mapping() {
+        let known: Vec<String> = document["clouds"]
+            .as_mapping()
+            .map(|m| {
+                m.keys()
+                    .filter_map(|k| k.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Err(yaml_error(
+            0,
+            format!("clouds.{cloud}"),
+            format!("no such cloud (the file has: {})", known.join(", ")),
+        ));
+    }
+    let auth = &entry["auth"];
+    let auth_line = yaml_line(&text, "auth", entry_line);
+    // A present key of the wrong type is an error naming its line; absent is `None`.
+    let text_of = |value: &serde_yaml_ng::Value,
+                   parent: &str,
+                   from: usize,
+                   key: &str|
+     -> Result<Option<String>, ConfigError> {
+        match &value[key] {
+            serde_yaml_ng::Value::Null => Ok(None),
+            serde_yaml_ng::Value::String(s) if s.is_empty() => Ok(None),
+            serde_yaml_ng::Value::String(s) => Ok(Some(s.clone())),
+            serde_yaml_ng::Value::Number(n) => Ok(Some(n.to_string())),
+            _ => Err(yaml_error(
+                yaml_line(&text, key, from),
+                format!("clouds.{cloud}.{parent}{key}"),
+                "expected a string".into(),
+            )),
+        }
+    };
+    let field = |key: &str| text_of(auth, "auth.", auth_line, key);
+    let required = |key: &str, why: &str| -> Result<String, ConfigError> {
+        field(key)?.ok_or_else(|| {
+            yaml_error(
+                auth_line,
+                format!("clouds.{cloud}.auth.{key}"),
+                format!("required: {why}"),
+            )
+        })
+    };
+    let auth_url = required("auth_url", "the Keystone v3 endpoint")?;
+    let auth_type =
+        text_of(entry, "", entry_line, "auth_type")?.unwrap_or_else(|| "password".to_string());
+    let domain = |id_key: &str, name_key: &str| -> Result<Option<Domain>, ConfigError> {
+        Ok(match field(id_key)? {
+            Some(id) => Some(Domain::Id(id)),
+            None => field(name_key)?.map(Domain::Name),
+        })
+    };
+    let default_domain =
+        domain("domain_id", "domain_name")?.unwrap_or_else(|| Domain::Name("Default".to_string()));
+    let user_domain =
+        domain("user_domain_id", "user_domain_name")?.unwrap_or_else(|| default_domain.clone());
+    let user = match (field("user_id")?, field("username")?) {
+        (Some(id), _) => Some(User::Id(id)),
+        (None, Some(name)) => Some(User::Name {
+            name,
+            domain: user_domain,
+        }),
+        (None, None) => None,
+    };
+    let credentials = match auth_type.as_str() {
+        "password" | "v3password" => {
+            let user = user.ok_or_else(|| {
+                yaml_error(
+                    auth_line,
+                    format!("clouds.{cloud}.auth.username"),
+                    "required for auth_type password".into(),
+                )
+            })?;
+            let password = required("password", "auth_type password")?;
+            let project_domain =
+                domain("project_domain_id", "project_domain_name")?.unwrap_or(default_domain);
+            let project = match (field("project_id")?, field("project_name")?) {
+                (Some(id), _) => Project::Id(id),
+                (None, Some(name)) => Project::Name {
+                    name,
+                    domain: project_domain,
+                },
+                (None, None) => {
+                    return Err(yaml_error(
+                        auth_line,
+                        format!("clouds.{cloud}.auth.project_id"),
+                        "required: password authentication needs a project (project_id or project_name)".into(),
+                    ));
+                }
+            };
+            Credentials::Password {
+                user,
+                password,
+                project,
+            }
+        }
+        "v3applicationcredential" => {
+            let id = field("application_credential_id")?;
+            let name = field("application_credential_name")?;
+            if id.is_none() && (name.is_none() || user.is_none()) {
+                return Err(yaml_error(
+                    auth_line,
+                    format!("clouds.{cloud}.auth.application_credential_id"),
+                    "required (or application_credential_name with username)".into(),
+                ));
+            }
+            Credentials::ApplicationCredential {
+                user: if id.is_none() { user } else { None },
+                id,
+                name,
+                secret: required(
+                    "application_credential_secret",
+                    "auth_type v3applicationcredential",
+                )?,
+            }
+        }
+        other => {
+            return Err(yaml_error(
+                yaml_line(&text, "auth_type", entry_line),
+                format!("clouds.{cloud}.auth_type"),
+                format!(
+                    "{other:?} is not supported (password, v3password, v3applicationcredential)"
+                ),
+            ));
+        }
+    };
+    Ok(GlobalConfig {
+        auth_url,
+        credentials,
+        // cloud.conf's own region and ca-file win, as they are the more specific setting.
+        region: global
+            .string("region")
+            .map(Ok)
+            .or_else(|| text_of(entry, "", entry_line, "region_name").transpose())
+            .transpose()?,
+        ca_file: global
+            .string("ca-file")
+            .map(Ok)
+            .or_else(|| text_of(entry, "", entry_line, "cacert").transpose())
+            .transpose()?,
+        source: CredentialSource::CloudsYaml { path, cloud },
+    })
 }
 
 #[cfg(test)]
@@ -438,90 +958,232 @@ mod tests {
     use super::*;
 
     const MINIMAL: &str = "[Global]\nauth-url = http://keystone/v3\nusername = u\npassword = p\nproject-name = demo\n";
+    const SUBNET: &str = "0e100000-0000-4000-8000-0000000000a2";
+    const NETWORK: &str = "0e100000-0000-4000-8000-0000000000e1";
+
+    fn no_env() -> Environment<'static> {
+        Environment {
+            var: &|_| None,
+            read: &|_| None,
+        }
+    }
 
     #[test]
-    fn password_and_application_credentials_parse() {
-        let config = CloudConfig::parse(MINIMAL).expect("valid");
-        assert_eq!(
-            config.global.credentials,
-            Credentials::Password {
-                username: "u".into(),
-                password: "p".into(),
-                user_domain_name: "Default".into(),
-                project_id: None,
-                project_name: Some("demo".into()),
-                project_domain_name: "Default".into(),
-            }
-        );
-        assert_eq!(config.load_balancer, LoadBalancerConfig::default());
+    fn password_credentials_by_id_and_by_name() {
+        let name = |n: &str| Domain::Name(n.into());
+        let cases = [
+            (
+                MINIMAL.to_string(),
+                User::Name {
+                    name: "u".into(),
+                    domain: name("Default"),
+                },
+                Project::Name {
+                    name: "demo".into(),
+                    domain: name("Default"),
+                },
+            ),
+            (
+                "[Global]\nauth-url=x\nuser-id = uid\npassword = p\nproject-id = pid\n".into(),
+                User::Id("uid".into()),
+                Project::Id("pid".into()),
+            ),
+            (
+                "[Global]\nauth-url=x\nusername = u\npassword = p\nuser-domain-id = ud\ntenant-name = t\nproject-domain-name = PD\n".into(),
+                User::Name {
+                    name: "u".into(),
+                    domain: Domain::Id("ud".into()),
+                },
+                Project::Name {
+                    name: "t".into(),
+                    domain: name("PD"),
+                },
+            ),
+            (
+                "[Global]\nauth-url=x\nusername = u\npassword = p\ndomain-name = Corp\nproject-name = t\n".into(),
+                User::Name {
+                    name: "u".into(),
+                    domain: name("Corp"),
+                },
+                Project::Name {
+                    name: "t".into(),
+                    domain: name("Corp"),
+                },
+            ),
+        ];
+        for (text, user, project) in cases {
+            let config = CloudConfig::parse_in(&text, &no_env()).expect(&text);
+            assert_eq!(
+                config.global.credentials,
+                Credentials::Password {
+                    user,
+                    password: "p".into(),
+                    project
+                },
+                "{text}"
+            );
+            assert_eq!(config.global.source, CredentialSource::CloudConf);
+        }
+    }
 
-        let text = "[Global]\nauth-url=\"http://k/v3\"\napplication-credential-id = abc\napplication-credential-secret = s3cret\nregion = RegionTwo\n\
-                    [LoadBalancer]\nfloating-network-id = fn\nsubnet-id = sn\nlb-method = SOURCE_IP\ncreate-monitor = true\nmonitor-delay = 10s\nmonitor-timeout = 2\ninternal-lb = true\nlb-provider = ovn\n\
-                    [LoadBalancerClass \"fast\"]\nsubnet-id = other\n";
-        let config = CloudConfig::parse(text).expect("valid");
+    #[test]
+    fn application_credentials_and_load_balancer_section_parse() {
+        let text = format!(
+            "[Global]\nauth-url=\"http://k/v3\"\napplication-credential-id = abc\napplication-credential-secret = s3cret\nregion = RegionTwo\nca-file = /etc/ca.pem\n\
+             [LoadBalancer]\nfloating-network-id = {NETWORK}\nsubnet-id = {SUBNET}\nlb-method = SOURCE_IP\ncreate-monitor = true\nmonitor-delay = 10s\nmonitor-timeout = 2\n\
+             internal-lb = true\nlb-provider = ovn\nenable-ingress-hostname = true\ningress-hostname-suffix = example.net\nfloating-subnet-tags = a, b\n\
+             [LoadBalancerClass \"fast\"]\nsubnet-id = {SUBNET}\nfloating-subnet = public-*\n"
+        );
+        let config = CloudConfig::parse_in(&text, &no_env()).expect("valid");
         assert_eq!(config.global.auth_url, "http://k/v3");
         assert_eq!(config.global.region.as_deref(), Some("RegionTwo"));
+        assert_eq!(config.global.ca_file.as_deref(), Some("/etc/ca.pem"));
         assert!(
-            matches!(config.global.credentials, Credentials::ApplicationCredential { ref id, .. } if id == "abc")
+            matches!(config.global.credentials, Credentials::ApplicationCredential { id: Some(ref id), user: None, .. } if id == "abc")
         );
         let lb = config.load_balancer;
-        assert_eq!(lb.floating_network_id.as_deref(), Some("fn"));
+        assert_eq!(lb.network.floating_network_id.as_deref(), Some(NETWORK));
+        assert_eq!(lb.network.floating_subnet_tags, vec!["a", "b"]);
         assert_eq!(lb.lb_method, LbMethod::SourceIp);
-        assert!(lb.create_monitor && lb.internal_lb);
+        assert!(lb.create_monitor && lb.internal_lb && lb.enable_ingress_hostname);
+        assert_eq!(lb.ingress_hostname_suffix, "example.net");
         assert_eq!(lb.monitor_delay, Duration::from_secs(10));
         assert_eq!(lb.monitor_timeout, Duration::from_secs(2));
         assert_eq!(lb.lb_provider.as_deref(), Some("ovn"));
+        let fast = lb.classes.get("fast").expect("class");
+        assert_eq!(fast.subnet_id.as_deref(), Some(SUBNET));
+        assert_eq!(fast.floating_subnet.as_deref(), Some("public-*"));
+
+        let by_name = "[Global]\nauth-url=x\napplication-credential-name = ci\napplication-credential-secret = s\nusername = u\n";
+        let config = CloudConfig::parse_in(by_name, &no_env()).expect("valid");
+        assert!(matches!(
+            config.global.credentials,
+            Credentials::ApplicationCredential {
+                id: None,
+                name: Some(_),
+                user: Some(User::Name { .. }),
+                ..
+            }
+        ));
+        assert_eq!(
+            LoadBalancerConfig::default().ingress_hostname_suffix,
+            "nip.io"
+        );
+    }
+
+    const CLOUDS: &str = "clouds:\n  prod:\n    auth:\n      auth_url: https://keystone.prod/v3\n      username: alice\n      password: pw\n      project_name: web\n      user_domain_name: Corp\n      project_domain_id: corp-id\n    region_name: RegionTwo\n    cacert: /etc/prod-ca.pem\n  ci:\n    auth_type: v3applicationcredential\n    auth:\n      auth_url: https://keystone.ci/v3\n      application_credential_id: ac1\n      application_credential_secret: s\n";
+
+    #[test]
+    fn clouds_yaml_is_read_as_openstacksdk_does() {
+        let read = |path: &str| (path == "/etc/kube-lb/clouds.yaml").then(|| CLOUDS.to_string());
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "[Global]\nuse-clouds = true\nclouds-file = /etc/kube-lb/clouds.yaml\ncloud = prod\n",
+                vec![],
+                "prod",
+            ),
+            (
+                "[Global]\nuse-clouds = true\n",
+                vec![
+                    ("OS_CLOUD", "ci"),
+                    ("OS_CLIENT_CONFIG_FILE", "/etc/kube-lb/clouds.yaml"),
+                ],
+                "ci",
+            ),
+        ];
+        for (text, vars, cloud) in cases {
+            let var = |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            };
+            let env = Environment {
+                var: &var,
+                read: &read,
+            };
+            let global = CloudConfig::parse_in(text, &env).expect(text).global;
+            assert_eq!(
+                global.source,
+                CredentialSource::CloudsYaml {
+                    path: "/etc/kube-lb/clouds.yaml".into(),
+                    cloud: cloud.into()
+                }
+            );
+            match cloud {
+                "prod" => {
+                    assert_eq!(global.auth_url, "https://keystone.prod/v3");
+                    assert_eq!(global.region.as_deref(), Some("RegionTwo"));
+                    assert_eq!(global.ca_file.as_deref(), Some("/etc/prod-ca.pem"));
+                    assert_eq!(
+                        global.credentials,
+                        Credentials::Password {
+                            user: User::Name {
+                                name: "alice".into(),
+                                domain: Domain::Name("Corp".into())
+                            },
+                            password: "pw".into(),
+                            project: Project::Name {
+                                name: "web".into(),
+                                domain: Domain::Id("corp-id".into())
+                            },
+                        }
+                    );
+                }
+                _ => assert!(matches!(
+                    global.credentials,
+                    Credentials::ApplicationCredential { id: Some(ref id), .. } if id == "ac1"
+                )),
+            }
+        }
     }
 
     #[test]
     fn errors_name_the_key_and_line() {
-        let cases = [
-            ("[Global]\nauth-url http://x\n", "line 2", "cannot parse"),
-            (
-                "[Global]\nusername = u\npassword = p\nproject-name = d\n",
-                "auth-url",
-                "required",
-            ),
-            (
-                "[Global]\nauth-url = x\nusername = u\nproject-name = d\n",
-                "password",
-                "required",
-            ),
-            (
-                "[Global]\nauth-url = x\nusername = u\npassword = p\n",
-                "project-id",
-                "project",
-            ),
-            (
-                "[Global]\nauth-url = x\napplication-credential-id = i\n",
-                "application-credential-secret",
-                "required",
-            ),
-            ("[Global]\nauth-url = x\n", "username", "required"),
-            (
-                &format!("{MINIMAL}[LoadBalancer]\ncreate-monitor = maybe\n"),
-                "line 7",
-                "create-monitor",
-            ),
-            (
-                &format!("{MINIMAL}[LoadBalancer]\nlb-method = RANDOM\n"),
-                "lb-method",
-                "ROUND_ROBIN",
-            ),
-            (
-                &format!("{MINIMAL}[LoadBalancer]\nmonitor-max-retries = 11\n"),
-                "monitor-max-retries",
-                "1 to 10",
-            ),
-            (
-                &format!("{MINIMAL}[LoadBalancer]\nmonitor-delay = 2s\nmonitor-timeout = 3s\n"),
-                "monitor-timeout",
-                "at most",
-            ),
-            ("auth-url = x\n", "line 1", "cannot parse"),
+        let yaml =
+            |body: &'static str| move |path: &str| (path == "/c.yaml").then(|| body.to_string());
+        let broken_yaml = yaml("clouds:\n  prod:\n    auth: [unclosed\n");
+        let no_url = yaml("clouds:\n  prod:\n    auth:\n      username: u\n");
+        let bad_type =
+            yaml("clouds:\n  prod:\n    auth:\n      auth_url: x\n      username: [u]\n");
+        let odd_auth =
+            yaml("clouds:\n  prod:\n    auth_type: token\n    auth:\n      auth_url: x\n");
+        let env_for = |read: &'static ReadFile| Environment {
+            var: &|_| None,
+            read,
+        };
+        type ReadFile = dyn Fn(&str) -> Option<String>;
+        let leak = |f: Box<ReadFile>| -> &'static ReadFile { Box::leak(f) };
+        let yaml_conf = "[Global]\nuse-clouds = true\nclouds-file = /c.yaml\ncloud = prod\n";
+        let cases: Vec<(String, Environment<'static>, &str, &str)> = vec![
+            ("[Global]\nauth-url http://x\n".into(), no_env(), "line 2", "cannot parse"),
+            ("[Global]\nusername = u\npassword = p\nproject-name = d\n".into(), no_env(), "auth-url", "required"),
+            ("[Global]\nauth-url = x\nusername = u\nproject-name = d\n".into(), no_env(), "password", "required"),
+            ("[Global]\nauth-url = x\nusername = u\npassword = p\n".into(), no_env(), "project-id", "project"),
+            ("[Global]\nauth-url = x\napplication-credential-id = i\n".into(), no_env(), "application-credential-secret", "required"),
+            ("[Global]\nauth-url = x\napplication-credential-name = n\napplication-credential-secret = s\n".into(), no_env(), "username", "its user"),
+            ("[Global]\nauth-url = x\n".into(), no_env(), "username", "required"),
+            (format!("{MINIMAL}[LoadBalancer]\ncreate-monitor = maybe\n"), no_env(), "line 7", "create-monitor"),
+            (format!("{MINIMAL}[LoadBalancer]\nlb-method = RANDOM\n"), no_env(), "lb-method", "ROUND_ROBIN"),
+            (format!("{MINIMAL}[LoadBalancer]\nmonitor-max-retries = 11\n"), no_env(), "monitor-max-retries", "1 to 10"),
+            (format!("{MINIMAL}[LoadBalancer]\nmonitor-delay = 2s\nmonitor-timeout = 3s\n"), no_env(), "monitor-timeout", "at most"),
+            (format!("{MINIMAL}[LoadBalancer]\nlb-provider = haproxy\n"), no_env(), "line 7: [LoadBalancer] lb-provider", "amphora"),
+            (format!("{MINIMAL}[LoadBalancer]\nsubnet-id = private\n"), no_env(), "line 7: [LoadBalancer] subnet-id", "UUID"),
+            (format!("{MINIMAL}[LoadBalancerClass \"x\"]\nnetwork-id = n\n"), no_env(), "line 7: [LoadBalancerClass \"x\"] network-id", "UUID"),
+            (format!("{MINIMAL}[LoadBalancerClass]\n"), no_env(), "line 6", "LoadBalancerClass \\\"name\\\""),
+            ("auth-url = x\n".into(), no_env(), "line 1", "cannot parse"),
+            ("[Global]\nuse-clouds = true\ncloud = prod\n".into(), no_env(), "use-clouds", "no readable clouds.yaml"),
+            ("[Global]\nuse-clouds = true\nclouds-file = /c.yaml\n".into(), env_for(leak(Box::new(yaml("clouds: {}\n")))), "cloud", "OS_CLOUD"),
+            ("[Global]\nuse-clouds = true\nclouds-file = /c.yaml\ncloud = dev\n".into(), env_for(leak(Box::new(yaml("clouds:\n  prod: {}\n")))), "clouds.dev", "has: prod"),
+            (yaml_conf.into(), env_for(leak(Box::new(broken_yaml))), "/c.yaml line", "not YAML"),
+            (yaml_conf.into(), env_for(leak(Box::new(no_url))), "line 3: clouds.prod.auth.auth_url", "required"),
+            (yaml_conf.into(), env_for(leak(Box::new(bad_type))), "line 5: clouds.prod.auth.username", "expected a string"),
+            (yaml_conf.into(), env_for(leak(Box::new(odd_auth))), "line 3: clouds.prod.auth_type", "not supported"),
         ];
-        for (text, key, words) in cases {
-            let error = CloudConfig::parse(text).expect_err(text).to_string();
+        for (text, env, key, words) in cases {
+            let error = CloudConfig::parse_in(&text, &env)
+                .expect_err(&text)
+                .to_string();
             assert!(
                 error.contains(key) && error.contains(words),
                 "{text:?} -> {error}"
@@ -531,7 +1193,8 @@ mod tests {
 
     #[test]
     fn secrets_stay_out_of_debug_output() {
-        let config = CloudConfig::parse(MINIMAL).expect("valid");
-        assert!(!format!("{config:?}").contains("password: \"p\""));
+        let config = CloudConfig::parse_in(MINIMAL, &no_env()).expect("valid");
+        let text = format!("{config:?}");
+        assert!(!text.contains("\"p\""), "{text}");
     }
 }

@@ -10,6 +10,7 @@
 pub mod client;
 pub mod config;
 pub mod error;
+mod inventory;
 pub mod model;
 pub mod plan;
 pub mod provider;

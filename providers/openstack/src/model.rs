@@ -1,7 +1,10 @@
 //! The parts of Octavia and Neutron documents kube-lb reads. Unknown fields are ignored and
 //! absent ones default, so newer API versions decode unchanged.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
+use serde_json::Value;
 
 /// A `{"id": ...}` reference.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -58,6 +61,52 @@ pub struct Listener {
     /// The pool traffic goes to.
     #[serde(default)]
     pub default_pool_id: Option<String>,
+    /// Headers inserted (`X-Forwarded-For`), values as Octavia echoes them.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub insert_headers: BTreeMap<String, Value>,
+    /// Barbican TLS container for `TERMINATED_HTTPS`.
+    #[serde(default)]
+    pub default_tls_container_ref: Option<String>,
+    /// Client inactivity timeout, ms (absent before Octavia 2.1).
+    #[serde(default)]
+    pub timeout_client_data: Option<u64>,
+    /// Member connect timeout, ms.
+    #[serde(default)]
+    pub timeout_member_connect: Option<u64>,
+    /// Member inactivity timeout, ms.
+    #[serde(default)]
+    pub timeout_member_data: Option<u64>,
+    /// TCP inspection timeout, ms.
+    #[serde(default)]
+    pub timeout_tcp_inspect: Option<u64>,
+    /// Tags.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub tags: Vec<String>,
+    /// The load balancer(s) it belongs to.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub loadbalancers: Vec<IdRef>,
+}
+
+impl Listener {
+    /// One of the four timeouts by its field name.
+    pub fn timeout(&self, field: &str) -> Option<u64> {
+        match field {
+            "timeout_client_data" => self.timeout_client_data,
+            "timeout_member_connect" => self.timeout_member_connect,
+            "timeout_member_data" => self.timeout_member_data,
+            "timeout_tcp_inspect" => self.timeout_tcp_inspect,
+            _ => None,
+        }
+    }
+}
+
+/// `null` decodes as the default (Octavia writes `null` for unset maps and lists).
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 fn unlimited() -> i64 {
@@ -82,6 +131,12 @@ pub struct Pool {
     /// Its health monitor.
     #[serde(default)]
     pub healthmonitor_id: Option<String>,
+    /// Its members' ids (the listing carries no more).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub members: Vec<IdRef>,
+    /// The load balancer(s) it belongs to.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub loadbalancers: Vec<IdRef>,
 }
 
 /// An Octavia pool member.
@@ -127,6 +182,25 @@ pub struct HealthMonitor {
     /// HTTP path (HTTP monitors).
     #[serde(default)]
     pub url_path: Option<String>,
+}
+
+/// A Neutron subnet.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Subnet {
+    /// Id.
+    pub id: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Its network.
+    #[serde(default)]
+    pub network_id: String,
+    /// 4 or 6.
+    #[serde(default)]
+    pub ip_version: u8,
+    /// Tags.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub tags: Vec<String>,
 }
 
 /// A Neutron floating IP.

@@ -19,6 +19,7 @@ use kube_lb_provider_core::{
 use crate::client::OpenStackClient;
 use crate::config::CloudConfig;
 use crate::error::OpenStackError;
+use crate::inventory::Inventory;
 use crate::model::{FloatingIp, LoadBalancer};
 use crate::plan::{self, Desired, Observed, Ownership, Step};
 
@@ -81,7 +82,11 @@ pub struct OpenStackProvider {
     config: Arc<CloudConfig>,
     cluster: String,
     wait: WaitSettings,
+    inventory: Arc<Inventory>,
 }
+
+/// How long one project listing serves a resync wave (see [`crate::inventory`]).
+pub const DEFAULT_LISTING_REFRESH: Duration = Duration::from_secs(30);
 
 /// How many times a change refused with 409 (busy) is retried after waiting for `ACTIVE`.
 const BUSY_RETRIES: usize = 3;
@@ -100,7 +105,15 @@ impl OpenStackProvider {
             config: Arc::new(config),
             cluster: cluster.to_string(),
             wait: options.wait,
+            inventory: Arc::new(Inventory::new(DEFAULT_LISTING_REFRESH)),
         })
+    }
+
+    /// Reuses one project listing for `refresh` across the Services of a resync wave
+    /// (default [`DEFAULT_LISTING_REFRESH`]); zero reads every Service on its own.
+    pub fn with_listing_refresh(mut self, refresh: Duration) -> Self {
+        self.inventory = Arc::new(Inventory::new(refresh));
+        self
     }
 
     /// Reads `cloud.conf` at `path` (required for OpenStack) and builds the provider.
@@ -140,10 +153,17 @@ impl OpenStackProvider {
     /// deleted; `Err` when the name is taken by someone else's.
     async fn find(&self, service: &ServiceKey) -> Result<Option<LoadBalancer>, ProviderError> {
         let name = plan::load_balancer_name(&self.cluster, service);
-        let mut found: Vec<LoadBalancer> = self
-            .client
-            .load_balancers_named(&name)
-            .await?
+        let found = self.client.load_balancers_named(&name).await?;
+        self.ours_among(found, service)
+    }
+
+    /// Of the load balancers carrying a Service's name, the live one, when it is ours.
+    fn ours_among(
+        &self,
+        found: Vec<LoadBalancer>,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancer>, ProviderError> {
+        let mut found: Vec<LoadBalancer> = found
             .into_iter()
             .filter(|lb| {
                 !matches!(
@@ -157,8 +177,9 @@ impl OpenStackProvider {
                 "octavia:ListLoadBalancers",
                 EnvironmentCause::NameTaken,
                 format!(
-                    "{} load balancers are named {name}; remove the extra ones",
-                    found.len()
+                    "{} load balancers are named {}; remove the extra ones",
+                    found.len(),
+                    found[0].name
                 ),
             ));
         }
@@ -167,12 +188,50 @@ impl OpenStackProvider {
         };
         match plan::ownership(&lb, &self.cluster, service) {
             Ownership::Ours => Ok(Some(lb)),
-            Ownership::Foreign(why) => Err(ProviderError::environment(
+            Ownership::Foreign(owner) => Err(ProviderError::owned_elsewhere(
                 "octavia:ListLoadBalancers",
-                EnvironmentCause::NameTaken,
-                why,
+                format!("load balancer {} ({})", lb.name, lb.id),
+                owner,
             )),
         }
+    }
+
+    /// The load balancer a Service uses: the one `load-balancer-id` names (ours when it
+    /// carries our name and description, else adopted: only our listeners on it are
+    /// touched), or ours by name.
+    async fn locate(
+        &self,
+        service: &ServiceKey,
+        desired: &Desired,
+    ) -> Result<Located, ProviderError> {
+        let Some(id) = &desired.existing_id else {
+            return Ok(match self.find(service).await? {
+                Some(lb) => Located::Ours(lb),
+                None => Located::Absent,
+            });
+        };
+        let lb = self
+            .client
+            .load_balancer(id)
+            .await?
+            .filter(|lb| lb.provisioning_status != "DELETED")
+            .ok_or_else(|| {
+                ProviderError::environment(
+                    "octavia:GetLoadBalancer",
+                    EnvironmentCause::MissingDependency,
+                    format!(
+                        "annotation {} names load balancer {id}, which does not exist",
+                        kube_lb_annotations::keys::openstack::LOAD_BALANCER_ID
+                    ),
+                )
+            })?;
+        let ours = lb.name == desired.name
+            && plan::ownership(&lb, &self.cluster, service) == Ownership::Ours;
+        Ok(if ours {
+            Located::Ours(lb)
+        } else {
+            Located::Adopted(lb)
+        })
     }
 
     /// Polls until the load balancer is `ACTIVE` and returns it as last read.
@@ -193,10 +252,13 @@ impl OpenStackProvider {
             match lb.provisioning_status.as_str() {
                 "ACTIVE" => return Ok(lb),
                 "ERROR" => {
-                    return Err(ProviderError::Internal {
-                        message: format!("load balancer {} ({lb_id}) is in ERROR", lb.name),
-                        source: None,
-                    });
+                    return Err(ProviderError::pending(
+                        "octavia:GetLoadBalancer",
+                        format!(
+                            "load balancer {} ({lb_id}) went to provisioning_status ERROR (Octavia could not build it)",
+                            lb.name
+                        ),
+                    ));
                 }
                 status => {
                     if started.elapsed() >= self.wait.timeout {
@@ -244,6 +306,7 @@ impl OpenStackProvider {
         Fut: std::future::Future<Output = Result<T, OpenStackError>>,
     {
         let mut attempt = 0;
+        self.inventory.touch(lb_id);
         loop {
             match call().await {
                 Ok(value) => {
@@ -275,16 +338,31 @@ impl OpenStackProvider {
             ..Observed::default()
         };
         for pool in &observed.pools {
-            observed
-                .members
-                .insert(pool.id.clone(), self.client.members(&pool.id).await?);
             if let Some(id) = &pool.healthmonitor_id
                 && let Some(monitor) = self.client.health_monitor(id).await?
             {
                 observed.monitors.insert(id.clone(), monitor);
             }
         }
+        self.fill_members(&mut observed).await?;
         Ok(observed)
+    }
+
+    /// Members of every observed pool: from the cache while the pool's member ids are
+    /// unchanged (an Octavia member's address and port cannot change), else read.
+    async fn fill_members(&self, observed: &mut Observed) -> Result<(), ProviderError> {
+        for pool in &observed.pools {
+            let members = match self.inventory.cached_members(pool) {
+                Some(members) => members,
+                None => {
+                    let members = self.client.members(&pool.id).await?;
+                    self.inventory.remember_members(&pool.id, &members);
+                    members
+                }
+            };
+            observed.members.insert(pool.id.clone(), members);
+        }
+        Ok(())
     }
 
     async fn apply(&self, lb_id: &str, step: &Step) -> Result<(), ProviderError> {
@@ -324,6 +402,7 @@ impl OpenStackProvider {
             Step::ReplaceMembers {
                 pool_id, members, ..
             } => {
+                self.inventory.forget_members(pool_id);
                 self.change(lb_id, || client.replace_members(pool_id, members))
                     .await
             }
@@ -393,11 +472,23 @@ impl OpenStackProvider {
         &self,
         lb: &LoadBalancer,
         desired: &Desired,
+        listed: Option<Vec<FloatingIp>>,
     ) -> Result<Option<String>, ProviderError> {
-        let attached = self
-            .client
-            .floating_ips(&[("port_id", &lb.vip_port_id)])
-            .await?;
+        let attached = match listed {
+            Some(attached) => attached,
+            None => {
+                self.client
+                    .floating_ips(&[("port_id", &lb.vip_port_id)])
+                    .await?
+            }
+        };
+        if !desired.internal
+            && let Some(fip) = attached.first()
+        {
+            return Ok(Some(fip.floating_ip_address.clone()));
+        }
+        // Anything below changes the floating IPs of this load balancer.
+        self.inventory.touch(&lb.id);
         if desired.internal {
             for fip in attached {
                 let release =
@@ -449,7 +540,7 @@ impl OpenStackProvider {
                 .await?;
             return Ok(Some(fip.floating_ip_address));
         }
-        let network = match &desired.floating_network_id {
+        let network = match &desired.floating.network_id {
             Some(network) => network.clone(),
             None => self
                 .client
@@ -469,9 +560,87 @@ impl OpenStackProvider {
         if let Some(address) = requested {
             body["floating_ip_address"] = serde_json::json!(address);
         }
-        let fip = self.client.create_floating_ip(&body).await?;
+        let subnets = self.floating_subnets(&network, desired).await?;
+        let fip = self.create_floating_ip_in(&body, &subnets).await?;
         tracing::info!(lb = %lb.id, address = %fip.floating_ip_address, "allocated floating IP");
         Ok(Some(fip.floating_ip_address))
+    }
+
+    /// The floating subnets to try in order: the configured one, those matching the name
+    /// pattern and tags, or `[None]` (Neutron chooses).
+    async fn floating_subnets(
+        &self,
+        network: &str,
+        desired: &Desired,
+    ) -> Result<Vec<Option<String>>, ProviderError> {
+        let floating = &desired.floating;
+        if let Some(subnet) = &floating.subnet_id {
+            return Ok(vec![Some(subnet.clone())]);
+        }
+        if floating.subnet_name.is_none() && floating.subnet_tags.is_empty() {
+            return Ok(vec![None]);
+        }
+        let tags = floating.subnet_tags.join(",");
+        let mut filters = vec![("network_id", network)];
+        if !tags.is_empty() {
+            filters.push(("tags", tags.as_str()));
+        }
+        let matching: Vec<Option<String>> = self
+            .client
+            .subnets(&filters)
+            .await?
+            .into_iter()
+            .filter(|s| {
+                floating
+                    .subnet_name
+                    .as_deref()
+                    .is_none_or(|pattern| plan::name_matches(pattern, &s.name))
+                    && floating.subnet_tags.iter().all(|t| s.tags.contains(t))
+            })
+            .map(|s| Some(s.id))
+            .collect();
+        if matching.is_empty() {
+            return Err(ProviderError::environment(
+                "neutron:ListSubnets",
+                EnvironmentCause::MissingDependency,
+                format!(
+                    "no subnet of floating network {network} matches floating-subnet {:?} and floating-subnet-tags {:?}",
+                    floating.subnet_name.as_deref().unwrap_or("*"),
+                    floating.subnet_tags
+                ),
+            ));
+        }
+        Ok(matching)
+    }
+
+    /// Allocates a floating IP from the first of `subnets` that has room (upstream tries
+    /// subnet by subnet); the last refusal is reported when none does.
+    async fn create_floating_ip_in(
+        &self,
+        body: &serde_json::Value,
+        subnets: &[Option<String>],
+    ) -> Result<FloatingIp, ProviderError> {
+        let mut last = None;
+        for subnet in subnets {
+            let mut body = body.clone();
+            if let Some(subnet) = subnet {
+                body["subnet_id"] = serde_json::json!(subnet);
+            }
+            match self.client.create_floating_ip(&body).await {
+                Ok(fip) => return Ok(fip),
+                Err(error) if subnets.len() > 1 && error.status().is_some_and(|s| s < 500) => {
+                    tracing::info!(?subnet, %error, "floating subnet refused; trying the next");
+                    last = Some(error);
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(last
+            .map(ProviderError::from)
+            .unwrap_or_else(|| ProviderError::Internal {
+                message: "no floating subnet to try".into(),
+                source: None,
+            }))
     }
 
     /// Releases a floating IP (`release`: kube-lb created it and is not asked to keep it), or
@@ -489,34 +658,139 @@ impl OpenStackProvider {
         Ok(())
     }
 
-    fn status_of(address: &str) -> LoadBalancerStatus {
-        LoadBalancerStatus {
-            ingress: address
-                .parse()
-                .ok()
-                .map(|ip| LoadBalancerIngress {
-                    ip: Some(ip),
-                    hostname: None,
-                })
-                .into_iter()
-                .collect(),
+    /// An LB that is ours but busy or broken, made ready for changes. One in `ERROR` is
+    /// deleted (recreate, not failover: failover needs admin rights most projects lack) and
+    /// reported as an error, so the Service gets a Warning event; the next attempt builds a
+    /// new one and moves the floating IP (kept: only the load balancer is deleted) onto it.
+    async fn ready(&self, lb: LoadBalancer) -> Result<LoadBalancer, ProviderError> {
+        match lb.provisioning_status.as_str() {
+            "ACTIVE" => Ok(lb),
+            "ERROR" => {
+                tracing::warn!(lb = %lb.id, name = %lb.name, "load balancer is in ERROR; deleting it to recreate it");
+                self.delete_load_balancer(&lb.id).await?;
+                Err(ProviderError::pending(
+                    "octavia:GetLoadBalancer",
+                    format!(
+                        "load balancer {} ({}) was in provisioning_status ERROR; deleted it, the next attempt recreates it and keeps its floating IP",
+                        lb.name, lb.id
+                    ),
+                ))
+            }
+            _ => self.wait_active(&lb.id).await,
         }
     }
 
-    /// An LB that is ours but busy or broken, made ready for changes.
-    async fn ready(&self, lb: LoadBalancer) -> Result<Option<LoadBalancer>, ProviderError> {
-        match lb.provisioning_status.as_str() {
-            "ACTIVE" => Ok(Some(lb)),
-            "ERROR" => {
-                // Recreate rather than failover: failover needs admin rights most projects lack.
-                tracing::warn!(lb = %lb.id, name = %lb.name, "load balancer is in ERROR; deleting it to recreate it");
-                self.client.delete_load_balancer(&lb.id).await?;
-                self.wait_deleted(&lb.id).await?;
-                Ok(None)
+    /// Cascade-deletes a load balancer (a busy one is waited out) and waits until it is gone.
+    async fn delete_load_balancer(&self, lb_id: &str) -> Result<(), ProviderError> {
+        self.inventory.touch(lb_id);
+        let mut attempt = 0;
+        loop {
+            match self.client.delete_load_balancer(lb_id).await {
+                Ok(()) => break,
+                Err(error) if error.is_not_found() => break,
+                Err(error) if error.is_immutable() && attempt < BUSY_RETRIES => {
+                    attempt += 1;
+                    self.wait_active(lb_id).await?;
+                }
+                Err(error) => return Err(error.into()),
             }
-            _ => self.wait_active(&lb.id).await.map(Some),
         }
+        self.wait_deleted(lb_id).await
     }
+
+    /// Converges the listeners of `desired` on an existing load balancer: ours entirely, or
+    /// on an adopted one only the listeners named and tagged for this Service.
+    async fn converge(
+        &self,
+        lb: &LoadBalancer,
+        desired: &Desired,
+        adopted: bool,
+        listed: Option<Observed>,
+    ) -> Result<(), ProviderError> {
+        let observed = match listed {
+            Some(mut observed) => {
+                self.fill_members(&mut observed).await?;
+                observed
+            }
+            None => self.observe(lb).await?,
+        };
+        let (observed, desired) = if adopted {
+            scope_to_service(lb, observed, desired)?
+        } else {
+            (observed, desired.clone())
+        };
+        let steps = plan::plan(lb, &observed, &desired);
+        for step in &steps {
+            tracing::info!(lb = %lb.id, step = ?step.planned(), "applying");
+            self.apply(&lb.id, step).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a Service's load balancer is.
+#[derive(Debug)]
+enum Located {
+    /// None exists yet.
+    Absent,
+    /// Ours (created by kube-lb or upstream for this Service).
+    Ours(LoadBalancer),
+    /// Someone else's, named by `load-balancer-id`: never deleted, its floating IP never
+    /// touched, only this Service's listeners changed.
+    Adopted(LoadBalancer),
+}
+
+/// On an adopted load balancer, this Service sees only its own listeners (upstream names:
+/// `listener_<i>_<our lb name>`); a foreign listener on one of its ports is a user error.
+/// The load balancer's tags are left alone.
+fn scope_to_service(
+    lb: &LoadBalancer,
+    observed: Observed,
+    desired: &Desired,
+) -> Result<(Observed, Desired), ProviderError> {
+    let ours = |name: &str| {
+        name.strip_prefix("listener_")
+            .and_then(|rest| rest.split_once('_'))
+            .is_some_and(|(index, lb_name)| {
+                index.parse::<usize>().is_ok() && lb_name == desired.name
+            })
+    };
+    if let Some(clash) = observed.listeners.iter().find(|l| {
+        !ours(&l.name)
+            && desired
+                .listeners
+                .iter()
+                .any(|d| d.protocol == l.protocol && d.port == l.protocol_port)
+    }) {
+        return Err(ProviderError::user(format!(
+            "port {} ({}) is already used by listener {:?} of load balancer {} ({}), which this Service does not own",
+            clash.protocol_port, clash.protocol, clash.name, lb.name, lb.id
+        )));
+    }
+    let listeners: Vec<_> = observed
+        .listeners
+        .into_iter()
+        .filter(|l| ours(&l.name))
+        .collect();
+    let pools = observed
+        .pools
+        .into_iter()
+        .filter(|p| {
+            listeners
+                .iter()
+                .any(|l| l.default_pool_id.as_deref() == Some(p.id.as_str()))
+        })
+        .collect();
+    let mut desired = desired.clone();
+    desired.tags = lb.tags.clone();
+    Ok((
+        Observed {
+            listeners,
+            pools,
+            ..observed
+        },
+        desired,
+    ))
 }
 
 /// True for a floating IP associated with no port.
@@ -546,27 +820,81 @@ impl LoadBalancerProvider for OpenStackProvider {
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
-        let existing = match self.find(&spec.service).await? {
-            Some(lb) => self.ready(lb).await?,
-            None => None,
-        };
-        let lb = match existing {
-            None => self.create(&desired).await?,
-            Some(lb) => {
-                let observed = self.observe(&lb).await?;
-                let steps = plan::plan(&lb, &observed, &desired);
-                for step in &steps {
-                    tracing::info!(lb = %lb.id, step = ?step.planned(), "applying");
-                    self.apply(&lb.id, step).await?;
-                }
-                lb
+        let snapshot = match desired.existing_id {
+            None => {
+                self.inventory
+                    .snapshot_for(&desired.name, &self.client)
+                    .await?
             }
+            Some(_) => None,
         };
-        let address = match self.converge_floating_ip(&lb, &desired).await? {
+        // Listed: ours (or someone else's, refused). Absent from the listing is checked by
+        // name before anything is created, and then nothing is answered from the listing.
+        let listed_lb = match snapshot.as_ref().map(|snap| snap.named(&desired.name)) {
+            Some(found) if !found.is_empty() => self.ours_among(found, &spec.service)?,
+            _ => None,
+        };
+        let snapshot = snapshot.filter(|_| listed_lb.is_some());
+        let located = match listed_lb {
+            Some(lb) => Located::Ours(lb),
+            None => self.locate(&spec.service, &desired).await?,
+        };
+        let (lb, fips) = match located {
+            Located::Adopted(lb) => {
+                if lb.provisioning_status == "ERROR" {
+                    return Err(ProviderError::environment(
+                        "octavia:GetLoadBalancer",
+                        EnvironmentCause::MissingDependency,
+                        format!(
+                            "load balancer {} ({}) named by the load-balancer-id annotation is in provisioning_status ERROR; kube-lb does not recreate a load balancer it did not create",
+                            lb.name, lb.id
+                        ),
+                    ));
+                }
+                let lb = self.wait_active(&lb.id).await?;
+                self.converge(&lb, &desired, true, None).await?;
+                // Its floating IP (if any) is its owner's business: report it, never change it.
+                let fip = self
+                    .client
+                    .floating_ips(&[("port_id", &lb.vip_port_id)])
+                    .await?;
+                let address = fip
+                    .first()
+                    .map(|f| f.floating_ip_address.clone())
+                    .unwrap_or(lb.vip_address);
+                return Ok(desired.status(&address));
+            }
+            Located::Ours(lb) => {
+                // Answered from this wave's listing while it speaks for this load balancer
+                // and it was ACTIVE then (a busy one is waited on and read afresh).
+                let listed = snapshot
+                    .as_ref()
+                    .filter(|snap| {
+                        lb.provisioning_status == "ACTIVE"
+                            && self.inventory.speaks_for(snap, &lb.id)
+                    })
+                    .map(|snap| (snap.observed(&lb.id), snap.floating_ips_on(&lb.vip_port_id)));
+                let lb = self.ready(lb).await?;
+                let (observed, fips) = listed.unzip();
+                self.converge(&lb, &desired, false, observed).await?;
+                (lb, fips)
+            }
+            Located::Absent => (self.create(&desired).await?, None),
+        };
+        let address = match self.converge_floating_ip(&lb, &desired, fips).await? {
             Some(fip) => fip,
             None => lb.vip_address.clone(),
         };
-        Ok(Self::status_of(&address))
+        Ok(desired.status(&address))
+    }
+
+    fn accepts_node(&self, spec: &LoadBalancerSpec, node: &BackendNode) -> bool {
+        match &spec.provider {
+            kube_lb_annotations::ProviderSpec::Openstack(os) => {
+                plan::node_selected(os.node_selector.as_deref(), node)
+            }
+            _ => true,
+        }
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
@@ -574,16 +902,44 @@ impl LoadBalancerProvider for OpenStackProvider {
         let lb = match self.find(service).await {
             Ok(lb) => lb,
             // Someone else's load balancer under our name: nothing of ours to remove there.
-            Err(ProviderError::Environment {
-                cause: EnvironmentCause::NameTaken,
-                message,
-                ..
-            }) => {
-                tracing::info!(%service, %message, "not deleting a load balancer kube-lb does not own");
+            Err(
+                error @ (ProviderError::OwnedElsewhere { .. }
+                | ProviderError::Environment {
+                    cause: EnvironmentCause::NameTaken,
+                    ..
+                }),
+            ) => {
+                tracing::info!(%service, %error, "not deleting a load balancer kube-lb does not own");
                 None
             }
             Err(error) => return Err(error),
         };
+        // Listeners this Service added to load balancers it adopted (load-balancer-id): they
+        // carry its UID tag; the load balancers themselves are not ours to delete.
+        if !service.uid.is_empty() {
+            let tag = plan::uid_tag(service);
+            for listener in self
+                .client
+                .listeners_matching(&[("tags", tag.as_str())])
+                .await?
+            {
+                let Some(lb_id) = listener.loadbalancers.first().map(|l| l.id.clone()) else {
+                    continue;
+                };
+                if lb.as_ref().is_some_and(|ours| ours.id == lb_id) {
+                    continue;
+                }
+                let client = &self.client;
+                if let Some(pool) = &listener.default_pool_id {
+                    self.change(&lb_id, || ignore_missing(client.delete_pool(pool)))
+                        .await?;
+                }
+                self.change(&lb_id, || {
+                    ignore_missing(client.delete_listener(&listener.id))
+                })
+                .await?;
+            }
+        }
         if let Some(lb) = lb {
             if lb.provisioning_status.starts_with("PENDING_") {
                 self.wait_active(&lb.id).await?;
@@ -597,20 +953,7 @@ impl LoadBalancerProvider for OpenStackProvider {
                     self.client.delete_floating_ip(&fip.id).await?;
                 }
             }
-            let client = &self.client;
-            let mut attempt = 0;
-            loop {
-                match client.delete_load_balancer(&lb.id).await {
-                    Ok(()) => break,
-                    Err(error) if error.is_not_found() => break,
-                    Err(error) if error.is_immutable() && attempt < BUSY_RETRIES => {
-                        attempt += 1;
-                        self.wait_active(&lb.id).await?;
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-            }
-            self.wait_deleted(&lb.id).await?;
+            self.delete_load_balancer(&lb.id).await?;
         }
         // Floating IPs of ours left behind (the load balancer was removed out of band, or a
         // crash between the two deletes): released too, so nothing leaks.
@@ -642,7 +985,17 @@ impl LoadBalancerProvider for OpenStackProvider {
             .first()
             .map(|f| f.floating_ip_address.clone())
             .unwrap_or(lb.vip_address);
-        Ok(Some(Self::status_of(&address)))
+        Ok(Some(LoadBalancerStatus {
+            ingress: address
+                .parse()
+                .ok()
+                .map(|ip| LoadBalancerIngress {
+                    ip: Some(ip),
+                    hostname: None,
+                })
+                .into_iter()
+                .collect(),
+        }))
     }
 
     async fn plan_ensure(
@@ -651,15 +1004,24 @@ impl LoadBalancerProvider for OpenStackProvider {
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
         let desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
-        let Some(lb) = self.find(&spec.service).await? else {
-            return Ok(vec![PlannedChange::new(
-                ChangeAction::Create,
-                "LoadBalancer",
-                &desired.name,
-                "POST loadbalancers",
-            )]);
+        let (lb, adopted) = match self.locate(&spec.service, &desired).await? {
+            Located::Absent => {
+                return Ok(vec![PlannedChange::new(
+                    ChangeAction::Create,
+                    "LoadBalancer",
+                    &desired.name,
+                    "POST loadbalancers",
+                )]);
+            }
+            Located::Ours(lb) => (lb, false),
+            Located::Adopted(lb) => (lb, true),
         };
         let observed = self.observe(&lb).await?;
+        let (observed, desired) = if adopted {
+            scope_to_service(&lb, observed, &desired)?
+        } else {
+            (observed, desired)
+        };
         Ok(plan::plan(&lb, &observed, &desired)
             .iter()
             .map(Step::planned)
@@ -671,7 +1033,29 @@ impl LoadBalancerProvider for OpenStackProvider {
         let mut changes = Vec::new();
         // Our floating IPs that `delete` releases: the one on our VIP port, and detached ones.
         let mut vip_port = None;
-        if let Some(lb) = self.find(service).await? {
+        let ours = self.find(service).await?;
+        if !service.uid.is_empty() {
+            let tag = plan::uid_tag(service);
+            for listener in self
+                .client
+                .listeners_matching(&[("tags", tag.as_str())])
+                .await?
+                .into_iter()
+                .filter(|l| {
+                    l.loadbalancers
+                        .first()
+                        .is_some_and(|lb| ours.as_ref().is_none_or(|o| o.id != lb.id))
+                })
+            {
+                changes.push(PlannedChange::new(
+                    ChangeAction::Delete,
+                    "Listener",
+                    &listener.name,
+                    "DELETE pools, DELETE listeners (on an adopted load balancer)",
+                ));
+            }
+        }
+        if let Some(lb) = ours {
             changes.push(PlannedChange::new(
                 ChangeAction::Delete,
                 "LoadBalancer",

@@ -131,9 +131,17 @@ async fn second_ensure_makes_no_mutating_call() {
     assert_eq!(mutations(&h.cloud), Vec::<String>::new());
     let after = h.counter.snapshot();
     assert_eq!(after.mutations(), before.mutations(), "counted mutations");
-    // Reads per resync: LB by name, listeners, pools, members and monitor per pool, FIP by port.
+    // Right after the create, within the lifetime of the listing the creates used, each
+    // Service reads for itself: load balancer by name, listeners, pools, the monitor and
+    // (this first time; then cached) the members per pool, the floating IP by port. A
+    // resync wave shares one listing instead: see resync_cost.rs.
     let reads = h.cloud.journal().len();
-    assert_eq!(reads, (4 + 2 * 2) + (4 + 1), "{:#?}", h.cloud.journal());
+    assert_eq!(
+        reads,
+        (3 + 2 * 2 + 1) + (3 + 1 + 1),
+        "{:#?}",
+        h.cloud.journal()
+    );
 }
 
 #[tokio::test]
@@ -397,16 +405,17 @@ async fn load_balancer_of_another_service_uid_is_not_touched() {
         .ensure(&svc("web", UID_B).spec(), &nodes(2))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            ProviderError::Environment {
-                cause: kube_lb_provider_core::EnvironmentCause::NameTaken,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
+    match &error {
+        ProviderError::OwnedElsewhere {
+            resource, owner, ..
+        } => {
+            assert!(resource.contains("kube_service_"), "{error}");
+            assert!(owner.contains(UID_A), "names the owner: {error}");
+        }
+        other => panic!("want OwnedElsewhere, got {other:?}"),
+    }
+    assert_eq!(error.class(), "user", "a user error");
+    assert!(!error.is_retryable(), "waits for the Service to change");
     assert!(mutations(&h.cloud).is_empty());
     h.provider.delete(&svc("web", UID_B).key()).await.unwrap();
     assert_eq!(
@@ -467,29 +476,6 @@ async fn quota_and_server_errors_map_to_their_classes() {
         .filter(|e| e.method == "POST" && e.path.ends_with("/loadbalancers"))
         .count();
     assert_eq!(posts, 2, "a 503 is retried in place");
-}
-
-#[tokio::test]
-async fn load_balancer_in_error_is_recreated_and_keeps_its_floating_ip() {
-    let h = harness().await;
-    let web = svc("web", UID_A);
-    let first = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
-    let broken = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
-    h.cloud
-        .set_status(broken["id"].as_str().unwrap(), "ERROR", Duration::ZERO);
-
-    let second = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
-    let rebuilt = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
-    assert_ne!(
-        rebuilt["id"], broken["id"],
-        "a new load balancer replaced the broken one"
-    );
-    assert_eq!(rebuilt["provisioning_status"], "ACTIVE");
-    assert_eq!(second, first, "the same floating IP moved to the new VIP");
-    let fips = h.cloud.floating_ips();
-    assert_eq!(fips.len(), 1);
-    assert_eq!(fips[0]["port_id"], rebuilt["vip_port_id"]);
-    assert_eq!(h.cloud.pools().len(), 1);
 }
 
 #[tokio::test]
@@ -590,4 +576,85 @@ async fn plans_and_inventory_read_without_changing_anything() {
         mutations(&h.cloud).is_empty(),
         "plans and inventory only read"
     );
+}
+
+#[tokio::test]
+async fn malformed_cloud_conf_names_the_file_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cloud.conf");
+    std::fs::write(
+        &path,
+        "[Global]\nauth-url = x\nusername = u\npassword = p\nproject-name = d\n[LoadBalancer]\nsubnet-id = private\n",
+    )
+    .unwrap();
+    // The binary maps this error (like every provider set-up error) to exit status 2.
+    let error = kube_lb_provider_openstack::OpenStackProvider::from_cloud_config(
+        Some(&path),
+        "kubernetes",
+        kube_lb_provider_core::CallCounter::new(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("cloud.conf") && error.contains("line 7") && error.contains("subnet-id"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn clouds_yaml_credentials_authenticate_against_keystone() {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let clouds = dir.path().join("clouds.yaml");
+    std::fs::write(
+        &clouds,
+        format!(
+            "clouds:\n  mock:\n    auth_type: v3applicationcredential\n    auth:\n      auth_url: {}\n      application_credential_id: {}\n      application_credential_secret: {}\n    region_name: RegionOne\n",
+            cloud.auth_url(),
+            kube_lb_mock_openstack::APPLICATION_CREDENTIAL_ID,
+            kube_lb_mock_openstack::APPLICATION_CREDENTIAL_SECRET,
+        ),
+    )
+    .unwrap();
+    let conf = format!(
+        "[Global]\nuse-clouds = true\nclouds-file = {}\ncloud = mock\n\n[LoadBalancer]\nsubnet-id = {}\n",
+        clouds.display(),
+        kube_lb_mock_openstack::PRIVATE_SUBNET_ID
+    );
+    let h = provider_for(cloud, CloudConfig::parse(&conf).unwrap());
+    let status = h
+        .provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert_eq!(h.cloud.tokens_issued(), 1);
+    assert_eq!(
+        ip_of(&status),
+        h.cloud.floating_ips()[0]["floating_ip_address"]
+            .as_str()
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_ca_file_is_named_at_start_up() {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "not a certificate").unwrap();
+    let conf = cloud_conf(&cloud, "").replace(
+        "[LoadBalancer]",
+        &format!("ca-file = {}\n\n[LoadBalancer]", ca.display()),
+    );
+    let config = CloudConfig::parse(&conf).unwrap();
+    assert_eq!(config.global.ca_file.as_deref(), ca.to_str());
+    let error = kube_lb_provider_openstack::OpenStackProvider::new(
+        config,
+        "kubernetes",
+        kube_lb_provider_openstack::ProviderOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("ca.pem") && error.contains("PEM"), "{error}");
 }

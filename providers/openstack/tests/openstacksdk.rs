@@ -1,16 +1,23 @@
 //! An outsider's view of the mock: after the provider built a load balancer, the official
 //! Python `openstacksdk` (in the project's venv, `scripts/setup-venv.sh`) authenticates,
-//! discovers the endpoints and lists and shows everything the provider created.
+//! discovers the endpoints and lists and shows every resource kind — load balancers,
+//! listeners, pools, members, health monitors, floating IPs, ports, networks, subnets,
+//! security groups and their rules — plus the Octavia and Neutron quotas. Each list must show
+//! exactly what the mock holds, each show must return the listed item, and the values the SDK
+//! parsed must be the ones kube-lb set.
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use kube_lb_mock_openstack::{PASSWORD, PROJECT_NAME, USERNAME};
+use kube_lb_mock_openstack::{
+    MockOpenStack, PASSWORD, PRIVATE_NETWORK_ID, PROJECT_NAME, PUBLIC_NETWORK_ID, Quotas, USERNAME,
+};
 use kube_lb_provider_core::LoadBalancerProvider;
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::*;
 
 /// The venv's Python (`KUBE_LB_PYTHON` overrides it).
@@ -21,23 +28,12 @@ fn python() -> PathBuf {
     }
 }
 
-#[tokio::test]
-async fn official_openstacksdk_lists_what_the_provider_created() {
-    let h = harness().await;
-    let web = svc("web", "8ae4a1c2-6b2e-11e9-a923-1681be663d3e")
-        .ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)])
-        .local(32000);
-    let status = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
-
+/// Runs `openstacksdk_view.py` against the mock and parses its JSON.
+async fn sdk_view(cloud: &MockOpenStack) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openstacksdk_view.py");
     let output = tokio::process::Command::new(python())
         .arg(script)
-        .args([
-            h.cloud.auth_url().as_str(),
-            USERNAME,
-            PASSWORD,
-            PROJECT_NAME,
-        ])
+        .args([cloud.auth_url().as_str(), USERNAME, PASSWORD, PROJECT_NAME])
         .output()
         .await
         .unwrap_or_else(|e| {
@@ -51,70 +47,211 @@ async fn official_openstacksdk_lists_what_the_provider_created() {
         "openstacksdk failed (run scripts/setup-venv.sh for openstacksdk): {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let view: Value = serde_json::from_slice(&output.stdout).unwrap();
+    serde_json::from_slice(&output.stdout).unwrap()
+}
 
-    let name = "kube_service_kubernetes_default_web";
-    let lbs = view["loadbalancers"].as_array().unwrap();
-    assert_eq!(lbs.len(), 1, "{view:#}");
-    assert_eq!(lbs[0]["name"], name);
-    assert_eq!(lbs[0]["provisioning_status"], "ACTIVE");
-    assert_eq!(
-        lbs[0]["description"],
-        "Kubernetes external service default/web from cluster kubernetes"
-    );
+fn ids(items: &[Value]) -> BTreeSet<String> {
+    items
+        .iter()
+        .map(|item| item["id"].as_str().unwrap().to_string())
+        .collect()
+}
 
-    let mut listeners: Vec<(String, u64)> = view["listeners"]
+/// The shown documents of `kind`, after checking that the SDK listed exactly `expected` (the
+/// mock's own ids) and showed each listed item.
+fn shown<'a>(view: &'a Value, kind: &str, expected: &BTreeSet<String>) -> &'a [Value] {
+    let listed: BTreeSet<String> = view[kind]["listed"]
         .as_array()
         .unwrap()
         .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(&listed, expected, "{kind}: the SDK listed other ids");
+    let shown = view[kind]["shown"].as_array().unwrap();
+    assert_eq!(
+        &ids(shown),
+        expected,
+        "{kind}: show did not return the listed items"
+    );
+    shown
+}
+
+fn by_name<'a>(items: &'a [Value], name: &str) -> &'a Value {
+    items
+        .iter()
+        .find(|item| item["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {items:#?}"))
+}
+
+#[tokio::test]
+async fn official_openstacksdk_lists_and_shows_everything_the_provider_created() {
+    let mock = MockOpenStack::builder()
+        .quotas(Quotas {
+            load_balancers: Some(5),
+            floating_ips: Some(7),
+        })
+        .quota("listener", 20)
+        .quota("security_group_rule", 40)
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(mock, "").await;
+    let web = svc("web", "8ae4a1c2-6b2e-11e9-a923-1681be663d3e")
+        .ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)])
+        .local(32000);
+    let status = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    // A security group with a node-port rule, as cloud-provider-openstack's
+    // manage-security-groups makes them, so the SDK's view covers those kinds too.
+    let token = token(&h.cloud).await;
+    let (code, group) = call(
+        &h.cloud,
+        &token,
+        reqwest::Method::POST,
+        "/networking/v2.0/security-groups",
+        Some(json!({"security_group": {"name": "lb-sg-8ae4a1c2-default-web",
+            "description": "Security Group for default/web Service LoadBalancer in cluster kubernetes"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{group}");
+    let (code, rule) = call(
+        &h.cloud,
+        &token,
+        reqwest::Method::POST,
+        "/networking/v2.0/security-group-rules",
+        Some(
+            json!({"security_group_rule": {"security_group_id": group["security_group"]["id"],
+            "direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+            "port_range_min": 30080, "port_range_max": 30080, "remote_ip_prefix": "10.0.0.0/24"}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{rule}");
+
+    let view = sdk_view(&h.cloud).await;
+    let cloud = &h.cloud;
+    let name = "kube_service_kubernetes_default_web";
+
+    let lbs = shown(&view, "loadbalancers", &ids(&cloud.load_balancers()));
+    let lb = by_name(lbs, name);
+    assert_eq!(lb["provisioning_status"], "ACTIVE");
+    assert_eq!(lb["operating_status"], "ONLINE");
+    assert_eq!(
+        lb["description"],
+        "Kubernetes external service default/web from cluster kubernetes"
+    );
+    assert_eq!(lb["vip_network_id"], PRIVATE_NETWORK_ID);
+
+    let listeners = shown(&view, "listeners", &ids(&cloud.listeners()));
+    let mut ports: Vec<(String, u64)> = listeners
+        .iter()
         .map(|l| {
+            assert_eq!(l["load_balancers"][0]["id"], lb["id"], "{l}");
             (
                 l["name"].as_str().unwrap().to_string(),
                 l["protocol_port"].as_u64().unwrap(),
             )
         })
         .collect();
-    listeners.sort();
+    ports.sort();
     assert_eq!(
-        listeners,
+        ports,
         vec![
             (format!("listener_0_{name}"), 80),
             (format!("listener_1_{name}"), 443)
         ]
     );
-    assert!(
-        view["listeners"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|l| l["load_balancer_ids"][0] == lbs[0]["id"])
-    );
 
-    let pools = view["pools"].as_array().unwrap();
-    assert_eq!(pools.len(), 2);
+    let pools = shown(&view, "pools", &ids(&cloud.pools()));
+    let monitors = shown(&view, "healthmonitors", &ids(&cloud.health_monitors()));
     for pool in pools {
-        let members: Vec<&str> = pool["members"]
-            .as_array()
-            .unwrap()
+        let monitor = monitors
             .iter()
-            .map(|m| m["address"].as_str().unwrap())
-            .collect();
-        assert_eq!(members, vec!["10.0.0.101", "10.0.0.102"], "{pool}");
+            .find(|m| m["id"] == pool["health_monitor_id"])
+            .unwrap_or_else(|| panic!("pool without its monitor: {pool}"));
+        // externalTrafficPolicy Local: an HTTP check of the health-check node port.
+        assert_eq!(monitor["type"], "HTTP");
+        assert_eq!(monitor["url_path"], "/healthz");
     }
-    assert_eq!(view["healthmonitors"].as_array().unwrap().len(), 2);
-    assert!(
-        view["healthmonitors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|m| m["type"] == "HTTP")
+
+    let mock_members: Vec<Value> = cloud
+        .pools()
+        .iter()
+        .flat_map(|p| cloud.members(p["id"].as_str().unwrap()))
+        .collect();
+    let members = shown(&view, "members", &ids(&mock_members));
+    let mut member_view: Vec<(String, String, u64, u64)> = members
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["address"].as_str().unwrap().to_string(),
+                m["protocol_port"].as_u64().unwrap(),
+                m["monitor_port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    member_view.sort();
+    assert_eq!(
+        member_view,
+        vec![
+            ("node-1".into(), "10.0.0.101".into(), 30080, 32000),
+            ("node-1".into(), "10.0.0.101".into(), 30443, 32000),
+            ("node-2".into(), "10.0.0.102".into(), 30080, 32000),
+            ("node-2".into(), "10.0.0.102".into(), 30443, 32000),
+        ]
     );
 
-    let fips = view["floatingips"].as_array().unwrap();
+    let fips = shown(&view, "floatingips", &ids(&cloud.floating_ips()));
     assert_eq!(fips.len(), 1);
-    assert_eq!(fips[0]["port_id"], lbs[0]["vip_port_id"]);
+    assert_eq!(fips[0]["port_id"], lb["vip_port_id"]);
+    assert_eq!(fips[0]["fixed_ip_address"], lb["vip_address"]);
+    assert_eq!(fips[0]["floating_network_id"], PUBLIC_NETWORK_ID);
     assert_eq!(
         fips[0]["floating_ip_address"],
         status.ingress[0].ip.unwrap().to_string()
     );
+
+    let ports = shown(&view, "ports", &ids(&cloud.ports()));
+    let vip_port = ports.iter().find(|p| p["id"] == lb["vip_port_id"]).unwrap();
+    assert_eq!(vip_port["fixed_ips"][0]["ip_address"], lb["vip_address"]);
+    assert_eq!(vip_port["network_id"], PRIVATE_NETWORK_ID);
+
+    let networks = shown(&view, "networks", &ids(&cloud.networks()));
+    let external: Vec<&Value> = networks
+        .iter()
+        .filter(|n| n["is_router_external"] == true)
+        .map(|n| &n["id"])
+        .collect();
+    assert_eq!(external, vec![&json!(PUBLIC_NETWORK_ID)]);
+    let subnets = shown(&view, "subnets", &ids(&cloud.subnets()));
+    assert!(
+        subnets
+            .iter()
+            .any(|s| s["network_id"] == PRIVATE_NETWORK_ID && s["cidr"] == "10.0.0.0/24")
+    );
+
+    let groups = shown(&view, "security_groups", &ids(&cloud.security_groups()));
+    assert_eq!(groups[0]["name"], "lb-sg-8ae4a1c2-default-web");
+    let rules = shown(
+        &view,
+        "security_group_rules",
+        &ids(&cloud.security_group_rules()),
+    );
+    // The rule made above plus the two default egress rules of a new group.
+    assert_eq!(rules.len(), 3, "{rules:#?}");
+    let ingress = rules.iter().find(|r| r["direction"] == "ingress").unwrap();
+    assert_eq!(
+        (
+            &ingress["ether_type"],
+            &ingress["port_range_min"],
+            &ingress["remote_ip_prefix"]
+        ),
+        (&json!("IPv4"), &json!(30080), &json!("10.0.0.0/24"))
+    );
+
+    assert_eq!(view["octavia_quota"]["load_balancers"], 5);
+    assert_eq!(view["octavia_quota"]["listeners"], 20);
+    assert_eq!(view["octavia_quota"]["pools"], -1);
+    assert_eq!(view["neutron_quota"]["floating_ips"], 7);
+    assert_eq!(view["neutron_quota"]["security_group_rules"], 40);
 }

@@ -1,8 +1,13 @@
-"""Lists what the mock holds through the official Python openstacksdk and prints it as JSON.
+"""Lists and shows what the mock holds through the official Python openstacksdk; prints JSON.
 
 Usage: openstacksdk_view.py AUTH_URL USERNAME PASSWORD PROJECT
-Everything goes through the SDK's normal path: Keystone password auth, catalog, version
-discovery of the load-balancer and network endpoints, then list and show calls.
+
+Everything goes through the SDK's normal path: Keystone password auth, the catalog, version
+discovery of the load-balancer and network endpoints, then for every resource kind one list
+call and one show call per listed item. The output maps each kind to the shown documents
+(`to_dict(computed=False)`, so exactly what the SDK parsed from the wire), plus the ids the
+list returned, so the caller can check that list and show agree with each other and with the
+mock's own state.
 """
 import json
 import sys
@@ -20,35 +25,41 @@ conn = openstack.connect(
     region_name="RegionOne",
 )
 lb_api = conn.load_balancer
-out = {"loadbalancers": [], "listeners": [], "pools": [], "healthmonitors": [], "floatingips": []}
-for lb in lb_api.load_balancers():
-    shown = lb_api.get_load_balancer(lb.id)
-    out["loadbalancers"].append({
-        "id": shown.id, "name": shown.name, "provisioning_status": shown.provisioning_status,
-        "vip_address": shown.vip_address, "vip_port_id": shown.vip_port_id, "tags": shown.tags,
-        "description": shown.description,
-    })
-for listener in lb_api.listeners():
-    out["listeners"].append({
-        "name": listener.name, "protocol": listener.protocol, "protocol_port": listener.protocol_port,
-        "default_pool_id": listener.default_pool_id,
-        "load_balancer_ids": [ref["id"] for ref in listener.load_balancers],
-    })
-for pool in lb_api.pools():
-    members = [
-        {"name": m.name, "address": m.address, "protocol_port": m.protocol_port}
-        for m in lb_api.members(pool.id)
-    ]
-    out["pools"].append({
-        "id": pool.id, "name": pool.name, "protocol": pool.protocol, "lb_algorithm": pool.lb_algorithm,
-        "members": sorted(members, key=lambda m: m["name"]),
-    })
-for monitor in lb_api.health_monitors():
-    out["healthmonitors"].append({"name": monitor.name, "type": monitor.type})
-for ip in conn.network.ips():
-    shown = conn.network.get_ip(ip.id)
-    out["floatingips"].append({
-        "floating_ip_address": shown.floating_ip_address, "port_id": shown.port_id,
-        "description": shown.description,
-    })
-print(json.dumps(out))
+net_api = conn.network
+
+
+def view(listed, show):
+    """The ids a list returned and each item shown on its own."""
+    listed = list(listed)
+    return {
+        "listed": [item.id for item in listed],
+        "shown": [show(item).to_dict(computed=False) for item in listed],
+    }
+
+
+out = {
+    "loadbalancers": view(lb_api.load_balancers(), lambda lb: lb_api.get_load_balancer(lb.id)),
+    "listeners": view(lb_api.listeners(), lambda li: lb_api.get_listener(li.id)),
+    "pools": view(lb_api.pools(), lambda pool: lb_api.get_pool(pool.id)),
+    "healthmonitors": view(lb_api.health_monitors(), lambda hm: lb_api.get_health_monitor(hm.id)),
+    "members": {"listed": [], "shown": []},
+    "floatingips": view(net_api.ips(), lambda ip: net_api.get_ip(ip.id)),
+    "ports": view(net_api.ports(), lambda port: net_api.get_port(port.id)),
+    "networks": view(net_api.networks(), lambda net: net_api.get_network(net.id)),
+    "subnets": view(net_api.subnets(), lambda subnet: net_api.get_subnet(subnet.id)),
+    "security_groups": view(net_api.security_groups(), lambda sg: net_api.get_security_group(sg.id)),
+    "security_group_rules": view(
+        net_api.security_group_rules(), lambda rule: net_api.get_security_group_rule(rule.id)
+    ),
+}
+for pool_id in out["pools"]["listed"]:
+    members = view(lb_api.members(pool_id), lambda m, pool_id=pool_id: lb_api.get_member(m.id, pool_id))
+    for shown in members["shown"]:
+        shown["pool_id"] = pool_id
+    out["members"]["listed"] += members["listed"]
+    out["members"]["shown"] += members["shown"]
+
+project_id = conn.current_project_id
+out["octavia_quota"] = lb_api.get_quota(project_id).to_dict(computed=False)
+out["neutron_quota"] = net_api.get_quota(project_id).to_dict(computed=False)
+print(json.dumps(out, default=str))

@@ -1,13 +1,19 @@
 //! One scenario table, run against every cloud provider built into this binary: AWS (moto's
-//! server), GCP (the GCE mock) and Azure (the ARM mock). Each scenario drives the provider
-//! through the `LoadBalancerProvider` trait only, with the same Service parsed by the real
-//! annotation parser, and checks the provider's call counter plus the cloud's own state.
+//! server), GCP (the GCE mock), Azure (the ARM mock) and OpenStack (the Keystone + Octavia +
+//! Neutron mock). Each scenario drives the provider through the `LoadBalancerProvider` trait
+//! only, with the same Service parsed by the real annotation parser, and checks the provider's
+//! call counter plus the cloud's own state.
 //!
 //! Run: `cargo test --features aws,gcp,azure --test integration provider_scenarios::`.
-#![cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
+#![cfg(any(
+    feature = "aws",
+    feature = "gcp",
+    feature = "azure",
+    feature = "openstack"
+))]
 #![allow(clippy::unwrap_used)]
 
-mod scenarios;
+pub(crate) mod scenarios;
 
 use std::collections::BTreeSet;
 
@@ -256,6 +262,7 @@ scenario_table! {
         aws => crate::provider_scenarios::scenarios::aws::Aws, "aws";
         gcp => crate::provider_scenarios::scenarios::gcp::Gcp, "gcp";
         azure => crate::provider_scenarios::scenarios::azure::Azure, "azure";
+        openstack => crate::provider_scenarios::scenarios::openstack::OpenStack, "openstack";
     ]
     scenarios: [
         create_reports_an_address,

@@ -481,6 +481,52 @@ fn full_sync_recreates_the_table_in_one_transaction() {
 }
 
 #[test]
+fn capacity_is_twice_the_elements_as_a_power_of_two_and_never_small() {
+    // (elements, declared size)
+    let cases = [
+        (0, MIN_CAPACITY),
+        (1, MIN_CAPACITY),
+        (MIN_CAPACITY / 2, MIN_CAPACITY),
+        (MIN_CAPACITY / 2 + 1, 2 * MIN_CAPACITY),
+        (250_000, 524_288),
+        (262_144, 524_288),
+        (262_145, 1_048_576),
+    ];
+    for (elements, size) in cases {
+        assert_eq!(capacity(elements), size, "{elements} elements");
+    }
+}
+
+#[test]
+fn a_full_sync_declares_each_hash_container_with_room_for_twice_its_elements() {
+    let mut renderer = Renderer::new();
+    let ips: Vec<(String, &str)> = (0..600)
+        .map(|i| (format!("10.244.{}.{}", i / 200, i % 200 + 1), "n1"))
+        .collect();
+    let ips: Vec<(&str, &str)> = ips.iter().map(|(ip, node)| (ip.as_str(), *node)).collect();
+    let ruleset = renderer.render(&snapshot(&[web()], &[web_eps(&ips)]));
+    assert_eq!(ruleset.len_of("buckets"), 600);
+    let text = diff(None, &ruleset, Family::V4, &renderer.config);
+    let declaration = |name: &str| {
+        text.lines()
+            .find(|line| {
+                line.starts_with(&format!("add map ip kube-lb {name} {{"))
+                    || line.starts_with(&format!("add set ip kube-lb {name} {{"))
+            })
+            .unwrap_or_else(|| panic!("{name} declared"))
+            .to_owned()
+    };
+    assert!(declaration("buckets").ends_with(" size 2048; }"), "{text}");
+    assert!(declaration("service-groups").ends_with(&format!(" size {MIN_CAPACITY}; }}")));
+    // Interval sets and the dynamic affinity map keep their own declarations.
+    assert!(declaration("firewall-allow").ends_with("flags interval; }"));
+    assert!(declaration("affinity").ends_with(&format!("size {}; }}", 1 << 20)));
+    let sizes = ruleset.capacities();
+    assert!(ruleset.fits(&sizes));
+    assert_eq!(sizes.get("buckets"), Some(&2048));
+}
+
+#[test]
 fn udp_cleanup_lists_gone_endpoints_and_revived_frontends() {
     let dns = || {
         service("default", "dns", "10.96.0.53")

@@ -337,3 +337,64 @@ fn udp_cleanup_from_changes_matches_the_whole_snapshot_comparison() {
         );
     }
 }
+
+/// A table whose `buckets` map outgrows the size its full sync declared no longer fits (the
+/// backend then sends a full sync, which declares room for twice the new count); one that
+/// shrinks or stays within the size keeps fitting.
+#[test]
+fn a_map_that_outgrows_its_declared_size_asks_for_a_full_sync() {
+    let key = PortKey {
+        service: ServiceKey::new("default", "big"),
+        protocol: Protocol::Tcp,
+        port: 80,
+    };
+    let with_endpoints = |count: u32| {
+        let mut port = model(&mut StdRng::seed_from_u64(3), &key);
+        port.cluster_ips = vec![IpAddr::V4(Ipv4Addr::new(10, 96, 7, 7))];
+        port.cluster_endpoints = (0..count)
+            .map(|i| EndpointAddr {
+                ip: IpAddr::V4(Ipv4Addr::from(0x0af4_0000 + i)),
+                port: 8080,
+            })
+            .collect();
+        port.internal_policy = TrafficPolicy::Cluster;
+        port.external_policy = TrafficPolicy::Cluster;
+        port.affinity_timeout = None;
+        port.has_endpoints = count > 0;
+        port
+    };
+    let config = NftConfig::default();
+    let declared = render::capacity(100);
+    assert_eq!(declared, render::MIN_CAPACITY);
+    // (endpoints after the change, fits the sizes declared for 100 endpoints)
+    let cases = [
+        (10, true),
+        (declared as u32, true),
+        (declared as u32 + 1, false),
+    ];
+    for (count, fits) in cases {
+        let mut ids = GroupIds::default();
+        let first = with_endpoints(100);
+        let mut table = FamilyTable::full(Family::V4, &config, &mut ids, [&first].into_iter(), &[]);
+        assert_eq!(table.capacities().get("buckets"), Some(&declared));
+        assert_eq!(
+            table.capacities().get("firewall-allow"),
+            None,
+            "interval set"
+        );
+        let next = with_endpoints(count);
+        let change = Change {
+            key: &key,
+            old: Some(&first),
+            new: Some(&next),
+        };
+        table.update(Family::V4, &config, &mut ids, &[change], &[]);
+        assert_eq!(table.fits(), fits, "{count} endpoints");
+        table.redeclare();
+        assert!(table.fits(), "{count} endpoints after redeclaring");
+        assert_eq!(
+            table.capacities().get("buckets"),
+            Some(&render::capacity(count as usize))
+        );
+    }
+}

@@ -250,3 +250,206 @@ pub fn mutations(cloud: &MockOpenStack) -> Vec<String> {
         })
         .collect()
 }
+
+/// A project-scoped token from the mock's Keystone, for calls made behind the provider's back
+/// (another controller, an operator with the `openstack` CLI).
+pub async fn token(cloud: &MockOpenStack) -> String {
+    let body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        "name": USERNAME, "domain": {"name": DOMAIN}, "password": PASSWORD}}},
+        "scope": {"project": {"name": PROJECT_NAME, "domain": {"name": DOMAIN}}}}});
+    let response = reqwest::Client::new()
+        .post(format!("{}/auth/tokens", cloud.auth_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201, "token request refused");
+    response.headers()["x-subject-token"]
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// One call to the mock with `token`: (status, JSON body or null). `path` starts at the
+/// service root (`/load-balancer/v2/lbaas/...`, `/networking/v2.0/...`).
+pub async fn call(
+    cloud: &MockOpenStack,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .request(method, format!("{}{path}", cloud.url()))
+        .header("x-auth-token", token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Waits until the load balancer `id` is `ACTIVE` (or gone, for a delete): Octavia clients
+/// poll, so a hand-made change is finished before the test goes on.
+pub async fn settle(cloud: &MockOpenStack, token: &str, id: &str) -> Option<Value> {
+    let path = format!("/load-balancer/v2/lbaas/loadbalancers/{id}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, shown) = call(cloud, token, reqwest::Method::GET, &path, None).await;
+        if status == 404 {
+            return None;
+        }
+        let lb = shown["loadbalancer"].clone();
+        if lb["provisioning_status"] == "ACTIVE" {
+            return Some(lb);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "load balancer {id} never settled: {lb}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Deletes the Service's load balancer (cascade) as an operator would, and waits until it is
+/// gone.
+pub async fn remove_out_of_band(cloud: &MockOpenStack, lb_name: &str) {
+    let token = token(cloud).await;
+    let id = lb_named(cloud, lb_name)["id"].as_str().unwrap().to_string();
+    let (status, body) = call(
+        cloud,
+        &token,
+        reqwest::Method::DELETE,
+        &format!("/load-balancer/v2/lbaas/loadbalancers/{id}?cascade=true"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204, "out-of-band delete: {body}");
+    assert_eq!(settle(cloud, &token, &id).await, None);
+}
+
+/// What cloud-provider-openstack (OCCM) builds for one Service, described from
+/// `reference/other-clouds.md` §1.1–1.5: the load balancer `kube_service_<cluster>_<ns>_<name>`
+/// with its upstream description and the name as its only tag, per port `listener_<i>_…` →
+/// `pool_<i>_…` → members named after the nodes (and `monitor_<i>_…` when monitors are on),
+/// plus the floating IP with OCCM's description on the VIP port.
+#[derive(Debug, Clone)]
+pub struct OccmService {
+    /// Namespace.
+    pub namespace: String,
+    /// Service name.
+    pub name: String,
+    /// (protocol, port, nodePort) per Service port, in spec order.
+    pub ports: Vec<(String, u16, u16)>,
+    /// (node name, InternalIP).
+    pub nodes: Vec<(String, String)>,
+    /// HTTP monitors on this healthCheckNodePort (ETP=Local with `create-monitor`), or TCP
+    /// monitors when `Some(0)`; none when `None`.
+    pub monitor: Option<u16>,
+    /// A floating IP on the VIP (an external Service).
+    pub floating_ip: bool,
+}
+
+/// What [`build_occm_state`] made: the load balancer and the floating IP (if any).
+#[derive(Debug, Clone)]
+pub struct OccmBuilt {
+    /// The load balancer document after it settled.
+    pub load_balancer: Value,
+    /// The floating IP address.
+    pub floating_ip: Option<String>,
+}
+
+/// Builds `service` in the mock through the API, the way OCCM's fully populated create does it
+/// for cluster `cluster`.
+pub async fn build_occm_state(
+    cloud: &MockOpenStack,
+    cluster: &str,
+    service: &OccmService,
+) -> OccmBuilt {
+    let token = token(cloud).await;
+    let lb_name = format!(
+        "kube_service_{cluster}_{}_{}",
+        service.namespace, service.name
+    );
+    let listeners: Vec<Value> = service
+        .ports
+        .iter()
+        .enumerate()
+        .map(|(i, (protocol, port, node_port))| {
+            let members: Vec<Value> = service
+                .nodes
+                .iter()
+                .map(|(node, ip)| {
+                    let mut member = json!({"name": node, "address": ip, "protocol_port": node_port,
+                        "subnet_id": PRIVATE_SUBNET_ID});
+                    if let Some(health) = service.monitor.filter(|p| *p != 0) {
+                        member["monitor_port"] = json!(health);
+                    }
+                    member
+                })
+                .collect();
+            let mut pool = json!({"name": format!("pool_{i}_{lb_name}"), "protocol": protocol,
+                "lb_algorithm": "ROUND_ROBIN", "members": members});
+            match service.monitor {
+                Some(0) => {
+                    pool["healthmonitor"] = json!({"name": format!("monitor_{i}_{lb_name}"),
+                        "type": if protocol == "UDP" { "UDP-CONNECT" } else { "TCP" },
+                        "delay": 5, "timeout": 3, "max_retries": 1, "max_retries_down": 3});
+                }
+                Some(_) => {
+                    pool["healthmonitor"] = json!({"name": format!("monitor_{i}_{lb_name}"),
+                        "type": "HTTP", "http_method": "GET", "url_path": "/healthz",
+                        "expected_codes": "200", "delay": 5, "timeout": 3, "max_retries": 1,
+                        "max_retries_down": 3});
+                }
+                None => {}
+            }
+            json!({"name": format!("listener_{i}_{lb_name}"), "protocol": protocol,
+                "protocol_port": port, "connection_limit": -1, "tags": [lb_name],
+                "default_pool": pool})
+        })
+        .collect();
+    let body = json!({"loadbalancer": {
+        "name": lb_name,
+        "description": format!("Kubernetes external service {}/{} from cluster {cluster}",
+            service.namespace, service.name),
+        "vip_subnet_id": PRIVATE_SUBNET_ID, "provider": "amphora", "tags": [lb_name],
+        "listeners": listeners}});
+    let (status, created) = call(
+        cloud,
+        &token,
+        reqwest::Method::POST,
+        "/load-balancer/v2/lbaas/loadbalancers",
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 201, "OCCM-style create refused: {created}");
+    let id = created["loadbalancer"]["id"].as_str().unwrap().to_string();
+    let load_balancer = settle(cloud, &token, &id).await.unwrap();
+    let mut floating_ip = None;
+    if service.floating_ip {
+        let (status, fip) = call(
+            cloud,
+            &token,
+            reqwest::Method::POST,
+            "/networking/v2.0/floatingips",
+            Some(json!({"floatingip": {
+                "floating_network_id": PUBLIC_NETWORK_ID,
+                "port_id": load_balancer["vip_port_id"],
+                "description": format!(
+                    "Floating IP for Kubernetes external service {}/{} from cluster {cluster}",
+                    service.namespace, service.name),
+            }})),
+        )
+        .await;
+        assert_eq!(status, 201, "OCCM-style floating IP refused: {fip}");
+        floating_ip = fip["floatingip"]["floating_ip_address"]
+            .as_str()
+            .map(str::to_string);
+    }
+    OccmBuilt {
+        load_balancer,
+        floating_ip,
+    }
+}

@@ -20,6 +20,8 @@ pub mod aws;
 pub mod azure;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+#[cfg(feature = "openstack")]
+pub mod openstack;
 
 /// The UID of the Service every scenario uses (the load-balancer names derive from it).
 pub const UID: &str = "5d4c3b2a-1f0e-4d3c-8b2a-19f8e7d6c5b4";

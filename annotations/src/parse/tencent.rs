@@ -1,19 +1,28 @@
-//! OpenStack, Tencent TKE and Baidu CCE annotations (reference other-clouds.md §1.3, §2.3,
-//! §3.8). No provider in this repository builds these yet; the parsed spec is what one would use.
+//! Tencent TKE annotations (reference other-clouds.md §2.3–§2.5), read by
+//! `providers/tencent`.
 
 use serde_json::{Map, Value};
 
 use super::Reader;
 use super::service::Core;
 use crate::diagnostics::{ErrorKind, Location};
-use crate::keys::{baidu, openstack, tencent};
+use crate::keys::tencent;
 use crate::spec::{
-    BaiduSpec, InternetChargeType, LabelRequirement, LbMethod, OpenstackProxyProtocol,
-    OpenstackSpec, Scheme, SelectorOperator, TencentLoadBalanceType, TencentSpec,
+    InternetChargeType, LabelRequirement, Scheme, SelectorOperator, TencentLoadBalanceType,
+    TencentSpec,
 };
 
-/// Largest `internet-max-bandwidth-out` the seed documents (Mbps; newer TKE docs allow 2048).
-const MAX_BANDWIDTH_OUT: i64 = 2000;
+/// Largest `internet-max-bandwidth-out` (Mbps): the current TKE docs and the CLB API allow
+/// 2048 (older docs said 2000).
+const MAX_BANDWIDTH_OUT: i64 = 2048;
+
+/// Tags kube-lb (like TKE) writes on the CLBs it creates, and finds them by; extensiveParameters
+/// may add tags but never these.
+const OWNERSHIP_TAGS: &[&str] = &["tke-createdBy-flag", "tke-clusterId", "tke-lb-serviceuuid"];
+
+/// CreateListener keys that name the listener or say whose it is; listenerParameters may not
+/// set them (the Service's ports and kube-lb's listener name decide).
+const LISTENER_IDENTITY_KEYS: &[&str] = &["LoadBalancerId", "Ports", "Protocol", "ListenerNames"];
 
 /// Warns that `spec.loadBalancerIP` has no effect for clouds whose providers ignore it.
 fn warn_ip_ignored(reader: &mut Reader<'_>, core: &Core, cloud: &str) {
@@ -28,87 +37,6 @@ fn warn_ip_ignored(reader: &mut Reader<'_>, core: &Core, cloud: &str) {
     }
 }
 
-/// OpenStack: booleans are exactly `true`/`false` upstream and anything else silently falls
-/// back to the default (kube-lb warns). `lb-method` and `proxy-protocol` values outside the
-/// documented sets are errors here (upstream: Octavia rejects the method; an unknown proxy
-/// value silently disables PROXY — kube-lb warns instead). PROXY and X-Forwarded-For together
-/// are an error upstream (same). `loadBalancerIP` is honoured (VIP or floating IP).
-pub(crate) fn parse_openstack(reader: &mut Reader<'_>, _core: &Core) -> (OpenstackSpec, Scheme) {
-    let internal = reader.true_flag(openstack::INTERNAL, false);
-    let floating_network_id = reader
-        .non_empty(openstack::FLOATING_NETWORK_ID)
-        .map(str::to_owned);
-    let subnet_id = reader.non_empty(openstack::SUBNET_ID).map(str::to_owned);
-    let lb_method = reader.non_empty(openstack::LB_METHOD).and_then(|raw| {
-        raw.parse::<LbMethod>()
-            .map_err(|error| {
-                reader.diag.error(
-                    Location::annotation(openstack::LB_METHOD),
-                    Some(raw),
-                    ErrorKind::Invalid,
-                    format!("must be {}", error.allowed_text()),
-                )
-            })
-            .ok()
-    });
-    let proxy_protocol = match reader.non_empty(openstack::PROXY_PROTOCOL) {
-        None | Some("false") => None,
-        Some(raw) => match raw.parse::<OpenstackProxyProtocol>() {
-            Ok(p) => Some(p),
-            Err(_) => {
-                reader.diag.warn(
-                    Location::annotation(openstack::PROXY_PROTOCOL),
-                    Some(raw),
-                    "not \"true\", \"v1\" or \"v2\": upstream silently disables PROXY protocol",
-                );
-                None
-            }
-        },
-    };
-    let x_forwarded_for = reader.true_flag(openstack::X_FORWARDED_FOR, false);
-    if proxy_protocol.is_some() && x_forwarded_for {
-        reader.diag.error(
-            Location::annotation(openstack::X_FORWARDED_FOR),
-            Some("true"),
-            ErrorKind::Conflict,
-            "cannot be combined with loadbalancer.openstack.org/proxy-protocol; keep one",
-        );
-    }
-    let keep_floating_ip = reader.true_flag(openstack::KEEP_FLOATING_IP, false);
-    let connection_limit = match reader.non_empty(openstack::CONNECTION_LIMIT) {
-        None => -1,
-        Some(raw) => match raw.parse::<i64>() {
-            Ok(n) if n >= -1 => n,
-            _ => {
-                reader.diag.error(
-                    Location::annotation(openstack::CONNECTION_LIMIT),
-                    Some(raw),
-                    ErrorKind::Invalid,
-                    "must be an integer, -1 for unlimited",
-                );
-                -1
-            }
-        },
-    };
-    let spec = OpenstackSpec {
-        internal,
-        floating_network_id,
-        subnet_id,
-        lb_method,
-        proxy_protocol,
-        keep_floating_ip,
-        connection_limit,
-    };
-    (
-        spec,
-        if internal {
-            Scheme::Internal
-        } else {
-            Scheme::External
-        },
-    )
-}
-
 /// Tencent TKE: the eight seed annotations plus the internal subnet.
 ///
 /// - internal subnet id must look like `subnet-…` (early: the CLB API rejects it);
@@ -118,7 +46,11 @@ pub(crate) fn parse_openstack(reader: &mut Reader<'_>, _core: &Core) -> (Opensta
 ///   `LoadBalancerType` there contradicting the internal-subnet annotation is an error;
 /// - loadbalance-type `classic` warns: new classic CLBs cannot be created any more;
 /// - charge type is one of two words (error otherwise);
-/// - bandwidth 1–2000 Mbps (seed range; error otherwise), public CLBs only (warn on internal);
+/// - extensiveParameters may not touch ownership: `Tags` naming an ownership tag, `Number`
+///   other than 1, `Forward` other than 1, a `SubnetId` contradicting the internal-subnet
+///   annotation are errors naming the key; listenerParameters may not set the listener's
+///   identity (`LoadBalancerId`, `Ports`, `Protocol`, `ListenerNames`);
+/// - bandwidth 1–2048 Mbps (error otherwise), public CLBs only (warn on internal);
 /// - local-svc-only-bind-node-with-pod is a Go bool; it only matters with `Local` (warn).
 pub(crate) fn parse_tencent(reader: &mut Reader<'_>, core: &Core) -> (TencentSpec, Scheme) {
     warn_ip_ignored(reader, core, "tencent");
@@ -187,7 +119,22 @@ pub(crate) fn parse_tencent(reader: &mut Reader<'_>, core: &Core) -> (TencentSpe
             );
         }
     }
+    if let Some(extensive) = &extensive_parameters {
+        refuse_ownership_changes(reader, extensive, internal_subnet_id.as_deref());
+    }
     let listener_parameters = json_object(reader, tencent::LISTENER_PARAMETERS);
+    if let Some(listener) = &listener_parameters
+        && let Some(key) = LISTENER_IDENTITY_KEYS
+            .iter()
+            .find(|k| listener.contains_key(**k))
+    {
+        reader.diag.error(
+            Location::annotation(tencent::LISTENER_PARAMETERS),
+            reader.all().get(tencent::LISTENER_PARAMETERS).map(String::as_str),
+            ErrorKind::Conflict,
+            format!("{key} is decided by the Service's ports and kube-lb's listener name; remove it (allowed: the other CreateListener parameters such as HealthCheck, Scheduler, SessionExpireTime)"),
+        );
+    }
     let load_balance_type = reader.non_empty(tencent::LOADBALANCE_TYPE).and_then(|raw| {
         match raw.parse::<TencentLoadBalanceType>() {
             Ok(TencentLoadBalanceType::Classic) => {
@@ -272,6 +219,61 @@ pub(crate) fn parse_tencent(reader: &mut Reader<'_>, core: &Core) -> (TencentSpe
         local_svc_only_bind_node_with_pod,
     };
     (spec, scheme)
+}
+
+/// Errors for extensiveParameters keys that would change whose the CLB is or what it is.
+fn refuse_ownership_changes(
+    reader: &mut Reader<'_>,
+    extensive: &Map<String, Value>,
+    internal_subnet_id: Option<&str>,
+) {
+    let key = tencent::EXTENSIVE_PARAMETERS;
+    let raw = reader.all().get(key).cloned();
+    let mut refuse = |detail: String| {
+        reader.diag.error(
+            Location::annotation(key),
+            raw.as_deref(),
+            ErrorKind::Conflict,
+            detail,
+        );
+    };
+    match extensive.get("Tags") {
+        None => {}
+        Some(Value::Array(tags)) => {
+            for tag in tags {
+                match tag.get("TagKey").and_then(Value::as_str) {
+                    Some(owned) if OWNERSHIP_TAGS.contains(&owned) => refuse(format!(
+                        "Tags: TagKey {owned:?} is an ownership tag kube-lb sets itself; allowed: other tag keys"
+                    )),
+                    Some(_) => {}
+                    None => refuse(
+                        "Tags: every entry must be an object {\"TagKey\": …, \"TagValue\": …}"
+                            .to_owned(),
+                    ),
+                }
+            }
+        }
+        Some(_) => refuse("Tags must be an array of {\"TagKey\", \"TagValue\"} objects".to_owned()),
+    }
+    for single in ["Number", "Forward"] {
+        if let Some(value) = extensive.get(single)
+            && value.as_i64() != Some(1)
+        {
+            refuse(format!(
+                "{single} = {value}: only 1 is allowed (one application CLB per Service)"
+            ));
+        }
+    }
+    if let Some(subnet) = extensive.get("SubnetId") {
+        let same = subnet
+            .as_str()
+            .is_some_and(|s| Some(s) == internal_subnet_id);
+        if !same {
+            refuse(format!(
+                "SubnetId = {subnet}: the subnet is chosen with service.kubernetes.io/qcloud-loadbalancer-internal-subnetid; remove SubnetId here"
+            ));
+        }
+    }
 }
 
 fn json_object(reader: &mut Reader<'_>, k: &'static str) -> Option<Map<String, Value>> {
@@ -390,19 +392,4 @@ fn parse_requirement(item: &str) -> Result<LabelRequirement, String> {
         return Err(format!("{item:?}: the value set is empty"));
     }
     requirement(key, operator, values)
-}
-
-/// Baidu CCE: `cce-load-balancer-internal-vpc: "true"` → no EIP (exact `true`, warned
-/// otherwise). `loadBalancerIP` is not read by that provider (warned).
-pub(crate) fn parse_baidu(reader: &mut Reader<'_>, core: &Core) -> (BaiduSpec, Scheme) {
-    warn_ip_ignored(reader, core, "baidu");
-    let internal_vpc = reader.true_flag(baidu::INTERNAL_VPC, false);
-    (
-        BaiduSpec { internal_vpc },
-        if internal_vpc {
-            Scheme::Internal
-        } else {
-            Scheme::External
-        },
-    )
 }

@@ -1,0 +1,470 @@
+//! A stateful mock of Tencent Cloud CLB API 3.0 (`2018-03-17`) on one loopback port.
+//!
+//! Every call is `POST /` with the action in `X-TC-Action`, checked as the cloud checks it:
+//! `X-TC-Version` must be `2018-03-17`, `X-TC-Region` the served region, `X-TC-Timestamp`
+//! within five minutes of the mock's clock (else `AuthFailure.SignatureExpire`), and the
+//! TC3-HMAC-SHA256 `Authorization` must match the headers and body as received (else
+//! `AuthFailure.SignatureFailure`). Answers are `{"Response": {…, "RequestId"}}` with errors as
+//! `Response.Error{Code, Message}` and HTTP 200.
+//!
+//! Writes are async tasks keyed by their `RequestId` (`DescribeTaskStatus` answers 2 until a
+//! configurable delay has passed, then 0, or 1 when a fault made the task fail and the change is
+//! undone); while a task runs, other writes on the same CLB get
+//! `FailedOperation.ResourceInOperating`. Quotas, the per-call target limits (20, batch 500),
+//! `Limit` ≤ 100 and unknown parameters are enforced. Every request is journaled; faults can be
+//! armed per action.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! let cloud = kube_lb_mock_tencent::MockTencent::builder().start().await?;
+//! println!("endpoint = {}", cloud.url());
+//! # Ok(()) }
+//! ```
+
+mod sign;
+mod state;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State as AxumState;
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use sign::{authorization_header, expected_signature, parse_authorization, utc_date};
+pub use state::{ApiError, Fault, FaultKind, JournalEntry, Quotas};
+
+use state::{Config, LoadBalancer, State};
+
+/// The SecretId accepted by default.
+pub const SECRET_ID: &str = "AKIDkubelbmock00000000000000000000000";
+/// Its SecretKey.
+pub const SECRET_KEY: &str = "kube-lb-mock-secret-key-000000000";
+/// The region served.
+pub const REGION: &str = "ap-guangzhou";
+/// The cluster VPC.
+pub const VPC_ID: &str = "vpc-kubelb00";
+/// A subnet of it (internal VIPs from `10.0.1.0/24`).
+pub const SUBNET_ID: &str = "subnet-kubelb01";
+/// A second subnet (`10.0.2.0/24`).
+pub const SUBNET_ID_2: &str = "subnet-kubelb02";
+/// The API version served.
+pub const VERSION: &str = "2018-03-17";
+
+/// Builds a [`MockTencent`].
+#[derive(Debug)]
+pub struct MockTencentBuilder {
+    config: Config,
+    listen: SocketAddr,
+}
+
+impl MockTencentBuilder {
+    /// Another accepted key pair; with `token`, requests must carry it as `X-TC-Token`
+    /// (temporary credentials).
+    pub fn credential(mut self, secret_id: &str, secret_key: &str, token: Option<&str>) -> Self {
+        self.config.credentials.insert(
+            secret_id.into(),
+            (secret_key.into(), token.map(str::to_string)),
+        );
+        self
+    }
+
+    /// How long each async task runs (default 0: the next request sees it done).
+    pub fn task_delay(mut self, delay: Duration) -> Self {
+        self.config.task_delay = delay;
+        self
+    }
+
+    /// Limits to enforce.
+    pub fn quotas(mut self, quotas: Quotas) -> Self {
+        self.config.quotas = quotas;
+        self
+    }
+
+    /// Listen address (default `127.0.0.1:0`).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Binds and serves in a background task.
+    pub async fn start(self) -> std::io::Result<MockTencent> {
+        let listener = tokio::net::TcpListener::bind(self.listen).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Mutex::new(State::new(self.config)));
+        let app = Router::new().fallback(handle).with_state(shared.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let server = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(error) = server.await {
+                tracing::warn!(%error, "mock Tencent server stopped");
+            }
+        });
+        Ok(MockTencent {
+            addr,
+            state: shared,
+            stop: Some(stop),
+            task,
+        })
+    }
+}
+
+/// A running mock CLB endpoint. Stops when dropped.
+#[derive(Debug)]
+pub struct MockTencent {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for MockTencent {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.abort();
+    }
+}
+
+impl MockTencent {
+    /// A builder with the defaults: [`SECRET_ID`]/[`SECRET_KEY`], region [`REGION`], VPC
+    /// [`VPC_ID`] with subnets [`SUBNET_ID`] and [`SUBNET_ID_2`], no task delay.
+    pub fn builder() -> MockTencentBuilder {
+        MockTencentBuilder {
+            config: Config {
+                credentials: BTreeMap::from([(SECRET_ID.into(), (SECRET_KEY.into(), None))]),
+                region: REGION.into(),
+                vpc_id: VPC_ID.into(),
+                subnets: BTreeMap::from([
+                    (SUBNET_ID.into(), "10.0.1".into()),
+                    (SUBNET_ID_2.into(), "10.0.2".into()),
+                ]),
+                task_delay: Duration::ZERO,
+                signature_window: Duration::from_secs(300),
+                quotas: Quotas::default(),
+            },
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`, the endpoint override for clients.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `127.0.0.1:PORT` (the `Host` clients sign).
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.settle();
+        state
+    }
+
+    /// Every request so far.
+    pub fn journal(&self) -> Vec<JournalEntry> {
+        self.lock().journal.clone()
+    }
+
+    /// Requests of actions that may change state (answered or refused).
+    pub fn mutations(&self) -> Vec<JournalEntry> {
+        self.lock()
+            .journal
+            .iter()
+            .filter(|e| e.is_mutation())
+            .cloned()
+            .collect()
+    }
+
+    /// Forgets the journal.
+    pub fn clear_journal(&self) {
+        self.lock().journal.clear();
+    }
+
+    /// Arms a fault.
+    pub fn inject(&self, fault: Fault) {
+        self.lock().faults.push(fault);
+    }
+
+    /// Faults not yet fired.
+    pub fn pending_faults(&self) -> usize {
+        self.lock().faults.len()
+    }
+
+    /// Changes the task delay for tasks started from now on.
+    pub fn set_task_delay(&self, delay: Duration) {
+        self.lock().config.task_delay = delay;
+    }
+
+    /// Every CLB as `DescribeLoadBalancers` shows it.
+    pub fn load_balancers(&self) -> Vec<Value> {
+        self.lock()
+            .load_balancers
+            .values()
+            .map(LoadBalancer::to_json)
+            .collect()
+    }
+
+    /// The listeners of `lb_id` (each with its `Targets`).
+    pub fn listeners(&self, lb_id: &str) -> Vec<Value> {
+        let state = self.lock();
+        state
+            .load_balancers
+            .get(lb_id)
+            .map(|lb| {
+                lb.listeners
+                    .values()
+                    .map(|l| {
+                        let mut listener = json!({
+                            "ListenerId": l.id, "ListenerName": l.name,
+                            "Protocol": l.protocol, "Port": l.port,
+                            "Targets": l.targets.iter().map(|t| json!({
+                                "EniIp": t.eni_ip, "InstanceId": t.instance_id,
+                                "Port": t.port, "Weight": t.weight})).collect::<Vec<_>>(),
+                        });
+                        for (k, v) in &l.attributes {
+                            listener[k] = v.clone();
+                        }
+                        listener
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Creates a CLB as a user would in the console (no TKE tags unless given), already
+    /// `Status 1`, with a listener `(name, protocol, port)` per entry. Returns its id.
+    pub fn seed_load_balancer(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        listeners: &[(&str, &str, u16)],
+    ) -> String {
+        let mut state = self.lock();
+        let request_id = state.request_id();
+        let mut body = Map::new();
+        body.insert("LoadBalancerType".into(), json!("OPEN"));
+        body.insert("LoadBalancerName".into(), json!(name));
+        body.insert(
+            "Tags".into(),
+            Value::Array(
+                tags.iter()
+                    .map(|(k, v)| json!({"TagKey": k, "TagValue": v}))
+                    .collect(),
+            ),
+        );
+        let Ok(reply) = state.serve("CreateLoadBalancer", &body, &request_id, None) else {
+            return String::new();
+        };
+        let id = reply["LoadBalancerIds"][0]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        state.tasks.clear();
+        if let Some(lb) = state.load_balancers.get_mut(&id) {
+            lb.status = 1;
+        }
+        for (name, protocol, port) in listeners {
+            let mut body = Map::new();
+            body.insert("LoadBalancerId".into(), json!(id));
+            body.insert("Protocol".into(), json!(protocol));
+            body.insert("Ports".into(), json!([port]));
+            body.insert("ListenerNames".into(), json!([name]));
+            let request_id = state.request_id();
+            let _ = state.serve("CreateListener", &body, &request_id, None);
+            state.tasks.clear();
+        }
+        id
+    }
+
+    /// Starts a task on `lb_id` as another actor would (console edit): writes are refused
+    /// with `ResourceInOperating` until `duration` has passed.
+    pub fn occupy(&self, lb_id: &str, duration: Duration) {
+        let mut state = self.lock();
+        let request_id = state.request_id();
+        let delay = state.config.task_delay;
+        state.config.task_delay = duration;
+        let mut body = Map::new();
+        body.insert("LoadBalancerId".into(), json!(lb_id));
+        body.insert("ListenerIds".into(), json!([]));
+        let _ = state.serve("DeleteLoadBalancerListeners", &body, &request_id, None);
+        state.config.task_delay = delay;
+    }
+}
+
+fn envelope(request_id: &str, mut body: Map<String, Value>) -> Response {
+    body.insert("RequestId".into(), json!(request_id));
+    axum::Json(json!({"Response": body})).into_response()
+}
+
+fn error_response(request_id: &str, error: &ApiError) -> Response {
+    let mut body = Map::new();
+    body.insert(
+        "Error".into(),
+        json!({"Code": error.code, "Message": error.message}),
+    );
+    envelope(request_id, body)
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The checks the API gateway makes before an action runs.
+fn authenticate(config: &state::Config, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
+    let missing = |name: &str| {
+        ApiError::new(
+            "MissingParameter",
+            format!("The request is missing a required header `{name}`."),
+        )
+    };
+    let version = header(headers, "x-tc-version").ok_or_else(|| missing("X-TC-Version"))?;
+    if version != VERSION {
+        return Err(ApiError::new(
+            "NoSuchVersion",
+            format!("Version `{version}` does not exist for service clb."),
+        ));
+    }
+    let timestamp: i64 = header(headers, "x-tc-timestamp")
+        .ok_or_else(|| missing("X-TC-Timestamp"))?
+        .parse()
+        .map_err(|_| ApiError::new("InvalidParameter", "X-TC-Timestamp must be Unix seconds."))?;
+    let authorization = header(headers, "authorization").ok_or_else(|| missing("Authorization"))?;
+    let auth = parse_authorization(authorization).ok_or_else(|| {
+        ApiError::new(
+            "AuthFailure.InvalidAuthorization",
+            "The Authorization header is not a TC3-HMAC-SHA256 authorization.",
+        )
+    })?;
+    let (secret_key, token) = config.credentials.get(&auth.secret_id).ok_or_else(|| {
+        ApiError::new(
+            "AuthFailure.SecretIdNotFound",
+            "The SecretId is not found; check that it is correct and enabled.",
+        )
+    })?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    if now.abs_diff(timestamp) > config.signature_window.as_secs() {
+        return Err(ApiError::new(
+            "AuthFailure.SignatureExpire",
+            format!(
+                "The signature expired: timestamp {timestamp} is more than {} s from server time {now}.",
+                config.signature_window.as_secs()
+            ),
+        ));
+    }
+    if let Some(token) = token
+        && header(headers, "x-tc-token") != Some(token.as_str())
+    {
+        return Err(ApiError::new(
+            "AuthFailure.TokenFailure",
+            "The X-TC-Token is missing or does not belong to the temporary credentials.",
+        ));
+    }
+    let content_type = header(headers, "content-type").unwrap_or_default();
+    let host = header(headers, "host").unwrap_or_default();
+    let want = expected_signature(secret_key, "clb", content_type, host, body, timestamp);
+    if auth.service != "clb"
+        || auth.date != utc_date(timestamp)
+        || auth.signed_headers != "content-type;host"
+        || auth.signature != want
+    {
+        return Err(ApiError::new(
+            "AuthFailure.SignatureFailure",
+            "The provided credentials could not be validated; check the signature.",
+        ));
+    }
+    let region = header(headers, "x-tc-region").ok_or_else(|| missing("X-TC-Region"))?;
+    if region != config.region {
+        return Err(ApiError::new(
+            "UnsupportedRegion",
+            format!("The region `{region}` is not supported by this endpoint."),
+        ));
+    }
+    Ok(())
+}
+
+async fn handle(
+    AxumState(shared): AxumState<Arc<Mutex<State>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut state = shared.lock().unwrap_or_else(|p| p.into_inner());
+    state.settle();
+    let request_id = state.request_id();
+    let action = header(&headers, "x-tc-action")
+        .unwrap_or_default()
+        .to_string();
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let outcome = (|| {
+        if method != Method::POST || uri.path() != "/" {
+            return Err(ApiError::new(
+                "InvalidParameter",
+                "Only POST / is served (TC3-HMAC-SHA256 JSON requests).",
+            ));
+        }
+        if action.is_empty() {
+            return Err(ApiError::new(
+                "MissingParameter",
+                "The request is missing `X-TC-Action`.",
+            ));
+        }
+        authenticate(&state.config, &headers, &body)?;
+        let Value::Object(params) = &parsed else {
+            return Err(ApiError::new(
+                "InvalidParameter",
+                "The body must be a JSON object.",
+            ));
+        };
+        let mut fail_task = None;
+        if let Some(index) = state.faults.iter().position(|f| f.action == action) {
+            let fault = &mut state.faults[index];
+            if fault.skip > 0 {
+                fault.skip -= 1;
+            } else {
+                fault.times = fault.times.saturating_sub(1);
+                let kind = fault.kind.clone();
+                if fault.times == 0 {
+                    state.faults.remove(index);
+                }
+                match kind {
+                    FaultKind::Error { code, message } => {
+                        return Err(ApiError::new(&code, message));
+                    }
+                    FaultKind::FailTask(message) => fail_task = Some(message),
+                }
+            }
+        }
+        let params = params.clone();
+        state.serve(&action, &params, &request_id, fail_task)
+    })();
+    state.journal.push(JournalEntry {
+        action: action.clone(),
+        body: parsed,
+        error: outcome.as_ref().err().map(|e| e.code.clone()),
+    });
+    drop(state);
+    match outcome {
+        Ok(reply) => envelope(&request_id, reply),
+        Err(error) => {
+            tracing::debug!(action, code = %error.code, "mock Tencent refused a request");
+            error_response(&request_id, &error)
+        }
+    }
+}

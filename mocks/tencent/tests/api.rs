@@ -1,0 +1,376 @@
+//! The mock as a client sees it: signature and timestamp checks, the task model, busy CLBs,
+//! limits, body validation, pagination and faults.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kube_lb_mock_tencent::{
+    Fault, MockTencent, Quotas, REGION, SECRET_ID, SECRET_KEY, SUBNET_ID, authorization_header,
+};
+use serde_json::{Value, json};
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+/// Sends one signed request; `tamper` edits the body after signing, `skew` moves the timestamp.
+async fn call_with(
+    cloud: &MockTencent,
+    action: &str,
+    body: &Value,
+    secret_key: &str,
+    skew: i64,
+    tamper: bool,
+) -> Value {
+    let bytes = serde_json::to_vec(body).expect("json");
+    let timestamp = now() + skew;
+    let authorization = authorization_header(
+        SECRET_ID,
+        secret_key,
+        "application/json",
+        &cloud.host(),
+        &bytes,
+        timestamp,
+    );
+    let sent = if tamper {
+        let mut changed = bytes.clone();
+        changed.push(b' ');
+        changed
+    } else {
+        bytes
+    };
+    let response = reqwest::Client::new()
+        .post(cloud.url())
+        .header("content-type", "application/json")
+        .header("authorization", authorization)
+        .header("x-tc-action", action)
+        .header("x-tc-version", "2018-03-17")
+        .header("x-tc-region", REGION)
+        .header("x-tc-timestamp", timestamp.to_string())
+        .body(sent)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(
+        response.status(),
+        200,
+        "Tencent answers errors with HTTP 200"
+    );
+    let document: Value = response.json().await.expect("json answer");
+    assert!(document["Response"]["RequestId"].is_string(), "{document}");
+    document["Response"].clone()
+}
+
+async fn call(cloud: &MockTencent, action: &str, body: Value) -> Value {
+    call_with(cloud, action, &body, SECRET_KEY, 0, false).await
+}
+
+fn code(response: &Value) -> &str {
+    response["Error"]["Code"].as_str().unwrap_or("")
+}
+
+async fn create_public(cloud: &MockTencent) -> String {
+    let created = call(
+        cloud,
+        "CreateLoadBalancer",
+        json!({"LoadBalancerType": "OPEN", "Tags": [{"TagKey": "tke-createdBy-flag", "TagValue": "yes"}]}),
+    )
+    .await;
+    assert_eq!(code(&created), "", "{created}");
+    created["LoadBalancerIds"][0]
+        .as_str()
+        .expect("id")
+        .to_string()
+}
+
+#[tokio::test]
+async fn refuses_bad_signatures_stale_timestamps_and_unknown_keys() {
+    let cloud = MockTencent::builder().start().await.expect("mock");
+    let body = json!({"Limit": 1});
+    let cases = [
+        ("right key", SECRET_KEY, 0, false, ""),
+        (
+            "wrong key",
+            "not-the-key",
+            0,
+            false,
+            "AuthFailure.SignatureFailure",
+        ),
+        (
+            "body changed after signing",
+            SECRET_KEY,
+            0,
+            true,
+            "AuthFailure.SignatureFailure",
+        ),
+        (
+            "ten minutes old",
+            SECRET_KEY,
+            -600,
+            false,
+            "AuthFailure.SignatureExpire",
+        ),
+        (
+            "ten minutes ahead",
+            SECRET_KEY,
+            600,
+            false,
+            "AuthFailure.SignatureExpire",
+        ),
+    ];
+    for (what, key, skew, tamper, want) in cases {
+        let answer = call_with(&cloud, "DescribeLoadBalancers", &body, key, skew, tamper).await;
+        assert_eq!(code(&answer), want, "{what}: {answer}");
+    }
+    let refused = cloud.journal().iter().filter(|e| e.error.is_some()).count();
+    assert_eq!(refused, 4, "every refused request is journaled");
+}
+
+#[tokio::test]
+async fn async_tasks_run_then_finish_and_busy_clbs_refuse_writes() {
+    let cloud = MockTencent::builder()
+        .task_delay(Duration::from_millis(300))
+        .start()
+        .await
+        .expect("mock");
+    let created = call(
+        &cloud,
+        "CreateLoadBalancer",
+        json!({"LoadBalancerType": "OPEN"}),
+    )
+    .await;
+    let lb = created["LoadBalancerIds"][0]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let task = created["RequestId"]
+        .as_str()
+        .expect("request id")
+        .to_string();
+    let status = call(&cloud, "DescribeTaskStatus", json!({"TaskId": task})).await;
+    assert_eq!(status["Status"], 2, "running: {status}");
+    let described = call(
+        &cloud,
+        "DescribeLoadBalancers",
+        json!({"LoadBalancerIds": [lb]}),
+    )
+    .await;
+    assert_eq!(
+        described["LoadBalancerSet"][0]["Status"], 0,
+        "still creating"
+    );
+    let busy = call(
+        &cloud,
+        "CreateListener",
+        json!({"LoadBalancerId": lb, "Ports": [80], "Protocol": "TCP"}),
+    )
+    .await;
+    assert_eq!(code(&busy), "FailedOperation.ResourceInOperating", "{busy}");
+    // Wait for the task with the API itself, as a client must.
+    let mut finished = false;
+    for _ in 0..50 {
+        let status = call(&cloud, "DescribeTaskStatus", json!({"TaskId": task})).await;
+        if status["Status"] == 0 {
+            finished = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(finished, "the task ends");
+    let described = call(
+        &cloud,
+        "DescribeLoadBalancers",
+        json!({"LoadBalancerIds": [lb]}),
+    )
+    .await;
+    assert_eq!(described["LoadBalancerSet"][0]["Status"], 1);
+    assert_eq!(
+        described["LoadBalancerSet"][0]["LoadBalancerVips"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn enforces_target_limits_ports_quotas_and_known_parameters() {
+    let cloud = MockTencent::builder()
+        .quotas(Quotas {
+            public_load_balancers: 1,
+            ..Quotas::default()
+        })
+        .start()
+        .await
+        .expect("mock");
+    let lb = create_public(&cloud).await;
+    let over_quota = call(
+        &cloud,
+        "CreateLoadBalancer",
+        json!({"LoadBalancerType": "OPEN"}),
+    )
+    .await;
+    assert_eq!(code(&over_quota), "LimitExceeded");
+    let internal_without_subnet = call(
+        &cloud,
+        "CreateLoadBalancer",
+        json!({"LoadBalancerType": "INTERNAL"}),
+    )
+    .await;
+    assert_eq!(code(&internal_without_subnet), "MissingParameter");
+    let unknown = call(
+        &cloud,
+        "CreateLoadBalancer",
+        json!({"LoadBalancerType": "INTERNAL", "SubnetId": SUBNET_ID, "Colour": "blue"}),
+    )
+    .await;
+    assert_eq!(code(&unknown), "UnknownParameter", "{unknown}");
+    let bandwidth = call(
+        &cloud,
+        "CreateLoadBalancer",
+        json!({"LoadBalancerType": "INTERNAL", "SubnetId": SUBNET_ID,
+               "InternetAccessible": {"InternetMaxBandwidthOut": 4096}}),
+    )
+    .await;
+    assert_eq!(code(&bandwidth), "InvalidParameterValue", "{bandwidth}");
+    let listener = call(
+        &cloud,
+        "CreateListener",
+        json!({"LoadBalancerId": lb, "Ports": [80, 443], "Protocol": "TCP", "ListenerNames": ["a", "b"]}),
+    )
+    .await;
+    let listener_id = listener["ListenerIds"][0]
+        .as_str()
+        .expect("listener")
+        .to_string();
+    let clash = call(
+        &cloud,
+        "CreateListener",
+        json!({"LoadBalancerId": lb, "Ports": [80], "Protocol": "TCP"}),
+    )
+    .await;
+    assert_eq!(code(&clash), "InvalidParameter.PortCheckFailed");
+    let udp_same_port = call(
+        &cloud,
+        "CreateListener",
+        json!({"LoadBalancerId": lb, "Ports": [80], "Protocol": "UDP"}),
+    )
+    .await;
+    assert_eq!(code(&udp_same_port), "", "TCP and UDP may share a port");
+    let targets = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"EniIp": format!("10.0.0.{}", i % 250 + 1), "Port": 30000 + i}))
+            .collect()
+    };
+    let too_many = call(
+        &cloud,
+        "RegisterTargets",
+        json!({"LoadBalancerId": lb, "ListenerId": listener_id, "Targets": targets(21)}),
+    )
+    .await;
+    assert_eq!(code(&too_many), "LimitExceeded");
+    let twenty = call(
+        &cloud,
+        "RegisterTargets",
+        json!({"LoadBalancerId": lb, "ListenerId": listener_id, "Targets": targets(20)}),
+    )
+    .await;
+    assert_eq!(code(&twenty), "");
+    let batch: Vec<Value> = (0..501)
+        .map(|i| json!({"ListenerId": listener_id, "EniIp": "10.0.9.9", "Port": 1 + i}))
+        .collect();
+    let too_big = call(
+        &cloud,
+        "BatchRegisterTargets",
+        json!({"LoadBalancerId": lb, "Targets": batch}),
+    )
+    .await;
+    assert_eq!(code(&too_big), "LimitExceeded");
+    let both_kinds = call(
+        &cloud,
+        "BatchRegisterTargets",
+        json!({"LoadBalancerId": lb, "Targets": [{"ListenerId": listener_id, "EniIp": "10.0.0.1", "InstanceId": "ins-1", "Port": 1}]}),
+    )
+    .await;
+    assert_eq!(code(&both_kinds), "InvalidParameterValue");
+    let described = call(
+        &cloud,
+        "DescribeTargets",
+        json!({"LoadBalancerId": lb, "ListenerIds": [listener_id]}),
+    )
+    .await;
+    assert_eq!(
+        described["Listeners"][0]["Targets"]
+            .as_array()
+            .map(Vec::len),
+        Some(20)
+    );
+}
+
+#[tokio::test]
+async fn pages_load_balancers_at_most_a_hundred_at_a_time() {
+    let cloud = MockTencent::builder().start().await.expect("mock");
+    for _ in 0..3 {
+        create_public(&cloud).await;
+    }
+    let too_big = call(&cloud, "DescribeLoadBalancers", json!({"Limit": 101})).await;
+    assert_eq!(code(&too_big), "InvalidParameterValue");
+    let first = call(&cloud, "DescribeLoadBalancers", json!({"Limit": 2})).await;
+    assert_eq!(first["TotalCount"], 3);
+    assert_eq!(first["LoadBalancerSet"].as_array().map(Vec::len), Some(2));
+    let second = call(
+        &cloud,
+        "DescribeLoadBalancers",
+        json!({"Limit": 2, "Offset": 2}),
+    )
+    .await;
+    assert_eq!(second["LoadBalancerSet"].as_array().map(Vec::len), Some(1));
+    let tagged = call(
+        &cloud,
+        "DescribeLoadBalancers",
+        json!({"Filters": [{"Name": "tag:tke-createdBy-flag", "Values": ["yes"]}]}),
+    )
+    .await;
+    assert_eq!(tagged["TotalCount"], 3);
+}
+
+#[tokio::test]
+async fn faults_answer_errors_and_fail_tasks_undoing_the_change() {
+    let cloud = MockTencent::builder().start().await.expect("mock");
+    let lb = create_public(&cloud).await;
+    cloud.inject(Fault::error(
+        "DescribeListeners",
+        "RequestLimitExceeded",
+        "slow down",
+        1,
+    ));
+    let throttled = call(&cloud, "DescribeListeners", json!({"LoadBalancerId": lb})).await;
+    assert_eq!(code(&throttled), "RequestLimitExceeded");
+    let fine = call(&cloud, "DescribeListeners", json!({"LoadBalancerId": lb})).await;
+    assert_eq!(code(&fine), "");
+    cloud.inject(Fault::fail_task(
+        "CreateListener",
+        "backend cluster unavailable",
+    ));
+    let started = call(
+        &cloud,
+        "CreateListener",
+        json!({"LoadBalancerId": lb, "Ports": [80], "Protocol": "TCP"}),
+    )
+    .await;
+    let status = call(
+        &cloud,
+        "DescribeTaskStatus",
+        json!({"TaskId": started["RequestId"]}),
+    )
+    .await;
+    assert_eq!(status["Status"], 1, "{status}");
+    assert_eq!(status["Message"], "backend cluster unavailable");
+    let listeners = call(&cloud, "DescribeListeners", json!({"LoadBalancerId": lb})).await;
+    assert_eq!(
+        listeners["TotalCount"], 0,
+        "a failed task leaves nothing behind"
+    );
+    assert_eq!(cloud.pending_faults(), 0);
+}

@@ -1,0 +1,723 @@
+//! [`BaiduProvider`]: observe the Service's BLB, plan (pure, [`crate::plan`]), apply with the
+//! fewest calls, waiting out BLB's asynchronous states (`creating`, `updating`) and retrying a
+//! change refused as busy (`OperationDenied`) after the wait.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, ChangeAction, CloudApi, EnvironmentCause, LoadBalancerIngress,
+    LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
+    RateLimit, RateLimits, RetryPolicy,
+};
+use serde_json::json;
+
+use crate::client::{BaiduClient, Blb, Eip};
+use crate::config::{CloudConfig, Resolved};
+use crate::error::BceError;
+use crate::plan::{self, Desired, Observed, Step};
+
+/// How patiently to wait for a BLB or EIP to leave a transitional state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WaitSettings {
+    /// First pause.
+    pub first: Duration,
+    /// Longest pause (the pause doubles up to it).
+    pub max_interval: Duration,
+    /// Give up (a `Pending` error, retried by the controller) after this long.
+    pub timeout: Duration,
+}
+
+impl Default for WaitSettings {
+    fn default() -> Self {
+        WaitSettings {
+            first: Duration::from_secs(1),
+            max_interval: Duration::from_secs(10),
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Tunables apart from the cloud-config.
+#[derive(Debug, Clone)]
+pub struct ProviderOptions {
+    /// Waiting for `available`.
+    pub wait: WaitSettings,
+    /// In-place retry of transient failures.
+    pub retry: RetryPolicy,
+    /// Rate limits per API (`blb`, `eip`).
+    pub limits: RateLimits,
+    /// Per-request timeout.
+    pub request_timeout: Duration,
+    /// Counts every call.
+    pub counter: CallCounter,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        ProviderOptions {
+            wait: WaitSettings::default(),
+            retry: RetryPolicy::default(),
+            limits: RateLimits::new(RateLimit::new(10, 20)),
+            request_timeout: Duration::from_secs(30),
+            counter: CallCounter::new(),
+        }
+    }
+}
+
+/// The Baidu provider: BLB + EIP.
+#[derive(Debug, Clone)]
+pub struct BaiduProvider {
+    client: Arc<BaiduClient>,
+    cluster: String,
+    vpc_id: String,
+    subnet_id: String,
+    wait: WaitSettings,
+}
+
+/// How many times a change refused as busy is retried after waiting.
+const BUSY_RETRIES: usize = 3;
+
+fn status_of(address: &str) -> LoadBalancerStatus {
+    LoadBalancerStatus {
+        ingress: address
+            .parse()
+            .ok()
+            .map(|ip| LoadBalancerIngress {
+                ip: Some(ip),
+                hostname: None,
+            })
+            .into_iter()
+            .collect(),
+    }
+}
+
+impl BaiduProvider {
+    /// A provider from resolved configuration; `cluster` names BLBs unless the config has a
+    /// `ClusterID`.
+    pub fn new(
+        config: Resolved,
+        cluster: &str,
+        options: ProviderOptions,
+    ) -> Result<Self, ProviderError> {
+        let api = CloudApi::new("baidu", options.counter, options.limits, options.retry);
+        let client = BaiduClient::new(
+            config.credentials,
+            &config.blb_endpoint,
+            &config.eip_endpoint,
+            api,
+            options.request_timeout,
+        )?;
+        Ok(BaiduProvider {
+            client: Arc::new(client),
+            cluster: config.cluster_id.unwrap_or_else(|| cluster.to_string()),
+            vpc_id: config.vpc_id,
+            subnet_id: config.subnet_id,
+            wait: options.wait,
+        })
+    }
+
+    /// Reads the cloud-config at `path` (required) and the environment.
+    pub async fn from_cloud_config(
+        path: Option<&Path>,
+        cluster: &str,
+        counter: CallCounter,
+    ) -> Result<Self, ProviderError> {
+        let internal = |message: String| ProviderError::Internal {
+            message,
+            source: None,
+        };
+        let path = path.ok_or_else(|| {
+            internal("--cloud baidu needs --cloud-config pointing at a JSON cloud-config".into())
+        })?;
+        let text = tokio::fs::read_to_string(path)
+            .await
+            .map_err(|e| internal(format!("reading {}: {e}", path.display())))?;
+        let resolved = CloudConfig::parse(&text)
+            .and_then(|c| c.resolve(|var| std::env::var(var).ok()))
+            .map_err(|e| internal(format!("{}: {e}", path.display())))?;
+        Self::new(
+            resolved,
+            cluster,
+            ProviderOptions {
+                counter,
+                ..ProviderOptions::default()
+            },
+        )
+    }
+
+    /// The client (for tests and tools).
+    pub fn client(&self) -> &BaiduClient {
+        &self.client
+    }
+
+    /// The cluster id in names.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    fn is_ours(&self, blb: &Blb, service: &ServiceKey) -> bool {
+        blb.desc
+            .contains(&format!("{}{}", plan::DESC_PREFIX, self.cluster))
+            && plan::uid_of_desc(&blb.desc)
+                .is_none_or(|uid| uid == service.uid || service.uid.is_empty())
+    }
+
+    /// The Service's BLB: the `exist-id` one, or ours by name. `Err` when the name is taken by
+    /// someone else's BLB.
+    async fn find(&self, desired: &Desired) -> Result<Option<(Blb, bool)>, ProviderError> {
+        if let Some(id) = &desired.exist_id {
+            return match self.client.blb(id).await? {
+                Some(blb) => Ok(Some((blb, false))),
+                None => Err(ProviderError::environment(
+                    "blb:DescribeLoadBalancerDetail",
+                    EnvironmentCause::MissingDependency,
+                    format!("cce-load-balancer-exist-id names BLB {id}, which does not exist"),
+                )),
+            };
+        }
+        self.find_owned(&desired.name, &desired.service)
+            .await
+            .map(|b| b.map(|b| (b, true)))
+    }
+
+    async fn find_owned(
+        &self,
+        name: &str,
+        service: &ServiceKey,
+    ) -> Result<Option<Blb>, ProviderError> {
+        let mut found = self.client.blbs_named(name).await?;
+        if found.len() > 1 {
+            return Err(ProviderError::environment(
+                "blb:DescribeLoadBalancers",
+                EnvironmentCause::NameTaken,
+                format!(
+                    "{} BLBs are named {name}; remove the extra ones",
+                    found.len()
+                ),
+            ));
+        }
+        let Some(blb) = found.pop() else {
+            return Ok(None);
+        };
+        if self.is_ours(&blb, service) {
+            Ok(Some(blb))
+        } else {
+            Err(ProviderError::environment(
+                "blb:DescribeLoadBalancers",
+                EnvironmentCause::NameTaken,
+                format!(
+                    "BLB {name} ({}) exists but is not this cluster's for Service {service} (description {:?})",
+                    blb.blb_id, blb.desc
+                ),
+            ))
+        }
+    }
+
+    /// Polls until the BLB is `available`.
+    async fn wait_available(&self, id: &str) -> Result<Blb, ProviderError> {
+        let started = Instant::now();
+        let mut pause = self.wait.first;
+        loop {
+            let blb = self
+                .client
+                .blb(id)
+                .await?
+                .ok_or_else(|| ProviderError::Internal {
+                    message: format!(
+                        "BLB {id} disappeared while waiting for it to become available"
+                    ),
+                    source: None,
+                })?;
+            match blb.status.as_str() {
+                "available" => return Ok(blb),
+                "unavailable" | "paused" => {
+                    return Err(ProviderError::environment(
+                        "blb:DescribeLoadBalancerDetail",
+                        EnvironmentCause::MissingDependency,
+                        format!(
+                            "BLB {id} is {} (account in arrears or stopped by the cloud)",
+                            blb.status
+                        ),
+                    ));
+                }
+                status if started.elapsed() >= self.wait.timeout => {
+                    return Err(ProviderError::pending(
+                        "blb:DescribeLoadBalancerDetail",
+                        format!("BLB {id} still {status} after {:?}", self.wait.timeout),
+                    ));
+                }
+                status => {
+                    tracing::debug!(blb = %id, status, ?pause, "waiting for BLB to become available")
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(self.wait.max_interval);
+        }
+    }
+
+    /// A change under a BLB: refused-as-busy is waited out and retried.
+    async fn change<F, Fut>(&self, id: &str, mut call: F) -> Result<(), ProviderError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), BceError>>,
+    {
+        let mut attempt = 0;
+        loop {
+            match call().await {
+                Ok(()) => return Ok(()),
+                Err(error) if error.is_busy() && attempt < BUSY_RETRIES => {
+                    attempt += 1;
+                    tracing::info!(blb = %id, %error, "BLB busy; waiting for it before retrying");
+                    self.wait_available(id).await?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    async fn observe(&self, id: &str) -> Result<Observed, ProviderError> {
+        Ok(Observed {
+            listeners: self.client.listeners(id).await?,
+            backends: self.client.backends(id).await?,
+        })
+    }
+
+    async fn apply(&self, id: &str, step: &Step) -> Result<(), ProviderError> {
+        let c = &self.client;
+        match step {
+            Step::UpdateDesc(desc) => {
+                let body = json!({"desc": desc});
+                self.change(id, || c.update_blb(id, &body)).await
+            }
+            Step::DeleteListeners(ports) => self.change(id, || c.delete_listeners(id, ports)).await,
+            Step::CreateListener(l) => {
+                let body = l.body();
+                self.change(id, || c.create_listener(id, l.protocol, &body))
+                    .await
+            }
+            Step::UpdateListener { listener, .. } => {
+                let mut body = listener.body();
+                if let Some(fields) = body.as_object_mut() {
+                    fields.remove("listenerPort");
+                }
+                self.change(id, || {
+                    c.update_listener(id, listener.protocol, listener.port, &body)
+                })
+                .await
+            }
+            Step::RemoveBackends(ids) => self.change(id, || c.remove_backends(id, ids)).await,
+            Step::AddBackends(ids) => self.change(id, || c.add_backends(id, ids)).await,
+        }
+    }
+
+    /// Is this EIP one kube-lb created for the Service?
+    fn eip_is_ours(&self, eip: &Eip, service: &ServiceKey) -> bool {
+        eip.tag(plan::TAG_CLUSTER) == Some(self.cluster.as_str())
+            && eip
+                .tag(plan::TAG_UID)
+                .is_some_and(|uid| service.uid.is_empty() || uid == service.uid)
+    }
+
+    /// Our EIPs that are not bound (left by a crash between create and bind, or after the
+    /// BLB went away): reused by ensure, released by delete.
+    async fn loose_eips(&self, service: &ServiceKey) -> Result<Vec<Eip>, ProviderError> {
+        Ok(self
+            .client
+            .eips(&[])
+            .await?
+            .into_iter()
+            .filter(|e| {
+                self.eip_is_ours(e, service) && e.instance_id.as_deref().is_none_or(str::is_empty)
+            })
+            .collect())
+    }
+
+    async fn wait_eip(&self, ip: &str) -> Result<(), ProviderError> {
+        let started = Instant::now();
+        let mut pause = self.wait.first;
+        loop {
+            let status = self
+                .client
+                .eips(&[("eip", ip)])
+                .await?
+                .into_iter()
+                .next()
+                .map(|e| e.status);
+            match status.as_deref() {
+                Some("available") => return Ok(()),
+                None => {
+                    return Err(ProviderError::Internal {
+                        message: format!("EIP {ip} disappeared"),
+                        source: None,
+                    });
+                }
+                Some(status) if started.elapsed() >= self.wait.timeout => {
+                    return Err(ProviderError::pending(
+                        "eip:ListEips",
+                        format!("EIP {ip} still {status}"),
+                    ));
+                }
+                Some(_) => {}
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(self.wait.max_interval);
+        }
+    }
+
+    /// The public address: the bound EIP, or a reused / new one bound now. For an internal
+    /// Service, an EIP kube-lb created is unbound and released (switch from public).
+    async fn converge_eip(&self, blb: &Blb, desired: &Desired) -> Result<String, ProviderError> {
+        let Some(want) = &desired.eip else {
+            if !blb.public_ip.is_empty() {
+                let bound = self.client.eips(&[("eip", &blb.public_ip)]).await?;
+                if let Some(eip) = bound
+                    .into_iter()
+                    .find(|e| self.eip_is_ours(e, &desired.service))
+                {
+                    self.client.unbind_eip(&eip.eip).await?;
+                    if eip.payment_timing != "Prepaid" {
+                        self.client.release_eip(&eip.eip).await?;
+                    }
+                }
+            }
+            return Ok(blb.address.clone());
+        };
+        if !blb.public_ip.is_empty() {
+            return Ok(blb.public_ip.clone());
+        }
+        let ip = match self.loose_eips(&desired.service).await?.into_iter().next() {
+            Some(eip) => eip.eip,
+            None => {
+                let ip = self.client.create_eip(&want.body).await?;
+                tracing::info!(blb = %blb.blb_id, eip = %ip, "created EIP");
+                ip
+            }
+        };
+        self.wait_eip(&ip).await?;
+        let client = &self.client;
+        self.change(&blb.blb_id, || client.bind_eip(&ip, &blb.blb_id))
+            .await?;
+        Ok(ip)
+    }
+
+    fn parse_desired(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<Desired, ProviderError> {
+        let desired = plan::desired(spec, backends, &self.cluster, &self.vpc_id, &self.subnet_id)?;
+        if !desired.skipped_nodes.is_empty() {
+            tracing::warn!(service = %spec.service, nodes = ?desired.skipped_nodes, "nodes without a BCC instance id (spec.providerID cce://i-…) are not backends");
+        }
+        Ok(desired)
+    }
+}
+
+#[async_trait]
+impl LoadBalancerProvider for BaiduProvider {
+    fn name(&self) -> &'static str {
+        "baidu"
+    }
+
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let desired = self.parse_desired(spec, backends)?;
+        let (blb, owned) = match self.find(&desired).await? {
+            Some((blb, owned)) if blb.status == "available" => (blb, owned),
+            Some((blb, owned)) => (self.wait_available(&blb.blb_id).await?, owned),
+            None => {
+                let id = self
+                    .client
+                    .create_blb(&desired.create_body(&self.cluster))
+                    .await?;
+                tracing::info!(blb = %id, name = %desired.name, "created BLB");
+                (self.wait_available(&id).await?, true)
+            }
+        };
+        let observed = self.observe(&blb.blb_id).await?;
+        for step in plan::plan(&blb, &observed, &desired, owned) {
+            tracing::info!(blb = %blb.blb_id, step = ?step, "applying");
+            self.apply(&blb.blb_id, &step).await?;
+        }
+        let address = self.converge_eip(&blb, &desired).await?;
+        Ok(status_of(&address))
+    }
+
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        let name = plan::blb_name(&self.cluster, service);
+        let blb = match self.find_owned(&name, service).await {
+            Ok(Some(blb)) => Some(blb),
+            Ok(None) => self.renamed_blb(service).await?,
+            Err(ProviderError::Environment {
+                cause: EnvironmentCause::NameTaken,
+                message,
+                ..
+            }) => {
+                tracing::info!(%service, %message, "not deleting a BLB kube-lb does not own");
+                self.renamed_blb(service).await?
+            }
+            Err(error) => return Err(error),
+        };
+        if let Some(blb) = blb {
+            if !blb.public_ip.is_empty() {
+                let bound = self.client.eips(&[("eip", &blb.public_ip)]).await?;
+                if let Some(eip) = bound.into_iter().find(|e| self.eip_is_ours(e, service)) {
+                    match self.client.unbind_eip(&eip.eip).await {
+                        Err(error) if !error.is_not_found() => return Err(error.into()),
+                        _ => {}
+                    }
+                }
+            }
+            let reserved = blb.desc.split_whitespace().any(|w| w == plan::RESERVE_MARK);
+            if reserved {
+                tracing::info!(blb = %blb.blb_id, "reserve-lb: keeping the BLB");
+            } else {
+                if blb.status != "available" {
+                    self.wait_available(&blb.blb_id).await?;
+                }
+                let client = &self.client;
+                self.change(&blb.blb_id, || async {
+                    match client.delete_blb(&blb.blb_id).await {
+                        Err(e) if e.is_not_found() => Ok(()),
+                        other => other,
+                    }
+                })
+                .await?;
+            }
+        }
+        // Our EIPs, now unbound (or left by an earlier crash): released unless prepaid.
+        for eip in self.loose_eips(service).await? {
+            if eip.payment_timing == "Prepaid" {
+                tracing::info!(eip = %eip.eip, "prepaid EIP kept (BCE releases prepaid EIPs only after they expire)");
+                continue;
+            }
+            match self.client.release_eip(&eip.eip).await {
+                Err(error) if !error.is_not_found() => return Err(error.into()),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        let name = plan::blb_name(&self.cluster, service);
+        let blb = match self.find_owned(&name, service).await? {
+            Some(blb) => blb,
+            None => match self.renamed_blb(service).await? {
+                Some(blb) => blb,
+                None => return Ok(None),
+            },
+        };
+        let address = if blb.public_ip.is_empty() {
+            blb.address
+        } else {
+            blb.public_ip
+        };
+        Ok(Some(status_of(&address)))
+    }
+
+    async fn plan_ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        let desired = self.parse_desired(spec, backends)?;
+        let Some((blb, owned)) = self.find(&desired).await? else {
+            let mut changes = vec![PlannedChange::new(
+                ChangeAction::Create,
+                "LoadBalancer",
+                &desired.name,
+                "blb:CreateLoadBalancer",
+            )];
+            for l in desired.listeners.values() {
+                changes.push(Step::CreateListener(l.clone()).planned(&desired.name));
+            }
+            if !desired.backends.is_empty() {
+                changes.push(
+                    Step::AddBackends(desired.backends.iter().cloned().collect())
+                        .planned(&desired.name),
+                );
+            }
+            if let Some(eip) = &desired.eip {
+                changes.push(PlannedChange::new(
+                    ChangeAction::Create,
+                    "Eip",
+                    &eip.name,
+                    "eip:CreateEip",
+                ));
+                changes.push(PlannedChange::new(
+                    ChangeAction::Modify,
+                    "Eip",
+                    &eip.name,
+                    "eip:BindEip",
+                ));
+            }
+            return Ok(changes);
+        };
+        let observed = self.observe(&blb.blb_id).await?;
+        let mut changes: Vec<PlannedChange> = plan::plan(&blb, &observed, &desired, owned)
+            .iter()
+            .map(|s| s.planned(&blb.name))
+            .collect();
+        match (&desired.eip, blb.public_ip.is_empty()) {
+            (Some(eip), true) => {
+                if self.loose_eips(&desired.service).await?.is_empty() {
+                    changes.push(PlannedChange::new(
+                        ChangeAction::Create,
+                        "Eip",
+                        &eip.name,
+                        "eip:CreateEip",
+                    ));
+                }
+                changes.push(PlannedChange::new(
+                    ChangeAction::Modify,
+                    "Eip",
+                    &eip.name,
+                    "eip:BindEip",
+                ));
+            }
+            (None, false) => {
+                let bound = self.client.eips(&[("eip", &blb.public_ip)]).await?;
+                if bound.iter().any(|e| self.eip_is_ours(e, &desired.service)) {
+                    changes.push(PlannedChange::new(
+                        ChangeAction::Modify,
+                        "Eip",
+                        &blb.public_ip,
+                        "eip:UnbindEip",
+                    ));
+                    changes.push(PlannedChange::new(
+                        ChangeAction::Delete,
+                        "Eip",
+                        &blb.public_ip,
+                        "eip:ReleaseEip",
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(changes)
+    }
+
+    async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
+        let mut changes = Vec::new();
+        let name = plan::blb_name(&self.cluster, service);
+        let blb = match self.find_owned(&name, service).await {
+            Ok(Some(blb)) => Some(blb),
+            Ok(None)
+            | Err(ProviderError::Environment {
+                cause: EnvironmentCause::NameTaken,
+                ..
+            }) => self.renamed_blb(service).await?,
+            Err(error) => return Err(error),
+        };
+        if let Some(blb) = &blb {
+            if !blb.public_ip.is_empty() {
+                let bound = self.client.eips(&[("eip", &blb.public_ip)]).await?;
+                for eip in bound.iter().filter(|e| self.eip_is_ours(e, service)) {
+                    changes.push(PlannedChange::new(
+                        ChangeAction::Modify,
+                        "Eip",
+                        &eip.eip,
+                        "eip:UnbindEip",
+                    ));
+                    if eip.payment_timing != "Prepaid" {
+                        changes.push(PlannedChange::new(
+                            ChangeAction::Delete,
+                            "Eip",
+                            &eip.eip,
+                            "eip:ReleaseEip",
+                        ));
+                    }
+                }
+            }
+            if !blb.desc.split_whitespace().any(|w| w == plan::RESERVE_MARK) {
+                changes.push(PlannedChange::new(
+                    ChangeAction::Delete,
+                    "LoadBalancer",
+                    &blb.name,
+                    "blb:DeleteLoadBalancer",
+                ));
+            }
+        }
+        for eip in self.loose_eips(service).await? {
+            if eip.payment_timing != "Prepaid" {
+                changes.push(PlannedChange::new(
+                    ChangeAction::Delete,
+                    "Eip",
+                    &eip.eip,
+                    "eip:ReleaseEip",
+                ));
+            }
+        }
+        Ok(changes)
+    }
+
+    async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
+        let mut owned = Vec::new();
+        let mark = format!("{}{}", plan::DESC_PREFIX, self.cluster);
+        for blb in self.client.blbs().await? {
+            if !blb.desc.contains(&mark) {
+                continue;
+            }
+            let (namespace, name) =
+                plan::service_of_name(&self.cluster, &blb.name).unwrap_or_default();
+            owned.push(OwnedResource {
+                kind: "LoadBalancer".into(),
+                name: blb.name.clone(),
+                service: ServiceKey {
+                    namespace,
+                    name,
+                    uid: plan::uid_of_desc(&blb.desc).unwrap_or_default().to_string(),
+                },
+                created: blb.create_time.clone(),
+                shared: false,
+            });
+        }
+        for eip in self.client.eips(&[]).await? {
+            if eip.tag(plan::TAG_CLUSTER) != Some(self.cluster.as_str()) {
+                continue;
+            }
+            let (namespace, name) = eip
+                .tag(plan::TAG_SERVICE)
+                .and_then(|s| s.split_once('/'))
+                .map(|(n, m)| (n.to_string(), m.to_string()))
+                .unwrap_or_default();
+            owned.push(OwnedResource {
+                kind: "Eip".into(),
+                name: eip.eip.clone(),
+                service: ServiceKey {
+                    namespace,
+                    name,
+                    uid: eip.tag(plan::TAG_UID).unwrap_or_default().to_string(),
+                },
+                created: eip.create_time.clone(),
+                shared: false,
+            });
+        }
+        Ok(owned)
+    }
+}
+
+impl BaiduProvider {
+    /// A BLB of this cluster whose description records the Service's UID but whose name is not
+    /// the default (`cce-load-balancer-lb-name`): found by listing, so delete stays leak-free.
+    async fn renamed_blb(&self, service: &ServiceKey) -> Result<Option<Blb>, ProviderError> {
+        if service.uid.is_empty() {
+            return Ok(None);
+        }
+        let mark = format!("{}{}", plan::DESC_PREFIX, self.cluster);
+        Ok(self.client.blbs().await?.into_iter().find(|b| {
+            b.desc.contains(&mark) && plan::uid_of_desc(&b.desc) == Some(service.uid.as_str())
+        }))
+    }
+}

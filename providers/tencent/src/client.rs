@@ -1,0 +1,520 @@
+//! A thin typed client for the CLB API 3.0 actions kube-lb makes: every call is `POST /` with a
+//! JSON body, the action in `X-TC-Action`, signed with TC3-HMAC-SHA256 ([`crate::sign`]) at the
+//! moment of each attempt (a retried request gets a fresh timestamp), and sent through
+//! [`CloudApi`] (rate limited as the `clb` family, retried in place when transient, counted per
+//! action). Throttling answers (`RequestLimitExceeded`) are counted as throttled.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kube_lb_provider_core::{CallKind, CloudApi};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use crate::config::TencentConfig;
+use crate::error::TencentError;
+use crate::sign::{SignInput, authorization, sign};
+
+/// The API version served by CLB 3.0.
+pub const VERSION: &str = "2018-03-17";
+
+/// Largest `Limit` of `DescribeLoadBalancers`.
+pub const DESCRIBE_PAGE: usize = 100;
+/// Largest number of listener ids per `DescribeTargets`.
+pub const DESCRIBE_TARGETS_LISTENERS: usize = 20;
+/// Largest number of targets per `BatchRegisterTargets` / `BatchDeregisterTargets`.
+pub const BATCH_TARGETS: usize = 500;
+/// Largest number of targets per `RegisterTargets` / `DeregisterTargets`.
+pub const SINGLE_TARGETS: usize = 20;
+
+macro_rules! actions {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Every CLB action the client can make (the CAM policy grants exactly these).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Action { $($(#[$doc])* $name,)* }
+
+        impl Action {
+            /// Every action.
+            pub const ALL: &'static [Action] = &[$(Action::$name,)*];
+
+            /// The `X-TC-Action` value (and the CAM action after `clb:`).
+            pub fn as_str(self) -> &'static str {
+                match self { $(Action::$name => stringify!($name),)* }
+            }
+        }
+    };
+}
+
+actions! {
+    /// Find CLBs by id or tag; read VIPs and status.
+    DescribeLoadBalancers,
+    /// Create a CLB (async).
+    CreateLoadBalancer,
+    /// Delete a CLB (async).
+    DeleteLoadBalancer,
+    /// Poll an async task.
+    DescribeTaskStatus,
+    /// Read listeners.
+    DescribeListeners,
+    /// Create listeners (async).
+    CreateListener,
+    /// Delete listeners (async).
+    DeleteLoadBalancerListeners,
+    /// Read bound targets.
+    DescribeTargets,
+    /// Bind up to 500 targets across listeners (sync).
+    BatchRegisterTargets,
+    /// Unbind up to 500 targets across listeners (sync).
+    BatchDeregisterTargets,
+}
+
+impl Action {
+    fn kind(self) -> CallKind {
+        if self.as_str().starts_with("Describe") {
+            CallKind::Read
+        } else {
+            CallKind::Mutate
+        }
+    }
+}
+
+/// One tag.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Tag {
+    /// Key.
+    pub tag_key: String,
+    /// Value.
+    #[serde(default)]
+    pub tag_value: String,
+}
+
+/// A CLB as `DescribeLoadBalancers` shows it (the fields kube-lb reads).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct LoadBalancer {
+    /// `lb-…`.
+    pub load_balancer_id: String,
+    /// Name.
+    #[serde(default)]
+    pub load_balancer_name: String,
+    /// `OPEN` or `INTERNAL`.
+    #[serde(default)]
+    pub load_balancer_type: String,
+    /// VIPs.
+    #[serde(default)]
+    pub load_balancer_vips: Option<Vec<String>>,
+    /// IPv6 address of an IPv6 CLB.
+    #[serde(default, rename = "AddressIPv6")]
+    pub address_ipv6: Option<String>,
+    /// 0 creating, 1 normal.
+    #[serde(default)]
+    pub status: u64,
+    /// Tags.
+    #[serde(default)]
+    pub tags: Option<Vec<Tag>>,
+    /// VPC.
+    #[serde(default)]
+    pub vpc_id: String,
+    /// Subnet (internal CLBs).
+    #[serde(default)]
+    pub subnet_id: String,
+    /// Creation time as the API reports it.
+    #[serde(default)]
+    pub create_time: Option<String>,
+}
+
+impl LoadBalancer {
+    /// The value of tag `key`.
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags
+            .iter()
+            .flatten()
+            .find(|t| t.tag_key == key)
+            .map(|t| t.tag_value.as_str())
+    }
+}
+
+/// A listener.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Listener {
+    /// `lbl-…`.
+    pub listener_id: String,
+    /// Name.
+    #[serde(default)]
+    pub listener_name: String,
+    /// `TCP`, `UDP`, …
+    pub protocol: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// A bound target (the API's `Backend`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Target {
+    /// `CVM` (bound by instance) or `ENI` (bound by IP, `EniIp` at registration).
+    #[serde(default, rename = "Type")]
+    pub kind: String,
+    /// CVM id when bound by instance.
+    #[serde(default)]
+    pub instance_id: Option<String>,
+    /// The bound private address(es).
+    #[serde(default)]
+    pub private_ip_addresses: Option<Vec<String>>,
+    /// Port.
+    pub port: u16,
+    /// Weight.
+    #[serde(default)]
+    pub weight: Option<u64>,
+}
+
+/// The targets of one listener.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListenerTargets {
+    /// The listener.
+    pub listener_id: String,
+    /// Bound targets.
+    #[serde(default)]
+    pub targets: Option<Vec<Target>>,
+}
+
+/// The outcome of an async task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// Done.
+    Succeeded,
+    /// Failed, with the cloud's message.
+    Failed(String),
+    /// Still running.
+    Running,
+}
+
+/// The CLB API behind one set of credentials.
+#[derive(Debug)]
+pub struct ClbClient {
+    http: reqwest::Client,
+    config: TencentConfig,
+    host: String,
+    api: CloudApi,
+}
+
+fn unexpected(action: Action, message: impl Into<String>) -> TencentError {
+    TencentError::Unexpected {
+        action: action.as_str(),
+        message: message.into(),
+    }
+}
+
+impl ClbClient {
+    /// A client for `config`, calling through `api`.
+    pub fn new(
+        config: TencentConfig,
+        api: CloudApi,
+        timeout: Duration,
+    ) -> Result<Self, TencentError> {
+        let url = reqwest::Url::parse(&config.endpoint).map_err(|e| TencentError::Unexpected {
+            action: "configure",
+            message: format!("endpoint {}: {e}", config.endpoint),
+        })?;
+        let host = match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            (None, _) => {
+                return Err(TencentError::Unexpected {
+                    action: "configure",
+                    message: format!("endpoint {} has no host", config.endpoint),
+                });
+            }
+        };
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|source| TencentError::Transport {
+                action: "configure",
+                source,
+            })?;
+        Ok(ClbClient {
+            http,
+            config,
+            host,
+            api,
+        })
+    }
+
+    /// The call wrapper (counter, limiter, retry).
+    pub fn api(&self) -> &CloudApi {
+        &self.api
+    }
+
+    /// One action: returns `Response` (without `Error`) and its `RequestId`.
+    pub async fn call(
+        &self,
+        action: Action,
+        body: &Value,
+    ) -> Result<(Value, String), TencentError> {
+        let name = action.as_str();
+        let bytes = serde_json::to_vec(body).map_err(|e| unexpected(action, e.to_string()))?;
+        let api = &self.api;
+        let is_transient = |e: &TencentError| e.classification().retries_in_place();
+        self.api
+            .call_with("clb", name, action.kind(), is_transient, || async {
+                let timestamp = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs() as i64)
+                    .unwrap_or_default();
+                let signature = sign(&SignInput {
+                    secret_key: &self.config.secret_key,
+                    service: "clb",
+                    host: &self.host,
+                    content_type: "application/json",
+                    body: &bytes,
+                    timestamp,
+                });
+                let mut request = self
+                    .http
+                    .post(&self.config.endpoint)
+                    .header("content-type", "application/json")
+                    .header(
+                        "authorization",
+                        authorization(&self.config.secret_id, "clb", &signature),
+                    )
+                    .header("x-tc-action", name)
+                    .header("x-tc-version", VERSION)
+                    .header("x-tc-region", &self.config.region)
+                    .header("x-tc-timestamp", timestamp.to_string())
+                    .body(bytes.clone());
+                if let Some(token) = &self.config.session_token {
+                    request = request.header("x-tc-token", token);
+                }
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|source| TencentError::Transport {
+                        action: name,
+                        source,
+                    })?;
+                let status = response.status();
+                let text = response
+                    .text()
+                    .await
+                    .map_err(|source| TencentError::Transport {
+                        action: name,
+                        source,
+                    })?;
+                let document: Value = serde_json::from_str(&text).map_err(|e| {
+                    unexpected(action, format!("HTTP {status}: answer is not JSON ({e})"))
+                })?;
+                let Some(Value::Object(mut reply)) = document.get("Response").cloned() else {
+                    return Err(unexpected(
+                        action,
+                        format!("HTTP {status}: no `Response` in the answer"),
+                    ));
+                };
+                let request_id = reply
+                    .remove("RequestId")
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                if let Some(error) = reply.get("Error") {
+                    let error = TencentError::Api {
+                        action: name,
+                        code: error["Code"].as_str().unwrap_or("Unknown").to_string(),
+                        message: error["Message"].as_str().unwrap_or_default().to_string(),
+                        request_id,
+                    };
+                    if error.is_throttled() {
+                        api.record_throttled(name);
+                    }
+                    return Err(error);
+                }
+                Ok((Value::Object(reply), request_id))
+            })
+            .await
+    }
+
+    async fn call_as<T: DeserializeOwned>(
+        &self,
+        action: Action,
+        body: &Value,
+        field: &str,
+    ) -> Result<T, TencentError> {
+        let (reply, _) = self.call(action, body).await?;
+        let value = reply.get(field).cloned().unwrap_or(Value::Null);
+        serde_json::from_value(value)
+            .map_err(|e| unexpected(action, format!("`{field}` is not what was expected: {e}")))
+    }
+
+    /// Every CLB matching `filters` (`[{Name, Values}]`) and, when given, `ids`, read page by
+    /// page (`Limit` 100).
+    pub async fn load_balancers(
+        &self,
+        ids: Option<&[String]>,
+        filters: &[(String, Vec<String>)],
+    ) -> Result<Vec<LoadBalancer>, TencentError> {
+        let mut found = Vec::new();
+        loop {
+            let mut body = json!({"Offset": found.len(), "Limit": DESCRIBE_PAGE});
+            if let Some(ids) = ids {
+                body["LoadBalancerIds"] = json!(ids);
+            }
+            if !filters.is_empty() {
+                body["Filters"] = Value::Array(
+                    filters
+                        .iter()
+                        .map(|(name, values)| json!({"Name": name, "Values": values}))
+                        .collect(),
+                );
+            }
+            let (reply, _) = self.call(Action::DescribeLoadBalancers, &body).await?;
+            let page: Vec<LoadBalancer> = serde_json::from_value(reply["LoadBalancerSet"].clone())
+                .map_err(|e| {
+                    unexpected(
+                        Action::DescribeLoadBalancers,
+                        format!("LoadBalancerSet: {e}"),
+                    )
+                })?;
+            let total = reply["TotalCount"].as_u64().unwrap_or_default();
+            let got = page.len();
+            found.extend(page);
+            if got == 0 || found.len() as u64 >= total {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// The CLB `id`, if it exists.
+    pub async fn load_balancer(&self, id: &str) -> Result<Option<LoadBalancer>, TencentError> {
+        Ok(self
+            .load_balancers(Some(&[id.to_string()]), &[])
+            .await?
+            .into_iter()
+            .find(|lb| lb.load_balancer_id == id))
+    }
+
+    /// Starts `CreateLoadBalancer`; returns the new id and the task id.
+    pub async fn create_load_balancer(
+        &self,
+        body: &Map<String, Value>,
+    ) -> Result<(String, String), TencentError> {
+        let action = Action::CreateLoadBalancer;
+        let (reply, request_id) = self.call(action, &Value::Object(body.clone())).await?;
+        let id = reply["LoadBalancerIds"][0]
+            .as_str()
+            .ok_or_else(|| unexpected(action, "no LoadBalancerIds in the answer"))?
+            .to_string();
+        Ok((id, request_id))
+    }
+
+    /// Starts `DeleteLoadBalancer`; returns the task id.
+    pub async fn delete_load_balancer(&self, id: &str) -> Result<String, TencentError> {
+        // ForceDelete: the CLB is ours, and the API otherwise refuses one with ≥ 20 bound targets.
+        let body = json!({"LoadBalancerIds": [id], "ForceDelete": true});
+        Ok(self.call(Action::DeleteLoadBalancer, &body).await?.1)
+    }
+
+    /// The status of task `task_id`.
+    pub async fn task_status(&self, task_id: &str) -> Result<TaskStatus, TencentError> {
+        let (reply, _) = self
+            .call(Action::DescribeTaskStatus, &json!({"TaskId": task_id}))
+            .await?;
+        match reply["Status"].as_u64() {
+            Some(0) => Ok(TaskStatus::Succeeded),
+            Some(1) => Ok(TaskStatus::Failed(
+                reply["Message"].as_str().unwrap_or_default().to_string(),
+            )),
+            Some(2) => Ok(TaskStatus::Running),
+            other => Err(unexpected(
+                Action::DescribeTaskStatus,
+                format!("unknown task Status {other:?}"),
+            )),
+        }
+    }
+
+    /// The listeners of `lb_id`.
+    pub async fn listeners(&self, lb_id: &str) -> Result<Vec<Listener>, TencentError> {
+        let listeners: Option<Vec<Listener>> = self
+            .call_as(
+                Action::DescribeListeners,
+                &json!({"LoadBalancerId": lb_id}),
+                "Listeners",
+            )
+            .await?;
+        Ok(listeners.unwrap_or_default())
+    }
+
+    /// Starts `CreateListener` with `body`; returns the listener ids and the task id.
+    pub async fn create_listener(
+        &self,
+        body: &Map<String, Value>,
+    ) -> Result<(Vec<String>, String), TencentError> {
+        let action = Action::CreateListener;
+        let (reply, request_id) = self.call(action, &Value::Object(body.clone())).await?;
+        let ids = serde_json::from_value(reply["ListenerIds"].clone())
+            .map_err(|e| unexpected(action, format!("ListenerIds: {e}")))?;
+        Ok((ids, request_id))
+    }
+
+    /// Starts `DeleteLoadBalancerListeners` for `ids`; returns the task id.
+    pub async fn delete_listeners(
+        &self,
+        lb_id: &str,
+        ids: &[String],
+    ) -> Result<String, TencentError> {
+        let body = json!({"LoadBalancerId": lb_id, "ListenerIds": ids});
+        Ok(self
+            .call(Action::DeleteLoadBalancerListeners, &body)
+            .await?
+            .1)
+    }
+
+    /// The targets of `listener_ids` (asked 20 listeners at a time).
+    pub async fn targets(
+        &self,
+        lb_id: &str,
+        listener_ids: &[String],
+    ) -> Result<Vec<ListenerTargets>, TencentError> {
+        let mut all = Vec::new();
+        for chunk in listener_ids.chunks(DESCRIBE_TARGETS_LISTENERS) {
+            let found: Option<Vec<ListenerTargets>> = self
+                .call_as(
+                    Action::DescribeTargets,
+                    &json!({"LoadBalancerId": lb_id, "ListenerIds": chunk}),
+                    "Listeners",
+                )
+                .await?;
+            all.extend(found.unwrap_or_default());
+        }
+        Ok(all)
+    }
+
+    /// Binds (`register`) or unbinds `targets` (`{ListenerId, EniIp, Port[, Weight]}`) in
+    /// calls of at most 500. Returns the listeners the cloud reported as failed.
+    pub async fn batch_targets(
+        &self,
+        lb_id: &str,
+        targets: &[Value],
+        register: bool,
+    ) -> Result<Vec<String>, TencentError> {
+        let action = if register {
+            Action::BatchRegisterTargets
+        } else {
+            Action::BatchDeregisterTargets
+        };
+        let mut failed = Vec::new();
+        for chunk in targets.chunks(BATCH_TARGETS) {
+            let ids: Option<Vec<String>> = self
+                .call_as(
+                    action,
+                    &json!({"LoadBalancerId": lb_id, "Targets": chunk}),
+                    "FailListenerIdSet",
+                )
+                .await?;
+            failed.extend(ids.unwrap_or_default());
+        }
+        failed.sort();
+        failed.dedup();
+        Ok(failed)
+    }
+}

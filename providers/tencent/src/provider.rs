@@ -1,0 +1,689 @@
+//! [`TencentProvider`]: observe the Service's CLB, plan (pure, [`crate::plan`]), apply with the
+//! CLB task model: every async call is followed by `DescribeTaskStatus` until it is done (capped
+//! backoff), and a write refused with `FailedOperation.ResourceInOperating` (another task on the
+//! CLB) is retried after a pause, never reported while it clears.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kube_lb_annotations::{LoadBalancerSpec, ProviderSpec, ServiceKey};
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, ChangeAction, CloudApi, EnvironmentCause, LoadBalancerIngress,
+    LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
+    RateLimit, RateLimits, RetryPolicy,
+};
+use serde_json::{Value, json};
+
+use crate::client::{ClbClient, LoadBalancer, TaskStatus};
+use crate::config::TencentConfig;
+use crate::error::TencentError;
+use crate::plan::{
+    self, Desired, ListenerRef, Observed, Placement, Step, TAG_CLUSTER, TAG_CREATED_BY,
+    TAG_SERVICE_UUID,
+};
+
+/// How patiently to wait for async tasks and busy CLBs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WaitSettings {
+    /// First pause.
+    pub first: Duration,
+    /// Growth per poll.
+    pub factor: f64,
+    /// Longest pause.
+    pub max_interval: Duration,
+    /// Give up (a `Pending` error, retried by the controller) after this long.
+    pub timeout: Duration,
+}
+
+impl Default for WaitSettings {
+    fn default() -> Self {
+        // The open TKE reference polls up to 100 times 100 ms – 1 s apart.
+        WaitSettings {
+            first: Duration::from_millis(200),
+            factor: 1.5,
+            max_interval: Duration::from_secs(3),
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Tunables apart from the cloud-config.
+#[derive(Debug, Clone)]
+pub struct ProviderOptions {
+    /// Task and busy waits.
+    pub wait: WaitSettings,
+    /// In-place retry of transient failures (throttling, 5xx).
+    pub retry: RetryPolicy,
+    /// Request rate for the `clb` family (Tencent's default is 20 requests/s per action).
+    pub limits: RateLimits,
+    /// Per-request timeout.
+    pub request_timeout: Duration,
+    /// Counts every call.
+    pub counter: CallCounter,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        ProviderOptions {
+            wait: WaitSettings::default(),
+            retry: RetryPolicy::default(),
+            limits: RateLimits::new(RateLimit::new(10, 20)),
+            request_timeout: Duration::from_secs(30),
+            counter: CallCounter::new(),
+        }
+    }
+}
+
+/// The Tencent Cloud CLB provider.
+#[derive(Debug, Clone)]
+pub struct TencentProvider {
+    client: Arc<ClbClient>,
+    config: Arc<TencentConfig>,
+    cluster: String,
+    wait: WaitSettings,
+}
+
+/// How many times a write refused as busy is retried.
+const BUSY_RETRIES: usize = 8;
+
+impl TencentProvider {
+    /// A provider for `config`, tagging CLBs with `cluster`.
+    pub fn new(
+        config: TencentConfig,
+        cluster: &str,
+        options: ProviderOptions,
+    ) -> Result<Self, ProviderError> {
+        let api = CloudApi::new("tencent", options.counter, options.limits, options.retry);
+        let client = ClbClient::new(config.clone(), api, options.request_timeout)?;
+        Ok(TencentProvider {
+            client: Arc::new(client),
+            config: Arc::new(config),
+            cluster: cluster.to_string(),
+            wait: options.wait,
+        })
+    }
+
+    /// Reads the cloud-config (optional) and the environment, and builds the provider.
+    pub async fn from_cloud_config(
+        path: Option<&Path>,
+        cluster: &str,
+        counter: CallCounter,
+    ) -> Result<Self, ProviderError> {
+        let internal = |message: String| ProviderError::Internal {
+            message,
+            source: None,
+        };
+        let text = match path {
+            Some(path) => Some(
+                tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|e| internal(format!("reading {}: {e}", path.display())))?,
+            ),
+            None => None,
+        };
+        let config = TencentConfig::resolve(text.as_deref(), &|name| std::env::var(name).ok())
+            .map_err(|e| internal(e.to_string()))?;
+        Self::new(
+            config,
+            cluster,
+            ProviderOptions {
+                counter,
+                ..ProviderOptions::default()
+            },
+        )
+    }
+
+    /// The client (for tests and tools).
+    pub fn client(&self) -> &ClbClient {
+        &self.client
+    }
+
+    fn ownership_filters(&self, service: Option<&ServiceKey>) -> Vec<(String, Vec<String>)> {
+        let mut filters = vec![
+            (format!("tag:{TAG_CLUSTER}"), vec![self.cluster.clone()]),
+            (format!("tag:{TAG_CREATED_BY}"), vec!["yes".to_string()]),
+        ];
+        if let Some(service) = service {
+            filters.push((format!("tag:{TAG_SERVICE_UUID}"), vec![service.uid.clone()]));
+        }
+        filters
+    }
+
+    /// The CLBs kube-lb created for `service` (normally one).
+    async fn owned(&self, service: &ServiceKey) -> Result<Vec<LoadBalancer>, ProviderError> {
+        Ok(self
+            .client
+            .load_balancers(None, &self.ownership_filters(Some(service)))
+            .await?)
+    }
+
+    /// Waits for task `task_id` to finish.
+    async fn wait_task(&self, action: &'static str, task_id: &str) -> Result<(), ProviderError> {
+        let started = Instant::now();
+        let mut pause = self.wait.first;
+        loop {
+            match self.client.task_status(task_id).await? {
+                TaskStatus::Succeeded => return Ok(()),
+                TaskStatus::Failed(message) => {
+                    return Err(ProviderError::Internal {
+                        message: format!("{action}: task {task_id} failed: {message}"),
+                        source: None,
+                    });
+                }
+                TaskStatus::Running if started.elapsed() >= self.wait.timeout => {
+                    return Err(ProviderError::pending(
+                        action,
+                        format!("task {task_id} still running after {:?}", self.wait.timeout),
+                    ));
+                }
+                TaskStatus::Running => {
+                    tracing::debug!(action, task = %task_id, ?pause, "waiting for CLB task");
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+        }
+    }
+
+    /// Makes a write: `ResourceInOperating` is waited out and the write repeated.
+    async fn write<T, F, Fut>(&self, action: &'static str, mut call: F) -> Result<T, ProviderError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, TencentError>>,
+    {
+        let mut pause = self.wait.first;
+        let mut attempt = 0;
+        loop {
+            match call().await {
+                Ok(value) => return Ok(value),
+                Err(error) if error.is_busy() && attempt < BUSY_RETRIES => {
+                    attempt += 1;
+                    tracing::info!(action, %error, ?pause, "CLB busy with another task; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// A write that starts a task, followed by waiting for the task.
+    async fn write_and_wait<T, F, Fut>(
+        &self,
+        action: &'static str,
+        call: F,
+        task: impl Fn(&T) -> String,
+    ) -> Result<T, ProviderError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, TencentError>>,
+    {
+        let value = self.write(action, call).await?;
+        self.wait_task(action, &task(&value)).await?;
+        Ok(value)
+    }
+
+    /// Reads listeners and targets.
+    async fn observe(&self, lb_id: &str) -> Result<Observed, ProviderError> {
+        let listeners = self.client.listeners(lb_id).await?;
+        if listeners.is_empty() {
+            return Ok(Observed::default());
+        }
+        let ids: Vec<String> = listeners.iter().map(|l| l.listener_id.clone()).collect();
+        let targets = self.client.targets(lb_id, &ids).await?;
+        Ok(Observed::with_targets(listeners, targets))
+    }
+
+    /// Creates the Service's CLB and waits until it is usable.
+    async fn create(
+        &self,
+        body: &serde_json::Map<String, Value>,
+    ) -> Result<LoadBalancer, ProviderError> {
+        let (id, task) = self
+            .write("CreateLoadBalancer", || {
+                self.client.create_load_balancer(body)
+            })
+            .await?;
+        tracing::info!(lb = %id, "created CLB");
+        self.wait_task("CreateLoadBalancer", &task).await?;
+        let started = Instant::now();
+        let mut pause = self.wait.first;
+        loop {
+            match self.client.load_balancer(&id).await? {
+                Some(lb) if lb.status == 1 => return Ok(lb),
+                _ if started.elapsed() >= self.wait.timeout => {
+                    return Err(ProviderError::pending(
+                        "CreateLoadBalancer",
+                        format!("CLB {id} not ready after {:?}", self.wait.timeout),
+                    ));
+                }
+                _ => {}
+            }
+            tokio::time::sleep(pause).await;
+            pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+        }
+    }
+
+    /// Deletes a CLB kube-lb owns; gone already is fine.
+    async fn delete_load_balancer(&self, id: &str) -> Result<(), ProviderError> {
+        let started = self
+            .write("DeleteLoadBalancer", || async {
+                match self.client.delete_load_balancer(id).await {
+                    Ok(task) => Ok(Some(task)),
+                    Err(error) if error.is_not_found() => Ok(None),
+                    Err(error) => Err(error),
+                }
+            })
+            .await?;
+        if let Some(task) = started {
+            self.wait_task("DeleteLoadBalancer", &task).await?;
+        }
+        tracing::info!(lb = %id, "deleted CLB");
+        Ok(())
+    }
+
+    /// The user's CLB named by `tke-existed-lbid`, checked against the reuse rules.
+    async fn existing(&self, id: &str) -> Result<LoadBalancer, ProviderError> {
+        let lb = self.client.load_balancer(id).await?.ok_or_else(|| {
+            ProviderError::environment(
+                "DescribeLoadBalancers",
+                EnvironmentCause::MissingDependency,
+                format!(
+                    "the CLB {id} named by service.kubernetes.io/tke-existed-lbid does not exist"
+                ),
+            )
+        })?;
+        if lb.tag(TAG_CREATED_BY) == Some("yes") {
+            return Err(ProviderError::user(format!(
+                "service.kubernetes.io/tke-existed-lbid: {id} was created by TKE/kube-lb for another Service (tag {TAG_CREATED_BY}=yes); only CLBs created by a user can be reused"
+            )));
+        }
+        if let Some(vpc) = &self.config.vpc_id
+            && &lb.vpc_id != vpc
+        {
+            return Err(ProviderError::user(format!(
+                "service.kubernetes.io/tke-existed-lbid: {id} is in VPC {} but the cluster is in {vpc}",
+                lb.vpc_id
+            )));
+        }
+        Ok(lb)
+    }
+
+    /// The CLB to converge (creating it if needed), plus whether it was just created.
+    async fn target_load_balancer(&self, desired: &Desired) -> Result<LoadBalancer, ProviderError> {
+        let owned = self.owned(&desired.service).await?;
+        match &desired.placement {
+            Placement::Existing(id) => {
+                let lb = self.existing(id).await?;
+                // Switching to an existing CLB releases the one kube-lb made.
+                for old in owned {
+                    tracing::info!(lb = %old.load_balancer_id, existing = %id, "Service moved to an existing CLB; deleting the one kube-lb created");
+                    self.delete_load_balancer(&old.load_balancer_id).await?;
+                }
+                Ok(lb)
+            }
+            Placement::Owned(body) => {
+                let mut owned = owned.into_iter();
+                match owned.next() {
+                    Some(lb) => {
+                        for extra in owned {
+                            tracing::warn!(lb = %extra.load_balancer_id, "a second CLB tagged for this Service; deleting it");
+                            self.delete_load_balancer(&extra.load_balancer_id).await?;
+                        }
+                        if lb.status == 1 {
+                            Ok(lb)
+                        } else {
+                            self.wait_ready(&lb.load_balancer_id).await
+                        }
+                    }
+                    None => self.create(body).await,
+                }
+            }
+        }
+    }
+
+    async fn wait_ready(&self, id: &str) -> Result<LoadBalancer, ProviderError> {
+        let started = Instant::now();
+        let mut pause = self.wait.first;
+        loop {
+            match self.client.load_balancer(id).await? {
+                Some(lb) if lb.status == 1 => return Ok(lb),
+                None => {
+                    return Err(ProviderError::Internal {
+                        message: format!("CLB {id} disappeared while being created"),
+                        source: None,
+                    });
+                }
+                Some(_) if started.elapsed() >= self.wait.timeout => {
+                    return Err(ProviderError::pending(
+                        "DescribeLoadBalancers",
+                        format!("CLB {id} still creating"),
+                    ));
+                }
+                Some(_) => {}
+            }
+            tokio::time::sleep(pause).await;
+            pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+        }
+    }
+
+    async fn apply(
+        &self,
+        lb_id: &str,
+        steps: &[Step],
+        desired: &Desired,
+    ) -> Result<(), ProviderError> {
+        let mut created: std::collections::BTreeMap<plan::ListenerKey, String> = Default::default();
+        for step in steps {
+            tracing::info!(lb = %lb_id, change = ?step.planned(lb_id), "applying");
+            match step {
+                Step::DeleteListeners { ids, .. } => {
+                    self.write_and_wait(
+                        "DeleteLoadBalancerListeners",
+                        || self.client.delete_listeners(lb_id, ids),
+                        String::clone,
+                    )
+                    .await?;
+                }
+                Step::CreateListeners { protocol, ports } => {
+                    let mut body = serde_json::Map::new();
+                    body.insert("LoadBalancerId".into(), json!(lb_id));
+                    body.insert("Protocol".into(), json!(protocol));
+                    body.insert("Ports".into(), json!(ports));
+                    body.insert(
+                        "ListenerNames".into(),
+                        json!(vec![desired.listener_name.clone(); ports.len()]),
+                    );
+                    // listenerParameters merge over the typed request; the parser refused
+                    // the identity keys (LoadBalancerId, Ports, Protocol, ListenerNames).
+                    plan::deep_merge(&mut body, &desired.listener_parameters);
+                    let (ids, _) = self
+                        .write_and_wait(
+                            "CreateListener",
+                            || self.client.create_listener(&body),
+                            |(_, task)| task.clone(),
+                        )
+                        .await?;
+                    for (port, id) in ports.iter().zip(ids) {
+                        created.insert(
+                            plan::ListenerKey {
+                                protocol: protocol.clone(),
+                                port: *port,
+                            },
+                            id,
+                        );
+                    }
+                }
+                Step::Register(targets) | Step::Deregister(targets) => {
+                    let register = matches!(step, Step::Register(_));
+                    let mut bodies = Vec::new();
+                    for (listener, backend) in targets {
+                        let id = match listener {
+                            ListenerRef::Id(id) => id.clone(),
+                            ListenerRef::New(key) => {
+                                created.get(key).cloned().ok_or_else(|| {
+                                    ProviderError::Internal {
+                                        message: format!(
+                                            "listener {}:{} was not created",
+                                            key.protocol, key.port
+                                        ),
+                                        source: None,
+                                    }
+                                })?
+                            }
+                        };
+                        let mut target = json!({"ListenerId": id, "Port": backend.port});
+                        if backend.by_instance {
+                            target["InstanceId"] = json!(backend.address);
+                        } else {
+                            target["EniIp"] = json!(backend.address);
+                        }
+                        bodies.push(target);
+                    }
+                    let action = if register {
+                        "BatchRegisterTargets"
+                    } else {
+                        "BatchDeregisterTargets"
+                    };
+                    let failed = self
+                        .write(action, || {
+                            self.client.batch_targets(lb_id, &bodies, register)
+                        })
+                        .await?;
+                    if !failed.is_empty() {
+                        return Err(ProviderError::Internal {
+                            message: format!(
+                                "{action}: the CLB refused targets for listeners {failed:?}"
+                            ),
+                            source: None,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn status_of(lb: &LoadBalancer) -> LoadBalancerStatus {
+        let mut ingress: Vec<LoadBalancerIngress> = plan::addresses(lb)
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .map(|ip| LoadBalancerIngress {
+                ip: Some(ip),
+                hostname: None,
+            })
+            .collect();
+        ingress.sort();
+        LoadBalancerStatus { ingress }
+    }
+
+    fn desired(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<Desired, ProviderError> {
+        plan::desired(
+            spec,
+            backends,
+            &self.cluster,
+            self.config.vpc_id.as_deref(),
+            &self.config.listener_name,
+        )
+    }
+
+    /// User CLBs that may hold listeners of `service` (not created by TKE/kube-lb).
+    async fn user_load_balancers(&self) -> Result<Vec<LoadBalancer>, ProviderError> {
+        let filters = match &self.config.vpc_id {
+            Some(vpc) => vec![("vpc-id".to_string(), vec![vpc.clone()])],
+            None => Vec::new(),
+        };
+        Ok(self
+            .client
+            .load_balancers(None, &filters)
+            .await?
+            .into_iter()
+            .filter(|lb| lb.tag(TAG_CREATED_BY) != Some("yes"))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl LoadBalancerProvider for TencentProvider {
+    fn name(&self) -> &'static str {
+        "tencent"
+    }
+
+    fn accepts_node(&self, spec: &LoadBalancerSpec, node: &BackendNode) -> bool {
+        match &spec.provider {
+            ProviderSpec::Tencent(tencent) => {
+                plan::selector_matches(&tencent.backends_label, &node.labels)
+            }
+            _ => true,
+        }
+    }
+
+    async fn ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<LoadBalancerStatus, ProviderError> {
+        let desired = self.desired(spec, backends)?;
+        let lb = self.target_load_balancer(&desired).await?;
+        let observed = self.observe(&lb.load_balancer_id).await?;
+        let steps = plan::plan(&observed, &desired)?;
+        self.apply(&lb.load_balancer_id, &steps, &desired).await?;
+        if desired.selector_matched_nothing {
+            // Converged (the CLB has no targets, as TKE does), but never silently.
+            return Err(ProviderError::environment(
+                "DescribeTargets",
+                EnvironmentCause::MissingDependency,
+                format!(
+                    "service.kubernetes.io/qcloud-loadbalancer-backends-label matches no ready node: CLB {} has no targets",
+                    lb.load_balancer_id
+                ),
+            ));
+        }
+        Ok(Self::status_of(&lb))
+    }
+
+    async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        for lb in self.owned(service).await? {
+            self.delete_load_balancer(&lb.load_balancer_id).await?;
+        }
+        // Listeners on user CLBs (tke-existed-lbid): only ours, the CLB stays.
+        let name = plan::listener_name(&self.config.listener_name, service);
+        for lb in self.user_load_balancers().await? {
+            let ours: Vec<String> = self
+                .client
+                .listeners(&lb.load_balancer_id)
+                .await?
+                .into_iter()
+                .filter(|l| l.listener_name == name)
+                .map(|l| l.listener_id)
+                .collect();
+            if !ours.is_empty() {
+                let lb_id = lb.load_balancer_id.as_str();
+                self.write_and_wait(
+                    "DeleteLoadBalancerListeners",
+                    || self.client.delete_listeners(lb_id, &ours),
+                    String::clone,
+                )
+                .await?;
+                tracing::info!(lb = %lb_id, listeners = ?ours, "deleted the Service's listeners from an existing CLB");
+            }
+        }
+        Ok(())
+    }
+
+    async fn status(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
+        Ok(self.owned(service).await?.first().map(Self::status_of))
+    }
+
+    async fn plan_ensure(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        let desired = self.desired(spec, backends)?;
+        let owned = self.owned(&desired.service).await?;
+        let mut changes = Vec::new();
+        let lb = match &desired.placement {
+            Placement::Existing(id) => {
+                for old in &owned {
+                    changes.push(PlannedChange::new(
+                        ChangeAction::Delete,
+                        "LoadBalancer",
+                        &old.load_balancer_id,
+                        "DeleteLoadBalancer",
+                    ));
+                }
+                Some(self.existing(id).await?)
+            }
+            Placement::Owned(body) => match owned.into_iter().next() {
+                Some(lb) => Some(lb),
+                None => {
+                    changes.push(PlannedChange::new(
+                        ChangeAction::Create,
+                        "LoadBalancer",
+                        body.get("LoadBalancerName")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default(),
+                        "CreateLoadBalancer",
+                    ));
+                    None
+                }
+            },
+        };
+        let (observed, name) = match &lb {
+            Some(lb) => (
+                self.observe(&lb.load_balancer_id).await?,
+                lb.load_balancer_id.clone(),
+            ),
+            None => (Observed::default(), "(new)".to_string()),
+        };
+        changes.extend(
+            plan::plan(&observed, &desired)?
+                .iter()
+                .map(|s| s.planned(&name)),
+        );
+        Ok(changes)
+    }
+
+    async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
+        let mut changes: Vec<PlannedChange> = self
+            .owned(service)
+            .await?
+            .iter()
+            .map(|lb| {
+                PlannedChange::new(
+                    ChangeAction::Delete,
+                    "LoadBalancer",
+                    &lb.load_balancer_id,
+                    "DeleteLoadBalancer",
+                )
+            })
+            .collect();
+        let name = plan::listener_name(&self.config.listener_name, service);
+        for lb in self.user_load_balancers().await? {
+            for listener in self.client.listeners(&lb.load_balancer_id).await? {
+                if listener.listener_name == name {
+                    changes.push(PlannedChange::new(
+                        ChangeAction::Delete,
+                        "Listener",
+                        format!(
+                            "{}/{}:{}",
+                            lb.load_balancer_id, listener.protocol, listener.port
+                        ),
+                        "DeleteLoadBalancerListeners",
+                    ));
+                }
+            }
+        }
+        Ok(changes)
+    }
+
+    async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
+        Ok(self
+            .client
+            .load_balancers(None, &self.ownership_filters(None))
+            .await?
+            .into_iter()
+            .map(|lb| OwnedResource {
+                kind: "LoadBalancer".into(),
+                service: ServiceKey {
+                    namespace: String::new(),
+                    name: String::new(),
+                    uid: lb.tag(TAG_SERVICE_UUID).unwrap_or_default().to_string(),
+                },
+                name: lb.load_balancer_id,
+                created: lb.create_time,
+                shared: false,
+            })
+            .collect())
+    }
+}

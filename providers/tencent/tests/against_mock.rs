@@ -1,0 +1,539 @@
+//! The provider against the mock CLB endpoint: create, no-op resync, node changes, ports,
+//! internal CLBs, charge/bandwidth, extensiveParameters / listenerParameters, backends-label,
+//! tke-existed-lbid reuse rules, the task model (busy CLBs, throttling, failed tasks) and
+//! leak-free, resumable delete.
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod support;
+
+use std::time::Duration;
+
+use kube_lb_mock_tencent::{Fault, MockTencent, SUBNET_ID};
+use kube_lb_provider_core::{CallKind, LoadBalancerProvider, ProviderError};
+use support::*;
+
+const UID: &str = "6f1c2a34-0b1d-4e6f-9a8b-7c6d5e4f3a21";
+
+#[tokio::test]
+async fn creates_a_public_clb_with_ownership_tags_listener_and_targets() {
+    let h = harness().await;
+    let service = svc("web", UID);
+    let status = h.provider.ensure(&service.spec(), &nodes(3)).await.unwrap();
+    let clbs = clbs_for(&h.cloud, UID);
+    assert_eq!(clbs.len(), 1);
+    let clb = &clbs[0];
+    assert_eq!(clb["LoadBalancerType"], "OPEN");
+    let tags: Vec<(String, String)> = clb["Tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["TagKey"].as_str().unwrap().into(),
+                t["TagValue"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    for want in [
+        ("tke-createdBy-flag", "yes"),
+        ("tke-clusterId", CLUSTER),
+        ("tke-lb-serviceuuid", UID),
+    ] {
+        assert!(
+            tags.contains(&(want.0.into(), want.1.into())),
+            "{want:?} in {tags:?}"
+        );
+    }
+    let vip = clb["LoadBalancerVips"][0].as_str().unwrap();
+    assert_eq!(status.ingress.len(), 1);
+    assert_eq!(
+        status.ingress[0].ip.unwrap().to_string(),
+        vip,
+        "status from LoadBalancerVips"
+    );
+    let id = clb["LoadBalancerId"].as_str().unwrap();
+    assert_eq!(
+        bindings(&h.cloud, id)["TCP:80"],
+        vec!["10.0.0.101:30080", "10.0.0.102:30080", "10.0.0.103:30080"]
+    );
+    let listener = &h.cloud.listeners(id)[0];
+    assert_eq!(
+        listener["ListenerName"],
+        format!("TKE-DEDICATED-LISTENER-{UID}")
+    );
+    // Every async action was waited for.
+    let journal = h.cloud.journal();
+    let tasks = journal
+        .iter()
+        .filter(|e| e.action == "DescribeTaskStatus")
+        .count();
+    assert!(
+        tasks >= 2,
+        "CreateLoadBalancer and CreateListener waited: {tasks}"
+    );
+}
+
+#[tokio::test]
+async fn a_resync_without_changes_makes_no_mutating_call() {
+    let h = harness().await;
+    let service = svc("web", UID).ports(&[("http", 80, "TCP", 30080), ("dns", 53, "UDP", 30053)]);
+    h.provider.ensure(&service.spec(), &nodes(2)).await.unwrap();
+    h.cloud.clear_journal();
+    let before = h.counter.snapshot();
+    h.provider.ensure(&service.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new());
+    let calls = h.counter.snapshot().since(&before);
+    assert_eq!(calls.kind(CallKind::Mutate), 0);
+    assert!(
+        calls.reads() <= 3,
+        "describe CLB, listeners, targets: {calls:?}"
+    );
+    let plan = h
+        .provider
+        .plan_ensure(&service.spec(), &nodes(2))
+        .await
+        .unwrap();
+    assert!(plan.is_empty(), "{plan:?}");
+}
+
+#[tokio::test]
+async fn node_changes_bind_and_unbind_in_one_batch_call_each() {
+    let h = harness().await;
+    let service =
+        svc("web", UID).ports(&[("http", 80, "TCP", 30080), ("https", 443, "TCP", 30443)]);
+    h.provider.ensure(&service.spec(), &nodes(2)).await.unwrap();
+    h.cloud.clear_journal();
+    let mut changed = nodes(3);
+    changed.remove(0);
+    h.provider.ensure(&service.spec(), &changed).await.unwrap();
+    assert_eq!(
+        mutations(&h.cloud),
+        vec!["BatchDeregisterTargets", "BatchRegisterTargets"]
+    );
+    let id = clbs_for(&h.cloud, UID)[0]["LoadBalancerId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bound = bindings(&h.cloud, &id);
+    assert_eq!(
+        bound["TCP:80"],
+        vec!["10.0.0.102:30080", "10.0.0.103:30080"]
+    );
+    assert_eq!(
+        bound["TCP:443"],
+        vec!["10.0.0.102:30443", "10.0.0.103:30443"]
+    );
+}
+
+#[tokio::test]
+async fn hundreds_of_nodes_are_bound_in_batches_of_at_most_500() {
+    let h = harness().await;
+    let service = svc("web", UID).ports(&[("a", 80, "TCP", 30080), ("b", 81, "TCP", 30081)]);
+    let many: Vec<_> = (0..300)
+        .map(|i| {
+            node(
+                &format!("n{i}"),
+                &format!("10.1.{}.{}", i / 250, i % 250 + 1),
+            )
+        })
+        .collect();
+    h.provider.ensure(&service.spec(), &many).await.unwrap();
+    let batches: Vec<usize> = h
+        .cloud
+        .journal()
+        .iter()
+        .filter(|e| e.action == "BatchRegisterTargets")
+        .map(|e| e.body["Targets"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(batches, vec![500, 100]);
+    let id = clbs_for(&h.cloud, UID)[0]["LoadBalancerId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(bindings(&h.cloud, &id)["TCP:81"].len(), 300);
+}
+
+#[tokio::test]
+async fn port_changes_replace_only_the_changed_listeners() {
+    let h = harness().await;
+    let v1 = svc("web", UID).ports(&[("http", 80, "TCP", 30080), ("old", 8080, "TCP", 30081)]);
+    h.provider.ensure(&v1.spec(), &nodes(1)).await.unwrap();
+    h.cloud.clear_journal();
+    let v2 = svc("web", UID).ports(&[("http", 80, "TCP", 30080), ("new", 9090, "UDP", 30090)]);
+    h.provider.ensure(&v2.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(
+        mutations(&h.cloud),
+        vec![
+            "DeleteLoadBalancerListeners",
+            "CreateListener",
+            "BatchRegisterTargets"
+        ]
+    );
+    let id = clbs_for(&h.cloud, UID)[0]["LoadBalancerId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bound = bindings(&h.cloud, &id);
+    assert_eq!(
+        bound.keys().cloned().collect::<Vec<_>>(),
+        vec!["TCP:80", "UDP:9090"]
+    );
+}
+
+#[tokio::test]
+async fn internal_subnet_charge_type_and_bandwidth_reach_create_load_balancer() {
+    let h = harness().await;
+    let internal = svc("internal", "uid-internal").annotate(
+        "service.kubernetes.io/qcloud-loadbalancer-internal-subnetid",
+        SUBNET_ID,
+    );
+    let status = h
+        .provider
+        .ensure(&internal.spec(), &nodes(1))
+        .await
+        .unwrap();
+    let clb = &clbs_for(&h.cloud, "uid-internal")[0];
+    assert_eq!(clb["LoadBalancerType"], "INTERNAL");
+    assert_eq!(clb["SubnetId"], SUBNET_ID);
+    assert!(
+        status.ingress[0]
+            .ip
+            .unwrap()
+            .to_string()
+            .starts_with("10.0.1.")
+    );
+
+    let public = svc("public", "uid-public")
+        .annotate(
+            "service.kubernetes.io/qcloud-loadbalancer-internet-charge-type",
+            "TRAFFIC_POSTPAID_BY_HOUR",
+        )
+        .annotate(
+            "service.kubernetes.io/qcloud-loadbalancer-internet-max-bandwidth-out",
+            "2048",
+        );
+    h.provider.ensure(&public.spec(), &nodes(1)).await.unwrap();
+    let clb = &clbs_for(&h.cloud, "uid-public")[0];
+    assert_eq!(
+        clb["NetworkAttributes"]["InternetChargeType"],
+        "TRAFFIC_POSTPAID_BY_HOUR"
+    );
+    assert_eq!(clb["NetworkAttributes"]["InternetMaxBandwidthOut"], 2048);
+}
+
+#[tokio::test]
+async fn extensive_and_listener_parameters_merge_over_the_typed_requests() {
+    let h = harness().await;
+    let service = svc("web", UID)
+        .annotate(
+            "service.kubernetes.io/service.extensiveParameters",
+            r#"{"VipIsp":"CTCC","InternetAccessible":{"InternetMaxBandwidthOut":20},"Tags":[{"TagKey":"team","TagValue":"edge"}]}"#,
+        )
+        .annotate(
+            "service.kubernetes.io/qcloud-loadbalancer-internet-charge-type",
+            "BANDWIDTH_POSTPAID_BY_HOUR",
+        )
+        .annotate(
+            "service.kubernetes.io/service.listenerParameters",
+            r#"{"Scheduler":"LEAST_CONN","HealthCheck":{"HealthSwitch":1,"IntervalTime":5}}"#,
+        );
+    h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    let clb = &clbs_for(&h.cloud, UID)[0];
+    assert_eq!(clb["VipIsp"], "CTCC");
+    // Deep merge: the annotation's charge type stays, the bandwidth comes from the JSON.
+    assert_eq!(
+        clb["NetworkAttributes"]["InternetChargeType"],
+        "BANDWIDTH_POSTPAID_BY_HOUR"
+    );
+    assert_eq!(clb["NetworkAttributes"]["InternetMaxBandwidthOut"], 20);
+    let tag_keys: Vec<&str> = clb["Tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["TagKey"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tag_keys,
+        vec![
+            "tke-createdBy-flag",
+            "tke-clusterId",
+            "tke-lb-serviceuuid",
+            "team"
+        ]
+    );
+    let listener = &h.cloud.listeners(clb["LoadBalancerId"].as_str().unwrap())[0];
+    assert_eq!(listener["Scheduler"], "LEAST_CONN");
+    assert_eq!(listener["HealthCheck"]["IntervalTime"], 5);
+}
+
+#[tokio::test]
+async fn bad_annotation_values_are_refused_before_any_cloud_call() {
+    let cases = [
+        (
+            "service.kubernetes.io/service.extensiveParameters",
+            r#"{"Tags":[{"TagKey":"tke-createdBy-flag","TagValue":"no"}]}"#,
+            "tke-createdBy-flag",
+        ),
+        (
+            "service.kubernetes.io/service.extensiveParameters",
+            r#"{"Number":3}"#,
+            "Number",
+        ),
+        (
+            "service.kubernetes.io/service.extensiveParameters",
+            r#"["VipIsp"]"#,
+            "JSON object",
+        ),
+        (
+            "service.kubernetes.io/service.listenerParameters",
+            r#"{"Ports":[1]}"#,
+            "Ports",
+        ),
+        (
+            "service.kubernetes.io/qcloud-loadbalancer-internet-max-bandwidth-out",
+            "4096",
+            "2048",
+        ),
+        (
+            "service.kubernetes.io/qcloud-loadbalancer-internet-charge-type",
+            "MONTHLY",
+            "TRAFFIC_POSTPAID_BY_HOUR",
+        ),
+        ("service.kubernetes.io/tke-existed-lbid", "clb-1", "lb-"),
+    ];
+    for (key, value, allowed) in cases {
+        let errors = svc("web", UID).annotate(key, value).errors();
+        assert!(
+            errors.contains(key) && errors.contains(allowed),
+            "{key}={value}: {errors}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn backends_label_selects_nodes_and_an_empty_match_is_a_warning() {
+    let h = harness().await;
+    let service = svc("web", UID).annotate(
+        "service.kubernetes.io/qcloud-loadbalancer-backends-label",
+        "group in (access-layer)",
+    );
+    let spec = service.spec();
+    let mut all = nodes(3);
+    all[1].labels.insert("group".into(), "access-layer".into());
+    let accepted: Vec<_> = all
+        .iter()
+        .filter(|n| h.provider.accepts_node(&spec, n))
+        .cloned()
+        .collect();
+    assert_eq!(accepted.len(), 1);
+    h.provider.ensure(&spec, &accepted).await.unwrap();
+    let id = clbs_for(&h.cloud, UID)[0]["LoadBalancerId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(bindings(&h.cloud, &id)["TCP:80"], vec!["10.0.0.102:30080"]);
+    // The label goes away: nothing matches, targets are emptied, and the result says so.
+    let error = h.provider.ensure(&spec, &[]).await.unwrap_err();
+    assert!(
+        matches!(error, ProviderError::Environment { .. })
+            && error.to_string().contains("backends-label"),
+        "{error}"
+    );
+    assert_eq!(bindings(&h.cloud, &id)["TCP:80"], Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_existing_clb_is_reused_with_only_our_listeners_touched_and_never_deleted() {
+    let h = harness().await;
+    let user = h.cloud.seed_load_balancer(
+        "users-clb",
+        &[("team", "edge")],
+        &[("console-listener", "TCP", 8443)],
+    );
+    let tke = h
+        .cloud
+        .seed_load_balancer("tke-clb", &[("tke-createdBy-flag", "yes")], &[]);
+    // Start on an auto-created CLB, then switch to the user's one.
+    let service = svc("web", UID);
+    h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(clbs_for(&h.cloud, UID).len(), 1);
+    let existing = service
+        .clone()
+        .annotate("service.kubernetes.io/tke-existed-lbid", &user);
+    let status = h
+        .provider
+        .ensure(&existing.spec(), &nodes(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        clbs_for(&h.cloud, UID).len(),
+        0,
+        "the auto-created CLB is released"
+    );
+    let bound = bindings(&h.cloud, &user);
+    assert_eq!(
+        bound["TCP:80"],
+        vec!["10.0.0.101:30080", "10.0.0.102:30080"]
+    );
+    assert_eq!(
+        bound["TCP:8443"],
+        Vec::<String>::new(),
+        "the user's listener is untouched"
+    );
+    assert_eq!(status.ingress.len(), 1);
+    // A port held by the user's own listener is refused, not taken over.
+    let clash = service
+        .clone()
+        .annotate("service.kubernetes.io/tke-existed-lbid", &user)
+        .ports(&[("https", 8443, "TCP", 30443)]);
+    let error = h
+        .provider
+        .ensure(&clash.spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("8443"), "{error}");
+    // A CLB created by TKE for something else is refused.
+    let foreign = service
+        .clone()
+        .annotate("service.kubernetes.io/tke-existed-lbid", &tke);
+    let error = h
+        .provider
+        .ensure(&foreign.spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ProviderError::User { .. }), "{error}");
+    // Deleting the Service removes only its listeners; the CLB and the user's listener stay.
+    h.provider.delete(&service.key()).await.unwrap();
+    let left = bindings(&h.cloud, &user);
+    assert_eq!(left.keys().cloned().collect::<Vec<_>>(), vec!["TCP:8443"]);
+    assert!(
+        h.cloud
+            .load_balancers()
+            .iter()
+            .any(|lb| lb["LoadBalancerId"] == user.as_str())
+    );
+}
+
+#[tokio::test]
+async fn busy_clbs_and_throttling_are_waited_out() {
+    let cloud = MockTencent::builder()
+        .task_delay(Duration::from_millis(60))
+        .start()
+        .await
+        .unwrap();
+    let h = provider_for(cloud);
+    h.cloud.inject(Fault::error(
+        "DescribeLoadBalancers",
+        "RequestLimitExceeded",
+        "too many",
+        1,
+    ));
+    let service = svc("web", UID);
+    h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    let id = clbs_for(&h.cloud, UID)[0]["LoadBalancerId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(h.counter.throttled().values().sum::<u64>(), 1);
+    // Someone else works on the CLB: our write is refused as busy, then retried.
+    h.cloud.occupy(&id, Duration::from_millis(100));
+    h.provider.ensure(&service.spec(), &nodes(2)).await.unwrap();
+    let refused = h
+        .cloud
+        .journal()
+        .iter()
+        .filter(|e| e.error.as_deref() == Some("FailedOperation.ResourceInOperating"))
+        .count();
+    assert!(refused >= 1, "the busy answer was seen and retried");
+    assert_eq!(bindings(&h.cloud, &id)["TCP:80"].len(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_task_is_an_error_and_the_next_pass_converges() {
+    let h = harness().await;
+    h.cloud.inject(Fault::fail_task(
+        "CreateListener",
+        "listener backend unavailable",
+    ));
+    let service = svc("web", UID);
+    let error = h
+        .provider
+        .ensure(&service.spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("listener backend unavailable"),
+        "{error}"
+    );
+    h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(
+        clbs_for(&h.cloud, UID).len(),
+        1,
+        "the CLB was reused, not duplicated"
+    );
+}
+
+#[tokio::test]
+async fn delete_is_leak_free_and_resumable() {
+    let h = harness().await;
+    let service = svc("web", UID);
+    h.provider
+        .ensure(&service.spec(), &nodes(25))
+        .await
+        .unwrap();
+    let plan = h.provider.plan_delete(&service.key()).await.unwrap();
+    assert_eq!(plan.len(), 1, "{plan:?}");
+    let owned = h.provider.owned_resources().await.unwrap();
+    assert_eq!(owned.len(), 1);
+    assert_eq!(owned[0].service.uid, UID);
+    // The first attempt fails mid-way; the second finishes; a third finds nothing to do.
+    h.cloud.inject(Fault::error(
+        "DeleteLoadBalancer",
+        "InternalError",
+        "try again",
+        4,
+    ));
+    assert!(h.provider.delete(&service.key()).await.is_err());
+    h.provider.delete(&service.key()).await.unwrap();
+    assert!(h.cloud.load_balancers().is_empty());
+    h.cloud.clear_journal();
+    h.provider.delete(&service.key()).await.unwrap();
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new());
+    assert!(
+        h.provider
+            .plan_delete(&service.key())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(h.provider.status(&service.key()).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn wrong_credentials_are_a_permission_error_naming_the_cloud_code() {
+    let cloud = MockTencent::builder().start().await.unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&cloud_config(&cloud)).unwrap();
+    config["secretKey"] = "wrong".into();
+    let config =
+        kube_lb_provider_tencent::TencentConfig::resolve(Some(&config.to_string()), &|_| None)
+            .unwrap();
+    let provider = kube_lb_provider_tencent::TencentProvider::new(
+        config,
+        CLUSTER,
+        fast_options(kube_lb_provider_core::CallCounter::new()),
+    )
+    .unwrap();
+    let error = provider
+        .ensure(&svc("web", UID).spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("AuthFailure.SignatureFailure"),
+        "{error}"
+    );
+    assert!(
+        matches!(error, ProviderError::Environment { .. }),
+        "{error}"
+    );
+}

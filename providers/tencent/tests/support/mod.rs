@@ -1,0 +1,199 @@
+//! Fixtures: a mock CLB endpoint, a provider pointed at it, Service and node builders.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
+use kube_lb_mock_tencent::{MockTencent, REGION, SECRET_ID, SECRET_KEY, VPC_ID};
+use kube_lb_provider_core::types::NodeAddressKind;
+use kube_lb_provider_core::{BackendNode, CallCounter, NodeAddress, RateLimits, RetryPolicy};
+use kube_lb_provider_tencent::{ProviderOptions, TencentConfig, TencentProvider, WaitSettings};
+use serde_json::{Value, json};
+
+pub const CLUSTER: &str = "cls-kubelb";
+
+pub struct Harness {
+    pub cloud: MockTencent,
+    pub provider: TencentProvider,
+    pub counter: CallCounter,
+}
+
+/// The cloud-config JSON for the mock.
+pub fn cloud_config(cloud: &MockTencent) -> String {
+    json!({"secretId": SECRET_ID, "secretKey": SECRET_KEY, "region": REGION,
+           "vpcId": VPC_ID, "endpoint": cloud.url()})
+    .to_string()
+}
+
+pub fn fast_options(counter: CallCounter) -> ProviderOptions {
+    ProviderOptions {
+        wait: WaitSettings {
+            first: Duration::from_millis(5),
+            factor: 1.5,
+            max_interval: Duration::from_millis(40),
+            timeout: Duration::from_secs(10),
+        },
+        retry: RetryPolicy {
+            base: Duration::from_millis(5),
+            max: Duration::from_millis(20),
+            max_attempts: 3,
+        },
+        limits: RateLimits::unlimited(),
+        request_timeout: Duration::from_secs(10),
+        counter,
+    }
+}
+
+pub async fn harness() -> Harness {
+    provider_for(MockTencent::builder().start().await.unwrap())
+}
+
+pub fn provider_for(cloud: MockTencent) -> Harness {
+    let config = TencentConfig::resolve(Some(&cloud_config(&cloud)), &|_| None).unwrap();
+    let counter = CallCounter::new();
+    let provider = TencentProvider::new(config, CLUSTER, fast_options(counter.clone())).unwrap();
+    Harness {
+        cloud,
+        provider,
+        counter,
+    }
+}
+
+/// A LoadBalancer Service, parsed through the real annotation parser.
+#[derive(Clone)]
+pub struct Svc {
+    name: String,
+    uid: String,
+    annotations: BTreeMap<String, String>,
+    ports: Vec<Value>,
+    spec: serde_json::Map<String, Value>,
+}
+
+pub fn svc(name: &str, uid: &str) -> Svc {
+    Svc {
+        name: name.into(),
+        uid: uid.into(),
+        annotations: BTreeMap::new(),
+        ports: vec![
+            json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080}),
+        ],
+        spec: serde_json::Map::new(),
+    }
+}
+
+impl Svc {
+    pub fn annotate(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.into(), value.into());
+        self
+    }
+
+    /// Replaces the ports: (name, port, protocol, nodePort).
+    pub fn ports(mut self, ports: &[(&str, u16, &str, u16)]) -> Self {
+        self.ports = ports
+            .iter()
+            .map(|(name, port, protocol, node_port)| {
+                json!({"name": name, "port": port, "protocol": protocol, "targetPort": port, "nodePort": node_port})
+            })
+            .collect();
+        self
+    }
+
+    pub fn key(&self) -> ServiceKey {
+        ServiceKey {
+            namespace: "default".into(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+        }
+    }
+
+    fn service(&self) -> Service {
+        let mut spec = self.spec.clone();
+        spec.insert("type".into(), json!("LoadBalancer"));
+        spec.insert("ports".into(), json!(self.ports));
+        spec.entry("externalTrafficPolicy")
+            .or_insert(json!("Cluster"));
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": self.name, "namespace": "default", "uid": self.uid, "annotations": self.annotations},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    pub fn spec(&self) -> LoadBalancerSpec {
+        kube_lb_annotations::parse(Cloud::Tencent, &self.service())
+            .unwrap_or_else(|e| panic!("annotations rejected: {e:?}"))
+            .spec
+    }
+
+    /// The parser's errors, rendered.
+    pub fn errors(&self) -> String {
+        match kube_lb_annotations::parse(Cloud::Tencent, &self.service()) {
+            Ok(_) => String::new(),
+            Err(errors) => errors.to_string(),
+        }
+    }
+}
+
+pub fn node(name: &str, ip: &str) -> BackendNode {
+    BackendNode {
+        name: name.into(),
+        provider_id: None,
+        addresses: vec![NodeAddress {
+            kind: NodeAddressKind::InternalIp,
+            ip: ip.parse::<IpAddr>().unwrap(),
+        }],
+        labels: BTreeMap::new(),
+    }
+}
+
+pub fn nodes(n: usize) -> Vec<BackendNode> {
+    (1..=n)
+        .map(|i| node(&format!("node-{i}"), &format!("10.0.0.{}", 100 + i)))
+        .collect()
+}
+
+/// The CLBs tagged for `uid`.
+pub fn clbs_for(cloud: &MockTencent, uid: &str) -> Vec<Value> {
+    cloud
+        .load_balancers()
+        .into_iter()
+        .filter(|lb| {
+            lb["Tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["TagKey"] == "tke-lb-serviceuuid" && t["TagValue"] == uid)
+        })
+        .collect()
+}
+
+/// `protocol:port -> sorted "ip:port"` of a CLB.
+pub fn bindings(cloud: &MockTencent, lb_id: &str) -> BTreeMap<String, Vec<String>> {
+    cloud
+        .listeners(lb_id)
+        .iter()
+        .map(|l| {
+            let mut targets: Vec<String> = l["Targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| format!("{}:{}", t["EniIp"].as_str().unwrap_or_default(), t["Port"]))
+                .collect();
+            targets.sort();
+            (
+                format!("{}:{}", l["Protocol"].as_str().unwrap(), l["Port"]),
+                targets,
+            )
+        })
+        .collect()
+}
+
+/// Actions of the mutating calls so far.
+pub fn mutations(cloud: &MockTencent) -> Vec<String> {
+    cloud.mutations().iter().map(|e| e.action.clone()).collect()
+}

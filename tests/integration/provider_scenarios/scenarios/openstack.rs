@@ -1,0 +1,104 @@
+//! OpenStack: the in-process Keystone + Octavia + Neutron mock with its public and private
+//! networks, an external Service (floating IP) by default. Set up through the provider's own
+//! test support module, compiled here from its one place, so the provider tests and this table
+//! cannot drift apart.
+
+use kube_lb_annotations::Cloud;
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+
+use super::Harness;
+
+/// `providers/openstack/tests/support`: the mock, the provider pointed at it, node and
+/// Service builders, and the hand-built state of cloud-provider-openstack.
+#[path = "../../../../providers/openstack/tests/support/mod.rs"]
+pub mod support;
+
+/// The load balancer of the scenario Service `default/web` in cluster `kubernetes`.
+const LB_NAME: &str = "kube_service_kubernetes_default_web";
+
+/// The mock plus an OpenStack provider pointed at it.
+pub struct OpenStack {
+    h: support::Harness,
+    node_count: usize,
+}
+
+fn node(index: usize) -> BackendNode {
+    support::node(&format!("node-{index}"), &format!("10.0.0.{}", 100 + index))
+}
+
+impl Harness for OpenStack {
+    const CLOUD: Cloud = Cloud::Openstack;
+
+    async fn start() -> OpenStack {
+        OpenStack {
+            h: support::harness().await,
+            node_count: 2,
+        }
+    }
+
+    fn provider(&self) -> &dyn LoadBalancerProvider {
+        &self.h.provider
+    }
+
+    fn counter(&self) -> CallCounter {
+        self.h.counter.clone()
+    }
+
+    fn nodes(&self) -> Vec<BackendNode> {
+        (1..=2).map(node).collect()
+    }
+
+    async fn add_node(&mut self) -> BackendNode {
+        // Members are addresses on the member subnet: a node exists for Octavia as soon as it
+        // has one, so there is nothing to create in the mock.
+        self.node_count += 1;
+        node(self.node_count)
+    }
+
+    fn registration_operations(&self) -> &'static [&'static str] {
+        // One batch member update per pool, nothing else.
+        &["octavia:BatchUpdateMembers"]
+    }
+
+    async fn owned(&self) -> Vec<String> {
+        let cloud = &self.h.cloud;
+        let named = |kind: &str, items: Vec<serde_json::Value>, key: &str| -> Vec<String> {
+            items
+                .iter()
+                .map(|item| format!("{kind} {}", item[key].as_str().unwrap_or_default()))
+                .collect()
+        };
+        let mut owned = named("loadbalancer", cloud.load_balancers(), "name");
+        owned.extend(named("listener", cloud.listeners(), "name"));
+        owned.extend(named("pool", cloud.pools(), "name"));
+        owned.extend(named("healthmonitor", cloud.health_monitors(), "name"));
+        owned.extend(named(
+            "floatingip",
+            cloud.floating_ips(),
+            "floating_ip_address",
+        ));
+        owned.extend(named("security_group", cloud.security_groups(), "name"));
+        // The mock starts with no ports: every port is a VIP port or one a client made.
+        owned.extend(named("port", cloud.ports(), "name"));
+        owned
+    }
+
+    fn mutations_seen_by_cloud_since(&self, mark: usize) -> Vec<String> {
+        self.h
+            .cloud
+            .journal()
+            .iter()
+            .skip(mark)
+            .filter(|e| e.is_mutation())
+            .map(|e| format!("{} {} {}", e.method, e.path, e.status))
+            .collect()
+    }
+
+    fn mark(&self) -> usize {
+        self.h.cloud.journal().len()
+    }
+
+    async fn remove_load_balancer_out_of_band(&self) {
+        support::remove_out_of_band(&self.h.cloud, LB_NAME).await;
+    }
+}
