@@ -557,6 +557,34 @@ pub fn apply_defaults(service: &mut Value) {
     if service_type(spec) == "LoadBalancer" && !is_set(spec, "allocateLoadBalancerNodePorts") {
         spec["allocateLoadBalancerNodePorts"] = json!(true);
     }
+    // LoadBalancerIPMode (GA): an ingress IP without ipMode is VIP.
+    if let Some(Value::Array(ingress)) = service.pointer_mut("/status/loadBalancer/ingress") {
+        for entry in ingress.iter_mut().filter(|e| e.is_object()) {
+            if str_field(entry, "ip").is_some_and(|ip| !ip.is_empty()) && !is_set(entry, "ipMode") {
+                entry["ipMode"] = json!("VIP");
+            }
+        }
+    }
+}
+
+/// `ValidateLoadBalancerStatus`'s ipMode rules: only with an IP, and only `VIP` or `Proxy`.
+fn validate_ip_modes(causes: &mut Vec<Cause>, service: &Value) {
+    let Some(Value::Array(ingress)) = service.pointer("/status/loadBalancer/ingress") else {
+        return;
+    };
+    for (i, entry) in ingress.iter().enumerate() {
+        let field = format!("status.loadBalancer.ingress[{i}].ipMode");
+        let has_ip = str_field(entry, "ip").is_some_and(|ip| !ip.is_empty());
+        match str_field(entry, "ipMode") {
+            Some(_) if !has_ip => causes.push(Cause::forbidden(
+                field,
+                "may not be specified when `ip` is not",
+            )),
+            Some(mode) => check_enum(causes, field, mode, &["Proxy", "VIP"]),
+            None if has_ip => causes.push(Cause::required(field)),
+            None => {}
+        }
+    }
 }
 
 /// Whether `name` is a valid IANA service name (`IsValidPortName`: named target ports and
@@ -777,6 +805,7 @@ pub fn validate(service: &Value) -> Vec<Cause> {
         );
     }
     validate_topology_keys(&mut causes, spec);
+    validate_ip_modes(&mut causes, service);
     // Written through /status by load-balancer controllers (kube-lb.io/LoadBalancerReady).
     causes.extend(crate::validation::validate_conditions(
         service.pointer("/status/conditions"),

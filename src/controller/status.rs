@@ -17,6 +17,11 @@ pub fn ingress(status: &LoadBalancerStatus) -> Vec<LoadBalancerIngress> {
         .map(|i| LoadBalancerIngress {
             ip: i.ip.map(|ip| ip.to_string()),
             hostname: i.hostname.clone(),
+            // Only with an IP: the API server refuses ipMode without one.
+            ip_mode: i
+                .ip_mode
+                .filter(|_| i.ip.is_some())
+                .map(|mode| mode.as_str().to_string()),
             ..Default::default()
         })
         .collect()
@@ -40,6 +45,11 @@ pub fn recorded_status(service: &Service) -> LoadBalancerStatus {
             .map(|i| kube_lb_provider_core::LoadBalancerIngress {
                 ip: i.ip.and_then(|ip| ip.parse().ok()),
                 hostname: i.hostname,
+                ip_mode: match i.ip_mode.as_deref() {
+                    Some("Proxy") => Some(kube_lb_provider_core::IpMode::Proxy),
+                    Some("VIP") => Some(kube_lb_provider_core::IpMode::Vip),
+                    _ => None,
+                },
             })
             .filter(|i| i.ip.is_some() || i.hostname.is_some())
             .collect(),
@@ -50,10 +60,19 @@ pub fn recorded_status(service: &Service) -> LoadBalancerStatus {
 pub fn ingress_shown(service: &Service, desired: &[LoadBalancerIngress]) -> bool {
     current_ingress(service)
         .iter()
-        .map(|i| (i.ip.as_deref(), i.hostname.as_deref()))
-        .eq(desired
-            .iter()
-            .map(|i| (i.ip.as_deref(), i.hostname.as_deref())))
+        .map(shown_as)
+        .eq(desired.iter().map(shown_as))
+}
+
+/// An ingress entry as compared: an IP without ipMode is VIP, as kube-apiserver defaults it
+/// (and as an API server without the field shows it), so neither side's spelling causes a
+/// write on every resync.
+fn shown_as(i: &LoadBalancerIngress) -> (Option<&str>, Option<&str>, Option<&str>) {
+    let mode = match (i.ip.as_deref(), i.ip_mode.as_deref()) {
+        (Some(_), None) => Some("VIP"),
+        (_, mode) => mode,
+    };
+    (i.ip.as_deref(), i.hostname.as_deref(), mode)
 }
 
 /// What a status write does with the `kube-lb.io/LoadBalancerReady` condition.
@@ -155,6 +174,7 @@ mod tests {
             ingress: vec![Ing {
                 ip: ip.map(|i| i.parse().unwrap()),
                 hostname: host.map(String::from),
+                ip_mode: None,
             }],
         }
     }
@@ -199,6 +219,44 @@ mod tests {
             set,
             json!({"status": {"loadBalancer": {"ingress": [{"hostname": "a1.elb.amazonaws.com"}]}}})
         );
+    }
+
+    /// ipMode: `Proxy` is written and compared; an IP without ipMode is VIP on either side (as
+    /// kube-apiserver defaults it), so a server that shows `VIP` causes no write, and neither
+    /// does one that drops the field.
+    #[test]
+    fn ip_mode_is_written_and_vip_equals_unset() {
+        let proxied = ingress(&LoadBalancerStatus {
+            ingress: vec![Ing {
+                ip: Some("203.0.113.5".parse().unwrap()),
+                ip_mode: Some(kube_lb_provider_core::IpMode::Proxy),
+                ..Ing::default()
+            }],
+        });
+        assert_eq!(proxied[0].ip_mode.as_deref(), Some("Proxy"));
+        let plain = ingress(&status(Some("203.0.113.5"), None));
+        assert_eq!(plain[0].ip_mode, None, "unset, not spelled out");
+        let shown = |mode: Option<&str>| {
+            let mut svc = svc_with(&["203.0.113.5"]);
+            let status = svc.status.as_mut().unwrap().load_balancer.as_mut().unwrap();
+            status.ingress.as_mut().unwrap()[0].ip_mode = mode.map(String::from);
+            svc
+        };
+        assert!(ingress_shown(&shown(Some("VIP")), &plain));
+        assert!(ingress_shown(&shown(None), &plain));
+        assert!(
+            !ingress_shown(&shown(Some("VIP")), &proxied),
+            "VIP -> Proxy is a change"
+        );
+        assert!(ingress_shown(&shown(Some("Proxy")), &proxied));
+        let hostname_only = ingress(&LoadBalancerStatus {
+            ingress: vec![Ing {
+                hostname: Some("lb.example".into()),
+                ip_mode: Some(kube_lb_provider_core::IpMode::Proxy),
+                ..Ing::default()
+            }],
+        });
+        assert_eq!(hostname_only[0].ip_mode, None, "never without an IP");
     }
 
     /// The ingress and the condition go out in one patch; what is shown already is left out;

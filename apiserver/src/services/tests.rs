@@ -912,3 +912,45 @@ fn secondary_range_must_be_the_other_family() {
     assert_eq!(a.cidrs().len(), 2);
     assert!(a.with_secondary_cidr("fd00::/64".parse().unwrap()).is_err());
 }
+
+/// LoadBalancerIPMode as kube-apiserver (GA): an ingress IP without ipMode is defaulted to
+/// VIP; ipMode is only `VIP` or `Proxy`, and only beside an IP.
+#[test]
+fn ingress_ip_mode_is_defaulted_and_validated() {
+    let lb = || svc(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    let mut s = lb();
+    s["status"] = json!({"loadBalancer": {"ingress": [
+        {"ip": "192.0.2.1"}, {"ip": "192.0.2.2", "ipMode": "Proxy"}, {"hostname": "lb.example"}
+    ]}});
+    admit(None, &mut s, &mut allocator()).unwrap();
+    let ingress = &s["status"]["loadBalancer"]["ingress"];
+    assert_eq!(ingress[0]["ipMode"], "VIP", "defaulted");
+    assert_eq!(ingress[1]["ipMode"], "Proxy", "kept");
+    assert!(
+        ingress[2].get("ipMode").is_none(),
+        "never beside a hostname only"
+    );
+
+    for (entry, field, reason) in [
+        (
+            json!({"ip": "192.0.2.1", "ipMode": "proxy"}),
+            "status.loadBalancer.ingress[0].ipMode",
+            "FieldValueNotSupported",
+        ),
+        (
+            json!({"hostname": "lb.example", "ipMode": "Proxy"}),
+            "status.loadBalancer.ingress[0].ipMode",
+            "FieldValueForbidden",
+        ),
+    ] {
+        let mut s = lb();
+        s["status"] = json!({"loadBalancer": {"ingress": [entry.clone()]}});
+        let causes = admit(None, &mut s, &mut allocator()).unwrap_err();
+        assert!(
+            causes
+                .iter()
+                .any(|c| c.field == field && c.reason == reason),
+            "{entry}: {causes:?}"
+        );
+    }
+}

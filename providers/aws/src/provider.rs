@@ -76,6 +76,7 @@ fn status(hostname: Option<String>) -> LoadBalancerStatus {
             .map(|h| LoadBalancerIngress {
                 ip: None,
                 hostname: Some(h),
+                ip_mode: None,
             })
             .into_iter()
             .collect(),

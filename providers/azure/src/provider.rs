@@ -440,6 +440,7 @@ impl AzureProvider {
             ingress: vec![LoadBalancerIngress {
                 ip: Some(ip),
                 hostname: None,
+                ip_mode: None,
             }],
         })
     }

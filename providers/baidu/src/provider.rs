@@ -89,6 +89,7 @@ fn status_of(address: &str) -> LoadBalancerStatus {
             .map(|ip| LoadBalancerIngress {
                 ip: Some(ip),
                 hostname: None,
+                ip_mode: None,
             })
             .into_iter()
             .collect(),

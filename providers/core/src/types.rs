@@ -47,13 +47,37 @@ impl BackendNode {
     }
 }
 
+/// How traffic to an ingress IP reaches the nodes (`.status.loadBalancer.ingress[].ipMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum IpMode {
+    /// The load balancer delivers packets with the IP as destination: node proxies may
+    /// short-circuit in-cluster traffic to it (Kubernetes' default when unset).
+    #[serde(rename = "VIP")]
+    Vip,
+    /// The load balancer terminates or rewrites the connection (e.g. PROXY protocol): node
+    /// proxies must send in-cluster traffic through it, never short-circuit it.
+    Proxy,
+}
+
+impl IpMode {
+    /// The API spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpMode::Vip => "VIP",
+            IpMode::Proxy => "Proxy",
+        }
+    }
+}
+
 /// One entry of `.status.loadBalancer.ingress`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct LoadBalancerIngress {
     /// An IP address (local, GCP, Azure).
     pub ip: Option<IpAddr>,
     /// A DNS name (AWS).
     pub hostname: Option<String>,
+    /// `ipMode`, only with `ip`; `None` leaves it unset (VIP).
+    pub ip_mode: Option<IpMode>,
 }
 
 /// What the provider reports about a load balancer: the ingress points.

@@ -881,6 +881,7 @@ impl GcpProvider {
             ingress: vec![LoadBalancerIngress {
                 ip: Some(ip),
                 hostname: None,
+                ip_mode: None,
             }],
         })
     }
@@ -1102,6 +1103,7 @@ impl LoadBalancerProvider for GcpProvider {
                 ingress: vec![LoadBalancerIngress {
                     ip: rule.ip,
                     hostname: None,
+                    ip_mode: None,
                 }],
             }))
     }

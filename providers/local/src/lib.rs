@@ -97,6 +97,7 @@ impl LocalLoadBalancer {
                 .map(|ip| LoadBalancerIngress {
                     ip: Some(*ip),
                     hostname: None,
+                    ip_mode: None,
                 })
                 .collect(),
         }
@@ -739,6 +740,7 @@ mod tests {
             ingress: vec![LoadBalancerIngress {
                 ip: Some("127.0.0.10".parse().unwrap()),
                 hostname: None,
+                ip_mode: None,
             }],
         };
         p.adopt(&old.service, &status).await.unwrap();

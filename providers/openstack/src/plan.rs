@@ -9,7 +9,7 @@ use kube_lb_annotations::{
     ProviderSpec, Scheme, SelectorOperator, ServiceKey, TrafficPolicy,
 };
 use kube_lb_provider_core::{
-    BackendNode, ChangeAction, LoadBalancerIngress, LoadBalancerStatus, PlannedChange,
+    BackendNode, ChangeAction, IpMode, LoadBalancerIngress, LoadBalancerStatus, PlannedChange,
     ProviderError,
 };
 use serde_json::{Value, json};
@@ -436,14 +436,22 @@ impl Desired {
                 .as_ref()
                 .map(|suffix| format!("{address}.{suffix}"))
         });
+        // PROXY protocol: clients inside the cluster must go through the load balancer too
+        // (a node proxy short-circuiting the IP would deliver no PROXY header), which is what
+        // `ipMode: Proxy` tells them. The hostname form (enable-ingress-hostname) predates it.
+        let proxied = self
+            .listeners
+            .iter()
+            .any(|l| matches!(l.pool_protocol, "PROXY" | "PROXYV2"));
         let ingress = match hostname {
             Some(hostname) => Some(LoadBalancerIngress {
-                ip: None,
                 hostname: Some(hostname),
+                ..LoadBalancerIngress::default()
             }),
             None => address.parse().ok().map(|ip| LoadBalancerIngress {
                 ip: Some(ip),
-                hostname: None,
+                ip_mode: proxied.then_some(IpMode::Proxy),
+                ..LoadBalancerIngress::default()
             }),
         };
         LoadBalancerStatus {
@@ -1231,6 +1239,15 @@ mod tests {
         )
         .expect("desired");
         assert_eq!(proxy.listeners[0].pool_protocol, "PROXYV2");
+        assert_eq!(
+            proxy.status("203.0.113.5").ingress,
+            vec![LoadBalancerIngress {
+                ip: Some("203.0.113.5".parse().expect("ip")),
+                ip_mode: Some(IpMode::Proxy),
+                ..LoadBalancerIngress::default()
+            }],
+            "PROXY protocol: in-cluster clients must go through the load balancer"
+        );
         assert_eq!(proxy.listeners[0].lb_algorithm, "LEAST_CONNECTIONS");
         assert!(proxy.listeners[0].monitor.is_none());
         assert!(!proxy.internal && proxy.vip.address.is_none());
@@ -1251,6 +1268,11 @@ mod tests {
             &config(),
         )
         .expect("desired");
+        assert_eq!(
+            local.status("203.0.113.5").ingress[0].ip_mode,
+            None,
+            "without PROXY protocol ipMode stays unset (VIP)"
+        );
         let monitor = local.listeners[0]
             .monitor
             .as_ref()

@@ -992,6 +992,7 @@ impl LoadBalancerProvider for OpenStackProvider {
                 .map(|ip| LoadBalancerIngress {
                     ip: Some(ip),
                     hostname: None,
+                    ip_mode: None,
                 })
                 .into_iter()
                 .collect(),

@@ -473,6 +473,7 @@ impl TencentProvider {
             .map(|ip| LoadBalancerIngress {
                 ip: Some(ip),
                 hostname: None,
+                ip_mode: None,
             })
             .collect();
         ingress.sort();
