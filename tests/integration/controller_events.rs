@@ -154,6 +154,35 @@ async fn an_address_in_use_is_retried_with_warnings_until_it_is_freed() {
     running.stop().await;
 }
 
+/// A leading controller running a test's own provider wrapper (`start_with_provider` takes
+/// only the recording provider).
+struct Wrapped {
+    metrics: Arc<Metrics>,
+    outcomes: watch::Receiver<kube_lb::controller::Outcomes>,
+    /// Cancels the controller and waits for it (keeps the leadership sender alive until then).
+    stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+}
+
+fn start_wrapped(client: &kube::Client, provider: Arc<dyn LoadBalancerProvider>) -> Wrapped {
+    let metrics = Arc::new(Metrics::new());
+    let controller =
+        LoadBalancerController::new(client.clone(), provider, test_config(), metrics.clone());
+    let outcomes = controller.outcomes();
+    let (leading_tx, leading) = watch::channel(true);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(controller.run(leading, shutdown.clone()));
+    let stop = Box::pin(async move {
+        shutdown.cancel();
+        let _ = tokio::time::timeout(CEILING, task).await;
+        drop(leading_tx);
+    });
+    Wrapped {
+        metrics,
+        outcomes,
+        stop,
+    }
+}
+
 /// The local provider, except that Services whose name starts with `elsewhere` belong to
 /// another controller (as AWS `aws-load-balancer-type: nlb-ip` does).
 #[derive(Debug)]
@@ -206,17 +235,11 @@ async fn a_load_balancer_implemented_elsewhere_is_left_alone_quietly() {
         ensures: AtomicU32::new(0),
         deletes: Mutex::new(Vec::new()),
     });
-    let metrics = Arc::new(Metrics::new());
-    let controller = LoadBalancerController::new(
-        client.clone(),
-        provider.clone(),
-        test_config(),
-        metrics.clone(),
-    );
-    let mut outcomes = controller.outcomes();
-    let (_leading, leading) = watch::channel(true);
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(controller.run(leading, shutdown.clone()));
+    let Wrapped {
+        metrics,
+        mut outcomes,
+        stop,
+    } = start_wrapped(&client, provider.clone());
 
     svc_lb("default", "elsewhere").create(&client).await;
     tokio::time::timeout(
@@ -276,8 +299,7 @@ async fn a_load_balancer_implemented_elsewhere_is_left_alone_quietly() {
             .then_some(())
     })
     .await;
-    shutdown.cancel();
-    let _ = tokio::time::timeout(CEILING, task).await;
+    stop.await;
 }
 
 /// `kube-lb reconcile --cloud aws` against moto: a Service of `aws-load-balancer-type: nlb-ip`
@@ -409,17 +431,11 @@ async fn a_name_held_by_another_owner_is_a_user_error_that_waits_for_a_change() 
         taken: std::sync::atomic::AtomicBool::new(true),
         refused: AtomicU32::new(0),
     });
-    let metrics = Arc::new(Metrics::new());
-    let controller = LoadBalancerController::new(
-        client.clone(),
-        provider.clone(),
-        test_config(),
-        metrics.clone(),
-    );
-    let mut outcomes = controller.outcomes();
-    let (_leading, leading) = watch::channel(true);
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(controller.run(leading, shutdown.clone()));
+    let Wrapped {
+        metrics,
+        mut outcomes,
+        stop,
+    } = start_wrapped(&client, provider.clone());
 
     svc_lb("default", "taken").create(&client).await;
     tokio::time::timeout(
@@ -487,6 +503,5 @@ async fn a_name_held_by_another_owner_is_a_user_error_that_waits_for_a_change() 
         .await
         .unwrap();
     wait_address(&client, "default", "taken").await;
-    shutdown.cancel();
-    let _ = tokio::time::timeout(CEILING, task).await;
+    stop.await;
 }
