@@ -346,6 +346,7 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
             return Err(Error::Provider(error));
         }
     };
+    write_annotations(api, &service, &lb_status.annotations).await?;
     let ingress = status::ingress(&lb_status);
     let shown = addresses(&ingress);
     let readiness = if shown.is_empty() {
@@ -450,6 +451,26 @@ fn echo_wait(
     let same = service.metadata.resource_version.as_deref() == Some(echo.resource_version.as_str())
         && echo.hashes == hashes;
     (same && now < echo.retry_at).then(|| echo.retry_at - now)
+}
+
+/// Sets the annotations the provider records its ids in (TKE's load-balancer id, CCE's BLB
+/// id), before the status write so the status write's resourceVersion stays the newest.
+async fn write_annotations(
+    api: &Api<Service>,
+    service: &Service,
+    wanted: &std::collections::BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let Some(patch) = status::annotation_patch(service, wanted) else {
+        return Ok(());
+    };
+    api.patch(
+        &service.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    tracing::debug!(keys = ?wanted.keys().collect::<Vec<_>>(), "annotations written back");
+    Ok(())
 }
 
 /// Writes the status patch (ingress and condition together) when the Service does not show

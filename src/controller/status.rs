@@ -27,6 +27,26 @@ pub fn ingress(status: &LoadBalancerStatus) -> Vec<LoadBalancerIngress> {
         .collect()
 }
 
+/// The metadata merge patch that sets the annotations the provider asked to write back
+/// (`wanted`) where the Service does not show them with the same value yet; `None` when it
+/// shows all of them. Guarded by the Service's uid, so a Service deleted and re-created
+/// meanwhile is not written.
+pub fn annotation_patch(
+    service: &Service,
+    wanted: &std::collections::BTreeMap<String, String>,
+) -> Option<Value> {
+    let shown = service.metadata.annotations.as_ref();
+    let missing: serde_json::Map<String, Value> = wanted
+        .iter()
+        .filter(|(key, value)| shown.and_then(|a| a.get(*key)) != Some(*value))
+        .map(|(key, value)| (key.clone(), Value::String(value.clone())))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(json!({"metadata": {"uid": service.metadata.uid, "annotations": missing}}))
+}
+
 /// The ingress currently written on the Service (empty when none).
 pub fn current_ingress(service: &Service) -> Vec<LoadBalancerIngress> {
     service
@@ -53,6 +73,7 @@ pub fn recorded_status(service: &Service) -> LoadBalancerStatus {
             })
             .filter(|i| i.ip.is_some() || i.hostname.is_some())
             .collect(),
+        ..Default::default()
     }
 }
 
@@ -176,6 +197,7 @@ mod tests {
                 hostname: host.map(String::from),
                 ip_mode: None,
             }],
+            ..Default::default()
         }
     }
 
@@ -185,6 +207,43 @@ mod tests {
 
     fn ingress_patch(svc: &Service, desired: &[LoadBalancerIngress]) -> Option<Value> {
         patch_for(svc, Some(desired), ConditionChange::Keep, t(0))
+    }
+
+    #[test]
+    fn annotation_patch_sets_only_what_differs() {
+        let map = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let service_with = |annotations: Option<&[(&str, &str)]>| {
+            let mut service = Service::default();
+            service.metadata.uid = Some("u1".into());
+            service.metadata.annotations = annotations.map(map);
+            service
+        };
+        let shown: &[(&str, &str)] = &[("a", "1"), ("b", "old")];
+        let cases = [
+            ("nothing asked", Some(shown), map(&[]), None),
+            ("already shown", Some(shown), map(&[("a", "1")]), None),
+            (
+                "changed and new; the shown one left out",
+                Some(shown),
+                map(&[("a", "1"), ("b", "new"), ("c", "3")]),
+                Some(json!({"metadata": {"uid": "u1", "annotations": {"b": "new", "c": "3"}}})),
+            ),
+            (
+                "Service without annotations",
+                None,
+                map(&[("a", "1")]),
+                Some(json!({"metadata": {"uid": "u1", "annotations": {"a": "1"}}})),
+            ),
+        ];
+        for (case, annotations, wanted, want) in cases {
+            let service = service_with(annotations);
+            assert_eq!(annotation_patch(&service, &wanted), want, "{case}");
+        }
     }
 
     #[test]
@@ -232,6 +291,7 @@ mod tests {
                 ip_mode: Some(kube_lb_provider_core::IpMode::Proxy),
                 ..Ing::default()
             }],
+            ..Default::default()
         });
         assert_eq!(proxied[0].ip_mode.as_deref(), Some("Proxy"));
         let plain = ingress(&status(Some("203.0.113.5"), None));
@@ -255,6 +315,7 @@ mod tests {
                 ip_mode: Some(kube_lb_provider_core::IpMode::Proxy),
                 ..Ing::default()
             }],
+            ..Default::default()
         });
         assert_eq!(hostname_only[0].ip_mode, None, "never without an IP");
     }

@@ -80,6 +80,7 @@ fn status(hostname: Option<String>) -> LoadBalancerStatus {
             })
             .into_iter()
             .collect(),
+        ..Default::default()
     }
 }
 

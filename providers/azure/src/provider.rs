@@ -442,6 +442,7 @@ impl AzureProvider {
                 hostname: None,
                 ip_mode: None,
             }],
+            ..Default::default()
         })
     }
 }

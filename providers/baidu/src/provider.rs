@@ -93,6 +93,7 @@ fn status_of(address: &str) -> LoadBalancerStatus {
             })
             .into_iter()
             .collect(),
+        ..Default::default()
     }
 }
 

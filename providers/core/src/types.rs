@@ -80,9 +80,26 @@ pub struct LoadBalancerIngress {
     pub ip_mode: Option<IpMode>,
 }
 
-/// What the provider reports about a load balancer: the ingress points.
+/// What the provider reports about a load balancer: the ingress points, and the annotations
+/// the controller writes back on the Service.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct LoadBalancerStatus {
     /// Ingress points, in a stable order.
     pub ingress: Vec<LoadBalancerIngress>,
+    /// Annotations to set on the Service after a successful ensure, as the upstream provider
+    /// records its cloud ids there (TKE's `service.kubernetes.io/loadbalance-id`, CCE's
+    /// `service.beta.kubernetes.io/cce-load-balancer-id`, the pool of a local address). The
+    /// controller patches only keys whose value differs from the Service's; it never removes a
+    /// key, so an id stays readable while the load balancer exists.
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl LoadBalancerStatus {
+    /// A status with these ingress points and no annotations to write back.
+    pub fn with_ingress(ingress: Vec<LoadBalancerIngress>) -> Self {
+        Self {
+            ingress,
+            annotations: Default::default(),
+        }
+    }
 }

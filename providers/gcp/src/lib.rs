@@ -883,6 +883,7 @@ impl GcpProvider {
                 hostname: None,
                 ip_mode: None,
             }],
+            ..Default::default()
         })
     }
 
@@ -1105,6 +1106,7 @@ impl LoadBalancerProvider for GcpProvider {
                     hostname: None,
                     ip_mode: None,
                 }],
+                ..Default::default()
             }))
     }
 

@@ -100,6 +100,7 @@ impl LocalLoadBalancer {
                     ip_mode: None,
                 })
                 .collect(),
+            ..Default::default()
         }
     }
 
@@ -742,6 +743,7 @@ mod tests {
                 hostname: None,
                 ip_mode: None,
             }],
+            ..Default::default()
         };
         p.adopt(&old.service, &status).await.unwrap();
         let fresh = p.ensure(&spec("fresh", 80), &[]).await.unwrap();

@@ -456,6 +456,7 @@ impl Desired {
         };
         LoadBalancerStatus {
             ingress: ingress.into_iter().collect(),
+            ..Default::default()
         }
     }
 }

@@ -996,6 +996,7 @@ impl LoadBalancerProvider for OpenStackProvider {
                 })
                 .into_iter()
                 .collect(),
+            ..Default::default()
         }))
     }
 

@@ -477,7 +477,10 @@ impl TencentProvider {
             })
             .collect();
         ingress.sort();
-        LoadBalancerStatus { ingress }
+        LoadBalancerStatus {
+            ingress,
+            ..Default::default()
+        }
     }
 
     fn desired(
