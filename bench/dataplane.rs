@@ -28,7 +28,7 @@ use kube_lb_dataplane::maglev::TableSize;
 use kube_lb_dataplane::model::{EndpointAddr, Index, IndexConfig, Snapshot};
 use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig, NftScheduler};
 use kube_lb_dataplane::testing::{service, slice};
-use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
+use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceEngine, UserspaceProxy};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -763,21 +763,43 @@ fn load_average() -> String {
 }
 
 /// Proxy threads whose CPU time is charged to a target.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Cpu {
     /// No proxy: the client talks to the backend.
     None,
     /// Threads of a process, by name prefix.
     Threads(u32, Option<&'static str>),
+    /// Threads of this process, by id (those a proxy started), plus any whose name starts with
+    /// the prefix (io_uring's `iou-wrk` workers, started when the kernel punts a request).
+    Tids(Arc<[u32]>, Option<&'static str>),
 }
 
 impl Cpu {
-    fn now(self) -> u64 {
+    fn now(&self) -> u64 {
         match self {
             Cpu::None => 0,
-            Cpu::Threads(pid, prefix) => cpu_ns(pid, prefix),
+            Cpu::Threads(pid, prefix) => cpu_ns(*pid, *prefix),
+            Cpu::Tids(tids, prefix) => {
+                let pid = std::process::id();
+                let listed: u64 = tids
+                    .iter()
+                    .filter_map(|tid| {
+                        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()
+                    })
+                    .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+                    .sum();
+                listed + prefix.map_or(0, |prefix| cpu_ns(pid, Some(prefix)))
+            }
         }
     }
+}
+
+/// Ids of this process's threads.
+fn thread_ids() -> std::collections::BTreeSet<u32> {
+    threads_of(std::process::id(), None)
+        .iter()
+        .filter_map(|task| task.file_name()?.to_str()?.parse().ok())
+        .collect()
 }
 
 /// What one target accumulated over the slices of one figure.
@@ -865,7 +887,7 @@ fn load_cpu_ns() -> u64 {
 }
 
 /// One measurement slice of `figure` against `target`.
-async fn slice_of(figure: Figure, target: SocketAddr, cpu: Cpu, slice: Duration) -> Slice {
+async fn slice_of(figure: Figure, target: SocketAddr, cpu: &Cpu, slice: Duration) -> Slice {
     let before = cpu.now();
     let load_before = load_cpu_ns();
     let started = Instant::now();
@@ -936,41 +958,65 @@ fn userspace_benchmarks(quick: bool) {
     // One server program and runtime, one listening port per target: each target's connections
     // to the backend then have their own TIME_WAIT space, so one target's closed connections do
     // not slow down another's connect().
-    let [direct_backend, userspace_backend, haproxy_backend] =
-        backend_runtime.block_on(async { [backend().await, backend().await, backend().await] });
+    let [
+        direct_backend,
+        userspace_backend,
+        haproxy_backend,
+        epoll_backend,
+    ] = backend_runtime.block_on(async {
+        [
+            backend().await,
+            backend().await,
+            backend().await,
+            backend().await,
+        ]
+    });
 
-    // kube-lb userspace: a ClusterIP-like frontend on 127.0.0.2.
-    let userspace_port = free_port();
-    let proxy_config = UserspaceConfig {
-        workers: PROXY_THREADS.try_into().unwrap(),
-        ..UserspaceConfig::default()
-    };
-    let described = format!(
-        "kube-lb userspace: {} worker threads, scheduler {}, first connect timeout {:?}",
-        proxy_config.workers, proxy_config.scheduler, proxy_config.connect_timeouts[0]
-    );
-    let mut proxy = UserspaceProxy::new(proxy_config);
-    let snap = {
+    // kube-lb userspace: a ClusterIP-like frontend on 127.0.0.2 with the default engine
+    // (io_uring where the kernel allows it), and the same on 127.0.0.4 forced to the epoll
+    // engine, so one run shows what the engine changes.
+    let start_proxy = |engine: UserspaceEngine, ip: &str, backend: SocketAddr| {
+        let port = free_port();
+        let proxy_config = UserspaceConfig {
+            workers: PROXY_THREADS.try_into().unwrap(),
+            engine,
+            ..UserspaceConfig::default()
+        };
         let mut index = Index::new(IndexConfig {
             node_name: "bench".into(),
             nodeport_cidrs: Vec::new(),
             allow_loopback_endpoints: true,
         });
         index.apply_service(
-            &service("bench", "web", "127.0.0.2")
-                .port("", "TCP", i32::from(userspace_port))
+            &service("bench", "web", ip)
+                .port("", "TCP", i32::from(port))
                 .build(),
         );
         index.apply_endpoint_slice(
             &slice("bench", "web", "web")
-                .port("", "TCP", i32::from(userspace_backend.port()))
+                .port("", "TCP", i32::from(backend.port()))
                 .endpoint("127.0.0.1", "bench")
                 .build(),
         );
-        index.snapshot()
+        let mut proxy = UserspaceProxy::new(proxy_config);
+        let choice = proxy.engine().expect("userspace engine");
+        // The threads the proxy starts are its own: their CPU time is charged to it.
+        let before = thread_ids();
+        let report = control_runtime.block_on(proxy.apply(&index.snapshot()));
+        assert_eq!(report.opened.len(), 1, "{report:?}");
+        let tids: Arc<[u32]> = thread_ids().difference(&before).copied().collect();
+        let addr: SocketAddr = format!("{ip}:{port}").parse().unwrap();
+        (proxy, choice, tids, addr)
     };
-    let report = control_runtime.block_on(proxy.apply(&snap));
-    assert_eq!(report.opened.len(), 1, "{report:?}");
+    let (proxy, choice, userspace_tids, userspace_addr) =
+        start_proxy(UserspaceEngine::Auto, "127.0.0.2", userspace_backend);
+    let (epoll_proxy, _, epoll_tids, epoll_addr) =
+        start_proxy(UserspaceEngine::Epoll, "127.0.0.4", epoll_backend);
+    let defaults = UserspaceConfig::default();
+    let described = format!(
+        "kube-lb userspace: {PROXY_THREADS} worker threads, scheduler {}, first connect timeout {:?}; engine {} ({}), beside the epoll engine",
+        defaults.scheduler, defaults.connect_timeouts[0], choice.engine, choice.reason
+    );
 
     // HAProxy in TCP mode with the same backend, as many threads, no logging, no health checks.
     let haproxy_port = free_port();
@@ -1004,24 +1050,30 @@ fn userspace_benchmarks(quick: bool) {
         panic!("haproxy did not start");
     });
 
-    let userspace_addr: SocketAddr = format!("127.0.0.2:{userspace_port}").parse().unwrap();
     let targets = [
         ("direct", direct_backend, Cpu::None),
         (
             "kube-lb userspace",
             userspace_addr,
-            Cpu::Threads(std::process::id(), Some("klb-userspace")),
+            Cpu::Tids(userspace_tids.clone(), Some("iou-")),
         ),
         ("haproxy", haproxy_addr, Cpu::Threads(haproxy.id(), None)),
+        (
+            "kube-lb epoll",
+            epoll_addr,
+            Cpu::Tids(epoll_tids.clone(), None),
+        ),
     ];
     let slice = Duration::from_millis(500);
     println!(
         "\n== userspace proxy on loopback: {rounds} slices of {} ms per figure and target, order rotating, {CLIENTS} concurrent clients",
         slice.as_millis()
     );
+    let uring_threads = threads_of(std::process::id(), Some("klb-uring")).len();
     println!(
-        "   {described}; threads running (from /proc): {} kube-lb workers, {} haproxy",
-        threads_of(std::process::id(), Some("klb-userspace")).len(),
+        "   {described}; threads (from /proc): {} started by the default-engine proxy ({uring_threads} io_uring workers, the rest idle tokio workers kept for UDP and affinity sweeping), {} by the epoll one, {} haproxy",
+        userspace_tids.len(),
+        epoll_tids.len(),
         threads_of(haproxy.id(), None).len()
     );
     println!(
@@ -1036,7 +1088,7 @@ fn userspace_benchmarks(quick: bool) {
     // empty): quicker repeats when only the connection path changed.
     let only_new = std::env::args().any(|arg| arg == "--only-new-connections");
     let figures = [Figure::NewConnection, Figure::KeepAlive, Figure::Throughput];
-    let mut totals: [[Totals; 3]; 3] = Default::default();
+    let mut totals: [[Totals; 4]; 3] = Default::default();
     // Per-slice userspace/haproxy ratios.
     let mut spreads: [Vec<f64>; 3] = Default::default();
     for (f, figure) in figures.into_iter().enumerate() {
@@ -1049,15 +1101,15 @@ fn userspace_benchmarks(quick: bool) {
             rounds
         };
         for round in 0..slices {
-            let mut order = [0, 1, 2];
-            order.rotate_left(round % 3);
-            if round % 6 >= 3 {
+            let mut order = [0, 1, 2, 3];
+            order.rotate_left(round % 4);
+            if round % 8 >= 4 {
                 order.reverse();
             }
-            let mut this = [0.0; 3];
+            let mut this = [0.0; 4];
             for index in order {
-                let (_, addr, cpu) = targets[index];
-                let measured = client_runtime.block_on(slice_of(figure, addr, cpu, slice));
+                let (_, addr, cpu) = &targets[index];
+                let measured = client_runtime.block_on(slice_of(figure, *addr, cpu, slice));
                 this[index] = measured.work / measured.seconds;
                 totals[f][index].add(measured);
             }
@@ -1075,7 +1127,7 @@ fn userspace_benchmarks(quick: bool) {
     for (index, (name, _, cpu)) in targets.iter().enumerate() {
         let cpu_text = match cpu {
             Cpu::None => String::new(),
-            Cpu::Threads(..) => format!(
+            Cpu::Threads(..) | Cpu::Tids(..) => format!(
                 "{:.1} / {:.1} / {:.0}",
                 totals[0][index].cpu_per(),
                 totals[1][index].cpu_per(),
@@ -1092,6 +1144,8 @@ fn userspace_benchmarks(quick: bool) {
     let ratio = |f: usize, of: usize, to: usize| totals[f][of].rate() / totals[f][to].rate();
     for (name, of, to) in [
         ("userspace/haproxy", 1, 2),
+        ("epoll/haproxy", 3, 2),
+        ("userspace/epoll", 1, 3),
         ("userspace/direct", 1, 0),
         ("haproxy/direct", 2, 0),
     ] {
@@ -1153,7 +1207,7 @@ fn userspace_benchmarks(quick: bool) {
         let totals = &totals[0][index];
         let proxy = match cpu {
             Cpu::None => 0.0,
-            Cpu::Threads(..) => totals.cpu_per(),
+            Cpu::Threads(..) | Cpu::Tids(..) => totals.cpu_per(),
         };
         println!(
             "{name:>18} | {proxy:>12.1} {:>16.1} {:>12.1}",
@@ -1190,6 +1244,7 @@ fn userspace_benchmarks(quick: bool) {
     let _ = haproxy.wait();
     let _ = std::fs::remove_file(config_path);
     drop(proxy);
+    drop(epoll_proxy);
 }
 
 fn main() -> ExitCode {

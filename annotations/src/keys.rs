@@ -291,6 +291,10 @@ pub mod openstack {
     pub const LOAD_BALANCER_ADDRESS: &str = "loadbalancer.openstack.org/load-balancer-address";
     /// Member node label selector.
     pub const NODE_SELECTOR: &str = "loadbalancer.openstack.org/node-selector";
+    /// Written back by kube-lb: the create-only settings of the Service's load balancer as
+    /// Octavia reports them (JSON: `flavor_id`, `availability_zone`, `vip_subnet_id`,
+    /// `vip_network_id`, `vip_port_id`); a later annotation change is reported, not applied.
+    pub const CREATED_WITH: &str = "kube-lb.io/openstack-created-with";
 }
 
 /// Tencent TKE keys (seed 001; reference other-clouds.md §2.3).
@@ -317,6 +321,16 @@ pub mod tencent {
     /// Register only nodes with a pod (Local).
     pub const LOCAL_SVC_ONLY_BIND_NODE_WITH_POD: &str =
         "service.kubernetes.io/local-svc-only-bind-node-with-pod";
+    /// Written back (as TKE does): the id of the CLB that holds the Service's listeners.
+    pub const LOADBALANCE_ID: &str = "service.kubernetes.io/loadbalance-id";
+    /// Written back by kube-lb: the extensiveParameters the Service's CLB was created with
+    /// (create-only; a later change is reported, not applied).
+    pub const CREATED_WITH_EXTENSIVE_PARAMETERS: &str =
+        "kube-lb.io/tencent-created-with-extensive-parameters";
+    /// Written back by kube-lb: the listenerParameters the Service's listeners were created
+    /// with (create-only; a later change is reported, not applied).
+    pub const CREATED_WITH_LISTENER_PARAMETERS: &str =
+        "kube-lb.io/tencent-created-with-listener-parameters";
 }
 
 /// Baidu CCE keys (reference other-clouds.md §3.8).

@@ -296,6 +296,20 @@ pub struct LoadBalancerSpec {
     pub provider: ProviderSpec,
 }
 
+impl LoadBalancerSpec {
+    /// Under `externalTrafficPolicy: Local`, whether the load balancer is given only the nodes
+    /// that run a ready endpoint. True for every cloud but TKE, whose default binds every node
+    /// and lets the CLB health check on the health-check node port decide, unless
+    /// `service.kubernetes.io/local-svc-only-bind-node-with-pod: "true"` asks for the narrow set
+    /// (binding every node means an endpoint moving between nodes changes no target).
+    pub fn local_binds_only_nodes_with_endpoints(&self) -> bool {
+        match &self.provider {
+            ProviderSpec::Tencent(tencent) => tencent.local_svc_only_bind_node_with_pod,
+            _ => true,
+        }
+    }
+}
+
 /// Per-provider extension of the spec. Filled in by the provider-specific annotation modules.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "cloud", rename_all = "lowercase")]

@@ -522,11 +522,16 @@ fn label_selector_grammar() {
 
 #[test]
 fn load_balancer_ip_is_ignored_loudly_where_the_provider_ignores_it() {
-    for cloud in [Cloud::Tencent, Cloud::Baidu] {
-        let parsed = svc_lb("ns", "web").lb_ip("192.0.2.7").ok(cloud);
-        assert_warning(&parsed, "spec.loadBalancerIP", "ignored");
-    }
-    for cloud in [Cloud::Local, Cloud::Gcp, Cloud::Azure, Cloud::Openstack] {
+    let parsed = svc_lb("ns", "web").lb_ip("192.0.2.7").ok(Cloud::Tencent);
+    assert_warning(&parsed, "spec.loadBalancerIP", "ignored");
+    // Baidu binds the user's EIP named by loadBalancerIP (as cloud-provider-baiducloud did).
+    for cloud in [
+        Cloud::Local,
+        Cloud::Gcp,
+        Cloud::Azure,
+        Cloud::Openstack,
+        Cloud::Baidu,
+    ] {
         let parsed = svc_lb("ns", "web").lb_ip("192.0.2.7").ok(cloud);
         assert!(parsed.spec.requested_ip.is_some());
         assert!(parsed.warnings.is_empty(), "{cloud}: {:?}", parsed.warnings);

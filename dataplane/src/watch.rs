@@ -283,20 +283,25 @@ impl Relist {
     }
 }
 
-fn watch<K>(
+/// The events of one kube-rs watcher, each wrapped by `wrap` into the loop's own change type
+/// so several kinds can be merged into one stream (this proxy loop's and the L2 announcer's).
+/// Errors are logged under `loop_name` and skipped.
+pub(crate) fn watch<K, C>(
     api: Api<K>,
     config: watcher::Config,
-    wrap: fn(Box<watcher::Event<K>>) -> Change,
-) -> impl Stream<Item = Change> + Send
+    wrap: fn(Box<watcher::Event<K>>) -> C,
+    loop_name: &'static str,
+) -> impl Stream<Item = C> + Send
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    C: Send + 'static,
 {
     watcher(api, config).filter_map(move |event| async move {
         match event {
             Ok(event) => Some(wrap(Box::new(event))),
             Err(error) => {
                 // The watcher retries with backoff on its own; the next Init relists.
-                tracing::warn!(%error, "watch error");
+                tracing::warn!(%error, watch = loop_name, "watch error");
                 None
             }
         }
@@ -361,24 +366,28 @@ pub async fn run_with_addresses(
             Api::<WatchedService>::all(client.clone()),
             watcher::Config::default().labels(&not_ours),
             service_change,
+            "proxy",
         )
         .boxed(),
         watch(
             Api::<EndpointSlice>::all(client.clone()),
             watcher::Config::default(),
             Change::Slice,
+            "proxy",
         )
         .boxed(),
         watch(
             Api::<Endpoints>::all(client.clone()),
             watcher::Config::default(),
             Change::Endpoints,
+            "proxy",
         )
         .boxed(),
         watch(
             Api::<Node>::all(client),
             watcher::Config::default(),
             Change::Node,
+            "proxy",
         )
         .boxed(),
     ]);

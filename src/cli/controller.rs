@@ -16,6 +16,10 @@ use crate::controller::{ControllerConfig, LoadBalancerController};
 use crate::leader::{LeaderConfig, LeaderElector, default_identity};
 use crate::metrics::Metrics;
 
+/// How long in-flight reconciles may take to finish after a shutdown signal before the lease
+/// is released regardless.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+
 /// Arguments of `kube-lb controller`.
 #[derive(Debug, clap::Args)]
 #[command(
@@ -25,8 +29,9 @@ carries the condition kube-lb.io/LoadBalancerReady: status True (reason Provisio
 NameTaken when the owner is known to be someone else: fix the Service or the resource named; \
 QuotaExceeded, PermissionDenied, PoolExhausted, AddressInUse, SharingConflict, \
 MissingDependency, Deleting: retried with backoff), with a message naming what to \
-change and the annotations that were ignored. Each change of it is also an Event \
-(LoadBalancerReady / LoadBalancerNotReady), which `kubectl describe svc` shows.\n\nExample:\n  \
+change and the annotations that were ignored. It is mirrored into an Event whenever its text \
+changes, and again every 30 min while the Service is reconciled (LoadBalancerReady when True, \
+LoadBalancerNotReady otherwise), which `kubectl describe svc` shows.\n\nExample:\n  \
 kubectl wait --for=condition=kube-lb.io/LoadBalancerReady svc/web --timeout=60s\n  \
 kubectl get svc web -o jsonpath='{.status.conditions[?(@.type==\"kube-lb.io/LoadBalancerReady\")].message}'\n  \
 Load balancer ready at 127.20.79.1.\n\nLeaked cloud resources: --audit-interval 10m runs \
@@ -165,8 +170,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.identity = identity;
 
     let shutdown = CancellationToken::new();
+    // The lease is given up only after the controller stopped, its in-flight reconciles
+    // finished (at most SHUTDOWN_DRAIN after the signal): no write of this replica lands after
+    // the next leader started. Ending the campaign with `shutdown` would drop those reconciles
+    // mid-request and release the lease while their requests may still be applied.
+    let campaign = CancellationToken::new();
     let (leading, elector) = if let Some(leader) = leader {
-        let (rx, task) = LeaderElector::new(client.clone(), leader)?.spawn(shutdown.clone());
+        let (rx, task) = LeaderElector::new(client.clone(), leader)?.spawn(campaign.clone());
         (rx, Some(task))
     } else {
         (watch::channel(true).1, None)
@@ -208,13 +218,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         controller = controller.retry_pending_on(local.changes());
     }
     let signal = shutdown.clone();
+    let drained = campaign.clone();
     tokio::spawn(async move {
         crate::cli::wait_for_signal().await;
         tracing::info!("shutting down");
         signal.cancel();
+        // A reconcile hung on an unreachable API server must not keep the lease for ever.
+        tokio::time::sleep(SHUTDOWN_DRAIN).await;
+        drained.cancel();
     });
     let result = controller.run(leading, shutdown.clone()).await;
     shutdown.cancel();
+    campaign.cancel();
     if let Some(elector) = elector {
         let _ = elector.await;
     }

@@ -110,6 +110,14 @@ pub struct Args {
     #[arg(long)]
     pub userspace_workers: Option<std::num::NonZeroUsize>,
 
+    /// Engine relaying userspace TCP connections: `epoll` (tokio's event loop; the default),
+    /// `uring` (experimental: one io_uring ring per worker thread, with accept, receive, send,
+    /// shutdown and close as ring requests and no epoll), or `auto`: uring when this kernel
+    /// allows it (not turned off by kernel.io_uring_disabled or a seccomp filter), epoll
+    /// otherwise. UDP always uses epoll. The engine in use, and why, is logged at start.
+    #[arg(long, default_value = "epoll", value_name = "auto|uring|epoll")]
+    pub userspace_engine: kube_lb_dataplane::userspace::UserspaceEngine,
+
     /// Layer-2 announcement: answer ARP (IPv4) and NDP (IPv6) for the load-balancer addresses
     /// this node is elected for, on `--l2-interface`, and take them over when their node fails.
     /// For bare-metal clusters whose addresses come from local pools.
@@ -189,7 +197,13 @@ fn dataplane(args: &Args, health: &ProxyHealth) -> anyhow::Result<Dataplane> {
                 other => other,
             };
             let defaults = UserspaceConfig::default();
+            let engine = args
+                .userspace_engine
+                .resolve()
+                .map_err(anyhow::Error::msg)?;
+            tracing::info!(engine = %engine.engine, requested = %args.userspace_engine, reason = %engine.reason, "userspace TCP engine");
             Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
+                engine: engine.engine,
                 capture: Some(CaptureConfig {
                     table: args.capture_table.clone(),
                     nft: vec!["nft".into()],

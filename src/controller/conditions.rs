@@ -53,18 +53,22 @@ impl ConditionStatus {
 /// | `Deleting` | False | deleting the load balancer failed (the Service is being deleted or stopped being ours) | see the message; retried |
 /// | `AnnotationInvalid` | False | an annotation or field cannot be realised ([`Error::InvalidService`]) | fix the annotation the message names |
 /// | `CloudRejected` | False | the cloud refused the Service's settings ([`ProviderError::User`]) | change the Service |
-/// | `CloudThrottled` | Unknown | the cloud throttled the controller ([`ProviderError::Retryable`] with a throttling code) | nothing; retried with backoff |
+/// | `CloudThrottled` | Unknown | the cloud throttled the controller ([`ProviderError::Throttled`]) | nothing; retried with backoff |
 /// | `CloudError` | Unknown | any other transient or unexpected cloud failure ([`ProviderError::Retryable`], [`ProviderError::Internal`]) | nothing unless it persists; retried |
 /// | `QuotaExceeded` | False | [`EnvironmentCause::Quota`] | raise the quota or free load balancers |
 /// | `PermissionDenied` | False | [`EnvironmentCause::PermissionDenied`] | grant the controller's cloud identity the call named |
 /// | `PoolExhausted` | False | [`EnvironmentCause::PoolExhausted`] | add addresses to the pool |
-/// | `AddressInUse` | False | [`EnvironmentCause::AddressInUse`], held outside this cluster | request another address |
-/// | `SharingConflict` | False | [`EnvironmentCause::AddressInUse`], held by another Service | give one Service another address |
+/// | `AddressInUse` | False | [`EnvironmentCause::AddressInUse`]: held outside this cluster | request another address |
+/// | `SharingConflict` | False | [`EnvironmentCause::SharingConflict`]: held by another Service that may not share it | give one Service another address |
 /// | `NameTaken` | False | [`ProviderError::OwnedElsewhere`] (a user error: waits for a change), or [`EnvironmentCause::NameTaken`] before the owner is known (retried) | delete or re-tag the resource named, or recreate the Service |
 /// | `MissingDependency` | False | [`EnvironmentCause::MissingDependency`] | create what is named, or fix the cloud config |
 ///
 /// Environment reasons (quota to missing dependency) are retried with backoff as well: the
 /// cause can go away without the Service changing.
+///
+/// Every reason comes from the error's type (its variant, or its [`EnvironmentCause`]), never
+/// from the cloud's words: a provider that recognises a throttle or a clash between two
+/// Services says so in the error it builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReadyReason {
     /// The load balancer exists and its address is in `status.loadBalancer`.
@@ -245,9 +249,9 @@ impl Readiness {
                      Change the Service; kube-lb tries again when it changes."
                 ),
             ),
-            ProviderError::Retryable {
+            ProviderError::Throttled {
                 operation, message, ..
-            } if is_throttling(message) => Self::new(
+            } => Self::new(
                 ReadyReason::CloudThrottled,
                 format!(
                     "The cloud throttled {operation}: {message}. kube-lb backs off and retries; \
@@ -299,6 +303,18 @@ impl Readiness {
             }
         }
         self
+    }
+
+    /// The condition as one line for the Event that mirrors it (`kubectl describe svc` prints
+    /// events, not Service conditions): `kube-lb.io/LoadBalancerReady=False CloudRejected: …`,
+    /// as `kubectl wait --for=condition=…=False` and the reason table name it.
+    pub fn event_note(&self) -> String {
+        format!(
+            "{CONDITION_TYPE}={} {}: {}",
+            self.status().as_str(),
+            self.reason.as_str(),
+            self.message
+        )
     }
 
     /// The message cut to [`MESSAGE_LIMIT`] bytes on a character boundary, marked when cut.
@@ -356,7 +372,7 @@ fn environment(operation: &str, cause: EnvironmentCause, message: &str) -> Readi
             ReadyReason::PoolExhausted,
             "Add addresses to the pool or delete LoadBalancer Services that are no longer used",
         ),
-        EnvironmentCause::AddressInUse if held_by_service(message) => (
+        EnvironmentCause::SharingConflict => (
             ReadyReason::SharingConflict,
             "Another Service holds this address: give one of them a different \
              spec.loadBalancerIP, or delete the other",
@@ -381,31 +397,6 @@ fn environment(operation: &str, cause: EnvironmentCause, message: &str) -> Readi
         reason,
         format!("{operation}: {cause}: {message}. {advice}; kube-lb retries with backoff."),
     )
-}
-
-/// Whether a transient error is the cloud throttling the controller. [`ProviderError`] has no
-/// structured field for this, so the cloud's own error codes are looked for in the message
-/// (every provider keeps the code there): AWS `Throttling*`, `RequestLimitExceeded`,
-/// `SlowDown`; GCE `rateLimitExceeded`; ARM `TooManyRequests`.
-pub fn is_throttling(message: &str) -> bool {
-    const MARKERS: &[&str] = &[
-        "throttl",
-        "ratelimitexceeded",
-        "rate_limit_exceeded",
-        "requestlimitexceeded",
-        "toomanyrequests",
-        "too many requests",
-        "slowdown",
-    ];
-    let lower = message.to_ascii_lowercase();
-    MARKERS.iter().any(|m| lower.contains(m))
-}
-
-/// Whether an address-in-use message names another Service as the holder (the local pool's
-/// "… in use by Service ns/name"), which makes it a conflict between two Services of this
-/// cluster rather than with something outside it.
-fn held_by_service(message: &str) -> bool {
-    message.contains("in use by Service ")
 }
 
 /// `message` cut to at most `limit` bytes, never inside a character, ending with a note of how
@@ -496,7 +487,7 @@ mod tests {
                 &["outside the pool", "Change the Service"],
             ),
             (
-                Error::Provider(ProviderError::retryable(
+                Error::Provider(ProviderError::throttled(
                     "DescribeLoadBalancers",
                     "Throttling: Rate exceeded",
                 )),
@@ -505,13 +496,31 @@ mod tests {
                 &["DescribeLoadBalancers", "Rate exceeded", "retries"],
             ),
             (
-                Error::Provider(ProviderError::retryable(
+                Error::Provider(ProviderError::throttled(
                     "forwardingRules.insert",
-                    "rateLimitExceeded: quota per minute",
+                    "HTTP 403 rateLimitExceeded: quota per minute",
                 )),
                 ReadyReason::CloudThrottled,
                 Unknown,
                 &["forwardingRules.insert"],
+            ),
+            // The reason comes from the type: a throttle the provider did not recognise as
+            // one is a cloud error, whatever its words say ...
+            (
+                Error::Provider(ProviderError::retryable(
+                    "DescribeLoadBalancers",
+                    "Throttling: Rate exceeded",
+                )),
+                ReadyReason::CloudError,
+                Unknown,
+                &["Rate exceeded", "retries"],
+            ),
+            // ... and a throttle it did recognise needs no tell-tale words.
+            (
+                Error::Provider(ProviderError::throttled("ensure", "HTTP 429")),
+                ReadyReason::CloudThrottled,
+                Unknown,
+                &["ensure", "HTTP 429", "raise the cloud API rate quota"],
             ),
             (
                 Error::Provider(ProviderError::retryable(
@@ -572,12 +581,23 @@ mod tests {
             ),
             (
                 env(
-                    AddressInUse,
-                    "loadBalancerIP 127.240.0.7 is already in use by Service default/a",
+                    SharingConflict,
+                    "address 127.240.0.7 is in use by Service default/a on port 53/UDP as well",
                 ),
                 ReadyReason::SharingConflict,
                 False,
                 &["default/a", "different spec.loadBalancerIP"],
+            ),
+            // The holder's name in the words does not make it a sharing conflict: only the
+            // cause does.
+            (
+                env(
+                    AddressInUse,
+                    "loadBalancerIP 127.240.0.7 is already in use by Service default/a",
+                ),
+                ReadyReason::AddressInUse,
+                False,
+                &["default/a", "Request another address"],
             ),
             (
                 env(NameTaken, "load balancer a1b2 belongs to cluster c2"),
@@ -633,6 +653,162 @@ mod tests {
             Readiness::from_error(&Error::Provider(ProviderError::ImplementedElsewhere)),
             None
         );
+    }
+
+    /// Each provider's own error, built from the cloud's code, through the provider's one
+    /// conversion to the condition: a throttle is `CloudThrottled` because the provider
+    /// classed it so (HTTP 429 with no tell-tale words included), any other transient failure
+    /// is `CloudError`; both keep the `retryable` class and the in-place retry.
+    #[test]
+    fn every_providers_throttles_show_as_cloud_throttled() {
+        #[allow(unused_mut)]
+        let mut cases: Vec<(&str, ProviderError, ReadyReason)> = Vec::new();
+        #[cfg(feature = "aws")]
+        {
+            use kube_lb_provider_aws::AwsError;
+            let api = |code: &str, status: u16| AwsError::Api {
+                operation: "DescribeLoadBalancers",
+                code: code.to_string(),
+                message: "Rate exceeded".to_string(),
+                status: Some(status),
+                source: "sdk".into(),
+            };
+            cases.push((
+                "aws Throttling",
+                api("Throttling", 400).into(),
+                ReadyReason::CloudThrottled,
+            ));
+            cases.push((
+                "aws RequestLimitExceeded",
+                api("RequestLimitExceeded", 503).into(),
+                ReadyReason::CloudThrottled,
+            ));
+            cases.push((
+                "aws 500",
+                api("InternalFailure", 500).into(),
+                ReadyReason::CloudError,
+            ));
+        }
+        #[cfg(feature = "gcp")]
+        {
+            use kube_lb_provider_gcp::error::Failure;
+            let failure = |status: u16, reason: &str| {
+                Failure {
+                    status: Some(status),
+                    reason: reason.to_string(),
+                    message: "m".to_string(),
+                    retry_after: None,
+                }
+                .into_provider_error("forwardingRules.insert")
+            };
+            cases.push((
+                "gcp 403 rateLimitExceeded",
+                failure(403, "rateLimitExceeded"),
+                ReadyReason::CloudThrottled,
+            ));
+            cases.push(("gcp 429", failure(429, ""), ReadyReason::CloudThrottled));
+            cases.push((
+                "gcp 503",
+                failure(503, "backendError"),
+                ReadyReason::CloudError,
+            ));
+        }
+        #[cfg(feature = "azure")]
+        {
+            use kube_lb_provider_azure::AzureError;
+            let arm = |status: u16, code: &str| {
+                ProviderError::from(AzureError::Arm {
+                    operation: "PutLoadBalancer",
+                    status,
+                    code: code.to_string(),
+                    message: "m".to_string(),
+                })
+            };
+            cases.push((
+                "azure 429",
+                arm(429, "TooManyRequests"),
+                ReadyReason::CloudThrottled,
+            ));
+            cases.push((
+                "azure 503",
+                arm(503, "ServiceUnavailable"),
+                ReadyReason::CloudError,
+            ));
+        }
+        #[cfg(feature = "openstack")]
+        {
+            use kube_lb_provider_openstack::OpenStackError;
+            let api = |status: u16| {
+                ProviderError::from(OpenStackError::Api {
+                    operation: "octavia:CreateLoadBalancer",
+                    status,
+                    message: "m".to_string(),
+                })
+            };
+            cases.push(("openstack 429", api(429), ReadyReason::CloudThrottled));
+            cases.push(("openstack 503", api(503), ReadyReason::CloudError));
+        }
+        #[cfg(feature = "tencent")]
+        {
+            use kube_lb_provider_tencent::TencentError;
+            let api = |code: &str| {
+                ProviderError::from(TencentError::Api {
+                    action: "CreateLoadBalancer",
+                    code: code.to_string(),
+                    message: "m".to_string(),
+                    request_id: "r".to_string(),
+                })
+            };
+            cases.push((
+                "tencent RequestLimitExceeded",
+                api("RequestLimitExceeded"),
+                ReadyReason::CloudThrottled,
+            ));
+            cases.push((
+                "tencent InternalError",
+                api("InternalError"),
+                ReadyReason::CloudError,
+            ));
+        }
+        #[cfg(feature = "baidu")]
+        {
+            use kube_lb_provider_baidu::BceError;
+            let api = |status: u16, code: &str| {
+                ProviderError::from(BceError::Api {
+                    operation: "blb:CreateLoadBalancer",
+                    status,
+                    code: code.to_string(),
+                    message: "m".to_string(),
+                    request_id: "r".to_string(),
+                })
+            };
+            cases.push((
+                "baidu RequestLimitExceeded",
+                api(400, "RequestLimitExceeded"),
+                ReadyReason::CloudThrottled,
+            ));
+            cases.push((
+                "baidu 429",
+                api(429, "TooMany"),
+                ReadyReason::CloudThrottled,
+            ));
+            cases.push(("baidu 500", api(500, "ServerBusy"), ReadyReason::CloudError));
+        }
+        for (label, error, reason) in cases {
+            assert_eq!(
+                error.class(),
+                "retryable",
+                "{label}: metrics class unchanged"
+            );
+            assert!(error.is_transient(), "{label}: retried in place as before");
+            assert_eq!(
+                error.is_throttled(),
+                reason == ReadyReason::CloudThrottled,
+                "{label}"
+            );
+            let readiness = Readiness::from_provider(&error).unwrap();
+            assert_eq!(readiness.reason, reason, "{label}: {error}");
+        }
     }
 
     #[test]
@@ -715,6 +891,29 @@ mod tests {
     }
 
     #[test]
+    fn the_event_note_names_type_status_reason_and_message() {
+        let cases = [
+            (
+                Readiness::provisioned(&["127.240.0.1".into()]),
+                "kube-lb.io/LoadBalancerReady=True Provisioned: Load balancer ready at 127.240.0.1.",
+            ),
+            (
+                Readiness::from_provider(&ProviderError::throttled("ensure", "HTTP 429")).unwrap(),
+                "kube-lb.io/LoadBalancerReady=Unknown CloudThrottled: The cloud throttled ensure: HTTP 429.",
+            ),
+            (
+                Readiness::invalid(&parse_errors()),
+                "kube-lb.io/LoadBalancerReady=False AnnotationInvalid: The Service cannot be realised",
+            ),
+        ];
+        for (readiness, start) in cases {
+            let note = readiness.event_note();
+            assert!(note.starts_with(start), "{note}");
+            assert!(note.ends_with(&readiness.message), "{note}");
+        }
+    }
+
+    #[test]
     fn transition_time_changes_only_with_the_status() {
         use k8s_openapi::jiff::Timestamp;
         let t0 = Timestamp::from_second(1_700_000_000).unwrap();
@@ -748,23 +947,5 @@ mod tests {
         );
         assert!(!ready.is_shown_by(Some(&second), None));
         assert!(!ready.is_shown_by(None, None));
-    }
-
-    #[test]
-    fn throttling_is_recognised_by_the_clouds_codes() {
-        let cases = [
-            ("Throttling: Rate exceeded", true),
-            ("RequestLimitExceeded: Request limit exceeded.", true),
-            ("EC2ThrottledException", true),
-            ("rateLimitExceeded", true),
-            ("RATE_LIMIT_EXCEEDED", true),
-            ("TooManyRequests: retry after 5s", true),
-            ("SlowDown", true),
-            ("InternalError: 500", false),
-            ("connection reset by peer", false),
-        ];
-        for (message, want) in cases {
-            assert_eq!(is_throttling(message), want, "{message}");
-        }
     }
 }

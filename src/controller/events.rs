@@ -14,6 +14,13 @@
 //!   note) for the same Service is not published again for [`REPEAT_AFTER`], and a changed
 //!   Warning goes out as a new Event object rather than as a series of the old one. Normal
 //!   events keep the `Recorder`'s series behaviour (their notes are fixed texts).
+//! - **The condition mirror.** `kubectl describe svc` prints Events but not Service
+//!   conditions, so the `kube-lb.io/LoadBalancerReady` condition is mirrored into
+//!   `LoadBalancerReady` (True) and `LoadBalancerNotReady` (False or Unknown) events whose note
+//!   is the condition (type, status, reason, message). Both reasons share one repeat key: the
+//!   condition is news whenever its text differs from the last one mirrored (a message-only
+//!   change too), and the same text is mirrored again after [`REPEAT_AFTER`] when a reconcile
+//!   passes by, so the current condition outlives the API server's event TTL.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -57,8 +64,8 @@ pub enum Reason {
     /// The `kube-lb.io/LoadBalancerReady` condition became True (note: the condition), so
     /// `kubectl describe svc`, which does not print Service conditions, shows it.
     LoadBalancerReady,
-    /// The `kube-lb.io/LoadBalancerReady` condition became False, or changed reason while
-    /// False (note: the condition, with what to change).
+    /// The `kube-lb.io/LoadBalancerReady` condition is False or Unknown (note: the condition,
+    /// with what to change).
     LoadBalancerNotReady,
 }
 
@@ -91,6 +98,24 @@ impl Reason {
 
     fn is_warning(self) -> bool {
         self.event_type() == EventType::Warning
+    }
+
+    /// True for the two reasons that mirror the condition.
+    fn mirrors_condition(self) -> bool {
+        matches!(
+            self,
+            Reason::LoadBalancerReady | Reason::LoadBalancerNotReady
+        )
+    }
+
+    /// The reason repeats are judged under: the condition mirrors share one, so the condition
+    /// going True → False → True with the old text is news each time.
+    fn repeat_key(self) -> Reason {
+        if self.mirrors_condition() {
+            Reason::LoadBalancerNotReady
+        } else {
+            self
+        }
     }
 
     /// True for events that say the load balancer reached its goal: earlier Warnings are
@@ -190,17 +215,20 @@ impl Events {
             .published
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // Forget what is old enough to be published again, so the map stays as small as the
-        // set of Services failing right now.
+        // Forget what is old enough to be published again, so the map holds only Services
+        // with a recent Warning or condition mirror.
         published.retain(|_, p| now.duration_since(p.at) < REPEAT_AFTER);
         if reason.settles() {
-            published.retain(|(u, _), _| u != uid);
+            // The condition mirror is kept while the load balancer exists: it was published
+            // by the same pass, just before, and says what the Service shows now.
+            let gone = reason == Reason::DeletedLoadBalancer;
+            published.retain(|(u, r), _| u != uid || (!gone && r.mirrors_condition()));
         }
-        if !reason.is_warning() {
+        if !reason.is_warning() && !reason.mirrors_condition() {
             return true;
         }
         let hash = note_hash(note);
-        let key = (uid.to_string(), reason);
+        let key = (uid.to_string(), reason.repeat_key());
         if published.get(&key).is_some_and(|p| p.note == hash) {
             return false;
         }
@@ -327,6 +355,63 @@ mod tests {
         // Not connected: `is_news` never touches the client.
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         Events::new(kube::Client::try_from(config).unwrap(), "test".into())
+    }
+
+    /// The condition mirror: news when its text changes (a message-only change too, and
+    /// True → False → True with the old text), quiet while unchanged, mirrored again once
+    /// [`REPEAT_AFTER`] has passed so `kubectl describe` keeps showing it past the event TTL.
+    #[tokio::test]
+    async fn the_condition_mirror_is_news_when_its_text_changes_and_is_refreshed() {
+        let events = events();
+        let t0 = Instant::now();
+        let ready = Reason::LoadBalancerReady;
+        let not_ready = Reason::LoadBalancerNotReady;
+        let at_a = "kube-lb.io/LoadBalancerReady=True Provisioned: Load balancer ready at a.";
+        let at_b = "kube-lb.io/LoadBalancerReady=True Provisioned: Load balancer ready at b.";
+        let broken = "kube-lb.io/LoadBalancerReady=False AnnotationInvalid: Change: x";
+        let repeat = REPEAT_AFTER.as_secs();
+        let steps = [
+            // (uid, reason, note, seconds after t0, published)
+            ("a", ready, at_a, 0, true),
+            ("a", ready, at_a, 600, false),
+            ("b", ready, at_a, 600, true),
+            // Only the message changed.
+            ("a", ready, at_b, 700, true),
+            ("a", ready, at_b, 800, false),
+            // The pass that published it settles: the mirror is not forgotten.
+            (
+                "a",
+                Reason::EnsuredLoadBalancer,
+                "Ensured load balancer",
+                801,
+                true,
+            ),
+            ("a", ready, at_b, 802, false),
+            ("a", not_ready, broken, 900, true),
+            ("a", not_ready, broken, 1000, false),
+            // Back to the text mirrored before: news, the condition changed.
+            ("a", ready, at_b, 1100, true),
+            // Unchanged past REPEAT_AFTER: mirrored again, before the event TTL drops it.
+            ("a", ready, at_b, 1100 + repeat - 1, false),
+            ("a", ready, at_b, 1100 + repeat, true),
+            // Gone and back: the same text is news again.
+            (
+                "a",
+                Reason::DeletedLoadBalancer,
+                "Deleted load balancer",
+                1100 + repeat + 1,
+                true,
+            ),
+            ("a", ready, at_b, 1100 + repeat + 2, true),
+        ];
+        for (uid, reason, note, at, want) in steps {
+            let now = t0 + Duration::from_secs(at);
+            assert_eq!(
+                events.is_news(uid, reason, note, now),
+                want,
+                "{uid} {reason:?} {note:?} at {at}s"
+            );
+        }
     }
 
     #[tokio::test]

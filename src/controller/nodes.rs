@@ -374,12 +374,10 @@ pub fn select_backends<'a>(
     provider_accepts: impl Fn(&BackendNode) -> bool,
 ) -> Vec<BackendNode> {
     let local: Option<BTreeSet<String>> = match spec.traffic_policy {
-        TrafficPolicy::Local { .. } => Some(nodes_with_ready_endpoints(
-            slices,
-            &spec.service.namespace,
-            &spec.service.name,
-        )),
-        TrafficPolicy::Cluster => None,
+        TrafficPolicy::Local { .. } if spec.local_binds_only_nodes_with_endpoints() => Some(
+            nodes_with_ready_endpoints(slices, &spec.service.namespace, &spec.service.name),
+        ),
+        TrafficPolicy::Local { .. } | TrafficPolicy::Cluster => None,
     };
     eligible
         .iter()
@@ -901,6 +899,59 @@ mod tests {
         // The provider's filter narrows further.
         let got = select_backends(&cluster, &nodes, &slices, |n| n.name != "a");
         assert_eq!(names(&got), ["b"]);
+    }
+
+    #[test]
+    fn tke_binds_every_node_under_local_unless_asked_for_nodes_with_pods() {
+        let nodes = eligible_nodes(&[node("a").0, node("b").0], &readiness());
+        let slices = [slice("web", &[("a", Some(true))])];
+        let tencent = |only_with_pod: Option<&str>| {
+            let mut service = Service {
+                metadata: ObjectMeta {
+                    name: Some("web".into()),
+                    namespace: Some("default".into()),
+                    uid: Some("uid-web".into()),
+                    annotations: only_with_pod.map(|v| {
+                        [(
+                            kube_lb_annotations::keys::tencent::LOCAL_SVC_ONLY_BIND_NODE_WITH_POD
+                                .to_string(),
+                            v.to_string(),
+                        )]
+                        .into()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            service.spec = Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                external_traffic_policy: Some("Local".into()),
+                health_check_node_port: Some(32000),
+                ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                    port: 80,
+                    node_port: Some(30080),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+            kube_lb_annotations::parse(kube_lb_annotations::Cloud::Tencent, &service)
+                .expect("a valid TKE Service")
+                .spec
+        };
+        let cases = [
+            (
+                "TKE default: every node, the CLB health check decides",
+                None,
+                vec!["a", "b"],
+            ),
+            ("asked for nodes with pods", Some("true"), vec!["a"]),
+            ("explicitly off", Some("false"), vec!["a", "b"]),
+        ];
+        for (case, annotation, want) in cases {
+            let spec = tencent(annotation);
+            let got = select_backends(&spec, &nodes, &slices, |_| true);
+            assert_eq!(names(&got), want, "{case}");
+        }
     }
 
     #[test]

@@ -4,24 +4,34 @@
 //! publishes a Warning event on a pool whose spec is wrong, and writes the pool each Service's
 //! address came from back into the Service (`kube-lb.io/ip-allocated-from-pool`).
 //!
+//! It also watches Services and tells the provider which addresses each one shows in its
+//! status ([`LocalProvider::observe`]): an address a live Service shows is taken by it, whoever
+//! wrote it, and no address is handed out before the first list. When two Services that may not
+//! share an address both claim it anyway (a status written by another process, a hand edit),
+//! the one that claimed it later gets a Warning naming the other and its stale address is
+//! removed from its status, so it is reconciled and given another one.
+//!
 //! The CRD is optional: while the API server does not serve `ippools`, the provider keeps its
 //! `--local-pool` ranges and the CRD is looked for again every [`CRD_RECHECK`]. Every write is
 //! made only while this replica leads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use kube_lb_annotations::keys;
-use kube_lb_provider_local::{LocalLoadBalancers, LocalProvider, PoolDef, PoolStatus, ippool};
+use kube_lb_annotations::{Cloud, ServiceKey, keys};
+use kube_lb_provider_local::{
+    Conflict, LocalLoadBalancers, LocalProvider, PoolDef, PoolStatus, Request, Shown, ippool,
+};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -101,7 +111,244 @@ pub fn run(
     shutdown: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     local.hold_until_pools_known();
-    sync(client, local, leading, identity, shutdown)
+    local.hold_until_services_known();
+    let services = watch_services(
+        client.clone(),
+        local.clone(),
+        leading.clone(),
+        identity.clone(),
+        shutdown.clone(),
+    );
+    let pools = sync(client, local, leading, identity, shutdown);
+    async move {
+        futures::join!(services, pools);
+    }
+}
+
+fn system_time(time: &Time) -> SystemTime {
+    SystemTime::from(time.0)
+}
+
+/// What `service` shows in its status, as the allocator takes it; `None` when it shows no IP
+/// or is not a load balancer of kube-lb's (no finalizer: never given an address by kube-lb).
+pub fn shown_of(service: &Service) -> Option<Shown> {
+    if !service
+        .finalizers()
+        .iter()
+        .any(|f| f == crate::controller::FINALIZER)
+    {
+        return None;
+    }
+    let ips: Vec<IpAddr> = service
+        .status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_deref()?
+        .iter()
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect();
+    if ips.is_empty() {
+        return None;
+    }
+    let since = crate::controller::conditions::current(service)
+        .filter(|c| c.status == "True")
+        .map(|c| system_time(&c.last_transition_time));
+    let terms = kube_lb_annotations::parse(Cloud::Local, service)
+        .ok()
+        .map(|parsed| Request::from_spec(&parsed.spec).terms());
+    Some(Shown {
+        ips,
+        since,
+        created: service
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(system_time),
+        terms,
+    })
+}
+
+/// Services that do not decode are reported by the controller's own watch; here they are
+/// only skipped.
+struct SkipUndecodable;
+
+impl crate::controller::tolerant::OnReject for SkipUndecodable {
+    fn reject(
+        &self,
+        _raw: &crate::controller::tolerant::RawObject,
+        error: &crate::controller::tolerant::DecodeError,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        tracing::debug!(object = %error.object, error = %error.message, "skipping a Service that does not decode");
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Feeds the provider what every Service shows, and resolves conflicts (see the module doc).
+async fn watch_services(
+    client: Client,
+    local: Arc<LocalProvider>,
+    leading: watch::Receiver<bool>,
+    identity: String,
+    shutdown: CancellationToken,
+) {
+    let (store, writer) = reflector::store::<Service>();
+    let mut events = crate::controller::tolerant::watch_all::<Service>(
+        client.clone(),
+        watcher::Config::default(),
+        Arc::new(SkipUndecodable),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .boxed();
+    let mut resolver = ConflictResolver::new(client, identity);
+    let mut listed = false;
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => return,
+            event = events.next() => event,
+        };
+        let Some(event) = event else {
+            return;
+        };
+        match event {
+            Ok(watcher::Event::InitDone) => {
+                // A first list or a relist: replaces everything, so a Service deleted while
+                // the watch was down is forgotten too.
+                let all: HashMap<ServiceKey, Shown> = store
+                    .state()
+                    .iter()
+                    .filter_map(|s| Some((crate::controller::service_key(s).ok()?, shown_of(s)?)))
+                    .collect();
+                local.observe_all(all);
+                listed = true;
+            }
+            Ok(watcher::Event::Apply(service)) if listed => {
+                if let Ok(key) = crate::controller::service_key(&service) {
+                    local.observe(&key, shown_of(&service));
+                }
+            }
+            Ok(watcher::Event::Delete(service)) if listed => {
+                if let Ok(key) = crate::controller::service_key(&service) {
+                    local.forget(&key);
+                }
+            }
+            Ok(_) => continue,
+            Err(error) => {
+                tracing::debug!(%error, "Service watch error; retried with backoff");
+                continue;
+            }
+        }
+        if *leading.borrow() {
+            resolver.resolve(&local.conflicts(), &store).await;
+        }
+    }
+}
+
+/// Tells the Service that lost an address to another one, and removes the address from its
+/// status so the controller reconciles it and gives it another (or says why it waits).
+struct ConflictResolver {
+    client: Client,
+    reporter: Reporter,
+    /// (loser uid, address, winner) already announced.
+    announced: HashSet<(String, IpAddr, ServiceKey)>,
+}
+
+impl ConflictResolver {
+    fn new(client: Client, identity: String) -> Self {
+        Self {
+            client,
+            reporter: Reporter {
+                controller: "kube-lb-ippool".to_string(),
+                instance: Some(identity),
+            },
+            announced: HashSet::new(),
+        }
+    }
+
+    async fn resolve(&mut self, conflicts: &[Conflict], store: &Store<Service>) {
+        let current: HashSet<(String, IpAddr, ServiceKey)> = conflicts
+            .iter()
+            .map(|c| (c.loser.uid.clone(), c.ip, c.winner.clone()))
+            .collect();
+        // A conflict that ended may come back later: announce it again then.
+        self.announced.retain(|a| current.contains(a));
+        for conflict in conflicts {
+            let reference =
+                ObjectRef::<Service>::new(&conflict.loser.name).within(&conflict.loser.namespace);
+            let Some(loser) = store.get(&reference) else {
+                continue;
+            };
+            if loser.uid().as_deref() != Some(conflict.loser.uid.as_str()) {
+                continue;
+            }
+            let id = (
+                conflict.loser.uid.clone(),
+                conflict.ip,
+                conflict.winner.clone(),
+            );
+            if !self.announced.contains(&id) {
+                tracing::warn!(service = %conflict.loser, winner = %conflict.winner, ip = %conflict.ip, "address conflict: the Service that claimed the address later gets another one");
+                self.announce(&loser, conflict).await;
+                self.announced.insert(id);
+            }
+            self.clear_stale(&loser, conflict.ip).await;
+        }
+    }
+
+    async fn announce(&self, loser: &Service, conflict: &Conflict) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "AddressConflict".to_string(),
+            note: Some(
+                crate::controller::events::cut_note(&conflict.to_string(), 1024).into_owned(),
+            ),
+            action: "Allocate".to_string(),
+            secondary: None,
+        };
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(error) = recorder.publish(&event, &loser.object_ref(&())).await {
+            tracing::warn!(service = %conflict.loser, %error, "could not publish the address conflict");
+        }
+    }
+
+    /// Removes `ip` from the ingress `loser` shows, guarded by its resourceVersion: a write
+    /// made since (the controller giving it another address) is never undone.
+    async fn clear_stale(&self, loser: &Service, ip: IpAddr) {
+        let ingress: Vec<&k8s_openapi::api::core::v1::LoadBalancerIngress> = loser
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .collect();
+        let shows = |i: &&&k8s_openapi::api::core::v1::LoadBalancerIngress| {
+            i.ip.as_deref().and_then(|s| s.parse::<IpAddr>().ok()) == Some(ip)
+        };
+        if !ingress.iter().any(|i| shows(&i)) {
+            return;
+        }
+        let kept: Vec<&&k8s_openapi::api::core::v1::LoadBalancerIngress> =
+            ingress.iter().filter(|i| !shows(i)).collect();
+        let patch = json!({
+            "metadata": {"uid": loser.uid(), "resourceVersion": loser.resource_version()},
+            "status": {"loadBalancer": {"ingress": kept}},
+        });
+        let api: Api<Service> =
+            Api::namespaced(self.client.clone(), &loser.namespace().unwrap_or_default());
+        if let Err(error) = api
+            .patch_status(
+                &loser.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            tracing::debug!(service = %loser.name_any(), %error, "could not remove the lost address from the status; retried at the next change");
+        }
+    }
 }
 
 async fn sync(
@@ -329,6 +576,78 @@ impl StatusWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn service(finalized: bool, ingress: &[&str], ready: Option<&str>, shared: bool) -> Service {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "web", "namespace": "d", "uid": "u1",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "finalizers": if finalized { vec![crate::controller::FINALIZER] } else { vec![] },
+                "annotations": if shared {
+                    json!({keys::local::ALLOW_SHARED_IP: "dns"})
+                } else {
+                    json!({})
+                },
+            },
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 53, "protocol": "UDP"}]},
+            "status": {
+                "loadBalancer": {"ingress": ingress.iter().map(|ip| json!({"ip": ip})).collect::<Vec<_>>()},
+                "conditions": ready.map(|status| vec![json!({
+                    "type": crate::controller::conditions::CONDITION_TYPE,
+                    "status": status, "reason": "Provisioned", "message": "",
+                    "lastTransitionTime": "2026-02-01T00:00:00Z",
+                })]).unwrap_or_default(),
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn what_a_service_shows_and_since_when() {
+        let at = |s: &str| {
+            Some(SystemTime::from(
+                s.parse::<k8s_openapi::jiff::Timestamp>().unwrap(),
+            ))
+        };
+        // (case, Service, addresses, since, sharing key)
+        let cases = [
+            (
+                "not kube-lb's",
+                service(false, &["10.0.0.1"], Some("True"), false),
+                None,
+            ),
+            ("no address", service(true, &[], Some("True"), false), None),
+            (
+                "Ready: shown since the condition turned True",
+                service(true, &["10.0.0.1", "fd00::1"], Some("True"), true),
+                Some((
+                    vec!["10.0.0.1", "fd00::1"],
+                    at("2026-02-01T00:00:00Z"),
+                    Some("dns"),
+                )),
+            ),
+            (
+                "not Ready: since unknown",
+                service(true, &["10.0.0.1"], Some("False"), false),
+                Some((vec!["10.0.0.1"], None, None)),
+            ),
+        ];
+        for (case, svc, want) in cases {
+            let got = shown_of(&svc).map(|s| {
+                let ips: Vec<String> = s.ips.iter().map(ToString::to_string).collect();
+                assert_eq!(s.created, at("2026-01-01T00:00:00Z"), "{case}");
+                (ips, s.since, s.terms.and_then(|t| t.key))
+            });
+            let want = want.map(|(ips, since, key)| {
+                (
+                    ips.into_iter().map(String::from).collect::<Vec<_>>(),
+                    since,
+                    key.map(String::from),
+                )
+            });
+            assert_eq!(got, want, "{case}");
+        }
+    }
 
     #[test]
     fn status_keeps_transition_times_of_unchanged_conditions() {

@@ -13,7 +13,7 @@ use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::ProviderError;
 use tokio::time::Instant;
 
-use super::conditions::{self, ConditionStatus, Readiness};
+use super::conditions::{ConditionStatus, Readiness};
 use super::events::Reason;
 use super::finalizer::{self, FINALIZER, Step};
 use super::status::ConditionChange;
@@ -346,7 +346,7 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
             return Err(Error::Provider(error));
         }
     };
-    write_annotations(api, &service, &lb_status.annotations).await?;
+    write_annotations(api, &service, &lb_status).await?;
     let ingress = status::ingress(&lb_status);
     let shown = addresses(&ingress);
     let readiness = if shown.is_empty() {
@@ -458,9 +458,11 @@ fn echo_wait(
 async fn write_annotations(
     api: &Api<Service>,
     service: &Service,
-    wanted: &std::collections::BTreeMap<String, String>,
+    lb_status: &kube_lb_provider_core::LoadBalancerStatus,
 ) -> Result<(), Error> {
-    let Some(patch) = status::annotation_patch(service, wanted) else {
+    let wanted = &lb_status.annotations;
+    let Some(patch) = status::annotation_patch(service, wanted, &lb_status.stale_annotations)
+    else {
         return Ok(());
     };
     api.patch(
@@ -474,9 +476,10 @@ async fn write_annotations(
 }
 
 /// Writes the status patch (ingress and condition together) when the Service does not show
-/// them yet, and mirrors a change of the condition's status or reason into an Event, since
-/// `kubectl describe svc` prints events but not Service conditions. Returns the
-/// resourceVersion the write produced, `None` when nothing needed writing.
+/// them yet, and mirrors the condition into an Event, since `kubectl describe svc` prints
+/// events but not Service conditions (the events layer publishes it when its text changed or
+/// the last mirror is old enough to expire). Returns the resourceVersion the write produced,
+/// `None` when nothing needed writing.
 async fn write_status(
     api: &Api<Service>,
     service: &Service,
@@ -486,6 +489,10 @@ async fn write_status(
 ) -> Result<Option<String>, Error> {
     let now = k8s_openapi::jiff::Timestamp::now();
     let Some(patch) = status::patch_for(service, ingress, condition, now) else {
+        if let ConditionChange::Set(readiness) = condition {
+            // Shown already; mirrored again only when the last mirror is due to expire.
+            announce(service, ctx, readiness).await;
+        }
         return Ok(None);
     };
     let written = api
@@ -506,29 +513,19 @@ async fn write_status(
     Ok(written.resource_version())
 }
 
-/// Publishes the condition as an Event when its status or reason differs from what `service`
-/// showed (True as Normal `LoadBalancerReady`, False as Warning `LoadBalancerNotReady`;
-/// Unknown is covered by the retry Warnings already).
+/// Mirrors the condition into an Event (True as Normal `LoadBalancerReady`, False and
+/// Unknown as Warning `LoadBalancerNotReady`), its note the condition's type, status, reason
+/// and message. The events layer decides what is news: a text that differs from the last one
+/// mirrored (status, reason or only the message), or the same text once the last mirror is
+/// old enough for the API server to expire it.
 async fn announce(service: &Service, ctx: &Context, readiness: &Readiness) {
-    let status = readiness.status();
-    let shown = conditions::current(service);
-    let changed =
-        shown.is_none_or(|c| c.status != status.as_str() || c.reason != readiness.reason.as_str());
-    let reason = match status {
+    let reason = match readiness.status() {
         ConditionStatus::True => Reason::LoadBalancerReady,
-        ConditionStatus::False => Reason::LoadBalancerNotReady,
-        ConditionStatus::Unknown => return,
+        ConditionStatus::False | ConditionStatus::Unknown => Reason::LoadBalancerNotReady,
     };
-    if changed {
-        let note = format!(
-            "{}={} {}: {}",
-            conditions::CONDITION_TYPE,
-            status.as_str(),
-            readiness.reason.as_str(),
-            readiness.message
-        );
-        ctx.events.publish(service, reason, note).await;
-    }
+    ctx.events
+        .publish(service, reason, readiness.event_note())
+        .await;
 }
 
 /// Writes the condition of a failure. The failure is what the reconcile reports, so a failed

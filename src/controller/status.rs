@@ -28,23 +28,28 @@ pub fn ingress(status: &LoadBalancerStatus) -> Vec<LoadBalancerIngress> {
 }
 
 /// The metadata merge patch that sets the annotations the provider asked to write back
-/// (`wanted`) where the Service does not show them with the same value yet; `None` when it
-/// shows all of them. Guarded by the Service's uid, so a Service deleted and re-created
-/// meanwhile is not written.
+/// (`wanted`) where the Service does not show them with the same value yet, and removes the
+/// `stale` ones it still shows; `None` when nothing differs. Guarded by the Service's uid, so
+/// a Service deleted and re-created meanwhile is not written.
 pub fn annotation_patch(
     service: &Service,
     wanted: &std::collections::BTreeMap<String, String>,
+    stale: &std::collections::BTreeSet<String>,
 ) -> Option<Value> {
     let shown = service.metadata.annotations.as_ref();
-    let missing: serde_json::Map<String, Value> = wanted
+    let missing = wanted
         .iter()
         .filter(|(key, value)| shown.and_then(|a| a.get(*key)) != Some(*value))
-        .map(|(key, value)| (key.clone(), Value::String(value.clone())))
-        .collect();
-    if missing.is_empty() {
+        .map(|(key, value)| (key.clone(), Value::String(value.clone())));
+    let removed = stale
+        .iter()
+        .filter(|key| !wanted.contains_key(*key) && shown.is_some_and(|a| a.contains_key(*key)))
+        .map(|key| (key.clone(), Value::Null));
+    let changes: serde_json::Map<String, Value> = missing.chain(removed).collect();
+    if changes.is_empty() {
         return None;
     }
-    Some(json!({"metadata": {"uid": service.metadata.uid, "annotations": missing}}))
+    Some(json!({"metadata": {"uid": service.metadata.uid, "annotations": changes}}))
 }
 
 /// The ingress currently written on the Service (empty when none).
@@ -223,26 +228,51 @@ mod tests {
             service.metadata.annotations = annotations.map(map);
             service
         };
+        let set = |keys: &[&str]| -> std::collections::BTreeSet<String> {
+            keys.iter().map(|k| k.to_string()).collect()
+        };
         let shown: &[(&str, &str)] = &[("a", "1"), ("b", "old")];
         let cases = [
-            ("nothing asked", Some(shown), map(&[]), None),
-            ("already shown", Some(shown), map(&[("a", "1")]), None),
+            ("nothing asked", Some(shown), map(&[]), set(&[]), None),
+            (
+                "already shown",
+                Some(shown),
+                map(&[("a", "1")]),
+                set(&[]),
+                None,
+            ),
             (
                 "changed and new; the shown one left out",
                 Some(shown),
                 map(&[("a", "1"), ("b", "new"), ("c", "3")]),
+                set(&[]),
                 Some(json!({"metadata": {"uid": "u1", "annotations": {"b": "new", "c": "3"}}})),
             ),
             (
                 "Service without annotations",
                 None,
                 map(&[("a", "1")]),
+                set(&["b"]),
                 Some(json!({"metadata": {"uid": "u1", "annotations": {"a": "1"}}})),
             ),
+            (
+                "a stale key shown is removed, one not shown is not mentioned",
+                Some(shown),
+                map(&[]),
+                set(&["b", "z"]),
+                Some(json!({"metadata": {"uid": "u1", "annotations": {"b": null}}})),
+            ),
+            (
+                "a key both wanted and stale is written",
+                Some(shown),
+                map(&[("b", "new")]),
+                set(&["b"]),
+                Some(json!({"metadata": {"uid": "u1", "annotations": {"b": "new"}}})),
+            ),
         ];
-        for (case, annotations, wanted, want) in cases {
+        for (case, annotations, wanted, stale, want) in cases {
             let service = service_with(annotations);
-            assert_eq!(annotation_patch(&service, &wanted), want, "{case}");
+            assert_eq!(annotation_patch(&service, &wanted, &stale), want, "{case}");
         }
     }
 

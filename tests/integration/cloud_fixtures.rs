@@ -70,31 +70,20 @@ pub use gcp::*;
 #[cfg(feature = "gcp")]
 mod gcp {
     use super::*;
+    use crate::provider_scenarios::scenarios::gcp::support::{self, TAG};
     use kube_lb_mock_gce::MockGce;
 
     /// The GCE mock with `gke-c1-node-1` (us-central1-a) and `gke-c1-node-2` (us-central1-b),
     /// both tagged `gke-c1-node` (the Nodes of `tests/fixtures/clouds/gcp.yaml`).
     pub async fn gce() -> MockGce {
-        MockGce::builder()
-            .instance("us-central1-a", "gke-c1-node-1", &["gke-c1-node"])
-            .instance("us-central1-b", "gke-c1-node-2", &["gke-c1-node"])
-            .start()
-            .await
-            .unwrap()
+        support::two_node_mock().await
     }
 
     /// Writes `dir/gce.conf` for `project`, calling the Compute API at `endpoint`.
     pub fn write_gce_conf(dir: &Path, project: &str, endpoint: &str) -> PathBuf {
         let path = dir.join("gce.conf");
-        std::fs::write(
-            &path,
-            format!(
-                "[global]\nproject-id = {project}\nlocal-zone = us-central1-a\nmultizone = true\n\
-                 network-name = default\nsubnetwork-name = default\nnode-tags = gke-c1-node\n\
-                 token-url = nil\napi-endpoint = {endpoint}/compute/v1/\n"
-            ),
-        )
-        .unwrap();
+        let conf = support::gce_conf(project, endpoint, &format!("node-tags = {TAG}\n"));
+        std::fs::write(&path, conf).unwrap();
         path
     }
 }
@@ -105,44 +94,20 @@ pub use azure::*;
 #[cfg(feature = "azure")]
 mod azure {
     use super::*;
-    use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
+    use crate::provider_scenarios::scenarios::azure::support;
+    use kube_lb_mock_azure::MockArm;
 
-    /// The ARM mock with `cluster-rg/cluster-vnet/nodes` (10.224.0.0/16) and `cluster-nsg`.
+    /// The ARM mock with `cluster-rg/cluster-vnet/nodes` (10.224.0.0/16, beside `apps`) and
+    /// `cluster-nsg`.
     pub async fn arm() -> MockArm {
-        MockArm::builder()
-            .subnet(
-                "cluster-rg",
-                "cluster-vnet",
-                "10.224.0.0/12",
-                "nodes",
-                "10.224.0.0/16",
-            )
-            .security_group("cluster-rg", "cluster-nsg")
-            .start()
-            .await
-            .unwrap()
+        support::mock().await
     }
 
     /// Writes `dir/azure.json` for that network, calling ARM at `resource_manager` and Azure AD
     /// at `active_directory`.
     pub fn write_azure_json(dir: &Path, resource_manager: &str, active_directory: &str) -> PathBuf {
         let path = dir.join("azure.json");
-        let config = serde_json::json!({
-            "cloud": "AzurePublicCloud",
-            "tenantId": TENANT,
-            "subscriptionId": SUBSCRIPTION,
-            "aadClientId": CLIENT_ID,
-            "aadClientSecret": CLIENT_SECRET,
-            "resourceGroup": "cluster-rg",
-            "location": LOCATION,
-            "vnetName": "cluster-vnet",
-            "subnetName": "nodes",
-            "securityGroupName": "cluster-nsg",
-            "loadBalancerSku": "standard",
-            "vmType": "vmss",
-            "resourceManagerEndpoint": resource_manager,
-            "activeDirectoryEndpoint": active_directory,
-        });
+        let config = support::config_json_for(resource_manager, active_directory);
         std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         path
     }

@@ -106,12 +106,8 @@ async fn run(dir: PathBuf, manifest: String, args: Vec<&'static str>) -> (i32, S
 
 fn occm_web(monitor: Option<u16>) -> OccmService {
     OccmService {
-        namespace: "default".into(),
-        name: "web".into(),
-        ports: vec![("TCP".into(), 80, 30080)],
-        nodes: occm_nodes(),
         monitor,
-        floating_ip: true,
+        ..OccmService::new("web", occm_nodes())
     }
 }
 
@@ -380,6 +376,189 @@ async fn audit_finds_exactly_the_orphaned_occm_service_and_delete_removes_exactl
     assert_eq!(
         stdout,
         "No leaked resources: 2 owned by this cluster, all in use.\n"
+    );
+}
+
+/// Runs the binary with `args` against the mock and the API server of `kubeconfig` (file in
+/// `dir`): (exit code, stdout, stderr).
+async fn run_on_cluster(dir: PathBuf, args: Vec<&'static str>) -> (i32, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
+            .env_remove("KUBE_LB_CLOUD")
+            .env_remove("KUBE_LB_CLUSTER_NAME")
+            .args(["--log", "warn"])
+            .args(&args)
+            .args(["--cloud", "openstack", "--cloud-config"])
+            .arg(dir.join("cloud.conf"))
+            .arg("--kubeconfig")
+            .arg(dir.join("kubeconfig"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// `(action, kind, call)` of each planned change of the plan's only Service.
+fn change_summary(report: &Value) -> Vec<String> {
+    only_service(report)["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} ({})",
+                c["action"].as_str().unwrap(),
+                c["kind"].as_str().unwrap(),
+                c["call"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_in_tree_load_balancer_is_planned_as_adopted_and_audited_by_uid() {
+    // Kubernetes' in-tree OpenStack provider named load balancers `a<UID>`; upstream still
+    // looks that name up when `kube_service_...` is absent, and so must kube-lb: the plan
+    // adopts it (no second load balancer), and the audit knows its pieces by UID.
+    let (cloud, dir) = cloud("").await;
+    let server = kube_lb_apiserver::ApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let stored = server
+        .apply_manifests(&format!("{NODES}{}", served("web", "192.0.2.1", "")))
+        .unwrap();
+    let uid = stored
+        .iter()
+        .find(|o| o["kind"] == "Service")
+        .and_then(|s| s["metadata"]["uid"].as_str())
+        .unwrap()
+        .to_string();
+    let built = support::build_occm_state(
+        &cloud,
+        "kubernetes",
+        &OccmService {
+            legacy_uid: Some(uid.clone()),
+            ..OccmService::new("web", occm_nodes())
+        },
+    )
+    .await;
+    let legacy = support::legacy_name(&uid);
+    assert_eq!(built.load_balancer["name"], legacy.as_str());
+    let fip = built.floating_ip.clone().unwrap();
+    // The status OCCM wrote: the floating IP.
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(server.client().unwrap(), "default");
+    services
+        .patch_status(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": fip}]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    server
+        .write_kubeconfig(dir.path().join("kubeconfig"))
+        .unwrap();
+    let mark = cloud.journal().len();
+
+    let (code, stdout, stderr) = run_on_cluster(
+        dir.path().to_path_buf(),
+        vec!["plan", "-o", "json", "--detailed-exitcode"],
+    )
+    .await;
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    // The load balancer gains kube-lb's tags, the members are renamed to their nodes (the
+    // in-tree provider named them member_<lb>_<i>_<node>), the floating IP's in-tree phrase
+    // becomes upstream's: adoption, nothing created, nothing replaced.
+    assert_eq!(
+        change_summary(&report),
+        vec![
+            "modify LoadBalancer (PUT loadbalancers)",
+            "modify Pool (PUT pools/members)",
+            "modify FloatingIp (PUT floatingips)",
+        ],
+        "{report:#}"
+    );
+    let changes = only_service(&report)["changes"].as_array().unwrap();
+    assert_eq!(
+        changes[2]["fields"][0]["new"],
+        "Floating IP for Kubernetes external service default/web from cluster kubernetes",
+        "{report:#}"
+    );
+    assert_eq!(report["summary"]["create"], 0, "{report:#}");
+    assert_eq!(report["summary"]["delete"], 0, "{report:#}");
+
+    // While the Service lives, its legacy pieces are in use.
+    let (code, stdout, stderr) =
+        run_on_cluster(dir.path().to_path_buf(), vec!["audit", "-o", "json"]).await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["owned"], 2, "{report:#}");
+    assert!(
+        cloud.journal()[mark..].iter().all(|e| !e.is_mutation()),
+        "plan and audit mutated the cloud"
+    );
+
+    // Without the Service they are leaked, recorded by (31 digits of) its UID, and
+    // `audit --delete` removes them through the provider's delete.
+    let (code, stdout, stderr) = run(
+        dir.path().to_path_buf(),
+        NODES.to_string(),
+        vec!["audit", "-o", "json"],
+    )
+    .await;
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let digits: String = uid.chars().filter(|c| *c != '-').take(31).collect();
+    let mut leaked: Vec<(String, String)> = report["leaked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            assert_eq!(l["service"]["uid"], digits.as_str(), "{report:#}");
+            assert_eq!(l["reasonCode"], "ServiceDeleted", "{report:#}");
+            (
+                l["kind"].as_str().unwrap().to_string(),
+                l["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    leaked.sort();
+    assert_eq!(
+        leaked,
+        vec![
+            ("FloatingIp".to_string(), fip.clone()),
+            ("LoadBalancer".to_string(), legacy.clone())
+        ],
+        "{report:#}"
+    );
+    let (code, stdout, stderr) = run(
+        dir.path().to_path_buf(),
+        NODES.to_string(),
+        vec!["audit", "--delete"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        cloud.load_balancers().is_empty(),
+        "{:?}",
+        cloud.load_balancers()
+    );
+    assert!(
+        cloud.floating_ips().is_empty(),
+        "{:?}",
+        cloud.floating_ips()
     );
 }
 

@@ -109,18 +109,8 @@ fn assert_rejected(run: &Run, key: &str) {
 #[cfg(feature = "gcp")]
 mod gcp {
     use super::*;
+    use crate::provider_scenarios::scenarios::gcp::support::OWNED_COLLECTIONS;
     use kube_lb_mock_gce::{JournalEntry, MockGce};
-
-    const OWNED_COLLECTIONS: [&str; 8] = [
-        "forwardingRules",
-        "addresses",
-        "targetPools",
-        "httpHealthChecks",
-        "healthChecks",
-        "firewalls",
-        "backendServices",
-        "instanceGroups",
-    ];
 
     async fn mock() -> MockGce {
         crate::cloud_fixtures::gce().await

@@ -224,6 +224,20 @@ async fn a_throttled_cloud_is_unknown_and_the_retry_keeps_its_backoff() {
         "{}",
         throttled.message
     );
+    // Mirrored for `kubectl describe`, which shows events but not conditions.
+    let mirrored = eventually("LoadBalancerNotReady event", || async {
+        events_of(&client, "default", "web")
+            .await
+            .get("LoadBalancerNotReady")
+            .cloned()
+    })
+    .await;
+    assert!(
+        mirrored.iter().any(|note| note
+            .starts_with("kube-lb.io/LoadBalancerReady=Unknown CloudThrottled: ")
+            && note.contains("injected throttling")),
+        "{mirrored:?}"
+    );
     let failed_at = Instant::now();
     wait_reason(&client, "default", "web", "Provisioned").await;
     let ensures = running.provider.ensures_of("default/web");
@@ -305,22 +319,65 @@ fn kubectl_wait_and_describe_show_the_condition() {
     let not_ready = format!("--for=condition={CONDITION_TYPE}=False");
     kubectl.ok(&["wait", &not_ready, "svc/broken", "--timeout=60s"], None);
 
+    // kubectl 1.32's `describe svc` prints no Service conditions (describeService: metadata,
+    // spec fields, `LoadBalancer Ingress`, Events); the condition reaches it as the Event that
+    // mirrors it, one line per event: type, reason, age, source, then the whole note, which
+    // is the condition's type=status, reason and message.
     let described = kubectl.ok(&["describe", "svc", "web"], None);
     eprintln!("{described}");
-    assert!(described.contains("LoadBalancerReady"), "{described}");
+    let ready_line = event_line(&described, "LoadBalancerReady")
+        .unwrap_or_else(|| panic!("no LoadBalancerReady event:\n{described}"));
+    assert!(ready_line.starts_with("Normal"), "{ready_line}");
+    assert!(ready_line.contains("service-controller"), "{ready_line}");
     assert!(
-        described.contains(
+        ready_line.contains(
             "kube-lb.io/LoadBalancerReady=True Provisioned: Load balancer ready at 127.20.79."
         ),
-        "{described}"
+        "{ready_line}"
     );
+    assert!(described.contains("LoadBalancer Ingress:"), "{described}");
     let broken = kubectl.ok(&["describe", "svc", "broken"], None);
     eprintln!("{broken}");
-    assert!(broken.contains("LoadBalancerNotReady"), "{broken}");
+    let broken_line = event_line(&broken, "LoadBalancerNotReady")
+        .unwrap_or_else(|| panic!("no LoadBalancerNotReady event:\n{broken}"));
+    assert!(broken_line.starts_with("Warning"), "{broken_line}");
     assert!(
-        broken.contains("kube-lb.io/LoadBalancerReady=False AnnotationInvalid"),
-        "{broken}"
+        broken_line.contains(
+            "kube-lb.io/LoadBalancerReady=False AnnotationInvalid: The Service cannot be \
+             realised as written. Change: annotation service.kubernetes.io/topology-keys"
+        ),
+        "{broken_line}"
     );
+
+    // Only the message changes (an annotation that has no effect on this cloud is now
+    // listed; still True, still Provisioned): describe shows the new text too.
+    kubectl.ok(
+        &[
+            "annotate",
+            "svc",
+            "web",
+            "service.beta.kubernetes.io/aws-load-balancer-type=nlb",
+        ],
+        None,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let listed = loop {
+        let described = kubectl.ok(&["describe", "svc", "web"], None);
+        let listed = described.lines().find(|line| {
+            line.contains("kube-lb.io/LoadBalancerReady=True Provisioned:")
+                && line.contains("Ignored or only partly honoured")
+                && line.contains("aws-load-balancer-type")
+        });
+        if let Some(line) = listed {
+            break line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the message-only change never reached describe:\n{described}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(listed.trim_start().starts_with("Normal"), "{listed}");
     // The condition itself, as `kubectl get -o jsonpath` scripts read it.
     let reason = kubectl.ok(
         &[
@@ -333,6 +390,15 @@ fn kubectl_wait_and_describe_show_the_condition() {
         None,
     );
     assert_eq!(reason, "AnnotationInvalid");
+}
+
+/// The line of `kubectl describe`'s Events table with `reason`, without its indent.
+fn event_line<'a>(described: &'a str, reason: &str) -> Option<&'a str> {
+    let events = described.split_once("\nEvents:")?.1;
+    events
+        .lines()
+        .map(str::trim_start)
+        .find(|line| line.split_whitespace().nth(1) == Some(reason))
 }
 
 /// The local provider whose next `delete`s fail with a retryable error.

@@ -147,17 +147,27 @@ fn parse_eip(reader: &mut Reader<'_>) -> BaiduEipSpec {
     }
 }
 
-/// Parses the Baidu keys. `loadBalancerIP` (upstream: bind that user EIP) is not implemented
-/// by kube-lb's provider yet and is warned.
+/// Parses the Baidu keys. `spec.loadBalancerIP` names a user's EIP that the provider binds
+/// (upstream's `ensureEIPWithSpecificIP`); it stays in the core spec, where the provider reads
+/// it. An IPv6 address cannot be a BCE EIP and is refused here, with no cloud call.
 pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (BaiduSpec, Scheme) {
-    if let Some(ip) = core.requested_ip {
-        reader.diag.warn(
-            Location::field("spec.loadBalancerIP"),
-            Some(&ip.to_string()),
-            "ignored by kube-lb's baidu provider (upstream bound that existing EIP; not implemented yet)",
-        );
-    }
     let internal_vpc = reader.true_flag(baidu::INTERNAL_VPC, false);
+    if let Some(ip) = core.requested_ip {
+        if internal_vpc {
+            reader.diag.warn(
+                Location::field("spec.loadBalancerIP"),
+                Some(&ip.to_string()),
+                "ignored: an internal-vpc BLB is reached at its VPC address and gets no EIP",
+            );
+        } else if ip.is_ipv6() {
+            reader.diag.error(
+                Location::field("spec.loadBalancerIP"),
+                Some(&ip.to_string()),
+                ErrorKind::Unsupported,
+                "must be the IPv4 address of an EIP of this Baidu account (BCE EIPs are IPv4)",
+            );
+        }
+    }
     let allocate_vip = reader.true_flag(baidu::ALLOCATE_VIP, false);
     let reserve_lb = reader.true_flag(baidu::RESERVE_LB, false);
     let lb_name = name(reader, baidu::LB_NAME);
@@ -165,7 +175,8 @@ pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (BaiduSpec, Scheme)
     let exist_id = id(reader, baidu::EXIST_ID, "lb-", "BLB");
     let known_id = id(reader, baidu::LOAD_BALANCER_ID, "lb-", "BLB")
         .or_else(|| id(reader, baidu::CCE_ADD_ID, "lb-", "BLB"));
-    // Written back by upstream; read so it is not reported as unknown.
+    // Written back (by upstream, and by kube-lb after each ensure); read so it is not reported
+    // as unknown. The provider never looks a BLB up by these ids: see providers/baidu/src/lib.rs.
     let _ = reader.get(baidu::CCE_ADD_EIP);
     if let Some(raw) = reader.get(baidu::RS_MAX_NUM) {
         reader.diag.warn(
@@ -307,6 +318,47 @@ mod tests {
         assert!(
             prepaid_with_billing.contains("Prepaid"),
             "{prepaid_with_billing}"
+        );
+    }
+
+    #[test]
+    fn load_balancer_ip_is_kept_for_the_provider_refused_when_ipv6_warned_when_internal() {
+        let parse_ip = |ip: &str, annotations: &[(&str, &str)]| {
+            let svc: k8s_openapi::api::core::v1::Service =
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "web", "namespace": "default", "uid": "u1",
+                                 "annotations": annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>()},
+                    "spec": {"type": "LoadBalancer", "loadBalancerIP": ip,
+                             "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]},
+                }))
+                .unwrap();
+            crate::parse(Cloud::Baidu, &svc)
+        };
+        let public = parse_ip("106.12.0.9", &[]).unwrap();
+        assert_eq!(
+            public.spec.requested_ip.map(|ip| ip.to_string()).as_deref(),
+            Some("106.12.0.9")
+        );
+        assert!(
+            public.warnings.is_empty(),
+            "bound, not ignored: {:?}",
+            public.warnings
+        );
+        let internal = parse_ip("106.12.0.9", &[(baidu::INTERNAL_VPC, "true")]).unwrap();
+        assert!(
+            internal
+                .warnings
+                .iter()
+                .any(|w| w.to_string().contains("spec.loadBalancerIP")),
+            "{:?}",
+            internal.warnings
+        );
+        let error = parse_ip("2001:db8::1", &[]).unwrap_err().to_string();
+        assert!(
+            error.contains("spec.loadBalancerIP")
+                && error.contains("2001:db8::1")
+                && error.contains("IPv4"),
+            "{error}"
         );
     }
 

@@ -200,15 +200,31 @@ fn requested(reader: &mut Reader<'_>, core: &Core, families: &[IpFamily]) -> Vec
     if families.is_empty() {
         return requested;
     }
+    let shown = families
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    // `spec.loadBalancerIP` alone stays in the core spec; the provider drops an address of a
+    // family the Service does not have, and this says so.
+    if source == "spec.loadBalancerIP"
+        && let Some(ip) = core.requested_ip
+        && !families.contains(&IpFamily::of(ip))
+    {
+        reader.diag.warn(
+            location.clone(),
+            Some(&ip.to_string()),
+            format!(
+                "asks for an {} address but the Service's spec.ipFamilies is [{shown}]; not \
+                 requested",
+                IpFamily::of(ip)
+            ),
+        );
+    }
     requested.retain(|ip| {
         let family = IpFamily::of(*ip);
         let known = families.contains(&family);
         if !known {
-            let shown = families
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
             reader.diag.warn(
                 location.clone(),
                 Some(&ip.to_string()),
@@ -258,6 +274,11 @@ pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core, service: &Service) -> 
         ip_families,
         labels: service.metadata.labels.clone().unwrap_or_default(),
         allocated_from_pool,
+        selector: service
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -384,6 +405,18 @@ mod tests {
                 None,
                 None,
                 1,
+            ),
+            // spec.loadBalancerIP alone of a family the Service does not have: a warning
+            // (the provider does not request it).
+            (vec![], Some("fd00::5"), vec!["IPv4"], vec![], None, None, 1),
+            (
+                vec![],
+                Some("10.0.0.5"),
+                vec!["IPv4"],
+                vec![],
+                None,
+                None,
+                0,
             ),
             // Same value under both spellings: no conflict, one alias warning.
             (

@@ -445,6 +445,9 @@ pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (OpenstackSpec, Sch
             }
         }
     }
+    if load_balancer_id.is_none() {
+        warn_create_only_changes(reader, core, internal);
+    }
     let hostname = reader.non_empty(key::HOSTNAME).and_then(|raw| {
         if is_dns_subdomain(raw) {
             Some(raw.to_owned())
@@ -509,9 +512,204 @@ pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (OpenstackSpec, Sch
     (spec, scheme)
 }
 
+/// The create-only annotations and the Octavia field of [`key::CREATED_WITH`] each is
+/// compared with, named for people.
+const CREATE_ONLY: [(&str, &str, &str); 5] = [
+    (key::FLAVOR_ID, "flavor_id", "flavor"),
+    (
+        key::AVAILABILITY_ZONE,
+        "availability_zone",
+        "availability zone",
+    ),
+    (key::SUBNET_ID, "vip_subnet_id", "VIP subnet"),
+    (key::NETWORK_ID, "vip_network_id", "VIP network"),
+    (key::PORT_ID, "vip_port_id", "VIP port"),
+];
+
+/// Warns for each create-only annotation that now says something else than the load balancer
+/// was created with (recorded by kube-lb in [`key::CREATED_WITH`]): Octavia cannot change a
+/// flavor, zone or VIP afterwards, so the value is not applied, and the Service condition lists
+/// it among the ignored annotations. Nothing is said before anything was recorded, nor for an
+/// annotation left unset (cloud.conf may have supplied the value). The same for
+/// `spec.loadBalancerIP`: the VIP of an internal Service is fixed, and an attached floating IP
+/// is not moved to another address (upstream does not either).
+fn warn_create_only_changes(reader: &mut Reader<'_>, core: &Core, internal: bool) {
+    let Some(raw) = reader.non_empty(key::CREATED_WITH) else {
+        return;
+    };
+    let recorded = match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => {
+            reader.diag.warn(
+                Location::annotation(key::CREATED_WITH),
+                Some(raw),
+                "is written back by kube-lb as a JSON object; this value is ignored",
+            );
+            return;
+        }
+    };
+    let changed: Vec<(&'static str, String, String)> = CREATE_ONLY
+        .iter()
+        .filter_map(|(annotation, field, what)| {
+            let now = reader.all().get(*annotation)?.trim();
+            let created = recorded.get(*field)?.as_str()?;
+            let same = if *field == "availability_zone" {
+                now == created
+            } else {
+                now.eq_ignore_ascii_case(created)
+            };
+            (!now.is_empty() && !same).then(|| {
+                (
+                    *annotation,
+                    now.to_string(),
+                    format!(
+                        "create-only: the load balancer was created with {what} {created}, which Octavia cannot change; this value is not applied (delete and recreate the Service to apply it)"
+                    ),
+                )
+            })
+        })
+        .collect();
+    for (annotation, value, message) in changed {
+        reader
+            .diag
+            .warn(Location::annotation(annotation), Some(&value), message);
+    }
+    let Some(requested) = core.requested_ip.map(|ip| ip.to_string()) else {
+        return;
+    };
+    let recorded_address = |field: &str| recorded.get(field).and_then(|v| v.as_str());
+    let kept = match recorded_address("floating_ip_address") {
+        Some(fip) if !internal => Some((
+            fip,
+            "floating IP",
+            "kube-lb does not move an attached floating IP to another address (upstream does not either); detach it, or delete and recreate the Service",
+        )),
+        _ => recorded_address("vip_address")
+            .filter(|_| internal)
+            .map(|vip| {
+                (
+                    vip,
+                    "VIP",
+                    "Octavia cannot change a VIP; delete and recreate the Service to apply it",
+                )
+            }),
+    };
+    if let Some((address, what, consequence)) = kept
+        && address != requested
+    {
+        reader.diag.warn(
+            Location::field("spec.loadBalancerIP"),
+            Some(&requested),
+            format!("create-only: the load balancer has {what} {address}, so this value is not applied: {consequence}"),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The create-only warnings for a Service with `annotations` and `loadBalancerIP` (pure
+    /// parse).
+    fn create_only_warnings(
+        annotations: &[(&str, &str)],
+        load_balancer_ip: Option<&str>,
+    ) -> Vec<String> {
+        let annotations: std::collections::BTreeMap<&str, &str> =
+            annotations.iter().copied().collect();
+        let mut spec = serde_json::json!({"type": "LoadBalancer",
+            "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]});
+        if let Some(ip) = load_balancer_ip {
+            spec["loadBalancerIP"] = serde_json::json!(ip);
+        }
+        let service: k8s_openapi::api::core::v1::Service =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "default", "uid": "u-1",
+                    "annotations": annotations},
+                "spec": spec}))
+            .expect("service");
+        let parsed = crate::parse(crate::Cloud::Openstack, &service).expect("valid");
+        parsed
+            .warnings
+            .iter()
+            .filter(|w| w.detail.contains("create-only") || w.detail.contains("written back"))
+            .map(|w| w.location.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn create_only_changes_after_creation_are_reported() {
+        const F1: &str = "0e100000-0000-4000-8000-0000000000f1";
+        const F2: &str = "0e100000-0000-4000-8000-0000000000f2";
+        const S1: &str = "0e100000-0000-4000-8000-0000000000a1";
+        const S2: &str = "0e100000-0000-4000-8000-0000000000a2";
+        const P2: &str = "0e100000-0000-4000-8000-0000000000b2";
+        const LB: &str = "0e100000-0000-4000-8000-0000000000c1";
+        let recorded = format!(
+            r#"{{"availability_zone":"az1","flavor_id":"{F1}","vip_port_id":"0e100000-0000-4000-8000-0000000000b1","vip_subnet_id":"{S1}"}}"#
+        );
+        let created = (key::CREATED_WITH, recorded.as_str());
+        let upper_f1 = F1.to_uppercase();
+        /// (annotations, the annotations warned about)
+        type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>);
+        let cases: Vec<Case> = vec![
+            (vec![(key::FLAVOR_ID, F2)], vec![]),
+            (vec![created], vec![]),
+            (vec![created, (key::FLAVOR_ID, F1)], vec![]),
+            (vec![created, (key::FLAVOR_ID, upper_f1.as_str())], vec![]),
+            (vec![created, (key::FLAVOR_ID, F2)], vec![key::FLAVOR_ID]),
+            (
+                vec![created, (key::AVAILABILITY_ZONE, "az2")],
+                vec![key::AVAILABILITY_ZONE],
+            ),
+            (
+                vec![created, (key::SUBNET_ID, S2), (key::PORT_ID, P2)],
+                vec![key::SUBNET_ID, key::PORT_ID],
+            ),
+            // Not recorded (the load balancer has none): nothing to compare with.
+            (vec![created, (key::NETWORK_ID, S2)], vec![]),
+            // An existing load balancer: already reported as having no effect.
+            (
+                vec![created, (key::LOAD_BALANCER_ID, LB), (key::FLAVOR_ID, F2)],
+                vec![],
+            ),
+            (vec![(key::CREATED_WITH, "flavor")], vec![key::CREATED_WITH]),
+        ];
+        for (annotations, want) in cases {
+            let want: Vec<String> = want.iter().map(|k| format!("annotation {k}")).collect();
+            assert_eq!(
+                create_only_warnings(&annotations, None),
+                want,
+                "{annotations:?}"
+            );
+        }
+
+        // spec.loadBalancerIP: the floating IP of an external Service, the VIP of an
+        // internal one.
+        let addresses =
+            r#"{"floating_ip_address":"203.0.113.7","vip_address":"10.0.0.9","vip_port_id":"p"}"#;
+        let created = (key::CREATED_WITH, addresses);
+        let internal = (key::INTERNAL, "true");
+        let field = vec!["spec.loadBalancerIP".to_string()];
+        for (annotations, requested, want) in [
+            (vec![created], "203.0.113.7", vec![]),
+            (vec![created], "203.0.113.8", field.clone()),
+            (vec![created, internal], "10.0.0.9", vec![]),
+            (vec![created, internal], "10.0.0.10", field.clone()),
+            // Internal before, external now: the floating IP is attached as asked.
+            (
+                vec![(key::CREATED_WITH, r#"{"vip_address":"10.0.0.9"}"#)],
+                "203.0.113.8",
+                vec![],
+            ),
+        ] {
+            assert_eq!(
+                create_only_warnings(&annotations, Some(requested)),
+                want,
+                "{annotations:?} {requested}"
+            );
+        }
+    }
 
     #[test]
     fn uuids_dns_names_and_selectors() {

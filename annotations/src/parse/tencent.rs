@@ -135,6 +135,39 @@ pub(crate) fn parse_tencent(reader: &mut Reader<'_>, core: &Core) -> (TencentSpe
             format!("{key} is decided by the Service's ports and kube-lb's listener name; remove it (allowed: the other CreateListener parameters such as HealthCheck, Scheduler, SessionExpireTime)"),
         );
     }
+    if existed_lb_id.is_some()
+        && let Some(raw) = reader.all().get(tencent::EXTENSIVE_PARAMETERS)
+        && !raw.trim().is_empty()
+    {
+        reader.diag.warn(
+            Location::annotation(tencent::EXTENSIVE_PARAMETERS),
+            Some(raw),
+            "has no effect when an existing CLB is used (tke-existed-lbid): kube-lb creates no CLB",
+        );
+    }
+    let recorded_load_balancer_id = recorded_load_balancer_id(reader);
+    let created_with_extensive_parameters =
+        recorded_object(reader, tencent::CREATED_WITH_EXTENSIVE_PARAMETERS);
+    let created_with_listener_parameters =
+        recorded_object(reader, tencent::CREATED_WITH_LISTENER_PARAMETERS);
+    if existed_lb_id.is_none() {
+        warn_create_only_change(
+            reader,
+            tencent::EXTENSIVE_PARAMETERS,
+            extensive_parameters.as_ref(),
+            created_with_extensive_parameters.as_ref(),
+            "the CLB was created with",
+            "CreateLoadBalancer parameters apply only when the CLB is created, so the existing CLB keeps them; delete and recreate the Service to apply the new ones",
+        );
+    }
+    warn_create_only_change(
+        reader,
+        tencent::LISTENER_PARAMETERS,
+        listener_parameters.as_ref(),
+        created_with_listener_parameters.as_ref(),
+        "the Service's listeners were created with",
+        "CreateListener parameters apply only when a listener is created, so existing listeners keep them and only listeners of new ports get the new ones",
+    );
     let load_balance_type = reader.non_empty(tencent::LOADBALANCE_TYPE).and_then(|raw| {
         match raw.parse::<TencentLoadBalanceType>() {
             Ok(TencentLoadBalanceType::Classic) => {
@@ -217,8 +250,75 @@ pub(crate) fn parse_tencent(reader: &mut Reader<'_>, core: &Core) -> (TencentSpe
         internet_charge_type,
         internet_max_bandwidth_out,
         local_svc_only_bind_node_with_pod,
+        recorded_load_balancer_id,
+        created_with_extensive_parameters,
+        created_with_listener_parameters,
     };
     (spec, scheme)
+}
+
+/// `service.kubernetes.io/loadbalance-id` (written back by TKE and by kube-lb): where the
+/// Service's listeners were last put. Anything but a CLB id is ignored with a warning.
+fn recorded_load_balancer_id(reader: &mut Reader<'_>) -> Option<String> {
+    let raw = reader.non_empty(tencent::LOADBALANCE_ID)?;
+    if raw.starts_with("lb-") {
+        return Some(raw.to_owned());
+    }
+    reader.diag.warn(
+        Location::annotation(tencent::LOADBALANCE_ID),
+        Some(raw),
+        "is written back by the controller with the CLB id (\"lb-…\"); this value is ignored",
+    );
+    None
+}
+
+/// A JSON object kube-lb wrote back; unreadable records are ignored with a warning.
+fn recorded_object(reader: &mut Reader<'_>, key: &'static str) -> Option<Map<String, Value>> {
+    let raw = reader.non_empty(key)?;
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(map)) => Some(map),
+        _ => {
+            reader.diag.warn(
+                Location::annotation(key),
+                Some(raw),
+                "is written back by kube-lb as a JSON object; this value is ignored",
+            );
+            None
+        }
+    }
+}
+
+/// Warns when a create-only JSON annotation no longer says what the resource was created
+/// with: the change is not applied, and the Service condition lists it. Nothing is said when
+/// nothing was recorded yet, or when the annotation itself is invalid (that is an error).
+fn warn_create_only_change(
+    reader: &mut Reader<'_>,
+    key: &'static str,
+    current: Option<&Map<String, Value>>,
+    created_with: Option<&Map<String, Value>>,
+    what: &str,
+    consequence: &str,
+) {
+    let Some(created_with) = created_with else {
+        return;
+    };
+    let raw = reader.all().get(key).map(String::as_str);
+    let written = raw.is_some_and(|r| !r.trim().is_empty());
+    if written && current.is_none() {
+        return;
+    }
+    let empty = Map::new();
+    if current.unwrap_or(&empty) == created_with {
+        return;
+    }
+    reader.diag.warn(
+        Location::annotation(key),
+        raw,
+        format!(
+            "create-only and changed later: {what} {}; {consequence}",
+            Value::Object(created_with.clone())
+        ),
+    );
 }
 
 /// Errors for extensiveParameters keys that would change whose the CLB is or what it is.
@@ -392,4 +492,124 @@ fn parse_requirement(item: &str) -> Result<LabelRequirement, String> {
         return Err(format!("{item:?}: the value set is empty"));
     }
     requirement(key, operator, values)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::Cloud;
+    use crate::keys::tencent;
+
+    /// The warnings for a Service with `annotations`, rendered; parse errors fail the test.
+    fn warnings(annotations: &[(&str, &str)]) -> Vec<String> {
+        let mut svc: k8s_openapi::api::core::v1::Service =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+                "spec": {"type": "LoadBalancer",
+                         "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]},
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+        svc.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        match crate::parse(Cloud::Tencent, &svc) {
+            Ok(parsed) => parsed.warnings.iter().map(ToString::to_string).collect(),
+            Err(errors) => panic!("{errors}"),
+        }
+    }
+
+    #[test]
+    fn a_create_only_parameter_changed_after_creation_is_a_warning_naming_both_values() {
+        let extensive = tencent::EXTENSIVE_PARAMETERS;
+        let listener = tencent::LISTENER_PARAMETERS;
+        let created_extensive = tencent::CREATED_WITH_EXTENSIVE_PARAMETERS;
+        let created_listener = tencent::CREATED_WITH_LISTENER_PARAMETERS;
+        /// (what, annotations, the keys the warnings name in order)
+        type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, Vec<&'a str>);
+        let cases: Vec<Case<'_>> = vec![
+            (
+                "nothing recorded yet",
+                vec![(extensive, r#"{"VipIsp":"CTCC"}"#)],
+                vec![],
+            ),
+            (
+                "unchanged (key order aside)",
+                vec![
+                    (extensive, r#"{"VipIsp":"CTCC","SlaType":"clb.c2.medium"}"#),
+                    (
+                        created_extensive,
+                        r#"{"SlaType":"clb.c2.medium","VipIsp":"CTCC"}"#,
+                    ),
+                ],
+                vec![],
+            ),
+            (
+                "changed",
+                vec![
+                    (extensive, r#"{"VipIsp":"CMCC"}"#),
+                    (created_extensive, r#"{"VipIsp":"CTCC"}"#),
+                ],
+                vec![extensive],
+            ),
+            (
+                "added after a CLB created without it",
+                vec![
+                    (extensive, r#"{"VipIsp":"CMCC"}"#),
+                    (created_extensive, "{}"),
+                ],
+                vec![extensive],
+            ),
+            (
+                "removed after creation",
+                vec![(created_listener, r#"{"Scheduler":"LEAST_CONN"}"#)],
+                vec![listener],
+            ),
+            (
+                "listenerParameters changed",
+                vec![
+                    (listener, r#"{"Scheduler":"WRR"}"#),
+                    (created_listener, r#"{"Scheduler":"LEAST_CONN"}"#),
+                ],
+                vec![listener],
+            ),
+            (
+                "on a user's CLB extensiveParameters never applies, which is said instead",
+                vec![
+                    (tencent::EXISTED_LBID, "lb-users"),
+                    (extensive, r#"{"VipIsp":"CMCC"}"#),
+                    (created_extensive, r#"{"VipIsp":"CTCC"}"#),
+                ],
+                vec![extensive],
+            ),
+        ];
+        for (what, annotations, keys) in cases {
+            let found = warnings(&annotations);
+            assert_eq!(found.len(), keys.len(), "{what}: {found:?}");
+            for (warning, key) in found.iter().zip(keys) {
+                assert!(warning.contains(key), "{what}: {warning}");
+            }
+        }
+        let changed = warnings(&[
+            (extensive, r#"{"VipIsp":"CMCC"}"#),
+            (created_extensive, r#"{"VipIsp":"CTCC"}"#),
+        ]);
+        assert!(
+            changed[0].contains("create-only") && changed[0].contains(r#"{"VipIsp":"CTCC"}"#),
+            "{changed:?}"
+        );
+    }
+
+    #[test]
+    fn the_written_back_clb_id_is_read_and_a_foreign_value_is_ignored_with_a_warning() {
+        assert!(warnings(&[(tencent::LOADBALANCE_ID, "lb-0a1b2c3d")]).is_empty());
+        let found = warnings(&[(tencent::LOADBALANCE_ID, "my-clb")]);
+        assert!(
+            found.len() == 1 && found[0].contains(tencent::LOADBALANCE_ID),
+            "{found:?}"
+        );
+    }
 }

@@ -85,4 +85,8 @@ pub struct LocalSpec {
     /// MetalLB's key), which keeps the address attributed to its pool across restarts.
     #[serde(skip)]
     pub allocated_from_pool: Option<String>,
+    /// `spec.selector`: Services sharing an address with `externalTrafficPolicy: Local` need
+    /// the same one (their endpoints must be on the node announcing the address).
+    #[serde(skip)]
+    pub selector: BTreeMap<String, String>,
 }

@@ -86,4 +86,16 @@ pub struct TencentSpec {
     pub internet_max_bandwidth_out: Option<u32>,
     /// `service.kubernetes.io/local-svc-only-bind-node-with-pod`.
     pub local_svc_only_bind_node_with_pod: bool,
+    /// `service.kubernetes.io/loadbalance-id` as last written back: the CLB that held the
+    /// Service's listeners, so that they can be removed from it after a switch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_load_balancer_id: Option<String>,
+    /// The extensiveParameters the Service's CLB was created with, as kube-lb recorded them
+    /// (`{}` when none); `None` when nothing is recorded yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_with_extensive_parameters: Option<Map<String, Value>>,
+    /// The listenerParameters the Service's listeners were created with, as kube-lb recorded
+    /// them (`{}` when none); `None` when nothing is recorded yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_with_listener_parameters: Option<Map<String, Value>>,
 }

@@ -260,25 +260,6 @@ enum Change {
     Node(Box<watcher::Event<Node>>),
 }
 
-fn watch_all<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    wrap: fn(Box<watcher::Event<K>>) -> Change,
-) -> impl Stream<Item = Change> + Send
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    watcher(api, config).filter_map(move |event| async move {
-        match event {
-            Ok(event) => Some(wrap(Box::new(event))),
-            Err(error) => {
-                tracing::warn!(%error, "l2 watch error");
-                None
-            }
-        }
-    })
-}
-
 fn lease_watch(
     client: &Client,
     namespace: &str,
@@ -397,22 +378,25 @@ pub async fn run(
     );
 
     let mut changes = futures::stream::select_all([
-        watch_all(
+        crate::watch::watch(
             Api::<Service>::all(client.clone()),
             watcher::Config::default(),
             Change::Service,
+            "l2",
         )
         .boxed(),
-        watch_all(
+        crate::watch::watch(
             Api::<EndpointSlice>::all(client.clone()),
             watcher::Config::default(),
             Change::Slice,
+            "l2",
         )
         .boxed(),
-        watch_all(
+        crate::watch::watch(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
             Change::Node,
+            "l2",
         )
         .boxed(),
     ]);

@@ -70,6 +70,79 @@ pub fn available() -> bool {
     ok && run(&["nft", "--version"]).is_ok()
 }
 
+/// Network namespaces made under one prefix unique to this process and rig, deleted (last
+/// made first) on drop, and the veth plumbing between them: what every namespace rig needs,
+/// shared by [`L2Lab`] and the dataplane tests' lab (`dataplane/tests/support`).
+#[derive(Debug)]
+pub struct Namespaces {
+    prefix: String,
+    made: Vec<String>,
+}
+
+impl Namespaces {
+    /// An empty set whose namespaces are named `<tag><pid>x<n><short>`.
+    pub fn new(tag: &str) -> Namespaces {
+        Namespaces {
+            prefix: format!(
+                "{tag}{}x{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::SeqCst)
+            ),
+            made: Vec::new(),
+        }
+    }
+
+    /// Full name of namespace `short` of this set.
+    pub fn name(&self, short: &str) -> String {
+        format!("{}{short}", self.prefix)
+    }
+
+    /// Makes namespace `short` with its loopback up; deleted on drop even if a later step
+    /// fails.
+    pub fn add(&mut self, short: &str) -> io::Result<String> {
+        let name = self.name(short);
+        run(&["ip", "netns", "add", &name])?;
+        self.made.push(name.clone());
+        run(&["ip", "-n", &name, "link", "set", "lo", "up"])?;
+        Ok(name)
+    }
+
+    /// A veth pair: `port` in `outer`, enslaved to bridge `bridge` there and up, and `eth0` in
+    /// `inner` (left down until it has its addresses, see [`Namespaces::address_eth0`]).
+    pub fn veth(&self, outer: &str, port: &str, bridge: &str, inner: &str) -> io::Result<()> {
+        run(&[
+            "ip", "-n", outer, "link", "add", port, "type", "veth", "peer", "name", "eth0",
+            "netns", inner,
+        ])?;
+        run(&[
+            "ip", "-n", outer, "link", "set", port, "master", bridge, "up",
+        ])?;
+        Ok(())
+    }
+
+    /// Gives `eth0` of `ns` each of `cidrs` (IPv6 without duplicate address detection, so it
+    /// is usable at once), then brings it up.
+    pub fn address_eth0(&self, ns: &str, cidrs: &[&str]) -> io::Result<()> {
+        for cidr in cidrs {
+            let mut args = vec!["ip", "-n", ns, "addr", "add", cidr, "dev", "eth0"];
+            if cidr.contains(':') {
+                args.push("nodad");
+            }
+            run(&args)?;
+        }
+        run(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
+        Ok(())
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in self.made.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
 /// A backend pod: a TCP server on port 8080 of both families answering its name.
 #[derive(Debug, Clone)]
 pub struct Pod {
@@ -86,8 +159,7 @@ pub struct Pod {
 /// The namespaces of one rig.
 #[derive(Debug)]
 pub struct L2Lab {
-    prefix: String,
-    namespaces: Vec<String>,
+    namespaces: Namespaces,
     nodes: usize,
     stop: Arc<AtomicBool>,
 }
@@ -106,12 +178,7 @@ impl L2Lab {
     /// Builds the switch, `nodes` nodes and the client.
     pub fn new(nodes: usize) -> io::Result<L2Lab> {
         let mut lab = L2Lab {
-            prefix: format!(
-                "klbl2{}x{}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::SeqCst)
-            ),
-            namespaces: Vec::new(),
+            namespaces: Namespaces::new("klbl2"),
             nodes,
             stop: Arc::new(AtomicBool::new(false)),
         };
@@ -203,7 +270,7 @@ impl L2Lab {
 
     /// Full name of one of the rig's namespaces (`sw`, `c`, `n1`…, `p<pod>`).
     pub fn ns(&self, short: &str) -> String {
-        format!("{}{short}", self.prefix)
+        self.namespaces.name(short)
     }
 
     /// Number of nodes.
@@ -212,10 +279,7 @@ impl L2Lab {
     }
 
     fn add_ns(&mut self, short: &str) -> io::Result<String> {
-        let name = self.ns(short);
-        run(&["ip", "netns", "add", &name])?;
-        self.namespaces.push(name.clone());
-        run(&["ip", "-n", &name, "link", "set", "lo", "up"])?;
+        let name = self.namespaces.add(short)?;
         // Addresses are usable at once; DAD would delay them by a second.
         run(&[
             "ip",
@@ -231,79 +295,25 @@ impl L2Lab {
 
     /// A veth from switch port `port` into `ns` as `eth0`.
     fn attach(&self, port: &str, ns: &str, v4: &str, v6: &str) -> io::Result<()> {
-        let switch = self.ns("sw");
-        run(&[
-            "ip", "-n", &switch, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-            "netns", ns,
-        ])?;
-        run(&[
-            "ip", "-n", &switch, "link", "set", port, "master", "br0", "up",
-        ])?;
-        run(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{v4}/24"),
-            "dev",
-            "eth0",
-        ])?;
-        run(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{v6}/64"),
-            "dev",
-            "eth0",
-            "nodad",
-        ])?;
-        run(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
-        Ok(())
+        self.namespaces.veth(&self.ns("sw"), port, "br0", ns)?;
+        self.namespaces
+            .address_eth0(ns, &[&format!("{v4}/24"), &format!("{v6}/64")])
     }
 
     /// Starts pod `name` on node `node` (1-based) as 10.244.node.(10+k) / fd01:node::(10+k).
     pub fn pod(&mut self, name: &str, node: usize, k: usize) -> io::Result<Pod> {
         let node_ns = self.ns(&format!("n{node}"));
         let ns = self.add_ns(&format!("p{name}"))?;
-        let veth = format!("v{name}");
-        run(&[
-            "ip", "-n", &node_ns, "link", "add", &veth, "type", "veth", "peer", "name", "eth0",
-            "netns", &ns,
-        ])?;
-        run(&[
-            "ip", "-n", &node_ns, "link", "set", &veth, "master", "cbr0", "up",
-        ])?;
+        self.namespaces
+            .veth(&node_ns, &format!("v{name}"), "cbr0", &ns)?;
         let pod = Pod {
             name: name.into(),
             v4: format!("10.244.{node}.{}", 10 + k),
             v6: format!("fd01:{node}::{}", 10 + k),
             node: format!("n{node}"),
         };
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{}/24", pod.v4),
-            "dev",
-            "eth0",
-        ])?;
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{}/64", pod.v6),
-            "dev",
-            "eth0",
-            "nodad",
-        ])?;
-        run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+        self.namespaces
+            .address_eth0(&ns, &[&format!("{}/24", pod.v4), &format!("{}/64", pod.v6)])?;
         run(&[
             "ip",
             "-n",
@@ -552,10 +562,8 @@ pub fn first_success(
 
 impl Drop for L2Lab {
     fn drop(&mut self) {
+        // The pods' accept loops stop first; the namespaces go when the fields are dropped.
         self.stop.store(true, Ordering::Relaxed);
-        for ns in self.namespaces.iter().rev() {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
     }
 }
 

@@ -12,6 +12,10 @@
 //! - no SCTP socket is ever opened (tokio has none, and opening one would load the `sctp`
 //!   module); SCTP Service ports are reported as skipped.
 //!
+//! TCP frontends are served by one of two engines ([`UserspaceEngine`]): an io_uring ring per
+//! worker thread ([`uring`](self::uring), the default where the kernel allows it), or a tokio
+//! runtime per worker thread (the fallback, and always the engine of UDP frontends).
+//!
 //! Traffic runs on the proxy's own worker threads ([`UserspaceConfig::workers`]), not on the
 //! caller's runtime: each frontend has one `SO_REUSEPORT` socket per worker, and a TCP connection
 //! or UDP session stays on the worker whose socket the kernel gave it to. Endpoint choice is shared by all workers, so round robin
@@ -34,6 +38,7 @@ pub mod proxy_protocol;
 pub mod relay;
 pub mod scheduler;
 pub mod state;
+mod uring;
 mod workers;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -80,6 +85,83 @@ pub struct UserspaceConfig {
     pub udp_sessions_per_service: usize,
     /// Counts UDP sessions refused for the cap (exported as a metric by the caller).
     pub refused_udp_sessions: Arc<AtomicU64>,
+    /// Which engine relays TCP frontends.
+    pub engine: UserspaceEngine,
+}
+
+/// Which engine relays the userspace backend's TCP connections (`--userspace-engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UserspaceEngine {
+    /// io_uring where the kernel offers every operation the engine needs, epoll otherwise.
+    Auto,
+    /// io_uring, or listening fails (with the reason).
+    Uring,
+    /// tokio's epoll event loop: the default, until the io_uring engine has run longer under
+    /// load (two unexplained failures were seen with it while the machine was saturated).
+    #[default]
+    Epoll,
+}
+
+impl fmt::Display for UserspaceEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UserspaceEngine::Auto => "auto",
+            UserspaceEngine::Uring => "uring",
+            UserspaceEngine::Epoll => "epoll",
+        })
+    }
+}
+
+impl std::str::FromStr for UserspaceEngine {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "auto" => Ok(UserspaceEngine::Auto),
+            "uring" | "io_uring" | "io-uring" => Ok(UserspaceEngine::Uring),
+            "epoll" | "tokio" => Ok(UserspaceEngine::Epoll),
+            other => Err(format!(
+                "unknown userspace engine {other:?} (auto, uring or epoll)"
+            )),
+        }
+    }
+}
+
+/// The engine TCP frontends get, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineChoice {
+    /// `Uring` or `Epoll`, never `Auto`.
+    pub engine: UserspaceEngine,
+    /// Why: io_uring's availability, or that the choice was forced.
+    pub reason: String,
+}
+
+impl UserspaceEngine {
+    /// Resolves `Auto` by probing io_uring; `Uring` fails when io_uring cannot be used.
+    pub fn resolve(self) -> Result<EngineChoice, String> {
+        match self {
+            UserspaceEngine::Epoll => Ok(EngineChoice {
+                engine: UserspaceEngine::Epoll,
+                reason: "chosen".into(),
+            }),
+            UserspaceEngine::Uring => uring::probe()
+                .map(|()| EngineChoice {
+                    engine: UserspaceEngine::Uring,
+                    reason: "chosen".into(),
+                })
+                .map_err(|why| format!("io_uring engine unavailable: {why}")),
+            UserspaceEngine::Auto => Ok(match uring::probe() {
+                Ok(()) => EngineChoice {
+                    engine: UserspaceEngine::Uring,
+                    reason: "io_uring available".into(),
+                },
+                Err(why) => EngineChoice {
+                    engine: UserspaceEngine::Epoll,
+                    reason: why,
+                },
+            }),
+        }
+    }
 }
 
 /// Which Service addresses the userspace backend listens on.
@@ -108,6 +190,7 @@ impl Default for UserspaceConfig {
             capture: None,
             udp_sessions_per_service: DEFAULT_UDP_SESSIONS_PER_SERVICE,
             refused_udp_sessions: Arc::default(),
+            engine: UserspaceEngine::Auto,
         }
     }
 }
@@ -253,8 +336,10 @@ struct Listener {
     spec: FrontendSpec,
     shared: Arc<Shared>,
     /// One accept loop (TCP) or receive loop (UDP) per worker, their sockets sharing the address
-    /// with SO_REUSEPORT.
+    /// with SO_REUSEPORT (tokio engine), and the affinity sweeper.
     tasks: Vec<JoinHandle<()>>,
+    /// The listening sockets on the io_uring workers (io_uring engine).
+    uring: Vec<uring::UringListener>,
     /// Port of the unspecified address the sockets listen on when the frontend is captured.
     proxy_port: Option<u16>,
 }
@@ -263,6 +348,8 @@ impl Listener {
     /// Stops accepting and waits until the socket is closed, so the next connection attempt is
     /// refused by the kernel.
     async fn close(mut self) {
+        // Synchronous: each socket stops listening before this returns.
+        self.uring.clear();
         for task in std::mem::take(&mut self.tasks) {
             task.abort();
             let _ = task.await;
@@ -288,7 +375,18 @@ pub struct UserspaceProxy {
     /// UDP session budgets per Service port, while one of its frontends listens.
     budgets: BTreeMap<PortKey, Arc<SessionBudget>>,
     /// Declared after `listeners` so their tasks are aborted before the workers stop.
-    workers: Option<Workers>,
+    threads: Box<Threads>,
+}
+
+/// The proxy's threads, each kind started with the first frontend that needs it.
+#[derive(Debug, Default)]
+struct Threads {
+    /// tokio workers: UDP frontends, TCP frontends on the epoll engine, affinity sweeping.
+    tokio: Option<Workers>,
+    /// io_uring workers: TCP frontends on the io_uring engine.
+    uring: Option<uring::Engines>,
+    /// The engine of TCP frontends, resolved on the first one.
+    engine: Option<Result<EngineChoice, String>>,
 }
 
 impl UserspaceProxy {
@@ -299,8 +397,29 @@ impl UserspaceProxy {
             config: Arc::new(config),
             listeners: BTreeMap::new(),
             budgets: BTreeMap::new(),
-            workers: None,
+            threads: Box::default(),
         }
+    }
+
+    /// The engine TCP frontends get (resolving [`UserspaceConfig::engine`] on the first call and
+    /// logging it), or why the forced io_uring engine cannot run.
+    pub fn engine(&mut self) -> Result<EngineChoice, String> {
+        self.threads
+            .engine
+            .get_or_insert_with(|| {
+                let choice = self.config.engine.resolve();
+                match &choice {
+                    Ok(choice) => tracing::debug!(
+                        engine = %choice.engine,
+                        requested = %self.config.engine,
+                        reason = %choice.reason,
+                        "userspace TCP engine"
+                    ),
+                    Err(why) => tracing::error!(requested = %self.config.engine, %why, "userspace TCP engine"),
+                }
+                choice
+            })
+            .clone()
     }
 
     /// Per-client state held right now: affinity entries and UDP sessions.
@@ -451,7 +570,9 @@ impl UserspaceProxy {
         } else {
             frontend.addr
         };
-        let workers = match &mut self.workers {
+        let uring = frontend.protocol == Protocol::Tcp
+            && self.engine().map_err(std::io::Error::other)?.engine == UserspaceEngine::Uring;
+        let workers = match &mut self.threads.tokio {
             Some(workers) => workers,
             empty => empty.insert(Workers::start(self.config.workers)?),
         };
@@ -487,14 +608,44 @@ impl UserspaceProxy {
         }
         // Bind every socket before spawning anything, so a failure leaves nothing behind.
         let mut proxy_port = None;
-        if frontend.protocol == Protocol::Tcp {
-            let listeners = bind_all(workers.all(), first, &taken, tcp_listener, |l| {
-                l.local_addr()
-            })?;
+        let mut uring_listeners = Vec::new();
+        if uring {
+            let engines = match &mut self.threads.uring {
+                Some(engines) => engines,
+                empty => empty.insert(uring::Engines::start(self.config.workers.get())?),
+            };
+            let count = engines.len();
+            let sockets = bind_all(
+                count,
+                first,
+                &taken,
+                |_, addr| std_tcp_listener(addr),
+                |l| l.local_addr(),
+            )?;
             if captured {
-                proxy_port = listeners.first().map(|(port, _, _)| *port);
+                proxy_port = sockets.first().map(|(port, _)| *port);
             }
-            for (_, worker, listener) in listeners {
+            let route = Arc::new(uring::Route {
+                frontend: frontend.addr,
+                shared: shared.clone(),
+                config: self.config.clone(),
+            });
+            for (index, (_, socket)) in sockets.into_iter().enumerate() {
+                uring_listeners.push(engines.listen(index, socket.into(), route.clone()));
+            }
+        } else if frontend.protocol == Protocol::Tcp {
+            let handles = workers.all();
+            let listeners = bind_all(
+                handles.len(),
+                first,
+                &taken,
+                |index, addr| on_worker(&handles[index], || tcp_listener(addr)),
+                |l| l.local_addr(),
+            )?;
+            if captured {
+                proxy_port = listeners.first().map(|(port, _)| *port);
+            }
+            for ((_, listener), worker) in listeners.into_iter().zip(handles) {
                 tasks.push(worker.spawn(serve_tcp(
                     listener,
                     frontend.addr,
@@ -505,11 +656,18 @@ impl UserspaceProxy {
         } else {
             // The kernel hashes a client's address and port to one of the sockets, so each client
             // keeps its session on one worker.
-            let sockets = bind_all(workers.all(), first, &taken, udp_socket, |s| s.local_addr())?;
+            let handles = workers.all();
+            let sockets = bind_all(
+                handles.len(),
+                first,
+                &taken,
+                |index, addr| on_worker(&handles[index], || udp_socket(addr)),
+                |s| s.local_addr(),
+            )?;
             if captured {
-                proxy_port = sockets.first().map(|(port, _, _)| *port);
+                proxy_port = sockets.first().map(|(port, _)| *port);
             }
-            for (_, worker, socket) in sockets {
+            for ((_, socket), worker) in sockets.into_iter().zip(handles) {
                 tasks.push(worker.spawn(serve_udp(
                     Arc::new(socket),
                     shared.clone(),
@@ -521,30 +679,31 @@ impl UserspaceProxy {
             spec,
             shared,
             tasks,
+            uring: uring_listeners,
             proxy_port,
         })
     }
 }
 
-/// Binds one socket per worker to `first`; when `first` has port 0, the kernel's choice is
-/// taken by every worker's socket (`SO_REUSEPORT`). A chosen port already used by another
-/// frontend of this proxy (`taken`, which `SO_REUSEPORT` would let us join) is held while
-/// another one is picked. Returns (port, worker, socket) per worker.
-fn bind_all<'w, T>(
-    workers: &'w [Handle],
+/// Binds `count` sockets to `first` (`bind` gets the socket's index); when `first` has port 0,
+/// the kernel's choice is taken by every socket (`SO_REUSEPORT`). A chosen port already used by
+/// another frontend of this proxy (`taken`, which `SO_REUSEPORT` would let us join) is held while
+/// another one is picked. Returns (port, socket) per index.
+fn bind_all<T>(
+    count: usize,
     first: SocketAddr,
     taken: &BTreeSet<u16>,
-    bind: impl Fn(SocketAddr) -> std::io::Result<T>,
+    bind: impl Fn(usize, SocketAddr) -> std::io::Result<T>,
     local: impl Fn(&T) -> std::io::Result<SocketAddr>,
-) -> std::io::Result<Vec<(u16, &'w Handle, T)>> {
+) -> std::io::Result<Vec<(u16, T)>> {
     const ATTEMPTS: usize = 16;
-    let Some((head, rest)) = workers.split_first() else {
+    if count == 0 {
         return Ok(Vec::new());
-    };
+    }
     let mut held = Vec::new();
     let mut found = None;
     for _ in 0..ATTEMPTS {
-        let socket = on_worker(head, || bind(first))?;
+        let socket = bind(0, first)?;
         let addr = local(&socket)?;
         if first.port() != 0 || !taken.contains(&addr.port()) {
             found = Some((addr, socket));
@@ -559,9 +718,9 @@ fn bind_all<'w, T>(
             "no free proxy port",
         ));
     };
-    let mut out = vec![(addr.port(), head, socket)];
-    for worker in rest {
-        out.push((addr.port(), worker, on_worker(worker, || bind(addr))?));
+    let mut out = vec![(addr.port(), socket)];
+    for index in 1..count {
+        out.push((addr.port(), bind(index, addr)?));
     }
     Ok(out)
 }
@@ -589,6 +748,22 @@ fn tcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_nodelay(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
+}
+
+/// A listening socket as [`tcp_listener`] makes, for the io_uring engine: not registered with
+/// any runtime, and blocking (io_uring needs no `O_NONBLOCK`).
+fn std_tcp_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.cloexec(),
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG as i32)?;
+    Ok(socket.into())
 }
 
 fn udp_socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
@@ -1195,6 +1370,198 @@ mod tests {
                 .await
                 .expect("connected after the SYN retransmission")
                 .unwrap();
+            drop(queued);
+        }
+    }
+
+    #[tokio::test]
+    async fn bulk_streams_arrive_intact_both_ways_on_either_engine() {
+        // (bytes client → endpoint, bytes endpoint → client): short, past the splice switch,
+        // and bulk both ways at once.
+        let sizes = [
+            (10, 20),
+            (relay::SPLICE_AFTER as usize + 1, 3),
+            (3 << 20, 5 << 20),
+        ];
+        for (i, engine) in [UserspaceEngine::Uring, UserspaceEngine::Epoll]
+            .into_iter()
+            .enumerate()
+        {
+            // The endpoint answers with its bytes while it still reads the request, then
+            // reports (through the channel) what it read.
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let endpoint = listener.local_addr().unwrap();
+            let (received_tx, mut received_rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                let mut answers = sizes.iter().map(|(_, down)| *down);
+                while let Ok((stream, _)) = listener.accept().await {
+                    let down = answers.next().unwrap_or(0);
+                    let received_tx = received_tx.clone();
+                    tokio::spawn(async move {
+                        let (mut read, mut write) = stream.into_split();
+                        let writer = tokio::spawn(async move {
+                            write.write_all(&pattern(down)).await.unwrap();
+                        });
+                        let mut received = Vec::new();
+                        tokio::io::AsyncReadExt::read_to_end(&mut read, &mut received)
+                            .await
+                            .unwrap();
+                        writer.await.unwrap();
+                        let _ = received_tx.send(received);
+                    });
+                }
+            });
+            let ip = std::net::Ipv4Addr::new(127, 77, 9, 20 + i as u8);
+            let port = TcpListener::bind((ip, 0))
+                .await
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let frontend = SocketAddr::from((ip, port));
+            let mut proxy = UserspaceProxy::new(UserspaceConfig {
+                engine,
+                ..UserspaceConfig::default()
+            });
+            proxy.apply(&one_service(frontend, &[endpoint])).await;
+            for (up, down) in sizes {
+                let client = TcpStream::connect(frontend).await.unwrap();
+                let (mut read, mut write) = client.into_split();
+                let sender = tokio::spawn(async move {
+                    write.write_all(&pattern(up)).await.unwrap();
+                    write.shutdown().await.unwrap();
+                });
+                let mut answer = Vec::new();
+                tokio::time::timeout(
+                    Duration::from_secs(30),
+                    tokio::io::AsyncReadExt::read_to_end(&mut read, &mut answer),
+                )
+                .await
+                .expect("the stream ends")
+                .unwrap();
+                sender.await.unwrap();
+                assert!(
+                    answer == pattern(down),
+                    "{engine}: {down} bytes down intact"
+                );
+                let received = received_rx.recv().await.unwrap();
+                assert!(received == pattern(up), "{engine}: {up} bytes up intact");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bulk_stream_whose_endpoint_stays_open_arrives_whole_on_either_engine() {
+        // The endpoint sends and then neither closes nor sends more: the proxy must still pass
+        // on the last bytes it holds, with no end of stream to wake it.
+        const LEN: usize = (32 << 20) + 12_345;
+        for (i, engine) in [UserspaceEngine::Uring, UserspaceEngine::Epoll]
+            .into_iter()
+            .enumerate()
+        {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let endpoint = listener.local_addr().unwrap();
+            tokio::spawn(async move {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                stream.write_all(&pattern(LEN)).await.unwrap();
+                std::future::pending::<()>().await;
+            });
+            let ip = std::net::Ipv4Addr::new(127, 77, 9, 30 + i as u8);
+            let port = TcpListener::bind((ip, 0))
+                .await
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let frontend = SocketAddr::from((ip, port));
+            let mut proxy = UserspaceProxy::new(UserspaceConfig {
+                engine,
+                ..UserspaceConfig::default()
+            });
+            proxy.apply(&one_service(frontend, &[endpoint])).await;
+            let mut client = TcpStream::connect(frontend).await.unwrap();
+            let mut received = vec![0; LEN];
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                tokio::io::AsyncReadExt::read_exact(&mut client, &mut received),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{engine}: the whole stream arrives"))
+            .unwrap();
+            assert!(received == pattern(LEN), "{engine}: every byte in order");
+        }
+    }
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// A listener whose accept queue is full: the kernel drops SYNs to it, so a connect to it
+    /// stays in progress. Returns it and the connection filling the queue.
+    async fn full_listener() -> (TcpListener, TcpStream) {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let queued = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        (listener, queued)
+    }
+
+    #[tokio::test]
+    async fn a_connect_refused_or_timed_out_mid_handshake_goes_on_to_the_next_endpoint() {
+        // (engine, the stuck endpoint's listener is closed while the proxy waits for it)
+        let cases = [
+            (UserspaceEngine::Uring, true),
+            (UserspaceEngine::Uring, false),
+            (UserspaceEngine::Epoll, true),
+            (UserspaceEngine::Epoll, false),
+        ];
+        for (i, (engine, refuse)) in cases.into_iter().enumerate() {
+            let (stuck, queued) = full_listener().await;
+            let stuck_addr = stuck.local_addr().unwrap();
+            let good = named_backend("good").await;
+            let ip = std::net::Ipv4Addr::new(127, 77, 9, 10 + i as u8);
+            let port = TcpListener::bind((ip, 0))
+                .await
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let frontend = SocketAddr::from((ip, port));
+            // Refused: the wait is long, so only the refusal can end it. Timed out: short.
+            let first_timeout = if refuse { 20_000 } else { 300 };
+            let mut proxy = UserspaceProxy::new(UserspaceConfig {
+                engine,
+                workers: NonZeroUsize::MIN,
+                connect_timeouts: vec![
+                    Duration::from_millis(first_timeout),
+                    Duration::from_secs(10),
+                ],
+                ..UserspaceConfig::default()
+            });
+            proxy
+                .apply(&one_service(frontend, &[stuck_addr, good]))
+                .await;
+            // Round robin: one of two connections tries the stuck endpoint first.
+            let asked = tokio::spawn(async move { [ask(frontend).await, ask(frontend).await] });
+            let waiting = async {
+                while tcp_sockets(stuck_addr, true, SYN_SENT) == 0 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), waiting)
+                .await
+                .expect("the proxy dials the stuck endpoint");
+            if refuse {
+                // The retransmitted SYN now meets a closed port: RST, so ECONNREFUSED.
+                drop(stuck);
+            }
+            let answer = tokio::time::timeout(Duration::from_secs(15), asked)
+                .await
+                .expect("answered by the next endpoint")
+                .unwrap();
+            assert_eq!(answer, ["good", "good"], "{engine} refuse={refuse}");
             drop(queued);
         }
     }

@@ -7,10 +7,9 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
+use kube_lb_dataplane::l2::lab::{self, Namespaces};
 
 /// The probe binary built with this crate.
 pub const PROBE: &str = env!("CARGO_BIN_EXE_kube-lb-probe");
@@ -32,32 +31,7 @@ pub fn run(args: &[&str]) -> String {
 
 /// True when this process may create network namespaces and run nft (root + `ip netns`).
 pub fn have_netns() -> bool {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout == b"0\n")
-        .unwrap_or(false);
-    if !root {
-        return false;
-    }
-    let name = format!(
-        "klb-probe-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::SeqCst)
-    );
-    let ok = Command::new("ip")
-        .args(["netns", "add", &name])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok {
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
-    }
-    ok && Command::new("nft")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    lab::available()
 }
 
 /// Skips the calling test loudly when root + netns are missing; fails it under `CI=true` (CI
@@ -119,11 +93,11 @@ pub struct Pod {
 
 /// The namespaces of one test.
 pub struct Lab {
-    prefix: String,
-    namespaces: Vec<String>,
     children: Vec<Child>,
     /// Pods by name.
     pub pods: BTreeMap<String, Pod>,
+    // Last: dropped after `Drop::drop` has stopped the children running in them.
+    namespaces: Namespaces,
 }
 
 /// Node `i` (1-based) has LAN address 10.0.0.1i and pod subnet 10.244.i.0/24.
@@ -135,16 +109,10 @@ impl Lab {
     /// Creates the switch, `nodes` nodes and two clients (10.0.0.100 and 10.0.0.101) whose routes
     /// to Service ranges (10.96/16, 192.0.2/24, 203.0.113/24) go via node 1.
     pub fn new(nodes: usize) -> Lab {
-        let prefix = format!(
-            "klb{}x{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
         let mut lab = Lab {
-            prefix,
-            namespaces: Vec::new(),
             children: Vec::new(),
             pods: BTreeMap::new(),
+            namespaces: Namespaces::new("klb"),
         };
         let switch = lab.add_ns("sw");
         run(&["ip", "-n", &switch, "link", "add", "br0", "type", "bridge"]);
@@ -207,28 +175,21 @@ impl Lab {
 
     /// Full name of a namespace of this lab.
     pub fn ns(&self, short: &str) -> String {
-        format!("{}{short}", self.prefix)
+        self.namespaces.name(short)
     }
 
     fn add_ns(&mut self, short: &str) -> String {
-        let name = self.ns(short);
-        run(&["ip", "netns", "add", &name]);
-        run(&["ip", "-n", &name, "link", "set", "lo", "up"]);
-        self.namespaces.push(name.clone());
-        name
+        self.namespaces
+            .add(short)
+            .unwrap_or_else(|e| panic!("namespace {short}: {e}"))
     }
 
     /// A veth from the switch bridge into `ns` as `eth0` with `cidr`.
     fn attach(&self, switch: &str, ns: &str, port: &str, cidr: &str) {
-        run(&[
-            "ip", "-n", switch, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-            "netns", ns,
-        ]);
-        run(&[
-            "ip", "-n", switch, "link", "set", port, "master", "br0", "up",
-        ]);
-        run(&["ip", "-n", ns, "addr", "add", cidr, "dev", "eth0"]);
-        run(&["ip", "-n", ns, "link", "set", "eth0", "up"]);
+        self.namespaces
+            .veth(switch, port, "br0", ns)
+            .and_then(|()| self.namespaces.address_eth0(ns, &[cidr]))
+            .unwrap_or_else(|e| panic!("attach {ns} as {port}: {e}"));
     }
 
     /// Starts pod `name` on node `node` (1-based) as 10.244.node.(10+index), serving TCP+UDP 8080.
@@ -242,13 +203,9 @@ impl Lab {
         let node_ns = self.ns(&format!("n{node}"));
         let ns = self.add_ns(&format!("p{name}"));
         let veth = format!("v{name}");
-        run(&[
-            "ip", "-n", &node_ns, "link", "add", &veth, "type", "veth", "peer", "name", "eth0",
-            "netns", &ns,
-        ]);
-        run(&[
-            "ip", "-n", &node_ns, "link", "set", &veth, "master", "cbr0", "up",
-        ]);
+        self.namespaces
+            .veth(&node_ns, &veth, "cbr0", &ns)
+            .unwrap_or_else(|e| panic!("pod {name}: {e}"));
         // As the CNI bridge plugin's hairpinMode does: a pod reaching itself through a Service
         // leaves and re-enters by the same bridge port.
         run(&[
@@ -263,17 +220,9 @@ impl Lab {
             "hairpin",
             "on",
         ]);
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{ip}/24"),
-            "dev",
-            "eth0",
-        ]);
-        run(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
+        self.namespaces
+            .address_eth0(&ns, &[&format!("{ip}/24")])
+            .unwrap_or_else(|e| panic!("pod {name}: {e}"));
         run(&[
             "ip",
             "-n",
@@ -422,9 +371,7 @@ impl Drop for Lab {
             let _ = child.kill();
             let _ = child.wait();
         }
-        for ns in self.namespaces.iter().rev() {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
+        // The namespaces go when the fields are dropped, after this.
     }
 }
 

@@ -31,7 +31,6 @@ mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
@@ -40,9 +39,9 @@ use axum::extract::State as AxumState;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use ipnet::{IpNet, Ipv4Net};
+use kube_lb_mock_support::server::lost_response;
+use kube_lb_mock_support::{MockServer, lock_shared};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub use error::ArmError;
 pub use state::{Fault, FaultAction, JournalEntry, Quotas};
@@ -169,10 +168,22 @@ impl MockArmBuilder {
 
     /// Binds the listener and serves in a background task.
     pub async fn start(self) -> std::io::Result<MockArm> {
-        let listener = tokio::net::TcpListener::bind(self.listen).await?;
-        let addr = listener.local_addr()?;
+        let listen = self.listen;
+        let server = MockServer::start(
+            listen,
+            "azure",
+            |url| self.seed(url),
+            |shared| Router::new().fallback(handle).with_state(shared),
+        )
+        .await?;
+        Ok(MockArm { server })
+    }
+
+    /// The state a new mock starts with: the builder's resource groups, virtual networks with
+    /// their subnets and security groups, with IDs under `url`.
+    fn seed(self, url: &str) -> State {
         let mut config = self.config;
-        config.base_url = format!("http://{addr}");
+        config.base_url = url.to_string();
         let mut state = State::new(config);
         for rg in self.resource_groups {
             state
@@ -221,65 +232,20 @@ impl MockArmBuilder {
                 },
             );
         }
-        let shared = Arc::new(Mutex::new(state));
-        let latency = Arc::new(AtomicU64::new(0));
-        let app = with_latency(
-            Router::new().fallback(handle).with_state(shared.clone()),
-            latency.clone(),
-        );
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let server = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(error) = server.await {
-                tracing::warn!(%error, "mock ARM server stopped");
-            }
-        });
-        Ok(MockArm {
-            addr,
-            state: shared,
-            latency,
-            stop: Some(stop),
-            task,
-        })
+        state
     }
-}
-
-/// Delays every request by the current value of `latency` (microseconds), as a remote cloud
-/// endpoint's round trip would.
-fn with_latency(router: Router, latency: Arc<AtomicU64>) -> Router {
-    router.layer(axum::middleware::from_fn(
-        move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let delay = std::time::Duration::from_micros(latency.load(Ordering::Relaxed));
-            async move {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                next.run(request).await
-            }
-        },
-    ))
 }
 
 /// A running mock ARM server. Stops when dropped.
 #[derive(Debug)]
 pub struct MockArm {
-    addr: SocketAddr,
-    state: Arc<Mutex<State>>,
-    latency: Arc<AtomicU64>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    server: MockServer<State>,
 }
 
-impl Drop for MockArm {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.task.abort();
-    }
-}
+kube_lb_mock_support::impl_mock_state!(State {
+    journal: JournalEntry,
+    faults: Fault
+});
 
 impl MockArm {
     /// A builder with the defaults: subscription [`SUBSCRIPTION`], location [`LOCATION`], the
@@ -309,61 +275,52 @@ impl MockArm {
     /// Base URL (`http://127.0.0.1:PORT`), used both as the resource manager and the Entra ID
     /// endpoint.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url().to_string()
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Delays every later request (token requests included) by `per_request` before it is
     /// answered (zero: no delay), so benchmarks see a cloud's round trip instead of loopback's.
     pub fn set_latency(&self, per_request: std::time::Duration) {
-        let micros = u64::try_from(per_request.as_micros()).unwrap_or(u64::MAX);
-        self.latency.store(micros, Ordering::Relaxed);
+        self.server.set_latency(per_request);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock can only come from a bug in a test; keep serving.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.server.lock()
     }
 
     /// Every request so far.
     pub fn journal(&self) -> Vec<JournalEntry> {
-        self.lock().journal.clone()
+        self.server.journal()
     }
 
     /// Requests that may change state (PUT, PATCH, POST, DELETE; not token requests).
     pub fn mutations(&self) -> Vec<JournalEntry> {
-        self.lock()
-            .journal
-            .iter()
-            .filter(|e| e.is_mutation())
-            .cloned()
-            .collect()
+        self.server.mutations()
     }
 
     /// Forgets the journal (e.g. before a resync whose calls are asserted).
     pub fn clear_journal(&self) {
-        self.lock().journal.clear();
+        self.server.clear_journal();
     }
 
     /// Arms a fault.
     pub fn inject(&self, fault: Fault) {
-        self.lock().faults.push(fault);
+        self.server.inject(fault);
     }
 
     /// Disarms every fault not yet fired.
     pub fn clear_faults(&self) {
-        self.lock().faults.clear();
+        self.server.clear_faults();
     }
 
     /// Faults not yet fired.
     pub fn pending_faults(&self) -> usize {
-        self.lock().faults.len()
+        self.server.pending_faults()
     }
 
     /// Changes the number of `InProgress` polls for operations started from now on.
@@ -494,9 +451,7 @@ async fn handle(
         body: &body,
     };
     let reply = {
-        let mut state = shared
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut state = lock_shared(&shared);
         let reply = arm::serve(&mut state, &request);
         let journaled_body = if uri.path().contains("/oauth2/") {
             None // the form carries the client secret
@@ -515,16 +470,7 @@ async fn handle(
         reply
     };
     if reply.drop_connection {
-        // Headers go out, then the body fails: hyper aborts the connection and the client
-        // sees a transport error after the request took effect.
-        let broken = futures::stream::once(async {
-            Err::<Bytes, std::io::Error>(std::io::Error::other("response lost (fault injection)"))
-        });
-        return Response::builder()
-            .status(StatusCode::OK)
-            .header("content-type", "application/json")
-            .body(axum::body::Body::from_stream(broken))
-            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        return lost_response();
     }
     let mut response = match reply.body {
         Some(body) => (reply.status, axum::Json(body)).into_response(),

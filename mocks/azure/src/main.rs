@@ -6,9 +6,9 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
+use kube_lb_mock_support::cli::{self, CliSpec};
 
 /// Resource group, virtual network, subnet and NSG the mock starts with.
 const RESOURCE_GROUP: &str = "kube-lb";
@@ -16,47 +16,19 @@ const VNET: &str = "kube-lb-vnet";
 const SUBNET: &str = "nodes";
 const NSG: &str = "kube-lb-nsg";
 
-struct Args {
-    listen: SocketAddr,
-    config_out: Option<PathBuf>,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        config_out: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--listen" => {
-                let value = it.next().ok_or("--listen needs ADDR:PORT")?;
-                args.listen = value
-                    .parse()
-                    .map_err(|e| format!("--listen {value}: {e}"))?;
-            }
-            "--config-out" => {
-                args.config_out = Some(it.next().ok_or("--config-out needs a path")?.into())
-            }
-            "-h" | "--help" => {
-                println!("kube-lb-mock-azure [--listen 127.0.0.1:0] [--config-out azure.json]");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument {other}")),
-        }
-    }
-    Ok(args)
-}
+const CLI: CliSpec = CliSpec {
+    program: "kube-lb-mock-azure",
+    version: env!("CARGO_PKG_VERSION"),
+    usage: "kube-lb-mock-azure [--listen 127.0.0.1:0] [--config-out azure.json]",
+    default_listen: SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0),
+    config_flag: "--config-out",
+    value_flags: &[],
+};
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("kube-lb-mock-azure: {message}");
-            std::process::exit(2);
-        }
-    };
+    let args = CLI.parse_or_exit();
+    cli::init_logging();
     let arm = MockArm::builder()
         .listen(args.listen)
         .subnet(
@@ -94,11 +66,9 @@ async fn main() -> std::io::Result<()> {
         "resourceManagerEndpoint": url,
         "activeDirectoryEndpoint": url,
     });
-    if let Some(path) = &args.config_out {
-        std::fs::write(path, format!("{config:#}\n"))?;
-    }
-    println!("{url}");
-    tokio::signal::ctrl_c().await?;
-    drop(arm);
-    Ok(())
+    let config = args
+        .config_out
+        .as_deref()
+        .map(|path| (path, format!("{config:#}\n")));
+    cli::announce_and_wait(config, &[url]).await
 }

@@ -207,6 +207,8 @@ pub struct Fault {
     pub action: FaultAction,
 }
 
+kube_lb_mock_support::impl_armed!(Fault { outcome: action: FaultAction });
+
 impl Fault {
     /// `429 TooManyRequests` with `Retry-After`, `times` times.
     pub fn throttle(method: &str, path_contains: &str, retry_after_secs: u64, times: u32) -> Fault {
@@ -263,6 +265,7 @@ impl Fault {
         self
     }
 
+    /// Paths are compared without case, as ARM treats resource IDs.
     fn matches(&self, method: &str, path: &str) -> bool {
         self.method
             .as_deref()
@@ -365,18 +368,7 @@ impl State {
 
     /// Takes the first armed fault matching the request, if any.
     pub fn take_fault(&mut self, method: &str, path: &str) -> Option<FaultAction> {
-        let index = self.faults.iter().position(|f| f.matches(method, path))?;
-        let fault = &mut self.faults[index];
-        if fault.skip > 0 {
-            fault.skip -= 1;
-            return None;
-        }
-        let action = fault.action.clone();
-        fault.times = fault.times.saturating_sub(1);
-        if fault.times == 0 {
-            self.faults.remove(index);
-        }
-        Some(action)
+        kube_lb_mock_support::faults::fire_first(&mut self.faults, |f| f.matches(method, path))
     }
 
     /// Resources of one kind.

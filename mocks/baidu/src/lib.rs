@@ -31,9 +31,8 @@ use axum::body::Bytes;
 use axum::extract::State as AxumState;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use kube_lb_mock_support::{MockServer, lock_shared};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub use state::{ApiError, Fault, JournalEntry, Quotas};
 
@@ -55,8 +54,7 @@ pub const REGION: &str = "bj";
 type Shared = Arc<Mutex<State>>;
 
 fn lock(state: &Shared) -> MutexGuard<'_, State> {
-    // A panic while holding the lock can only come from a bug in a test; keep serving.
-    let mut guard = state.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = lock_shared(state);
     guard.settle();
     guard
 }
@@ -114,45 +112,29 @@ impl MockBaiduBuilder {
 
     /// Binds and serves in a background task.
     pub async fn start(self) -> std::io::Result<MockBaidu> {
-        let listener = tokio::net::TcpListener::bind(self.listen).await?;
-        let addr = listener.local_addr()?;
-        let shared: Shared = Arc::new(Mutex::new(State::new(self.config)));
-        let app = Router::new().fallback(handle).with_state(shared.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let server = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(error) = server.await {
-                tracing::warn!(%error, "mock Baidu server stopped");
-            }
-        });
-        Ok(MockBaidu {
-            addr,
-            state: shared,
-            stop: Some(stop),
-            task,
-        })
+        let config = self.config;
+        let server = MockServer::start(
+            self.listen,
+            "baidu",
+            |_| State::new(config),
+            |shared| Router::new().fallback(handle).with_state(shared),
+        )
+        .await?;
+        Ok(MockBaidu { server })
     }
 }
 
 /// A running mock. Stops when dropped.
 #[derive(Debug)]
 pub struct MockBaidu {
-    addr: SocketAddr,
-    state: Shared,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    server: MockServer<State>,
 }
 
-impl Drop for MockBaidu {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.task.abort();
-    }
-}
+kube_lb_mock_support::impl_mock_state!(State {
+    journal: JournalEntry,
+    faults: Fault,
+    settle: State::settle
+});
 
 impl MockBaidu {
     /// A builder with the defaults: key pair [`ACCESS_KEY_ID`]/[`SECRET_ACCESS_KEY`], VPC
@@ -178,46 +160,41 @@ impl MockBaidu {
 
     /// `http://127.0.0.1:PORT`: the endpoint for both BLB and EIP.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url().to_string()
     }
 
     /// `127.0.0.1:PORT`.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+        self.server.lock()
     }
 
     /// Every request so far.
     pub fn journal(&self) -> Vec<JournalEntry> {
-        self.lock().journal.clone()
+        self.server.journal()
     }
 
     /// Requests that may change state, answered or refused.
     pub fn mutations(&self) -> Vec<JournalEntry> {
-        self.lock()
-            .journal
-            .iter()
-            .filter(|e| e.is_mutation())
-            .cloned()
-            .collect()
+        self.server.mutations()
     }
 
     /// Forgets the journal.
     pub fn clear_journal(&self) {
-        self.lock().journal.clear();
+        self.server.clear_journal();
     }
 
     /// Arms a fault.
     pub fn inject(&self, fault: Fault) {
-        self.lock().faults.push(fault);
+        self.server.inject(fault);
     }
 
     /// Faults not yet fired.
     pub fn pending_faults(&self) -> usize {
-        self.lock().faults.len()
+        self.server.pending_faults()
     }
 
     /// Every BLB, as `DescribeLoadBalancers` shows it.

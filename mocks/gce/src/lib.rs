@@ -26,7 +26,6 @@ pub mod validate;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -36,8 +35,9 @@ use axum::extract::{Query, State};
 use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use ipnet::Ipv4Net;
+use kube_lb_mock_support::server::lost_response;
+use kube_lb_mock_support::{MockServer, lock_shared};
 use serde_json::Value;
-use tokio::task::JoinHandle;
 
 pub use error::ApiError;
 pub use store::{CallClass, Fault, FaultResponse, JournalEntry};
@@ -195,72 +195,40 @@ impl MockGceBuilder {
             running_polls: self.running_polls,
             quotas,
         };
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| MockError::Bind { addr, source })?;
-        let local = listener
-            .local_addr()
-            .map_err(|source| MockError::Bind { addr, source })?;
-        let url = format!("http://{local}");
+        let instances = &self.instances;
         // Fixtures are created once the base URL is known, so their links are absolute.
-        let mut store = Store::new(topo, url.clone());
-        for (zone, name, tags) in &self.instances {
-            store.add_instance(zone, name, tags, None);
-        }
-        let state = Arc::new(Mutex::new(store));
-        let latency = Arc::new(AtomicU64::new(0));
-        let app = with_latency(
-            Router::new().fallback(serve).with_state(state.clone()),
-            latency.clone(),
-        );
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                tracing::error!(%error, "mock GCE server stopped");
+        let seed = |url: &str| {
+            let mut store = Store::new(topo, url.to_string());
+            for (zone, name, tags) in instances {
+                store.add_instance(zone, name, tags, None);
             }
-        });
+            store
+        };
+        let server = MockServer::start(addr, "gce", seed, |state| {
+            Router::new().fallback(serve).with_state(state)
+        })
+        .await
+        .map_err(|source| MockError::Bind { addr, source })?;
         Ok(MockGce {
-            url,
             project: self.project,
             region: self.region,
-            state,
-            latency,
-            task,
+            server,
         })
     }
-}
-
-/// Delays every request by the current value of `latency` (microseconds), as a remote cloud
-/// endpoint's round trip would.
-fn with_latency(router: Router, latency: Arc<AtomicU64>) -> Router {
-    router.layer(axum::middleware::from_fn(
-        move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let delay = Duration::from_micros(latency.load(Ordering::Relaxed));
-            async move {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                next.run(request).await
-            }
-        },
-    ))
 }
 
 /// A running mock; the server stops when this is dropped.
 #[derive(Debug)]
 pub struct MockGce {
-    url: String,
     project: String,
     region: String,
-    state: Arc<Mutex<Store>>,
-    latency: Arc<AtomicU64>,
-    task: JoinHandle<()>,
+    server: MockServer<Store>,
 }
 
-impl Drop for MockGce {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+kube_lb_mock_support::impl_mock_state!(Store {
+    journal: JournalEntry,
+    faults: Fault
+});
 
 impl MockGce {
     /// A builder with the defaults described on [`MockGceBuilder`].
@@ -270,7 +238,7 @@ impl MockGce {
 
     /// The endpoint to give clients (`http://127.0.0.1:PORT`).
     pub fn url(&self) -> &str {
-        &self.url
+        self.server.url()
     }
 
     /// The project served.
@@ -284,50 +252,43 @@ impl MockGce {
     }
 
     fn store(&self) -> MutexGuard<'_, Store> {
-        // A panic while holding the lock only happens in a failing test; keep serving.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.server.lock()
     }
 
     /// Every request received so far.
     pub fn journal(&self) -> Vec<JournalEntry> {
-        self.store().journal.clone()
+        self.server.journal()
     }
 
     /// Requests received after `seq` (exclusive start index into the journal).
     pub fn journal_since(&self, seq: usize) -> Vec<JournalEntry> {
-        self.store().journal.iter().skip(seq).cloned().collect()
+        self.server.journal_since(seq)
     }
 
     /// The number of requests received so far (a mark for [`MockGce::journal_since`]).
     pub fn journal_len(&self) -> usize {
-        self.store().journal.len()
+        self.server.journal_len()
     }
 
     /// Mutating requests received after `seq`.
     pub fn mutations_since(&self, seq: usize) -> Vec<JournalEntry> {
-        self.journal_since(seq)
-            .into_iter()
-            .filter(JournalEntry::is_mutation)
-            .collect()
+        self.server.mutations_since(seq)
     }
 
     /// Delays every later request by `per_request` before it is answered (zero: no delay), so
     /// benchmarks see a cloud's round trip instead of loopback's.
     pub fn set_latency(&self, per_request: Duration) {
-        let micros = u64::try_from(per_request.as_micros()).unwrap_or(u64::MAX);
-        self.latency.store(micros, Ordering::Relaxed);
+        self.server.set_latency(per_request);
     }
 
     /// Adds a fault.
     pub fn inject(&self, fault: Fault) {
-        self.store().faults.push(fault);
+        self.server.inject(fault);
     }
 
     /// Removes every fault.
     pub fn clear_faults(&self) {
-        self.store().faults.clear();
+        self.server.clear_faults();
     }
 
     /// The next `times` requests (of any kind) answer 429 `rateLimitExceeded` with
@@ -402,9 +363,7 @@ async fn serve(
             .map(Some)
             .map_err(|e| ApiError::invalid(format!("Invalid JSON payload received. {e}")))
     };
-    let mut store = state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut store = lock_shared(&state);
     let seq = store.journal.len() as u64;
     let class = Store::class_of(method.as_str(), &path);
     let mut drop_connection = false;
@@ -449,16 +408,7 @@ async fn serve(
     });
     drop(store);
     if drop_connection {
-        // Headers go out, then the body fails: hyper aborts the connection and the client
-        // sees a transport error although the call took effect.
-        let broken = futures::stream::once(async {
-            Err::<Bytes, std::io::Error>(std::io::Error::other("response lost (fault injection)"))
-        });
-        return Response::builder()
-            .status(200)
-            .header("content-type", "application/json")
-            .body(axum::body::Body::from_stream(broken))
-            .unwrap_or_else(|_| axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        return lost_response();
     }
     match result {
         Ok(value) => axum::Json(value).into_response(),

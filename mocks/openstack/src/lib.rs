@@ -40,9 +40,9 @@ use axum::body::Bytes;
 use axum::extract::{Query, State as AxumState};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use kube_lb_mock_support::faults;
+use kube_lb_mock_support::{MockServer, lock_shared};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub use state::{Fault, FaultAction, JournalEntry, Quotas};
 
@@ -164,74 +164,74 @@ impl MockOpenStackBuilder {
 
     /// Binds the listener and serves in a background task.
     pub async fn start(self) -> std::io::Result<MockOpenStack> {
-        let listener = tokio::net::TcpListener::bind(self.listen).await?;
-        let addr = listener.local_addr()?;
-        let mut config = self.config;
-        config.base_url = format!("http://{addr}");
-        let mut state = State::new(config);
-        for (id, name, external, subnet_id, cidr) in self.networks {
-            let gateway = cidr
-                .parse::<ipnet::IpNet>()
-                .ok()
-                .and_then(|net| net.hosts().next())
-                .map(|ip| ip.to_string());
-            let project = state.config.project_id.clone();
-            state.store.networks.insert(
-                id.clone(),
-                json!({
-                    "id": id, "name": name, "router:external": external, "status": "ACTIVE",
-                    "subnets": [subnet_id], "admin_state_up": true, "shared": false, "mtu": 1500,
-                    "project_id": project, "tenant_id": project, "tags": [], "description": "",
-                    "availability_zones": ["nova"], "is_default": external,
-                }),
-            );
-            state.store.subnets.insert(subnet_id.clone(), json!({
+        let MockOpenStackBuilder {
+            mut config,
+            networks,
+            server_ports,
+            listen,
+        } = self;
+        let seed = move |url: &str| {
+            config.base_url = url.to_string();
+            seed_state(State::new(config), networks, server_ports)
+        };
+        let server = MockServer::start(listen, "openstack", seed, |shared| {
+            Router::new().fallback(handle).with_state(shared)
+        })
+        .await?;
+        Ok(MockOpenStack { server })
+    }
+}
+
+/// The fixtures a new mock starts with: networks with their subnet, server ports.
+fn seed_state(
+    mut state: State,
+    networks: Vec<(String, String, bool, String, String)>,
+    server_ports: Vec<(String, String, String)>,
+) -> State {
+    for (id, name, external, subnet_id, cidr) in networks {
+        let gateway = cidr
+            .parse::<ipnet::IpNet>()
+            .ok()
+            .and_then(|net| net.hosts().next())
+            .map(|ip| ip.to_string());
+        let project = state.config.project_id.clone();
+        state.store.networks.insert(
+            id.clone(),
+            json!({
+                "id": id, "name": name, "router:external": external, "status": "ACTIVE",
+                "subnets": [subnet_id], "admin_state_up": true, "shared": false, "mtu": 1500,
+                "project_id": project, "tenant_id": project, "tags": [], "description": "",
+                "availability_zones": ["nova"], "is_default": external,
+            }),
+        );
+        state.store.subnets.insert(
+            subnet_id.clone(),
+            json!({
                 "id": subnet_id, "name": format!("{name}-subnet"), "network_id": id, "cidr": cidr,
                 "ip_version": 4, "gateway_ip": gateway, "enable_dhcp": !external,
                 "project_id": project, "tenant_id": project, "tags": [], "description": "",
                 "allocation_pools": [], "dns_nameservers": [], "host_routes": [],
-            }));
-        }
-        for (network_id, device_id, ip_address) in self.server_ports {
-            neutron::seed_server_port(&mut state, &network_id, &device_id, &ip_address);
-        }
-        let shared = Arc::new(Mutex::new(state));
-        let app = Router::new().fallback(handle).with_state(shared.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let server = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(error) = server.await {
-                tracing::warn!(%error, "mock OpenStack server stopped");
-            }
-        });
-        Ok(MockOpenStack {
-            addr,
-            state: shared,
-            stop: Some(stop),
-            task,
-        })
+            }),
+        );
     }
+    for (network_id, device_id, ip_address) in server_ports {
+        neutron::seed_server_port(&mut state, &network_id, &device_id, &ip_address);
+    }
+    state
 }
 
 /// A running mock OpenStack. Stops when dropped.
 #[derive(Debug)]
 pub struct MockOpenStack {
-    addr: SocketAddr,
-    state: Arc<Mutex<State>>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    server: MockServer<State>,
 }
 
-impl Drop for MockOpenStack {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.task.abort();
-    }
-}
+kube_lb_mock_support::impl_mock_state!(State {
+    journal: JournalEntry,
+    faults: Fault,
+    settle: State::settle
+});
+kube_lb_mock_support::impl_armed!(Fault { outcome: action: FaultAction });
 
 impl MockOpenStack {
     /// A builder with the defaults: user [`USERNAME`]/[`PASSWORD`] in project
@@ -281,7 +281,7 @@ impl MockOpenStack {
 
     /// Base URL (`http://127.0.0.1:PORT`).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url().to_string()
     }
 
     /// The Keystone v3 endpoint, as `auth-url` in `cloud.conf`.
@@ -304,43 +304,32 @@ impl MockOpenStack {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock can only come from a bug in a test; keep serving.
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        state.settle();
-        state
+        self.server.lock()
     }
 
     /// Every request so far.
     pub fn journal(&self) -> Vec<JournalEntry> {
-        self.lock().journal.clone()
+        self.server.journal()
     }
 
     /// Octavia/Neutron requests that may change state.
     pub fn mutations(&self) -> Vec<JournalEntry> {
-        self.lock()
-            .journal
-            .iter()
-            .filter(|e| e.is_mutation())
-            .cloned()
-            .collect()
+        self.server.mutations()
     }
 
     /// Forgets the journal.
     pub fn clear_journal(&self) {
-        self.lock().journal.clear();
+        self.server.clear_journal();
     }
 
     /// Arms a fault.
     pub fn inject(&self, fault: Fault) {
-        self.lock().faults.push(fault);
+        self.server.inject(fault);
     }
 
     /// Faults not yet fired.
     pub fn pending_faults(&self) -> usize {
-        self.lock().faults.len()
+        self.server.pending_faults()
     }
 
     /// Changes the provisioning delay for changes made from now on.
@@ -526,7 +515,7 @@ async fn handle(
     };
     // An armed delay is served outside the lock, so other requests go on meanwhile.
     let delay = {
-        let mut state = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock_shared(&shared);
         take_fault(&mut state, method.as_str(), &path, true)
     };
     if let Some(FaultAction::Delay(delay)) = delay {
@@ -534,7 +523,7 @@ async fn handle(
     }
     let token = headers.get("x-auth-token").and_then(|v| v.to_str().ok());
     let reply = {
-        let mut state = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = lock_shared(&shared);
         state.settle();
         let reply = match take_fault(&mut state, method.as_str(), &path, false) {
             Some(FaultAction::Respond { status, message }) => {
@@ -585,20 +574,9 @@ async fn handle(
 /// Fires the first armed fault matching the request (delays when `delays`, answers
 /// otherwise), counting down its `skip` and `times`.
 fn take_fault(state: &mut State, method: &str, path: &str, delays: bool) -> Option<FaultAction> {
-    let index = state.faults.iter().position(|f| {
+    faults::fire_first(&mut state.faults, |f| {
         f.matches(method, path) && matches!(f.action, FaultAction::Delay(_)) == delays
-    })?;
-    let fault = &mut state.faults[index];
-    if fault.skip > 0 {
-        fault.skip -= 1;
-        return None;
-    }
-    fault.times = fault.times.saturating_sub(1);
-    let action = fault.action.clone();
-    if fault.times == 0 {
-        state.faults.remove(index);
-    }
-    Some(action)
+    })
 }
 
 fn serve(

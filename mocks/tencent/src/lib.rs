@@ -34,9 +34,9 @@ use axum::body::Bytes;
 use axum::extract::State as AxumState;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
+use kube_lb_mock_support::faults;
+use kube_lb_mock_support::{MockServer, lock_shared};
 use serde_json::{Map, Value, json};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub use sign::{authorization_header, expected_signature, parse_authorization, utc_date};
 pub use state::{ApiError, Fault, FaultKind, JournalEntry, Quotas};
@@ -96,45 +96,30 @@ impl MockTencentBuilder {
 
     /// Binds and serves in a background task.
     pub async fn start(self) -> std::io::Result<MockTencent> {
-        let listener = tokio::net::TcpListener::bind(self.listen).await?;
-        let addr = listener.local_addr()?;
-        let shared = Arc::new(Mutex::new(State::new(self.config)));
-        let app = Router::new().fallback(handle).with_state(shared.clone());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let server = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(error) = server.await {
-                tracing::warn!(%error, "mock Tencent server stopped");
-            }
-        });
-        Ok(MockTencent {
-            addr,
-            state: shared,
-            stop: Some(stop),
-            task,
-        })
+        let config = self.config;
+        let server = MockServer::start(
+            self.listen,
+            "tencent",
+            |_| State::new(config),
+            |shared| Router::new().fallback(handle).with_state(shared),
+        )
+        .await?;
+        Ok(MockTencent { server })
     }
 }
 
 /// A running mock CLB endpoint. Stops when dropped.
 #[derive(Debug)]
 pub struct MockTencent {
-    addr: SocketAddr,
-    state: Arc<Mutex<State>>,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    server: MockServer<State>,
 }
 
-impl Drop for MockTencent {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.task.abort();
-    }
-}
+kube_lb_mock_support::impl_mock_state!(State {
+    journal: JournalEntry,
+    faults: Fault,
+    settle: State::settle
+});
+kube_lb_mock_support::impl_armed!(Fault { outcome: kind: FaultKind });
 
 impl MockTencent {
     /// A builder with the defaults: [`SECRET_ID`]/[`SECRET_KEY`], region [`REGION`], VPC
@@ -159,48 +144,41 @@ impl MockTencent {
 
     /// `http://127.0.0.1:PORT`, the endpoint override for clients.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.url().to_string()
     }
 
     /// `127.0.0.1:PORT` (the `Host` clients sign).
     pub fn host(&self) -> String {
-        self.addr.to_string()
+        self.server.addr().to_string()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.settle();
-        state
+        self.server.lock()
     }
 
     /// Every request so far.
     pub fn journal(&self) -> Vec<JournalEntry> {
-        self.lock().journal.clone()
+        self.server.journal()
     }
 
     /// Requests of actions that may change state (answered or refused).
     pub fn mutations(&self) -> Vec<JournalEntry> {
-        self.lock()
-            .journal
-            .iter()
-            .filter(|e| e.is_mutation())
-            .cloned()
-            .collect()
+        self.server.mutations()
     }
 
     /// Forgets the journal.
     pub fn clear_journal(&self) {
-        self.lock().journal.clear();
+        self.server.clear_journal();
     }
 
     /// Arms a fault.
     pub fn inject(&self, fault: Fault) {
-        self.lock().faults.push(fault);
+        self.server.inject(fault);
     }
 
     /// Faults not yet fired.
     pub fn pending_faults(&self) -> usize {
-        self.lock().faults.len()
+        self.server.pending_faults()
     }
 
     /// Changes the task delay for tasks started from now on.
@@ -287,6 +265,31 @@ impl MockTencent {
             state.tasks.clear();
         }
         id
+    }
+
+    /// Binds CVM `instance_id` on `port` to listener `listener_id` of `lb_id` as another actor
+    /// would (TKE's controller, the console), done at once. False when the mock refused it.
+    pub fn seed_target(
+        &self,
+        lb_id: &str,
+        listener_id: &str,
+        instance_id: &str,
+        port: u16,
+    ) -> bool {
+        let mut state = self.lock();
+        let request_id = state.request_id();
+        let mut body = Map::new();
+        body.insert("LoadBalancerId".into(), json!(lb_id));
+        body.insert("ListenerId".into(), json!(listener_id));
+        body.insert(
+            "Targets".into(),
+            json!([{"InstanceId": instance_id, "Port": port}]),
+        );
+        let done = state
+            .serve("RegisterTargets", &body, &request_id, None)
+            .is_ok();
+        state.tasks.clear();
+        done
     }
 
     /// Starts a task on `lb_id` as another actor would (console edit): writes are refused
@@ -405,7 +408,7 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut state = shared.lock().unwrap_or_else(|p| p.into_inner());
+    let mut state = lock_shared(&shared);
     state.settle();
     let request_id = state.request_id();
     let action = header(&headers, "x-tc-action")
@@ -432,25 +435,11 @@ async fn handle(
                 "The body must be a JSON object.",
             ));
         };
-        let mut fail_task = None;
-        if let Some(index) = state.faults.iter().position(|f| f.action == action) {
-            let fault = &mut state.faults[index];
-            if fault.skip > 0 {
-                fault.skip -= 1;
-            } else {
-                fault.times = fault.times.saturating_sub(1);
-                let kind = fault.kind.clone();
-                if fault.times == 0 {
-                    state.faults.remove(index);
-                }
-                match kind {
-                    FaultKind::Error { code, message } => {
-                        return Err(ApiError::new(&code, message));
-                    }
-                    FaultKind::FailTask(message) => fail_task = Some(message),
-                }
-            }
-        }
+        let fail_task = match faults::fire_first(&mut state.faults, |f| f.action == action) {
+            Some(FaultKind::Error { code, message }) => return Err(ApiError::new(&code, message)),
+            Some(FaultKind::FailTask(message)) => Some(message),
+            None => None,
+        };
         let params = params.clone();
         state.serve(&action, &params, &request_id, fail_task)
     })();

@@ -6,77 +6,37 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
 
+use kube_lb_mock_support::cli::{self, CliSpec};
 use kube_lb_mock_tencent::{MockTencent, REGION, SECRET_ID, SECRET_KEY, VPC_ID};
 
-const USAGE: &str =
-    "kube-lb-mock-tencent [--listen 127.0.0.1:0] [--config-out tencent.json] [--task-delay-ms N]";
-
-struct Args {
-    listen: SocketAddr,
-    config_out: Option<PathBuf>,
-    delay: Duration,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        config_out: None,
-        delay: Duration::ZERO,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--listen" => {
-                let value = it.next().ok_or("--listen needs ADDR:PORT")?;
-                args.listen = value
-                    .parse()
-                    .map_err(|e| format!("--listen {value}: {e}"))?;
-            }
-            "--config-out" => {
-                args.config_out = Some(it.next().ok_or("--config-out needs a path")?.into())
-            }
-            "--task-delay-ms" => {
-                let value = it.next().ok_or("--task-delay-ms needs a number")?;
-                let ms: u64 = value
-                    .parse()
-                    .map_err(|e| format!("--task-delay-ms {value}: {e}"))?;
-                args.delay = Duration::from_millis(ms);
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
-        }
-    }
-    Ok(args)
-}
+const CLI: CliSpec = CliSpec {
+    program: "kube-lb-mock-tencent",
+    version: env!("CARGO_PKG_VERSION"),
+    usage: "kube-lb-mock-tencent [--listen 127.0.0.1:0] [--config-out tencent.json] [--task-delay-ms N]",
+    default_listen: SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0),
+    config_flag: "--config-out",
+    value_flags: &["--task-delay-ms"],
+};
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("kube-lb-mock-tencent: {message}");
-            std::process::exit(2);
-        }
-    };
+    let args = CLI.parse_or_exit();
+    let delay = args
+        .millis("--task-delay-ms")
+        .unwrap_or_else(|message| CLI.exit_with(&message));
+    cli::init_logging();
     let cloud = MockTencent::builder()
         .listen(args.listen)
-        .task_delay(args.delay)
+        .task_delay(delay)
         .start()
         .await?;
-    println!("{}", cloud.url());
-    if let Some(path) = args.config_out {
+    let config = args.config_out.as_deref().map(|path| {
         let conf = serde_json::json!({
             "secretId": SECRET_ID, "secretKey": SECRET_KEY, "region": REGION,
             "vpcId": VPC_ID, "endpoint": cloud.url(),
         });
-        std::fs::write(&path, format!("{conf:#}\n"))?;
-    }
-    tokio::signal::ctrl_c().await?;
-    Ok(())
+        (path, format!("{conf:#}\n"))
+    });
+    cli::announce_and_wait(config, &[cloud.url()]).await
 }

@@ -1094,6 +1094,9 @@ impl State {
         {
             return Err(invalid_value("SessionExpireTime", "must be 0 or 30-3600"));
         }
+        if body.get("HealthCheck").is_some_and(|h| !h.is_object()) {
+            return Err(invalid_type("HealthCheck", "Object"));
+        }
         if let Some(listener) = self
             .load_balancers
             .get_mut(&lb_id)
@@ -1105,6 +1108,17 @@ impl State {
                     "ListenerName" => {
                         listener.name = value.as_str().unwrap_or_default().to_string();
                     }
+                    // The API changes only the HealthCheck fields given; the others stay.
+                    "HealthCheck" => match (listener.attributes.get_mut(key), value) {
+                        (Some(Value::Object(current)), Value::Object(given)) => {
+                            for (field, setting) in given {
+                                current.insert(field.clone(), setting.clone());
+                            }
+                        }
+                        _ => {
+                            listener.attributes.insert(key.clone(), value.clone());
+                        }
+                    },
                     _ => {
                         listener.attributes.insert(key.clone(), value.clone());
                     }

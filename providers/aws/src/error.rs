@@ -338,6 +338,11 @@ impl From<AwsError> for ProviderError {
             | AwsError::Unexpected(_) => ("aws", String::new()),
         };
         match class {
+            Classification::Transient if error.is_throttling() => ProviderError::Throttled {
+                operation,
+                message: text,
+                source: Some(Box::new(error)),
+            },
             Classification::Transient => ProviderError::Retryable {
                 operation,
                 message: text,

@@ -256,6 +256,12 @@ impl AzureError {
         }
     }
 
+    /// True when ARM refused the request rate (HTTP 429, `TooManyRequests`): the client
+    /// counts these apart and the Service's condition says `CloudThrottled`.
+    pub fn is_throttled(&self) -> bool {
+        matches!(self, AzureError::Arm { status, code, .. } if *status == 429 || code == "TooManyRequests")
+    }
+
     /// True for ARM answers that are worth retrying unchanged (throttling, 5xx, conflicts with
     /// a running operation, an etag race).
     pub fn is_transient(&self) -> bool {
@@ -278,6 +284,11 @@ impl From<AzureError> for ProviderError {
             _ => "azure",
         };
         match error.class() {
+            Class::Retryable if error.is_throttled() => ProviderError::Throttled {
+                operation,
+                message: error.to_string(),
+                source: Some(Box::new(error)),
+            },
             Class::Retryable => ProviderError::Retryable {
                 operation,
                 message: error.to_string(),

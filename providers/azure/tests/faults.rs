@@ -6,9 +6,7 @@
 
 mod support;
 
-use kube_lb_mock_azure::{
-    ArmError, CLIENT_ID, CLIENT_SECRET, Fault, MockArm, SUBSCRIPTION, TENANT,
-};
+use kube_lb_mock_azure::{ArmError, Fault, MockArm, SUBSCRIPTION};
 use kube_lb_provider_azure::ProviderOptions;
 use kube_lb_provider_core::{LoadBalancerProvider, ProviderError};
 use serde_json::{Value, json};
@@ -26,25 +24,10 @@ struct OtherClient {
 
 impl OtherClient {
     async fn new(arm: &MockArm) -> OtherClient {
-        let http = reqwest::Client::new();
-        let token: Value = http
-            .post(format!("{}/{TENANT}/oauth2/v2.0/token", arm.url()))
-            .form(&[
-                ("grant_type", "client_credentials"),
-                ("client_id", CLIENT_ID),
-                ("client_secret", CLIENT_SECRET),
-                ("scope", "https://management.azure.com/.default"),
-            ])
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
         OtherClient {
-            http,
+            http: reqwest::Client::new(),
             base: arm.url(),
-            token: token["access_token"].as_str().unwrap().to_string(),
+            token: token(arm).await,
         }
     }
 

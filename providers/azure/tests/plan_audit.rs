@@ -9,9 +9,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use kube_lb_mock_azure::{
-    ArmError, CLIENT_ID, CLIENT_SECRET, Fault, MockArm, SUBSCRIPTION, TENANT,
-};
+use kube_lb_mock_azure::{ArmError, Fault, MockArm, SUBSCRIPTION};
 use kube_lb_provider_core::{
     ChangeAction, LoadBalancerProvider, OwnedResource, PlannedChange, ServiceKey,
 };
@@ -480,25 +478,10 @@ struct Rest {
 
 impl Rest {
     async fn new(arm: &MockArm) -> Rest {
-        let http = reqwest::Client::new();
-        let answer: Value = http
-            .post(format!("{}/{TENANT}/oauth2/v2.0/token", arm.url()))
-            .form(&[
-                ("grant_type", "client_credentials"),
-                ("client_id", CLIENT_ID),
-                ("client_secret", CLIENT_SECRET),
-                ("scope", "https://management.azure.com/.default"),
-            ])
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
         Rest {
-            http,
+            http: reqwest::Client::new(),
             base: arm.url(),
-            token: answer["access_token"].as_str().unwrap().to_string(),
+            token: token(arm).await,
         }
     }
 

@@ -108,6 +108,9 @@ pub struct Eip {
     /// What it is bound to.
     #[serde(default)]
     pub instance_id: Option<String>,
+    /// The kind of instance it is bound to (`BLB`, `BCC`, …).
+    #[serde(default)]
+    pub instance_type: Option<String>,
     /// `Prepaid` / `Postpaid`.
     #[serde(default)]
     pub payment_timing: String,
@@ -497,28 +500,33 @@ impl BaiduClient {
         .map(drop)
     }
 
-    /// The TCP and UDP listeners of a BLB.
+    /// Every listener of a BLB, in one paged call (`DescribeAllListeners`), each with its
+    /// protocol from `listenerType` (one read per resync instead of one per protocol).
     pub async fn listeners(&self, id: &str) -> Result<Vec<Listener>, BceError> {
-        let mut out = Vec::new();
-        for (protocol, kind, operation) in [
-            ("TCP", "TCPlistener", "blb:DescribeTCPListeners"),
-            ("UDP", "UDPlistener", "blb:DescribeUDPListeners"),
-        ] {
-            let listeners: Vec<Listener> = self
-                .list(
-                    Service::Blb,
-                    operation,
-                    &format!("/v1/blb/{id}/{kind}"),
-                    &[],
-                    "listenerList",
-                )
-                .await?;
-            out.extend(listeners.into_iter().map(|mut l| {
-                l.protocol = protocol;
-                l
-            }));
-        }
-        Ok(out)
+        let raw: Vec<Value> = self
+            .list(
+                Service::Blb,
+                "blb:DescribeAllListeners",
+                &format!("/v1/blb/{id}/listener"),
+                &[],
+                "listenerList",
+            )
+            .await?;
+        raw.into_iter()
+            .map(|item| {
+                let protocol = match item.get("listenerType").and_then(Value::as_str) {
+                    Some("TCP") => "TCP",
+                    Some("UDP") => "UDP",
+                    Some("HTTP") => "HTTP",
+                    Some("HTTPS") => "HTTPS",
+                    Some("SSL") => "SSL",
+                    _ => "OTHER",
+                };
+                let mut listener: Listener = Self::decode("blb:DescribeAllListeners", item)?;
+                listener.protocol = protocol;
+                Ok(listener)
+            })
+            .collect()
     }
 
     /// Creates a listener (`protocol` `TCP` or `UDP`).

@@ -94,6 +94,11 @@ impl BceError {
         }
     }
 
+    /// True when BCE refused the request rate (`RequestLimitExceeded`, HTTP 429).
+    pub fn is_throttled(&self) -> bool {
+        matches!(self, BceError::Api { status, code, .. } if *status == 429 || code == "RequestLimitExceeded")
+    }
+
     fn operation(&self) -> &'static str {
         match self {
             BceError::Api { operation, .. }
@@ -108,6 +113,11 @@ impl From<BceError> for ProviderError {
         let operation = error.operation();
         let message = error.to_string();
         match error.classification() {
+            Classification::Transient if error.is_throttled() => ProviderError::Throttled {
+                operation,
+                message,
+                source: Some(Box::new(error)),
+            },
             Classification::Transient => ProviderError::Retryable {
                 operation,
                 message,

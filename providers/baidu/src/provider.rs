@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use kube_lb_annotations::keys::baidu as annotation;
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::{
     BackendNode, CallCounter, ChangeAction, CloudApi, EnvironmentCause, LoadBalancerIngress,
@@ -18,7 +19,7 @@ use serde_json::json;
 use crate::client::{BaiduClient, Blb, Eip};
 use crate::config::{CloudConfig, Resolved};
 use crate::error::BceError;
-use crate::plan::{self, Desired, Observed, Step};
+use crate::plan::{self, Desired, EipStep, Observed, Step};
 
 /// How patiently to wait for a BLB or EIP to leave a transitional state.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -95,6 +96,34 @@ fn status_of(address: &str) -> LoadBalancerStatus {
             .collect(),
         ..Default::default()
     }
+}
+
+/// The status of `address`, with the annotations upstream wrote on the Service: the BLB id
+/// under `cce-load-balancer-id` and `cce-load-balancer-cce-add-id` when the BLB is the
+/// Service's own (upstream wrote them when it created the BLB, not for an `exist-id` one),
+/// and the EIP under `cce-load-balancer-cce-add-eip` when the address is one (the key is
+/// marked stale otherwise, so the controller removes it).
+fn status_for(blb: &Blb, owned: bool, address: &str, eip: bool) -> LoadBalancerStatus {
+    let mut status = status_of(address);
+    if owned {
+        for key in [annotation::LOAD_BALANCER_ID, annotation::CCE_ADD_ID] {
+            status
+                .annotations
+                .insert(key.to_string(), blb.blb_id.clone());
+        }
+    }
+    if eip && !address.is_empty() {
+        status
+            .annotations
+            .insert(annotation::CCE_ADD_EIP.to_string(), address.to_string());
+    } else if !eip {
+        // An internal BLB (or one that lost its EIP) has no EIP to name: a value left from
+        // an earlier public phase would mislead.
+        status
+            .stale_annotations
+            .insert(annotation::CCE_ADD_EIP.to_string());
+    }
+    status
 }
 
 impl BaiduProvider {
@@ -291,8 +320,8 @@ impl BaiduProvider {
     async fn apply(&self, id: &str, step: &Step) -> Result<(), ProviderError> {
         let c = &self.client;
         match step {
-            Step::UpdateDesc(desc) => {
-                let body = json!({"desc": desc});
+            Step::UpdateDesc { to, .. } => {
+                let body = json!({"desc": to});
                 self.change(id, || c.update_blb(id, &body)).await
             }
             Step::DeleteListeners(ports) => self.change(id, || c.delete_listeners(id, ports)).await,
@@ -370,40 +399,193 @@ impl BaiduProvider {
         }
     }
 
-    /// The public address: the bound EIP, or a reused / new one bound now. For an internal
-    /// Service, an EIP kube-lb created is unbound and released (switch from public).
-    async fn converge_eip(&self, blb: &Blb, desired: &Desired) -> Result<String, ProviderError> {
-        let Some(want) = &desired.eip else {
-            if !blb.public_ip.is_empty() {
-                let bound = self.client.eips(&[("eip", &blb.public_ip)]).await?;
-                if let Some(eip) = bound
-                    .into_iter()
-                    .find(|e| self.eip_is_ours(e, &desired.service))
-                {
-                    self.client.unbind_eip(&eip.eip).await?;
-                    if eip.payment_timing != "Prepaid" {
-                        self.client.release_eip(&eip.eip).await?;
+    /// The EIP with address `ip`, if the account has one.
+    async fn eip_at(&self, ip: &str) -> Result<Option<Eip>, ProviderError> {
+        Ok(self.client.eips(&[("eip", ip)]).await?.into_iter().next())
+    }
+
+    /// Was the EIP bound to `blb` made for this Service: by kube-lb (its tags), or by
+    /// cloud-provider-baiducloud (untagged, named as the BLB — upstream's default EIP name —
+    /// under a BLB with upstream's EIP mark)? Upstream never removed the mark when a user's
+    /// loadBalancerIP replaced its EIP, so the mark alone could release a user's address; the
+    /// name check keeps that from happening (an upstream EIP renamed by
+    /// `cce-elastic-ip-name` is then only unbound, never released: a leak, not a loss).
+    fn bound_is_ours(&self, eip: &Eip, blb: &Blb, service: &ServiceKey) -> bool {
+        self.eip_is_ours(eip, service) || plan::is_upstream_eip(eip, blb)
+    }
+
+    /// Detaching the EIP bound to `blb`: unbound, and released when it is ours and postpaid
+    /// (a user's EIP, or a prepaid one, is only unbound). `only_ours`: leave a user's alone.
+    async fn detach_steps(
+        &self,
+        blb: &Blb,
+        service: &ServiceKey,
+        only_ours: bool,
+    ) -> Result<Vec<EipStep>, ProviderError> {
+        if blb.public_ip.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(eip) = self.eip_at(&blb.public_ip).await? else {
+            return Ok(Vec::new());
+        };
+        let ours = self.bound_is_ours(&eip, blb, service);
+        if only_ours && !ours {
+            return Ok(Vec::new());
+        }
+        let mut steps = vec![EipStep::Unbind(eip.eip.clone())];
+        if ours && eip.payment_timing != "Prepaid" {
+            steps.push(EipStep::Release(eip.eip));
+        }
+        Ok(steps)
+    }
+
+    /// An EIP upstream created for `blb` that an interrupted delete already unbound: untagged,
+    /// unbound, named as the BLB (upstream's default EIP name), under a BLB with the EIP mark.
+    async fn unbound_upstream_eips(&self, blb: &Blb) -> Result<Vec<EipStep>, ProviderError> {
+        if !blb.public_ip.is_empty() || !plan::has_eip_mark(&blb.desc) {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .client
+            .eips(&[("name", &blb.name)])
+            .await?
+            .into_iter()
+            .filter(|e| {
+                plan::is_upstream_eip(e, blb)
+                    && e.instance_id.as_deref().is_none_or(str::is_empty)
+                    && e.payment_timing != "Prepaid"
+            })
+            .map(|e| EipStep::Release(e.eip))
+            .collect())
+    }
+
+    /// A user's EIP (`spec.loadBalancerIP`) must exist in the account and be free (or bound to
+    /// this Service's BLB `blb_id`): checked before anything is created.
+    async fn check_user_eip(&self, ip: &str, blb_id: Option<&str>) -> Result<(), ProviderError> {
+        let Some(eip) = self.eip_at(ip).await? else {
+            return Err(ProviderError::user(format!(
+                "spec.loadBalancerIP {ip} is not an EIP of this Baidu account: kube-lb binds an \
+                 existing EIP but never creates one for loadBalancerIP; create the EIP first, or \
+                 remove loadBalancerIP to get a new EIP"
+            )));
+        };
+        match eip.instance_id.as_deref().filter(|id| !id.is_empty()) {
+            Some(bound) if Some(bound) != blb_id => Err(ProviderError::user(format!(
+                "spec.loadBalancerIP {ip}: the EIP is bound to {} {bound}; unbind it first",
+                eip.instance_type.as_deref().unwrap_or("instance")
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Self::check_user_eip`] for a Service with `spec.loadBalancerIP`, skipped (no read) when
+    /// its BLB `found` already has that address.
+    async fn check_requested_eip(
+        &self,
+        desired: &Desired,
+        found: Option<&Blb>,
+    ) -> Result<(), ProviderError> {
+        match &desired.user_eip {
+            Some(ip) if found.is_none_or(|b| &b.public_ip != ip) => {
+                self.check_user_eip(ip, found.map(|b| b.blb_id.as_str()))
+                    .await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The EIP calls that give `blb` the address the Service wants, and that address when it
+    /// is known before the calls (`None`: the EIP the steps create).
+    async fn address_plan(
+        &self,
+        blb: &Blb,
+        desired: &Desired,
+        owned: bool,
+    ) -> Result<(Vec<EipStep>, Option<String>), ProviderError> {
+        let service = &desired.service;
+        let bound = (!blb.public_ip.is_empty()).then(|| blb.public_ip.clone());
+        match (&desired.user_eip, &desired.eip) {
+            (Some(ip), _) => {
+                if bound.as_deref() == Some(ip.as_str()) {
+                    return Ok((Vec::new(), Some(ip.clone())));
+                }
+                let mut steps = self.detach_steps(blb, service, false).await?;
+                steps.push(EipStep::Bind(Some(ip.clone())));
+                Ok((steps, Some(ip.clone())))
+            }
+            // Internal: the VPC address; an EIP of ours is detached (on a user's BLB, only ours).
+            (None, None) => Ok((
+                self.detach_steps(blb, service, !owned).await?,
+                Some(blb.address.clone()),
+            )),
+            (None, Some(want)) => {
+                let mut steps = Vec::new();
+                if let Some(ip) = bound {
+                    // The marked BLB's EIP is the managed one (kube-lb's or upstream's); on a
+                    // user's BLB whatever is bound is used. No read on a no-op resync.
+                    if !owned || plan::has_eip_mark(&blb.desc) {
+                        return Ok((Vec::new(), Some(ip)));
+                    }
+                    match self.eip_at(&ip).await? {
+                        Some(eip) if !self.eip_is_ours(&eip, service) => {
+                            // A user's EIP from an earlier loadBalancerIP: unbound, never released.
+                            steps.push(EipStep::Unbind(ip));
+                        }
+                        _ => return Ok((Vec::new(), Some(ip))),
+                    }
+                }
+                match self.loose_eips(service).await?.into_iter().next() {
+                    Some(eip) => {
+                        steps.push(EipStep::Bind(Some(eip.eip.clone())));
+                        Ok((steps, Some(eip.eip)))
+                    }
+                    None => {
+                        steps.push(EipStep::Create(want.clone()));
+                        steps.push(EipStep::Bind(None));
+                        Ok((steps, None))
                     }
                 }
             }
-            return Ok(blb.address.clone());
-        };
-        if !blb.public_ip.is_empty() {
-            return Ok(blb.public_ip.clone());
         }
-        let ip = match self.loose_eips(&desired.service).await?.into_iter().next() {
-            Some(eip) => eip.eip,
-            None => {
-                let ip = self.client.create_eip(&want.body).await?;
-                tracing::info!(blb = %blb.blb_id, eip = %ip, "created EIP");
-                ip
+    }
+
+    /// Makes the EIP calls; returns the address created, if one was.
+    async fn apply_eip_steps(
+        &self,
+        blb_id: &str,
+        steps: &[EipStep],
+    ) -> Result<Option<String>, ProviderError> {
+        let mut created: Option<String> = None;
+        for step in steps {
+            tracing::info!(blb = %blb_id, step = ?step, "applying");
+            match step {
+                EipStep::Unbind(ip) => match self.client.unbind_eip(ip).await {
+                    Err(error) if !error.is_not_found() => return Err(error.into()),
+                    _ => {}
+                },
+                EipStep::Release(ip) => match self.client.release_eip(ip).await {
+                    Err(error) if !error.is_not_found() => return Err(error.into()),
+                    _ => {}
+                },
+                EipStep::Create(want) => {
+                    let ip = self.client.create_eip(&want.body).await?;
+                    tracing::info!(blb = %blb_id, eip = %ip, "created EIP");
+                    created = Some(ip);
+                }
+                EipStep::Bind(ip) => {
+                    let Some(ip) = ip.clone().or_else(|| created.clone()) else {
+                        return Err(ProviderError::Internal {
+                            message: "EIP bind planned without an address".into(),
+                            source: None,
+                        });
+                    };
+                    self.wait_eip(&ip).await?;
+                    let client = &self.client;
+                    self.change(blb_id, || client.bind_eip(&ip, blb_id)).await?;
+                }
             }
-        };
-        self.wait_eip(&ip).await?;
-        let client = &self.client;
-        self.change(&blb.blb_id, || client.bind_eip(&ip, &blb.blb_id))
-            .await?;
-        Ok(ip)
+        }
+        Ok(created)
     }
 
     fn parse_desired(
@@ -431,7 +613,10 @@ impl LoadBalancerProvider for BaiduProvider {
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let desired = self.parse_desired(spec, backends)?;
-        let (blb, owned) = match self.find(&desired).await? {
+        let found = self.find(&desired).await?;
+        self.check_requested_eip(&desired, found.as_ref().map(|(blb, _)| blb))
+            .await?;
+        let (blb, owned) = match found {
             Some((blb, owned)) if blb.status == "available" => (blb, owned),
             Some((blb, owned)) => (self.wait_available(&blb.blb_id).await?, owned),
             None => {
@@ -448,8 +633,11 @@ impl LoadBalancerProvider for BaiduProvider {
             tracing::info!(blb = %blb.blb_id, step = ?step, "applying");
             self.apply(&blb.blb_id, &step).await?;
         }
-        let address = self.converge_eip(&blb, &desired).await?;
-        Ok(status_of(&address))
+        let (steps, known) = self.address_plan(&blb, &desired, owned).await?;
+        let created = self.apply_eip_steps(&blb.blb_id, &steps).await?;
+        let address = known.or(created).unwrap_or_default();
+        let public = desired.eip.is_some() || desired.user_eip.is_some();
+        Ok(status_for(&blb, owned, &address, public))
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
@@ -468,15 +656,11 @@ impl LoadBalancerProvider for BaiduProvider {
             Err(error) => return Err(error),
         };
         if let Some(blb) = blb {
-            if !blb.public_ip.is_empty() {
-                let bound = self.client.eips(&[("eip", &blb.public_ip)]).await?;
-                if let Some(eip) = bound.into_iter().find(|e| self.eip_is_ours(e, service)) {
-                    match self.client.unbind_eip(&eip.eip).await {
-                        Err(error) if !error.is_not_found() => return Err(error.into()),
-                        _ => {}
-                    }
-                }
-            }
+            // Every EIP bound to the Service's BLB is unbound (a user's loadBalancerIP too, as
+            // upstream did); ours are released. Then the BLB, unless reserve-lb.
+            let mut steps = self.detach_steps(&blb, service, false).await?;
+            steps.extend(self.unbound_upstream_eips(&blb).await?);
+            self.apply_eip_steps(&blb.blb_id, &steps).await?;
             let reserved = blb.desc.split_whitespace().any(|w| w == plan::RESERVE_MARK);
             if reserved {
                 tracing::info!(blb = %blb.blb_id, "reserve-lb: keeping the BLB");
@@ -520,12 +704,13 @@ impl LoadBalancerProvider for BaiduProvider {
                 None => return Ok(None),
             },
         };
-        let address = if blb.public_ip.is_empty() {
-            blb.address
+        let public = !blb.public_ip.is_empty();
+        let address = if public {
+            blb.public_ip.clone()
         } else {
-            blb.public_ip
+            blb.address.clone()
         };
-        Ok(Some(status_of(&address)))
+        Ok(Some(status_for(&blb, true, &address, public)))
     }
 
     async fn plan_ensure(
@@ -534,7 +719,14 @@ impl LoadBalancerProvider for BaiduProvider {
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
         let desired = self.parse_desired(spec, backends)?;
-        let Some((blb, owned)) = self.find(&desired).await? else {
+        let found = self.find(&desired).await?;
+        self.check_requested_eip(&desired, found.as_ref().map(|(blb, _)| blb))
+            .await?;
+        let eip_name = desired
+            .eip
+            .as_ref()
+            .map_or_else(|| desired.name.clone(), |e| e.name.clone());
+        let Some((blb, owned)) = found else {
             let mut changes = vec![PlannedChange::new(
                 ChangeAction::Create,
                 "LoadBalancer",
@@ -550,20 +742,12 @@ impl LoadBalancerProvider for BaiduProvider {
                         .planned(&desired.name),
                 );
             }
-            if let Some(eip) = &desired.eip {
-                changes.push(PlannedChange::new(
-                    ChangeAction::Create,
-                    "Eip",
-                    &eip.name,
-                    "eip:CreateEip",
-                ));
-                changes.push(PlannedChange::new(
-                    ChangeAction::Modify,
-                    "Eip",
-                    &eip.name,
-                    "eip:BindEip",
-                ));
-            }
+            let eip_steps = match (&desired.user_eip, &desired.eip) {
+                (Some(ip), _) => vec![EipStep::Bind(Some(ip.clone()))],
+                (None, Some(eip)) => vec![EipStep::Create(eip.clone()), EipStep::Bind(None)],
+                (None, None) => Vec::new(),
+            };
+            changes.extend(eip_steps.iter().map(|s| s.planned(&eip_name)));
             return Ok(changes);
         };
         let observed = self.observe(&blb.blb_id).await?;
@@ -571,42 +755,8 @@ impl LoadBalancerProvider for BaiduProvider {
             .iter()
             .map(|s| s.planned(&blb.name))
             .collect();
-        match (&desired.eip, blb.public_ip.is_empty()) {
-            (Some(eip), true) => {
-                if self.loose_eips(&desired.service).await?.is_empty() {
-                    changes.push(PlannedChange::new(
-                        ChangeAction::Create,
-                        "Eip",
-                        &eip.name,
-                        "eip:CreateEip",
-                    ));
-                }
-                changes.push(PlannedChange::new(
-                    ChangeAction::Modify,
-                    "Eip",
-                    &eip.name,
-                    "eip:BindEip",
-                ));
-            }
-            (None, false) => {
-                let bound = self.client.eips(&[("eip", &blb.public_ip)]).await?;
-                if bound.iter().any(|e| self.eip_is_ours(e, &desired.service)) {
-                    changes.push(PlannedChange::new(
-                        ChangeAction::Modify,
-                        "Eip",
-                        &blb.public_ip,
-                        "eip:UnbindEip",
-                    ));
-                    changes.push(PlannedChange::new(
-                        ChangeAction::Delete,
-                        "Eip",
-                        &blb.public_ip,
-                        "eip:ReleaseEip",
-                    ));
-                }
-            }
-            _ => {}
-        }
+        let (eip_steps, _) = self.address_plan(&blb, &desired, owned).await?;
+        changes.extend(eip_steps.iter().map(|s| s.planned(&eip_name)));
         Ok(changes)
     }
 
@@ -623,25 +773,9 @@ impl LoadBalancerProvider for BaiduProvider {
             Err(error) => return Err(error),
         };
         if let Some(blb) = &blb {
-            if !blb.public_ip.is_empty() {
-                let bound = self.client.eips(&[("eip", &blb.public_ip)]).await?;
-                for eip in bound.iter().filter(|e| self.eip_is_ours(e, service)) {
-                    changes.push(PlannedChange::new(
-                        ChangeAction::Modify,
-                        "Eip",
-                        &eip.eip,
-                        "eip:UnbindEip",
-                    ));
-                    if eip.payment_timing != "Prepaid" {
-                        changes.push(PlannedChange::new(
-                            ChangeAction::Delete,
-                            "Eip",
-                            &eip.eip,
-                            "eip:ReleaseEip",
-                        ));
-                    }
-                }
-            }
+            let mut steps = self.detach_steps(blb, service, false).await?;
+            steps.extend(self.unbound_upstream_eips(blb).await?);
+            changes.extend(steps.iter().map(|s| s.planned(&blb.name)));
             if !blb.desc.split_whitespace().any(|w| w == plan::RESERVE_MARK) {
                 changes.push(PlannedChange::new(
                     ChangeAction::Delete,
@@ -653,12 +787,7 @@ impl LoadBalancerProvider for BaiduProvider {
         }
         for eip in self.loose_eips(service).await? {
             if eip.payment_timing != "Prepaid" {
-                changes.push(PlannedChange::new(
-                    ChangeAction::Delete,
-                    "Eip",
-                    &eip.eip,
-                    "eip:ReleaseEip",
-                ));
+                changes.push(EipStep::Release(eip.eip).planned(""));
             }
         }
         Ok(changes)
@@ -667,41 +796,54 @@ impl LoadBalancerProvider for BaiduProvider {
     async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
         let mut owned = Vec::new();
         let mark = format!("{}{}", plan::DESC_PREFIX, self.cluster);
+        // EIPs cloud-provider-baiducloud created carry no tags: they are known by the BLB they
+        // are bound to (its description has upstream's EIP mark), and belong to its Service.
+        let mut upstream_eips = std::collections::BTreeMap::new();
         for blb in self.client.blbs().await? {
             if !blb.desc.contains(&mark) {
                 continue;
             }
             let (namespace, name) =
                 plan::service_of_name(&self.cluster, &blb.name).unwrap_or_default();
+            let service = ServiceKey {
+                namespace,
+                name,
+                uid: plan::uid_of_desc(&blb.desc).unwrap_or_default().to_string(),
+            };
+            if plan::has_eip_mark(&blb.desc) && !blb.public_ip.is_empty() {
+                upstream_eips.insert(blb.public_ip.clone(), (blb.clone(), service.clone()));
+            }
             owned.push(OwnedResource {
                 kind: "LoadBalancer".into(),
                 name: blb.name.clone(),
-                service: ServiceKey {
-                    namespace,
-                    name,
-                    uid: plan::uid_of_desc(&blb.desc).unwrap_or_default().to_string(),
-                },
+                service,
                 created: blb.create_time.clone(),
                 shared: false,
             });
         }
         for eip in self.client.eips(&[]).await? {
-            if eip.tag(plan::TAG_CLUSTER) != Some(self.cluster.as_str()) {
-                continue;
-            }
-            let (namespace, name) = eip
-                .tag(plan::TAG_SERVICE)
-                .and_then(|s| s.split_once('/'))
-                .map(|(n, m)| (n.to_string(), m.to_string()))
-                .unwrap_or_default();
-            owned.push(OwnedResource {
-                kind: "Eip".into(),
-                name: eip.eip.clone(),
-                service: ServiceKey {
+            let service = if eip.tag(plan::TAG_CLUSTER) == Some(self.cluster.as_str()) {
+                let (namespace, name) = eip
+                    .tag(plan::TAG_SERVICE)
+                    .and_then(|s| s.split_once('/'))
+                    .map(|(n, m)| (n.to_string(), m.to_string()))
+                    .unwrap_or_default();
+                ServiceKey {
                     namespace,
                     name,
                     uid: eip.tag(plan::TAG_UID).unwrap_or_default().to_string(),
-                },
+                }
+            } else if let Some((blb, service)) = upstream_eips.get(&eip.eip)
+                && plan::is_upstream_eip(&eip, blb)
+            {
+                service.clone()
+            } else {
+                continue;
+            };
+            owned.push(OwnedResource {
+                kind: "Eip".into(),
+                name: eip.eip.clone(),
+                service,
                 created: eip.create_time.clone(),
                 shared: false,
             });

@@ -8,8 +8,8 @@ mod support;
 use std::time::Duration;
 
 use kube_lb_annotations::keys::baidu as key;
-use kube_lb_mock_baidu::{ApiError, Fault, MockBaidu};
-use kube_lb_provider_core::{CallCounter, LoadBalancerProvider};
+use kube_lb_mock_baidu::{ApiError, Fault, MockBaidu, Quotas};
+use kube_lb_provider_core::{CallCounter, LoadBalancerProvider, ProviderError};
 use support::*;
 
 const UID: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
@@ -283,4 +283,310 @@ async fn someone_elses_blb_under_our_name_is_left_alone() {
     h.provider.delete(&web.service).await.unwrap();
     assert_eq!(h.cloud.blbs().len(), 1);
     assert!(h.cloud.mutations().is_empty());
+}
+
+/// The EIP with address `ip`, as the mock lists it.
+fn eip_at(cloud: &MockBaidu, ip: &str) -> Option<serde_json::Value> {
+    cloud.eips().into_iter().find(|e| e["eip"] == ip)
+}
+
+#[tokio::test]
+async fn a_users_eip_is_bound_never_created_and_only_unbound_on_delete() {
+    let h = harness().await;
+    let ip = h.cloud.seed_eip("reserved-by-the-user");
+    let web = spec_with_ip("web", UID, &[(80, "TCP", 30080)], &[], Some(&ip));
+    let status = h.provider.ensure(&web, &nodes(2)).await.unwrap();
+
+    assert_eq!(status.ingress[0].ip.unwrap().to_string(), ip);
+    let blb = h.cloud.blbs().remove(0);
+    let id = blb["blbId"].as_str().unwrap();
+    assert_eq!(blb["publicIp"], ip.as_str());
+    assert_eq!(
+        h.cloud.eips().len(),
+        1,
+        "no EIP created: {:?}",
+        h.cloud.eips()
+    );
+    assert_eq!(eip_at(&h.cloud, &ip).unwrap()["instanceId"], id);
+    assert!(
+        !blb["desc"]
+            .as_str()
+            .unwrap()
+            .starts_with("cce_auto_create_eip"),
+        "the EIP mark means 'kube-lb made it': {blb}"
+    );
+    // The ids and the address are written back under upstream's keys.
+    assert_eq!(
+        status.annotations,
+        std::collections::BTreeMap::from([
+            (key::LOAD_BALANCER_ID.to_string(), id.to_string()),
+            (key::CCE_ADD_ID.to_string(), id.to_string()),
+            (key::CCE_ADD_EIP.to_string(), ip.clone()),
+        ])
+    );
+    assert_eq!(
+        h.provider.status(&web.service).await.unwrap(),
+        Some(status.clone())
+    );
+
+    h.cloud.clear_journal();
+    assert_eq!(h.provider.ensure(&web, &nodes(2)).await.unwrap(), status);
+    assert!(h.cloud.mutations().is_empty(), "{:?}", h.cloud.mutations());
+    assert!(
+        h.provider
+            .plan_ensure(&web, &nodes(2))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let planned: Vec<String> = h
+        .provider
+        .plan_delete(&web.service)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.call.clone())
+        .collect();
+    assert_eq!(planned, ["eip:UnbindEip", "blb:DeleteLoadBalancer"]);
+    h.provider.delete(&web.service).await.unwrap();
+    assert!(h.cloud.blbs().is_empty());
+    let kept = eip_at(&h.cloud, &ip).expect("the user's EIP is never released");
+    assert_eq!(kept["status"], "available");
+    assert!(kept["instanceId"].is_null(), "{kept}");
+}
+
+#[tokio::test]
+async fn an_address_that_is_not_a_free_eip_is_a_user_error_with_nothing_built() {
+    let h = harness().await;
+    let absent = spec_with_ip(
+        "web",
+        UID,
+        &[(80, "TCP", 30080)],
+        &[],
+        Some("106.12.200.200"),
+    );
+    for error in [
+        h.provider.ensure(&absent, &nodes(1)).await.unwrap_err(),
+        h.provider
+            .plan_ensure(&absent, &nodes(1))
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(
+            matches!(error, ProviderError::User { .. }),
+            "a user error (Warning, no retry storm): {error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("106.12.200.200") && text.contains("not an EIP"),
+            "{text}"
+        );
+    }
+    assert!(h.cloud.blbs().is_empty(), "no half-built BLB");
+    assert!(h.cloud.mutations().is_empty(), "{:?}", h.cloud.mutations());
+
+    // An EIP bound to something else is not taken away from it.
+    let other = h.cloud.seed_blb("someone-elses", "made by hand");
+    let ip = h.cloud.seed_eip("theirs");
+    h.provider.client().bind_eip(&ip, &other).await.unwrap();
+    h.cloud.clear_journal();
+    let taken = spec_with_ip("web", UID, &[(80, "TCP", 30080)], &[], Some(&ip));
+    let error = h.provider.ensure(&taken, &nodes(1)).await.unwrap_err();
+    assert!(matches!(error, ProviderError::User { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains(&ip) && error.to_string().contains(&other),
+        "{error}"
+    );
+    assert_eq!(h.cloud.blbs().len(), 1, "only the other BLB");
+    assert!(h.cloud.mutations().is_empty(), "{:?}", h.cloud.mutations());
+}
+
+#[tokio::test]
+async fn switching_between_a_managed_eip_and_a_users_eip_releases_only_ours() {
+    let h = harness().await;
+    let managed = spec("web", UID, &[(80, "TCP", 30080)], &[]);
+    h.provider.ensure(&managed, &nodes(1)).await.unwrap();
+    let ours = h.cloud.eips()[0]["eip"].as_str().unwrap().to_string();
+
+    // loadBalancerIP set: ours is unbound and released, the user's bound.
+    let users = h.cloud.seed_eip("users");
+    let pinned = spec_with_ip("web", UID, &[(80, "TCP", 30080)], &[], Some(&users));
+    let status = h.provider.ensure(&pinned, &nodes(1)).await.unwrap();
+    assert_eq!(status.ingress[0].ip.unwrap().to_string(), users);
+    assert!(eip_at(&h.cloud, &ours).is_none(), "ours released");
+    assert_eq!(h.cloud.blbs()[0]["publicIp"], users.as_str());
+    h.cloud.clear_journal();
+    h.provider.ensure(&pinned, &nodes(1)).await.unwrap();
+    assert!(h.cloud.mutations().is_empty(), "{:?}", h.cloud.mutations());
+
+    // loadBalancerIP removed: the user's is unbound and kept, a new one of ours bound.
+    let status = h.provider.ensure(&managed, &nodes(1)).await.unwrap();
+    let fresh = status.ingress[0].ip.unwrap().to_string();
+    assert_ne!(fresh, users);
+    assert!(eip_at(&h.cloud, &users).unwrap()["instanceId"].is_null());
+    assert_eq!(h.cloud.eips().len(), 2);
+    h.cloud.clear_journal();
+    h.provider.ensure(&managed, &nodes(1)).await.unwrap();
+    assert!(h.cloud.mutations().is_empty(), "{:?}", h.cloud.mutations());
+
+    h.provider.delete(&managed.service).await.unwrap();
+    let left: Vec<String> = h
+        .cloud
+        .eips()
+        .iter()
+        .map(|e| e["eip"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(left, vec![users], "only the user's EIP is left");
+}
+
+#[tokio::test]
+async fn blbs_and_eips_built_by_cloud_provider_baiducloud_are_adopted_and_deleted_whole() {
+    let h = harness().await;
+    let built = build_upstream_state(
+        &h.provider,
+        CLUSTER,
+        &UpstreamService {
+            namespace: "default".into(),
+            name: "web".into(),
+            ports: vec![("TCP", 80, 30080), ("UDP", 53, 30053)],
+            instances: vec!["i-node0001".into(), "i-node0002".into()],
+            public: true,
+        },
+    )
+    .await;
+    let web = spec("web", UID, &[(80, "TCP", 30080), (53, "UDP", 30053)], &[]);
+    let plan: Vec<(String, String)> = h
+        .provider
+        .plan_ensure(&web, &nodes(2))
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| (c.call.clone(), c.name.clone()))
+        .collect();
+    assert_eq!(
+        plan,
+        vec![("blb:UpdateLoadBalancer".to_string(), built.blb_name.clone())],
+        "only the UID mark is added"
+    );
+    let status = h.provider.ensure(&web, &nodes(2)).await.unwrap();
+    let eip = built.eip.clone().unwrap();
+    assert_eq!(status.ingress[0].ip.unwrap().to_string(), eip);
+    assert_eq!(h.cloud.eips().len(), 1, "upstream's EIP kept, none created");
+    let owned = h.provider.owned_resources().await.unwrap();
+    assert_eq!(
+        owned.len(),
+        2,
+        "the BLB and upstream's untagged EIP: {owned:?}"
+    );
+
+    // Delete: the EIP upstream created is released as upstream would have (its BLB has
+    // upstream's mark), even when the first pass stops between unbind and release.
+    h.cloud.inject(Fault::respond(
+        "DELETE",
+        "/v1/eip/",
+        1,
+        ApiError::new(400, "InappropriateJSON", "boom"),
+    ));
+    let error = h.provider.delete(&web.service).await.unwrap_err();
+    assert!(error.to_string().contains("InappropriateJSON"), "{error}");
+    assert_eq!(h.cloud.blbs().len(), 1);
+    assert!(eip_at(&h.cloud, &eip).unwrap()["instanceId"].is_null());
+    h.provider.delete(&web.service).await.unwrap();
+    assert!(h.cloud.blbs().is_empty());
+    assert!(h.cloud.eips().is_empty(), "{:?}", h.cloud.eips());
+    assert!(h.cloud.listeners(&built.blb_id).is_empty());
+}
+
+#[tokio::test]
+async fn a_no_op_resync_reads_three_times_per_service_whatever_the_count() {
+    // Per Service: DescribeLoadBalancers (by exact name), DescribeAllListeners (TCP and UDP in
+    // one list) and DescribeBackendServers. The bound EIP is not read again: the BLB's own `publicIp` and its EIP
+    // mark say it is the Service's (a user's loadBalancerIP is compared with `publicIp`).
+    let cloud = MockBaidu::builder()
+        .quotas(Quotas {
+            blbs: 60,
+            eips: 60,
+            ..Quotas::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(cloud).await;
+    for count in [1usize, 10, 40] {
+        let specs: Vec<_> = (0..count)
+            .map(|i| {
+                let internal: &[(&str, &str)] = if i % 2 == 0 {
+                    &[]
+                } else {
+                    &[(key::INTERNAL_VPC, "true")]
+                };
+                spec(
+                    &format!("svc-{count}-{i}"),
+                    &format!("uid-{count}-{i}"),
+                    &[(80, "TCP", 30080), (53, "UDP", 30053)],
+                    internal,
+                )
+            })
+            .collect();
+        for s in &specs {
+            h.provider.ensure(s, &nodes(3)).await.unwrap();
+        }
+        let before = h.counter.snapshot();
+        for s in &specs {
+            h.provider.ensure(s, &nodes(3)).await.unwrap();
+        }
+        let resync = h.counter.snapshot().since(&before);
+        assert_eq!(resync.mutations(), 0);
+        assert_eq!(
+            resync.reads(),
+            3 * count as u64,
+            "{count} Services: {:?}",
+            resync.operations(kube_lb_provider_core::CallKind::Read)
+        );
+        for s in &specs {
+            h.provider.delete(&s.service).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_users_eip_under_a_blb_upstream_marked_is_only_unbound() {
+    // Upstream never removed its EIP mark when a user's loadBalancerIP replaced its EIP: the
+    // BLB says "the controller made the EIP" while a user's address is bound. Deleting it right
+    // after switching controllers must not release the user's address.
+    let h = harness().await;
+    let built = build_upstream_state(
+        &h.provider,
+        CLUSTER,
+        &UpstreamService {
+            namespace: "default".into(),
+            name: "web".into(),
+            ports: vec![("TCP", 80, 30080)],
+            instances: vec!["i-node0001".into()],
+            public: true,
+        },
+    )
+    .await;
+    let upstreams = built.eip.unwrap();
+    let client = h.provider.client();
+    client.unbind_eip(&upstreams).await.unwrap();
+    client.release_eip(&upstreams).await.unwrap();
+    let users = h.cloud.seed_eip("reserved-by-hand");
+    client.bind_eip(&users, &built.blb_id).await.unwrap();
+
+    let web = spec("web", UID, &[(80, "TCP", 30080)], &[]);
+    let planned: Vec<String> = h
+        .provider
+        .plan_delete(&web.service)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.call.clone())
+        .collect();
+    assert_eq!(planned, ["eip:UnbindEip", "blb:DeleteLoadBalancer"]);
+    h.provider.delete(&web.service).await.unwrap();
+    assert!(h.cloud.blbs().is_empty());
+    let kept = eip_at(&h.cloud, &users).expect("the user's EIP is kept");
+    assert!(kept["instanceId"].is_null(), "{kept}");
 }

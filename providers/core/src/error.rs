@@ -5,7 +5,8 @@
 //!
 //! | variant | who can fix it | what happens |
 //! |---|---|---|
-//! | [`ProviderError::Retryable`] | nobody: it passes in a moment (throttling, 5xx, a timeout) | retried in place by `CloudApi`, then by the controller with backoff |
+//! | [`ProviderError::Retryable`] | nobody: it passes in a moment (5xx, a timeout) | retried in place by `CloudApi`, then by the controller with backoff |
+//! | [`ProviderError::Throttled`] | nobody: the cloud refused the request rate (throttling, HTTP 429) | as `Retryable` (same retry, same `retryable` metric class); its own variant so the Service's condition says `CloudThrottled` from the type, not from the cloud's words |
 //! | [`ProviderError::Pending`] | nobody: it passes, but slowly (a dependency being torn down, a resource in a transitional state) | not retried in place; the controller retries with backoff |
 //! | [`ProviderError::Environment`] | the cluster's operator or time (quota, permission, a missing network, an exhausted pool) | not retried in place; the controller retries with capped backoff and a Warning naming the cause |
 //! | [`ProviderError::User`] | only the Service's author | Warning event, then wait for the Service to change |
@@ -37,8 +38,15 @@ pub enum EnvironmentCause {
     MissingDependency,
     /// No address is left in the pool.
     PoolExhausted,
-    /// The requested address is held by someone else.
+    /// The requested address is held by someone else: outside this cluster, or by something
+    /// the provider cannot name. When the holder is another Service of this cluster that may
+    /// not share it, providers answer [`EnvironmentCause::SharingConflict`] instead.
     AddressInUse,
+    /// The requested address is held by another Service of this cluster that may not share it
+    /// (no common sharing key, or a port both use). Like [`EnvironmentCause::AddressInUse`] it
+    /// clears without this Service changing (the other one goes or moves), so it is retried
+    /// with backoff; its own cause so the condition says `SharingConflict` from the type.
+    SharingConflict,
     /// The cloud answered that a resource with the load balancer's name already exists,
     /// before its owner was checked (`DuplicateLoadBalancerName`, GCE `alreadyExists`): most
     /// often this Service's own create whose answer was lost, adopted on the next pass. Once
@@ -56,6 +64,7 @@ impl EnvironmentCause {
             EnvironmentCause::MissingDependency => "missing_dependency",
             EnvironmentCause::PoolExhausted => "pool_exhausted",
             EnvironmentCause::AddressInUse => "address_in_use",
+            EnvironmentCause::SharingConflict => "sharing_conflict",
             EnvironmentCause::NameTaken => "name_taken",
         }
     }
@@ -69,6 +78,7 @@ impl fmt::Display for EnvironmentCause {
             EnvironmentCause::MissingDependency => "missing dependency",
             EnvironmentCause::PoolExhausted => "address pool exhausted",
             EnvironmentCause::AddressInUse => "address in use",
+            EnvironmentCause::SharingConflict => "address in use by another Service",
             EnvironmentCause::NameTaken => "name taken by another owner",
         })
     }
@@ -106,7 +116,9 @@ impl Retry {
 /// case, which has the same [`ProviderError::retry`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Classification {
-    /// Throttling, 5xx, transport failures: [`ProviderError::Retryable`].
+    /// Throttling, 5xx, transport failures: [`ProviderError::Retryable`], or
+    /// [`ProviderError::Throttled`] when the provider knows the cloud refused the request
+    /// rate (both retry in place).
     Transient,
     /// A condition that clears on its own, slowly (a dependency still being torn down, a
     /// resource in a transitional state): [`ProviderError::Pending`].
@@ -153,6 +165,21 @@ pub enum ProviderError {
         /// The cloud operation that failed (e.g. `CreateLoadBalancer`).
         operation: &'static str,
         /// What went wrong.
+        message: String,
+        /// The underlying error, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The cloud refused the request rate (AWS `Throttling`, GCE `rateLimitExceeded`, ARM
+    /// `TooManyRequests`, HTTP 429). Retried exactly like [`ProviderError::Retryable`] (in place,
+    /// then by the controller) and counted as `retryable`; a variant of its own so the
+    /// Service's condition reason (`CloudThrottled`) comes from the provider's classification
+    /// of the cloud's code, not from its message.
+    #[error("{operation}: {message}")]
+    Throttled {
+        /// The cloud operation that was throttled.
+        operation: &'static str,
+        /// The cloud's words.
         message: String,
         /// The underlying error, when there is one.
         #[source]
@@ -228,7 +255,7 @@ impl ProviderError {
     /// retry and the controller's error policy.
     pub fn retry(&self) -> Retry {
         match self {
-            ProviderError::Retryable { .. } => Retry::InPlace,
+            ProviderError::Retryable { .. } | ProviderError::Throttled { .. } => Retry::InPlace,
             ProviderError::Pending { .. }
             | ProviderError::Environment { .. }
             | ProviderError::Internal { .. } => Retry::Backoff,
@@ -250,12 +277,14 @@ impl ProviderError {
     }
 
     /// A fixed label for metrics (`retryable`, `environment`, `user`,
-    /// `implemented_elsewhere`, `internal`). [`ProviderError::Pending`] is `retryable` too:
-    /// to the controller and to dashboards it is the same class, only the in-place retry
-    /// tells them apart.
+    /// `implemented_elsewhere`, `internal`). [`ProviderError::Pending`] and
+    /// [`ProviderError::Throttled`] are `retryable` too: to the controller and to dashboards
+    /// they are the same class (throttles are counted apart by `kube_lb_cloud_throttled_total`).
     pub fn class(&self) -> &'static str {
         match self {
-            ProviderError::Retryable { .. } | ProviderError::Pending { .. } => "retryable",
+            ProviderError::Retryable { .. }
+            | ProviderError::Pending { .. }
+            | ProviderError::Throttled { .. } => "retryable",
             ProviderError::Environment { .. } => "environment",
             ProviderError::User { .. } | ProviderError::OwnedElsewhere { .. } => "user",
             ProviderError::ImplementedElsewhere => "implemented_elsewhere",
@@ -305,6 +334,20 @@ impl ProviderError {
         }
     }
 
+    /// The cloud refused the request rate for `operation` (retried like a transient error).
+    pub fn throttled(operation: &'static str, message: impl Into<String>) -> Self {
+        ProviderError::Throttled {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// True when the cloud refused the request rate ([`ProviderError::Throttled`]).
+    pub fn is_throttled(&self) -> bool {
+        matches!(self, ProviderError::Throttled { .. })
+    }
+
     /// A pending condition (retried later, not in place).
     pub fn pending(operation: &'static str, message: impl Into<String>) -> Self {
         ProviderError::Pending {
@@ -324,6 +367,12 @@ mod tests {
         let cases = [
             (
                 ProviderError::retryable("Create", "503"),
+                true,
+                true,
+                "retryable",
+            ),
+            (
+                ProviderError::throttled("Describe", "Throttling: Rate exceeded"),
                 true,
                 true,
                 "retryable",
@@ -382,7 +431,12 @@ mod tests {
     fn each_error_has_one_retry_rule() {
         let cases = [
             (ProviderError::retryable("Create", "503"), Retry::InPlace),
+            (ProviderError::throttled("Create", "429"), Retry::InPlace),
             (ProviderError::pending("Delete", "in use"), Retry::Backoff),
+            (
+                ProviderError::environment("Create", EnvironmentCause::SharingConflict, "held"),
+                Retry::Backoff,
+            ),
             (
                 ProviderError::environment("Create", EnvironmentCause::Quota, "quota"),
                 Retry::Backoff,
@@ -411,6 +465,10 @@ mod tests {
             (
                 Classification::Transient,
                 ProviderError::retryable("op", "m"),
+            ),
+            (
+                Classification::Transient,
+                ProviderError::throttled("op", "m"),
             ),
             (Classification::Pending, ProviderError::pending("op", "m")),
             (

@@ -90,8 +90,12 @@ pub struct LoadBalancerStatus {
     /// records its cloud ids there (TKE's `service.kubernetes.io/loadbalance-id`, CCE's
     /// `service.beta.kubernetes.io/cce-load-balancer-id`, the pool of a local address). The
     /// controller patches only keys whose value differs from the Service's; it never removes a
-    /// key, so an id stays readable while the load balancer exists.
+    /// key it is not told to (see `stale_annotations`), so an id stays readable while the load
+    /// balancer exists.
     pub annotations: BTreeMap<String, String>,
+    /// Keys this provider writes back that no longer apply (Baidu's EIP after a switch to an
+    /// internal BLB): the controller removes them when the Service still shows them.
+    pub stale_annotations: std::collections::BTreeSet<String>,
 }
 
 impl LoadBalancerStatus {
@@ -99,7 +103,7 @@ impl LoadBalancerStatus {
     pub fn with_ingress(ingress: Vec<LoadBalancerIngress>) -> Self {
         Self {
             ingress,
-            annotations: Default::default(),
+            ..Default::default()
         }
     }
 }

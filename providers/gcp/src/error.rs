@@ -129,6 +129,7 @@ impl Failure {
             None => self.message.clone(),
         };
         match classify(&self) {
+            Class::Retryable if self.is_throttled() => ProviderError::throttled(operation, text),
             Class::Retryable => ProviderError::Retryable {
                 operation,
                 message: text,

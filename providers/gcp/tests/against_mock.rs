@@ -4,18 +4,18 @@
 // Test helpers outside #[test] functions: a failed setup step should panic with its error.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::time::Duration;
 
 use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
 use kube_lb_mock_gce::{ApiError, Fault, FaultResponse, JournalEntry, MockGce, MockGceBuilder};
-use kube_lb_provider_core::{BackendNode, LoadBalancerProvider, RateLimits, RetryPolicy};
-use kube_lb_provider_gcp::{CloudConfig, GcpProvider, Options, PollSettings};
+use kube_lb_provider_core::{BackendNode, LoadBalancerProvider};
+use kube_lb_provider_gcp::GcpProvider;
 use serde_json::{Value, json};
-
-const ZONE_A: &str = "us-central1-a";
-const ZONE_B: &str = "us-central1-b";
-const TAG: &str = "gke-c1-node";
+use support::{
+    OWNED_COLLECTIONS, TAG, ZONE_A, ZONE_B, node, provider_for, three_node_builder, two_nodes,
+};
 
 struct Env {
     gce: MockGce,
@@ -23,46 +23,13 @@ struct Env {
 }
 
 fn nodes_builder() -> MockGceBuilder {
-    MockGce::builder()
-        .instance(ZONE_A, "gke-c1-node-1", &[TAG])
-        .instance(ZONE_B, "gke-c1-node-2", &[TAG])
-        .instance(ZONE_A, "gke-c1-node-3", &[TAG])
-        .subnetwork("ilb", "10.200.0.0/24")
+    three_node_builder().subnetwork("ilb", "10.200.0.0/24")
 }
 
 async fn env_with(builder: MockGceBuilder) -> Env {
     let gce = builder.start().await.unwrap();
     let provider = provider_for(&gce).await;
     Env { gce, provider }
-}
-
-/// A provider for the mock, as a controller (re)starting builds it: nothing cached.
-async fn provider_for(gce: &MockGce) -> GcpProvider {
-    let config = CloudConfig::parse(&format!(
-        "[global]\nproject-id = {}\nlocal-zone = {ZONE_A}\nmultizone = true\n\
-         network-name = default\nsubnetwork-name = default\ncluster-id = c1\n\
-         token-url = nil\napi-endpoint = {}/compute/v1/\n",
-        gce.project(),
-        gce.url()
-    ))
-    .unwrap();
-    let options = Options {
-        limits: RateLimits::unlimited(),
-        retry: RetryPolicy {
-            base: Duration::from_millis(5),
-            max: Duration::from_millis(20),
-            max_attempts: 4,
-        },
-        poll: PollSettings {
-            initial: Duration::from_millis(2),
-            max: Duration::from_millis(10),
-            timeout: Duration::from_secs(10),
-        },
-        ..Options::default()
-    };
-    GcpProvider::from_config(config, "ignored", options)
-        .await
-        .unwrap()
 }
 
 async fn env() -> Env {
@@ -142,19 +109,6 @@ impl Svc {
     }
 }
 
-fn node(zone: &str, name: &str) -> BackendNode {
-    BackendNode {
-        name: name.to_string(),
-        provider_id: Some(format!("gce://mock-project/{zone}/{name}")),
-        addresses: Vec::new(),
-        labels: BTreeMap::from([("topology.kubernetes.io/zone".to_string(), zone.to_string())]),
-    }
-}
-
-fn two_nodes() -> Vec<BackendNode> {
-    vec![node(ZONE_A, "gke-c1-node-1"), node(ZONE_B, "gke-c1-node-2")]
-}
-
 const UID: &str = "4b2a6798-feb5-11e6-bdea-42010af00000";
 const LB: &str = "a4b2a6798feb511e6bdea42010af0000";
 
@@ -199,17 +153,6 @@ async fn assert_noop_resync(env: &Env, spec: &LoadBalancerSpec, nodes: &[Backend
     assert_eq!(env.provider.calls().snapshot().since(&calls).mutations(), 0);
     assert!(env.gce.journal_len() > mark, "resync should observe");
 }
-
-const OWNED_COLLECTIONS: [&str; 8] = [
-    "forwardingRules",
-    "addresses",
-    "targetPools",
-    "httpHealthChecks",
-    "healthChecks",
-    "firewalls",
-    "backendServices",
-    "instanceGroups",
-];
 
 fn assert_nothing_left(gce: &MockGce) {
     for collection in OWNED_COLLECTIONS {

@@ -8,22 +8,23 @@
 // Test helpers outside #[test] functions: a failed setup step should panic with its error.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use kube_lb_annotations::{Cloud, LoadBalancerSpec};
 use kube_lb_mock_gce::{ApiError, Fault, FaultResponse, MockGce};
 use kube_lb_provider_core::naming::load_balancer_name;
 use kube_lb_provider_core::{
-    BackendNode, LoadBalancerProvider, OwnedResource, PlannedChange, ProviderError, RateLimits,
-    RetryPolicy,
+    BackendNode, LoadBalancerProvider, OwnedResource, PlannedChange, ProviderError,
 };
-use kube_lb_provider_gcp::{CloudConfig, GcpProvider, Options, PollSettings};
+use kube_lb_provider_gcp::GcpProvider;
 use serde_json::{Value, json};
+use support::{
+    OWNED_COLLECTIONS, TAG, ZONE_A, ZONE_B, fast_options, node, provider_with, three_node_builder,
+    two_nodes,
+};
 
-const ZONE_A: &str = "us-central1-a";
-const ZONE_B: &str = "us-central1-b";
-const TAG: &str = "gke-c1-node";
 const UID_WEB: &str = "4b2a6798-feb5-11e6-bdea-42010af00000";
 const UID_API: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
 const UID_SHOP: &str = "0c1d2e3f-4a5b-11ea-8c9d-0e1f2a3b4c5d";
@@ -34,43 +35,17 @@ const HEALTH_RANGES: [&str; 4] = [
     "35.191.0.0/16",
 ];
 
+/// The three-node mock.
 async fn mock() -> MockGce {
-    MockGce::builder()
-        .instance(ZONE_A, "gke-c1-node-1", &[TAG])
-        .instance(ZONE_B, "gke-c1-node-2", &[TAG])
-        .instance(ZONE_A, "gke-c1-node-3", &[TAG])
-        .start()
-        .await
-        .unwrap()
+    three_node_builder().start().await.unwrap()
 }
 
-/// A provider as a controller or a `kube-lb plan` run builds it: nothing cached, cluster `c1`.
+/// A provider as a controller or a `kube-lb plan` run builds it: nothing cached, cluster `c1`,
+/// three attempts per call.
 async fn provider(gce: &MockGce) -> GcpProvider {
-    let config = CloudConfig::parse(&format!(
-        "[global]\nproject-id = {}\nlocal-zone = {ZONE_A}\nmultizone = true\n\
-         network-name = default\nsubnetwork-name = default\ncluster-id = c1\n\
-         token-url = nil\napi-endpoint = {}/compute/v1/\n",
-        gce.project(),
-        gce.url()
-    ))
-    .unwrap();
-    let options = Options {
-        limits: RateLimits::unlimited(),
-        retry: RetryPolicy {
-            base: Duration::from_millis(5),
-            max: Duration::from_millis(20),
-            max_attempts: 3,
-        },
-        poll: PollSettings {
-            initial: Duration::from_millis(2),
-            max: Duration::from_millis(10),
-            timeout: Duration::from_secs(10),
-        },
-        ..Options::default()
-    };
-    GcpProvider::from_config(config, "ignored", options)
-        .await
-        .unwrap()
+    let mut options = fast_options();
+    options.retry.max_attempts = 3;
+    provider_with(gce, options).await
 }
 
 /// A Service manifest parsed by the real annotation parser.
@@ -103,33 +78,16 @@ fn api() -> LoadBalancerSpec {
     service("api", UID_API, |_| {})
 }
 
-fn node(zone: &str, name: &str) -> BackendNode {
-    BackendNode {
-        name: name.to_string(),
-        provider_id: Some(format!("gce://mock-project/{zone}/{name}")),
-        addresses: Vec::new(),
-        labels: BTreeMap::from([("topology.kubernetes.io/zone".to_string(), zone.to_string())]),
-    }
-}
-
 fn nodes() -> Vec<BackendNode> {
-    vec![node(ZONE_A, "gke-c1-node-1"), node(ZONE_B, "gke-c1-node-2")]
+    two_nodes()
 }
-
-const COLLECTIONS: [&str; 8] = [
-    "forwardingRules",
-    "addresses",
-    "targetPools",
-    "httpHealthChecks",
-    "healthChecks",
-    "firewalls",
-    "backendServices",
-    "instanceGroups",
-];
 
 /// Everything the mock holds in the collections the provider writes to.
 fn state(gce: &MockGce) -> Vec<Value> {
-    COLLECTIONS.iter().flat_map(|c| gce.resources(c)).collect()
+    OWNED_COLLECTIONS
+        .iter()
+        .flat_map(|c| gce.resources(c))
+        .collect()
 }
 
 /// Runs `plan` and asserts it mutated nothing: the provider counted no mutating call, the
@@ -517,7 +475,7 @@ async fn plan_delete_lists_what_delete_removes_and_spares_shared_pieces_in_use()
 
 /// (collection, name) of everything in the mock.
 fn names(gce: &MockGce) -> BTreeSet<(String, String)> {
-    COLLECTIONS
+    OWNED_COLLECTIONS
         .iter()
         .flat_map(|c| gce.names(c).into_iter().map(move |n| (c.to_string(), n)))
         .collect()

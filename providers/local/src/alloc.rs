@@ -16,8 +16,21 @@
 //!   `PreferDualStack` as many as the pool has (at least the first), `RequireDualStack` both.
 //!   All of a Service's addresses come from one pool.
 //! - Sharing: a Service with `allow-shared-ip: K` may take an address held only by Services
-//!   with key K whose (port, protocol) pairs are disjoint from its own; it prefers such an
-//!   address to a free one. Anything else holding the address is a clash naming the holder.
+//!   with key K whose (port, protocol) pairs are disjoint from its own and whose
+//!   `externalTrafficPolicy` agrees — both `Cluster`, or both `Local` with the same selector
+//!   (MetalLB's rule: one node announces the address, so with `Local` it must hold the
+//!   endpoints of every Service on it); it prefers such an address to a free one. Anything
+//!   else holding the address is a clash naming the holder and why.
+//! - Shown addresses: an address that a live Service shows in its status is taken by that
+//!   Service, whether or not this process allocated it ([`Allocator::observe`], fed from the
+//!   controller's Service watch): adoption is continuous, so a status written by another
+//!   process (a controller that stopped, a hand edit) is never handed out again. A Service
+//!   that shows addresses and holds none keeps them at its next ensure.
+//! - Conflicts: when two Services that may not share both claim an address anyway, the one
+//!   that claimed it first keeps it — by when it showed it (its Ready condition's
+//!   lastTransitionTime) or this process allocated it, then by creationTimestamp, then by
+//!   namespace/name — and the other is moved at its next ensure ([`Allocator::conflicts`]
+//!   names both, for the Warning and to make the other reconcile).
 //! - While no `IPPool` exists, the `--local-pool` flag's ranges form the only pool.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -25,7 +38,9 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::SystemTime;
 
-use kube_lb_annotations::{IpFamily, IpFamilyPolicy, LoadBalancerSpec, Protocol, ServiceKey};
+use kube_lb_annotations::{
+    IpFamily, IpFamilyPolicy, LoadBalancerSpec, Protocol, ServiceKey, TrafficPolicy,
+};
 
 use crate::ippool::{PoolDef, PoolProblem};
 use crate::pool::IpRange;
@@ -57,6 +72,10 @@ pub struct Request {
     pub ports: BTreeSet<PortKey>,
     /// The pool the Service's annotation says its address came from.
     pub written_pool: Option<String>,
+    /// `spec.externalTrafficPolicy` is `Local` (sharing requires the same policy).
+    pub traffic_local: bool,
+    /// `spec.selector` (Services sharing an address with policy `Local` need the same one).
+    pub selector: BTreeMap<String, String>,
 }
 
 impl Request {
@@ -64,11 +83,16 @@ impl Request {
     /// extension requests nothing (specs built by hand rather than parsed).
     pub fn from_spec(spec: &LoadBalancerSpec) -> Self {
         let local = spec.provider.as_local().cloned().unwrap_or_default();
-        let requested = if local.requested_ips.is_empty() {
+        let mut requested: Vec<IpAddr> = if local.requested_ips.is_empty() {
             spec.requested_ip.into_iter().collect()
         } else {
             local.requested_ips
         };
+        // An address of a family the Service does not have is not requested (the annotation
+        // parser warns about it, naming where it came from).
+        if !local.ip_families.is_empty() {
+            requested.retain(|ip| local.ip_families.contains(&IpFamily::of(*ip)));
+        }
         Self {
             service: spec.service.clone(),
             requested,
@@ -79,6 +103,18 @@ impl Request {
             labels: local.labels,
             ports: spec.ports.iter().map(|p| (p.port, p.protocol)).collect(),
             written_pool: local.allocated_from_pool,
+            traffic_local: matches!(spec.traffic_policy, TrafficPolicy::Local { .. }),
+            selector: local.selector,
+        }
+    }
+
+    /// What decides whether this Service may share an address.
+    pub fn terms(&self) -> SharingTerms {
+        SharingTerms {
+            key: self.sharing_key.clone(),
+            ports: self.ports.clone(),
+            traffic_local: self.traffic_local,
+            selector: self.selector.clone(),
         }
     }
 
@@ -94,7 +130,138 @@ impl Request {
             labels: BTreeMap::new(),
             ports: BTreeSet::new(),
             written_pool: None,
+            traffic_local: false,
+            selector: BTreeMap::new(),
         }
+    }
+}
+
+/// What decides whether two Services may share an address: the same sharing key, disjoint
+/// (port, protocol) pairs, and the same `externalTrafficPolicy` — with `Local`, the same
+/// selector too.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SharingTerms {
+    /// The `kube-lb.io/allow-shared-ip` key.
+    pub key: Option<String>,
+    /// The (port, protocol) pairs.
+    pub ports: BTreeSet<PortKey>,
+    /// `externalTrafficPolicy: Local`.
+    pub traffic_local: bool,
+    /// `spec.selector`.
+    pub selector: BTreeMap<String, String>,
+}
+
+/// Whether a Service with `mine` may use `ip` alongside `other`, which claims it with
+/// `theirs` (`None` when not known yet: adopted from a status, never ensured here).
+fn may_share(
+    ip: IpAddr,
+    mine: &SharingTerms,
+    other: &ServiceKey,
+    theirs: Option<&SharingTerms>,
+) -> Result<(), AllocError> {
+    let in_use = |why: String| AllocError::InUse {
+        ip,
+        owner: other.to_string(),
+        why,
+    };
+    let Some(mine_key) = &mine.key else {
+        return Err(in_use(
+            "; give this Service another address, or both the same kube-lb.io/allow-shared-ip \
+             key"
+            .to_string(),
+        ));
+    };
+    let Some(theirs) = theirs else {
+        return Err(in_use(
+            " (its ports are not known until it is reconciled; retried then)".to_string(),
+        ));
+    };
+    match &theirs.key {
+        None => return Err(in_use(" without kube-lb.io/allow-shared-ip".to_string())),
+        Some(key) if key != mine_key => {
+            return Err(in_use(format!(
+                " with sharing key {key:?}, not {mine_key:?}"
+            )));
+        }
+        Some(_) => {}
+    }
+    if let Some((port, protocol)) = theirs.ports.intersection(&mine.ports).next() {
+        return Err(AllocError::SharingClash {
+            ip,
+            owner: other.to_string(),
+            port: *port,
+            protocol: protocol_name(*protocol),
+        });
+    }
+    let policy = |local: bool| if local { "Local" } else { "Cluster" };
+    if mine.traffic_local != theirs.traffic_local {
+        return Err(AllocError::PolicyClash {
+            ip,
+            owner: other.to_string(),
+            why: format!(
+                "it has externalTrafficPolicy {}, this Service {}",
+                policy(theirs.traffic_local),
+                policy(mine.traffic_local)
+            ),
+        });
+    }
+    if mine.traffic_local && mine.selector != theirs.selector {
+        return Err(AllocError::PolicyClash {
+            ip,
+            owner: other.to_string(),
+            why: "both have externalTrafficPolicy Local but their selectors differ".to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Why two Services may not share an address, from the error naming one of them.
+fn why_not_shared(error: &AllocError) -> String {
+    match error {
+        AllocError::SharingClash { port, protocol, .. } => {
+            format!("both use port {port}/{protocol}")
+        }
+        AllocError::PolicyClash { why, .. } => why.clone(),
+        AllocError::InUse { why, .. } if why.starts_with(' ') => why.trim_start().to_string(),
+        _ => "neither has the other's kube-lb.io/allow-shared-ip key".to_string(),
+    }
+}
+
+/// What a live Service shows in its status, as the controller's Service watch sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Shown {
+    /// `status.loadBalancer.ingress[].ip`.
+    pub ips: Vec<IpAddr>,
+    /// Since when it has shown them, as far as known: the lastTransitionTime of its Ready
+    /// condition while that is True.
+    pub since: Option<SystemTime>,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<SystemTime>,
+    /// Its sharing terms, when its annotations parse.
+    pub terms: Option<SharingTerms>,
+}
+
+/// Two Services claim one address and may not share it: `winner` keeps it, `loser` moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The address.
+    pub ip: IpAddr,
+    /// The Service that claimed it first.
+    pub winner: ServiceKey,
+    /// The Service that must give it up.
+    pub loser: ServiceKey,
+    /// Why they may not share it.
+    pub why: String,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "address {} is also claimed by Service {}, which claimed it first, and they may not \
+             share it ({}); this Service gets another address",
+            self.ip, self.winner, self.why
+        )
     }
 }
 
@@ -165,6 +332,20 @@ pub enum AllocError {
         /// Why it cannot be shared.
         why: String,
     },
+    /// The address is shared under the same key, but the traffic policies or selectors differ.
+    #[error(
+        "address {ip} is in use by Service {owner}, which may not share it with this Service: \
+         {why}; Services sharing an address need externalTrafficPolicy Cluster on both, or Local \
+         on both with the same selector"
+    )]
+    PolicyClash {
+        /// The address.
+        ip: IpAddr,
+        /// `namespace/name` of the other Service.
+        owner: String,
+        /// What differs.
+        why: String,
+    },
     /// The address is shared under the same key, but a port is taken.
     #[error(
         "address {ip} is in use by Service {owner} on port {port}/{protocol} as well; Services \
@@ -186,7 +367,7 @@ impl AllocError {
     /// How specific the error is, to report the most telling one when every pool failed.
     fn rank(&self) -> u8 {
         match self {
-            AllocError::SharingClash { .. } => 4,
+            AllocError::SharingClash { .. } | AllocError::PolicyClash { .. } => 4,
             AllocError::InUse { .. } => 3,
             AllocError::Exhausted { .. } => 2,
             _ => 1,
@@ -207,9 +388,8 @@ fn protocol_name(protocol: Protocol) -> &'static str {
 struct Held {
     ips: Vec<IpAddr>,
     pool: Option<String>,
-    sharing_key: Option<String>,
     /// `None` for an address adopted at start-up whose Service was not ensured yet.
-    ports: Option<BTreeSet<PortKey>>,
+    terms: Option<SharingTerms>,
     allocated_at: Option<SystemTime>,
 }
 
@@ -410,6 +590,9 @@ pub struct Allocator {
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     owners: BTreeMap<IpAddr, BTreeSet<ServiceKey>>,
     held: HashMap<ServiceKey, Held>,
+    /// What live Services show, by Service, and by address.
+    shown: HashMap<ServiceKey, Shown>,
+    shown_by: BTreeMap<IpAddr, BTreeSet<ServiceKey>>,
 }
 
 impl Allocator {
@@ -422,6 +605,8 @@ impl Allocator {
             namespace_labels: HashMap::new(),
             owners: BTreeMap::new(),
             held: HashMap::new(),
+            shown: HashMap::new(),
+            shown_by: BTreeMap::new(),
         }
     }
 
@@ -480,14 +665,41 @@ impl Allocator {
         })
     }
 
+    /// What `service` holds, else what it shows (adopted at its next ensure): the addresses
+    /// it keeps if its request still allows them.
+    fn held_or_shown(&self, service: &ServiceKey) -> Option<Held> {
+        if let Some(held) = self.held.get(service) {
+            return Some(held.clone());
+        }
+        let shown = self.shown.get(service)?;
+        Some(Held {
+            ips: shown.ips.clone(),
+            pool: self.containing_pool(&shown.ips),
+            terms: shown.terms.clone(),
+            allocated_at: None,
+        })
+    }
+
+    /// What `service` holds, else shows: the addresses a fresh process adopts from it.
+    pub fn claimed(&self, service: &ServiceKey) -> Option<Choice> {
+        self.held_or_shown(service).map(|h| Choice {
+            ips: h.ips,
+            pool: h.pool,
+        })
+    }
+
+    fn containing_pool(&self, ips: &[IpAddr]) -> Option<String> {
+        self.active()
+            .into_iter()
+            .find(|p| ips.iter().all(|ip| p.contains(*ip)))
+            .map(|p| p.name.clone())
+    }
+
     /// True when `service` holds exactly `choice` with the ports and key of `req` recorded:
     /// committing it would change nothing.
     pub fn is_recorded(&self, req: &Request, choice: &Choice) -> bool {
         self.held.get(&req.service).is_some_and(|h| {
-            h.ips == choice.ips
-                && h.pool == choice.pool
-                && h.sharing_key == req.sharing_key
-                && h.ports.as_ref() == Some(&req.ports)
+            h.ips == choice.ips && h.pool == choice.pool && h.terms.as_ref() == Some(&req.terms())
         })
     }
 
@@ -523,56 +735,139 @@ impl Allocator {
         pool.serves(&req.service.namespace, namespace_labels, &req.labels)
     }
 
-    /// Whether `req`'s Service may use `ip` alongside whoever holds it.
-    fn share_check(&self, ip: IpAddr, req: &Request) -> Result<(), AllocError> {
-        let Some(holders) = self.owners.get(&ip) else {
-            return Ok(());
+    /// Every Service other than `service` that claims `ip`: holds it, or shows it.
+    fn claimants<'a>(
+        &'a self,
+        ip: IpAddr,
+        service: &'a ServiceKey,
+    ) -> impl Iterator<Item = &'a ServiceKey> + 'a {
+        let held = self.owners.get(&ip).into_iter().flatten();
+        let shown = self
+            .shown_by
+            .get(&ip)
+            .into_iter()
+            .flatten()
+            .filter(move |s| !self.owners.get(&ip).is_some_and(|o| o.contains(*s)));
+        held.chain(shown).filter(move |s| *s != service)
+    }
+
+    /// The sharing terms `service` claims its addresses with, when known.
+    fn terms_of(&self, service: &ServiceKey) -> Option<&SharingTerms> {
+        self.held
+            .get(service)
+            .and_then(|h| h.terms.as_ref())
+            .or_else(|| self.shown.get(service).and_then(|s| s.terms.as_ref()))
+    }
+
+    /// How early `service` claimed `ip`; lower keeps it. Since when it claims the address
+    /// (shown with a Ready condition, or allocated by this process), unknown last; then its
+    /// creationTimestamp, unknown last; then its name.
+    fn rank(
+        &self,
+        ip: IpAddr,
+        service: &ServiceKey,
+    ) -> (
+        bool,
+        Option<SystemTime>,
+        bool,
+        Option<SystemTime>,
+        ServiceKey,
+    ) {
+        let shown = self.shown.get(service);
+        let shown_since = shown.filter(|s| s.ips.contains(&ip)).and_then(|s| s.since);
+        let allocated = self
+            .held
+            .get(service)
+            .filter(|h| h.ips.contains(&ip))
+            .and_then(|h| h.allocated_at);
+        let since = match (shown_since, allocated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
-        for other in holders.iter().filter(|s| **s != req.service) {
-            let Some(held) = self.held.get(other) else {
-                continue;
-            };
-            let in_use = |why: &str| AllocError::InUse {
-                ip,
-                owner: other.to_string(),
-                why: why.to_string(),
-            };
-            match (&req.sharing_key, &held.sharing_key, &held.ports) {
-                (Some(mine), Some(theirs), Some(ports)) if mine == theirs => {
-                    if let Some((port, protocol)) = ports.intersection(&req.ports).next() {
-                        return Err(AllocError::SharingClash {
-                            ip,
-                            owner: other.to_string(),
-                            port: *port,
-                            protocol: protocol_name(*protocol),
-                        });
-                    }
-                }
-                (Some(_), _, None) => {
-                    return Err(in_use(
-                        " (its ports are not known until it is reconciled; retried then)",
-                    ));
-                }
-                (Some(mine), Some(theirs), _) => {
-                    return Err(in_use(&format!(
-                        " with sharing key {theirs:?}, not {mine:?}"
-                    )));
-                }
-                (Some(_), None, _) => {
-                    return Err(in_use(" without kube-lb.io/allow-shared-ip"));
-                }
-                (None, _, _) => {
-                    return Err(in_use(
-                        "; give this Service another address, or both the same \
-                         kube-lb.io/allow-shared-ip key",
-                    ));
-                }
-            }
+        let created = shown.and_then(|s| s.created);
+        (
+            since.is_none(),
+            since,
+            created.is_none(),
+            created,
+            service.clone(),
+        )
+    }
+
+    /// Whether `req`'s Service may use `ip` alongside every other Service claiming it.
+    fn share_check(&self, ip: IpAddr, req: &Request) -> Result<(), AllocError> {
+        let mine = req.terms();
+        for other in self.claimants(ip, &req.service) {
+            may_share(ip, &mine, other, self.terms_of(other))?;
         }
         Ok(())
     }
 
-    /// The lowest address of `family` in `pool` that nobody but `service` holds.
+    /// Whether `req`'s Service, claiming `ip` already, must give it up: another Service
+    /// that may not share it claimed it first.
+    fn loses(&self, ip: IpAddr, req: &Request) -> bool {
+        let mine = req.terms();
+        let rank = self.rank(ip, &req.service);
+        self.claimants(ip, &req.service).any(|other| {
+            may_share(ip, &mine, other, self.terms_of(other)).is_err()
+                && self.rank(ip, other) < rank
+        })
+    }
+
+    /// Every address claimed by two Services that may not share it, with who keeps it.
+    pub fn conflicts(&self) -> Vec<Conflict> {
+        let mut ips: BTreeSet<IpAddr> = BTreeSet::new();
+        ips.extend(
+            self.owners
+                .iter()
+                .filter(|(_, o)| o.len() > 1)
+                .map(|(ip, _)| *ip),
+        );
+        for (ip, shown) in &self.shown_by {
+            let all: BTreeSet<&ServiceKey> = shown
+                .iter()
+                .chain(self.owners.get(ip).into_iter().flatten())
+                .collect();
+            if all.len() > 1 {
+                ips.insert(*ip);
+            }
+        }
+        let mut conflicts = Vec::new();
+        for ip in ips {
+            let mut all: Vec<&ServiceKey> = self
+                .owners
+                .get(&ip)
+                .into_iter()
+                .flatten()
+                .chain(self.shown_by.get(&ip).into_iter().flatten())
+                .collect();
+            all.sort();
+            all.dedup();
+            all.sort_by_key(|s| self.rank(ip, s));
+            // Each Service against every one claiming before it: the first it may not share
+            // with is the one it yields to.
+            for (i, loser) in all.iter().enumerate() {
+                // Unknown terms share with nobody.
+                let terms = self.terms_of(loser).cloned().unwrap_or_default();
+                let clash = all[..i].iter().find_map(|winner| {
+                    may_share(ip, &terms, winner, self.terms_of(winner))
+                        .err()
+                        .map(|e| (winner, e))
+                });
+                if let Some((winner, error)) = clash {
+                    conflicts.push(Conflict {
+                        ip,
+                        winner: (*winner).clone(),
+                        loser: (*loser).clone(),
+                        why: why_not_shared(&error),
+                    });
+                }
+            }
+        }
+        conflicts
+    }
+
+    /// The lowest address of `family` in `pool` that nobody but `service` claims.
     fn first_free(&self, pool: &PoolDef, service: &ServiceKey, family: IpFamily) -> Option<IpAddr> {
         for range in pool
             .ranges
@@ -581,10 +876,7 @@ impl Allocator {
         {
             let mut ip = range.start();
             loop {
-                let free = self
-                    .owners
-                    .get(&ip)
-                    .is_none_or(|holders| holders.iter().all(|s| s == service));
+                let free = self.claimants(ip, service).next().is_none();
                 if free && pool.usable(ip) {
                     return Some(ip);
                 }
@@ -605,16 +897,20 @@ impl Allocator {
                 .iter()
                 .filter(|r| r.is_ipv4() == (family == IpFamily::V4))
             {
-                let shareable =
-                    self.owners
-                        .range(range.start()..=range.end())
-                        .find(|(ip, holders)| {
-                            pool.usable(**ip)
-                                && holders.iter().any(|s| *s != req.service)
-                                && self.share_check(**ip, req).is_ok()
-                        });
-                if let Some((ip, _)) = shareable {
-                    return Some(*ip);
+                let span = range.start()..=range.end();
+                let claimed: BTreeSet<IpAddr> = self
+                    .owners
+                    .range(span.clone())
+                    .map(|(ip, _)| *ip)
+                    .chain(self.shown_by.range(span).map(|(ip, _)| *ip))
+                    .collect();
+                let shareable = claimed.into_iter().find(|ip| {
+                    pool.usable(*ip)
+                        && self.claimants(*ip, &req.service).next().is_some()
+                        && self.share_check(*ip, req).is_ok()
+                });
+                if shareable.is_some() {
+                    return shareable;
                 }
             }
         }
@@ -752,11 +1048,7 @@ impl Allocator {
         {
             return None;
         }
-        if held
-            .ips
-            .iter()
-            .any(|ip| self.share_check(*ip, req).is_err())
-        {
+        if held.ips.iter().any(|ip| self.loses(*ip, req)) {
             return None;
         }
         let pool = pool_name
@@ -786,8 +1078,8 @@ impl Allocator {
     /// its request still allows it, else fresh addresses from the best pool that can serve.
     pub fn plan(&self, req: &Request) -> Result<Choice, AllocError> {
         let wants = wants(req);
-        if let Some(held) = self.held.get(&req.service)
-            && let Some(choice) = self.keep_held(req, held, &wants)
+        if let Some(held) = self.held_or_shown(&req.service)
+            && let Some(choice) = self.keep_held(req, &held, &wants)
         {
             return Ok(choice);
         }
@@ -823,8 +1115,12 @@ impl Allocator {
                 self.drop_owner(*ip, &req.service);
                 unblocked = true;
             }
-            unblocked |=
-                old.ports.as_ref() != Some(&req.ports) || old.sharing_key != req.sharing_key;
+            // New terms can only let a waiting Service share if either side has a sharing key
+            // (an adopted Service's unknown terms becoming known without one frees nothing).
+            let terms = req.terms();
+            let sharing =
+                old.terms.as_ref().is_some_and(|t| t.key.is_some()) || terms.key.is_some();
+            unblocked |= sharing && old.terms.as_ref() != Some(&terms);
         }
         for ip in &choice.ips {
             self.owners
@@ -841,8 +1137,7 @@ impl Allocator {
             Held {
                 ips: choice.ips.clone(),
                 pool: choice.pool.clone(),
-                sharing_key: req.sharing_key.clone(),
-                ports: Some(req.ports.clone()),
+                terms: Some(req.terms()),
                 allocated_at,
             },
         );
@@ -878,11 +1173,7 @@ impl Allocator {
                 self.drop_owner(ip, service);
             }
         }
-        let pool = self
-            .active()
-            .into_iter()
-            .find(|p| ips.iter().all(|ip| p.contains(*ip)))
-            .map(|p| p.name.clone());
+        let pool = self.containing_pool(ips);
         for ip in ips {
             self.owners.entry(*ip).or_default().insert(service.clone());
         }
@@ -891,11 +1182,93 @@ impl Allocator {
             Held {
                 ips: ips.to_vec(),
                 pool,
-                sharing_key: None,
-                ports: None,
+                terms: None,
                 allocated_at: None,
             },
         );
+    }
+
+    /// Records what `service` shows in its status now (`None`: nothing, or the Service is
+    /// gone). True when an address nobody claims any more was freed by it.
+    pub fn observe(&mut self, service: &ServiceKey, shown: Option<Shown>) -> bool {
+        let shown = shown.filter(|s| !s.ips.is_empty());
+        if self.shown.get(service) == shown.as_ref() {
+            return false;
+        }
+        let mut freed = false;
+        if let Some(old) = self.shown.remove(service) {
+            for ip in &old.ips {
+                if let Some(by) = self.shown_by.get_mut(ip) {
+                    by.remove(service);
+                    if by.is_empty() {
+                        self.shown_by.remove(ip);
+                    }
+                }
+                freed |= !self.shown_by.contains_key(ip) && !self.owners.contains_key(ip);
+            }
+        }
+        if let Some(shown) = shown {
+            for ip in &shown.ips {
+                self.shown_by
+                    .entry(*ip)
+                    .or_default()
+                    .insert(service.clone());
+            }
+            self.shown.insert(service.clone(), shown);
+        }
+        freed
+    }
+
+    /// Replaces what every live Service shows (after the Service watch listed them all).
+    /// True when an address nobody claims any more was freed.
+    pub fn observe_all(&mut self, all: HashMap<ServiceKey, Shown>) -> bool {
+        let gone: Vec<ServiceKey> = self
+            .shown
+            .keys()
+            .filter(|s| !all.contains_key(*s))
+            .cloned()
+            .collect();
+        let mut freed = false;
+        for service in gone {
+            freed |= self.observe(&service, None);
+        }
+        for (service, shown) in all {
+            freed |= self.observe(&service, Some(shown));
+        }
+        freed
+    }
+
+    /// Drops the addresses `service` holds but has lost to a Service that claimed them first
+    /// (its ensure failed to find others): it must neither serve nor show them. True when
+    /// something was dropped.
+    pub fn drop_lost(&mut self, req: &Request) -> bool {
+        let Some(held) = self.held.get(&req.service).cloned() else {
+            return false;
+        };
+        let lost: Vec<IpAddr> = held
+            .ips
+            .iter()
+            .copied()
+            .filter(|ip| self.loses(*ip, req))
+            .collect();
+        if lost.is_empty() {
+            return false;
+        }
+        for ip in &lost {
+            self.drop_owner(*ip, &req.service);
+        }
+        let remaining: Vec<IpAddr> = held
+            .ips
+            .iter()
+            .copied()
+            .filter(|ip| !lost.contains(ip))
+            .collect();
+        if remaining.is_empty() {
+            self.held.remove(&req.service);
+        } else if let Some(held) = self.held.get_mut(&req.service) {
+            held.ips = remaining;
+        }
+        true
     }
 
     /// Frees the addresses of `service`, returning them.

@@ -27,8 +27,8 @@ use kube_lb_provider_core::{
 use tokio::sync::watch;
 
 pub use alloc::{
-    AllocError, Allocation, Allocator, Choice, FALLBACK_POOL_NAME, PoolCondition, PoolStatus,
-    Request,
+    AllocError, Allocation, Allocator, Choice, Conflict, FALLBACK_POOL_NAME, PoolCondition,
+    PoolStatus, Request, SharingTerms, Shown,
 };
 pub use ippool::{IpPoolSpec, PoolDef, PoolProblem};
 pub use pool::{DEFAULT_POOL, IpRange, Pool, PoolError};
@@ -124,8 +124,11 @@ fn local_port(port: &PortSpec) -> LocalPort {
 /// Every local load balancer, by Service.
 pub type LocalLoadBalancers = BTreeMap<ServiceKey, LocalLoadBalancer>;
 
-/// The `local` provider. Its state lives in memory; after a restart the controller re-adopts
-/// allocations from Service statuses through [`LoadBalancerProvider::adopt`].
+/// The `local` provider. Its state lives in memory; what survives a restart is what the
+/// Services show: the controller re-adopts it through [`LoadBalancerProvider::adopt`] when it
+/// starts leading, and keeps telling the provider what every Service shows
+/// ([`LocalProvider::observe`]), so an address a Service shows is never handed to another,
+/// whoever wrote it.
 #[derive(Debug)]
 pub struct LocalProvider {
     allocator: Mutex<Allocator>,
@@ -136,6 +139,10 @@ pub struct LocalProvider {
     /// [`LocalProvider::set_pools`]: allocations wait, so a controller that starts before its
     /// `IPPool` watch has listed never hands out an address from the wrong pool.
     pools_known: watch::Sender<bool>,
+    /// False from [`LocalProvider::hold_until_services_known`] until the first
+    /// [`LocalProvider::observe_all`]: no address is handed out before every address the
+    /// Services show is known to be taken.
+    services_known: watch::Sender<bool>,
 }
 
 /// How long an `ensure` waits for the pools to be read before it fails as pending.
@@ -158,7 +165,49 @@ impl LocalProvider {
             published: watch::Sender::new(BTreeMap::new()),
             changes: watch::Sender::new(0),
             pools_known: watch::Sender::new(true),
+            services_known: watch::Sender::new(true),
         }
+    }
+
+    /// Makes allocations wait until the next [`LocalProvider::observe_all`] (at most 30 s,
+    /// then they fail as pending and are retried): called before the Service watch starts.
+    pub fn hold_until_services_known(&self) {
+        self.services_known.send_replace(false);
+    }
+
+    /// Records what every live Service shows in its status (the Service watch listed them
+    /// all): each address shown is taken by its Service. Releases
+    /// [`LocalProvider::hold_until_services_known`].
+    pub fn observe_all(&self, all: HashMap<ServiceKey, Shown>) {
+        if self.with_allocator(|a| a.observe_all(all)) {
+            self.bump();
+        }
+        self.services_known.send_replace(true);
+    }
+
+    /// Records what `service` shows in its status now; `None` when it shows nothing.
+    pub fn observe(&self, service: &ServiceKey, shown: Option<Shown>) {
+        if self.with_allocator(|a| a.observe(service, shown)) {
+            self.bump();
+        }
+    }
+
+    /// `service` no longer exists: what it showed is free, and what it held is released
+    /// (normally its cleanup released it already; this covers a finalizer removed by hand).
+    pub fn forget(&self, service: &ServiceKey) {
+        let (freed, released) =
+            self.with_allocator(|a| (a.observe(service, None), a.release(service).is_some()));
+        if released {
+            self.publish(service, None);
+        }
+        if freed || released {
+            self.bump();
+        }
+    }
+
+    /// Every address two Services claim although they may not share it, with who keeps it.
+    pub fn conflicts(&self) -> Vec<Conflict> {
+        self.with_allocator(|a| a.conflicts())
     }
 
     /// Makes allocations wait until the next [`LocalProvider::set_pools`] (at most 30 s, then
@@ -168,12 +217,18 @@ impl LocalProvider {
     }
 
     async fn wait_for_pools(&self) -> Result<(), ProviderError> {
-        let mut known = self.pools_known.subscribe();
-        match tokio::time::timeout(POOLS_WAIT, known.wait_for(|k| *k)).await {
-            Ok(Ok(_)) => Ok(()),
+        let mut pools = self.pools_known.subscribe();
+        let mut services = self.services_known.subscribe();
+        let both = async {
+            pools.wait_for(|k| *k).await.is_ok() && services.wait_for(|k| *k).await.is_ok()
+        };
+        match tokio::time::timeout(POOLS_WAIT, both).await {
+            Ok(true) => Ok(()),
             _ => Err(ProviderError::Pending {
                 operation: ALLOCATE,
-                message: "the address pools (IPPools) have not been read yet".to_string(),
+                message: "the address pools (IPPools) and the addresses Services show have not \
+                          been read yet"
+                    .to_string(),
                 source: None,
             }),
         }
@@ -262,9 +317,10 @@ fn alloc_error(error: AllocError, custom_pools: bool) -> ProviderError {
     }
     let cause = match &error {
         AllocError::Exhausted { .. } => EnvironmentCause::PoolExhausted,
-        AllocError::InUse { .. } | AllocError::SharingClash { .. } => {
-            EnvironmentCause::AddressInUse
-        }
+        // Both name the Service holding the address: a clash inside this cluster.
+        AllocError::InUse { .. }
+        | AllocError::SharingClash { .. }
+        | AllocError::PolicyClash { .. } => EnvironmentCause::SharingConflict,
         AllocError::NoPool { .. }
         | AllocError::UnknownPool { .. }
         | AllocError::OutOfScope { .. }
@@ -332,7 +388,7 @@ fn step_for(
             namespace: spec.service.namespace.clone(),
         });
     };
-    let held = allocator.held(&spec.service);
+    let held = allocator.claimed(&spec.service);
     // What the annotation says is not what is served: a write-back alone changes nothing.
     let served = published.map(|p| LocalLoadBalancer {
         written_pool: desired.written_pool.clone(),
@@ -364,7 +420,7 @@ fn plan_ensure_from(
         Step::Allocate(desired) => desired,
     };
     let old_addresses = published.map(LocalLoadBalancer::addresses).or_else(|| {
-        allocator.held(&spec.service).map(|h| {
+        allocator.claimed(&spec.service).map(|h| {
             h.ips
                 .iter()
                 .map(ToString::to_string)
@@ -490,32 +546,67 @@ impl LoadBalancerProvider for LocalProvider {
             })
             .await?;
         let req = Request::from_spec(spec);
-        let (choice, step) = self.with_allocator(|a| {
-            step_for(spec, &req, current.as_ref(), a)
-                .map_err(|e| alloc_error(e, !a.pools().is_empty()))
-        })?;
-        let lb = match step {
+        let planned = self.with_allocator(|a| {
+            step_for(spec, &req, current.as_ref(), a).map_err(|e| {
+                // Addresses lost to a Service that claimed them first are no longer served,
+                // although nothing else could be found (the controller's Service watch removes
+                // them from this Service's status: `kube_lb::controller::pools`).
+                let dropped = a.drop_lost(&req);
+                (alloc_error(e, !a.pools().is_empty()), dropped)
+            })
+        });
+        let (choice, step) = match planned {
+            Ok(planned) => planned,
+            Err((error, dropped)) => {
+                if dropped {
+                    let kept = self.with_allocator(|a| a.held(service));
+                    let lb = match (kept, current) {
+                        (Some(kept), Some(lb)) if !kept.ips.is_empty() => Some(LocalLoadBalancer {
+                            ip: kept.ips[0],
+                            ips: kept.ips,
+                            ..lb
+                        }),
+                        _ => None,
+                    };
+                    self.publish(service, lb);
+                    self.bump();
+                }
+                return Err(error);
+            }
+        };
+        match step {
             Step::InSync(lb) => return Ok(lb.status()),
             Step::Republish(lb) => {
-                // Adopted at start-up from the Service's status: the allocator already holds
-                // the addresses, so a restart's first pass changes nothing and only rebuilds
-                // the in-process table the dataplane serves from.
+                // Adopted from the Service's status (at start-up, or as shown): the addresses
+                // are the Service's already, so a restart's first pass changes nothing and
+                // only rebuilds the in-process table the dataplane serves from. Claimed by
+                // this Service, they cannot have been taken meanwhile.
                 if self.with_allocator(|a| a.commit(&req, &choice)) {
                     self.bump();
                 }
                 self.publish(service, Some(lb.clone()));
                 return Ok(lb.status());
             }
-            Step::Allocate(lb) => lb,
+            Step::Allocate(_) => {}
         };
-        self.api
+        let lb = self
+            .api
             .call(FAMILY, ALLOCATE, CallKind::Mutate, || async {
-                let unblocked = self.with_allocator(|a| a.commit(&req, &choice));
+                // Planned again under the lock that commits: a concurrent ensure of another
+                // Service may have taken the planned address since.
+                let (lb, unblocked) = self.with_allocator(|a| {
+                    let (choice, step) = step_for(spec, &req, current.as_ref(), a)
+                        .map_err(|e| alloc_error(e, !a.pools().is_empty()))?;
+                    let lb = match step {
+                        Step::InSync(lb) | Step::Republish(lb) | Step::Allocate(lb) => lb,
+                    };
+                    Ok::<_, ProviderError>((lb, a.commit(&req, &choice)))
+                })?;
                 self.publish(service, Some(lb.clone()));
                 if unblocked {
                     self.bump();
                 }
-                Ok(())
+                Ok(lb)
             })
             .await?;
         tracing::info!(
@@ -573,8 +664,11 @@ impl LoadBalancerProvider for LocalProvider {
         if ips.is_empty() {
             return Ok(());
         }
+        // Counted as a read: re-adoption restores this process's memory from what the Service
+        // status recorded; nothing outside changes, so `kube-lb plan` and the mutation count
+        // of `kube_lb_cloud_calls_total` must not show it as a change.
         self.api
-            .call(FAMILY, "adopt", CallKind::Mutate, || async {
+            .call(FAMILY, "adopt", CallKind::Read, || async {
                 self.with_allocator(|a| a.adopt(service, &ips));
                 Ok(())
             })
@@ -756,6 +850,26 @@ mod tests {
         let moved = p.ensure(&thief, &[]).await.unwrap();
         assert_ne!(moved, status);
         assert_eq!(p.ensure(&old, &[]).await.unwrap(), status);
+    }
+
+    /// Re-adoption at start-up (the controller's, and `kube-lb plan`'s and `audit`'s before
+    /// they look) is no mutation: counted as one read per Service, never as a mutate call.
+    #[tokio::test]
+    async fn adoption_is_counted_as_a_read_not_a_mutation() {
+        let before = provider("127.0.0.10-127.0.0.20");
+        let specs: Vec<LoadBalancerSpec> = (0..3).map(|i| spec(&format!("a{i}"), 80)).collect();
+        let mut statuses = Vec::new();
+        for s in &specs {
+            statuses.push(before.ensure(s, &[]).await.unwrap());
+        }
+        let restarted = provider("127.0.0.10-127.0.0.20");
+        for (s, status) in specs.iter().zip(&statuses) {
+            restarted.adopt(&s.service, status).await.unwrap();
+        }
+        let counted = restarted.counter().snapshot();
+        assert_eq!(counted.mutations(), 0, "{counted:?}");
+        assert_eq!(counted.reads(), 3, "{counted:?}");
+        assert_eq!(counted.operation("adopt"), 3);
     }
 
     /// A restart: every address is adopted from the Services' status, then the first pass
@@ -998,7 +1112,7 @@ mod tests {
                     owner: "default/a".into(),
                     why: String::new(),
                 },
-                EnvironmentCause::AddressInUse,
+                EnvironmentCause::SharingConflict,
             ),
             (
                 AllocError::SharingClash {
@@ -1007,7 +1121,7 @@ mod tests {
                     port: 53,
                     protocol: "UDP",
                 },
-                EnvironmentCause::AddressInUse,
+                EnvironmentCause::SharingConflict,
             ),
             (
                 AllocError::Exhausted {

@@ -9,7 +9,9 @@ use std::net::IpAddr;
 
 use kube_lb_annotations::{IpFamily, IpFamilyPolicy, Protocol, ServiceKey};
 use kube_lb_provider_local::alloc::PortKey;
-use kube_lb_provider_local::{AllocError, Allocator, Choice, PoolDef, Request};
+use kube_lb_provider_local::{
+    AllocError, Allocator, Choice, Conflict, PoolDef, Request, SharingTerms, Shown,
+};
 use serde_json::json;
 
 fn key(namespace: &str, name: &str) -> ServiceKey {
@@ -68,6 +70,12 @@ impl Ask {
     fn share(mut self, sharing_key: &str, ports: &[PortKey]) -> Self {
         self.0.sharing_key = Some(sharing_key.into());
         self.0.ports = ports.iter().copied().collect();
+        self
+    }
+    /// `externalTrafficPolicy: Local` with selector `app=<app>`.
+    fn local_traffic(mut self, app: &str) -> Self {
+        self.0.traffic_local = true;
+        self.0.selector = BTreeMap::from([("app".into(), app.into())]);
         self
     }
 }
@@ -513,4 +521,210 @@ fn large_ipv6_pools_are_counted_without_overflow() {
     let status = &a.statuses()["big"];
     assert_eq!(status.ipv6.assigned, 1);
     assert_eq!(status.ipv6.available, (1u128 << 64) - 1);
+}
+
+#[test]
+fn sharing_needs_the_same_traffic_policy_and_with_local_the_same_selector() {
+    let tcp = |p: u16| (p, Protocol::Tcp);
+    // (case, first Service, second Service asking for the first one's address, outcome)
+    let cases: Vec<(&str, Ask, Ask, Result<&str, &str>)> = vec![
+        (
+            "both Cluster",
+            Ask::new("d", "a").share("k", &[tcp(80)]),
+            Ask::new("d", "b").share("k", &[tcp(81)]),
+            Ok("10.0.0.1 from lan"),
+        ),
+        (
+            "both Local, same selector",
+            Ask::new("d", "a")
+                .share("k", &[tcp(80)])
+                .local_traffic("web"),
+            Ask::new("d", "b")
+                .share("k", &[tcp(81)])
+                .local_traffic("web"),
+            Ok("10.0.0.1 from lan"),
+        ),
+        (
+            "Local and Cluster",
+            Ask::new("d", "a")
+                .share("k", &[tcp(80)])
+                .local_traffic("web"),
+            Ask::new("d", "b").share("k", &[tcp(81)]),
+            Err(
+                "address 10.0.0.1 is in use by Service d/a, which may not share it with this \
+                 Service: it has externalTrafficPolicy Local, this Service Cluster",
+            ),
+        ),
+        (
+            "both Local, other selectors",
+            Ask::new("d", "a")
+                .share("k", &[tcp(80)])
+                .local_traffic("web"),
+            Ask::new("d", "b")
+                .share("k", &[tcp(81)])
+                .local_traffic("api"),
+            Err(
+                "in use by Service d/a, which may not share it with this Service: both have \
+                 externalTrafficPolicy Local but their selectors differ",
+            ),
+        ),
+    ];
+    for (case, first, second, want) in cases {
+        let lan = || {
+            allocator(vec![pool(
+                "lan",
+                json!({"addresses": ["10.0.0.1-10.0.0.3"]}),
+            )])
+        };
+        let mut a = lan();
+        check(&mut a, vec![(first.clone(), Ok("10.0.0.1 from lan"))]);
+        let got = outcome(&a.allocate(&second.clone().ips(&["10.0.0.1"]).0));
+        match (want, &got) {
+            (Ok(want), Ok(got)) => assert_eq!(got, want, "{case}"),
+            (Err(want), Err(got)) => assert!(got.contains(want), "{case}: {got}"),
+            _ => panic!("{case}: wanted {want:?}, got {got:?}"),
+        }
+        // Not asked for by address: the shared address when allowed, else a free one.
+        let mut fresh = lan();
+        fresh.allocate(&first.0).unwrap();
+        let given = fresh.allocate(&second.0).unwrap();
+        let want_ip = if want.is_ok() { "10.0.0.1" } else { "10.0.0.2" };
+        assert_eq!(given.ips, ips(&[want_ip]), "{case}");
+    }
+}
+
+fn shown(list: &[&str], since_secs: Option<u64>) -> Shown {
+    Shown {
+        ips: ips(list),
+        since: since_secs.map(|s| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s)),
+        created: Some(std::time::UNIX_EPOCH),
+        terms: Some(SharingTerms {
+            ports: BTreeSet::from([(80, Protocol::Tcp)]),
+            ..SharingTerms::default()
+        }),
+    }
+}
+
+#[test]
+fn an_address_a_live_service_shows_is_taken_by_it() {
+    let mut a = allocator(vec![pool(
+        "lan",
+        json!({"addresses": ["10.0.0.1-10.0.0.3"]}),
+    )]);
+    // Another process wrote 10.0.0.1 on old (a controller that stopped): nobody else gets it,
+    // and old keeps it at its ensure, without this process ever having allocated it.
+    assert!(!a.observe(&key("d", "old"), Some(shown(&["10.0.0.1"], Some(100)))));
+    check(
+        &mut a,
+        vec![
+            (Ask::new("d", "new"), Ok("10.0.0.2 from lan")),
+            (
+                Ask::new("d", "asks").ips(&["10.0.0.1"]),
+                Err("in use by Service d/old"),
+            ),
+            (Ask::new("d", "old"), Ok("10.0.0.1 from lan")),
+        ],
+    );
+    // Its status moves on and it is released: free again, and observe says so (a waiting
+    // Service is retried).
+    a.release(&key("d", "old"));
+    assert!(a.observe(&key("d", "old"), None));
+    check(
+        &mut a,
+        vec![(
+            Ask::new("d", "asks").ips(&["10.0.0.1"]),
+            Ok("10.0.0.1 from lan"),
+        )],
+    );
+    // A relist replaces everything: what a deleted Service showed is forgotten.
+    assert!(!a.observe_all(HashMap::from([(key("d", "x"), shown(&["10.0.0.3"], None))])));
+    check(&mut a, vec![(Ask::new("d", "y"), Err("is exhausted"))]);
+    assert!(a.observe_all(HashMap::new()));
+    check(&mut a, vec![(Ask::new("d", "y"), Ok("10.0.0.3 from lan"))]);
+}
+
+#[test]
+fn when_two_services_claim_one_address_the_first_keeps_it() {
+    let lan = || {
+        allocator(vec![pool(
+            "lan",
+            json!({"addresses": ["10.0.0.1-10.0.0.2"]}),
+        )])
+    };
+    // (case, what a shows, what b shows, who keeps 10.0.0.1)
+    let cases = [
+        ("a was Ready first", Some(100), Some(200), "a"),
+        ("b was Ready first", Some(300), Some(200), "b"),
+        ("only b has a Ready condition", None, Some(200), "b"),
+        ("neither: by name", None, None, "a"),
+    ];
+    for (case, a_since, b_since, winner) in cases {
+        let loser = if winner == "a" { "b" } else { "a" };
+        let mut alloc = lan();
+        alloc.observe(&key("d", "a"), Some(shown(&["10.0.0.1"], a_since)));
+        alloc.observe(&key("d", "b"), Some(shown(&["10.0.0.1"], b_since)));
+        assert_eq!(
+            alloc.conflicts(),
+            vec![Conflict {
+                ip: ip("10.0.0.1"),
+                winner: key("d", winner),
+                loser: key("d", loser),
+                why: "neither has the other's kube-lb.io/allow-shared-ip key".into(),
+            }],
+            "{case}"
+        );
+        // Whichever is ensured first, the winner keeps the address and the loser moves.
+        check(
+            &mut alloc,
+            vec![
+                (Ask::new("d", loser), Ok("10.0.0.2 from lan")),
+                (Ask::new("d", winner), Ok("10.0.0.1 from lan")),
+            ],
+        );
+        let mut alloc = lan();
+        alloc.observe(&key("d", "a"), Some(shown(&["10.0.0.1"], a_since)));
+        alloc.observe(&key("d", "b"), Some(shown(&["10.0.0.1"], b_since)));
+        check(
+            &mut alloc,
+            vec![
+                (Ask::new("d", winner), Ok("10.0.0.1 from lan")),
+                (Ask::new("d", loser), Ok("10.0.0.2 from lan")),
+            ],
+        );
+    }
+
+    // An address this process allocated, then shown by another Service from an older write
+    // (the race of a controller restart): the older claim wins, the allocation moves, and a
+    // loser that finds nothing else drops the address instead of serving it.
+    let mut alloc = allocator(vec![pool(
+        "lan",
+        json!({"addresses": ["10.0.0.1-10.0.0.1"]}),
+    )]);
+    check(
+        &mut alloc,
+        vec![(Ask::new("d", "fresh"), Ok("10.0.0.1 from lan"))],
+    );
+    alloc.observe(&key("d", "old"), Some(shown(&["10.0.0.1"], Some(100))));
+    let conflicts = alloc.conflicts();
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(
+        (&conflicts[0].winner, &conflicts[0].loser),
+        (&key("d", "old"), &key("d", "fresh"))
+    );
+    assert!(
+        conflicts[0]
+            .to_string()
+            .contains("also claimed by Service d/old, which claimed it first"),
+        "{}",
+        conflicts[0]
+    );
+    let fresh = Ask::new("d", "fresh");
+    check(&mut alloc, vec![(fresh.clone(), Err("is exhausted"))]);
+    assert!(alloc.drop_lost(&fresh.0));
+    assert_eq!(alloc.held(&key("d", "fresh")), None);
+    assert!(alloc.conflicts().is_empty());
+    check(
+        &mut alloc,
+        vec![(Ask::new("d", "old"), Ok("10.0.0.1 from lan"))],
+    );
 }

@@ -760,12 +760,22 @@ impl OpenStackClient {
         id: &str,
         port_id: Option<&str>,
     ) -> Result<FloatingIp, OpenStackError> {
+        self.update_floating_ip(id, &json!({"port_id": port_id}))
+            .await
+    }
+
+    /// Changes a floating IP's `port_id` and/or `description` (`body` holds the fields).
+    pub async fn update_floating_ip(
+        &self,
+        id: &str,
+        body: &Value,
+    ) -> Result<FloatingIp, OpenStackError> {
         self.send(
             Service::Neutron,
             "neutron:UpdateFloatingIp",
             Method::PUT,
             &format!("floatingips/{id}"),
-            &json!({"floatingip": {"port_id": port_id}}),
+            &json!({"floatingip": body}),
             "floatingip",
         )
         .await

@@ -131,6 +131,12 @@ impl From<OpenStackError> for ProviderError {
             other => other.to_string(),
         };
         match error.classification() {
+            // 429: the request rate was refused (the client counts it apart too).
+            Classification::Transient if error.status() == Some(429) => ProviderError::Throttled {
+                operation,
+                message,
+                source: Some(Box::new(error)),
+            },
             Classification::Transient => ProviderError::Retryable {
                 operation,
                 message,

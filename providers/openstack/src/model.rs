@@ -38,6 +38,18 @@ pub struct LoadBalancer {
     /// Creation time.
     #[serde(default)]
     pub created_at: Option<String>,
+    /// The VIP's subnet (fixed at creation, like the four below).
+    #[serde(default)]
+    pub vip_subnet_id: Option<String>,
+    /// The VIP's network.
+    #[serde(default)]
+    pub vip_network_id: Option<String>,
+    /// The Octavia flavor.
+    #[serde(default)]
+    pub flavor_id: Option<String>,
+    /// The availability zone.
+    #[serde(default)]
+    pub availability_zone: Option<String>,
 }
 
 /// An Octavia listener.

@@ -51,20 +51,193 @@ pub fn monitor_name(index: usize, lb_name: &str) -> String {
     cut(format!("monitor_{index}_{lb_name}"))
 }
 
+/// How upstream's load-balancer descriptions begin.
+pub const LOAD_BALANCER_PHRASE: &str = "Kubernetes external service ";
+/// How upstream's floating-IP descriptions begin (upstream releases only floating IPs whose
+/// description contains it).
+pub const FLOATING_IP_PHRASE: &str = "Floating IP for Kubernetes external service ";
+
 /// Upstream's load-balancer description, which also marks it as the cluster's.
 pub fn load_balancer_description(cluster: &str, service: &ServiceKey) -> String {
-    format!("Kubernetes external service {service} from cluster {cluster}")
+    format!("{LOAD_BALANCER_PHRASE}{service} from cluster {cluster}")
 }
 
 /// Upstream's floating-IP description: the marker of a floating IP the controller created
 /// (only those are released).
 pub fn floating_ip_description(cluster: &str, service: &ServiceKey) -> String {
-    format!("Floating IP for Kubernetes external service {service} from cluster {cluster}")
+    format!("{FLOATING_IP_PHRASE}{service} from cluster {cluster}")
+}
+
+/// The Service a description written by kube-lb, upstream or the in-tree provider for
+/// `cluster` names (pure): `<phrase><ns>/<name> from cluster <cluster>` (optionally with
+/// [`KEEP_SUFFIX`]), or the in-tree form `<phrase>a<UID digits> from cluster <cluster>`, which
+/// records only the UID (31 of its 32 hex digits; for a load balancer only when
+/// `legacy_name`, its name, is that same word).
+pub fn recorded_owner(
+    description: &str,
+    phrase: &str,
+    cluster: &str,
+    legacy_name: Option<&str>,
+) -> Option<ServiceKey> {
+    let description = description.strip_suffix(KEEP_SUFFIX).unwrap_or(description);
+    let rest = description
+        .strip_prefix(phrase)?
+        .strip_suffix(&format!(" from cluster {cluster}"))?;
+    if let Some((namespace, name)) = rest.split_once('/') {
+        return Some(ServiceKey {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: String::new(),
+        });
+    }
+    let digits = rest.strip_prefix('a')?;
+    let legacy = rest.len() <= 32
+        && digits.len() >= 16
+        && digits.chars().all(|c| c.is_ascii_hexdigit())
+        && legacy_name.is_none_or(|name| name == rest);
+    legacy.then(|| ServiceKey {
+        namespace: String::new(),
+        name: String::new(),
+        uid: digits.into(),
+    })
 }
 
 /// The tag carrying the Service UID.
 pub fn uid_tag(service: &ServiceKey) -> String {
     format!("{UID_TAG_PREFIX}{}", service.uid)
+}
+
+/// The name Kubernetes' in-tree provider gave load balancers before 2019 (upstream still
+/// looks it up when `kube_service_...` is not found): `a` + the Service UID without dashes,
+/// cut to 32 characters (`cloudprovider.DefaultLoadBalancerName`). `None` without a UID.
+pub fn legacy_load_balancer_name(service: &ServiceKey) -> Option<String> {
+    if service.uid.is_empty() {
+        return None;
+    }
+    let name: String = std::iter::once('a')
+        .chain(service.uid.chars().filter(|c| *c != '-'))
+        .take(32)
+        .collect();
+    Some(name)
+}
+
+/// The description the in-tree provider gave a load balancer named `legacy_name`.
+pub fn legacy_load_balancer_description(cluster: &str, legacy_name: &str) -> String {
+    format!("Kubernetes external service {legacy_name} from cluster {cluster}")
+}
+
+/// The description the in-tree provider gave the floating IP of `legacy_name`.
+pub fn legacy_floating_ip_description(cluster: &str, legacy_name: &str) -> String {
+    format!("Floating IP for Kubernetes external service {legacy_name} from cluster {cluster}")
+}
+
+/// What marks `keep-floatingip` on a floating IP kube-lb created: appended to upstream's
+/// phrase, which stays a prefix (upstream recognises its floating IPs by that phrase, so a
+/// rollback to it still knows the address as the Service's own).
+pub const KEEP_SUFFIX: &str = " (keep-floatingip: kept when the Service is deleted)";
+
+/// True when two Service UIDs are the same: equal, or one is the other cut short (a legacy
+/// name carries only 31 of the 32 hex digits), compared without dashes and case.
+pub fn same_uid(a: &str, b: &str) -> bool {
+    let digits = |s: &str| -> String {
+        s.chars()
+            .filter(|c| *c != '-')
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let (a, b) = (digits(a), digits(b));
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short == long || (short.len() >= 16 && long.starts_with(&short))
+}
+
+/// How a floating IP's description records who made it and what happens to it when the
+/// Service is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloatingIpRecord {
+    /// Not made for this Service by kube-lb or upstream (a user's): never released.
+    NotOurs,
+    /// Made for this Service; released when the Service is deleted.
+    Release,
+    /// Made for this Service with `keep-floatingip`: detached and handed over to the user
+    /// when the Service is deleted.
+    Keep,
+}
+
+/// The floating-IP descriptions of one Service: what kube-lb writes, and what it recognises
+/// as its own (upstream's phrase, the legacy in-tree phrase).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FloatingIpMarks {
+    /// Upstream's phrase: released on Service deletion.
+    pub release: String,
+    /// Upstream's phrase with [`KEEP_SUFFIX`]: kept on Service deletion.
+    pub keep: String,
+    /// The in-tree provider's phrase (by legacy name), when the Service has a UID.
+    pub legacy: Option<String>,
+    /// What a kept floating IP says once its Service is deleted: no longer any ownership
+    /// phrase, so neither kube-lb nor upstream ever releases it and audits do not count it.
+    pub handed_over: String,
+}
+
+impl FloatingIpMarks {
+    /// The marks for `service` in `cluster`.
+    pub fn new(cluster: &str, service: &ServiceKey) -> Self {
+        let release = floating_ip_description(cluster, service);
+        FloatingIpMarks {
+            keep: format!("{release}{KEEP_SUFFIX}"),
+            release,
+            legacy: legacy_load_balancer_name(service)
+                .map(|name| legacy_floating_ip_description(cluster, &name)),
+            handed_over: format!(
+                "Kept floating IP of deleted Kubernetes Service {service} of cluster {cluster} (keep-floatingip); no longer managed by kube-lb"
+            ),
+        }
+    }
+
+    /// The description kube-lb writes for the current `keep-floatingip` value.
+    pub fn current(&self, keep: bool) -> &str {
+        if keep { &self.keep } else { &self.release }
+    }
+
+    /// What `description` records (pure).
+    pub fn record(&self, description: &str) -> FloatingIpRecord {
+        if description == self.keep {
+            FloatingIpRecord::Keep
+        } else if description == self.release || self.legacy.as_deref() == Some(description) {
+            FloatingIpRecord::Release
+        } else {
+            FloatingIpRecord::NotOurs
+        }
+    }
+}
+
+/// What ensure does to a floating IP associated with the VIP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttachedFloatingIp {
+    /// Leave it.
+    Leave,
+    /// Rewrite its description (`keep-floatingip` changed, or a legacy phrase).
+    Describe(String),
+    /// Release it (ours, the Service turned internal, not kept).
+    Release,
+    /// Detach it (the Service turned internal: a user's, or kept), with a new description
+    /// when ours and it records another `keep-floatingip` value.
+    Detach(Option<String>),
+}
+
+/// Decides what ensure does to a floating IP on the VIP, from its description and the
+/// Service's wishes (pure).
+pub fn attached_floating_ip(description: &str, desired: &Desired) -> AttachedFloatingIp {
+    let marks = &desired.floating_ip_marks;
+    let record = marks.record(description);
+    let wanted = marks.current(desired.keep_floating_ip);
+    let rewrite =
+        (record != FloatingIpRecord::NotOurs && description != wanted).then(|| wanted.to_string());
+    match (desired.internal, record) {
+        (false, _) => rewrite.map_or(AttachedFloatingIp::Leave, AttachedFloatingIp::Describe),
+        (true, FloatingIpRecord::NotOurs) => AttachedFloatingIp::Detach(None),
+        (true, _) if desired.keep_floating_ip => AttachedFloatingIp::Detach(rewrite),
+        (true, _) => AttachedFloatingIp::Release,
+    }
 }
 
 /// Whether an observed load balancer with our name is ours to change.
@@ -77,16 +250,20 @@ pub enum Ownership {
     Foreign(String),
 }
 
-/// Decides ownership from the description and the UID tag (pure).
+/// Decides ownership from the description and the UID tag (pure). A load balancer under the
+/// legacy name is ours when it carries the in-tree provider's description for that name.
 pub fn ownership(lb: &LoadBalancer, cluster: &str, service: &ServiceKey) -> Ownership {
-    if lb.description != load_balancer_description(cluster, service) {
+    let legacy = legacy_load_balancer_name(service)
+        .filter(|name| *name == lb.name)
+        .is_some_and(|name| lb.description == legacy_load_balancer_description(cluster, &name));
+    if !legacy && lb.description != load_balancer_description(cluster, service) {
         return Ownership::Foreign(format!(
             "the owner its description {:?} names (not this cluster's Service)",
             lb.description
         ));
     }
     match lb.tags.iter().find_map(|t| t.strip_prefix(UID_TAG_PREFIX)) {
-        Some(uid) if uid != service.uid => Ownership::Foreign(format!(
+        Some(uid) if !same_uid(uid, &service.uid) => Ownership::Foreign(format!(
             "Service UID {uid}, not {} (another cluster with the same --cluster-name, or a leftover of a deleted Service: delete it to let kube-lb create a new one)",
             service.uid
         )),
@@ -396,11 +573,15 @@ pub struct Desired {
     pub floating: FloatingSource,
     /// The floating IP the Service asks for (external `loadBalancerIP`).
     pub floating_ip_address: Option<String>,
-    /// The marker of floating IPs kube-lb creates for this Service.
-    pub floating_ip_description: String,
+    /// The descriptions marking floating IPs kube-lb creates for this Service.
+    pub floating_ip_marks: FloatingIpMarks,
     /// `keep-floatingip`: a floating IP kube-lb made is detached, not released, when the
-    /// Service turns internal.
+    /// Service turns internal or is deleted (recorded in its description, since a delete
+    /// sees no annotations).
     pub keep_floating_ip: bool,
+    /// The in-tree provider's name for this Service's load balancer, looked up when
+    /// [`Desired::name`] is not found.
+    pub legacy_name: Option<String>,
     /// `hostname`: reported instead of the address.
     pub hostname: Option<String>,
     /// `enable-ingress-hostname` with PROXY protocol: report `<ip>.<suffix>`.
@@ -408,6 +589,16 @@ pub struct Desired {
 }
 
 impl Desired {
+    /// The description kube-lb gives the floating IP it creates.
+    pub fn floating_ip_description(&self) -> &str {
+        self.floating_ip_marks.current(self.keep_floating_ip)
+    }
+
+    /// True when `lb` carries this Service's name or its legacy name.
+    pub fn names(&self, lb: &LoadBalancer) -> bool {
+        lb.name == self.name || self.legacy_name.as_deref() == Some(lb.name.as_str())
+    }
+
     /// The fully populated create body.
     pub fn create_body(&self) -> Value {
         let mut body = json!({"name": self.name, "description": self.description, "tags": self.tags,
@@ -459,6 +650,33 @@ impl Desired {
             ..Default::default()
         }
     }
+}
+
+/// The value of [`key::CREATED_WITH`] for `lb` (pure): its create-only settings as Octavia
+/// reports them, so the annotation parser can tell a later change of flavor, zone or VIP
+/// annotations (which Octavia cannot apply) from the values the load balancer has; with the
+/// floating IP on its VIP (`floating_ip`), which kube-lb, as upstream, never moves to another
+/// `loadBalancerIP` once attached.
+pub fn created_with(lb: &LoadBalancer, floating_ip: Option<&str>) -> String {
+    let fields = [
+        ("availability_zone", &lb.availability_zone),
+        ("flavor_id", &lb.flavor_id),
+        ("floating_ip_address", &floating_ip.map(str::to_string)),
+        ("vip_address", &Some(lb.vip_address.clone())),
+        ("vip_network_id", &lb.vip_network_id),
+        ("vip_port_id", &Some(lb.vip_port_id.clone())),
+        ("vip_subnet_id", &lb.vip_subnet_id),
+    ];
+    let recorded: BTreeMap<&str, &str> = fields
+        .iter()
+        .filter_map(|(field, value)| {
+            value
+                .as_deref()
+                .filter(|v| !v.is_empty())
+                .map(|v| (*field, v))
+        })
+        .collect();
+    json!(recorded).to_string()
 }
 
 /// True when `node` satisfies every requirement of an upstream node selector (`k=v`, `k`).
@@ -726,8 +944,9 @@ pub fn desired(
                 .unwrap_or_else(|| config.network.floating_subnet_tags.clone()),
         },
         floating_ip_address: requested.filter(|_| !internal),
-        floating_ip_description: floating_ip_description(cluster, &spec.service),
+        floating_ip_marks: FloatingIpMarks::new(cluster, &spec.service),
         keep_floating_ip: os.keep_floating_ip,
+        legacy_name: legacy_load_balancer_name(&spec.service),
         hostname: os.hostname.clone(),
         ingress_hostname_suffix: (config.enable_ingress_hostname && os.proxy_protocol.is_some())
             .then(|| config.ingress_hostname_suffix.clone()),
@@ -1106,6 +1325,24 @@ pub fn plan(lb: &LoadBalancer, observed: &Observed, desired: &Desired) -> Vec<St
 mod tests {
     use super::*;
 
+    /// A load balancer with the create-only fields unset.
+    fn lb_fixture() -> LoadBalancer {
+        LoadBalancer {
+            id: "lb".into(),
+            name: String::new(),
+            description: String::new(),
+            provisioning_status: "ACTIVE".into(),
+            vip_address: String::new(),
+            vip_port_id: String::new(),
+            tags: Vec::new(),
+            created_at: None,
+            vip_subnet_id: None,
+            vip_network_id: None,
+            flavor_id: None,
+            availability_zone: None,
+        }
+    }
+
     fn key() -> ServiceKey {
         ServiceKey {
             namespace: "prod".into(),
@@ -1144,6 +1381,198 @@ mod tests {
     }
 
     #[test]
+    fn legacy_names_uids_and_recorded_owners() {
+        let service = ServiceKey {
+            namespace: "prod".into(),
+            name: "web".into(),
+            uid: "3c9f1a2b-4d5e-4f60-8a7b-9c0d1e2f3a4b".into(),
+        };
+        let legacy = legacy_load_balancer_name(&service).expect("has a UID");
+        assert_eq!(legacy, "a3c9f1a2b4d5e4f608a7b9c0d1e2f3a4", "a + 31 digits");
+        assert_eq!(legacy_load_balancer_name(&key()), Some("au1".into()));
+        assert_eq!(
+            legacy_load_balancer_name(&ServiceKey {
+                uid: String::new(),
+                ..key()
+            }),
+            None
+        );
+
+        let digits = "3c9f1a2b4d5e4f608a7b9c0d1e2f3a4";
+        for (a, b, same) in [
+            (service.uid.as_str(), service.uid.as_str(), true),
+            (service.uid.as_str(), digits, true),
+            (digits, "3C9F1A2B-4D5E-4F60-8A7B-9C0D1E2F3A4B", true),
+            (service.uid.as_str(), "3c9f1a2b4d5e", false),
+            (
+                service.uid.as_str(),
+                "11111111-2222-3333-4444-555555555555",
+                false,
+            ),
+            ("u-1", "u-2", false),
+        ] {
+            assert_eq!(same_uid(a, b), same, "{a} {b}");
+        }
+
+        let by_name = |namespace: &str, name: &str| {
+            Some(ServiceKey {
+                namespace: namespace.into(),
+                name: name.into(),
+                uid: String::new(),
+            })
+        };
+        let by_uid = Some(ServiceKey {
+            namespace: String::new(),
+            name: String::new(),
+            uid: digits.into(),
+        });
+        let cases = [
+            (
+                load_balancer_description("c", &service),
+                LOAD_BALANCER_PHRASE,
+                None,
+                by_name("prod", "web"),
+            ),
+            (
+                floating_ip_description("c", &service),
+                FLOATING_IP_PHRASE,
+                None,
+                by_name("prod", "web"),
+            ),
+            (
+                format!("{}{KEEP_SUFFIX}", floating_ip_description("c", &service)),
+                FLOATING_IP_PHRASE,
+                None,
+                by_name("prod", "web"),
+            ),
+            (
+                floating_ip_description("other", &service),
+                FLOATING_IP_PHRASE,
+                None,
+                None,
+            ),
+            (
+                legacy_load_balancer_description("c", &legacy),
+                LOAD_BALANCER_PHRASE,
+                Some(legacy.as_str()),
+                by_uid.clone(),
+            ),
+            (
+                legacy_load_balancer_description("c", &legacy),
+                LOAD_BALANCER_PHRASE,
+                Some("renamed"),
+                None,
+            ),
+            (
+                legacy_floating_ip_description("c", &legacy),
+                FLOATING_IP_PHRASE,
+                None,
+                by_uid,
+            ),
+            (
+                FloatingIpMarks::new("c", &service).handed_over,
+                FLOATING_IP_PHRASE,
+                None,
+                None,
+            ),
+            (
+                "Floating IP for Kubernetes external service ahello from cluster c".into(),
+                FLOATING_IP_PHRASE,
+                None,
+                None,
+            ),
+        ];
+        for (description, phrase, name, want) in cases {
+            assert_eq!(
+                recorded_owner(&description, phrase, "c", name),
+                want,
+                "{description}"
+            );
+        }
+    }
+
+    #[test]
+    fn floating_ip_records_decide_release_keep_and_hand_over() {
+        let service = ServiceKey {
+            uid: "3c9f1a2b-4d5e-4f60-8a7b-9c0d1e2f3a4b".into(),
+            ..key()
+        };
+        let marks = FloatingIpMarks::new("c", &service);
+        let legacy = marks.legacy.clone().expect("legacy phrase");
+        for (description, record) in [
+            (marks.release.as_str(), FloatingIpRecord::Release),
+            (marks.keep.as_str(), FloatingIpRecord::Keep),
+            (legacy.as_str(), FloatingIpRecord::Release),
+            (marks.handed_over.as_str(), FloatingIpRecord::NotOurs),
+            ("reserved by hand", FloatingIpRecord::NotOurs),
+        ] {
+            assert_eq!(marks.record(description), record, "{description}");
+        }
+        assert!(
+            marks.keep.starts_with(&marks.release),
+            "upstream still sees its phrase"
+        );
+        assert!(!marks.handed_over.contains(FLOATING_IP_PHRASE.trim_end()));
+
+        let desired = |internal: bool, keep: bool| Desired {
+            internal,
+            keep_floating_ip: keep,
+            floating_ip_marks: marks.clone(),
+            ..desired(
+                &parsed(json!({}), json!([tcp(80, 30080)]), false),
+                &backends(),
+                "c",
+                &config(),
+            )
+            .expect("desired")
+        };
+        use AttachedFloatingIp::*;
+        let cases = [
+            // (description, internal, keep, action)
+            (&marks.release, false, false, Leave),
+            (&marks.release, false, true, Describe(marks.keep.clone())),
+            (&marks.keep, false, false, Describe(marks.release.clone())),
+            (&legacy, false, false, Describe(marks.release.clone())),
+            (&"a user's".to_string(), false, true, Leave),
+            (&marks.release, true, false, Release),
+            (&marks.keep, true, false, Release),
+            (&marks.release, true, true, Detach(Some(marks.keep.clone()))),
+            (&marks.keep, true, true, Detach(None)),
+            (&"a user's".to_string(), true, false, Detach(None)),
+        ];
+        for (description, internal, keep, want) in cases {
+            assert_eq!(
+                attached_floating_ip(description, &desired(internal, keep)),
+                want,
+                "{description} internal={internal} keep={keep}"
+            );
+        }
+    }
+
+    #[test]
+    fn created_with_records_the_create_only_fields_octavia_reports() {
+        let lb = LoadBalancer {
+            vip_port_id: "port".into(),
+            vip_subnet_id: Some("subnet".into()),
+            flavor_id: Some(String::new()),
+            availability_zone: Some("az1".into()),
+            ..lb_fixture()
+        };
+        assert_eq!(
+            created_with(&lb, None),
+            r#"{"availability_zone":"az1","vip_port_id":"port","vip_subnet_id":"subnet"}"#
+        );
+        let lb = LoadBalancer {
+            vip_address: "10.0.0.9".into(),
+            ..lb
+        };
+        assert_eq!(
+            created_with(&lb, Some("203.0.113.7")),
+            r#"{"availability_zone":"az1","floating_ip_address":"203.0.113.7","vip_address":"10.0.0.9","vip_port_id":"port","vip_subnet_id":"subnet"}"#
+        );
+    }
+
+    #[test]
     fn ownership_needs_our_description_and_no_other_uid() {
         let lb = |description: &str, tags: &[&str]| LoadBalancer {
             id: "id".into(),
@@ -1154,8 +1583,29 @@ mod tests {
             vip_port_id: String::new(),
             tags: tags.iter().map(|t| t.to_string()).collect(),
             created_at: None,
+            ..lb_fixture()
         };
         let ours = load_balancer_description("c", &key());
+        let legacy = |description: &str, name: &str| LoadBalancer {
+            name: name.into(),
+            description: description.into(),
+            ..lb_fixture()
+        };
+        let in_tree = legacy_load_balancer_description("c", "au1");
+        for (lb, want) in [
+            (legacy(&in_tree, "au1"), true),
+            (legacy(&in_tree, "au2"), false),
+            (
+                legacy(&legacy_load_balancer_description("other", "au1"), "au1"),
+                false,
+            ),
+        ] {
+            assert_eq!(
+                ownership(&lb, "c", &key()) == Ownership::Ours,
+                want,
+                "{lb:?}"
+            );
+        }
         let cases = [
             (lb(&ours, &[]), true),
             (lb(&ours, &["kube_lb_uid_u-1"]), true),
@@ -1346,6 +1796,7 @@ mod tests {
             vip_port_id: "port".into(),
             tags: desired.tags.clone(),
             created_at: None,
+            ..lb_fixture()
         };
         let mut observed = Observed::default();
         for (i, want) in desired.listeners.iter().enumerate() {

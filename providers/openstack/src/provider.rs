@@ -21,7 +21,7 @@ use crate::config::CloudConfig;
 use crate::error::OpenStackError;
 use crate::inventory::Inventory;
 use crate::model::{FloatingIp, LoadBalancer};
-use crate::plan::{self, Desired, Observed, Ownership, Step};
+use crate::plan::{self, AttachedFloatingIp, Desired, FloatingIpRecord, Observed, Ownership, Step};
 
 /// How patiently to wait for a load balancer to leave `PENDING_*`. Upstream polls from 1 s
 /// growing by 1.2× for about 270 s.
@@ -149,12 +149,29 @@ impl OpenStackProvider {
         &self.client
     }
 
-    /// Our load balancer for `service`, if one exists: found by name, ignoring ones being
-    /// deleted; `Err` when the name is taken by someone else's.
-    async fn find(&self, service: &ServiceKey) -> Result<Option<LoadBalancer>, ProviderError> {
+    /// Our load balancer for `service`, if one exists: found by name, else (as upstream, with
+    /// `legacy`) by the in-tree provider's legacy name `a<UID>`, ignoring ones being deleted;
+    /// `Err` when the name is taken by someone else's. A legacy load balancer keeps its name:
+    /// upstream never renames it either, so a rollback finds it as before.
+    async fn find(
+        &self,
+        service: &ServiceKey,
+        legacy: bool,
+    ) -> Result<Option<LoadBalancer>, ProviderError> {
         let name = plan::load_balancer_name(&self.cluster, service);
         let found = self.client.load_balancers_named(&name).await?;
-        self.ours_among(found, service)
+        if let Some(lb) = self.ours_among(found, service)? {
+            return Ok(Some(lb));
+        }
+        let Some(legacy_name) = plan::legacy_load_balancer_name(service).filter(|_| legacy) else {
+            return Ok(None);
+        };
+        let found = self.client.load_balancers_named(&legacy_name).await?;
+        let lb = self.ours_among(found, service)?;
+        if let Some(lb) = &lb {
+            tracing::info!(%service, lb = %lb.id, name = %lb.name, "found the Service's load balancer under its legacy in-tree name");
+        }
+        Ok(lb)
     }
 
     /// Of the load balancers carrying a Service's name, the live one, when it is ours.
@@ -198,14 +215,16 @@ impl OpenStackProvider {
 
     /// The load balancer a Service uses: the one `load-balancer-id` names (ours when it
     /// carries our name and description, else adopted: only our listeners on it are
-    /// touched), or ours by name.
+    /// touched), or ours by name. `legacy`: whether to look up the legacy name too (not when a fresh project listing
+    /// already showed it absent: kube-lb never creates legacy names, so none can appear).
     async fn locate(
         &self,
         service: &ServiceKey,
         desired: &Desired,
+        legacy: bool,
     ) -> Result<Located, ProviderError> {
         let Some(id) = &desired.existing_id else {
-            return Ok(match self.find(service).await? {
+            return Ok(match self.find(service, legacy).await? {
                 Some(lb) => Located::Ours(lb),
                 None => Located::Absent,
             });
@@ -225,8 +244,8 @@ impl OpenStackProvider {
                     ),
                 )
             })?;
-        let ours = lb.name == desired.name
-            && plan::ownership(&lb, &self.cluster, service) == Ownership::Ours;
+        let ours =
+            desired.names(&lb) && plan::ownership(&lb, &self.cluster, service) == Ownership::Ours;
         Ok(if ours {
             Located::Ours(lb)
         } else {
@@ -482,24 +501,44 @@ impl OpenStackProvider {
                     .await?
             }
         };
-        if !desired.internal
-            && let Some(fip) = attached.first()
-        {
-            return Ok(Some(fip.floating_ip_address.clone()));
+        let actions: Vec<(&FloatingIp, AttachedFloatingIp)> = attached
+            .iter()
+            .map(|fip| (fip, plan::attached_floating_ip(&fip.description, desired)))
+            .filter(|(_, action)| *action != AttachedFloatingIp::Leave)
+            .collect();
+        if !actions.is_empty() {
+            // These change the floating IPs of this load balancer.
+            self.inventory.touch(&lb.id);
         }
-        // Anything below changes the floating IPs of this load balancer.
-        self.inventory.touch(&lb.id);
-        if desired.internal {
-            for fip in attached {
-                let release =
-                    fip.description == desired.floating_ip_description && !desired.keep_floating_ip;
-                self.release_or_detach(&fip, release).await?;
+        for (fip, action) in actions {
+            tracing::info!(lb = %lb.id, address = %fip.floating_ip_address, ?action, "converging floating IP");
+            match action {
+                AttachedFloatingIp::Leave => {}
+                AttachedFloatingIp::Describe(description) => {
+                    self.client
+                        .update_floating_ip(
+                            &fip.id,
+                            &serde_json::json!({"description": description}),
+                        )
+                        .await?;
+                }
+                AttachedFloatingIp::Release => self.client.delete_floating_ip(&fip.id).await?,
+                AttachedFloatingIp::Detach(description) => {
+                    let mut body = serde_json::json!({"port_id": null});
+                    if let Some(description) = description {
+                        body["description"] = serde_json::json!(description);
+                    }
+                    self.client.update_floating_ip(&fip.id, &body).await?;
+                }
             }
+        }
+        if desired.internal {
             return Ok(None);
         }
         if let Some(fip) = attached.first() {
             return Ok(Some(fip.floating_ip_address.clone()));
         }
+        self.inventory.touch(&lb.id);
         // A floating IP kube-lb made earlier and lost track of (its port went away with an
         // errored load balancer, or a crash): reuse it instead of leaking it.
         let requested = desired.floating_ip_address.as_deref();
@@ -510,14 +549,22 @@ impl OpenStackProvider {
                     .await?
             }
             // Only a detached one: an attached floating IP with our phrase sits on another
-            // cluster's load balancer (same --cluster-name) and is theirs.
-            None => self
-                .client
-                .floating_ips(&[("description", &desired.floating_ip_description)])
-                .await?
-                .into_iter()
-                .filter(is_detached)
-                .collect(),
+            // cluster's load balancer (same --cluster-name) and is theirs. A kept one
+            // (detached when the Service turned internal) comes back the same.
+            None => {
+                let marks = &desired.floating_ip_marks;
+                let mut lost = Vec::new();
+                for description in [&marks.keep, &marks.release] {
+                    lost.extend(
+                        self.client
+                            .floating_ips(&[("description", description)])
+                            .await?
+                            .into_iter()
+                            .filter(is_detached),
+                    );
+                }
+                lost
+            }
         };
         if let Some(fip) = candidates.into_iter().next() {
             if fip
@@ -534,10 +581,14 @@ impl OpenStackProvider {
                     ),
                 ));
             }
-            let fip = self
-                .client
-                .associate_floating_ip(&fip.id, Some(&lb.vip_port_id))
-                .await?;
+            let mut body = serde_json::json!({"port_id": lb.vip_port_id});
+            // Ours: recorded with the current keep-floatingip (a user's keeps its words).
+            if desired.floating_ip_marks.record(&fip.description) != FloatingIpRecord::NotOurs
+                && fip.description != desired.floating_ip_description()
+            {
+                body["description"] = serde_json::json!(desired.floating_ip_description());
+            }
+            let fip = self.client.update_floating_ip(&fip.id, &body).await?;
             return Ok(Some(fip.floating_ip_address));
         }
         let network = match &desired.floating.network_id {
@@ -556,7 +607,7 @@ impl OpenStackProvider {
                 ))?,
         };
         let mut body = serde_json::json!({"floating_network_id": network, "port_id": lb.vip_port_id,
-            "description": desired.floating_ip_description});
+            "description": desired.floating_ip_description()});
         if let Some(address) = requested {
             body["floating_ip_address"] = serde_json::json!(address);
         }
@@ -643,17 +694,23 @@ impl OpenStackProvider {
             }))
     }
 
-    /// Releases a floating IP (`release`: kube-lb created it and is not asked to keep it), or
-    /// only detaches it (a user's, or `keep-floatingip`).
-    async fn release_or_detach(
+    /// On Service deletion: releases a floating IP kube-lb made, or (made with
+    /// `keep-floatingip`) detaches it and hands it over to the user by rewriting its
+    /// description without any ownership phrase; a user's is left alone (the cascade delete
+    /// of the VIP port detaches it).
+    async fn release_or_hand_over(
         &self,
         fip: &FloatingIp,
-        release: bool,
+        marks: &plan::FloatingIpMarks,
     ) -> Result<(), ProviderError> {
-        if release {
-            self.client.delete_floating_ip(&fip.id).await?;
-        } else {
-            self.client.associate_floating_ip(&fip.id, None).await?;
+        match marks.record(&fip.description) {
+            FloatingIpRecord::NotOurs => {}
+            FloatingIpRecord::Release => self.client.delete_floating_ip(&fip.id).await?,
+            FloatingIpRecord::Keep => {
+                let body = serde_json::json!({"port_id": null, "description": marks.handed_over});
+                self.client.update_floating_ip(&fip.id, &body).await?;
+                tracing::info!(address = %fip.floating_ip_address, "kept the floating IP (keep-floatingip): detached and handed over to the user");
+            }
         }
         Ok(())
     }
@@ -793,6 +850,98 @@ fn scope_to_service(
     ))
 }
 
+/// The descriptions of floating IPs of a Service that a delete looks for when they are
+/// detached (left behind): upstream's phrase, the kept one, the legacy in-tree one.
+fn leftover_descriptions(marks: &plan::FloatingIpMarks) -> Vec<&str> {
+    [
+        Some(&marks.release),
+        Some(&marks.keep),
+        marks.legacy.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(String::as_str)
+    .collect()
+}
+
+/// What `delete` does to one floating IP, as `kube-lb plan` shows it (pure).
+fn planned_floating_ip_teardown(
+    fip: &FloatingIp,
+    marks: &plan::FloatingIpMarks,
+) -> Option<PlannedChange> {
+    match marks.record(&fip.description) {
+        FloatingIpRecord::NotOurs => None,
+        FloatingIpRecord::Release => Some(PlannedChange::new(
+            ChangeAction::Delete,
+            "FloatingIp",
+            &fip.floating_ip_address,
+            "DELETE floatingips",
+        )),
+        FloatingIpRecord::Keep => Some(
+            PlannedChange::new(
+                ChangeAction::Modify,
+                "FloatingIp",
+                &fip.floating_ip_address,
+                "PUT floatingips (keep-floatingip: kept, handed over)",
+            )
+            .field(
+                "port_id",
+                fip.port_id.clone().filter(|p| !p.is_empty()),
+                None,
+            )
+            .field(
+                "description",
+                Some(fip.description.clone()),
+                Some(marks.handed_over.clone()),
+            ),
+        ),
+    }
+}
+
+/// What `ensure` does to the floating IPs on an existing load balancer's VIP, as `kube-lb
+/// plan` shows it (pure).
+fn planned_floating_ip_changes(attached: &[FloatingIp], desired: &Desired) -> Vec<PlannedChange> {
+    let mut changes: Vec<PlannedChange> = attached
+        .iter()
+        .filter_map(|fip| {
+            let change = |action, call| {
+                PlannedChange::new(action, "FloatingIp", &fip.floating_ip_address, call)
+            };
+            let description = |change: PlannedChange, new: Option<String>| match new {
+                Some(new) => change.field("description", Some(fip.description.clone()), Some(new)),
+                None => change,
+            };
+            match plan::attached_floating_ip(&fip.description, desired) {
+                AttachedFloatingIp::Leave => None,
+                AttachedFloatingIp::Describe(new) => Some(description(
+                    change(ChangeAction::Modify, "PUT floatingips"),
+                    Some(new),
+                )),
+                AttachedFloatingIp::Release => {
+                    Some(change(ChangeAction::Delete, "DELETE floatingips"))
+                }
+                AttachedFloatingIp::Detach(new) => Some(description(
+                    change(ChangeAction::Modify, "PUT floatingips").field(
+                        "port_id",
+                        fip.port_id.clone(),
+                        None,
+                    ),
+                    new,
+                )),
+            }
+        })
+        .collect();
+    if !desired.internal && attached.is_empty() {
+        changes.push(PlannedChange::new(
+            ChangeAction::Create,
+            "FloatingIp",
+            desired.floating_ip_address.as_deref().unwrap_or_default(),
+            "POST floatingips",
+        ));
+    }
+    changes
+}
+
 /// True for a floating IP associated with no port.
 fn is_detached(fip: &FloatingIp) -> bool {
     fip.port_id.as_deref().is_none_or(str::is_empty)
@@ -828,16 +977,27 @@ impl LoadBalancerProvider for OpenStackProvider {
             }
             Some(_) => None,
         };
-        // Listed: ours (or someone else's, refused). Absent from the listing is checked by
-        // name before anything is created, and then nothing is answered from the listing.
-        let listed_lb = match snapshot.as_ref().map(|snap| snap.named(&desired.name)) {
+        // Listed: ours (or someone else's, refused), under its name or else its legacy name.
+        // Absent from the listing is checked by name before anything is created, and then
+        // nothing is answered from the listing.
+        let listed_lb = match snapshot.as_ref().map(|snap| {
+            let found = snap.named(&desired.name);
+            match &desired.legacy_name {
+                Some(legacy) if found.is_empty() => snap.named(legacy),
+                _ => found,
+            }
+        }) {
             Some(found) if !found.is_empty() => self.ours_among(found, &spec.service)?,
             _ => None,
         };
+        let legacy_unlisted = snapshot.is_none();
         let snapshot = snapshot.filter(|_| listed_lb.is_some());
         let located = match listed_lb {
             Some(lb) => Located::Ours(lb),
-            None => self.locate(&spec.service, &desired).await?,
+            None => {
+                self.locate(&spec.service, &desired, legacy_unlisted)
+                    .await?
+            }
         };
         let (lb, fips) = match located {
             Located::Adopted(lb) => {
@@ -881,11 +1041,14 @@ impl LoadBalancerProvider for OpenStackProvider {
             }
             Located::Absent => (self.create(&desired).await?, None),
         };
-        let address = match self.converge_floating_ip(&lb, &desired, fips).await? {
-            Some(fip) => fip,
-            None => lb.vip_address.clone(),
-        };
-        Ok(desired.status(&address))
+        let floating_ip = self.converge_floating_ip(&lb, &desired, fips).await?;
+        let address = floating_ip.as_deref().unwrap_or(&lb.vip_address);
+        let mut status = desired.status(address);
+        status.annotations.insert(
+            kube_lb_annotations::keys::openstack::CREATED_WITH.into(),
+            plan::created_with(&lb, floating_ip.as_deref()),
+        );
+        Ok(status)
     }
 
     fn accepts_node(&self, spec: &LoadBalancerSpec, node: &BackendNode) -> bool {
@@ -898,8 +1061,8 @@ impl LoadBalancerProvider for OpenStackProvider {
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let marker = plan::floating_ip_description(&self.cluster, service);
-        let lb = match self.find(service).await {
+        let marks = plan::FloatingIpMarks::new(&self.cluster, service);
+        let lb = match self.find(service, true).await {
             Ok(lb) => lb,
             // Someone else's load balancer under our name: nothing of ours to remove there.
             Err(
@@ -944,28 +1107,30 @@ impl LoadBalancerProvider for OpenStackProvider {
             if lb.provisioning_status.starts_with("PENDING_") {
                 self.wait_active(&lb.id).await?;
             }
+            // keep-floatingip is read from the floating IP itself (ensure records it there):
+            // a delete sees no annotations.
             for fip in self
                 .client
                 .floating_ips(&[("port_id", &lb.vip_port_id)])
                 .await?
             {
-                if fip.description == marker {
-                    self.client.delete_floating_ip(&fip.id).await?;
-                }
+                self.release_or_hand_over(&fip, &marks).await?;
             }
             self.delete_load_balancer(&lb.id).await?;
         }
         // Floating IPs of ours left behind (the load balancer was removed out of band, or a
-        // crash between the two deletes): released too, so nothing leaks.
-        // Only detached ones: an attached one sits on another cluster's load balancer.
-        for fip in self
-            .client
-            .floating_ips(&[("description", &marker)])
-            .await?
-            .into_iter()
-            .filter(is_detached)
-        {
-            self.client.delete_floating_ip(&fip.id).await?;
+        // crash between the two deletes): released, or handed over when kept, so nothing
+        // leaks. Only detached ones: an attached one sits on another cluster's load balancer.
+        for description in leftover_descriptions(&marks) {
+            for fip in self
+                .client
+                .floating_ips(&[("description", description)])
+                .await?
+                .into_iter()
+                .filter(is_detached)
+            {
+                self.release_or_hand_over(&fip, &marks).await?;
+            }
         }
         Ok(())
     }
@@ -974,7 +1139,7 @@ impl LoadBalancerProvider for OpenStackProvider {
         &self,
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
-        let Some(lb) = self.find(service).await? else {
+        let Some(lb) = self.find(service, true).await? else {
             return Ok(None);
         };
         let fip = self
@@ -1006,7 +1171,7 @@ impl LoadBalancerProvider for OpenStackProvider {
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
         let desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
-        let (lb, adopted) = match self.locate(&spec.service, &desired).await? {
+        let (lb, adopted) = match self.locate(&spec.service, &desired, true).await? {
             Located::Absent => {
                 return Ok(vec![PlannedChange::new(
                     ChangeAction::Create,
@@ -1024,18 +1189,25 @@ impl LoadBalancerProvider for OpenStackProvider {
         } else {
             (observed, desired)
         };
-        Ok(plan::plan(&lb, &observed, &desired)
+        let mut changes: Vec<PlannedChange> = plan::plan(&lb, &observed, &desired)
             .iter()
             .map(Step::planned)
-            .collect())
+            .collect();
+        // An adopted load balancer's floating IP is its owner's: never planned.
+        if !adopted {
+            let attached = self
+                .client
+                .floating_ips(&[("port_id", &lb.vip_port_id)])
+                .await?;
+            changes.extend(planned_floating_ip_changes(&attached, &desired));
+        }
+        Ok(changes)
     }
 
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
-        let marker = plan::floating_ip_description(&self.cluster, service);
+        let marks = plan::FloatingIpMarks::new(&self.cluster, service);
         let mut changes = Vec::new();
-        // Our floating IPs that `delete` releases: the one on our VIP port, and detached ones.
-        let mut vip_port = None;
-        let ours = self.find(service).await?;
+        let ours = self.find(service, true).await?;
         if !service.uid.is_empty() {
             let tag = plan::uid_tag(service);
             for listener in self
@@ -1057,6 +1229,9 @@ impl LoadBalancerProvider for OpenStackProvider {
                 ));
             }
         }
+        // Our floating IPs that `delete` releases or hands over: the one on our VIP port, and
+        // detached ones.
+        let mut fips = Vec::new();
         if let Some(lb) = ours {
             changes.push(PlannedChange::new(
                 ChangeAction::Delete,
@@ -1064,39 +1239,37 @@ impl LoadBalancerProvider for OpenStackProvider {
                 &lb.name,
                 "DELETE loadbalancers?cascade=true",
             ));
-            vip_port = Some(lb.vip_port_id);
+            fips = self
+                .client
+                .floating_ips(&[("port_id", &lb.vip_port_id)])
+                .await?;
         }
-        for fip in self
-            .client
-            .floating_ips(&[("description", &marker)])
-            .await?
-        {
-            if is_detached(&fip) || fip.port_id == vip_port {
-                changes.push(PlannedChange::new(
-                    ChangeAction::Delete,
-                    "FloatingIp",
-                    &fip.floating_ip_address,
-                    "DELETE floatingips",
-                ));
+        for fip in &fips {
+            changes.extend(planned_floating_ip_teardown(fip, &marks));
+        }
+        for description in leftover_descriptions(&marks) {
+            for fip in self
+                .client
+                .floating_ips(&[("description", description)])
+                .await?
+                .into_iter()
+                .filter(|f| is_detached(f) && fips.iter().all(|seen| seen.id != f.id))
+            {
+                changes.extend(planned_floating_ip_teardown(&fip, &marks));
             }
         }
         Ok(changes)
     }
 
     async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
-        let suffix = format!(" from cluster {}", self.cluster);
-        let service_of = |description: &str, prefix: &str| {
-            let rest = description.strip_prefix(prefix)?.strip_suffix(&suffix)?;
-            let (namespace, name) = rest.split_once('/')?;
-            Some(ServiceKey {
-                namespace: namespace.into(),
-                name: name.into(),
-                uid: String::new(),
-            })
-        };
         let mut owned = Vec::new();
         for lb in self.client.load_balancers().await? {
-            if let Some(mut service) = service_of(&lb.description, "Kubernetes external service ") {
+            if let Some(mut service) = plan::recorded_owner(
+                &lb.description,
+                plan::LOAD_BALANCER_PHRASE,
+                &self.cluster,
+                Some(&lb.name),
+            ) {
                 if let Some(uid) = lb
                     .tags
                     .iter()
@@ -1113,10 +1286,14 @@ impl LoadBalancerProvider for OpenStackProvider {
                 });
             }
         }
+        // Kept floating IPs handed over on Service deletion carry no phrase any more: the
+        // user's now, not counted.
         for fip in self.client.floating_ips(&[]).await? {
-            if let Some(service) = service_of(
+            if let Some(service) = plan::recorded_owner(
                 &fip.description,
-                "Floating IP for Kubernetes external service ",
+                plan::FLOATING_IP_PHRASE,
+                &self.cluster,
+                None,
             ) {
                 owned.push(OwnedResource {
                     kind: "FloatingIp".into(),

@@ -658,3 +658,248 @@ async fn an_unreadable_ca_file_is_named_at_start_up() {
     .to_string();
     assert!(error.contains("ca.pem") && error.contains("PEM"), "{error}");
 }
+
+const KEEP: &str = "loadbalancer.openstack.org/keep-floatingip";
+
+/// The one floating IP in the mock.
+fn only_floating_ip(cloud: &MockOpenStack) -> serde_json::Value {
+    let fips = cloud.floating_ips();
+    assert_eq!(fips.len(), 1, "{fips:?}");
+    fips.into_iter().next().unwrap()
+}
+
+fn owned_kinds(owned: &[kube_lb_provider_core::OwnedResource]) -> Vec<&str> {
+    let mut kinds: Vec<&str> = owned.iter().map(|r| r.kind.as_str()).collect();
+    kinds.sort();
+    kinds
+}
+
+#[tokio::test]
+async fn keep_floatingip_on_delete_hands_the_floating_ip_over_detached() {
+    let h = harness().await;
+    let web = svc("web", UID_A).annotate(KEEP, "true");
+    let status = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let address = ip_of(&status);
+    let fip = only_floating_ip(&h.cloud);
+    assert_eq!(
+        fip["description"],
+        "Floating IP for Kubernetes external service default/web from cluster kubernetes \
+         (keep-floatingip: kept when the Service is deleted)",
+        "the keep decision is recorded on the floating IP (a delete sees no annotations)"
+    );
+    assert_eq!(
+        owned_kinds(&h.provider.owned_resources().await.unwrap()),
+        vec!["FloatingIp", "LoadBalancer"],
+        "while the Service lives the kept floating IP is still ours"
+    );
+    let planned = h.provider.plan_delete(&web.key()).await.unwrap();
+    let summary: Vec<(String, String)> = planned
+        .iter()
+        .map(|c| (c.action.to_string(), c.kind.clone()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("delete".to_string(), "LoadBalancer".to_string()),
+            ("modify".to_string(), "FloatingIp".to_string())
+        ],
+        "{planned:?}"
+    );
+
+    h.provider.delete(&web.key()).await.unwrap();
+    assert!(h.cloud.load_balancers().is_empty());
+    let kept = only_floating_ip(&h.cloud);
+    assert_eq!(kept["floating_ip_address"], address.as_str());
+    assert!(kept["port_id"].is_null(), "detached: {kept}");
+    let description = kept["description"].as_str().unwrap();
+    assert!(
+        !description.contains("Floating IP for Kubernetes external service"),
+        "no ownership phrase is left, so neither kube-lb nor upstream ever releases it: {description}"
+    );
+    assert!(
+        h.provider.owned_resources().await.unwrap().is_empty(),
+        "the kept floating IP is the user's now: audits do not count it as leaked"
+    );
+
+    // Repeated delete: nothing to do.
+    h.cloud.clear_journal();
+    h.provider.delete(&web.key()).await.unwrap();
+    assert!(mutations(&h.cloud).is_empty(), "{:?}", mutations(&h.cloud));
+    assert_eq!(only_floating_ip(&h.cloud)["id"], kept["id"]);
+
+    // The user gets the address back with loadBalancerIP; it stays theirs on delete.
+    let again = svc("web", UID_B).load_balancer_ip(&address);
+    let status = h.provider.ensure(&again.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(ip_of(&status), address);
+    assert_eq!(
+        only_floating_ip(&h.cloud)["description"].as_str().unwrap(),
+        description,
+        "a user's floating IP keeps its words"
+    );
+    h.provider.delete(&again.key()).await.unwrap();
+    assert_eq!(only_floating_ip(&h.cloud)["id"], kept["id"]);
+}
+
+#[tokio::test]
+async fn keep_floatingip_removed_before_delete_releases_the_floating_ip() {
+    let h = harness().await;
+    let kept = svc("web", UID_A).annotate(KEEP, "true");
+    h.provider.ensure(&kept.spec(), &nodes(1)).await.unwrap();
+    h.cloud.clear_journal();
+    let plain = svc("web", UID_A).annotate(KEEP, "false");
+    h.provider.ensure(&plain.spec(), &nodes(1)).await.unwrap();
+    let fip = only_floating_ip(&h.cloud);
+    assert_eq!(
+        mutations(&h.cloud),
+        vec![format!(
+            "PUT floatingips/{} 200",
+            fip["id"].as_str().unwrap()
+        )],
+        "only the floating IP's record changes"
+    );
+    assert_eq!(
+        fip["description"],
+        "Floating IP for Kubernetes external service default/web from cluster kubernetes"
+    );
+    h.provider.delete(&plain.key()).await.unwrap();
+    assert!(h.cloud.floating_ips().is_empty(), "released");
+    assert!(h.cloud.load_balancers().is_empty());
+}
+
+#[tokio::test]
+async fn kept_floating_ip_detached_for_an_internal_phase_comes_back_when_external_again() {
+    let h = harness().await;
+    let web = svc("web", UID_A).annotate(KEEP, "true");
+    let external = ip_of(&h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap());
+    h.provider
+        .ensure(&web.clone().internal().spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert!(only_floating_ip(&h.cloud)["port_id"].is_null());
+    let status = h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(ip_of(&status), external, "the same address, not a new one");
+    assert_eq!(h.cloud.floating_ips().len(), 1);
+}
+
+/// A Service UID whose legacy name the in-tree provider used.
+const LEGACY_UID: &str = "3c9f1a2b-4d5e-4f60-8a7b-9c0d1e2f3a4b";
+
+fn legacy_service(floating_ip: bool) -> OccmService {
+    let nodes = nodes(2)
+        .iter()
+        .map(|n| (n.name.clone(), n.internal_ip().unwrap().to_string()))
+        .collect();
+    OccmService {
+        legacy_uid: Some(LEGACY_UID.into()),
+        floating_ip,
+        ..OccmService::new("web", nodes)
+    }
+}
+
+#[tokio::test]
+async fn legacy_named_load_balancer_is_adopted_not_duplicated() {
+    let h = harness().await;
+    let built = build_occm_state(&h.cloud, CLUSTER, &legacy_service(true)).await;
+    let legacy = legacy_name(LEGACY_UID);
+    assert_eq!(legacy, "a3c9f1a2b4d5e4f608a7b9c0d1e2f3a4");
+    let web = svc("web", LEGACY_UID);
+
+    let planned = h
+        .provider
+        .plan_ensure(&web.spec(), &nodes(2))
+        .await
+        .unwrap();
+    assert!(
+        planned
+            .iter()
+            .all(|c| c.action != kube_lb_provider_core::ChangeAction::Create),
+        "no new load balancer: {planned:?}"
+    );
+    let status = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(Some(ip_of(&status)), built.floating_ip);
+    let lbs = h.cloud.load_balancers();
+    assert_eq!(lbs.len(), 1, "adopted, not duplicated: {lbs:?}");
+    assert_eq!(lbs[0]["id"], built.load_balancer["id"]);
+    assert_eq!(lbs[0]["name"], legacy.as_str(), "not renamed (as upstream)");
+    let tags: Vec<&str> = lbs[0]["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(
+        tags.contains(&"kube_service_kubernetes_default_web")
+            && tags.contains(&format!("kube_lb_uid_{LEGACY_UID}").as_str()),
+        "{tags:?}"
+    );
+    assert_eq!(h.cloud.floating_ips().len(), 1);
+    assert_eq!(
+        only_floating_ip(&h.cloud)["description"],
+        "Floating IP for Kubernetes external service default/web from cluster kubernetes",
+        "the in-tree phrase is rewritten to upstream's"
+    );
+
+    // Found again (by listing and by name), nothing more to do.
+    h.cloud.clear_journal();
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    assert!(mutations(&h.cloud).is_empty(), "{:?}", mutations(&h.cloud));
+    assert!(
+        h.provider
+            .plan_ensure(&web.spec(), &nodes(2))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        h.provider
+            .status(&web.key())
+            .await
+            .unwrap()
+            .map(|s| ip_of(&s)),
+        built.floating_ip
+    );
+
+    h.provider.delete(&web.key()).await.unwrap();
+    assert!(
+        h.cloud.load_balancers().is_empty(),
+        "upstream would leave it (its name lacks kube_service_); kube-lb made it for this Service"
+    );
+    assert!(h.cloud.floating_ips().is_empty());
+}
+
+#[tokio::test]
+async fn audit_knows_legacy_resources_by_uid_and_their_delete_removes_them() {
+    let h = harness().await;
+    let built = build_occm_state(&h.cloud, CLUSTER, &legacy_service(true)).await;
+    let owned = h.provider.owned_resources().await.unwrap();
+    assert_eq!(owned_kinds(&owned), vec!["FloatingIp", "LoadBalancer"]);
+    let digits: String = LEGACY_UID.chars().filter(|c| *c != '-').take(31).collect();
+    for resource in &owned {
+        assert_eq!(
+            (
+                resource.service.namespace.as_str(),
+                resource.service.name.as_str()
+            ),
+            ("", ""),
+            "the in-tree names record only the UID"
+        );
+        assert_eq!(resource.service.uid, digits, "{resource:?}");
+    }
+    // `kube-lb audit --delete` calls delete with what the resource records.
+    let recorded = owned[0].service.clone();
+    let planned = h.provider.plan_delete(&recorded).await.unwrap();
+    assert_eq!(
+        planned
+            .iter()
+            .map(|c| (c.kind.as_str(), c.name.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("LoadBalancer", legacy_name(LEGACY_UID).as_str()),
+            ("FloatingIp", built.floating_ip.as_deref().unwrap())
+        ]
+    );
+    h.provider.delete(&recorded).await.unwrap();
+    assert!(h.cloud.load_balancers().is_empty());
+    assert!(h.cloud.floating_ips().is_empty());
+    assert!(h.provider.owned_resources().await.unwrap().is_empty());
+}

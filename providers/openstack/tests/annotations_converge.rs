@@ -358,8 +358,70 @@ async fn load_balancer_in_error_is_reported_then_recreated_with_its_floating_ip(
     let second = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
     let rebuilt = lb_named(&h.cloud, LB_NAME);
     assert_ne!(rebuilt["id"], broken["id"]);
-    assert_eq!(second, first, "the same floating IP on the new VIP");
+    assert_eq!(
+        second.ingress, first.ingress,
+        "the same floating IP on the new VIP"
+    );
     let fips = h.cloud.floating_ips();
     assert_eq!(fips.len(), 1);
     assert_eq!(fips[0]["port_id"], rebuilt["vip_port_id"]);
+}
+
+#[tokio::test]
+async fn create_only_settings_are_recorded_and_a_later_change_is_reported_not_applied() {
+    const OTHER_FLAVOR: &str = "0e100000-0000-4000-8000-0000000000f2";
+    let h = harness().await;
+    let web = svc("web", UID_A)
+        .annotate(&os("flavor-id"), FLAVOR)
+        .annotate(&os("availability-zone"), "az1");
+    let status = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    let lb = lb_named(&h.cloud, LB_NAME);
+    let recorded = status
+        .annotations
+        .get("kube-lb.io/openstack-created-with")
+        .expect("the create-only settings are written back");
+    let recorded: serde_json::Value = serde_json::from_str(recorded).unwrap();
+    // What Octavia reports for the load balancer.
+    for (field, want) in [
+        ("availability_zone", json!("az1")),
+        ("flavor_id", json!(FLAVOR)),
+        ("vip_port_id", lb["vip_port_id"].clone()),
+        ("vip_subnet_id", json!(PRIVATE_SUBNET_ID)),
+        ("vip_address", lb["vip_address"].clone()),
+        (
+            "floating_ip_address",
+            json!(status.ingress[0].ip.expect("ip").to_string()),
+        ),
+    ] {
+        assert_eq!(recorded[field], want, "{field} in {recorded}");
+    }
+
+    // The controller writes the annotation back; then the user changes the flavor and zone.
+    let changed = web
+        .clone()
+        .annotate("kube-lb.io/openstack-created-with", &recorded.to_string())
+        .annotate(&os("flavor-id"), OTHER_FLAVOR)
+        .annotate(&os("availability-zone"), "az2");
+    let warned: Vec<String> = changed
+        .parsed()
+        .warnings
+        .iter()
+        .filter(|w| w.detail.contains("create-only"))
+        .map(|w| w.location.to_string())
+        .collect();
+    assert_eq!(
+        warned,
+        vec![
+            format!("annotation {}", os("flavor-id")),
+            format!("annotation {}", os("availability-zone"))
+        ],
+        "reported (a Warning event, listed as ignored in the Service condition)"
+    );
+    h.cloud.clear_journal();
+    let again = h.provider.ensure(&changed.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new(), "not applied");
+    assert_eq!(
+        again.annotations, status.annotations,
+        "the record keeps what the load balancer has, so the warning stays until it is recreated"
+    );
 }

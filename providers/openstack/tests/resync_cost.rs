@@ -110,3 +110,62 @@ async fn a_node_change_re_reads_only_the_changed_pools_and_later_resyncs_stay_ch
     assert_eq!(member_reads(&h.cloud), 0);
     assert!(mutations(&h.cloud).is_empty());
 }
+
+#[tokio::test]
+async fn a_legacy_named_load_balancer_is_answered_from_the_listing_too() {
+    // Kubernetes' in-tree provider named it `a<UID>`: once adopted, its resyncs cost no more
+    // than any other's (the listing is searched under the legacy name as well).
+    let h = harness().await;
+    let provider = h.provider.clone().with_listing_refresh(REFRESH);
+    // Random like a real UID: the legacy name keeps only 31 of its 32 digits, so the test's
+    // counting UIDs (differing in the last digit) would all share one legacy name.
+    let legacy_uid = "3c9f1a2b-4d5e-4f60-8a7b-9c0d1e2f3a4b".to_string();
+    let occm_nodes = nodes(2)
+        .iter()
+        .map(|n| (n.name.clone(), n.internal_ip().unwrap().to_string()))
+        .collect();
+    build_occm_state(
+        &h.cloud,
+        CLUSTER,
+        &OccmService {
+            legacy_uid: Some(legacy_uid.clone()),
+            ..OccmService::new("old", occm_nodes)
+        },
+    )
+    .await;
+    let services = [svc("old", &legacy_uid), svc("web", &uid(1))];
+    let wave = || async {
+        for service in &services {
+            provider.ensure(&service.spec(), &nodes(2)).await.unwrap();
+        }
+    };
+    wave().await; // adopts old, creates web
+    assert_eq!(
+        h.cloud.load_balancers().len(),
+        2,
+        "{:#?}",
+        h.cloud.load_balancers()
+    );
+    tokio::time::sleep(REFRESH).await;
+    wave().await; // warms the member cache
+    tokio::time::sleep(REFRESH).await;
+
+    h.cloud.clear_journal();
+    wave().await;
+    let reads: Vec<String> = h
+        .cloud
+        .journal()
+        .iter()
+        .map(|e| format!("{} {}", e.method, e.path))
+        .collect();
+    assert_eq!(
+        reads,
+        vec![
+            "GET /load-balancer/v2/lbaas/loadbalancers",
+            "GET /load-balancer/v2/lbaas/listeners",
+            "GET /load-balancer/v2/lbaas/pools",
+            "GET /networking/v2.0/floatingips",
+        ],
+        "no lookup by name, legacy or not"
+    );
+}

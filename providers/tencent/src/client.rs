@@ -58,6 +58,8 @@ actions! {
     DescribeListeners,
     /// Create listeners (async).
     CreateListener,
+    /// Change a listener's health check (async).
+    ModifyListener,
     /// Delete listeners (async).
     DeleteLoadBalancerListeners,
     /// Read bound targets.
@@ -148,6 +150,9 @@ pub struct Listener {
     pub protocol: String,
     /// Port.
     pub port: u16,
+    /// The health check as the API shows it (`HealthSwitch`, `CheckType`, `CheckPort`, …).
+    #[serde(default)]
+    pub health_check: Option<Value>,
 }
 
 /// A bound target (the API's `Backend`).
@@ -454,6 +459,14 @@ impl ClbClient {
         let ids = serde_json::from_value(reply["ListenerIds"].clone())
             .map_err(|e| unexpected(action, format!("ListenerIds: {e}")))?;
         Ok((ids, request_id))
+    }
+
+    /// Starts `ModifyListener` with `body`; returns the task id.
+    pub async fn modify_listener(&self, body: &Map<String, Value>) -> Result<String, TencentError> {
+        Ok(self
+            .call(Action::ModifyListener, &Value::Object(body.clone()))
+            .await?
+            .1)
     }
 
     /// Starts `DeleteLoadBalancerListeners` for `ids`; returns the task id.

@@ -136,6 +136,11 @@ impl From<TencentError> for ProviderError {
             other => other.to_string(),
         };
         match error.classification() {
+            Classification::Transient if error.is_throttled() => ProviderError::Throttled {
+                operation,
+                message,
+                source: Some(Box::new(error)),
+            },
             Classification::Transient => ProviderError::Retryable {
                 operation,
                 message,

@@ -5,12 +5,21 @@
 //! `tke-clusterId=<cluster>` and `tke-lb-serviceuuid=<Service UID>`, and is found again by those
 //! tags. Listeners are owned by name (`<listenerName>-<Service UID>`), so on a user's CLB
 //! (`tke-existed-lbid`) only the Service's own listeners are ever changed or deleted, and a
-//! listener the user renamed is left alone.
+//! listener the user renamed is left alone. On a CLB created for the Service (its tags say so)
+//! TKE's own bare name (`TKE-DEDICATED-LISTENER`) is the Service's too: that is how TKE's
+//! service controller leaves it, and adopting it must not mean replacing it.
+//!
+//! Health checks: a TCP listener of an `externalTrafficPolicy: Local` Service checks the
+//! health-check node port over HTTP (`/healthz`, 2xx), so nodes without a ready endpoint get
+//! no traffic; with `Cluster` it checks the target port over TCP (the CLB default). UDP
+//! listeners keep the CLB's default check, and a `HealthCheck` in listenerParameters leaves
+//! the check to the user.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kube_lb_annotations::keys::tencent as keys;
 use kube_lb_annotations::{
-    LoadBalancerSpec, Protocol, ProviderSpec, Scheme, ServiceKey, TencentSpec,
+    LoadBalancerSpec, Protocol, ProviderSpec, Scheme, ServiceKey, TencentSpec, TrafficPolicy,
 };
 use kube_lb_provider_core::{BackendNode, ChangeAction, PlannedChange, ProviderError};
 use serde_json::{Map, Value, json};
@@ -61,6 +70,30 @@ pub enum Placement {
     Existing(String),
 }
 
+/// The health check the Service's TCP listeners should have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthPolicy {
+    /// TCP to the target port (the CLB default): any node can forward.
+    Cluster,
+    /// HTTP `GET /healthz` on the health-check node port: only nodes with a ready endpoint.
+    Local {
+        /// `spec.healthCheckNodePort`.
+        port: u16,
+    },
+    /// listenerParameters sets `HealthCheck`: the user's choice at creation stands.
+    Unmanaged,
+}
+
+/// One target to bind: a CVM by `InstanceId` (the node's `qcloud://…/ins-…` providerID, as TKE
+/// binds) or an address by `EniIp` (the node's InternalIP).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeTarget {
+    /// `ins-…` or an IP.
+    pub address: String,
+    /// True when `address` is an `InstanceId`.
+    pub by_instance: bool,
+}
+
 /// Everything `ensure` converges to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
@@ -70,12 +103,25 @@ pub struct Desired {
     pub placement: Placement,
     /// Our listener name.
     pub listener_name: String,
+    /// The configured listener name without the UID: TKE's own name, ours on a CLB created
+    /// for the Service.
+    pub listener_prefix: String,
+    /// The health check of TCP listeners.
+    pub health: HealthPolicy,
+    /// The CLB the Service's listeners were last written back to (`loadbalance-id`).
+    pub recorded_load_balancer_id: Option<String>,
+    /// extensiveParameters now (`{}` when unset).
+    pub extensive_parameters: Map<String, Value>,
+    /// What kube-lb recorded the CLB was created with.
+    pub created_with_extensive_parameters: Option<Map<String, Value>>,
+    /// What kube-lb recorded the listeners were created with.
+    pub created_with_listener_parameters: Option<Map<String, Value>>,
     /// Listeners, in port order.
     pub listeners: Vec<DesiredListener>,
     /// `CreateListener` parameters beyond the typed ones (listenerParameters).
     pub listener_parameters: Map<String, Value>,
-    /// Backend node addresses (InternalIP).
-    pub node_ips: BTreeSet<String>,
+    /// Backend nodes: CVM instances or InternalIPs.
+    pub node_targets: BTreeSet<NodeTarget>,
     /// True when `backends-label` is set and no node matched it.
     pub selector_matched_nothing: bool,
 }
@@ -197,19 +243,134 @@ pub fn desired(
             vpc_id,
         )),
     };
-    let node_ips: BTreeSet<String> = backends
-        .iter()
-        .filter_map(|n| n.internal_ip().map(|ip| ip.to_string()))
-        .collect();
+    let node_targets: BTreeSet<NodeTarget> = backends.iter().filter_map(node_target).collect();
+    let listener_parameters = tencent.listener_parameters.clone().unwrap_or_default();
+    let health = match spec.traffic_policy {
+        _ if listener_parameters.contains_key("HealthCheck") => HealthPolicy::Unmanaged,
+        TrafficPolicy::Local {
+            health_check_node_port: Some(port),
+        } => HealthPolicy::Local { port },
+        _ => HealthPolicy::Cluster,
+    };
     Ok(Desired {
         service: spec.service.clone(),
         placement,
         listener_name: listener_name(listener_prefix, &spec.service),
+        listener_prefix: listener_prefix.to_string(),
+        health,
+        recorded_load_balancer_id: tencent.recorded_load_balancer_id.clone(),
+        extensive_parameters: tencent.extensive_parameters.clone().unwrap_or_default(),
+        created_with_extensive_parameters: tencent.created_with_extensive_parameters.clone(),
+        created_with_listener_parameters: tencent.created_with_listener_parameters.clone(),
         listeners,
-        listener_parameters: tencent.listener_parameters.clone().unwrap_or_default(),
+        listener_parameters,
         selector_matched_nothing: !tencent.backends_label.is_empty() && backends.is_empty(),
-        node_ips,
+        node_targets,
     })
+}
+
+/// How a node is bound: by its CVM instance when its providerID is TKE's
+/// `qcloud:///<zone>/ins-…`, else by its InternalIP; `None` when it has neither.
+pub fn node_target(node: &BackendNode) -> Option<NodeTarget> {
+    let instance = node
+        .provider_id
+        .as_deref()
+        .and_then(|id| id.strip_prefix("qcloud://"))
+        .and_then(|rest| rest.rsplit('/').next())
+        .filter(|id| id.starts_with("ins-"));
+    match instance {
+        Some(id) => Some(NodeTarget {
+            address: id.to_string(),
+            by_instance: true,
+        }),
+        None => node.internal_ip().map(|ip| NodeTarget {
+            address: ip.to_string(),
+            by_instance: false,
+        }),
+    }
+}
+
+/// The `HealthCheck` a listener is created or modified with under `health`, for a listener
+/// whose targets listen on `node_port`; `None` where the CLB default is wanted at creation.
+pub fn health_check_body(health: HealthPolicy, node_port: u16) -> Option<Map<String, Value>> {
+    let body = match health {
+        HealthPolicy::Unmanaged => return None,
+        HealthPolicy::Local { port } => json!({
+            "HealthSwitch": 1, "CheckType": "HTTP", "CheckPort": port,
+            "HttpCheckPath": "/healthz", "HttpCheckMethod": "GET",
+            // A TCP listener's HTTP check needs a domain; kube-proxy ignores it.
+            "HttpCheckDomain": "kube-lb.healthz", "HttpVersion": "HTTP/1.1",
+            // 2xx only: kube-proxy answers 503 where the Service has no local endpoint.
+            "HttpCode": 2,
+        }),
+        // Named explicitly when switching back: the API has no way to clear CheckPort.
+        HealthPolicy::Cluster => {
+            json!({"HealthSwitch": 1, "CheckType": "TCP", "CheckPort": node_port})
+        }
+    };
+    match body {
+        Value::Object(map) => Some(map),
+        _ => None,
+    }
+}
+
+/// The check a listener has, for people and comparisons: `TCP` or `HTTP:<port>/healthz`.
+fn describe_check(check_type: &str, port: Option<u16>) -> String {
+    match (check_type, port) {
+        ("HTTP", Some(port)) => format!("HTTP:{port}/healthz"),
+        (kind, Some(port)) => format!("{kind}:{port}"),
+        (kind, None) => kind.to_string(),
+    }
+}
+
+/// The observed `(CheckType, CheckPort)` of a listener; an absent check is the CLB default.
+fn observed_check(listener: &Listener) -> (String, Option<u16>) {
+    let check = listener.health_check.as_ref();
+    let kind = check
+        .and_then(|c| c.get("CheckType"))
+        .and_then(Value::as_str)
+        .unwrap_or("TCP")
+        .to_string();
+    let port = check
+        .and_then(|c| c.get("CheckPort"))
+        .and_then(Value::as_i64)
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p > 0);
+    (kind, port)
+}
+
+/// The annotations the controller writes back after a successful ensure on CLB `lb_id`:
+/// TKE's `loadbalance-id`, and what the CLB and the listeners were created with (kept as
+/// recorded unless this pass created them, or nothing was recorded yet: then what kube-lb
+/// finds is the baseline), so the parser can tell the user a later change is not applied.
+pub fn written_back(
+    desired: &Desired,
+    lb_id: &str,
+    created_load_balancer: bool,
+    created_every_listener: bool,
+) -> BTreeMap<String, String> {
+    let render = |map: &Map<String, Value>| Value::Object(map.clone()).to_string();
+    let mut annotations = BTreeMap::new();
+    annotations.insert(keys::LOADBALANCE_ID.to_string(), lb_id.to_string());
+    if matches!(desired.placement, Placement::Owned(_)) {
+        let extensive = match &desired.created_with_extensive_parameters {
+            Some(recorded) if !created_load_balancer => recorded,
+            _ => &desired.extensive_parameters,
+        };
+        annotations.insert(
+            keys::CREATED_WITH_EXTENSIVE_PARAMETERS.to_string(),
+            render(extensive),
+        );
+    }
+    let listener = match &desired.created_with_listener_parameters {
+        Some(recorded) if !created_every_listener => recorded,
+        _ => &desired.listener_parameters,
+    };
+    annotations.insert(
+        keys::CREATED_WITH_LISTENER_PARAMETERS.to_string(),
+        render(listener),
+    );
+    annotations
 }
 
 /// Whether a node matches every requirement of a `backends-label` selector.
@@ -252,6 +413,9 @@ pub struct Backend {
 /// What exists on the CLB.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
+    /// True when the CLB was created for this Service (its ownership tags name it): TKE's
+    /// bare listener name is then the Service's too.
+    pub dedicated: bool,
     /// Its listeners.
     pub listeners: Vec<Listener>,
     /// Targets per listener id.
@@ -290,7 +454,23 @@ impl Observed {
                 .collect();
             targets.insert(listener.listener_id, backends);
         }
-        Observed { listeners, targets }
+        Observed {
+            dedicated: false,
+            listeners,
+            targets,
+        }
+    }
+
+    /// Marks the CLB as created for this Service.
+    pub fn dedicated(mut self, dedicated: bool) -> Observed {
+        self.dedicated = dedicated;
+        self
+    }
+
+    /// True when `listener` is the Service's.
+    pub fn owns(&self, listener: &Listener, desired: &Desired) -> bool {
+        listener.listener_name == desired.listener_name
+            || (self.dedicated && listener.listener_name == desired.listener_prefix)
     }
 }
 
@@ -319,6 +499,21 @@ pub enum Step {
         protocol: String,
         /// Ports.
         ports: Vec<u16>,
+        /// The typed `HealthCheck` (listenerParameters still merge over it).
+        health_check: Option<Map<String, Value>>,
+    },
+    /// `ModifyListener`: the health check of one listener.
+    ModifyHealthCheck {
+        /// The listener.
+        id: String,
+        /// `TCP:80`, for people.
+        described: String,
+        /// The check now, for people.
+        old: String,
+        /// The check wanted, for people.
+        new: String,
+        /// The `HealthCheck` to send.
+        health_check: Map<String, Value>,
     },
     /// `BatchDeregisterTargets`.
     Deregister(Vec<(ListenerRef, Backend)>),
@@ -336,7 +531,21 @@ impl Step {
                 format!("{lb}/{}", described.join(",")),
                 "DeleteLoadBalancerListeners",
             ),
-            Step::CreateListeners { protocol, ports } => PlannedChange::new(
+            Step::ModifyHealthCheck {
+                described,
+                old,
+                new,
+                ..
+            } => PlannedChange::new(
+                ChangeAction::Modify,
+                "Listener",
+                format!("{lb}/{described}"),
+                "ModifyListener",
+            )
+            .field("HealthCheck", Some(old.clone()), Some(new.clone())),
+            Step::CreateListeners {
+                protocol, ports, ..
+            } => PlannedChange::new(
                 ChangeAction::Create,
                 "Listener",
                 format!(
@@ -396,13 +605,17 @@ pub fn plan(observed: &Observed, desired: &Desired) -> Result<Vec<Step>, Provide
     let mut kept: BTreeMap<ListenerKey, String> = BTreeMap::new();
     let mut delete_ids = Vec::new();
     let mut delete_described = Vec::new();
+    let mut modify = Vec::new();
     for listener in &observed.listeners {
         let key = ListenerKey {
             protocol: listener.protocol.clone(),
             port: listener.port,
         };
-        let ours = listener.listener_name == desired.listener_name;
-        if ours && wanted.contains_key(&key) {
+        let ours = observed.owns(listener, desired);
+        if ours && let Some(want) = wanted.get(&key) {
+            if let Some(step) = health_check_step(listener, want, desired.health) {
+                modify.push(step);
+            }
             kept.insert(key, listener.listener_id.clone());
         } else if ours {
             delete_ids.push(listener.listener_id.clone());
@@ -430,22 +643,29 @@ pub fn plan(observed: &Observed, desired: &Desired) -> Result<Vec<Step>, Provide
             described: delete_described,
         });
     }
-    let mut missing: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
-    for key in wanted.keys().filter(|k| !kept.contains_key(*k)) {
+    // One CreateListener per protocol and health check (the check is per call, and a
+    // Cluster check names each listener's own NodePort only when modifying).
+    let mut missing: NewListeners<'_> = BTreeMap::new();
+    for (key, want) in wanted.iter().filter(|(k, _)| !kept.contains_key(*k)) {
+        let check = create_health_check(&key.protocol, desired.health, want.node_port);
+        let rendered = check.as_ref().map(|c| Value::Object(c.clone()).to_string());
         missing
-            .entry(key.protocol.as_str())
-            .or_default()
+            .entry((key.protocol.as_str(), rendered))
+            .or_insert_with(|| (check, Vec::new()))
+            .1
             .push(key.port);
     }
-    for (protocol, ports) in missing {
+    for ((protocol, _), (health_check, ports)) in missing {
         // The API takes fewer than 50 ports per call.
         for chunk in ports.chunks(49) {
             steps.push(Step::CreateListeners {
                 protocol: protocol.to_string(),
                 ports: chunk.to_vec(),
+                health_check: health_check.clone(),
             });
         }
     }
+    steps.extend(modify);
     let mut register = Vec::new();
     let mut deregister = Vec::new();
     for (key, want) in &wanted {
@@ -454,11 +674,11 @@ pub fn plan(observed: &Observed, desired: &Desired) -> Result<Vec<Step>, Provide
             None => ListenerRef::New(key.clone()),
         };
         let target_set: BTreeSet<Backend> = desired
-            .node_ips
+            .node_targets
             .iter()
-            .map(|ip| Backend {
-                address: ip.clone(),
-                by_instance: false,
+            .map(|target| Backend {
+                address: target.address.clone(),
+                by_instance: target.by_instance,
                 port: want.node_port,
             })
             .collect();
@@ -488,6 +708,54 @@ pub fn plan(observed: &Observed, desired: &Desired) -> Result<Vec<Step>, Provide
     Ok(steps)
 }
 
+/// Ports to create, grouped by protocol and health check (rendered, for the key), each group
+/// with its check.
+type NewListeners<'a> = BTreeMap<(&'a str, Option<String>), (Option<Map<String, Value>>, Vec<u16>)>;
+
+/// The `HealthCheck` a new listener gets: only Local needs one (the default is Cluster's).
+fn create_health_check(
+    protocol: &str,
+    health: HealthPolicy,
+    node_port: u16,
+) -> Option<Map<String, Value>> {
+    match health {
+        HealthPolicy::Local { .. } if protocol == "TCP" => health_check_body(health, node_port),
+        _ => None,
+    }
+}
+
+/// A `ModifyListener` when the listener's check is not what `health` wants (TCP only).
+fn health_check_step(
+    listener: &Listener,
+    want: &DesiredListener,
+    health: HealthPolicy,
+) -> Option<Step> {
+    if listener.protocol != "TCP" {
+        return None;
+    }
+    let (kind, port) = observed_check(listener);
+    let in_sync = match health {
+        HealthPolicy::Unmanaged => true,
+        HealthPolicy::Local { port: wanted } => kind == "HTTP" && port == Some(wanted),
+        HealthPolicy::Cluster => kind == "TCP" && port.is_none_or(|p| p == want.node_port),
+    };
+    if in_sync {
+        return None;
+    }
+    let health_check = health_check_body(health, want.node_port)?;
+    let new = match health {
+        HealthPolicy::Local { port } => describe_check("HTTP", Some(port)),
+        _ => describe_check("TCP", Some(want.node_port)),
+    };
+    Some(Step::ModifyHealthCheck {
+        id: listener.listener_id.clone(),
+        described: format!("{}:{}", listener.protocol, listener.port),
+        old: describe_check(&kind, port),
+        new,
+        health_check,
+    })
+}
+
 /// The ingress addresses of a CLB: its VIPs, then its IPv6 address.
 pub fn addresses(lb: &LoadBalancer) -> Vec<String> {
     let mut addresses: Vec<String> = lb.load_balancer_vips.clone().unwrap_or_default();
@@ -513,6 +781,7 @@ mod tests {
             listener_name: name.into(),
             protocol: protocol.into(),
             port,
+            health_check: None,
         }
     }
 
@@ -525,6 +794,12 @@ mod tests {
             },
             placement: Placement::Existing("lb-1".into()),
             listener_name: NAME.into(),
+            listener_prefix: "TKE-DEDICATED-LISTENER".into(),
+            health: HealthPolicy::Cluster,
+            recorded_load_balancer_id: None,
+            extensive_parameters: Map::new(),
+            created_with_extensive_parameters: None,
+            created_with_listener_parameters: None,
             listeners: ports
                 .iter()
                 .map(|(protocol, port, node_port)| DesiredListener {
@@ -534,7 +809,13 @@ mod tests {
                 })
                 .collect(),
             listener_parameters: Map::new(),
-            node_ips: ips.iter().map(|s| s.to_string()).collect(),
+            node_targets: ips
+                .iter()
+                .map(|s| NodeTarget {
+                    address: s.to_string(),
+                    by_instance: false,
+                })
+                .collect(),
             selector_matched_nothing: false,
         }
     }
@@ -555,7 +836,20 @@ mod tests {
                 Step::DeleteListeners { described, .. } => {
                     format!("Delete {}", described.join(","))
                 }
-                Step::CreateListeners { protocol, ports } => format!("Create {protocol}:{ports:?}"),
+                Step::CreateListeners {
+                    protocol,
+                    ports,
+                    health_check,
+                } => match health_check {
+                    Some(check) => format!("Create {protocol}:{ports:?} {}", check["CheckType"]),
+                    None => format!("Create {protocol}:{ports:?}"),
+                },
+                Step::ModifyHealthCheck {
+                    described,
+                    old,
+                    new,
+                    ..
+                } => format!("Modify {described} {old} -> {new}"),
                 Step::Deregister(t) => format!("Deregister {}", t.len()),
                 Step::Register(t) => format!("Register {}", t.len()),
             })
@@ -565,6 +859,7 @@ mod tests {
     #[test]
     fn plans_the_fewest_calls() {
         let in_sync = Observed {
+            dedicated: false,
             listeners: vec![listener("l1", NAME, "TCP", 80)],
             targets: BTreeMap::from([("l1".into(), vec![bound("10.0.0.1", 30080)])]),
         };
@@ -605,6 +900,7 @@ mod tests {
             (
                 "a renamed (foreign) listener on another port is left alone",
                 Observed {
+                    dedicated: false,
                     listeners: vec![
                         listener("l1", NAME, "TCP", 80),
                         listener("l2", "mine", "TCP", 22),
@@ -617,6 +913,7 @@ mod tests {
             (
                 "UDP may share a port with someone's TCP listener",
                 Observed {
+                    dedicated: false,
                     listeners: vec![listener("l2", "mine", "TCP", 53)],
                     targets: BTreeMap::new(),
                 },
@@ -630,9 +927,182 @@ mod tests {
         }
     }
 
+    fn checked(id: &str, name: &str, protocol: &str, check: Option<Value>) -> Listener {
+        Listener {
+            health_check: check,
+            ..listener(id, name, protocol, 80)
+        }
+    }
+
+    #[test]
+    fn health_checks_follow_the_traffic_policy_on_tcp_listeners_only() {
+        let http = json!({"CheckType": "HTTP", "CheckPort": 32100});
+        let tcp_on_node_port = json!({"CheckType": "TCP", "CheckPort": 30080});
+        let local = HealthPolicy::Local { port: 32100 };
+        let cases: Vec<(&str, Listener, HealthPolicy, Vec<&str>)> = vec![
+            (
+                "Cluster, CLB default check",
+                checked("l1", NAME, "TCP", None),
+                HealthPolicy::Cluster,
+                vec![],
+            ),
+            (
+                "Cluster, check named on the NodePort",
+                checked("l1", NAME, "TCP", Some(tcp_on_node_port.clone())),
+                HealthPolicy::Cluster,
+                vec![],
+            ),
+            (
+                "Cluster → Local",
+                checked("l1", NAME, "TCP", None),
+                local,
+                vec!["Modify TCP:80 TCP -> HTTP:32100/healthz"],
+            ),
+            (
+                "Local in sync",
+                checked("l1", NAME, "TCP", Some(http.clone())),
+                local,
+                vec![],
+            ),
+            (
+                "Local → Cluster names the NodePort (CheckPort cannot be cleared)",
+                checked("l1", NAME, "TCP", Some(http.clone())),
+                HealthPolicy::Cluster,
+                vec!["Modify TCP:80 HTTP:32100/healthz -> TCP:30080"],
+            ),
+            (
+                "a check the user set in listenerParameters is left alone",
+                checked("l1", NAME, "TCP", Some(http)),
+                HealthPolicy::Unmanaged,
+                vec![],
+            ),
+            (
+                "UDP listeners keep the CLB's check",
+                checked("l1", NAME, "UDP", None),
+                local,
+                vec![],
+            ),
+        ];
+        for (what, observed_listener, health, expected) in cases {
+            let protocol = observed_listener.protocol.clone();
+            let observed = Observed {
+                dedicated: false,
+                listeners: vec![observed_listener],
+                targets: BTreeMap::from([("l1".into(), vec![bound("10.0.0.1", 30080)])]),
+            };
+            let mut want = desired(&[(protocol.as_str(), 80, 30080)], &["10.0.0.1"]);
+            want.health = health;
+            let steps = plan(&observed, &want).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(calls(&steps), expected, "{what}");
+        }
+        // New listeners of a Local Service are created with the HTTP check.
+        let mut want = desired(&[("TCP", 80, 30080)], &["10.0.0.1"]);
+        want.health = local;
+        let steps = plan(&Observed::default(), &want).unwrap();
+        assert_eq!(calls(&steps)[0], r#"Create TCP:[80] "HTTP""#);
+    }
+
+    #[test]
+    fn tkes_bare_listener_name_is_ours_only_on_a_clb_made_for_the_service() {
+        let tke = Observed {
+            dedicated: false,
+            listeners: vec![listener("l1", "TKE-DEDICATED-LISTENER", "TCP", 80)],
+            targets: BTreeMap::from([("l1".into(), vec![bound("10.0.0.1", 30080)])]),
+        };
+        let want = desired(&[("TCP", 80, 30080)], &["10.0.0.1"]);
+        assert!(
+            plan(&tke, &want).is_err(),
+            "on a user's CLB TKE's name may be another Service's: the port is refused"
+        );
+        let steps = plan(&tke.clone().dedicated(true), &want).unwrap();
+        assert_eq!(calls(&steps), Vec::<String>::new(), "adopted as it is");
+    }
+
+    #[test]
+    fn nodes_are_bound_by_cvm_instance_when_tke_names_one() {
+        let node = |provider_id: Option<&str>| BackendNode {
+            name: "n".into(),
+            provider_id: provider_id.map(str::to_string),
+            addresses: vec![kube_lb_provider_core::NodeAddress {
+                kind: kube_lb_provider_core::types::NodeAddressKind::InternalIp,
+                ip: "10.0.0.7".parse().unwrap(),
+            }],
+            labels: BTreeMap::new(),
+        };
+        let cases = [
+            (Some("qcloud:///800002/ins-3kd9x0a1"), "ins-3kd9x0a1", true),
+            (Some("aws:///us-east-1a/i-0123"), "10.0.0.7", false),
+            (Some("qcloud:///800002/eks-node"), "10.0.0.7", false),
+            (None, "10.0.0.7", false),
+        ];
+        for (provider_id, address, by_instance) in cases {
+            assert_eq!(
+                node_target(&node(provider_id)),
+                Some(NodeTarget {
+                    address: address.into(),
+                    by_instance
+                }),
+                "{provider_id:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn records_keep_what_the_clb_and_listeners_were_created_with() {
+        let object = |text: &str| match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(map)) => map,
+            other => panic!("{other:?}"),
+        };
+        let mut want = desired(&[("TCP", 80, 30080)], &[]);
+        want.placement = Placement::Owned(Map::new());
+        want.extensive_parameters = object(r#"{"VipIsp":"CMCC"}"#);
+        want.listener_parameters = object(r#"{"Scheduler":"WRR"}"#);
+        want.created_with_extensive_parameters = Some(object(r#"{"VipIsp":"CTCC"}"#));
+        want.created_with_listener_parameters = Some(object(r#"{"Scheduler":"LEAST_CONN"}"#));
+        let extensive = keys::CREATED_WITH_EXTENSIVE_PARAMETERS;
+        let listener = keys::CREATED_WITH_LISTENER_PARAMETERS;
+        let cases = [
+            (
+                "existing CLB and listeners: the records stay",
+                false,
+                false,
+                r#"{"VipIsp":"CTCC"}"#,
+                r#"{"Scheduler":"LEAST_CONN"}"#,
+            ),
+            (
+                "CLB recreated: both records are now",
+                true,
+                true,
+                r#"{"VipIsp":"CMCC"}"#,
+                r#"{"Scheduler":"WRR"}"#,
+            ),
+            (
+                "listeners recreated on the same CLB",
+                false,
+                true,
+                r#"{"VipIsp":"CTCC"}"#,
+                r#"{"Scheduler":"WRR"}"#,
+            ),
+        ];
+        for (what, created_lb, created_listeners, want_extensive, want_listener) in cases {
+            let written = written_back(&want, "lb-1", created_lb, created_listeners);
+            assert_eq!(written[keys::LOADBALANCE_ID], "lb-1", "{what}");
+            assert_eq!(written[extensive], want_extensive, "{what}");
+            assert_eq!(written[listener], want_listener, "{what}");
+        }
+        // Nothing recorded yet (adopted from TKE): what exists now is the baseline.
+        want.created_with_extensive_parameters = None;
+        let written = written_back(&want, "lb-1", false, false);
+        assert_eq!(written[extensive], r#"{"VipIsp":"CMCC"}"#);
+        // On a user's CLB nothing was created from extensiveParameters.
+        want.placement = Placement::Existing("lb-1".into());
+        assert!(!written_back(&want, "lb-1", false, false).contains_key(extensive));
+    }
+
     #[test]
     fn a_port_held_by_a_foreign_listener_is_refused() {
         let observed = Observed {
+            dedicated: false,
             listeners: vec![listener("l2", "console", "TCP", 80)],
             targets: BTreeMap::new(),
         };

@@ -2,9 +2,16 @@
 //! CLB task model: every async call is followed by `DescribeTaskStatus` until it is done (capped
 //! backoff), and a write refused with `FailedOperation.ResourceInOperating` (another task on the
 //! CLB) is retried after a pause, never reported while it clears.
+//!
+//! Where the Service's listeners live is written back on the Service as TKE does
+//! (`service.kubernetes.io/loadbalance-id`). When that annotation names a CLB other than the
+//! one the Service now wants (it left a `tke-existed-lbid` CLB, or moved to another one), the
+//! Service's listeners are removed from the old CLB first; the CLB itself stays when a user
+//! made it.
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -23,6 +30,12 @@ use crate::plan::{
     self, Desired, ListenerRef, Observed, Placement, Step, TAG_CLUSTER, TAG_CREATED_BY,
     TAG_SERVICE_UUID,
 };
+
+/// CLBs not created for a Service that may hold its listeners, by Service UID: the CLBs this
+/// process placed them on and the ones recorded on the Service. Lets `delete` look at those
+/// instead of every CLB in the VPC; a Service this process has not ensured has no entry, and
+/// `delete` then lists them all.
+type Placements = Arc<Mutex<HashMap<String, BTreeSet<String>>>>;
 
 /// How patiently to wait for async tasks and busy CLBs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -83,6 +96,7 @@ pub struct TencentProvider {
     config: Arc<TencentConfig>,
     cluster: String,
     wait: WaitSettings,
+    placements: Placements,
 }
 
 /// How many times a write refused as busy is retried.
@@ -102,6 +116,7 @@ impl TencentProvider {
             config: Arc::new(config),
             cluster: cluster.to_string(),
             wait: options.wait,
+            placements: Placements::default(),
         })
     }
 
@@ -226,14 +241,91 @@ impl TencentProvider {
     }
 
     /// Reads listeners and targets.
-    async fn observe(&self, lb_id: &str) -> Result<Observed, ProviderError> {
+    async fn observe(
+        &self,
+        lb: &LoadBalancer,
+        service: &ServiceKey,
+    ) -> Result<Observed, ProviderError> {
+        let lb_id = lb.load_balancer_id.as_str();
+        let dedicated = self.is_dedicated(lb, service);
         let listeners = self.client.listeners(lb_id).await?;
         if listeners.is_empty() {
-            return Ok(Observed::default());
+            return Ok(Observed::default().dedicated(dedicated));
         }
         let ids: Vec<String> = listeners.iter().map(|l| l.listener_id.clone()).collect();
         let targets = self.client.targets(lb_id, &ids).await?;
-        Ok(Observed::with_targets(listeners, targets))
+        Ok(Observed::with_targets(listeners, targets).dedicated(dedicated))
+    }
+
+    /// True when `lb` was created for `service` in this cluster (TKE's or kube-lb's tags).
+    fn is_dedicated(&self, lb: &LoadBalancer, service: &ServiceKey) -> bool {
+        lb.tag(TAG_CREATED_BY) == Some("yes")
+            && lb.tag(TAG_CLUSTER) == Some(self.cluster.as_str())
+            && lb.tag(TAG_SERVICE_UUID) == Some(service.uid.as_str())
+    }
+
+    /// Notes that this process tracks `service`'s placements, and that its listeners may be
+    /// on `lb_id` (see [`Placements`]).
+    fn remember_placement(&self, service: &ServiceKey, lb_id: Option<&str>) {
+        let mut placements = self.placements.lock().unwrap_or_else(|p| p.into_inner());
+        let known = placements.entry(service.uid.clone()).or_default();
+        if let Some(id) = lb_id {
+            known.insert(id.to_string());
+        }
+    }
+
+    /// The Service's listeners (by its own listener name, never TKE's bare one) on CLB
+    /// `lb_id`, or nothing when the CLB is gone.
+    async fn listeners_named(
+        &self,
+        lb_id: &str,
+        name: &str,
+    ) -> Result<Vec<crate::client::Listener>, ProviderError> {
+        match self.client.listeners(lb_id).await {
+            Ok(listeners) => Ok(listeners
+                .into_iter()
+                .filter(|l| l.listener_name == name)
+                .collect()),
+            Err(error) if error.is_not_found() => Ok(Vec::new()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Removes the Service's listeners from CLB `lb_id`; the CLB and everything else on it
+    /// stay.
+    async fn remove_listeners(&self, lb_id: &str, name: &str) -> Result<(), ProviderError> {
+        let ours: Vec<String> = self
+            .listeners_named(lb_id, name)
+            .await?
+            .into_iter()
+            .map(|l| l.listener_id)
+            .collect();
+        if ours.is_empty() {
+            return Ok(());
+        }
+        let started = self
+            .write("DeleteLoadBalancerListeners", || async {
+                match self.client.delete_listeners(lb_id, &ours).await {
+                    Ok(task) => Ok(Some(task)),
+                    Err(error) if error.is_not_found() => Ok(None),
+                    Err(error) => Err(error),
+                }
+            })
+            .await?;
+        if let Some(task) = started {
+            self.wait_task("DeleteLoadBalancerListeners", &task).await?;
+        }
+        tracing::info!(lb = %lb_id, listeners = ?ours, "removed the Service's listeners from a CLB it no longer uses");
+        Ok(())
+    }
+
+    /// The CLB recorded on the Service (`loadbalance-id`) when it is not `target`: the one
+    /// the Service's listeners must leave.
+    fn left_behind<'a>(desired: &'a Desired, target: &str) -> Option<&'a str> {
+        desired
+            .recorded_load_balancer_id
+            .as_deref()
+            .filter(|recorded| *recorded != target)
     }
 
     /// Creates the Service's CLB and waits until it is usable.
@@ -312,7 +404,10 @@ impl TencentProvider {
     }
 
     /// The CLB to converge (creating it if needed), plus whether it was just created.
-    async fn target_load_balancer(&self, desired: &Desired) -> Result<LoadBalancer, ProviderError> {
+    async fn target_load_balancer(
+        &self,
+        desired: &Desired,
+    ) -> Result<(LoadBalancer, bool), ProviderError> {
         let owned = self.owned(&desired.service).await?;
         match &desired.placement {
             Placement::Existing(id) => {
@@ -322,7 +417,7 @@ impl TencentProvider {
                     tracing::info!(lb = %old.load_balancer_id, existing = %id, "Service moved to an existing CLB; deleting the one kube-lb created");
                     self.delete_load_balancer(&old.load_balancer_id).await?;
                 }
-                Ok(lb)
+                Ok((lb, false))
             }
             Placement::Owned(body) => {
                 let mut owned = owned.into_iter();
@@ -333,12 +428,12 @@ impl TencentProvider {
                             self.delete_load_balancer(&extra.load_balancer_id).await?;
                         }
                         if lb.status == 1 {
-                            Ok(lb)
+                            Ok((lb, false))
                         } else {
-                            self.wait_ready(&lb.load_balancer_id).await
+                            Ok((self.wait_ready(&lb.load_balancer_id).await?, false))
                         }
                     }
-                    None => self.create(body).await,
+                    None => Ok((self.create(body).await?, true)),
                 }
             }
         }
@@ -387,11 +482,32 @@ impl TencentProvider {
                     )
                     .await?;
                 }
-                Step::CreateListeners { protocol, ports } => {
+                Step::ModifyHealthCheck {
+                    id, health_check, ..
+                } => {
+                    let mut body = serde_json::Map::new();
+                    body.insert("LoadBalancerId".into(), json!(lb_id));
+                    body.insert("ListenerId".into(), json!(id));
+                    body.insert("HealthCheck".into(), Value::Object(health_check.clone()));
+                    self.write_and_wait(
+                        "ModifyListener",
+                        || self.client.modify_listener(&body),
+                        String::clone,
+                    )
+                    .await?;
+                }
+                Step::CreateListeners {
+                    protocol,
+                    ports,
+                    health_check,
+                } => {
                     let mut body = serde_json::Map::new();
                     body.insert("LoadBalancerId".into(), json!(lb_id));
                     body.insert("Protocol".into(), json!(protocol));
                     body.insert("Ports".into(), json!(ports));
+                    if let Some(check) = health_check {
+                        body.insert("HealthCheck".into(), Value::Object(check.clone()));
+                    }
                     body.insert(
                         "ListenerNames".into(),
                         json!(vec![desired.listener_name.clone(); ports.len()]),
@@ -534,10 +650,27 @@ impl LoadBalancerProvider for TencentProvider {
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let desired = self.desired(spec, backends)?;
-        let lb = self.target_load_balancer(&desired).await?;
-        let observed = self.observe(&lb.load_balancer_id).await?;
+        // From now on this process knows where the Service's listeners may be: where the
+        // Service says they were, and the user CLBs it puts them on.
+        self.remember_placement(
+            &desired.service,
+            desired.recorded_load_balancer_id.as_deref(),
+        );
+        let (lb, created) = self.target_load_balancer(&desired).await?;
+        let lb_id = lb.load_balancer_id.as_str();
+        if let Placement::Existing(_) = desired.placement {
+            self.remember_placement(&desired.service, Some(lb_id));
+        }
+        if let Some(old) = Self::left_behind(&desired, lb_id) {
+            self.remove_listeners(old, &desired.listener_name).await?;
+        }
+        let observed = self.observe(&lb, &desired.service).await?;
         let steps = plan::plan(&observed, &desired)?;
-        self.apply(&lb.load_balancer_id, &steps, &desired).await?;
+        let fresh_listeners = !observed
+            .listeners
+            .iter()
+            .any(|l| observed.owns(l, &desired));
+        self.apply(lb_id, &steps, &desired).await?;
         if desired.selector_matched_nothing {
             // Converged (the CLB has no targets, as TKE does), but never silently.
             return Err(ProviderError::environment(
@@ -549,35 +682,44 @@ impl LoadBalancerProvider for TencentProvider {
                 ),
             ));
         }
-        Ok(Self::status_of(&lb))
+        let mut status = Self::status_of(&lb);
+        status.annotations = plan::written_back(&desired, lb_id, created, fresh_listeners);
+        Ok(status)
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        for lb in self.owned(service).await? {
+        let owned = self.owned(service).await?;
+        for lb in &owned {
             self.delete_load_balancer(&lb.load_balancer_id).await?;
         }
-        // Listeners on user CLBs (tke-existed-lbid): only ours, the CLB stays.
+        // Listeners on user CLBs (tke-existed-lbid): only ours, the CLB stays. Where this
+        // process knows every CLB they may be on, only those are read.
         let name = plan::listener_name(&self.config.listener_name, service);
-        for lb in self.user_load_balancers().await? {
-            let ours: Vec<String> = self
-                .client
-                .listeners(&lb.load_balancer_id)
+        let known = self
+            .placements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&service.uid)
+            .cloned();
+        let candidates: Vec<String> = match known {
+            Some(ids) => ids
+                .into_iter()
+                .filter(|id| !owned.iter().any(|lb| &lb.load_balancer_id == id))
+                .collect(),
+            None => self
+                .user_load_balancers()
                 .await?
                 .into_iter()
-                .filter(|l| l.listener_name == name)
-                .map(|l| l.listener_id)
-                .collect();
-            if !ours.is_empty() {
-                let lb_id = lb.load_balancer_id.as_str();
-                self.write_and_wait(
-                    "DeleteLoadBalancerListeners",
-                    || self.client.delete_listeners(lb_id, &ours),
-                    String::clone,
-                )
-                .await?;
-                tracing::info!(lb = %lb_id, listeners = ?ours, "deleted the Service's listeners from an existing CLB");
-            }
+                .map(|lb| lb.load_balancer_id)
+                .collect(),
+        };
+        for lb_id in candidates {
+            self.remove_listeners(&lb_id, &name).await?;
         }
+        self.placements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&service.uid);
         Ok(())
     }
 
@@ -596,6 +738,25 @@ impl LoadBalancerProvider for TencentProvider {
         let desired = self.desired(spec, backends)?;
         let owned = self.owned(&desired.service).await?;
         let mut changes = Vec::new();
+        let target = match &desired.placement {
+            Placement::Existing(id) => Some(id.clone()),
+            Placement::Owned(_) => owned.first().map(|lb| lb.load_balancer_id.clone()),
+        };
+        if let Some(old) = desired
+            .recorded_load_balancer_id
+            .as_deref()
+            .filter(|recorded| Some(*recorded) != target.as_deref())
+            .filter(|recorded| !owned.iter().any(|lb| lb.load_balancer_id == *recorded))
+        {
+            for listener in self.listeners_named(old, &desired.listener_name).await? {
+                changes.push(PlannedChange::new(
+                    ChangeAction::Delete,
+                    "Listener",
+                    format!("{old}/{}:{}", listener.protocol, listener.port),
+                    "DeleteLoadBalancerListeners",
+                ));
+            }
+        }
         let lb = match &desired.placement {
             Placement::Existing(id) => {
                 for old in &owned {
@@ -625,7 +786,7 @@ impl LoadBalancerProvider for TencentProvider {
         };
         let (observed, name) = match &lb {
             Some(lb) => (
-                self.observe(&lb.load_balancer_id).await?,
+                self.observe(lb, &desired.service).await?,
                 lb.load_balancer_id.clone(),
             ),
             None => (Observed::default(), "(new)".to_string()),

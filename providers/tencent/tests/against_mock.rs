@@ -537,3 +537,204 @@ async fn wrong_credentials_are_a_permission_error_naming_the_cloud_code() {
         "{error}"
     );
 }
+
+/// `DescribeListeners` calls, by CLB id, since the journal was last cleared.
+fn listeners_read(cloud: &MockTencent) -> Vec<String> {
+    cloud
+        .journal()
+        .iter()
+        .filter(|e| e.action == "DescribeListeners")
+        .map(|e| e.body["LoadBalancerId"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_clb_id_is_written_back_and_leaving_a_users_clb_removes_only_our_listeners() {
+    let h = harness().await;
+    let user = h.cloud.seed_load_balancer(
+        "users-clb",
+        &[("team", "edge")],
+        &[("console-listener", "TCP", 8443)],
+    );
+    let on_user = svc("web", UID).annotate("service.kubernetes.io/tke-existed-lbid", &user);
+    let status = h.provider.ensure(&on_user.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(
+        status.annotations["service.kubernetes.io/loadbalance-id"],
+        user
+    );
+    assert_eq!(h.cloud.listeners(&user).len(), 2);
+
+    // The annotation removed; the written-back id says where the listeners were.
+    let back = svc("web", UID).annotate("service.kubernetes.io/loadbalance-id", &user);
+    let plan = h
+        .provider
+        .plan_ensure(&back.spec(), &nodes(2))
+        .await
+        .unwrap();
+    let planned: Vec<String> = plan
+        .iter()
+        .map(|c| format!("{} {} {}", c.action, c.kind, c.name))
+        .collect();
+    assert_eq!(
+        planned[0],
+        format!("delete Listener {user}/TCP:80"),
+        "{planned:?}"
+    );
+    let status = h.provider.ensure(&back.spec(), &nodes(2)).await.unwrap();
+    let owned = clbs_for(&h.cloud, UID);
+    assert_eq!(owned.len(), 1);
+    let new_id = owned[0]["LoadBalancerId"].as_str().unwrap();
+    assert_eq!(
+        status.annotations["service.kubernetes.io/loadbalance-id"],
+        new_id
+    );
+    let left: Vec<String> = bindings(&h.cloud, &user).into_keys().collect();
+    assert_eq!(left, vec!["TCP:8443"], "only the Service's listener went");
+    assert!(
+        h.cloud
+            .load_balancers()
+            .iter()
+            .any(|lb| lb["LoadBalancerId"] == user.as_str()),
+        "the user's CLB is never deleted"
+    );
+    assert_eq!(
+        bindings(&h.cloud, new_id)["TCP:80"],
+        vec!["10.0.0.101:30080", "10.0.0.102:30080"]
+    );
+}
+
+#[tokio::test]
+async fn moving_between_users_clbs_cleans_the_one_left() {
+    let h = harness().await;
+    let first = h
+        .cloud
+        .seed_load_balancer("a", &[], &[("theirs", "TCP", 22)]);
+    let second = h.cloud.seed_load_balancer("b", &[], &[]);
+    let on_first = svc("web", UID).annotate("service.kubernetes.io/tke-existed-lbid", &first);
+    h.provider
+        .ensure(&on_first.spec(), &nodes(1))
+        .await
+        .unwrap();
+    let on_second = svc("web", UID)
+        .annotate("service.kubernetes.io/tke-existed-lbid", &second)
+        .annotate("service.kubernetes.io/loadbalance-id", &first);
+    h.provider
+        .ensure(&on_second.spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        bindings(&h.cloud, &first).into_keys().collect::<Vec<_>>(),
+        vec!["TCP:22"]
+    );
+    assert_eq!(
+        bindings(&h.cloud, &second).into_keys().collect::<Vec<_>>(),
+        vec!["TCP:80"]
+    );
+    // A resync where the annotation already names the CLB in use changes nothing.
+    let settled = svc("web", UID)
+        .annotate("service.kubernetes.io/tke-existed-lbid", &second)
+        .annotate("service.kubernetes.io/loadbalance-id", &second);
+    h.cloud.clear_journal();
+    h.provider.ensure(&settled.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn delete_reads_only_the_clbs_the_service_used_and_lists_them_all_when_it_does_not_know() {
+    let h = harness().await;
+    let user = h
+        .cloud
+        .seed_load_balancer("users-clb", &[], &[("theirs", "TCP", 22)]);
+    let others: Vec<String> = (0..3)
+        .map(|i| {
+            h.cloud
+                .seed_load_balancer(&format!("other-{i}"), &[], &[("x", "TCP", 22)])
+        })
+        .collect();
+    let service = svc("web", UID).annotate("service.kubernetes.io/tke-existed-lbid", &user);
+    h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+
+    // Another process (a restarted controller, `kube-lb audit --delete`) knows nothing: it
+    // looks at every user CLB in the VPC, and still removes exactly our listener.
+    let fresh = provider_for_same_cloud(&h);
+    h.cloud.clear_journal();
+    let plan = fresh.plan_delete(&service.key()).await.unwrap();
+    assert_eq!(plan.len(), 1, "{plan:?}");
+    let mut read = listeners_read(&h.cloud);
+    read.sort();
+    let mut every = others.clone();
+    every.push(user.clone());
+    every.sort();
+    assert_eq!(read, every);
+
+    // The process that placed the listeners reads only that CLB.
+    h.cloud.clear_journal();
+    h.provider.delete(&service.key()).await.unwrap();
+    assert_eq!(listeners_read(&h.cloud), vec![user.clone()]);
+    assert!(
+        h.cloud
+            .journal()
+            .iter()
+            .filter(|e| e.action == "DescribeLoadBalancers")
+            .all(|e| e.body["Filters"].to_string().contains("tke-lb-serviceuuid")),
+        "no VPC-wide listing"
+    );
+    assert_eq!(
+        bindings(&h.cloud, &user).into_keys().collect::<Vec<_>>(),
+        vec!["TCP:22"]
+    );
+    // Done: a second delete (now unknown to this process too) finds nothing anywhere.
+    h.cloud.clear_journal();
+    h.provider.delete(&service.key()).await.unwrap();
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn local_traffic_checks_the_health_check_node_port_and_switching_back_restores_tcp() {
+    let h = harness().await;
+    let service = svc("web", UID).ports(&[("http", 80, "TCP", 30080), ("dns", 53, "UDP", 30053)]);
+    h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    let id = clbs_for(&h.cloud, UID)[0]["LoadBalancerId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let local = service.clone().local(32100);
+    h.cloud.clear_journal();
+    h.provider.ensure(&local.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(mutations(&h.cloud), vec!["ModifyListener"], "TCP only");
+    let check = |protocol: &str| -> serde_json::Value {
+        h.cloud
+            .listeners(&id)
+            .into_iter()
+            .find(|l| l["Protocol"] == protocol)
+            .unwrap()["HealthCheck"]
+            .clone()
+    };
+    let http = check("TCP");
+    assert_eq!(
+        (
+            &http["CheckType"],
+            &http["CheckPort"],
+            &http["HttpCheckPath"]
+        ),
+        (&"HTTP".into(), &32100.into(), &"/healthz".into())
+    );
+    assert!(check("UDP").is_null(), "UDP keeps the CLB's check");
+    h.cloud.clear_journal();
+    h.provider.ensure(&local.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new());
+    h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    let tcp = check("TCP");
+    assert_eq!(
+        (&tcp["CheckType"], &tcp["CheckPort"]),
+        (&"TCP".into(), &30080.into())
+    );
+    // A HealthCheck in listenerParameters is the user's: never modified.
+    let custom = local.annotate(
+        "service.kubernetes.io/service.listenerParameters",
+        r#"{"HealthCheck":{"HealthSwitch":0}}"#,
+    );
+    h.cloud.clear_journal();
+    h.provider.ensure(&custom.spec(), &nodes(1)).await.unwrap();
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new());
+}

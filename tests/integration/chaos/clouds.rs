@@ -250,19 +250,9 @@ pub use gcp::Gcp;
 #[cfg(feature = "gcp")]
 mod gcp {
     use super::*;
+    // Everything the GCP provider may create.
+    use crate::provider_scenarios::scenarios::gcp::support::OWNED_COLLECTIONS;
     use kube_lb_mock_gce::MockGce;
-
-    /// Everything the GCP provider may create.
-    const OWNED_COLLECTIONS: [&str; 8] = [
-        "forwardingRules",
-        "addresses",
-        "targetPools",
-        "httpHealthChecks",
-        "healthChecks",
-        "firewalls",
-        "backendServices",
-        "instanceGroups",
-    ];
 
     /// GCP: the GCE mock with two instances in two zones.
     pub struct Gcp {

@@ -129,11 +129,7 @@ impl LoadBalancerProvider for RecordingProvider {
         let left = self.failures_left.load(Ordering::SeqCst);
         if left > 0 {
             self.failures_left.store(left - 1, Ordering::SeqCst);
-            return Err(ProviderError::Retryable {
-                operation: "ensure",
-                message: "injected throttling".into(),
-                source: None,
-            });
+            return Err(ProviderError::throttled("ensure", "injected throttling"));
         }
         self.inner.ensure(spec, backends).await
     }

@@ -1,5 +1,7 @@
-//! Fixtures: a mock ARM with the cluster's network, a provider pointed at it, Service and node
-//! builders.
+//! Fixtures: a mock ARM with the cluster's network, its `azure.json`, a provider pointed at it,
+//! Service and node builders. The provider tests use it as `mod support;`; the root integration
+//! tests (the shared scenario table and `cloud_fixtures`) compile this same file through
+//! `#[path]`, so their set-up cannot drift from the provider's own.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
@@ -26,7 +28,15 @@ pub struct Harness {
     pub config: AzureConfig,
 }
 
+/// The `azure.json` the provider (and `kube-lb reconcile --cloud azure`) reads, calling ARM and
+/// Entra ID both at `url`.
 pub fn config_json(url: &str) -> Value {
+    config_json_for(url, url)
+}
+
+/// The same with ARM at `resource_manager` and Entra ID at `active_directory` (a fault proxy
+/// may stand in front of one of them).
+pub fn config_json_for(resource_manager: &str, active_directory: &str) -> Value {
     json!({
         "cloud": "AzurePublicCloud",
         "tenantId": TENANT,
@@ -40,8 +50,8 @@ pub fn config_json(url: &str) -> Value {
         "securityGroupName": NSG,
         "loadBalancerSku": "standard",
         "vmType": "vmss",
-        "resourceManagerEndpoint": url,
-        "activeDirectoryEndpoint": url,
+        "resourceManagerEndpoint": resource_manager,
+        "activeDirectoryEndpoint": active_directory,
     })
 }
 
@@ -62,6 +72,8 @@ pub fn fast_options() -> ProviderOptions {
     }
 }
 
+/// The ARM mock with the cluster's network: VNet [`VNET`] with subnets `nodes`
+/// (10.224.0.0/16) and `apps` (10.225.0.0/24), and the NSG [`NSG`], all in [`RG`].
 pub async fn mock() -> MockArm {
     MockArm::builder()
         .subnet(RG, VNET, "10.224.0.0/12", "nodes", "10.224.0.0/16")
@@ -70,6 +82,26 @@ pub async fn mock() -> MockArm {
         .start()
         .await
         .unwrap()
+}
+
+/// A bearer token from the mock's Entra ID endpoint for the default client, as another ARM
+/// client (a person with `az`, upstream's provider) would hold.
+pub async fn token(arm: &MockArm) -> String {
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{}/{TENANT}/oauth2/v2.0/token", arm.url()))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", CLIENT_ID),
+            ("client_secret", CLIENT_SECRET),
+            ("scope", "https://management.azure.com/.default"),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["access_token"].as_str().unwrap().to_string()
 }
 
 pub async fn harness() -> Harness {

@@ -151,7 +151,8 @@ impl Svc {
         }
     }
 
-    pub fn spec(&self) -> LoadBalancerSpec {
+    /// The Service through the real annotation parser: spec and warnings.
+    pub fn parsed(&self) -> kube_lb_annotations::Parsed {
         let mut spec = self.spec.clone();
         spec.insert("type".into(), json!("LoadBalancer"));
         spec.insert("ports".into(), json!(self.ports));
@@ -165,7 +166,10 @@ impl Svc {
         .unwrap();
         kube_lb_annotations::parse(Cloud::Openstack, &service)
             .unwrap_or_else(|e| panic!("annotations rejected: {e:?}"))
-            .spec
+    }
+
+    pub fn spec(&self) -> LoadBalancerSpec {
+        self.parsed().spec
     }
 }
 
@@ -349,6 +353,35 @@ pub struct OccmService {
     pub monitor: Option<u16>,
     /// A floating IP on the VIP (an external Service).
     pub floating_ip: bool,
+    /// Built as Kubernetes' in-tree OpenStack provider did before 2019 for the Service with
+    /// this UID: load balancer `a<UID without dashes>` (32 characters) described by that name,
+    /// no tags, `listener_<lb>_<i>` / `pool_<lb>_<i>` / `monitor_<lb>_<i>`, members
+    /// `member_<lb>_<i>_<node>`, and the floating IP described by that name. Upstream still
+    /// finds these under the legacy name.
+    pub legacy_uid: Option<String>,
+}
+
+impl OccmService {
+    /// `default/<name>` on `nodes`, one TCP port 80 → 30080, external, no monitor.
+    pub fn new(name: &str, nodes: Vec<(String, String)>) -> Self {
+        OccmService {
+            namespace: "default".into(),
+            name: name.into(),
+            ports: vec![("TCP".into(), 80, 30080)],
+            nodes,
+            monitor: None,
+            floating_ip: true,
+            legacy_uid: None,
+        }
+    }
+}
+
+/// `a` + the UID without dashes, cut to 32 characters (`cloudprovider.DefaultLoadBalancerName`).
+pub fn legacy_name(uid: &str) -> String {
+    std::iter::once('a')
+        .chain(uid.chars().filter(|c| *c != '-'))
+        .take(32)
+        .collect()
 }
 
 /// What [`build_occm_state`] made: the load balancer and the floating IP (if any).
@@ -368,10 +401,28 @@ pub async fn build_occm_state(
     service: &OccmService,
 ) -> OccmBuilt {
     let token = token(cloud).await;
-    let lb_name = format!(
-        "kube_service_{cluster}_{}_{}",
-        service.namespace, service.name
-    );
+    let legacy = service.legacy_uid.as_deref().map(legacy_name);
+    let lb_name = legacy.clone().unwrap_or_else(|| {
+        format!(
+            "kube_service_{cluster}_{}_{}",
+            service.namespace, service.name
+        )
+    });
+    // Child names: `<kind>_<i>_<lb>` upstream, `<kind>_<lb>_<i>` in-tree.
+    let child = |kind: &str, i: usize| match &legacy {
+        Some(_) => format!("{kind}_{lb_name}_{i}"),
+        None => format!("{kind}_{i}_{lb_name}"),
+    };
+    // What the descriptions name: `<ns>/<name>` upstream, the load balancer in-tree.
+    let described = match &legacy {
+        Some(name) => name.clone(),
+        None => format!("{}/{}", service.namespace, service.name),
+    };
+    let tags = if legacy.is_some() {
+        json!([])
+    } else {
+        json!([lb_name])
+    };
     let listeners: Vec<Value> = service
         .ports
         .iter()
@@ -381,7 +432,11 @@ pub async fn build_occm_state(
                 .nodes
                 .iter()
                 .map(|(node, ip)| {
-                    let mut member = json!({"name": node, "address": ip, "protocol_port": node_port,
+                    let member_name = match &legacy {
+                        Some(_) => format!("member_{lb_name}_{i}_{node}"),
+                        None => node.clone(),
+                    };
+                    let mut member = json!({"name": member_name, "address": ip, "protocol_port": node_port,
                         "subnet_id": PRIVATE_SUBNET_ID});
                     if let Some(health) = service.monitor.filter(|p| *p != 0) {
                         member["monitor_port"] = json!(health);
@@ -389,32 +444,31 @@ pub async fn build_occm_state(
                     member
                 })
                 .collect();
-            let mut pool = json!({"name": format!("pool_{i}_{lb_name}"), "protocol": protocol,
+            let mut pool = json!({"name": child("pool", i), "protocol": protocol,
                 "lb_algorithm": "ROUND_ROBIN", "members": members});
             match service.monitor {
                 Some(0) => {
-                    pool["healthmonitor"] = json!({"name": format!("monitor_{i}_{lb_name}"),
+                    pool["healthmonitor"] = json!({"name": child("monitor", i),
                         "type": if protocol == "UDP" { "UDP-CONNECT" } else { "TCP" },
                         "delay": 5, "timeout": 3, "max_retries": 1, "max_retries_down": 3});
                 }
                 Some(_) => {
-                    pool["healthmonitor"] = json!({"name": format!("monitor_{i}_{lb_name}"),
+                    pool["healthmonitor"] = json!({"name": child("monitor", i),
                         "type": "HTTP", "http_method": "GET", "url_path": "/healthz",
                         "expected_codes": "200", "delay": 5, "timeout": 3, "max_retries": 1,
                         "max_retries_down": 3});
                 }
                 None => {}
             }
-            json!({"name": format!("listener_{i}_{lb_name}"), "protocol": protocol,
-                "protocol_port": port, "connection_limit": -1, "tags": [lb_name],
+            json!({"name": child("listener", i), "protocol": protocol,
+                "protocol_port": port, "connection_limit": -1, "tags": tags,
                 "default_pool": pool})
         })
         .collect();
     let body = json!({"loadbalancer": {
         "name": lb_name,
-        "description": format!("Kubernetes external service {}/{} from cluster {cluster}",
-            service.namespace, service.name),
-        "vip_subnet_id": PRIVATE_SUBNET_ID, "provider": "amphora", "tags": [lb_name],
+        "description": format!("Kubernetes external service {described} from cluster {cluster}"),
+        "vip_subnet_id": PRIVATE_SUBNET_ID, "provider": "amphora", "tags": tags,
         "listeners": listeners}});
     let (status, created) = call(
         cloud,
@@ -438,8 +492,7 @@ pub async fn build_occm_state(
                 "floating_network_id": PUBLIC_NETWORK_ID,
                 "port_id": load_balancer["vip_port_id"],
                 "description": format!(
-                    "Floating IP for Kubernetes external service {}/{} from cluster {cluster}",
-                    service.namespace, service.name),
+                    "Floating IP for Kubernetes external service {described} from cluster {cluster}"),
             }})),
         )
         .await;

@@ -10,8 +10,12 @@ use k8s_openapi::api::core::v1::Service;
 use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
 use kube_lb_mock_tencent::{MockTencent, REGION, SECRET_ID, SECRET_KEY, VPC_ID};
 use kube_lb_provider_core::types::NodeAddressKind;
-use kube_lb_provider_core::{BackendNode, CallCounter, NodeAddress, RateLimits, RetryPolicy};
-use kube_lb_provider_tencent::{ProviderOptions, TencentConfig, TencentProvider, WaitSettings};
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, CloudApi, NodeAddress, RateLimits, RetryPolicy,
+};
+use kube_lb_provider_tencent::{
+    ClbClient, ProviderOptions, TencentConfig, TencentProvider, WaitSettings,
+};
 use serde_json::{Value, json};
 
 pub const CLUSTER: &str = "cls-kubelb";
@@ -63,6 +67,13 @@ pub fn provider_for(cloud: MockTencent) -> Harness {
     }
 }
 
+/// A second provider on `h`'s mock, as another process (a restarted controller, the CLI)
+/// would have: same cloud, nothing remembered.
+pub fn provider_for_same_cloud(h: &Harness) -> TencentProvider {
+    let config = TencentConfig::resolve(Some(&cloud_config(&h.cloud)), &|_| None).unwrap();
+    TencentProvider::new(config, CLUSTER, fast_options(CallCounter::new())).unwrap()
+}
+
 /// A LoadBalancer Service, parsed through the real annotation parser.
 #[derive(Clone)]
 pub struct Svc {
@@ -99,6 +110,15 @@ impl Svc {
                 json!({"name": name, "port": port, "protocol": protocol, "targetPort": port, "nodePort": node_port})
             })
             .collect();
+        self
+    }
+
+    /// externalTrafficPolicy Local with this healthCheckNodePort.
+    pub fn local(mut self, health_check_node_port: u16) -> Self {
+        self.spec
+            .insert("externalTrafficPolicy".into(), json!("Local"));
+        self.spec
+            .insert("healthCheckNodePort".into(), json!(health_check_node_port));
         self
     }
 
@@ -182,7 +202,10 @@ pub fn bindings(cloud: &MockTencent, lb_id: &str) -> BTreeMap<String, Vec<String
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|t| format!("{}:{}", t["EniIp"].as_str().unwrap_or_default(), t["Port"]))
+                .map(|t| {
+                    let address = t["EniIp"].as_str().or(t["InstanceId"].as_str());
+                    format!("{}:{}", address.unwrap_or_default(), t["Port"])
+                })
                 .collect();
             targets.sort();
             (
@@ -191,6 +214,77 @@ pub fn bindings(cloud: &MockTencent, lb_id: &str) -> BTreeMap<String, Vec<String
             )
         })
         .collect()
+}
+
+/// Deletes CLB `lb_id` as an operator would in the console (its own credentials and client,
+/// not the provider's counter), and waits until the mock no longer shows it.
+pub async fn remove_out_of_band(cloud: &MockTencent, lb_id: &str) {
+    let config = TencentConfig::resolve(Some(&cloud_config(cloud)), &|_| None).unwrap();
+    let api = CloudApi::new(
+        "operator",
+        CallCounter::new(),
+        RateLimits::unlimited(),
+        RetryPolicy::default(),
+    );
+    let client = ClbClient::new(config, api, Duration::from_secs(10)).unwrap();
+    client.delete_load_balancer(lb_id).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cloud
+        .load_balancers()
+        .iter()
+        .any(|lb| lb["LoadBalancerId"] == lb_id)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{lb_id} still there after an out-of-band delete"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A CLB as TKE's own service controller leaves it for Service `uid` in `cluster`
+/// (reference other-clouds.md §2.2): tags `tke-createdBy-flag=yes`, `tke-clusterId`,
+/// `tke-lb-serviceuuid`, one `TKE-DEDICATED-LISTENER` per port, each node bound by its CVM
+/// instance on the NodePort. `ports` are (protocol, port, nodePort); `instances` the CVM ids.
+pub fn build_tke_state(
+    cloud: &MockTencent,
+    cluster: &str,
+    uid: &str,
+    name: &str,
+    ports: &[(&str, u16, u16)],
+    instances: &[&str],
+) -> String {
+    let listeners: Vec<(&str, &str, u16)> = ports
+        .iter()
+        .map(|(protocol, port, _)| ("TKE-DEDICATED-LISTENER", *protocol, *port))
+        .collect();
+    let id = cloud.seed_load_balancer(
+        name,
+        &[
+            ("tke-createdBy-flag", "yes"),
+            ("tke-clusterId", cluster),
+            ("tke-lb-serviceuuid", uid),
+        ],
+        &listeners,
+    );
+    for listener in cloud.listeners(&id) {
+        let node_port = ports
+            .iter()
+            .find(|(protocol, port, _)| {
+                listener["Protocol"] == *protocol && listener["Port"] == *port
+            })
+            .map(|(_, _, node_port)| *node_port)
+            .unwrap();
+        for instance in instances {
+            cloud.seed_target(
+                &id,
+                listener["ListenerId"].as_str().unwrap(),
+                instance,
+                node_port,
+            );
+        }
+    }
+    id
 }
 
 /// Actions of the mutating calls so far.

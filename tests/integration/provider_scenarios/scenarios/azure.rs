@@ -1,25 +1,22 @@
 //! Azure: the in-process ARM mock with the cluster's VNet and NSG, the public Standard LB
-//! default.
+//! default. Set up through the provider's own test support module, compiled here from its one
+//! place, so the provider tests and this table cannot drift apart.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
-use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
-use kube_lb_provider_azure::{AzureConfig, AzureProvider, PollSettings, ProviderOptions};
-use kube_lb_provider_core::types::NodeAddressKind;
-use kube_lb_provider_core::{
-    BackendNode, CallCounter, LoadBalancerProvider, NodeAddress, RateLimits, RetryPolicy,
-};
-use serde_json::{Value, json};
+use kube_lb_mock_azure::{MockArm, SUBSCRIPTION};
+use kube_lb_provider_azure::AzureProvider;
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
 
 use super::{Harness, UID, eventually};
 
-const RG: &str = "cluster-rg";
-const VNET: &str = "cluster-vnet";
-const NSG: &str = "cluster-nsg";
-/// The cluster name, which is also the shared load balancer's name.
-const CLUSTER: &str = "kubernetes";
+/// `providers/azure/tests/support`: the mock with the cluster's network, its `azure.json`, the
+/// provider pointed at it, node and Service builders.
+#[path = "../../../../providers/azure/tests/support/mod.rs"]
+pub mod support;
+
+use support::{CLUSTER, NSG, RG};
 
 /// The ARM mock plus an Azure provider pointed at it.
 pub struct Azure {
@@ -28,77 +25,18 @@ pub struct Azure {
     node_count: usize,
 }
 
-/// The azure.json the provider (and `kube-lb reconcile --cloud azure`) reads, pointed at `url`.
-pub fn config_json(url: &str) -> Value {
-    json!({
-        "cloud": "AzurePublicCloud",
-        "tenantId": TENANT,
-        "subscriptionId": SUBSCRIPTION,
-        "aadClientId": CLIENT_ID,
-        "aadClientSecret": CLIENT_SECRET,
-        "resourceGroup": RG,
-        "location": LOCATION,
-        "vnetName": VNET,
-        "subnetName": "nodes",
-        "securityGroupName": NSG,
-        "loadBalancerSku": "standard",
-        "vmType": "vmss",
-        "resourceManagerEndpoint": url,
-        "activeDirectoryEndpoint": url,
-    })
-}
-
-/// The ARM mock with the cluster's network.
-pub async fn mock() -> MockArm {
-    MockArm::builder()
-        .subnet(RG, VNET, "10.224.0.0/12", "nodes", "10.224.0.0/16")
-        .security_group(RG, NSG)
-        .start()
-        .await
-        .unwrap()
-}
-
 fn node(index: usize) -> BackendNode {
-    BackendNode {
-        name: format!("node-{index}"),
-        provider_id: None,
-        addresses: vec![NodeAddress {
-            kind: NodeAddressKind::InternalIp,
-            ip: format!("10.224.0.{}", 10 + index)
-                .parse::<IpAddr>()
-                .unwrap(),
-        }],
-        labels: Default::default(),
-    }
-}
-
-impl Azure {
-    fn prefix() -> String {
-        kube_lb_provider_core::naming::load_balancer_name(UID)
-    }
+    support::node(
+        &format!("node-{index}"),
+        &format!("10.224.0.{}", 10 + index),
+    )
 }
 
 impl Harness for Azure {
     const CLOUD: Cloud = Cloud::Azure;
 
     async fn start() -> Azure {
-        let arm = mock().await;
-        let config: AzureConfig = serde_json::from_value(config_json(&arm.url())).unwrap();
-        let options = ProviderOptions {
-            poll: PollSettings {
-                default_interval: Duration::from_millis(10),
-                max_interval: Duration::from_secs(2),
-                max_polls: 50,
-            },
-            retry: RetryPolicy {
-                base: Duration::from_millis(10),
-                max: Duration::from_millis(50),
-                max_attempts: 4,
-            },
-            limits: RateLimits::unlimited(),
-            ..ProviderOptions::default()
-        };
-        let provider = AzureProvider::new(&config, CLUSTER, options).unwrap();
+        let support::Harness { arm, provider, .. } = support::harness().await;
         Azure {
             arm,
             provider,
@@ -130,7 +68,7 @@ impl Harness for Azure {
     }
 
     async fn owned(&self) -> Vec<String> {
-        let prefix = Azure::prefix();
+        let prefix = support::prefix(UID);
         let mut owned = Vec::new();
         for lb in self.arm.load_balancers() {
             let frontends = lb["properties"]["frontendIPConfigurations"]
@@ -181,21 +119,7 @@ impl Harness for Azure {
 
     async fn remove_load_balancer_out_of_band(&self) {
         let http = reqwest::Client::new();
-        let token: Value = http
-            .post(format!("{}/{TENANT}/oauth2/v2.0/token", self.arm.url()))
-            .form(&[
-                ("grant_type", "client_credentials"),
-                ("client_id", CLIENT_ID),
-                ("client_secret", CLIENT_SECRET),
-                ("scope", "https://management.azure.com/.default"),
-            ])
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let bearer = token["access_token"].as_str().unwrap().to_string();
+        let bearer = support::token(&self.arm).await;
         let url = format!(
             "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/\
              Microsoft.Network/loadBalancers/{CLUSTER}?api-version=2024-03-01",

@@ -1,32 +1,22 @@
-//! GCP: the in-process GCE mock with two node VMs, the external L4 default.
+//! GCP: the in-process GCE mock with two node VMs, the external L4 default. Set up through the
+//! provider's own test support module, compiled here from its one place, so the provider tests
+//! and this table cannot drift apart.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
 use kube_lb_mock_gce::{JournalEntry, MockGce};
-use kube_lb_provider_core::{
-    BackendNode, CallCounter, LoadBalancerProvider, RateLimits, RetryPolicy,
-};
-use kube_lb_provider_gcp::{CloudConfig, GcpProvider, Options, PollSettings};
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+use kube_lb_provider_gcp::GcpProvider;
 
 use super::{Harness, UID, eventually};
 
-const ZONE_A: &str = "us-central1-a";
-const ZONE_B: &str = "us-central1-b";
-const TAG: &str = "gke-c1-node";
+/// `providers/gcp/tests/support`: the mock with the cluster's VMs, its `gce.conf`, the provider
+/// pointed at it and the VMs' Nodes.
+#[path = "../../../../providers/gcp/tests/support/mod.rs"]
+pub mod support;
 
-/// Collections the provider writes per Service or per cluster.
-const OWNED_COLLECTIONS: [&str; 8] = [
-    "forwardingRules",
-    "addresses",
-    "targetPools",
-    "httpHealthChecks",
-    "healthChecks",
-    "firewalls",
-    "backendServices",
-    "instanceGroups",
-];
+use support::{OWNED_COLLECTIONS, TAG, ZONE_A, node};
 
 /// The GCE mock plus a GCP provider pointed at it.
 pub struct Gcp {
@@ -35,50 +25,12 @@ pub struct Gcp {
     added: usize,
 }
 
-fn node(zone: &str, name: &str) -> BackendNode {
-    BackendNode {
-        name: name.to_string(),
-        provider_id: Some(format!("gce://mock-project/{zone}/{name}")),
-        addresses: Vec::new(),
-        labels: BTreeMap::from([("topology.kubernetes.io/zone".to_string(), zone.to_string())]),
-    }
-}
-
 impl Harness for Gcp {
     const CLOUD: Cloud = Cloud::Gcp;
 
     async fn start() -> Gcp {
-        let gce = MockGce::builder()
-            .instance(ZONE_A, "gke-c1-node-1", &[TAG])
-            .instance(ZONE_B, "gke-c1-node-2", &[TAG])
-            .start()
-            .await
-            .unwrap();
-        let config = CloudConfig::parse(&format!(
-            "[global]\nproject-id = {}\nlocal-zone = {ZONE_A}\nmultizone = true\n\
-             network-name = default\nsubnetwork-name = default\ncluster-id = c1\n\
-             token-url = nil\napi-endpoint = {}/compute/v1/\n",
-            gce.project(),
-            gce.url()
-        ))
-        .unwrap();
-        let options = Options {
-            limits: RateLimits::unlimited(),
-            retry: RetryPolicy {
-                base: Duration::from_millis(5),
-                max: Duration::from_millis(20),
-                max_attempts: 4,
-            },
-            poll: PollSettings {
-                initial: Duration::from_millis(2),
-                max: Duration::from_millis(10),
-                timeout: Duration::from_secs(10),
-            },
-            ..Options::default()
-        };
-        let provider = GcpProvider::from_config(config, "ignored", options)
-            .await
-            .unwrap();
+        let gce = support::two_node_mock().await;
+        let provider = support::provider_for(&gce).await;
         Gcp {
             gce,
             provider,
@@ -95,7 +47,7 @@ impl Harness for Gcp {
     }
 
     fn nodes(&self) -> Vec<BackendNode> {
-        vec![node(ZONE_A, "gke-c1-node-1"), node(ZONE_B, "gke-c1-node-2")]
+        support::two_nodes()
     }
 
     async fn add_node(&mut self) -> BackendNode {

@@ -18,10 +18,14 @@ use serde_json::{Value, json};
 pub mod aws;
 #[cfg(feature = "azure")]
 pub mod azure;
+#[cfg(feature = "baidu")]
+pub mod baidu;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 #[cfg(feature = "openstack")]
 pub mod openstack;
+#[cfg(feature = "tencent")]
+pub mod tencent;
 
 /// The UID of the Service every scenario uses (the load-balancer names derive from it).
 pub const UID: &str = "5d4c3b2a-1f0e-4d3c-8b2a-19f8e7d6c5b4";
@@ -48,6 +52,14 @@ pub trait Harness: Sized {
 
     /// The operations a node added to the backends may legitimately mutate with.
     fn registration_operations(&self) -> &'static [&'static str];
+
+    /// Whether switching `externalTrafficPolicy` with the backends unchanged changes the load
+    /// balancer itself (a health check on the health-check node port). False for a cloud whose
+    /// load balancer can check only the backend port (Baidu's BLB): Local is then converged
+    /// through the backends the controller selects, and the switch alone must cost no call.
+    fn traffic_policy_changes_the_load_balancer(&self) -> bool {
+        true
+    }
 
     /// The per-cloud annotations the Service carries (kept minimal: the defaults).
     fn annotations(&self) -> BTreeMap<String, String> {

@@ -1,0 +1,107 @@
+//! Tencent Cloud: the CLB mock (TC3 signatures checked, every write an async task), a public
+//! CLB by default. Set up through the provider's own test support module, compiled here from
+//! its one place, so the provider tests and this table cannot drift apart.
+
+use kube_lb_annotations::Cloud;
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+
+use super::{Harness, UID};
+
+/// `providers/tencent/tests/support`: the mock, the provider pointed at it, node and Service
+/// builders, and the hand-built state of TKE's own service controller.
+#[path = "../../../../providers/tencent/tests/support/mod.rs"]
+pub mod support;
+
+/// The mock plus a Tencent provider pointed at it.
+pub struct Tencent {
+    h: support::Harness,
+    node_count: usize,
+}
+
+impl Tencent {
+    /// The id of the CLB tagged for the scenario Service, if one exists.
+    fn load_balancer_id(&self) -> Option<String> {
+        support::clbs_for(&self.h.cloud, UID)
+            .first()
+            .and_then(|lb| lb["LoadBalancerId"].as_str().map(str::to_string))
+    }
+}
+
+impl Harness for Tencent {
+    const CLOUD: Cloud = Cloud::Tencent;
+
+    async fn start() -> Tencent {
+        Tencent {
+            h: support::harness().await,
+            node_count: 2,
+        }
+    }
+
+    fn provider(&self) -> &dyn LoadBalancerProvider {
+        &self.h.provider
+    }
+
+    fn counter(&self) -> CallCounter {
+        self.h.counter.clone()
+    }
+
+    fn nodes(&self) -> Vec<BackendNode> {
+        support::nodes(2)
+    }
+
+    async fn add_node(&mut self) -> BackendNode {
+        // Targets are bound by address (EniIp): a node exists for the CLB as soon as it has an
+        // InternalIP, so there is nothing to create in the mock.
+        self.node_count += 1;
+        support::nodes(self.node_count)
+            .pop()
+            .unwrap_or_else(|| unreachable!("nodes(n) has n nodes"))
+    }
+
+    fn registration_operations(&self) -> &'static [&'static str] {
+        // One batch bind across the CLB's listeners, nothing else.
+        &["BatchRegisterTargets"]
+    }
+
+    async fn owned(&self) -> Vec<String> {
+        let cloud = &self.h.cloud;
+        let mut owned = Vec::new();
+        for lb in support::clbs_for(cloud, UID) {
+            let id = lb["LoadBalancerId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            for listener in cloud.listeners(&id) {
+                owned.push(format!(
+                    "listener {id}/{}:{}",
+                    listener["Protocol"].as_str().unwrap_or_default(),
+                    listener["Port"]
+                ));
+            }
+            owned.push(format!("clb {id}"));
+        }
+        owned
+    }
+
+    fn mutations_seen_by_cloud_since(&self, mark: usize) -> Vec<String> {
+        self.h
+            .cloud
+            .journal()
+            .iter()
+            .skip(mark)
+            .filter(|e| e.is_mutation())
+            .map(|e| format!("{} {:?}", e.action, e.error))
+            .collect()
+    }
+
+    fn mark(&self) -> usize {
+        self.h.cloud.journal().len()
+    }
+
+    async fn remove_load_balancer_out_of_band(&self) {
+        let id = self
+            .load_balancer_id()
+            .unwrap_or_else(|| panic!("no CLB for the scenario Service"));
+        support::remove_out_of_band(&self.h.cloud, &id).await;
+    }
+}
