@@ -31,6 +31,7 @@ mod monitoring;
 mod plan_audit;
 mod plan_audit_baidu;
 mod plan_audit_openstack;
+mod plan_audit_support;
 mod plan_audit_tencent;
 mod provider_scenarios;
 mod reconcile_aws;

@@ -6,12 +6,14 @@
 //! call (the mock's own journal says so).
 #![cfg(feature = "baidu")]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 
 use kube_lb_mock_baidu::MockBaidu;
 use serde_json::Value;
 
+use crate::plan_audit_support::{
+    self, CloudFlags, ClusterSource, change_line, leaked_resources, owned,
+};
 use crate::provider_scenarios::scenarios::baidu::support::{
     self, CLUSTER, UpstreamBuilt, UpstreamService,
 };
@@ -77,37 +79,21 @@ fn upstream(name: &str, public: bool) -> UpstreamService {
     }
 }
 
-/// Runs the binary with `args` against the mock: (exit code, stdout, stderr).
-fn kube_lb(dir: &Path, manifest: &str, args: &[&str]) -> (i32, String, String) {
-    let manifests = dir.join("manifests.yaml");
-    std::fs::write(&manifests, manifest).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-        .env_remove("KUBE_LB_CLOUD")
-        .env_remove("KUBE_LB_CLUSTER_NAME")
-        .env_remove("BCE_ACCESS_KEY_ID")
-        .env_remove("BCE_SECRET_ACCESS_KEY")
-        .env_remove("BCE_SESSION_TOKEN")
-        .args(["--log", "warn"])
-        .args(args)
-        .args(["--cloud", "baidu", "--cloud-config"])
-        .arg(dir.join("baidu.json"))
-        .arg("-f")
-        .arg(&manifests)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+/// The binary's flags for the mock, and the real credentials it must not pick up.
+static BAIDU: CloudFlags = CloudFlags {
+    flags: &["--cloud", "baidu"],
+    config_file: "baidu.json",
+    env_remove: &[
+        "BCE_ACCESS_KEY_ID",
+        "BCE_SECRET_ACCESS_KEY",
+        "BCE_SESSION_TOKEN",
+    ],
+};
 
-/// Runs the blocking binary off the runtime's threads (the mock serves on them).
+/// Runs the binary with `args` and `manifest` against the mock, off the runtime's threads:
+/// (exit code, stdout, stderr).
 async fn run(dir: PathBuf, manifest: String, args: Vec<&'static str>) -> (i32, String, String) {
-    tokio::task::spawn_blocking(move || kube_lb(&dir, &manifest, &args))
-        .await
-        .unwrap()
+    plan_audit_support::run(&BAIDU, dir, ClusterSource::Manifest(manifest), owned(&args)).await
 }
 
 /// The mock, a provider on it (to build upstream's state) and the cloud-config file.
@@ -123,30 +109,14 @@ async fn cloud() -> (support::Harness, tempfile::TempDir) {
 }
 
 fn mutations_since(cloud: &MockBaidu, mark: usize) -> Vec<String> {
-    cloud.journal()[mark..]
-        .iter()
-        .filter(|e| e.is_mutation())
-        .map(|e| format!("{} {}", e.method, e.path))
-        .collect()
+    plan_audit_support::mutations_since(&cloud.journal(), mark)
 }
 
 /// `action kind name (call)` of each change of the only Service in a plan report.
 fn changes_of_only_service(report: &Value) -> Vec<String> {
-    let services = report["services"].as_array().unwrap();
-    assert_eq!(services.len(), 1, "{report:#}");
-    services[0]["changes"]
-        .as_array()
-        .unwrap()
+    plan_audit_support::changes_of_only_service(report)
         .iter()
-        .map(|c| {
-            format!(
-                "{} {} {} ({})",
-                c["action"].as_str().unwrap(),
-                c["kind"].as_str().unwrap(),
-                c["name"].as_str().unwrap(),
-                c["call"].as_str().unwrap()
-            )
-        })
+        .map(change_line)
         .collect()
 }
 
@@ -267,19 +237,7 @@ async fn audit_finds_exactly_the_orphaned_upstream_service_and_delete_removes_ex
     .await;
     assert_eq!(code, 2, "{stdout}{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
-    let mut leaked: Vec<(String, String, String, String)> = report["leaked"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["kind"].as_str().unwrap().to_string(),
-                l["name"].as_str().unwrap().to_string(),
-                l["service"]["name"].as_str().unwrap().to_string(),
-                l["reasonCode"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let mut leaked = leaked_resources(&report, "name");
     leaked.sort();
     assert_eq!(
         leaked,

@@ -10,6 +10,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
+use crate::plan_audit_support::{
+    self, CloudFlags, ClusterSource, changes_of_only_service, leaked_resources, mutations_since,
+    only_service, owned, text,
+};
 use crate::provider_scenarios::scenarios::openstack::support::{
     self, OccmBuilt, OccmService, cloud_conf,
 };
@@ -59,28 +63,12 @@ status:
     )
 }
 
-/// Runs the binary with `args` against the mock: (exit code, stdout, stderr).
-fn kube_lb(dir: &Path, manifest: &str, args: &[&str]) -> (i32, String, String) {
-    let manifests = dir.join("manifests.yaml");
-    std::fs::write(&manifests, manifest).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-        .env_remove("KUBE_LB_CLOUD")
-        .env_remove("KUBE_LB_CLUSTER_NAME")
-        .args(["--log", "warn"])
-        .args(args)
-        .args(["--cloud", "openstack", "--cloud-config"])
-        .arg(dir.join("cloud.conf"))
-        .arg("-f")
-        .arg(&manifests)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
+/// The binary's flags for the mock.
+static OPENSTACK: CloudFlags = CloudFlags {
+    flags: &["--cloud", "openstack"],
+    config_file: "cloud.conf",
+    env_remove: &[],
+};
 
 /// The mock with `cloud.conf` written next to the manifests.
 async fn cloud(extra_conf: &str) -> (kube_lb_mock_openstack::MockOpenStack, tempfile::TempDir) {
@@ -97,11 +85,16 @@ async fn cloud(extra_conf: &str) -> (kube_lb_mock_openstack::MockOpenStack, temp
     (cloud, dir)
 }
 
-/// Runs the blocking binary off the runtime's threads (the mock serves on them).
+/// Runs the binary with `args` and `manifest` against the mock, off the runtime's threads:
+/// (exit code, stdout, stderr).
 async fn run(dir: PathBuf, manifest: String, args: Vec<&'static str>) -> (i32, String, String) {
-    tokio::task::spawn_blocking(move || kube_lb(&dir, &manifest, &args))
-        .await
-        .unwrap()
+    plan_audit_support::run(
+        &OPENSTACK,
+        dir,
+        ClusterSource::Manifest(manifest),
+        owned(&args),
+    )
+    .await
 }
 
 fn occm_web(monitor: Option<u16>) -> OccmService {
@@ -109,13 +102,6 @@ fn occm_web(monitor: Option<u16>) -> OccmService {
         monitor,
         ..OccmService::new("web", occm_nodes())
     }
-}
-
-/// The plan's one change for a Service, as JSON, after asserting it is the only Service.
-fn only_service(report: &Value) -> &Value {
-    let services = report["services"].as_array().unwrap();
-    assert_eq!(services.len(), 1, "{report:#}");
-    &services[0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,11 +153,7 @@ async fn migration_from_occm_plans_only_the_ownership_tag_and_mutates_nothing() 
     assert_eq!(report["summary"]["modify"], 1);
     assert_eq!(report["summary"]["create"], 0);
     assert_eq!(report["summary"]["delete"], 0);
-    let mutations: Vec<String> = cloud.journal()[mark..]
-        .iter()
-        .filter(|e| e.is_mutation())
-        .map(|e| format!("{} {}", e.method, e.path))
-        .collect();
+    let mutations = mutations_since(&cloud.journal(), mark);
     assert_eq!(mutations, Vec::<String>::new(), "plan mutated the cloud");
 
     // Table output names the call, for people.
@@ -281,19 +263,7 @@ async fn audit_finds_exactly_the_orphaned_occm_service_and_delete_removes_exactl
     .await;
     assert_eq!(code, 2, "{stdout}{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
-    let mut leaked: Vec<(String, String, String, String)> = report["leaked"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["kind"].as_str().unwrap().to_string(),
-                l["name"].as_str().unwrap().to_string(),
-                l["service"]["name"].as_str().unwrap().to_string(),
-                l["reasonCode"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let mut leaked = leaked_resources(&report, "name");
     leaked.sort();
     let old_fip = old.floating_ip.clone().unwrap();
     assert_eq!(
@@ -331,11 +301,7 @@ async fn audit_finds_exactly_the_orphaned_occm_service_and_delete_removes_exactl
         stdout.contains("kube_service_kubernetes_default_old") && stdout.contains(&old_fip),
         "{stdout}"
     );
-    let deletes: Vec<String> = cloud.journal()[mark..]
-        .iter()
-        .filter(|e| e.is_mutation())
-        .map(|e| format!("{} {}", e.method, e.path))
-        .collect();
+    let deletes = mutations_since(&cloud.journal(), mark);
     let old_lb = old.load_balancer["id"].as_str().unwrap();
     assert!(
         deletes
@@ -382,41 +348,19 @@ async fn audit_finds_exactly_the_orphaned_occm_service_and_delete_removes_exactl
 /// Runs the binary with `args` against the mock and the API server of `kubeconfig` (file in
 /// `dir`): (exit code, stdout, stderr).
 async fn run_on_cluster(dir: PathBuf, args: Vec<&'static str>) -> (i32, String, String) {
-    tokio::task::spawn_blocking(move || {
-        let out = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-            .env_remove("KUBE_LB_CLOUD")
-            .env_remove("KUBE_LB_CLUSTER_NAME")
-            .args(["--log", "warn"])
-            .args(&args)
-            .args(["--cloud", "openstack", "--cloud-config"])
-            .arg(dir.join("cloud.conf"))
-            .arg("--kubeconfig")
-            .arg(dir.join("kubeconfig"))
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
-    })
-    .await
-    .unwrap()
+    plan_audit_support::run(&OPENSTACK, dir, ClusterSource::Kubeconfig, owned(&args)).await
 }
 
 /// `(action, kind, call)` of each planned change of the plan's only Service.
 fn change_summary(report: &Value) -> Vec<String> {
-    only_service(report)["changes"]
-        .as_array()
-        .unwrap()
+    changes_of_only_service(report)
         .iter()
         .map(|c| {
             format!(
                 "{} {} ({})",
-                c["action"].as_str().unwrap(),
-                c["kind"].as_str().unwrap(),
-                c["call"].as_str().unwrap()
+                text(c, "action"),
+                text(c, "kind"),
+                text(c, "call")
             )
         })
         .collect()
@@ -638,11 +582,7 @@ async fn readme_reconcile_against_the_mock_converges_resyncs_for_free_and_delete
         (external_ip(&stdout, "web"), external_ip(&stdout, "db")),
         (web, db)
     );
-    let mutations: Vec<String> = cloud.journal()[mark..]
-        .iter()
-        .filter(|e| e.is_mutation())
-        .map(|e| format!("{} {}", e.method, e.path))
-        .collect();
+    let mutations = mutations_since(&cloud.journal(), mark);
     assert_eq!(
         mutations,
         Vec::<String>::new(),

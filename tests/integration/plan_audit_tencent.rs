@@ -8,15 +8,16 @@
 //! planning and auditing make no mutating call.
 #![cfg(feature = "tencent")]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use kube_lb_mock_tencent::MockTencent;
 use serde_json::{Value, json};
 
+use crate::plan_audit_support::{
+    self, CloudFlags, ClusterSource, change_line, changes_of_only_service, leaked_resources,
+    mutations_since, owned,
+};
 use crate::provider_scenarios::scenarios::tencent::support::{
     self, CLUSTER, build_tke_state, cloud_config,
 };
@@ -26,6 +27,13 @@ const INSTANCES: [(&str, &str, &str); 2] = [
     ("node-1", "10.0.0.11", "ins-0000aaaa"),
     ("node-2", "10.0.0.12", "ins-0000bbbb"),
 ];
+
+/// The binary's flags for the mock and the cluster TKE's tags name.
+static TENCENT: CloudFlags = CloudFlags {
+    flags: &["--cloud", "tencent", "--cluster-name", CLUSTER],
+    config_file: "tencent.json",
+    env_remove: &["KUBE_LB_CLOUD_CONFIG"],
+};
 
 /// The API server with TKE's nodes (providerID `qcloud:///<zone>/<instance>`), the mock, and
 /// the kubeconfig and cloud-config files.
@@ -106,56 +114,18 @@ impl Setup {
     /// Runs the binary with `args` (blocking, off the runtime's threads; the API server and the
     /// mock answer on them): (exit code, stdout, stderr).
     async fn kube_lb(&self, args: &[&str]) -> (i32, String, String) {
-        let dir: PathBuf = self.dir.path().to_path_buf();
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        tokio::task::spawn_blocking(move || run(&dir, &args))
-            .await
-            .unwrap()
+        let dir = self.dir.path().to_path_buf();
+        plan_audit_support::run(&TENCENT, dir, ClusterSource::Kubeconfig, owned(args)).await
     }
 
     fn mutations_since(&self, mark: usize) -> Vec<String> {
-        self.cloud.journal()[mark..]
-            .iter()
-            .filter(|e| e.is_mutation())
-            .map(|e| format!("{} {}", e.action, e.body))
-            .collect()
+        mutations_since(&self.cloud.journal(), mark)
     }
-}
-
-fn run(dir: &Path, args: &[String]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-        .env_remove("KUBE_LB_CLOUD")
-        .env_remove("KUBE_LB_CLUSTER_NAME")
-        .env_remove("KUBE_LB_CLOUD_CONFIG")
-        .args(["--log", "warn"])
-        .args(args)
-        .args([
-            "--cloud",
-            "tencent",
-            "--cluster-name",
-            CLUSTER,
-            "--cloud-config",
-        ])
-        .arg(dir.join("tencent.json"))
-        .arg("--kubeconfig")
-        .arg(dir.join("kubeconfig"))
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
 }
 
 /// `action kind name (call) [field: old → new]` of every planned change of the only Service.
 fn changes(report: &Value) -> Vec<String> {
-    let services = report["services"].as_array().unwrap();
-    assert_eq!(services.len(), 1, "{report:#}");
-    services[0]["changes"]
-        .as_array()
-        .unwrap()
+    changes_of_only_service(report)
         .iter()
         .map(|c| {
             let fields: Vec<String> = c["fields"]
@@ -164,13 +134,7 @@ fn changes(report: &Value) -> Vec<String> {
                 .iter()
                 .map(|f| format!("{}: {} → {}", f["field"], f["old"], f["new"]))
                 .collect();
-            format!(
-                "{} {} {} ({}) {fields:?}",
-                c["action"].as_str().unwrap(),
-                c["kind"].as_str().unwrap(),
-                c["name"].as_str().unwrap(),
-                c["call"].as_str().unwrap()
-            )
+            format!("{} {fields:?}", change_line(c))
         })
         .collect()
 }
@@ -286,19 +250,7 @@ async fn audit_finds_exactly_the_orphaned_clb_and_delete_removes_exactly_it() {
     let (code, stdout, stderr) = s.kube_lb(&["audit", "-o", "json"]).await;
     assert_eq!(code, 2, "{stdout}{stderr}");
     let report: Value = serde_json::from_str(&stdout).unwrap();
-    let leaked: Vec<(String, String, String, String)> = report["leaked"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["kind"].as_str().unwrap().to_string(),
-                l["name"].as_str().unwrap().to_string(),
-                l["service"]["uid"].as_str().unwrap().to_string(),
-                l["reasonCode"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let leaked = leaked_resources(&report, "uid");
     assert_eq!(
         leaked,
         vec![(
