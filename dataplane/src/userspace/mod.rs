@@ -1031,10 +1031,20 @@ async fn forward_tcp(
         };
         if let Err(error) = result {
             tracing::trace!(%frontend, client = %peer, %endpoint, %error, "connection ended with an error");
+            reset_on_close(&client);
+            reset_on_close(&upstream);
         }
         return;
     }
     tracing::warn!(%frontend, client = %peer, "no endpoint accepted the connection");
+}
+
+/// Makes the close of `socket` send a reset instead of a FIN. A relay that failed (a peer
+/// reset, a write refused) has lost bytes: the other peer must see an error, as it would
+/// through kube-proxy's NAT, not an end of stream that passes for a complete answer.
+pub(crate) fn reset_on_close(socket: &impl std::os::fd::AsFd) {
+    // Best effort: the socket may already be gone on the kernel's side.
+    let _ = socket2::SockRef::from(socket).set_linger(Some(Duration::ZERO));
 }
 
 type Sessions = Arc<Mutex<HashMap<SocketAddr, Arc<UdpSession>>>>;
@@ -1489,6 +1499,54 @@ mod tests {
             .unwrap_or_else(|_| panic!("{engine}: the whole stream arrives"))
             .unwrap();
             assert!(received == pattern(LEN), "{engine}: every byte in order");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_reset_mid_stream_reaches_the_client_as_a_reset_on_either_engine() {
+        for (i, engine) in [UserspaceEngine::Uring, UserspaceEngine::Epoll]
+            .into_iter()
+            .enumerate()
+        {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let endpoint = listener.local_addr().unwrap();
+            tokio::spawn(async move {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                stream.write_all(&pattern(1_000)).await.unwrap();
+                // Zero linger: the close is a reset, mid-answer.
+                stream.set_zero_linger().unwrap();
+                drop(stream);
+            });
+            let ip = std::net::Ipv4Addr::new(127, 77, 9, 40 + i as u8);
+            let port = TcpListener::bind((ip, 0))
+                .await
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let frontend = SocketAddr::from((ip, port));
+            let mut proxy = UserspaceProxy::new(UserspaceConfig {
+                engine,
+                ..UserspaceConfig::default()
+            });
+            proxy.apply(&one_service(frontend, &[endpoint])).await;
+            let mut client = TcpStream::connect(frontend).await.unwrap();
+            let mut received = Vec::new();
+            let outcome = tokio::time::timeout(
+                Duration::from_secs(30),
+                tokio::io::AsyncReadExt::read_to_end(&mut client, &mut received),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{engine}: the connection ends"));
+            let error = outcome.expect_err(&format!(
+                "{engine}: a clean end of stream after {} bytes would pass for a whole answer",
+                received.len()
+            ));
+            assert_eq!(
+                error.kind(),
+                std::io::ErrorKind::ConnectionReset,
+                "{engine}"
+            );
         }
     }
 

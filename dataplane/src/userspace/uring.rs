@@ -1364,6 +1364,11 @@ impl Worker {
             return;
         }
         conn.closing = true;
+        // Aborted relays lost bytes: both peers see a reset, not an end of stream.
+        super::reset_on_close(&conn.client);
+        if let Some((_, endpoint)) = &conn.endpoint {
+            super::reset_on_close(endpoint);
+        }
         if conn.inflight > 0 {
             let mut fds = vec![conn.client.as_raw_fd()];
             if let Some((_, fd)) = &conn.endpoint {
