@@ -1421,19 +1421,7 @@ mod tests {
                     });
                 }
             });
-            let ip = std::net::Ipv4Addr::new(127, 77, 9, 20 + i as u8);
-            let port = TcpListener::bind((ip, 0))
-                .await
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let frontend = SocketAddr::from((ip, port));
-            let mut proxy = UserspaceProxy::new(UserspaceConfig {
-                engine,
-                ..UserspaceConfig::default()
-            });
-            proxy.apply(&one_service(frontend, &[endpoint])).await;
+            let (_proxy, frontend) = proxy_to(engine, 20 + i as u8, endpoint).await;
             for (up, down) in sizes {
                 let client = TcpStream::connect(frontend).await.unwrap();
                 let (mut read, mut write) = client.into_split();
@@ -1476,19 +1464,7 @@ mod tests {
                 stream.write_all(&pattern(LEN)).await.unwrap();
                 std::future::pending::<()>().await;
             });
-            let ip = std::net::Ipv4Addr::new(127, 77, 9, 30 + i as u8);
-            let port = TcpListener::bind((ip, 0))
-                .await
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let frontend = SocketAddr::from((ip, port));
-            let mut proxy = UserspaceProxy::new(UserspaceConfig {
-                engine,
-                ..UserspaceConfig::default()
-            });
-            proxy.apply(&one_service(frontend, &[endpoint])).await;
+            let (_proxy, frontend) = proxy_to(engine, 30 + i as u8, endpoint).await;
             let mut client = TcpStream::connect(frontend).await.unwrap();
             let mut received = vec![0; LEN];
             tokio::time::timeout(
@@ -1517,19 +1493,7 @@ mod tests {
                 stream.set_zero_linger().unwrap();
                 drop(stream);
             });
-            let ip = std::net::Ipv4Addr::new(127, 77, 9, 40 + i as u8);
-            let port = TcpListener::bind((ip, 0))
-                .await
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let frontend = SocketAddr::from((ip, port));
-            let mut proxy = UserspaceProxy::new(UserspaceConfig {
-                engine,
-                ..UserspaceConfig::default()
-            });
-            proxy.apply(&one_service(frontend, &[endpoint])).await;
+            let (_proxy, frontend) = proxy_to(engine, 40 + i as u8, endpoint).await;
             let mut client = TcpStream::connect(frontend).await.unwrap();
             let mut received = Vec::new();
             let outcome = tokio::time::timeout(
@@ -1548,6 +1512,29 @@ mod tests {
                 "{engine}"
             );
         }
+    }
+
+    /// A proxy on `engine` serving one Service at a free port of 127.77.9.`last` with
+    /// `endpoint` behind it; the proxy stops when the returned value is dropped.
+    async fn proxy_to(
+        engine: UserspaceEngine,
+        last: u8,
+        endpoint: SocketAddr,
+    ) -> (UserspaceProxy, SocketAddr) {
+        let ip = std::net::Ipv4Addr::new(127, 77, 9, last);
+        let port = TcpListener::bind((ip, 0))
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let frontend = SocketAddr::from((ip, port));
+        let mut proxy = UserspaceProxy::new(UserspaceConfig {
+            engine,
+            ..UserspaceConfig::default()
+        });
+        proxy.apply(&one_service(frontend, &[endpoint])).await;
+        (proxy, frontend)
     }
 
     fn pattern(len: usize) -> Vec<u8> {
