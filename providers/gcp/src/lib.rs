@@ -664,7 +664,13 @@ impl GcpProvider {
             } => tolerate(
                 gce.group_instances(zone, name, instances, true).await,
                 "instanceGroups.addInstances",
-                &|f: &Failure| f.reason == "memberAlreadyExists",
+                // The reason when GCE's error body is at hand; its words when only the
+                // client's rendering is (another Service's ensure added the node to the
+                // shared group first).
+                &|f: &Failure| {
+                    f.reason == "memberAlreadyExists"
+                        || f.message.contains("is already a member of")
+                },
             ),
             Action::RemoveGroupInstances {
                 zone,
@@ -673,7 +679,9 @@ impl GcpProvider {
             } => tolerate(
                 gce.group_instances(zone, name, instances, false).await,
                 "instanceGroups.removeInstances",
-                &|f: &Failure| f.reason == "memberNotFound",
+                &|f: &Failure| {
+                    f.reason == "memberNotFound" || f.message.contains("is not a member of")
+                },
             ),
             Action::DeleteInstanceGroup { zone, name } => tolerate(
                 gce.delete_instance_group(zone, name).await,
