@@ -1037,6 +1037,9 @@ async fn forward_tcp(
         return;
     }
     tracing::warn!(%frontend, client = %peer, "no endpoint accepted the connection");
+    // The client was accepted before any endpoint was: a reset tells it nothing was served,
+    // where an end of stream with no bytes could pass for an empty answer.
+    reset_on_close(&client);
 }
 
 /// Makes the close of `socket` send a reset instead of a FIN. A relay that failed (a peer
@@ -1516,6 +1519,40 @@ mod tests {
 
     /// A proxy on `engine` serving one Service at a free port of 127.77.9.`last` with
     /// `endpoint` behind it; the proxy stops when the returned value is dropped.
+    #[tokio::test]
+    async fn a_client_no_endpoint_accepted_sees_a_reset_not_an_empty_answer_on_either_engine() {
+        for (i, engine) in [UserspaceEngine::Uring, UserspaceEngine::Epoll]
+            .into_iter()
+            .enumerate()
+        {
+            // Nobody listens on the endpoint's port: every attempt is refused.
+            let endpoint = TcpListener::bind("127.0.0.1:0")
+                .await
+                .unwrap()
+                .local_addr()
+                .unwrap();
+            let (_proxy, frontend) = proxy_to(engine, 50 + i as u8, endpoint).await;
+            let mut received = Vec::new();
+            // The reset may come before the client's connect() has looked at its socket: then
+            // the connect reports it.
+            let outcome = tokio::time::timeout(Duration::from_secs(30), async {
+                let mut client = TcpStream::connect(frontend).await?;
+                tokio::io::AsyncReadExt::read_to_end(&mut client, &mut received).await
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{engine}: the connection ends"));
+            let error = outcome.expect_err(&format!(
+                "{engine}: an end of stream after {} bytes would pass for an empty answer",
+                received.len()
+            ));
+            assert_eq!(
+                error.kind(),
+                std::io::ErrorKind::ConnectionReset,
+                "{engine}"
+            );
+        }
+    }
+
     async fn proxy_to(
         engine: UserspaceEngine,
         last: u8,

@@ -672,49 +672,90 @@ fn form_value(body: &str, key: &str) -> Option<String> {
     })
 }
 
-fn throttle_response(version: &str) -> Response<Full<Bytes>> {
-    // EC2 and ELB use different error envelopes and codes for the same condition.
-    let (status, body) = if version == "2016-11-15" {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>fault-proxy</RequestID></Response>",
+/// EC2's API version: EC2 answers errors in its own envelope, ELB and ELBv2 in the Query one.
+const EC2_VERSION: &str = "2016-11-15";
+
+/// An AWS error answer in the envelope of the service `version` belongs to: the SDKs read the
+/// code only from their service's envelope (EC2 `<Response><Errors>`, ELB/ELBv2
+/// `<ErrorResponse>`), so an injected error in the wrong one reaches the provider as `Unknown`.
+fn error_response(
+    version: &str,
+    status: StatusCode,
+    sender: bool,
+    code: &str,
+    message: &str,
+) -> Response<Full<Bytes>> {
+    let body = if version == EC2_VERSION {
+        format!(
+            "<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error>\
+             </Errors><RequestID>fault-proxy</RequestID></Response>"
         )
     } else {
-        (
-            StatusCode::BAD_REQUEST,
-            "<ErrorResponse><Error><Type>Sender</Type><Code>Throttling</Code><Message>Rate exceeded</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
+        let kind = if sender { "Sender" } else { "Receiver" };
+        format!(
+            "<ErrorResponse><Error><Type>{kind}</Type><Code>{code}</Code><Message>{message}\
+             </Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>"
         )
     };
-    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     response
 }
 
-fn unavailable_response() -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(
-        b"<ErrorResponse><Error><Type>Receiver</Type><Code>ServiceUnavailable</Code><Message>injected: the call took effect, its response was lost</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
-    )));
-    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    response
+fn throttle_response(version: &str) -> Response<Full<Bytes>> {
+    // EC2 and ELB use different codes and statuses for the same condition too.
+    if version == EC2_VERSION {
+        error_response(
+            version,
+            StatusCode::SERVICE_UNAVAILABLE,
+            true,
+            "RequestLimitExceeded",
+            "Request limit exceeded.",
+        )
+    } else {
+        error_response(
+            version,
+            StatusCode::BAD_REQUEST,
+            true,
+            "Throttling",
+            "Rate exceeded",
+        )
+    }
 }
 
-fn stop_response() -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(
-        b"<ErrorResponse><Error><Type>Sender</Type><Code>InjectedStop</Code><Message>injected: the caller stops here</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
-    )));
-    *response.status_mut() = StatusCode::BAD_REQUEST;
-    response
+fn unavailable_response(version: &str) -> Response<Full<Bytes>> {
+    let code = if version == EC2_VERSION {
+        "Unavailable"
+    } else {
+        "ServiceUnavailable"
+    };
+    error_response(
+        version,
+        StatusCode::SERVICE_UNAVAILABLE,
+        false,
+        code,
+        "injected: the call took effect, its response was lost",
+    )
 }
 
-fn refusal_response(code: &str) -> Response<Full<Bytes>> {
-    let body = format!(
-        "<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code><Message>injected: \
-         the request was refused</Message></Error><RequestId>fault-proxy</RequestId>\
-         </ErrorResponse>"
-    );
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = StatusCode::BAD_REQUEST;
-    response
+fn stop_response(version: &str) -> Response<Full<Bytes>> {
+    error_response(
+        version,
+        StatusCode::BAD_REQUEST,
+        true,
+        "InjectedStop",
+        "injected: the caller stops here",
+    )
+}
+
+fn refusal_response(version: &str, code: &str) -> Response<Full<Bytes>> {
+    error_response(
+        version,
+        StatusCode::BAD_REQUEST,
+        true,
+        code,
+        "injected: the request was refused",
+    )
 }
 
 /// What [`FaultPlan::Garble`] answers: the start of an XML document, cut off, then noise.
@@ -724,12 +765,19 @@ fn garbled_response() -> Response<Full<Bytes>> {
     )))
 }
 
-fn server_error_response() -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(
-        b"<ErrorResponse><Error><Type>Receiver</Type><Code>InternalFailure</Code><Message>injected</Message></Error><RequestId>fault-proxy</RequestId></ErrorResponse>",
-    )));
-    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    response
+fn server_error_response(version: &str) -> Response<Full<Bytes>> {
+    let code = if version == EC2_VERSION {
+        "InternalError"
+    } else {
+        "InternalFailure"
+    };
+    error_response(
+        version,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        false,
+        code,
+        "injected",
+    )
 }
 
 async fn proxy(
@@ -756,12 +804,16 @@ async fn proxy(
     let garble = matches!(plan, FaultPlan::Garble { action: a } if a.is_none_or(|a| a == action));
     let fault = match plan {
         FaultPlan::None | FaultPlan::LoseResponse(_) | FaultPlan::Garble { .. } => None,
-        FaultPlan::Refuse { action: a, code } => (a == action).then(|| refusal_response(code)),
-        FaultPlan::StopAfterMutations(_) => state.stop(&action).then(stop_response),
+        FaultPlan::Refuse { action: a, code } => {
+            (a == action).then(|| refusal_response(&version, code))
+        }
+        FaultPlan::StopAfterMutations(_) => state.stop(&action).then(|| stop_response(&version)),
         FaultPlan::ThrottleEvery(n) => {
             (n > 0 && count % n == 0).then(|| throttle_response(&version))
         }
-        FaultPlan::ServerErrorEvery(n) => (n > 0 && count % n == 0).then(server_error_response),
+        FaultPlan::ServerErrorEvery(n) => {
+            (n > 0 && count % n == 0).then(|| server_error_response(&version))
+        }
     };
     let lose = if fault.is_none() {
         state.lose(&action)
@@ -772,7 +824,7 @@ async fn proxy(
         seen.push(Seen {
             at: Instant::now(),
             action: action.clone(),
-            version,
+            version: version.clone(),
             injected: fault.is_some(),
             lost: lose.is_some() || garble,
         });
@@ -808,7 +860,7 @@ async fn proxy(
     }
     // The call reached moto (and took effect, if moto accepted it) before its answer is lost.
     match lose {
-        Some(LostAs::ServiceUnavailable) => return Ok(unavailable_response()),
+        Some(LostAs::ServiceUnavailable) => return Ok(unavailable_response(&version)),
         Some(LostAs::Dropped) => return Err(Dropped(action)),
         None => {}
     }

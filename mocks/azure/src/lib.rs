@@ -31,7 +31,6 @@ mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -40,7 +39,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use ipnet::{IpNet, Ipv4Net};
 use kube_lb_mock_support::server::lost_response;
-use kube_lb_mock_support::{MockServer, lock_shared};
+use kube_lb_mock_support::{MockServer, Shared, lock_shared};
 use serde_json::{Value, json};
 
 pub use error::ArmError;
@@ -242,7 +241,7 @@ pub struct MockArm {
     server: MockServer<State>,
 }
 
-kube_lb_mock_support::impl_mock_state!(State {
+kube_lb_mock_support::impl_mock_handle!(MockArm.server: State {
     journal: JournalEntry,
     faults: Fault
 });
@@ -276,51 +275,6 @@ impl MockArm {
     /// endpoint.
     pub fn url(&self) -> String {
         self.server.url().to_string()
-    }
-
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    /// Delays every later request (token requests included) by `per_request` before it is
-    /// answered (zero: no delay), so benchmarks see a cloud's round trip instead of loopback's.
-    pub fn set_latency(&self, per_request: std::time::Duration) {
-        self.server.set_latency(per_request);
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.server.lock()
-    }
-
-    /// Every request so far.
-    pub fn journal(&self) -> Vec<JournalEntry> {
-        self.server.journal()
-    }
-
-    /// Requests that may change state (PUT, PATCH, POST, DELETE; not token requests).
-    pub fn mutations(&self) -> Vec<JournalEntry> {
-        self.server.mutations()
-    }
-
-    /// Forgets the journal (e.g. before a resync whose calls are asserted).
-    pub fn clear_journal(&self) {
-        self.server.clear_journal();
-    }
-
-    /// Arms a fault.
-    pub fn inject(&self, fault: Fault) {
-        self.server.inject(fault);
-    }
-
-    /// Disarms every fault not yet fired.
-    pub fn clear_faults(&self) {
-        self.server.clear_faults();
-    }
-
-    /// Faults not yet fired.
-    pub fn pending_faults(&self) -> usize {
-        self.server.pending_faults()
     }
 
     /// Changes the number of `InProgress` polls for operations started from now on.
@@ -427,7 +381,7 @@ impl MockArm {
 }
 
 async fn handle(
-    AxumState(shared): AxumState<Arc<Mutex<State>>>,
+    AxumState(shared): AxumState<Shared<State>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,

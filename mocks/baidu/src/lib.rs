@@ -23,7 +23,6 @@ mod state;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -31,7 +30,7 @@ use axum::body::Bytes;
 use axum::extract::State as AxumState;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use kube_lb_mock_support::{MockServer, lock_shared};
+use kube_lb_mock_support::{MockServer, Shared, lock_shared};
 use serde_json::{Value, json};
 
 pub use state::{ApiError, Fault, JournalEntry, Quotas};
@@ -50,14 +49,6 @@ pub const SUBNET_ID: &str = "sbn-kubelb00001";
 pub const OTHER_SUBNET_ID: &str = "sbn-kubelb00002";
 /// The region the mock pretends to be.
 pub const REGION: &str = "bj";
-
-type Shared = Arc<Mutex<State>>;
-
-fn lock(state: &Shared) -> MutexGuard<'_, State> {
-    let mut guard = lock_shared(state);
-    guard.settle();
-    guard
-}
 
 /// Builds a [`MockBaidu`].
 #[derive(Debug)]
@@ -130,7 +121,7 @@ pub struct MockBaidu {
     server: MockServer<State>,
 }
 
-kube_lb_mock_support::impl_mock_state!(State {
+kube_lb_mock_support::impl_mock_handle!(MockBaidu.server: State {
     journal: JournalEntry,
     faults: Fault,
     settle: State::settle
@@ -161,40 +152,6 @@ impl MockBaidu {
     /// `http://127.0.0.1:PORT`: the endpoint for both BLB and EIP.
     pub fn endpoint(&self) -> String {
         self.server.url().to_string()
-    }
-
-    /// `127.0.0.1:PORT`.
-    pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.server.lock()
-    }
-
-    /// Every request so far.
-    pub fn journal(&self) -> Vec<JournalEntry> {
-        self.server.journal()
-    }
-
-    /// Requests that may change state, answered or refused.
-    pub fn mutations(&self) -> Vec<JournalEntry> {
-        self.server.mutations()
-    }
-
-    /// Forgets the journal.
-    pub fn clear_journal(&self) {
-        self.server.clear_journal();
-    }
-
-    /// Arms a fault.
-    pub fn inject(&self, fault: Fault) {
-        self.server.inject(fault);
-    }
-
-    /// Faults not yet fired.
-    pub fn pending_faults(&self) -> usize {
-        self.server.pending_faults()
     }
 
     /// Every BLB, as `DescribeLoadBalancers` shows it.
@@ -298,7 +255,7 @@ fn error_response(error: &ApiError, request_id: &str) -> Response {
 }
 
 async fn handle(
-    AxumState(shared): AxumState<Shared>,
+    AxumState(shared): AxumState<Shared<State>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -311,7 +268,8 @@ async fn handle(
     } else {
         serde_json::from_slice(&body).ok()
     };
-    let mut state = lock(&shared);
+    let mut state = lock_shared(&shared);
+    state.settle();
     let request_id = format!("mock-{:08x}", state.fresh_id());
     let outcome = (|| {
         auth::verify(

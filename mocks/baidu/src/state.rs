@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use kube_lb_mock_support::faults;
 use serde_json::{Value, json};
 
 /// An error answer in BCE's shape: `{"requestId", "code", "message"}` with an HTTP status.
@@ -109,6 +110,8 @@ impl Fault {
         self
     }
 }
+
+kube_lb_mock_support::impl_armed!(Fault { outcome: error: ApiError });
 
 /// Account limits the mock enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,26 +262,13 @@ impl State {
         id
     }
 
-    /// The armed fault for this request, consumed.
+    /// The error of the first armed fault matching this request, counted down by the shared
+    /// countdown (see [`faults::fire_first`]); `None` when no fault fires.
     pub fn take_fault(&mut self, method: &str, path: &str, query: &str) -> Option<ApiError> {
-        let index = self.faults.iter().position(|f| {
-            f.method
-                .as_deref()
-                .is_none_or(|m| m.eq_ignore_ascii_case(method))
-                && path.contains(&f.path_contains)
+        faults::fire_first(&mut self.faults, |f| {
+            faults::method_and_path_match(f.method.as_deref(), &f.path_contains, method, path)
                 && query.contains(&f.query_contains)
-        })?;
-        let fault = &mut self.faults[index];
-        if fault.skip > 0 {
-            fault.skip -= 1;
-            return None;
-        }
-        let error = fault.error.clone();
-        fault.times = fault.times.saturating_sub(1);
-        if fault.times == 0 {
-            self.faults.remove(index);
-        }
-        Some(error)
+        })
     }
 
     /// Refuses a change to a BLB that is missing or not `available` (`creating`, `updating`).
@@ -304,6 +294,96 @@ impl State {
         {
             blb.status = "updating";
             blb.busy_until = Some(Instant::now() + delay);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_with(faults: Vec<Fault>) -> State {
+        let mut state = State::new(Config {
+            keys: BTreeMap::new(),
+            clock_skew: Duration::ZERO,
+            create_delay: Duration::ZERO,
+            update_delay: Duration::ZERO,
+            eip_delay: Duration::ZERO,
+            quotas: Quotas::default(),
+            subnets: BTreeMap::new(),
+        });
+        state.faults = faults;
+        state
+    }
+
+    #[test]
+    fn armed_faults_match_method_path_and_query_then_count_down() {
+        let busy = ApiError::busy("try later");
+        let twice_after_one = Fault {
+            skip: 1,
+            ..Fault::respond("put", "/v1/blb/", 2, busy.clone())
+        };
+        type Request = (&'static str, &'static str, &'static str);
+        // (name, armed, requests as (method, path, query), codes answered, faults left)
+        type Case = (
+            &'static str,
+            Vec<Fault>,
+            Vec<Request>,
+            Vec<Option<&'static str>>,
+            usize,
+        );
+        let cases: [Case; 4] = [
+            (
+                "method compared without case, path by substring",
+                vec![Fault::respond("post", "/v1/eip", 1, busy.clone())],
+                vec![
+                    ("GET", "/v1/eip", ""),
+                    ("POST", "/v1/eip/1", ""),
+                    ("POST", "/v1/eip", ""),
+                ],
+                vec![None, Some("OperationDenied"), None],
+                0,
+            ),
+            (
+                "query substring must match too",
+                vec![Fault::respond("PUT", "/v1/eip/", 1, busy.clone()).with_query("bind")],
+                vec![
+                    ("PUT", "/v1/eip/1", "unbind="),
+                    ("PUT", "/v1/eip/1", "resize="),
+                ],
+                vec![Some("OperationDenied"), None],
+                0,
+            ),
+            (
+                "skip lets one through, then fires twice",
+                vec![twice_after_one],
+                vec![("PUT", "/v1/blb/a", ""); 4],
+                vec![None, Some("OperationDenied"), Some("OperationDenied"), None],
+                0,
+            ),
+            (
+                "unmatched fault stays armed",
+                vec![Fault::respond("DELETE", "/v1/blb/", 1, busy.clone())],
+                vec![("GET", "/v1/blb/a", "")],
+                vec![None],
+                1,
+            ),
+        ];
+        for (name, faults, requests, want, left) in cases {
+            let mut state = state_with(faults);
+            let answered: Vec<Option<String>> = requests
+                .iter()
+                .map(|(method, path, query)| {
+                    state
+                        .take_fault(method, path, query)
+                        .map(|error| error.code)
+                })
+                .collect();
+            let want: Vec<Option<String>> = want
+                .into_iter()
+                .map(|code| code.map(str::to_string))
+                .collect();
+            assert_eq!((answered, state.faults.len()), (want, left), "{name}");
         }
     }
 }

@@ -26,8 +26,6 @@ pub mod validate;
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -36,7 +34,7 @@ use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use ipnet::Ipv4Net;
 use kube_lb_mock_support::server::lost_response;
-use kube_lb_mock_support::{MockServer, lock_shared};
+use kube_lb_mock_support::{MockServer, Shared, lock_shared};
 use serde_json::Value;
 
 pub use error::ApiError;
@@ -225,7 +223,7 @@ pub struct MockGce {
     server: MockServer<Store>,
 }
 
-kube_lb_mock_support::impl_mock_state!(Store {
+kube_lb_mock_support::impl_mock_handle!(MockGce.server: Store {
     journal: JournalEntry,
     faults: Fault
 });
@@ -251,46 +249,6 @@ impl MockGce {
         &self.region
     }
 
-    fn store(&self) -> MutexGuard<'_, Store> {
-        self.server.lock()
-    }
-
-    /// Every request received so far.
-    pub fn journal(&self) -> Vec<JournalEntry> {
-        self.server.journal()
-    }
-
-    /// Requests received after `seq` (exclusive start index into the journal).
-    pub fn journal_since(&self, seq: usize) -> Vec<JournalEntry> {
-        self.server.journal_since(seq)
-    }
-
-    /// The number of requests received so far (a mark for [`MockGce::journal_since`]).
-    pub fn journal_len(&self) -> usize {
-        self.server.journal_len()
-    }
-
-    /// Mutating requests received after `seq`.
-    pub fn mutations_since(&self, seq: usize) -> Vec<JournalEntry> {
-        self.server.mutations_since(seq)
-    }
-
-    /// Delays every later request by `per_request` before it is answered (zero: no delay), so
-    /// benchmarks see a cloud's round trip instead of loopback's.
-    pub fn set_latency(&self, per_request: Duration) {
-        self.server.set_latency(per_request);
-    }
-
-    /// Adds a fault.
-    pub fn inject(&self, fault: Fault) {
-        self.server.inject(fault);
-    }
-
-    /// Removes every fault.
-    pub fn clear_faults(&self) {
-        self.server.clear_faults();
-    }
-
     /// The next `times` requests (of any kind) answer 429 `rateLimitExceeded` with
     /// `Retry-After: retry_after_secs`.
     pub fn throttle(&self, times: u32, retry_after_secs: u64) {
@@ -305,7 +263,7 @@ impl MockGce {
 
     /// Stored resources of a collection (`forwardingRules`, `firewalls`, …), across scopes.
     pub fn resources(&self, collection: &str) -> Vec<Value> {
-        self.store().collection(collection)
+        self.lock().collection(collection)
     }
 
     /// One stored resource by collection and name (any scope).
@@ -328,7 +286,7 @@ impl MockGce {
 
     /// Instance names in an instance group, sorted; `None` if the group does not exist.
     pub fn group_members(&self, zone: &str, group: &str) -> Option<Vec<String>> {
-        self.store().group_members(zone, group).map(|members| {
+        self.lock().group_members(zone, group).map(|members| {
             members
                 .iter()
                 .filter_map(|m| m.rsplit('/').next().map(str::to_string))
@@ -339,17 +297,17 @@ impl MockGce {
     /// Adds a VM fixture at runtime (a node joining).
     pub fn add_instance(&self, zone: &str, name: &str, tags: &[&str]) {
         let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
-        self.store().add_instance(zone, name, &tags, None);
+        self.lock().add_instance(zone, name, &tags, None);
     }
 
     /// Removes a VM fixture at runtime (a node leaving).
     pub fn remove_instance(&self, zone: &str, name: &str) {
-        self.store().remove_instance(zone, name);
+        self.lock().remove_instance(zone, name);
     }
 }
 
 async fn serve(
-    State(state): State<Arc<Mutex<Store>>>,
+    State(state): State<Shared<Store>>,
     method: Method,
     uri: Uri,
     Query(query): Query<BTreeMap<String, String>>,

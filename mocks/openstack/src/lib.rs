@@ -32,7 +32,6 @@ mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
@@ -41,7 +40,7 @@ use axum::extract::{Query, State as AxumState};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use kube_lb_mock_support::faults;
-use kube_lb_mock_support::{MockServer, lock_shared};
+use kube_lb_mock_support::{MockServer, Shared, lock_shared};
 use serde_json::{Value, json};
 
 pub use state::{Fault, FaultAction, JournalEntry, Quotas};
@@ -226,7 +225,7 @@ pub struct MockOpenStack {
     server: MockServer<State>,
 }
 
-kube_lb_mock_support::impl_mock_state!(State {
+kube_lb_mock_support::impl_mock_handle!(MockOpenStack.server: State {
     journal: JournalEntry,
     faults: Fault,
     settle: State::settle
@@ -301,35 +300,6 @@ impl MockOpenStack {
              subnet-id = {PRIVATE_SUBNET_ID}\n",
             self.auth_url()
         )
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.server.lock()
-    }
-
-    /// Every request so far.
-    pub fn journal(&self) -> Vec<JournalEntry> {
-        self.server.journal()
-    }
-
-    /// Octavia/Neutron requests that may change state.
-    pub fn mutations(&self) -> Vec<JournalEntry> {
-        self.server.mutations()
-    }
-
-    /// Forgets the journal.
-    pub fn clear_journal(&self) {
-        self.server.clear_journal();
-    }
-
-    /// Arms a fault.
-    pub fn inject(&self, fault: Fault) {
-        self.server.inject(fault);
-    }
-
-    /// Faults not yet fired.
-    pub fn pending_faults(&self) -> usize {
-        self.server.pending_faults()
     }
 
     /// Changes the provisioning delay for changes made from now on.
@@ -491,7 +461,7 @@ struct Reply {
 }
 
 async fn handle(
-    AxumState(shared): AxumState<Arc<Mutex<State>>>,
+    AxumState(shared): AxumState<Shared<State>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,

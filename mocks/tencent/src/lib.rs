@@ -26,7 +26,6 @@ mod state;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -35,7 +34,7 @@ use axum::extract::State as AxumState;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use kube_lb_mock_support::faults;
-use kube_lb_mock_support::{MockServer, lock_shared};
+use kube_lb_mock_support::{MockServer, Shared, lock_shared};
 use serde_json::{Map, Value, json};
 
 pub use sign::{authorization_header, expected_signature, parse_authorization, utc_date};
@@ -114,7 +113,7 @@ pub struct MockTencent {
     server: MockServer<State>,
 }
 
-kube_lb_mock_support::impl_mock_state!(State {
+kube_lb_mock_support::impl_mock_handle!(MockTencent.server: State {
     journal: JournalEntry,
     faults: Fault,
     settle: State::settle
@@ -150,35 +149,6 @@ impl MockTencent {
     /// `127.0.0.1:PORT` (the `Host` clients sign).
     pub fn host(&self) -> String {
         self.server.addr().to_string()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.server.lock()
-    }
-
-    /// Every request so far.
-    pub fn journal(&self) -> Vec<JournalEntry> {
-        self.server.journal()
-    }
-
-    /// Requests of actions that may change state (answered or refused).
-    pub fn mutations(&self) -> Vec<JournalEntry> {
-        self.server.mutations()
-    }
-
-    /// Forgets the journal.
-    pub fn clear_journal(&self) {
-        self.server.clear_journal();
-    }
-
-    /// Arms a fault.
-    pub fn inject(&self, fault: Fault) {
-        self.server.inject(fault);
-    }
-
-    /// Faults not yet fired.
-    pub fn pending_faults(&self) -> usize {
-        self.server.pending_faults()
     }
 
     /// Changes the task delay for tasks started from now on.
@@ -402,7 +372,7 @@ fn authenticate(config: &state::Config, headers: &HeaderMap, body: &[u8]) -> Res
 }
 
 async fn handle(
-    AxumState(shared): AxumState<Arc<Mutex<State>>>,
+    AxumState(shared): AxumState<Shared<State>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,

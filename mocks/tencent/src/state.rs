@@ -245,6 +245,11 @@ impl LoadBalancer {
         Value::Object(lb)
     }
 
+    /// The listener `id`, or `InvalidParameter.ListenerIdNotFound`.
+    fn listener(&self, id: &str) -> Result<&Listener, ApiError> {
+        self.listeners.get(id).ok_or_else(|| listener_not_found(id))
+    }
+
     fn tag(&self, key: &str) -> Option<&str> {
         self.tags
             .iter()
@@ -452,6 +457,85 @@ fn optional_array<'a>(
     }
 }
 
+/// A required array, refused as missing with the short message the API gives for lists.
+fn required_array<'a>(body: &'a Map<String, Value>, key: &str) -> Result<&'a Vec<Value>, ApiError> {
+    optional_array(body, key)?.ok_or_else(|| {
+        ApiError::new(
+            "MissingParameter",
+            format!("The request is missing `{key}`."),
+        )
+    })
+}
+
+/// An optional array of strings (`LoadBalancerIds`, `ListenerIds`).
+fn optional_strings(body: &Map<String, Value>, key: &str) -> Result<Option<Vec<String>>, ApiError> {
+    optional_array(body, key)?
+        .map(|items| strings(items, key))
+        .transpose()
+}
+
+/// An optional object. Unlike the scalar parameters, an explicit `null` is refused as the
+/// wrong type (what the mock has always answered for `HealthCheck` and `InternetAccessible`).
+fn optional_object<'a>(
+    body: &'a Map<String, Value>,
+    key: &str,
+) -> Result<Option<&'a Map<String, Value>>, ApiError> {
+    body.get(key)
+        .map(|value| value.as_object().ok_or_else(|| invalid_type(key, "Object")))
+        .transpose()
+}
+
+/// One element of an array of structures (`Tags`, `Filters`, `Targets`); `what` names the
+/// array's type in the refusal (`Array of TagInfo`).
+fn element<'a>(item: &'a Value, key: &str, what: &str) -> Result<&'a Map<String, Value>, ApiError> {
+    item.as_object().ok_or_else(|| invalid_type(key, what))
+}
+
+/// An optional integer that, when given, must lie in `allowed`; the refusal says `rule`.
+fn optional_int_in(
+    body: &Map<String, Value>,
+    key: &str,
+    allowed: std::ops::RangeInclusive<i64>,
+    rule: &str,
+) -> Result<Option<i64>, ApiError> {
+    match optional_int(body, key)? {
+        Some(value) if !allowed.contains(&value) => Err(invalid_value(key, rule)),
+        value => Ok(value),
+    }
+}
+
+/// An enumerated string value; the refusal names the value given. `key` is the parameter's
+/// path as the API reports it (`InternetAccessible.InternetChargeType`).
+fn one_of<'a>(key: &str, value: &'a str, allowed: &[&str]) -> Result<&'a str, ApiError> {
+    if allowed.contains(&value) {
+        Ok(value)
+    } else {
+        Err(invalid_value(key, value))
+    }
+}
+
+/// A listener's `SessionExpireTime`: 0 (no persistence) or 30 to 3600 seconds.
+fn check_session_expire_time(body: &Map<String, Value>) -> Result<(), ApiError> {
+    match optional_int(body, "SessionExpireTime")? {
+        Some(expire) if expire != 0 && !(30..=3600).contains(&expire) => {
+            Err(invalid_value("SessionExpireTime", "must be 0 or 30-3600"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// How many targets one call may carry: 1 to `max`; `who_takes` names the action(s) and verb
+/// in the refusal (`RegisterTargets takes`).
+fn check_target_count(count: usize, max: usize, who_takes: &str) -> Result<(), ApiError> {
+    if count == 0 || count > max {
+        return Err(ApiError::new(
+            "LimitExceeded",
+            format!("{count} targets in one call; {who_takes} 1 to {max}."),
+        ));
+    }
+    Ok(())
+}
+
 fn invalid_type(key: &str, want: &str) -> ApiError {
     ApiError::new(
         "InvalidParameter",
@@ -569,12 +653,14 @@ impl State {
         );
     }
 
+    /// The CLB `id`, or `InvalidParameter.LBIdNotFound`.
+    fn load_balancer(&self, id: &str) -> Result<&LoadBalancer, ApiError> {
+        self.load_balancers.get(id).ok_or_else(|| lb_not_found(id))
+    }
+
     /// The CLB `id`, ready for a write: exists, not being created or busy.
     fn writable(&self, id: &str) -> Result<&LoadBalancer, ApiError> {
-        let lb = self
-            .load_balancers
-            .get(id)
-            .ok_or_else(|| lb_not_found(id))?;
+        let lb = self.load_balancer(id)?;
         if self.busy(id) {
             return Err(ApiError::new(
                 "FailedOperation.ResourceInOperating",
@@ -630,20 +716,13 @@ impl State {
                 "must be OPEN or INTERNAL",
             ));
         }
-        if let Some(forward) = optional_int(body, "Forward")?
-            && forward != 1
-        {
-            return Err(invalid_value(
-                "Forward",
-                "only 1 (application CLB) can be created; classic CLBs are no longer sold",
-            ));
-        }
-        if optional_int(body, "Number")?.is_some_and(|n| n != 1) {
-            return Err(invalid_value(
-                "Number",
-                "this mock creates one CLB per call",
-            ));
-        }
+        optional_int_in(
+            body,
+            "Forward",
+            1..=1,
+            "only 1 (application CLB) can be created; classic CLBs are no longer sold",
+        )?;
+        optional_int_in(body, "Number", 1..=1, "this mock creates one CLB per call")?;
         let vpc_id = optional_str(body, "VpcId")?
             .unwrap_or(&self.config.vpc_id)
             .to_string();
@@ -678,10 +757,7 @@ impl State {
             }
             _ => "203.0.113".to_string(),
         };
-        if let Some(access) = body.get("InternetAccessible") {
-            let Some(access) = access.as_object() else {
-                return Err(invalid_type("InternetAccessible", "Object"));
-            };
+        if let Some(access) = optional_object(body, "InternetAccessible")? {
             unknown_keys(
                 access,
                 &[
@@ -690,16 +766,16 @@ impl State {
                     "BandwidthpkgSubType",
                 ],
             )?;
-            if let Some(charge) = optional_str(access, "InternetChargeType")?
-                && !matches!(
-                    charge,
-                    "TRAFFIC_POSTPAID_BY_HOUR" | "BANDWIDTH_POSTPAID_BY_HOUR" | "BANDWIDTH_PACKAGE"
-                )
-            {
-                return Err(invalid_value(
+            if let Some(charge) = optional_str(access, "InternetChargeType")? {
+                one_of(
                     "InternetAccessible.InternetChargeType",
                     charge,
-                ));
+                    &[
+                        "TRAFFIC_POSTPAID_BY_HOUR",
+                        "BANDWIDTH_POSTPAID_BY_HOUR",
+                        "BANDWIDTH_PACKAGE",
+                    ],
+                )?;
             }
             if let Some(bandwidth) = optional_int(access, "InternetMaxBandwidthOut")?
                 && !(1..=2048).contains(&bandwidth)
@@ -710,10 +786,11 @@ impl State {
                 ));
             }
         }
-        let ip_version = optional_str(body, "AddressIPVersion")?.unwrap_or("IPV4");
-        if !matches!(ip_version, "IPV4" | "IPV6" | "IPv6FullChain") {
-            return Err(invalid_value("AddressIPVersion", ip_version));
-        }
+        let ip_version = one_of(
+            "AddressIPVersion",
+            optional_str(body, "AddressIPVersion")?.unwrap_or("IPV4"),
+            &["IPV4", "IPV6", "IPv6FullChain"],
+        )?;
         let name = optional_str(body, "LoadBalancerName")?.map(str::to_string);
         if name.as_ref().is_some_and(|n| n.chars().count() > 60) {
             return Err(ApiError::new(
@@ -723,9 +800,7 @@ impl State {
         }
         let mut tags = Vec::new();
         for tag in optional_array(body, "Tags")?.into_iter().flatten() {
-            let tag = tag
-                .as_object()
-                .ok_or_else(|| invalid_type("Tags", "Array of TagInfo"))?;
+            let tag = element(tag, "Tags", "Array of TagInfo")?;
             unknown_keys(tag, &["TagKey", "TagValue"])?;
             tags.push((
                 required_str(tag, "TagKey")?.to_string(),
@@ -809,22 +884,15 @@ impl State {
     }
 
     fn describe_load_balancers(&mut self, body: &Map<String, Value>) -> Reply {
-        let limit = optional_int(body, "Limit")?.unwrap_or(20);
-        if !(1..=100).contains(&limit) {
-            return Err(invalid_value("Limit", "must be between 1 and 100"));
-        }
+        let limit =
+            optional_int_in(body, "Limit", 1..=100, "must be between 1 and 100")?.unwrap_or(20);
         let offset = optional_int(body, "Offset")?.unwrap_or(0).max(0);
-        let ids = match optional_array(body, "LoadBalancerIds")? {
-            Some(items) => Some(strings(items, "LoadBalancerIds")?),
-            None => None,
-        };
+        let ids = optional_strings(body, "LoadBalancerIds")?;
         let kind = optional_str(body, "LoadBalancerType")?;
         let vpc = optional_str(body, "VpcId")?;
         let mut filters = Vec::new();
         for filter in optional_array(body, "Filters")?.into_iter().flatten() {
-            let filter = filter
-                .as_object()
-                .ok_or_else(|| invalid_type("Filters", "Array of Filter"))?;
+            let filter = element(filter, "Filters", "Array of Filter")?;
             let name = required_str(filter, "Name")?.to_string();
             let values = strings(
                 optional_array(filter, "Values")?
@@ -877,15 +945,7 @@ impl State {
         fail: Option<String>,
     ) -> Reply {
         unknown_keys(body, &["LoadBalancerIds", "ForceDelete"])?;
-        let ids = strings(
-            optional_array(body, "LoadBalancerIds")?.ok_or_else(|| {
-                ApiError::new(
-                    "MissingParameter",
-                    "The request is missing `LoadBalancerIds`.",
-                )
-            })?,
-            "LoadBalancerIds",
-        )?;
+        let ids = strings(required_array(body, "LoadBalancerIds")?, "LoadBalancerIds")?;
         if ids.len() != 1 {
             return Err(invalid_value(
                 "LoadBalancerIds",
@@ -943,15 +1003,13 @@ impl State {
         unknown_keys(body, CREATE_LISTENER_KEYS)?;
         let lb_id = required_str(body, "LoadBalancerId")?.to_string();
         let before = self.writable(&lb_id)?.clone();
-        let protocol = required_str(body, "Protocol")?.to_string();
-        if !matches!(
-            protocol.as_str(),
-            "TCP" | "UDP" | "HTTP" | "HTTPS" | "TCP_SSL" | "QUIC"
-        ) {
-            return Err(invalid_value("Protocol", &protocol));
-        }
-        let ports: Vec<i64> = optional_array(body, "Ports")?
-            .ok_or_else(|| ApiError::new("MissingParameter", "The request is missing `Ports`."))?
+        let protocol = one_of(
+            "Protocol",
+            required_str(body, "Protocol")?,
+            &["TCP", "UDP", "HTTP", "HTTPS", "TCP_SSL", "QUIC"],
+        )?
+        .to_string();
+        let ports: Vec<i64> = required_array(body, "Ports")?
             .iter()
             .map(|p| {
                 p.as_i64()
@@ -961,30 +1019,18 @@ impl State {
         if ports.is_empty() || ports.len() >= 50 {
             return Err(invalid_value("Ports", "must hold 1 to 49 ports"));
         }
-        let names = match optional_array(body, "ListenerNames")? {
-            Some(items) => strings(items, "ListenerNames")?,
-            None => Vec::new(),
-        };
+        let names = optional_strings(body, "ListenerNames")?.unwrap_or_default();
         if !names.is_empty() && names.len() != ports.len() {
             return Err(invalid_value(
                 "ListenerNames",
                 "must have one name per port",
             ));
         }
-        if let Some(expire) = optional_int(body, "SessionExpireTime")?
-            && expire != 0
-            && !(30..=3600).contains(&expire)
-        {
-            return Err(invalid_value("SessionExpireTime", "must be 0 or 30-3600"));
+        check_session_expire_time(body)?;
+        if let Some(scheduler) = optional_str(body, "Scheduler")? {
+            one_of("Scheduler", scheduler, &["WRR", "LEAST_CONN", "IP_HASH"])?;
         }
-        if let Some(scheduler) = optional_str(body, "Scheduler")?
-            && !matches!(scheduler, "WRR" | "LEAST_CONN" | "IP_HASH")
-        {
-            return Err(invalid_value("Scheduler", scheduler));
-        }
-        if body.get("HealthCheck").is_some_and(|h| !h.is_object()) {
-            return Err(invalid_type("HealthCheck", "Object"));
-        }
+        optional_object(body, "HealthCheck")?;
         let quota = self.config.quotas.listeners_per_load_balancer;
         if before.listeners.len() + ports.len() > quota {
             return Err(ApiError::new(
@@ -1050,15 +1096,8 @@ impl State {
     }
 
     fn describe_listeners(&mut self, body: &Map<String, Value>) -> Reply {
-        let lb_id = required_str(body, "LoadBalancerId")?;
-        let lb = self
-            .load_balancers
-            .get(lb_id)
-            .ok_or_else(|| lb_not_found(lb_id))?;
-        let ids = match optional_array(body, "ListenerIds")? {
-            Some(items) => Some(strings(items, "ListenerIds")?),
-            None => None,
-        };
+        let lb = self.load_balancer(required_str(body, "LoadBalancerId")?)?;
+        let ids = optional_strings(body, "ListenerIds")?;
         let protocol = optional_str(body, "Protocol")?;
         let port = optional_int(body, "Port")?;
         let listeners: Vec<Value> = lb
@@ -1085,18 +1124,9 @@ impl State {
         let lb_id = required_str(body, "LoadBalancerId")?.to_string();
         let listener_id = required_str(body, "ListenerId")?.to_string();
         let before = self.writable(&lb_id)?.clone();
-        if !before.listeners.contains_key(&listener_id) {
-            return Err(listener_not_found(&listener_id));
-        }
-        if let Some(expire) = optional_int(body, "SessionExpireTime")?
-            && expire != 0
-            && !(30..=3600).contains(&expire)
-        {
-            return Err(invalid_value("SessionExpireTime", "must be 0 or 30-3600"));
-        }
-        if body.get("HealthCheck").is_some_and(|h| !h.is_object()) {
-            return Err(invalid_type("HealthCheck", "Object"));
-        }
+        before.listener(&listener_id)?;
+        check_session_expire_time(body)?;
+        optional_object(body, "HealthCheck")?;
         if let Some(listener) = self
             .load_balancers
             .get_mut(&lb_id)
@@ -1147,16 +1177,14 @@ impl State {
         let before = self.writable(&lb_id)?.clone();
         let ids = if many {
             unknown_keys(body, &["LoadBalancerId", "ListenerIds"])?;
-            match optional_array(body, "ListenerIds")? {
-                Some(items) => strings(items, "ListenerIds")?,
-                None => before.listeners.keys().cloned().collect(),
-            }
+            optional_strings(body, "ListenerIds")?
+                .unwrap_or_else(|| before.listeners.keys().cloned().collect())
         } else {
             unknown_keys(body, &["LoadBalancerId", "ListenerId"])?;
             vec![required_str(body, "ListenerId")?.to_string()]
         };
-        if let Some(missing) = ids.iter().find(|id| !before.listeners.contains_key(*id)) {
-            return Err(listener_not_found(missing));
+        for id in &ids {
+            before.listener(id)?;
         }
         if let Some(lb) = self.load_balancers.get_mut(&lb_id) {
             for id in &ids {
@@ -1195,21 +1223,9 @@ impl State {
         let lb_id = required_str(body, "LoadBalancerId")?.to_string();
         let listener_id = required_str(body, "ListenerId")?.to_string();
         let before = self.writable(&lb_id)?.clone();
-        let Some(listener) = before.listeners.get(&listener_id) else {
-            return Err(listener_not_found(&listener_id));
-        };
-        let items = optional_array(body, "Targets")?.ok_or_else(|| {
-            ApiError::new("MissingParameter", "The request is missing `Targets`.")
-        })?;
-        if items.is_empty() || items.len() > 20 {
-            return Err(ApiError::new(
-                "LimitExceeded",
-                format!(
-                    "{} targets in one call; RegisterTargets takes 1 to 20.",
-                    items.len()
-                ),
-            ));
-        }
+        let listener = before.listener(&listener_id)?;
+        let items = required_array(body, "Targets")?;
+        check_target_count(items.len(), 20, "RegisterTargets takes")?;
         let targets = items
             .iter()
             .map(|t| parse_target(t, false).map(|(_, t)| t))
@@ -1238,18 +1254,8 @@ impl State {
         unknown_keys(body, &["LoadBalancerId", "Targets"])?;
         let lb_id = required_str(body, "LoadBalancerId")?.to_string();
         let mut lb = self.writable(&lb_id)?.clone();
-        let items = optional_array(body, "Targets")?.ok_or_else(|| {
-            ApiError::new("MissingParameter", "The request is missing `Targets`.")
-        })?;
-        if items.is_empty() || items.len() > 500 {
-            return Err(ApiError::new(
-                "LimitExceeded",
-                format!(
-                    "{} targets in one call; the batch actions take 1 to 500.",
-                    items.len()
-                ),
-            ));
-        }
+        let items = required_array(body, "Targets")?;
+        check_target_count(items.len(), 500, "the batch actions take")?;
         let mut by_listener: BTreeMap<String, Vec<Target>> = BTreeMap::new();
         for item in items {
             let (listener, target) = parse_target(item, true)?;
@@ -1279,15 +1285,8 @@ impl State {
     }
 
     fn describe_targets(&mut self, body: &Map<String, Value>) -> Reply {
-        let lb_id = required_str(body, "LoadBalancerId")?;
-        let lb = self
-            .load_balancers
-            .get(lb_id)
-            .ok_or_else(|| lb_not_found(lb_id))?;
-        let ids = match optional_array(body, "ListenerIds")? {
-            Some(items) => Some(strings(items, "ListenerIds")?),
-            None => None,
-        };
+        let lb = self.load_balancer(required_str(body, "LoadBalancerId")?)?;
+        let ids = optional_strings(body, "ListenerIds")?;
         if ids.as_ref().is_some_and(|ids| ids.len() > 20) {
             return Err(invalid_value(
                 "ListenerIds",
@@ -1328,9 +1327,7 @@ fn listener_not_found(id: &str) -> ApiError {
 
 /// One target object; with `batch`, also its `ListenerId`.
 fn parse_target(value: &Value, batch: bool) -> Result<(Option<String>, Target), ApiError> {
-    let target = value
-        .as_object()
-        .ok_or_else(|| invalid_type("Targets", "Array of Target"))?;
+    let target = element(value, "Targets", "Array of Target")?;
     let mut known = vec!["InstanceId", "EniIp", "Port", "Weight", "Tag"];
     if batch {
         known.extend(["ListenerId", "LocationId"]);
@@ -1414,4 +1411,231 @@ fn apply_targets(
     }
     bound.sort();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    /// What a helper answered: the value it read (as JSON) or the error code and message.
+    fn outcome<T: Into<Value>>(result: Result<T, ApiError>) -> Result<Value, (String, String)> {
+        result
+            .map(Into::into)
+            .map_err(|error| (error.code, error.message))
+    }
+
+    fn outcome_unit(result: Result<(), ApiError>) -> Result<Value, (String, String)> {
+        outcome(result.map(|()| Value::Null))
+    }
+
+    fn refused(code: &str, message: &str) -> Result<Value, (String, String)> {
+        Err((code.to_string(), message.to_string()))
+    }
+
+    #[test]
+    fn parameter_helpers_answer_with_the_api_codes() {
+        type Answer = Result<Value, (String, String)>;
+        type Check = fn(&Map<String, Value>) -> Answer;
+        let cases: Vec<(&str, Value, Check, Answer)> = vec![
+            (
+                "required string given",
+                json!({"LoadBalancerId": "lb-1"}),
+                |b| outcome(required_str(b, "LoadBalancerId")),
+                Ok(json!("lb-1")),
+            ),
+            (
+                "required string null is missing",
+                json!({"LoadBalancerId": null}),
+                |b| outcome(required_str(b, "LoadBalancerId")),
+                refused(
+                    "MissingParameter",
+                    "The request is missing a required parameter `LoadBalancerId`.",
+                ),
+            ),
+            (
+                "required string of the wrong type",
+                json!({"LoadBalancerId": 7}),
+                |b| outcome(required_str(b, "LoadBalancerId")),
+                refused(
+                    "InvalidParameter",
+                    "The type of parameter `LoadBalancerId` must be String.",
+                ),
+            ),
+            (
+                "required array absent",
+                json!({}),
+                |b| outcome(required_array(b, "Targets").cloned()),
+                refused("MissingParameter", "The request is missing `Targets`."),
+            ),
+            (
+                "required array of the wrong type",
+                json!({"Targets": "t"}),
+                |b| outcome(required_array(b, "Targets").cloned()),
+                refused(
+                    "InvalidParameter",
+                    "The type of parameter `Targets` must be Array.",
+                ),
+            ),
+            (
+                "optional strings absent",
+                json!({}),
+                |b| outcome(optional_strings(b, "ListenerIds")),
+                Ok(Value::Null),
+            ),
+            (
+                "optional strings given",
+                json!({"ListenerIds": ["a", "b"]}),
+                |b| outcome(optional_strings(b, "ListenerIds")),
+                Ok(json!(["a", "b"])),
+            ),
+            (
+                "optional strings with a number",
+                json!({"ListenerIds": ["a", 1]}),
+                |b| outcome(optional_strings(b, "ListenerIds")),
+                refused(
+                    "InvalidParameter",
+                    "The type of parameter `ListenerIds` must be Array of String.",
+                ),
+            ),
+            (
+                "optional object null is the wrong type",
+                json!({"HealthCheck": null}),
+                |b| outcome(optional_object(b, "HealthCheck").map(|o| o.cloned())),
+                refused(
+                    "InvalidParameter",
+                    "The type of parameter `HealthCheck` must be Object.",
+                ),
+            ),
+            (
+                "optional object absent",
+                json!({}),
+                |b| outcome(optional_object(b, "HealthCheck").map(|o| o.cloned())),
+                Ok(Value::Null),
+            ),
+            (
+                "element not an object",
+                json!({"Tags": [1]}),
+                |b| outcome(element(&b["Tags"][0], "Tags", "Array of TagInfo").cloned()),
+                refused(
+                    "InvalidParameter",
+                    "The type of parameter `Tags` must be Array of TagInfo.",
+                ),
+            ),
+            (
+                "integer in range",
+                json!({"Limit": 100}),
+                |b| {
+                    outcome(optional_int_in(
+                        b,
+                        "Limit",
+                        1..=100,
+                        "must be between 1 and 100",
+                    ))
+                },
+                Ok(json!(100)),
+            ),
+            (
+                "integer out of range",
+                json!({"Limit": 101}),
+                |b| {
+                    outcome(optional_int_in(
+                        b,
+                        "Limit",
+                        1..=100,
+                        "must be between 1 and 100",
+                    ))
+                },
+                refused(
+                    "InvalidParameterValue",
+                    "The value of `Limit` is invalid: must be between 1 and 100",
+                ),
+            ),
+            (
+                "integer of the wrong type",
+                json!({"Limit": "10"}),
+                |b| {
+                    outcome(optional_int_in(
+                        b,
+                        "Limit",
+                        1..=100,
+                        "must be between 1 and 100",
+                    ))
+                },
+                refused(
+                    "InvalidParameter",
+                    "The type of parameter `Limit` must be Integer.",
+                ),
+            ),
+            (
+                "enumerated value known",
+                json!({"Protocol": "UDP"}),
+                |b| {
+                    outcome(one_of(
+                        "Protocol",
+                        required_str(b, "Protocol").unwrap_or(""),
+                        &["TCP", "UDP"],
+                    ))
+                },
+                Ok(json!("UDP")),
+            ),
+            (
+                "enumerated value unknown names the value",
+                json!({"Protocol": "SCTP"}),
+                |b| {
+                    outcome(one_of(
+                        "Protocol",
+                        required_str(b, "Protocol").unwrap_or(""),
+                        &["TCP", "UDP"],
+                    ))
+                },
+                refused(
+                    "InvalidParameterValue",
+                    "The value of `Protocol` is invalid: SCTP",
+                ),
+            ),
+            (
+                "session expiry zero turns persistence off",
+                json!({"SessionExpireTime": 0}),
+                |b| outcome(check_session_expire_time(b).map(|()| Value::Null)),
+                Ok(Value::Null),
+            ),
+            (
+                "session expiry below 30",
+                json!({"SessionExpireTime": 29}),
+                |b| outcome(check_session_expire_time(b).map(|()| Value::Null)),
+                refused(
+                    "InvalidParameterValue",
+                    "The value of `SessionExpireTime` is invalid: must be 0 or 30-3600",
+                ),
+            ),
+            (
+                "too many targets",
+                json!({}),
+                |_| outcome_unit(check_target_count(21, 20, "RegisterTargets takes")),
+                refused(
+                    "LimitExceeded",
+                    "21 targets in one call; RegisterTargets takes 1 to 20.",
+                ),
+            ),
+            (
+                "no targets",
+                json!({}),
+                |_| outcome_unit(check_target_count(0, 500, "the batch actions take")),
+                refused(
+                    "LimitExceeded",
+                    "0 targets in one call; the batch actions take 1 to 500.",
+                ),
+            ),
+        ];
+        for (name, given, check, want) in cases {
+            assert_eq!(check(&body(given)), want, "{name}");
+        }
+    }
 }

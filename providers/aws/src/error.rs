@@ -20,6 +20,8 @@ const THROTTLING_CODES: &[&str] = &[
     "SlowDown",
     "EC2ThrottledException",
     "PriorRequestNotComplete",
+    // Classic ELB: a service it calls on the request's behalf (EC2) throttled it.
+    "DependencyThrottle",
 ];
 
 /// Codes of server-side failures that some endpoints (and moto) send with a 4xx status.
@@ -78,13 +80,20 @@ const USER_ERROR_CODES: &[&str] = &[
     "PolicyTypeNotFound",
     "PolicyNotFound",
     "SSLPolicyNotFound",
-    "ALPNPolicyNotSupported",
-    "InvalidSchemeException",
+    // The wire codes of the SDK's `ALPNPolicyNotSupportedException` and
+    // `InvalidSchemeException`: the code AWS sends is not the model's shape name.
+    "ALPNPolicyNotFound",
+    "InvalidScheme",
     "TooManyTags",
 ];
 
 /// Quota codes that do not follow the `TooMany*` / `*LimitExceeded` patterns.
-const QUOTA_CODES: &[&str] = &["LimitExceeded", "ResourceLimitExceeded"];
+const QUOTA_CODES: &[&str] = &[
+    "LimitExceeded",
+    "ResourceLimitExceeded",
+    // ELBv2: a target group is already used by as many load balancers as it may be.
+    "TargetGroupAssociationLimit",
+];
 
 /// Codes meaning the controller's AWS identity may not make the call.
 const PERMISSION_CODES: &[&str] = &[
@@ -395,6 +404,7 @@ mod tests {
             ("ThrottlingException", 400, "retryable", None),
             ("TooManyRequestsException", 429, "retryable", None),
             ("SlowDown", 503, "retryable", None),
+            ("DependencyThrottle", 400, "retryable", None),
             ("InternalError", 500, "retryable", None),
             ("InternalFailure", 400, "retryable", None),
             ("ServiceUnavailable", 503, "retryable", None),
@@ -437,6 +447,12 @@ mod tests {
             ("AddressLimitExceeded", 400, "environment", Some(env(Quota))),
             ("VpcLimitExceeded", 400, "environment", Some(env(Quota))),
             ("LimitExceeded", 400, "environment", Some(env(Quota))),
+            (
+                "TargetGroupAssociationLimit",
+                400,
+                "environment",
+                Some(env(Quota)),
+            ),
             // permission
             (
                 "UnauthorizedOperation",
@@ -548,7 +564,8 @@ mod tests {
             ("UnsupportedProtocol", 400, "user", None),
             ("PolicyTypeNotFound", 400, "user", None),
             ("SSLPolicyNotFound", 400, "user", None),
-            ("InvalidSchemeException", 400, "user", None),
+            ("InvalidScheme", 400, "user", None),
+            ("ALPNPolicyNotFound", 400, "user", None),
             ("TooManyTags", 400, "user", None),
             // unknown: retried with backoff, reported verbatim
             ("SomethingNew", 400, "internal", None),
@@ -570,6 +587,29 @@ mod tests {
                 converted.to_string().contains(code),
                 "{converted} names {code}"
             );
+        }
+    }
+
+    /// Throttling codes become `Throttled` (the Service's condition says `CloudThrottled`);
+    /// other passing failures stay `Retryable`.
+    #[test]
+    fn throttling_codes_become_throttled_errors() {
+        let cases = [
+            ("Throttling", 400, true),
+            ("RequestLimitExceeded", 503, true),
+            ("DependencyThrottle", 400, true),
+            ("TooManyRequestsException", 429, true),
+            ("InternalError", 500, false),
+            ("ServiceUnavailable", 503, false),
+        ];
+        for (code, status, throttled) in cases {
+            let converted = ProviderError::from(api(code, status));
+            assert_eq!(
+                matches!(converted, ProviderError::Throttled { .. }),
+                throttled,
+                "{code}: {converted:?}"
+            );
+            assert!(converted.is_transient(), "{code}");
         }
     }
 

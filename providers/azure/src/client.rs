@@ -187,6 +187,17 @@ impl fmt::Debug for ArmClient {
     }
 }
 
+/// What an ARM 404 answer means to a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnNotFound {
+    /// The resource is not there: the call returns `Ok(None)` (reads, and deletes of what is
+    /// already gone).
+    Absent,
+    /// The call failed, with ARM's code and message (a PUT whose resource group or parent
+    /// does not exist).
+    Failure,
+}
+
 /// The HTTP status of an SDK error that is an ARM answer.
 pub(crate) fn status_of(error: &azure_core::Error) -> Option<u16> {
     match error.kind() {
@@ -354,6 +365,23 @@ impl ArmClient {
         operation: &'static str,
         kind: CallKind,
         precondition: Option<Precondition>,
+        request: F,
+    ) -> Result<Option<T>, AzureError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = azure_core::Result<T>>,
+    {
+        self.call_with(operation, kind, precondition, OnNotFound::Absent, request)
+            .await
+    }
+
+    /// [`ArmClient::call`], with the meaning of a 404 chosen by the caller.
+    async fn call_with<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        kind: CallKind,
+        precondition: Option<Precondition>,
+        on_not_found: OnNotFound,
         mut request: F,
     ) -> Result<Option<T>, AzureError>
     where
@@ -372,12 +400,20 @@ impl ArmClient {
                     let (outcome, retry_after) = attempt.await;
                     let error = match outcome {
                         Ok(value) => return Ok(Ok(Some(value))),
-                        Err(error) if status_of(&error) == Some(404) => return Ok(Ok(None)),
+                        Err(error)
+                            if on_not_found == OnNotFound::Absent
+                                && status_of(&error) == Some(404) =>
+                        {
+                            return Ok(Ok(None));
+                        }
                         Err(error) => {
-                            if status_of(&error) == Some(429) {
+                            let error = classify(operation, error);
+                            // The same test the conversion to `ProviderError::Throttled` uses,
+                            // so the throttled counter and the Service's condition agree.
+                            if error.is_throttled() {
                                 self.api.record_throttled(operation);
                             }
-                            classify(operation, error)
+                            error
                         }
                     };
                     if !error.is_transient()
@@ -562,20 +598,27 @@ impl ArmClient {
         .await
     }
 
-    /// Issues a write; `None` when ARM answered 404.
+    /// Issues a write; `None` when ARM answered 404 and `on_not_found` says that means absent.
     async fn write<Fut>(
         &self,
         operation: &'static str,
         precondition: Option<Precondition>,
+        on_not_found: OnNotFound,
         mut send: impl FnMut() -> Fut,
     ) -> Result<Option<Started>, AzureError>
     where
         Fut: Future<Output = azure_core::Result<azure_core::Response>>,
     {
-        self.call(operation, CallKind::Mutate, precondition, || {
-            let request = send();
-            async move { started(request.await?).await }
-        })
+        self.call_with(
+            operation,
+            CallKind::Mutate,
+            precondition,
+            on_not_found,
+            || {
+                let request = send();
+                async move { started(request.await?).await }
+            },
+        )
         .await
     }
 
@@ -593,8 +636,15 @@ impl ArmClient {
         Fut: Future<Output = azure_core::Result<azure_core::Response>>,
         ReadFut: Future<Output = Result<Option<T>, AzureError>>,
     {
+        // A PUT answered 404 did not find what it builds on (ARM's `ResourceGroupNotFound`,
+        // `ParentResourceNotFound`): ARM's code and words are the diagnosis, so they are kept.
         let started = self
-            .write(operation, Some(Precondition::for_write(etag)), send)
+            .write(
+                operation,
+                Some(Precondition::for_write(etag)),
+                OnNotFound::Failure,
+                send,
+            )
             .await?
             .ok_or_else(|| missing_after_put(operation, name))?;
         self.wait(operation, &started).await?;
@@ -617,7 +667,10 @@ impl ArmClient {
         GoneFut: Future<Output = Result<bool, AzureError>>,
     {
         let precondition = etag.map(|etag| Precondition::IfMatch(etag.to_string()));
-        match self.write(operation, precondition, send).await? {
+        match self
+            .write(operation, precondition, OnNotFound::Absent, send)
+            .await?
+        {
             Some(started) => self.wait_deleted(operation, &started, gone).await,
             None => Ok(()),
         }

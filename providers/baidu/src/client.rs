@@ -155,6 +155,31 @@ fn client_token() -> String {
     format!("kube-lb-{:032x}", rand::random::<u128>())
 }
 
+/// A BCE error answer: `{"code", "message", "requestId"}` with its HTTP status. An answer
+/// without that body (a gateway's HTML page, an empty 503) keeps its status, so it is
+/// classified by status as the SDK does, and its request id from `x-bce-request-id`.
+fn error_from_answer(
+    operation: &'static str,
+    status: u16,
+    body: Option<Value>,
+    text: &str,
+    header_request_id: String,
+) -> BceError {
+    let field = |key: &str| {
+        body.as_ref()
+            .and_then(|b| b.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    BceError::Api {
+        operation,
+        status,
+        code: field("code").unwrap_or_default(),
+        message: field("message").unwrap_or_else(|| text.chars().take(200).collect()),
+        request_id: field("requestId").unwrap_or(header_request_id),
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Service {
     Blb,
@@ -311,35 +336,32 @@ impl BaiduClient {
             .await
             .map_err(|source| BceError::Transport { operation, source })?;
         let status = response.status().as_u16();
+        let header_request_id = response
+            .headers()
+            .get("x-bce-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
         let text = response
             .text()
             .await
             .map_err(|source| BceError::Transport { operation, source })?;
-        let value: Value = if text.trim().is_empty() {
-            json!({})
+        let parsed: Result<Value, _> = if text.trim().is_empty() {
+            Ok(json!({}))
         } else {
-            serde_json::from_str(&text).map_err(|e| BceError::Unexpected {
-                operation,
-                message: format!("HTTP {status}, not JSON ({e}): {text:.200}"),
-            })?
+            serde_json::from_str(&text)
         };
         if (200..300).contains(&status) {
-            return Ok(value);
+            return parsed.map_err(|e| BceError::Unexpected {
+                operation,
+                message: format!("HTTP {status}, not JSON ({e}): {text:.200}"),
+            });
         }
-        let field = |key: &str| {
-            value
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        Err(BceError::Api {
-            operation,
-            status,
-            code: field("code"),
-            message: field("message"),
-            request_id: field("requestId"),
-        })
+        let error = error_from_answer(operation, status, parsed.ok(), &text, header_request_id);
+        if error.is_throttled() {
+            self.api.record_throttled(operation);
+        }
+        Err(error)
     }
 
     fn decode<T: serde::de::DeserializeOwned>(
@@ -731,5 +753,69 @@ impl BaiduClient {
         )
         .await
         .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_answers_keep_bces_code_or_at_least_the_status() {
+        let bce = error_from_answer(
+            "blb:CreateLoadBalancer",
+            400,
+            Some(json!({"code": "QuotaExceeded", "message": "BLB quota", "requestId": "r1"})),
+            "",
+            "h1".into(),
+        );
+        match &bce {
+            BceError::Api {
+                status,
+                code,
+                message,
+                request_id,
+                ..
+            } => {
+                assert_eq!(
+                    (
+                        *status,
+                        code.as_str(),
+                        message.as_str(),
+                        request_id.as_str()
+                    ),
+                    (400, "QuotaExceeded", "BLB quota", "r1")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let gateway = error_from_answer(
+            "blb:DescribeLoadBalancers",
+            502,
+            None,
+            "<html>Bad Gateway</html>",
+            "h2".into(),
+        );
+        match &gateway {
+            BceError::Api {
+                status,
+                code,
+                message,
+                request_id,
+                ..
+            } => {
+                assert_eq!(
+                    (
+                        *status,
+                        code.as_str(),
+                        message.as_str(),
+                        request_id.as_str()
+                    ),
+                    (502, "", "<html>Bad Gateway</html>", "h2")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(kube_lb_provider_core::ProviderError::from(gateway).is_transient());
     }
 }

@@ -5,9 +5,11 @@
 //! | `SignatureDoesNotMatch`, `InvalidAccessKeyId`, `AccessDenied`, 401/403 | Environment / PermissionDenied | the keys are refused |
 //! | `RequestExpired` | Transient | the clock moved; re-signed and retried in place |
 //! | `QuotaExceeded` (and codes containing `Quota`) | Environment / Quota | an account limit |
+//! | `EipInUse` (also as `*.EipInUse`) | Environment / AddressInUse | the EIP is bound to something else |
 //! | `OperationDenied`, 409 on a BLB or EIP that is `creating`/`updating`/bound | Pending | waited out, then retried |
-//! | `NoSuchObject` / 404 | Stale | it vanished under us; the next pass reads afresh |
-//! | 429, `RequestLimitExceeded`, 5xx, transport failures | Transient | retried in place |
+//! | `NoSuchObject`, `ResourceNotFound` / 404 | Stale | it vanished under us; the next pass reads afresh |
+//! | 429, `RequestLimitExceeded` | Transient (counted as throttled) | the request rate; retried in place |
+//! | 5xx (also without a JSON body, from a gateway), transport failures | Transient | retried in place |
 //! | anything else | Unknown | reported with BCE's code and message, retried with backoff |
 
 use kube_lb_provider_core::error::Classification;
@@ -60,7 +62,8 @@ impl BceError {
 
     /// True when the object is gone.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, BceError::Api { status: 404, .. }) || self.code() == Some("NoSuchObject")
+        matches!(self, BceError::Api { status: 404, .. })
+            || matches!(self.code(), Some("NoSuchObject" | "ResourceNotFound"))
     }
 
     /// True for "busy": the BLB or EIP is in a transitional state.
@@ -81,8 +84,11 @@ impl BceError {
                     Classification::Transient
                 }
                 "OperationDenied" => Classification::Pending,
-                "NoSuchObject" => Classification::Stale,
+                "NoSuchObject" | "ResourceNotFound" => Classification::Stale,
                 c if c.contains("Quota") => Classification::Environment(EnvironmentCause::Quota),
+                c if c == "EipInUse" || c.ends_with(".EipInUse") => {
+                    Classification::Environment(EnvironmentCause::AddressInUse)
+                }
                 _ => match status {
                     429 | 500..=599 => Classification::Transient,
                     401 | 403 => Classification::Environment(EnvironmentCause::PermissionDenied),
@@ -166,6 +172,10 @@ mod tests {
             (409, "OperationDenied", "retryable"),
             (400, "QuotaExceeded", "environment"),
             (404, "NoSuchObject", "internal"),
+            (404, "ResourceNotFound", "internal"),
+            (400, "Eip.EipQuotaExceeded", "environment"),
+            (409, "EipInUse", "environment"),
+            (502, "", "retryable"),
             (400, "InappropriateJSON", "internal"),
         ];
         for (status, code, class) in cases {
@@ -178,6 +188,21 @@ mod tests {
         }
         assert!(api(409, "OperationDenied").is_busy());
         assert!(api(404, "NoSuchObject").is_not_found());
+        assert!(api(400, "ResourceNotFound").is_not_found());
+        assert!(api(400, "RequestLimitExceeded").is_throttled());
+        assert!(api(429, "").is_throttled());
+        assert!(!api(503, "ServiceUnavailable").is_throttled());
+        assert!(matches!(
+            ProviderError::from(api(400, "RequestLimitExceeded")),
+            ProviderError::Throttled { .. }
+        ));
+        assert!(matches!(
+            ProviderError::from(api(409, "EipInUse")),
+            ProviderError::Environment {
+                cause: EnvironmentCause::AddressInUse,
+                ..
+            }
+        ));
         assert!(!ProviderError::from(api(409, "OperationDenied")).is_transient());
         assert!(ProviderError::from(api(429, "RequestLimitExceeded")).is_transient());
     }

@@ -4,15 +4,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kube_lb_annotations::keys::baidu as annotation;
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, ChangeAction, CloudApi, EnvironmentCause, LoadBalancerIngress,
+    BackendNode, CallCounter, ChangeAction, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
-    RateLimit, RateLimits, RetryPolicy,
 };
 use serde_json::json;
 
@@ -21,53 +20,20 @@ use crate::config::{CloudConfig, Resolved};
 use crate::error::BceError;
 use crate::plan::{self, Desired, EipStep, Observed, Step};
 
-/// How patiently to wait for a BLB or EIP to leave a transitional state.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WaitSettings {
-    /// First pause.
-    pub first: Duration,
-    /// Longest pause (the pause doubles up to it).
-    pub max_interval: Duration,
-    /// Give up (a `Pending` error, retried by the controller) after this long.
-    pub timeout: Duration,
-}
+pub use kube_lb_provider_core::WaitSettings;
 
-impl Default for WaitSettings {
-    fn default() -> Self {
-        WaitSettings {
-            first: Duration::from_secs(1),
-            max_interval: Duration::from_secs(10),
-            timeout: Duration::from_secs(300),
-        }
-    }
-}
+/// Tunables apart from the cloud-config; rate limits are per API (`blb`, `eip`).
+/// [`BaiduProvider::default_options`] gives the production ones.
+pub type ProviderOptions = ClientOptions;
 
-/// Tunables apart from the cloud-config.
-#[derive(Debug, Clone)]
-pub struct ProviderOptions {
-    /// Waiting for `available`.
-    pub wait: WaitSettings,
-    /// In-place retry of transient failures.
-    pub retry: RetryPolicy,
-    /// Rate limits per API (`blb`, `eip`).
-    pub limits: RateLimits,
-    /// Per-request timeout.
-    pub request_timeout: Duration,
-    /// Counts every call.
-    pub counter: CallCounter,
-}
-
-impl Default for ProviderOptions {
-    fn default() -> Self {
-        ProviderOptions {
-            wait: WaitSettings::default(),
-            retry: RetryPolicy::default(),
-            limits: RateLimits::new(RateLimit::new(10, 20)),
-            request_timeout: Duration::from_secs(30),
-            counter: CallCounter::new(),
-        }
-    }
-}
+/// How patiently to wait for a BLB or EIP to leave a transitional state: the pause doubles
+/// from 1 s up to 10 s.
+const DEFAULT_WAIT: WaitSettings = WaitSettings {
+    first: Duration::from_secs(1),
+    factor: 2.0,
+    max_interval: Duration::from_secs(10),
+    timeout: Duration::from_secs(300),
+};
 
 /// The Baidu provider: BLB + EIP.
 #[derive(Debug, Clone)]
@@ -134,7 +100,7 @@ impl BaiduProvider {
         cluster: &str,
         options: ProviderOptions,
     ) -> Result<Self, ProviderError> {
-        let api = CloudApi::new("baidu", options.counter, options.limits, options.retry);
+        let api = options.cloud_api("baidu");
         let client = BaiduClient::new(
             config.credentials,
             &config.blb_endpoint,
@@ -149,6 +115,11 @@ impl BaiduProvider {
             subnet_id: config.subnet_id,
             wait: options.wait,
         })
+    }
+
+    /// The production options: Baidu's waiting pace and the shared client defaults.
+    pub fn default_options() -> ProviderOptions {
+        ProviderOptions::new(DEFAULT_WAIT)
     }
 
     /// Reads the cloud-config at `path` (required) and the environment.
@@ -175,7 +146,7 @@ impl BaiduProvider {
             cluster,
             ProviderOptions {
                 counter,
-                ..ProviderOptions::default()
+                ..Self::default_options()
             },
         )
     }
@@ -250,8 +221,7 @@ impl BaiduProvider {
 
     /// Polls until the BLB is `available`.
     async fn wait_available(&self, id: &str) -> Result<Blb, ProviderError> {
-        let started = Instant::now();
-        let mut pause = self.wait.first;
+        let mut waiting = self.wait.begin();
         loop {
             let blb = self
                 .client
@@ -275,18 +245,17 @@ impl BaiduProvider {
                         ),
                     ));
                 }
-                status if started.elapsed() >= self.wait.timeout => {
+                status if waiting.expired() => {
                     return Err(ProviderError::pending(
                         "blb:DescribeLoadBalancerDetail",
                         format!("BLB {id} still {status} after {:?}", self.wait.timeout),
                     ));
                 }
                 status => {
-                    tracing::debug!(blb = %id, status, ?pause, "waiting for BLB to become available")
+                    tracing::debug!(blb = %id, status, pause = ?waiting.pause(), "waiting for BLB to become available")
                 }
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(self.wait.max_interval);
+            waiting.sleep().await;
         }
     }
 
@@ -368,8 +337,7 @@ impl BaiduProvider {
     }
 
     async fn wait_eip(&self, ip: &str) -> Result<(), ProviderError> {
-        let started = Instant::now();
-        let mut pause = self.wait.first;
+        let mut waiting = self.wait.begin();
         loop {
             let status = self
                 .client
@@ -386,7 +354,7 @@ impl BaiduProvider {
                         source: None,
                     });
                 }
-                Some(status) if started.elapsed() >= self.wait.timeout => {
+                Some(status) if waiting.expired() => {
                     return Err(ProviderError::pending(
                         "eip:ListEips",
                         format!("EIP {ip} still {status}"),
@@ -394,8 +362,7 @@ impl BaiduProvider {
                 }
                 Some(_) => {}
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(self.wait.max_interval);
+            waiting.sleep().await;
         }
     }
 

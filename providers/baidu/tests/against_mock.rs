@@ -154,13 +154,12 @@ async fn internal_vpc_reports_the_blb_address_and_never_makes_an_eip() {
 
 #[tokio::test]
 async fn a_busy_blb_is_waited_for_not_reported() {
-    let cloud = MockBaidu::builder()
-        .create_delay(Duration::from_millis(300))
-        .update_delay(Duration::from_millis(50))
-        .start()
-        .await
-        .unwrap();
-    let h = harness_with(cloud).await;
+    let h = harness_on(
+        MockBaidu::builder()
+            .create_delay(Duration::from_millis(300))
+            .update_delay(Duration::from_millis(50)),
+    )
+    .await;
     let web = spec("web", UID, &[(80, "TCP", 30080), (443, "TCP", 30443)], &[]);
     h.provider.ensure(&web, &nodes(2)).await.unwrap();
     let id = h.cloud.blbs()[0]["blbId"].as_str().unwrap().to_string();
@@ -185,7 +184,7 @@ async fn a_busy_blb_is_waited_for_not_reported() {
 #[tokio::test]
 async fn delete_is_resumable_after_a_failure_half_way() {
     let h = harness().await;
-    let web = spec("web", UID, &[(80, "TCP", 30080)], &[]);
+    let web = web_spec(UID);
     h.provider.ensure(&web, &nodes(1)).await.unwrap();
     h.cloud.inject(Fault::respond(
         "DELETE",
@@ -277,7 +276,7 @@ async fn someone_elses_blb_under_our_name_is_left_alone() {
     let h = harness().await;
     h.cloud
         .seed_blb("CCE/SVC/c-test01/default/web", "another team's BLB");
-    let web = spec("web", UID, &[(80, "TCP", 30080)], &[]);
+    let web = web_spec(UID);
     let error = h.provider.ensure(&web, &nodes(1)).await.unwrap_err();
     assert!(error.to_string().contains("not this cluster's"), "{error}");
     h.provider.delete(&web.service).await.unwrap();
@@ -285,16 +284,11 @@ async fn someone_elses_blb_under_our_name_is_left_alone() {
     assert!(h.cloud.mutations().is_empty());
 }
 
-/// The EIP with address `ip`, as the mock lists it.
-fn eip_at(cloud: &MockBaidu, ip: &str) -> Option<serde_json::Value> {
-    cloud.eips().into_iter().find(|e| e["eip"] == ip)
-}
-
 #[tokio::test]
 async fn a_users_eip_is_bound_never_created_and_only_unbound_on_delete() {
     let h = harness().await;
     let ip = h.cloud.seed_eip("reserved-by-the-user");
-    let web = spec_with_ip("web", UID, &[(80, "TCP", 30080)], &[], Some(&ip));
+    let web = web_spec_at(UID, &ip);
     let status = h.provider.ensure(&web, &nodes(2)).await.unwrap();
 
     assert_eq!(status.ingress[0].ip.unwrap().to_string(), ip);
@@ -359,13 +353,7 @@ async fn a_users_eip_is_bound_never_created_and_only_unbound_on_delete() {
 #[tokio::test]
 async fn an_address_that_is_not_a_free_eip_is_a_user_error_with_nothing_built() {
     let h = harness().await;
-    let absent = spec_with_ip(
-        "web",
-        UID,
-        &[(80, "TCP", 30080)],
-        &[],
-        Some("106.12.200.200"),
-    );
+    let absent = web_spec_at(UID, "106.12.200.200");
     for error in [
         h.provider.ensure(&absent, &nodes(1)).await.unwrap_err(),
         h.provider
@@ -391,7 +379,7 @@ async fn an_address_that_is_not_a_free_eip_is_a_user_error_with_nothing_built() 
     let ip = h.cloud.seed_eip("theirs");
     h.provider.client().bind_eip(&ip, &other).await.unwrap();
     h.cloud.clear_journal();
-    let taken = spec_with_ip("web", UID, &[(80, "TCP", 30080)], &[], Some(&ip));
+    let taken = web_spec_at(UID, &ip);
     let error = h.provider.ensure(&taken, &nodes(1)).await.unwrap_err();
     assert!(matches!(error, ProviderError::User { .. }), "{error:?}");
     assert!(
@@ -405,13 +393,13 @@ async fn an_address_that_is_not_a_free_eip_is_a_user_error_with_nothing_built() 
 #[tokio::test]
 async fn switching_between_a_managed_eip_and_a_users_eip_releases_only_ours() {
     let h = harness().await;
-    let managed = spec("web", UID, &[(80, "TCP", 30080)], &[]);
+    let managed = web_spec(UID);
     h.provider.ensure(&managed, &nodes(1)).await.unwrap();
     let ours = h.cloud.eips()[0]["eip"].as_str().unwrap().to_string();
 
     // loadBalancerIP set: ours is unbound and released, the user's bound.
     let users = h.cloud.seed_eip("users");
-    let pinned = spec_with_ip("web", UID, &[(80, "TCP", 30080)], &[], Some(&users));
+    let pinned = web_spec_at(UID, &users);
     let status = h.provider.ensure(&pinned, &nodes(1)).await.unwrap();
     assert_eq!(status.ingress[0].ip.unwrap().to_string(), users);
     assert!(eip_at(&h.cloud, &ours).is_none(), "ours released");
@@ -446,13 +434,10 @@ async fn blbs_and_eips_built_by_cloud_provider_baiducloud_are_adopted_and_delete
     let built = build_upstream_state(
         &h.provider,
         CLUSTER,
-        &UpstreamService {
-            namespace: "default".into(),
-            name: "web".into(),
-            ports: vec![("TCP", 80, 30080), ("UDP", 53, 30053)],
-            instances: vec!["i-node0001".into(), "i-node0002".into()],
-            public: true,
-        },
+        &UpstreamService::public_web(
+            &[("TCP", 80, 30080), ("UDP", 53, 30053)],
+            &["i-node0001", "i-node0002"],
+        ),
     )
     .await;
     let web = spec("web", UID, &[(80, "TCP", 30080), (53, "UDP", 30053)], &[]);
@@ -503,16 +488,12 @@ async fn a_no_op_resync_reads_three_times_per_service_whatever_the_count() {
     // Per Service: DescribeLoadBalancers (by exact name), DescribeAllListeners (TCP and UDP in
     // one list) and DescribeBackendServers. The bound EIP is not read again: the BLB's own `publicIp` and its EIP
     // mark say it is the Service's (a user's loadBalancerIP is compared with `publicIp`).
-    let cloud = MockBaidu::builder()
-        .quotas(Quotas {
-            blbs: 60,
-            eips: 60,
-            ..Quotas::default()
-        })
-        .start()
-        .await
-        .unwrap();
-    let h = harness_with(cloud).await;
+    let h = harness_on(MockBaidu::builder().quotas(Quotas {
+        blbs: 60,
+        eips: 60,
+        ..Quotas::default()
+    }))
+    .await;
     for count in [1usize, 10, 40] {
         let specs: Vec<_> = (0..count)
             .map(|i| {
@@ -559,13 +540,7 @@ async fn a_users_eip_under_a_blb_upstream_marked_is_only_unbound() {
     let built = build_upstream_state(
         &h.provider,
         CLUSTER,
-        &UpstreamService {
-            namespace: "default".into(),
-            name: "web".into(),
-            ports: vec![("TCP", 80, 30080)],
-            instances: vec!["i-node0001".into()],
-            public: true,
-        },
+        &UpstreamService::public_web(&[("TCP", 80, 30080)], &["i-node0001"]),
     )
     .await;
     let upstreams = built.eip.unwrap();
@@ -575,7 +550,7 @@ async fn a_users_eip_under_a_blb_upstream_marked_is_only_unbound() {
     let users = h.cloud.seed_eip("reserved-by-hand");
     client.bind_eip(&users, &built.blb_id).await.unwrap();
 
-    let web = spec("web", UID, &[(80, "TCP", 30080)], &[]);
+    let web = web_spec(UID);
     let planned: Vec<String> = h
         .provider
         .plan_delete(&web.service)

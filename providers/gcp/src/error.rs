@@ -49,15 +49,47 @@ pub struct Failure {
 
 impl Failure {
     /// From a client error (HTTP status, headers and the GCE error body).
+    ///
+    /// The client parses GCE's JSON error body itself when it can (`{error: {code, message,
+    /// errors: [{reason, …}]}}` becomes a status whose details carry each `reason`), and keeps
+    /// the raw body only when it cannot; a retry wrapper hides the answer one level down. All
+    /// three are read here, so a decision by `reason` (throttling answered with 403, quota,
+    /// "already a member") does not depend on which shape the client chose.
     pub fn from_client(error: &google_cloud_compute_v1::Error) -> Failure {
-        let status = error.http_status_code();
-        let retry_after = error
+        let answer = answered(error);
+        let status = answer.http_status_code();
+        let retry_after = answer
             .http_headers()
             .and_then(|h| h.get("retry-after"))
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let body: Option<serde_json::Value> = error
+        if let Some(parsed) = answer.status() {
+            let reason = parsed
+                .details
+                .iter()
+                .find_map(|detail| match detail {
+                    google_cloud_gax::error::rpc::StatusDetails::ErrorInfo(info)
+                        if !info.reason.is_empty() =>
+                    {
+                        Some(info.reason.clone())
+                    }
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let message = if parsed.message.is_empty() {
+                error.to_string()
+            } else {
+                parsed.message.clone()
+            };
+            return Failure {
+                status,
+                reason,
+                message,
+                retry_after,
+            };
+        }
+        let body: Option<serde_json::Value> = answer
             .http_payload()
             .and_then(|p| serde_json::from_slice(p).ok());
         let detail = body.as_ref().and_then(|b| b.pointer("/error/errors/0"));
@@ -158,6 +190,20 @@ pub enum Class {
     User,
     /// Anything else: retried with backoff, reported as is.
     Unknown,
+}
+
+/// The error that carries GCE's answer: `error` itself, or the one a retry wrapper holds.
+fn answered(error: &google_cloud_compute_v1::Error) -> &google_cloud_compute_v1::Error {
+    let mut current = error;
+    while current.status().is_none() && current.http_status_code().is_none() {
+        match std::error::Error::source(current)
+            .and_then(|inner| inner.downcast_ref::<google_cloud_compute_v1::Error>())
+        {
+            Some(inner) => current = inner,
+            None => break,
+        }
+    }
+    current
 }
 
 /// `reason` values (synchronous errors) and operation error `code`s meaning a quota is used up.

@@ -538,6 +538,34 @@ async fn throttling_is_retried_after_retry_after() {
 }
 
 #[tokio::test]
+async fn throttling_answered_with_403_is_told_from_a_permission_error_by_its_reason() {
+    // GCE refuses a project's excess request rate with 403 `rateLimitExceeded`, the status it
+    // also uses for a missing permission: only the reason in the body tells them apart, so it
+    // must reach the classification whatever shape the client parsed the body into.
+    let env = env().await;
+    env.gce.inject(
+        Fault::on(
+            "*",
+            ".",
+            FaultResponse::Http(ApiError::new(
+                403,
+                "rateLimitExceeded",
+                "Rate Limit Exceeded",
+            )),
+        )
+        .times(1),
+    );
+    let status = env
+        .provider
+        .ensure(&svc(UID).spec(), &two_nodes())
+        .await
+        .unwrap();
+    assert!(status.ingress[0].ip.is_some());
+    let counted: u64 = env.provider.calls().throttled().values().sum();
+    assert_eq!(counted, 1, "{:?}", env.provider.calls().throttled());
+}
+
+#[tokio::test]
 async fn quota_exhaustion_is_an_environment_error() {
     let env = env_with(nodes_builder().quota("FORWARDING_RULES", 0)).await;
     let error = env

@@ -347,11 +347,12 @@ impl OpenStackClient {
                     .text()
                     .await
                     .map_err(|source| OpenStackError::Transport { operation, source })?;
-                if status.as_u16() == 429 {
-                    api.record_throttled(operation);
-                }
                 if !status.is_success() {
-                    return Err(api_error(operation, status.as_u16(), &text));
+                    let error = api_error(operation, status.as_u16(), &text);
+                    if error.is_throttled() {
+                        api.record_throttled(operation);
+                    }
+                    return Err(error);
                 }
                 if text.trim().is_empty() {
                     return Ok(None);
@@ -832,7 +833,9 @@ fn decode<T: DeserializeOwned>(
         operation,
         message: "empty answer".into(),
     })?;
-    serde_json::from_value(document[key].take()).map_err(|e| OpenStackError::Unexpected {
+    // `get_mut`, not indexing: an answer that is not an object must be an error, not a panic.
+    let field = document.get_mut(key).map(Value::take).unwrap_or_default();
+    serde_json::from_value(field).map_err(|e| OpenStackError::Unexpected {
         operation,
         message: format!("answer's {key:?}: {e}"),
     })
@@ -854,12 +857,23 @@ fn api_error(operation: &'static str, status: u16, text: &str) -> OpenStackError
             })
         })
         .or_else(|| body["error"]["message"].as_str().map(str::to_string))
+        .or_else(|| nested_message(&body))
         .unwrap_or_else(|| text.chars().take(300).collect());
     OpenStackError::Api {
         operation,
         status,
         message,
     }
+}
+
+/// The `message` of the one object an OpenStack fault body wraps under its kind
+/// (`{"overLimit": {"code": 413, "message": …}}`, `{"itemNotFound": {…}}`): the shape rate
+/// limiters and other services put in front of the API use, read as openstacksdk reads it.
+fn nested_message(body: &Value) -> Option<String> {
+    body.as_object()?
+        .values()
+        .find_map(|inner| inner.get("message")?.as_str())
+        .map(str::to_string)
 }
 
 #[cfg(test)]
@@ -981,6 +995,10 @@ mod tests {
             (
                 r#"{"error": {"code": 401, "title": "Unauthorized", "message": "The request you have made requires authentication."}}"#,
                 "The request you have made requires authentication.",
+            ),
+            (
+                r#"{"overLimit": {"code": 413, "message": "This request was rate-limited.", "retryAfter": "2"}}"#,
+                "This request was rate-limited.",
             ),
             ("<html>bad gateway</html>", "<html>bad gateway</html>"),
         ];

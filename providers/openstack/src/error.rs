@@ -4,13 +4,14 @@
 //! |---|---|---|
 //! | 401 (after one re-authentication) | Environment / PermissionDenied | the credentials are refused |
 //! | 403, 409 or 413 mentioning a quota | Environment / Quota | Octavia says "Quota has been met" (403), Neutron `OverQuota` (409) |
+//! | 429, or 413 not about a quota | Transient (counted as throttled) | a rate limiter in front of the API (`overLimit`, "Rate limit exceeded") |
 //! | 403 | Environment / PermissionDenied | a policy forbids the call |
 //! | 409 "immutable" / `PENDING_*` / "Invalid state" | Pending | the load balancer is busy; waited on, then retried |
-//! | 409 `FloatingIPPortAlreadyAssociated`, `IpAddressAlreadyAllocated` | Environment / AddressInUse | someone else holds the address |
+//! | 409 `FloatingIPPortAlreadyAssociated`, `IpAddressAlreadyAllocated`, `IpAddressInUse` | Environment / AddressInUse | someone else holds the address |
 //! | other 409 | Stale | our picture is out of date; the next pass reads afresh |
 //! | 400/404 naming a subnet, network or port "not found" | Environment / MissingDependency | the configuration names something that does not exist |
 //! | 404 | Stale | the object vanished under us |
-//! | 429, 5xx, transport failures | Transient | retried in place |
+//! | 5xx, transport failures | Transient | retried in place |
 //! | anything else | Unknown | reported verbatim, retried with backoff |
 
 use kube_lb_provider_core::EnvironmentCause;
@@ -63,6 +64,16 @@ impl OpenStackError {
         self.status() == Some(404)
     }
 
+    /// True when the API (or the rate limiter in front of it) refused the request rate.
+    pub fn is_throttled(&self) -> bool {
+        match self {
+            OpenStackError::Api {
+                status, message, ..
+            } => is_rate_limited(*status, message),
+            _ => false,
+        }
+    }
+
     /// True for Octavia's "busy" answer: a change under a load balancer in `PENDING_*`.
     pub fn is_immutable(&self) -> bool {
         matches!(classify_error(self), Classification::Pending)
@@ -84,15 +95,27 @@ fn classify_error(error: &OpenStackError) -> Classification {
     }
 }
 
+fn mentions_quota(message: &str) -> bool {
+    let text = message.to_ascii_lowercase();
+    text.contains("quota")
+}
+
+/// True for an answer that refuses the request rate: 429, or 413 that is not about a quota
+/// (Nova-style `overLimit` from a rate limiter; a 413 quota answer is an account limit).
+pub fn is_rate_limited(status: u16, message: &str) -> bool {
+    status == 429 || (status == 413 && !mentions_quota(message))
+}
+
 /// Classifies an HTTP error status and the service's message (pure; see the module table).
 pub fn classify(status: u16, message: &str) -> Classification {
     let text = message.to_ascii_lowercase();
     let mentions = |words: &[&str]| words.iter().any(|w| text.contains(w));
     match status {
         401 => Classification::Environment(EnvironmentCause::PermissionDenied),
-        403 | 409 | 413 if mentions(&["quota", "overquota"]) => {
+        403 | 409 | 413 if mentions_quota(message) => {
             Classification::Environment(EnvironmentCause::Quota)
         }
+        _ if is_rate_limited(status, message) => Classification::Transient,
         403 => Classification::Environment(EnvironmentCause::PermissionDenied),
         409 if mentions(&["immutable", "pending_", "invalid state"]) => Classification::Pending,
         409 if mentions(&[
@@ -100,6 +123,7 @@ pub fn classify(status: u16, message: &str) -> Classification {
             "alreadyassociated",
             "already allocated",
             "alreadyallocated",
+            "ipaddressinuse",
         ]) =>
         {
             Classification::Environment(EnvironmentCause::AddressInUse)
@@ -112,7 +136,7 @@ pub fn classify(status: u16, message: &str) -> Classification {
             Classification::Environment(EnvironmentCause::MissingDependency)
         }
         404 => Classification::Stale,
-        429 | 500..=599 => Classification::Transient,
+        500..=599 => Classification::Transient,
         _ => Classification::Unknown,
     }
 }
@@ -131,8 +155,8 @@ impl From<OpenStackError> for ProviderError {
             other => other.to_string(),
         };
         match error.classification() {
-            // 429: the request rate was refused (the client counts it apart too).
-            Classification::Transient if error.status() == Some(429) => ProviderError::Throttled {
+            // The request rate was refused (the client counts it apart too).
+            Classification::Transient if error.is_throttled() => ProviderError::Throttled {
                 operation,
                 message,
                 source: Some(Box::new(error)),
@@ -224,6 +248,16 @@ mod tests {
                 Classification::Stale,
             ),
             (429, "Too Many Requests", Classification::Transient),
+            (
+                413,
+                "This request was rate-limited.",
+                Classification::Transient,
+            ),
+            (
+                409,
+                "Unable to complete operation for network n. The IP address 10.0.0.5 is in use. (IpAddressInUse)",
+                Classification::Environment(AddressInUse),
+            ),
             (500, "Internal Server Error", Classification::Transient),
             (503, "Service Unavailable", Classification::Transient),
             (
@@ -240,6 +274,34 @@ mod tests {
                 message: message.into(),
             });
             assert_eq!(error.retry(), want.retry(), "{status} {message}: {error}");
+        }
+    }
+
+    #[test]
+    fn only_rate_refusals_are_throttles() {
+        let cases = [
+            (429, "Too Many Requests", true),
+            (413, "This request was rate-limited.", true),
+            (413, "Quota exceeded for resources: ['floatingip'].", false),
+            (503, "Service Unavailable", false),
+            (
+                403,
+                "Policy does not allow this request to be performed.",
+                false,
+            ),
+        ];
+        for (status, message, throttled) in cases {
+            let error = OpenStackError::Api {
+                operation: "op",
+                status,
+                message: message.into(),
+            };
+            assert_eq!(error.is_throttled(), throttled, "{status} {message}");
+            assert_eq!(
+                matches!(ProviderError::from(error), ProviderError::Throttled { .. }),
+                throttled,
+                "{status} {message}"
+            );
         }
     }
 }

@@ -5,15 +5,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::ChangeAction;
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, CloudApi, EnvironmentCause, LoadBalancerIngress,
+    BackendNode, CallCounter, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
-    RateLimits, RetryPolicy,
 };
 
 use crate::client::OpenStackClient;
@@ -23,57 +22,20 @@ use crate::inventory::Inventory;
 use crate::model::{FloatingIp, LoadBalancer};
 use crate::plan::{self, AttachedFloatingIp, Desired, FloatingIpRecord, Observed, Ownership, Step};
 
+pub use kube_lb_provider_core::WaitSettings;
+
+/// Tunables apart from `cloud.conf`; rate limits are per service (`keystone`, `octavia`,
+/// `neutron`). [`OpenStackProvider::default_options`] gives the production ones.
+pub type ProviderOptions = ClientOptions;
+
 /// How patiently to wait for a load balancer to leave `PENDING_*`. Upstream polls from 1 s
 /// growing by 1.2× for about 270 s.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WaitSettings {
-    /// First pause.
-    pub first: Duration,
-    /// Growth per poll.
-    pub factor: f64,
-    /// Longest pause.
-    pub max_interval: Duration,
-    /// Give up (with a `Pending` error, retried by the controller) after this long.
-    pub timeout: Duration,
-}
-
-impl Default for WaitSettings {
-    fn default() -> Self {
-        WaitSettings {
-            first: Duration::from_secs(1),
-            factor: 1.2,
-            max_interval: Duration::from_secs(15),
-            timeout: Duration::from_secs(300),
-        }
-    }
-}
-
-/// Tunables apart from `cloud.conf`.
-#[derive(Debug, Clone)]
-pub struct ProviderOptions {
-    /// Waiting for `ACTIVE`.
-    pub wait: WaitSettings,
-    /// In-place retry of transient failures.
-    pub retry: RetryPolicy,
-    /// Rate limits per service (`keystone`, `octavia`, `neutron`).
-    pub limits: RateLimits,
-    /// Per-request timeout.
-    pub request_timeout: Duration,
-    /// Counts every call.
-    pub counter: CallCounter,
-}
-
-impl Default for ProviderOptions {
-    fn default() -> Self {
-        ProviderOptions {
-            wait: WaitSettings::default(),
-            retry: RetryPolicy::default(),
-            limits: RateLimits::new(kube_lb_provider_core::RateLimit::new(10, 20)),
-            request_timeout: Duration::from_secs(30),
-            counter: CallCounter::new(),
-        }
-    }
-}
+const DEFAULT_WAIT: WaitSettings = WaitSettings {
+    first: Duration::from_secs(1),
+    factor: 1.2,
+    max_interval: Duration::from_secs(15),
+    timeout: Duration::from_secs(300),
+};
 
 /// The OpenStack provider: Octavia load balancers, Neutron floating IPs.
 #[derive(Debug, Clone)]
@@ -98,7 +60,7 @@ impl OpenStackProvider {
         cluster: &str,
         options: ProviderOptions,
     ) -> Result<Self, ProviderError> {
-        let api = CloudApi::new("openstack", options.counter, options.limits, options.retry);
+        let api = options.cloud_api("openstack");
         let client = OpenStackClient::new(config.global.clone(), api, options.request_timeout)?;
         Ok(OpenStackProvider {
             client: Arc::new(client),
@@ -107,6 +69,11 @@ impl OpenStackProvider {
             wait: options.wait,
             inventory: Arc::new(Inventory::new(DEFAULT_LISTING_REFRESH)),
         })
+    }
+
+    /// The production options: OpenStack's waiting pace and the shared client defaults.
+    pub fn default_options() -> ProviderOptions {
+        ProviderOptions::new(DEFAULT_WAIT)
     }
 
     /// Reuses one project listing for `refresh` across the Services of a resync wave
@@ -139,7 +106,7 @@ impl OpenStackProvider {
             cluster,
             ProviderOptions {
                 counter,
-                ..ProviderOptions::default()
+                ..Self::default_options()
             },
         )
     }
@@ -255,8 +222,7 @@ impl OpenStackProvider {
 
     /// Polls until the load balancer is `ACTIVE` and returns it as last read.
     async fn wait_active(&self, lb_id: &str) -> Result<LoadBalancer, ProviderError> {
-        let started = Instant::now();
-        let mut pause = self.wait.first;
+        let mut waiting = self.wait.begin();
         loop {
             let lb =
                 self.client
@@ -280,7 +246,7 @@ impl OpenStackProvider {
                     ));
                 }
                 status => {
-                    if started.elapsed() >= self.wait.timeout {
+                    if waiting.expired() {
                         return Err(ProviderError::pending(
                             "octavia:GetLoadBalancer",
                             format!(
@@ -289,20 +255,18 @@ impl OpenStackProvider {
                             ),
                         ));
                     }
-                    tracing::debug!(lb = %lb_id, status, ?pause, "waiting for load balancer to become ACTIVE");
+                    tracing::debug!(lb = %lb_id, status, pause = ?waiting.pause(), "waiting for load balancer to become ACTIVE");
                 }
             }
-            tokio::time::sleep(pause).await;
-            pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+            waiting.sleep().await;
         }
     }
 
     /// Polls until the load balancer is gone.
     async fn wait_deleted(&self, lb_id: &str) -> Result<(), ProviderError> {
-        let started = Instant::now();
-        let mut pause = self.wait.first;
+        let mut waiting = self.wait.begin();
         while let Some(lb) = self.client.load_balancer(lb_id).await? {
-            if started.elapsed() >= self.wait.timeout {
+            if waiting.expired() {
                 return Err(ProviderError::pending(
                     "octavia:DeleteLoadBalancer",
                     format!(
@@ -311,8 +275,7 @@ impl OpenStackProvider {
                     ),
                 ));
             }
-            tokio::time::sleep(pause).await;
-            pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+            waiting.sleep().await;
         }
         Ok(())
     }

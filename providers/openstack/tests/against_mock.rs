@@ -652,7 +652,7 @@ async fn an_unreadable_ca_file_is_named_at_start_up() {
     let error = kube_lb_provider_openstack::OpenStackProvider::new(
         config,
         "kubernetes",
-        kube_lb_provider_openstack::ProviderOptions::default(),
+        kube_lb_provider_openstack::OpenStackProvider::default_options(),
     )
     .unwrap_err()
     .to_string();

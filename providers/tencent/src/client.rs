@@ -309,14 +309,32 @@ impl ClbClient {
                         action: name,
                         source,
                     })?;
-                let document: Value = serde_json::from_str(&text).map_err(|e| {
-                    unexpected(action, format!("HTTP {status}: answer is not JSON ({e})"))
-                })?;
-                let Some(Value::Object(mut reply)) = document.get("Response").cloned() else {
-                    return Err(unexpected(
-                        action,
-                        format!("HTTP {status}: no `Response` in the answer"),
-                    ));
+                let envelope = serde_json::from_str::<Value>(&text)
+                    .map_err(|e| format!("answer is not JSON ({e})"))
+                    .and_then(
+                        |mut document| match document.get_mut("Response").map(Value::take) {
+                            Some(Value::Object(reply)) => Ok(reply),
+                            _ => Err("no `Response` in the answer".to_string()),
+                        },
+                    );
+                let mut reply = match envelope {
+                    Ok(reply) => reply,
+                    // The API answers its errors with 200 and an envelope; an error status
+                    // without one comes from a gateway in front of it.
+                    Err(_) if !status.is_success() => {
+                        let error = TencentError::Gateway {
+                            action: name,
+                            status: status.as_u16(),
+                            message: text.chars().take(200).collect(),
+                        };
+                        if error.is_throttled() {
+                            api.record_throttled(name);
+                        }
+                        return Err(error);
+                    }
+                    Err(problem) => {
+                        return Err(unexpected(action, format!("HTTP {status}: {problem}")));
+                    }
                 };
                 let request_id = reply
                     .remove("RequestId")

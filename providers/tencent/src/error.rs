@@ -4,12 +4,13 @@
 //! |---|---|---|
 //! | `RequestLimitExceeded*`, `FailedOperation.RateLimitExceeded` | Transient (counted as throttled) | the account's request rate; retried in place after the shared limiter |
 //! | `InternalError*`, `ResourceUnavailable*`, transport failures | Transient | the cloud's side, retried in place |
-//! | `FailedOperation.ResourceInOperating` | Pending | another task runs on the CLB; the provider waits and retries |
+//! | HTTP 5xx/429 without a `Response` envelope | Transient (429: counted as throttled) | a gateway in front of the API answered, not the API (the SDK calls it `ServerNetworkError` and retries it) |
+//! | `FailedOperation.ResourceInOperating`, `FailedOperation.ResourceInCloning`, `FailedOperation.InvalidLBStatus` | Pending | another task runs on the CLB, or it is not yet in a state that takes the change; the provider waits and retries |
 //! | `AuthFailure*`, `UnauthorizedOperation*` | Environment / PermissionDenied | the credentials or the CAM policy |
-//! | `LimitExceeded*`, `ResourceInsufficient*` | Environment / Quota | a region or CLB quota |
+//! | `LimitExceeded*`, `ResourceInsufficient*`, `ResourcesSoldOut*` | Environment / Quota | a region or CLB quota, or no capacity left in the zone |
 //! | `InvalidParameter.SubnetIdNotFound`, `InvalidParameter.VpcIdNotFound` | Environment / MissingDependency | the configuration names what does not exist |
 //! | `InvalidParameter.PortCheckFailed` | Environment / AddressInUse | a listener of someone else holds the port |
-//! | `InvalidParameter.LBIdNotFound`, `InvalidParameter.ListenerIdNotFound` | Stale | the object vanished under us |
+//! | `InvalidParameter.LBIdNotFound`, `InvalidParameter.ListenerIdNotFound`, `ResourceNotFound` | Stale | the object vanished under us |
 //! | `UnknownParameter*`, `InvalidParameterValue*` on create calls | User | the Service's extensiveParameters / listenerParameters |
 //! | anything else | Unknown | reported verbatim, retried with backoff |
 
@@ -40,6 +41,17 @@ pub enum TencentError {
         #[source]
         source: reqwest::Error,
     },
+    /// An HTTP error status without the API's `Response` envelope: a gateway or load
+    /// balancer in front of the API answered (the API itself answers errors with HTTP 200).
+    #[error("{action}: HTTP {status}: {message}")]
+    Gateway {
+        /// The action.
+        action: &'static str,
+        /// The HTTP status.
+        status: u16,
+        /// The start of the body.
+        message: String,
+    },
     /// An answer kube-lb cannot use.
     #[error("{action}: {message}")]
     Unexpected {
@@ -61,26 +73,31 @@ impl TencentError {
 
     /// True when the CLB (or listener) does not exist.
     pub fn is_not_found(&self) -> bool {
-        matches!(
-            self.code(),
-            Some("InvalidParameter.LBIdNotFound" | "InvalidParameter.ListenerIdNotFound")
-        )
+        self.code().is_some_and(is_not_found_code)
     }
 
-    /// True when another task runs on the CLB.
+    /// True when another task runs on the CLB, or it is not yet in a state that takes the
+    /// change.
     pub fn is_busy(&self) -> bool {
-        self.code() == Some("FailedOperation.ResourceInOperating")
+        self.code().is_some_and(is_busy_code)
     }
 
-    /// True when the cloud refused the request rate.
+    /// True when the cloud (or the gateway in front of it) refused the request rate.
     pub fn is_throttled(&self) -> bool {
-        self.code().is_some_and(is_throttle_code)
+        match self {
+            TencentError::Gateway { status, .. } => *status == 429,
+            _ => self.code().is_some_and(is_throttle_code),
+        }
     }
 
     /// Where this error falls in the shared taxonomy.
     pub fn classification(&self) -> Classification {
         match self {
             TencentError::Api { action, code, .. } => classify(action, code),
+            TencentError::Gateway { status, .. } => match status {
+                429 | 500..=599 => Classification::Transient,
+                _ => Classification::Unknown,
+            },
             TencentError::Transport { .. } => Classification::Transient,
             TencentError::Unexpected { .. } => Classification::Unknown,
         }
@@ -91,27 +108,41 @@ fn is_throttle_code(code: &str) -> bool {
     code.starts_with("RequestLimitExceeded") || code == "FailedOperation.RateLimitExceeded"
 }
 
+fn is_busy_code(code: &str) -> bool {
+    matches!(
+        code,
+        "FailedOperation.ResourceInOperating"
+            | "FailedOperation.ResourceInCloning"
+            | "FailedOperation.InvalidLBStatus"
+    )
+}
+
+fn is_not_found_code(code: &str) -> bool {
+    matches!(
+        code,
+        "InvalidParameter.LBIdNotFound" | "InvalidParameter.ListenerIdNotFound"
+    ) || code == "ResourceNotFound"
+}
+
 /// Classifies an error code answered to `action` (pure; see the module table).
 pub fn classify(action: &str, code: &str) -> Classification {
     let family = code.split('.').next().unwrap_or(code);
     match code {
         _ if is_throttle_code(code) => Classification::Transient,
-        "FailedOperation.ResourceInOperating" => Classification::Pending,
+        _ if is_busy_code(code) => Classification::Pending,
         "InvalidParameter.SubnetIdNotFound" | "InvalidParameter.VpcIdNotFound" => {
             Classification::Environment(EnvironmentCause::MissingDependency)
         }
         "InvalidParameter.PortCheckFailed" => {
             Classification::Environment(EnvironmentCause::AddressInUse)
         }
-        "InvalidParameter.LBIdNotFound" | "InvalidParameter.ListenerIdNotFound" => {
-            Classification::Stale
-        }
+        _ if is_not_found_code(code) => Classification::Stale,
         _ => match family {
             "InternalError" | "ResourceUnavailable" => Classification::Transient,
             "AuthFailure" | "UnauthorizedOperation" => {
                 Classification::Environment(EnvironmentCause::PermissionDenied)
             }
-            "LimitExceeded" | "ResourceInsufficient" => {
+            "LimitExceeded" | "ResourceInsufficient" | "ResourcesSoldOut" => {
                 Classification::Environment(EnvironmentCause::Quota)
             }
             "UnknownParameter" | "InvalidParameterValue"
@@ -128,6 +159,7 @@ impl From<TencentError> for ProviderError {
     fn from(error: TencentError) -> Self {
         let operation = match &error {
             TencentError::Api { action, .. }
+            | TencentError::Gateway { action, .. }
             | TencentError::Transport { action, .. }
             | TencentError::Unexpected { action, .. } => *action,
         };
@@ -244,6 +276,21 @@ mod tests {
                 "FailedOperation",
                 Classification::Unknown,
             ),
+            (
+                "ModifyListener",
+                "FailedOperation.InvalidLBStatus",
+                Classification::Pending,
+            ),
+            (
+                "DeleteLoadBalancer",
+                "ResourceNotFound",
+                Classification::Stale,
+            ),
+            (
+                "CreateLoadBalancer",
+                "ResourcesSoldOut",
+                Classification::Environment(Quota),
+            ),
         ];
         for (action, code, want) in cases {
             assert_eq!(classify(action, code), want, "{action} {code}");
@@ -263,5 +310,30 @@ mod tests {
             text.contains("UnknownParameter") && text.contains("Colour"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn gateway_answers_without_an_envelope_are_retried_and_429_is_a_throttle() {
+        let gateway = |status| TencentError::Gateway {
+            action: "DescribeLoadBalancers",
+            status,
+            message: "<html>bad gateway</html>".into(),
+        };
+        let cases = [
+            (502, Classification::Transient, false),
+            (503, Classification::Transient, false),
+            (429, Classification::Transient, true),
+            (404, Classification::Unknown, false),
+        ];
+        for (status, class, throttled) in cases {
+            let error = gateway(status);
+            assert_eq!(error.classification(), class, "{status}");
+            assert_eq!(error.is_throttled(), throttled, "{status}");
+            assert_eq!(
+                matches!(ProviderError::from(error), ProviderError::Throttled { .. }),
+                throttled,
+                "{status}"
+            );
+        }
     }
 }

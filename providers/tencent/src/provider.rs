@@ -12,14 +12,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kube_lb_annotations::{LoadBalancerSpec, ProviderSpec, ServiceKey};
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, ChangeAction, CloudApi, EnvironmentCause, LoadBalancerIngress,
+    BackendNode, CallCounter, ChangeAction, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
-    RateLimit, RateLimits, RetryPolicy,
 };
 use serde_json::{Value, json};
 
@@ -37,57 +36,21 @@ use crate::plan::{
 /// `delete` then lists them all.
 type Placements = Arc<Mutex<HashMap<String, BTreeSet<String>>>>;
 
-/// How patiently to wait for async tasks and busy CLBs.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WaitSettings {
-    /// First pause.
-    pub first: Duration,
-    /// Growth per poll.
-    pub factor: f64,
-    /// Longest pause.
-    pub max_interval: Duration,
-    /// Give up (a `Pending` error, retried by the controller) after this long.
-    pub timeout: Duration,
-}
+pub use kube_lb_provider_core::WaitSettings;
 
-impl Default for WaitSettings {
-    fn default() -> Self {
-        // The open TKE reference polls up to 100 times 100 ms – 1 s apart.
-        WaitSettings {
-            first: Duration::from_millis(200),
-            factor: 1.5,
-            max_interval: Duration::from_secs(3),
-            timeout: Duration::from_secs(120),
-        }
-    }
-}
+/// Tunables apart from the cloud-config; the `clb` family's rate limit stays under Tencent's
+/// default of 20 requests/s per action. [`TencentProvider::default_options`] gives the
+/// production ones.
+pub type ProviderOptions = ClientOptions;
 
-/// Tunables apart from the cloud-config.
-#[derive(Debug, Clone)]
-pub struct ProviderOptions {
-    /// Task and busy waits.
-    pub wait: WaitSettings,
-    /// In-place retry of transient failures (throttling, 5xx).
-    pub retry: RetryPolicy,
-    /// Request rate for the `clb` family (Tencent's default is 20 requests/s per action).
-    pub limits: RateLimits,
-    /// Per-request timeout.
-    pub request_timeout: Duration,
-    /// Counts every call.
-    pub counter: CallCounter,
-}
-
-impl Default for ProviderOptions {
-    fn default() -> Self {
-        ProviderOptions {
-            wait: WaitSettings::default(),
-            retry: RetryPolicy::default(),
-            limits: RateLimits::new(RateLimit::new(10, 20)),
-            request_timeout: Duration::from_secs(30),
-            counter: CallCounter::new(),
-        }
-    }
-}
+/// How patiently to wait for async tasks and busy CLBs. The open TKE reference polls up to
+/// 100 times 100 ms – 1 s apart.
+const DEFAULT_WAIT: WaitSettings = WaitSettings {
+    first: Duration::from_millis(200),
+    factor: 1.5,
+    max_interval: Duration::from_secs(3),
+    timeout: Duration::from_secs(120),
+};
 
 /// The Tencent Cloud CLB provider.
 #[derive(Debug, Clone)]
@@ -109,7 +72,7 @@ impl TencentProvider {
         cluster: &str,
         options: ProviderOptions,
     ) -> Result<Self, ProviderError> {
-        let api = CloudApi::new("tencent", options.counter, options.limits, options.retry);
+        let api = options.cloud_api("tencent");
         let client = ClbClient::new(config.clone(), api, options.request_timeout)?;
         Ok(TencentProvider {
             client: Arc::new(client),
@@ -118,6 +81,11 @@ impl TencentProvider {
             wait: options.wait,
             placements: Placements::default(),
         })
+    }
+
+    /// The production options: Tencent's waiting pace and the shared client defaults.
+    pub fn default_options() -> ProviderOptions {
+        ProviderOptions::new(DEFAULT_WAIT)
     }
 
     /// Reads the cloud-config (optional) and the environment, and builds the provider.
@@ -145,7 +113,7 @@ impl TencentProvider {
             cluster,
             ProviderOptions {
                 counter,
-                ..ProviderOptions::default()
+                ..Self::default_options()
             },
         )
     }
@@ -176,8 +144,7 @@ impl TencentProvider {
 
     /// Waits for task `task_id` to finish.
     async fn wait_task(&self, action: &'static str, task_id: &str) -> Result<(), ProviderError> {
-        let started = Instant::now();
-        let mut pause = self.wait.first;
+        let mut waiting = self.wait.begin();
         loop {
             match self.client.task_status(task_id).await? {
                 TaskStatus::Succeeded => return Ok(()),
@@ -187,18 +154,17 @@ impl TencentProvider {
                         source: None,
                     });
                 }
-                TaskStatus::Running if started.elapsed() >= self.wait.timeout => {
+                TaskStatus::Running if waiting.expired() => {
                     return Err(ProviderError::pending(
                         action,
                         format!("task {task_id} still running after {:?}", self.wait.timeout),
                     ));
                 }
                 TaskStatus::Running => {
-                    tracing::debug!(action, task = %task_id, ?pause, "waiting for CLB task");
+                    tracing::debug!(action, task = %task_id, pause = ?waiting.pause(), "waiting for CLB task");
                 }
             }
-            tokio::time::sleep(pause).await;
-            pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+            waiting.sleep().await;
         }
     }
 
@@ -208,16 +174,15 @@ impl TencentProvider {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, TencentError>>,
     {
-        let mut pause = self.wait.first;
+        let mut waiting = self.wait.begin();
         let mut attempt = 0;
         loop {
             match call().await {
                 Ok(value) => return Ok(value),
                 Err(error) if error.is_busy() && attempt < BUSY_RETRIES => {
                     attempt += 1;
-                    tracing::info!(action, %error, ?pause, "CLB busy with another task; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+                    tracing::info!(action, %error, pause = ?waiting.pause(), "CLB busy with another task; retrying");
+                    waiting.sleep().await;
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -340,12 +305,11 @@ impl TencentProvider {
             .await?;
         tracing::info!(lb = %id, "created CLB");
         self.wait_task("CreateLoadBalancer", &task).await?;
-        let started = Instant::now();
-        let mut pause = self.wait.first;
+        let mut waiting = self.wait.begin();
         loop {
             match self.client.load_balancer(&id).await? {
                 Some(lb) if lb.status == 1 => return Ok(lb),
-                _ if started.elapsed() >= self.wait.timeout => {
+                _ if waiting.expired() => {
                     return Err(ProviderError::pending(
                         "CreateLoadBalancer",
                         format!("CLB {id} not ready after {:?}", self.wait.timeout),
@@ -353,8 +317,7 @@ impl TencentProvider {
                 }
                 _ => {}
             }
-            tokio::time::sleep(pause).await;
-            pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+            waiting.sleep().await;
         }
     }
 
@@ -440,8 +403,7 @@ impl TencentProvider {
     }
 
     async fn wait_ready(&self, id: &str) -> Result<LoadBalancer, ProviderError> {
-        let started = Instant::now();
-        let mut pause = self.wait.first;
+        let mut waiting = self.wait.begin();
         loop {
             match self.client.load_balancer(id).await? {
                 Some(lb) if lb.status == 1 => return Ok(lb),
@@ -451,7 +413,7 @@ impl TencentProvider {
                         source: None,
                     });
                 }
-                Some(_) if started.elapsed() >= self.wait.timeout => {
+                Some(_) if waiting.expired() => {
                     return Err(ProviderError::pending(
                         "DescribeLoadBalancers",
                         format!("CLB {id} still creating"),
@@ -459,8 +421,7 @@ impl TencentProvider {
                 }
                 Some(_) => {}
             }
-            tokio::time::sleep(pause).await;
-            pause = pause.mul_f64(self.wait.factor).min(self.wait.max_interval);
+            waiting.sleep().await;
         }
     }
 

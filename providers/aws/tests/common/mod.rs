@@ -14,7 +14,7 @@ use kube_lb_annotations::{Cloud, LoadBalancerSpec};
 use kube_lb_mock_aws::MotoServer;
 use kube_lb_provider_aws::{AwsProvider, CloudConfig, sg};
 use kube_lb_provider_core::{BackendNode, CallCounter, CallSnapshot};
-use serde_json::json;
+use kube_lb_test_support::ServiceBuilder;
 
 pub const CLUSTER: &str = "test-cluster";
 pub const CLUSTER_TAG: &str = "kubernetes.io/cluster/test-cluster";
@@ -255,100 +255,53 @@ pub fn node(instance: &str) -> BackendNode {
     }
 }
 
-/// A LoadBalancer Service, built as the API server would store it and parsed for AWS.
+/// A LoadBalancer Service, built as the API server would store it and parsed for AWS: the
+/// shared builder, starting without ports, with AWS's annotations named by their suffix.
 #[derive(Debug, Clone)]
-pub struct Svc {
-    name: String,
-    uid: String,
-    annotations: BTreeMap<String, String>,
-    ports: Vec<serde_json::Value>,
-    local_hc_port: Option<u16>,
-    source_ranges: Vec<String>,
-}
+pub struct Svc(ServiceBuilder);
+
+/// What [`Svc::aws`] and [`Svc::without`] prepend to a suffix.
+const AWS_ANNOTATION_PREFIX: &str = "service.beta.kubernetes.io/aws-load-balancer-";
 
 pub fn svc(name: &str, uid: &str) -> Svc {
-    Svc {
-        name: name.to_string(),
-        uid: uid.to_string(),
-        annotations: BTreeMap::new(),
-        ports: Vec::new(),
-        local_hc_port: None,
-        source_ranges: Vec::new(),
-    }
+    Svc(ServiceBuilder::new(Cloud::Aws, name, uid)
+        .annotation_prefix(AWS_ANNOTATION_PREFIX)
+        .selector(&[("app", name)])
+        .without_ports())
 }
 
 impl Svc {
-    pub fn aws(mut self, suffix: &str, value: &str) -> Self {
-        self.annotations.insert(
-            format!("service.beta.kubernetes.io/aws-load-balancer-{suffix}"),
-            value.to_string(),
-        );
-        self
+    /// `service.beta.kubernetes.io/aws-load-balancer-<suffix>: <value>`.
+    pub fn aws(self, suffix: &str, value: &str) -> Self {
+        Svc(self.0.annotate(suffix, value))
     }
 
-    pub fn without(mut self, suffix: &str) -> Self {
-        self.annotations.remove(&format!(
-            "service.beta.kubernetes.io/aws-load-balancer-{suffix}"
-        ));
-        self
+    pub fn without(self, suffix: &str) -> Self {
+        Svc(self.0.remove_annotation(suffix))
     }
 
-    pub fn port(mut self, name: &str, port: u16, node_port: u16, protocol: &str) -> Self {
-        self.ports.push(json!({
-            "name": name, "port": port, "nodePort": node_port, "protocol": protocol, "targetPort": port
-        }));
-        self
+    pub fn port(self, name: &str, port: u16, node_port: u16, protocol: &str) -> Self {
+        Svc(self.0.add_port(name, port, protocol, node_port))
     }
 
-    pub fn local(mut self, health_check_node_port: u16) -> Self {
-        self.local_hc_port = Some(health_check_node_port);
-        self
+    pub fn local(self, health_check_node_port: u16) -> Self {
+        Svc(self.0.local(health_check_node_port))
     }
 
-    pub fn cluster(mut self) -> Self {
-        self.local_hc_port = None;
-        self
+    pub fn cluster(self) -> Self {
+        Svc(self.0.cluster())
     }
 
-    pub fn source_range(mut self, cidr: &str) -> Self {
-        self.source_ranges.push(cidr.to_string());
-        self
+    pub fn source_range(self, cidr: &str) -> Self {
+        Svc(self.0.add_source_range(cidr))
     }
 
     pub fn service(&self) -> Service {
-        let mut spec = json!({
-            "type": "LoadBalancer",
-            "ports": self.ports,
-            "selector": {"app": self.name},
-        });
-        if let Some(port) = self.local_hc_port {
-            spec["externalTrafficPolicy"] = json!("Local");
-            spec["healthCheckNodePort"] = json!(port);
-        } else {
-            spec["externalTrafficPolicy"] = json!("Cluster");
-        }
-        if !self.source_ranges.is_empty() {
-            spec["loadBalancerSourceRanges"] = json!(self.source_ranges);
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {
-                "name": self.name,
-                "namespace": "default",
-                "uid": self.uid,
-                "annotations": self.annotations,
-            },
-            "spec": spec,
-        }))
-        .unwrap()
+        self.0.service()
     }
 
     pub fn spec(&self) -> LoadBalancerSpec {
-        match kube_lb_annotations::parse(Cloud::Aws, &self.service()) {
-            Ok(parsed) => parsed.spec,
-            Err(errors) => panic!("service does not parse: {errors:?}"),
-        }
+        self.0.spec()
     }
 }
 

@@ -6,15 +6,13 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
-use kube_lb_annotations::{Cloud, LoadBalancerSpec};
+use kube_lb_annotations::Cloud;
 use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
 use kube_lb_provider_azure::{AzureConfig, AzureProvider, PollSettings, ProviderOptions};
-use kube_lb_provider_core::types::NodeAddressKind;
-use kube_lb_provider_core::{BackendNode, NodeAddress, RateLimits, RetryPolicy};
+use kube_lb_provider_core::{BackendNode, RateLimits, RetryPolicy};
+use kube_lb_test_support::{ServiceBuilder, internal_ip_node};
 use serde_json::{Value, json};
 
 pub const RG: &str = "cluster-rg";
@@ -120,97 +118,30 @@ pub async fn harness_with(options: ProviderOptions) -> Harness {
     }
 }
 
-/// A LoadBalancer Service builder, parsed through the real annotation parser.
-#[derive(Clone)]
-pub struct Svc {
-    name: String,
-    uid: String,
-    annotations: BTreeMap<String, String>,
-    ports: Vec<Value>,
-    spec: serde_json::Map<String, Value>,
-}
+/// A LoadBalancer Service parsed for Azure: the shared builder, annotated by key suffix
+/// (`azure-load-balancer-internal` for `service.beta.kubernetes.io/azure-load-balancer-internal`),
+/// plus [`AzureSvc`].
+pub type Svc = ServiceBuilder;
 
+/// `default/<name>` with one port, 80 → nodePort 30080.
 pub fn svc(name: &str, uid: &str) -> Svc {
-    Svc {
-        name: name.into(),
-        uid: uid.into(),
-        annotations: BTreeMap::new(),
-        ports: vec![
-            json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080}),
-        ],
-        spec: serde_json::Map::new(),
-    }
+    ServiceBuilder::new(Cloud::Azure, name, uid).annotation_prefix("service.beta.kubernetes.io/")
 }
 
-impl Svc {
-    pub fn annotate(mut self, key: &str, value: &str) -> Self {
-        self.annotations
-            .insert(format!("service.beta.kubernetes.io/{key}"), value.into());
-        self
-    }
+/// Azure's own shortcut on the Service builder.
+pub trait AzureSvc {
+    /// `azure-load-balancer-internal: "true"` (a private frontend in the VNet).
+    fn internal(self) -> Self;
+}
 
-    pub fn internal(self) -> Self {
+impl AzureSvc for Svc {
+    fn internal(self) -> Self {
         self.annotate("azure-load-balancer-internal", "true")
-    }
-
-    /// Replaces the ports: (name, port, protocol, nodePort).
-    pub fn ports(mut self, ports: &[(&str, u16, &str, u16)]) -> Self {
-        self.ports = ports
-            .iter()
-            .map(|(name, port, protocol, node_port)| {
-                json!({"name": name, "port": port, "protocol": protocol, "targetPort": port, "nodePort": node_port})
-            })
-            .collect();
-        self
-    }
-
-    pub fn local(mut self, health_check_node_port: u16) -> Self {
-        self.spec
-            .insert("externalTrafficPolicy".into(), json!("Local"));
-        self.spec
-            .insert("healthCheckNodePort".into(), json!(health_check_node_port));
-        self
-    }
-
-    pub fn load_balancer_ip(mut self, ip: &str) -> Self {
-        self.spec.insert("loadBalancerIP".into(), json!(ip));
-        self
-    }
-
-    pub fn source_ranges(mut self, ranges: &[&str]) -> Self {
-        self.spec
-            .insert("loadBalancerSourceRanges".into(), json!(ranges));
-        self
-    }
-
-    pub fn spec(&self) -> LoadBalancerSpec {
-        let mut spec = self.spec.clone();
-        spec.insert("type".into(), json!("LoadBalancer"));
-        spec.insert("ports".into(), json!(self.ports));
-        spec.entry("externalTrafficPolicy")
-            .or_insert(json!("Cluster"));
-        let service: Service = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": self.name, "namespace": "default", "uid": self.uid, "annotations": self.annotations},
-            "spec": spec,
-        }))
-        .unwrap();
-        kube_lb_annotations::parse(Cloud::Azure, &service)
-            .unwrap_or_else(|e| panic!("annotations rejected: {e:?}"))
-            .spec
     }
 }
 
 pub fn node(name: &str, ip: &str) -> BackendNode {
-    BackendNode {
-        name: name.into(),
-        provider_id: None,
-        addresses: vec![NodeAddress {
-            kind: NodeAddressKind::InternalIp,
-            ip: ip.parse::<IpAddr>().unwrap(),
-        }],
-        labels: BTreeMap::new(),
-    }
+    internal_ip_node(name, ip)
 }
 
 pub fn nodes(n: usize) -> Vec<BackendNode> {

@@ -6,11 +6,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube_lb_annotations::{Cloud, LoadBalancerSpec};
-use kube_lb_mock_baidu::{ACCESS_KEY_ID, MockBaidu, SECRET_ACCESS_KEY, SUBNET_ID, VPC_ID};
+use kube_lb_mock_baidu::{
+    ACCESS_KEY_ID, MockBaidu, MockBaiduBuilder, SECRET_ACCESS_KEY, SUBNET_ID, VPC_ID,
+};
 use kube_lb_provider_baidu::sign::Credentials;
 use kube_lb_provider_baidu::{BaiduProvider, ProviderOptions, Resolved, WaitSettings};
 use kube_lb_provider_core::types::NodeAddressKind;
 use kube_lb_provider_core::{BackendNode, CallCounter, NodeAddress, RateLimits, RetryPolicy};
+use kube_lb_test_support::ServiceBuilder;
 
 pub struct Harness {
     pub cloud: MockBaidu,
@@ -37,6 +40,7 @@ pub fn provider_for(cloud: &MockBaidu, counter: CallCounter) -> BaiduProvider {
         ProviderOptions {
             wait: WaitSettings {
                 first: Duration::from_millis(20),
+                factor: 2.0,
                 max_interval: Duration::from_millis(100),
                 timeout: Duration::from_secs(10),
             },
@@ -64,17 +68,31 @@ pub async fn harness_with(cloud: MockBaidu) -> Harness {
 }
 
 pub async fn harness() -> Harness {
-    harness_with(MockBaidu::builder().start().await.unwrap()).await
+    harness_on(MockBaidu::builder()).await
 }
 
-/// A LoadBalancer Service parsed for Baidu.
+/// A harness on the mock `cloud` describes (delays, quotas), started.
+pub async fn harness_on(cloud: MockBaiduBuilder) -> Harness {
+    harness_with(cloud.start().await.unwrap()).await
+}
+
+/// A LoadBalancer Service parsed for Baidu (the shared builder; nothing Baidu-only).
+pub type Svc = ServiceBuilder;
+
+/// `default/<name>` with one port, 80 → nodePort 30080.
+pub fn svc(name: &str, uid: &str) -> Svc {
+    ServiceBuilder::new(Cloud::Baidu, name, uid)
+}
+
+/// A LoadBalancer Service `default/<name>` parsed for Baidu: `ports` are (port, protocol,
+/// nodePort), named `p0`, `p1`, … in order.
 pub fn spec(
     name: &str,
     uid: &str,
     ports: &[(u16, &str, u16)],
     annotations: &[(&str, &str)],
 ) -> LoadBalancerSpec {
-    spec_with_ip(name, uid, ports, annotations, None)
+    service(name, uid, ports, annotations).spec()
 }
 
 /// [`spec`] with `spec.loadBalancerIP`.
@@ -85,25 +103,37 @@ pub fn spec_with_ip(
     annotations: &[(&str, &str)],
     load_balancer_ip: Option<&str>,
 ) -> LoadBalancerSpec {
-    let ports: Vec<serde_json::Value> = ports
+    let service = service(name, uid, ports, annotations);
+    match load_balancer_ip {
+        Some(ip) => service.load_balancer_ip(ip).spec(),
+        None => service.spec(),
+    }
+}
+
+/// The builder behind [`spec`].
+fn service(name: &str, uid: &str, ports: &[(u16, &str, u16)], annotations: &[(&str, &str)]) -> Svc {
+    let names: Vec<String> = (0..ports.len()).map(|i| format!("p{i}")).collect();
+    let named: Vec<(&str, u16, &str, u16)> = names
         .iter()
-        .enumerate()
-        .map(|(i, (port, protocol, node_port))| {
-            serde_json::json!({"name": format!("p{i}"), "port": port, "protocol": protocol, "nodePort": node_port})
+        .zip(ports)
+        .map(|(name, (port, protocol, node_port))| (name.as_str(), *port, *protocol, *node_port))
+        .collect();
+    annotations
+        .iter()
+        .fold(svc(name, uid).ports(&named), |service, (key, value)| {
+            service.annotate(key, value)
         })
-        .collect();
-    let annotations: BTreeMap<String, String> = annotations
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "namespace": "default", "uid": uid, "annotations": annotations},
-        "spec": {"type": "LoadBalancer", "ports": ports, "loadBalancerIP": load_balancer_ip},
-    }))
-    .unwrap();
-    kube_lb_annotations::parse(Cloud::Baidu, &service)
-        .unwrap()
-        .spec
+}
+
+/// `default/web`, one TCP port 80 → nodePort 30080, no annotations: the Service most tests
+/// start from (a public BLB with an EIP kube-lb creates).
+pub fn web_spec(uid: &str) -> LoadBalancerSpec {
+    spec("web", uid, &[(80, "TCP", 30080)], &[])
+}
+
+/// [`web_spec`] asking for the EIP at `ip` (`spec.loadBalancerIP`).
+pub fn web_spec_at(uid: &str, ip: &str) -> LoadBalancerSpec {
+    spec_with_ip("web", uid, &[(80, "TCP", 30080)], &[], Some(ip))
 }
 
 pub fn nodes(count: usize) -> Vec<BackendNode> {
@@ -151,6 +181,11 @@ pub fn remove_out_of_band(cloud: &MockBaidu, name: &str) {
     }
 }
 
+/// The EIP with address `ip`, as the mock lists it.
+pub fn eip_at(cloud: &MockBaidu, ip: &str) -> Option<serde_json::Value> {
+    cloud.eips().into_iter().find(|e| e["eip"] == ip)
+}
+
 /// A Service as the retired cloud-provider-baiducloud served it.
 #[derive(Debug, Clone)]
 pub struct UpstreamService {
@@ -162,6 +197,19 @@ pub struct UpstreamService {
     pub instances: Vec<String>,
     /// Public (an EIP created and bound) or `cce-load-balancer-internal-vpc`.
     pub public: bool,
+}
+
+impl UpstreamService {
+    /// Public `default/web` on `ports` (protocol, port, nodePort) with `instances` as backends.
+    pub fn public_web(ports: &[(&'static str, u16, u16)], instances: &[&str]) -> Self {
+        UpstreamService {
+            namespace: "default".into(),
+            name: "web".into(),
+            ports: ports.to_vec(),
+            instances: instances.iter().map(|i| i.to_string()).collect(),
+            public: true,
+        }
+    }
 }
 
 /// What upstream left in the cloud for one Service.

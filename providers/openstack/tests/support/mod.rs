@@ -2,19 +2,16 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
-use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
+use kube_lb_annotations::Cloud;
 use kube_lb_mock_openstack::{
     APPLICATION_CREDENTIAL_ID, APPLICATION_CREDENTIAL_SECRET, DOMAIN, MockOpenStack, PASSWORD,
     PRIVATE_SUBNET_ID, PROJECT_NAME, PUBLIC_NETWORK_ID, USERNAME,
 };
-use kube_lb_provider_core::types::NodeAddressKind;
-use kube_lb_provider_core::{BackendNode, CallCounter, NodeAddress, RateLimits, RetryPolicy};
+use kube_lb_provider_core::{BackendNode, CallCounter, RateLimits, RetryPolicy};
 use kube_lb_provider_openstack::{CloudConfig, OpenStackProvider, ProviderOptions, WaitSettings};
+use kube_lb_test_support::{ServiceBuilder, internal_ip_node};
 use serde_json::{Value, json};
 
 pub const CLUSTER: &str = "kubernetes";
@@ -84,105 +81,31 @@ pub fn provider_for(cloud: MockOpenStack, config: CloudConfig) -> Harness {
     }
 }
 
-/// A LoadBalancer Service, parsed through the real annotation parser.
-#[derive(Clone)]
-pub struct Svc {
-    name: String,
-    uid: String,
-    annotations: BTreeMap<String, String>,
-    ports: Vec<Value>,
-    spec: serde_json::Map<String, Value>,
-}
+/// A LoadBalancer Service parsed for OpenStack: the shared builder plus [`OpenStackSvc`].
+pub type Svc = ServiceBuilder;
 
+/// `default/<name>` with one port, 80 → nodePort 30080.
 pub fn svc(name: &str, uid: &str) -> Svc {
-    Svc {
-        name: name.into(),
-        uid: uid.into(),
-        annotations: BTreeMap::new(),
-        ports: vec![
-            json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080}),
-        ],
-        spec: serde_json::Map::new(),
-    }
+    ServiceBuilder::new(Cloud::Openstack, name, uid)
 }
 
-impl Svc {
-    pub fn annotate(mut self, key: &str, value: &str) -> Self {
-        self.annotations.insert(key.into(), value.into());
-        self
-    }
+/// OpenStack's own shortcut on the Service builder.
+pub trait OpenStackSvc {
+    /// `openstack-internal-load-balancer: "true"` (no floating IP).
+    fn internal(self) -> Self;
+}
 
-    pub fn internal(self) -> Self {
+impl OpenStackSvc for Svc {
+    fn internal(self) -> Self {
         self.annotate(
             "service.beta.kubernetes.io/openstack-internal-load-balancer",
             "true",
         )
     }
-
-    /// Replaces the ports: (name, port, protocol, nodePort).
-    pub fn ports(mut self, ports: &[(&str, u16, &str, u16)]) -> Self {
-        self.ports = ports
-            .iter()
-            .map(|(name, port, protocol, node_port)| {
-                json!({"name": name, "port": port, "protocol": protocol, "targetPort": port, "nodePort": node_port})
-            })
-            .collect();
-        self
-    }
-
-    pub fn local(mut self, health_check_node_port: u16) -> Self {
-        self.spec
-            .insert("externalTrafficPolicy".into(), json!("Local"));
-        self.spec
-            .insert("healthCheckNodePort".into(), json!(health_check_node_port));
-        self
-    }
-
-    pub fn load_balancer_ip(mut self, ip: &str) -> Self {
-        self.spec.insert("loadBalancerIP".into(), json!(ip));
-        self
-    }
-
-    pub fn key(&self) -> ServiceKey {
-        ServiceKey {
-            namespace: "default".into(),
-            name: self.name.clone(),
-            uid: self.uid.clone(),
-        }
-    }
-
-    /// The Service through the real annotation parser: spec and warnings.
-    pub fn parsed(&self) -> kube_lb_annotations::Parsed {
-        let mut spec = self.spec.clone();
-        spec.insert("type".into(), json!("LoadBalancer"));
-        spec.insert("ports".into(), json!(self.ports));
-        spec.entry("externalTrafficPolicy")
-            .or_insert(json!("Cluster"));
-        let service: Service = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": self.name, "namespace": "default", "uid": self.uid, "annotations": self.annotations},
-            "spec": spec,
-        }))
-        .unwrap();
-        kube_lb_annotations::parse(Cloud::Openstack, &service)
-            .unwrap_or_else(|e| panic!("annotations rejected: {e:?}"))
-    }
-
-    pub fn spec(&self) -> LoadBalancerSpec {
-        self.parsed().spec
-    }
 }
 
 pub fn node(name: &str, ip: &str) -> BackendNode {
-    BackendNode {
-        name: name.into(),
-        provider_id: None,
-        addresses: vec![NodeAddress {
-            kind: NodeAddressKind::InternalIp,
-            ip: ip.parse::<IpAddr>().unwrap(),
-        }],
-        labels: BTreeMap::new(),
-    }
+    internal_ip_node(name, ip)
 }
 
 pub fn nodes(n: usize) -> Vec<BackendNode> {

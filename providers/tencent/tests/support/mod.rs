@@ -3,19 +3,15 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
-use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
+use kube_lb_annotations::Cloud;
 use kube_lb_mock_tencent::{MockTencent, REGION, SECRET_ID, SECRET_KEY, VPC_ID};
-use kube_lb_provider_core::types::NodeAddressKind;
-use kube_lb_provider_core::{
-    BackendNode, CallCounter, CloudApi, NodeAddress, RateLimits, RetryPolicy,
-};
+use kube_lb_provider_core::{BackendNode, CallCounter, CloudApi, RateLimits, RetryPolicy};
 use kube_lb_provider_tencent::{
     ClbClient, ProviderOptions, TencentConfig, TencentProvider, WaitSettings,
 };
+use kube_lb_test_support::{ServiceBuilder, internal_ip_node};
 use serde_json::{Value, json};
 
 pub const CLUSTER: &str = "cls-kubelb";
@@ -74,101 +70,16 @@ pub fn provider_for_same_cloud(h: &Harness) -> TencentProvider {
     TencentProvider::new(config, CLUSTER, fast_options(CallCounter::new())).unwrap()
 }
 
-/// A LoadBalancer Service, parsed through the real annotation parser.
-#[derive(Clone)]
-pub struct Svc {
-    name: String,
-    uid: String,
-    annotations: BTreeMap<String, String>,
-    ports: Vec<Value>,
-    spec: serde_json::Map<String, Value>,
-}
+/// A LoadBalancer Service parsed for Tencent (the shared builder; nothing Tencent-only).
+pub type Svc = ServiceBuilder;
 
+/// `default/<name>` with one port, 80 → nodePort 30080.
 pub fn svc(name: &str, uid: &str) -> Svc {
-    Svc {
-        name: name.into(),
-        uid: uid.into(),
-        annotations: BTreeMap::new(),
-        ports: vec![
-            json!({"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": 30080}),
-        ],
-        spec: serde_json::Map::new(),
-    }
-}
-
-impl Svc {
-    pub fn annotate(mut self, key: &str, value: &str) -> Self {
-        self.annotations.insert(key.into(), value.into());
-        self
-    }
-
-    /// Replaces the ports: (name, port, protocol, nodePort).
-    pub fn ports(mut self, ports: &[(&str, u16, &str, u16)]) -> Self {
-        self.ports = ports
-            .iter()
-            .map(|(name, port, protocol, node_port)| {
-                json!({"name": name, "port": port, "protocol": protocol, "targetPort": port, "nodePort": node_port})
-            })
-            .collect();
-        self
-    }
-
-    /// externalTrafficPolicy Local with this healthCheckNodePort.
-    pub fn local(mut self, health_check_node_port: u16) -> Self {
-        self.spec
-            .insert("externalTrafficPolicy".into(), json!("Local"));
-        self.spec
-            .insert("healthCheckNodePort".into(), json!(health_check_node_port));
-        self
-    }
-
-    pub fn key(&self) -> ServiceKey {
-        ServiceKey {
-            namespace: "default".into(),
-            name: self.name.clone(),
-            uid: self.uid.clone(),
-        }
-    }
-
-    fn service(&self) -> Service {
-        let mut spec = self.spec.clone();
-        spec.insert("type".into(), json!("LoadBalancer"));
-        spec.insert("ports".into(), json!(self.ports));
-        spec.entry("externalTrafficPolicy")
-            .or_insert(json!("Cluster"));
-        serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": self.name, "namespace": "default", "uid": self.uid, "annotations": self.annotations},
-            "spec": spec,
-        }))
-        .unwrap()
-    }
-
-    pub fn spec(&self) -> LoadBalancerSpec {
-        kube_lb_annotations::parse(Cloud::Tencent, &self.service())
-            .unwrap_or_else(|e| panic!("annotations rejected: {e:?}"))
-            .spec
-    }
-
-    /// The parser's errors, rendered.
-    pub fn errors(&self) -> String {
-        match kube_lb_annotations::parse(Cloud::Tencent, &self.service()) {
-            Ok(_) => String::new(),
-            Err(errors) => errors.to_string(),
-        }
-    }
+    ServiceBuilder::new(Cloud::Tencent, name, uid)
 }
 
 pub fn node(name: &str, ip: &str) -> BackendNode {
-    BackendNode {
-        name: name.into(),
-        provider_id: None,
-        addresses: vec![NodeAddress {
-            kind: NodeAddressKind::InternalIp,
-            ip: ip.parse::<IpAddr>().unwrap(),
-        }],
-        labels: BTreeMap::new(),
-    }
+    internal_ip_node(name, ip)
 }
 
 pub fn nodes(n: usize) -> Vec<BackendNode> {

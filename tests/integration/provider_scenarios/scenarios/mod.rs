@@ -9,10 +9,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Service;
 use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
-use serde_json::{Value, json};
+use kube_lb_test_support::ServiceBuilder;
 
 #[cfg(feature = "aws")]
 pub mod aws;
@@ -118,42 +117,33 @@ impl Svc {
         self
     }
 
-    /// The Service object.
-    pub fn service(&self) -> Service {
-        let ports: Vec<Value> = self
+    /// The Service through the shared test-support builder, to be parsed for `cloud`.
+    fn builder(&self, cloud: Cloud) -> ServiceBuilder {
+        let names: Vec<String> = self
             .ports
             .iter()
-            .map(|(port, node_port)| {
-                json!({"name": format!("p{port}"), "port": port, "nodePort": node_port,
-                       "protocol": "TCP", "targetPort": port})
-            })
+            .map(|(port, _)| format!("p{port}"))
             .collect();
-        let mut spec = json!({
-            "type": "LoadBalancer",
-            "selector": {"app": "web"},
-            "ports": ports,
-            "externalTrafficPolicy": "Cluster",
-        });
-        if let Some(port) = self.local_health_port {
-            spec["externalTrafficPolicy"] = json!("Local");
-            spec["healthCheckNodePort"] = json!(port);
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "web", "namespace": "default", "uid": UID,
-                         "annotations": self.annotations},
-            "spec": spec,
-        }))
-        .unwrap()
+        let ports: Vec<(&str, u16, &str, u16)> = names
+            .iter()
+            .zip(&self.ports)
+            .map(|(name, (port, node_port))| (name.as_str(), *port, "TCP", *node_port))
+            .collect();
+        let web = ServiceBuilder::new(cloud, "web", UID)
+            .selector(&[("app", "web")])
+            .ports(&ports);
+        let web = match self.local_health_port {
+            Some(port) => web.local(port),
+            None => web,
+        };
+        self.annotations
+            .iter()
+            .fold(web, |web, (key, value)| web.annotate(key, value))
     }
 
     /// The spec, through the real annotation parser for `cloud`.
     pub fn spec(&self, cloud: Cloud) -> LoadBalancerSpec {
-        match kube_lb_annotations::parse(cloud, &self.service()) {
-            Ok(parsed) => parsed.spec,
-            Err(errors) => panic!("the scenario Service does not parse for {cloud:?}: {errors:?}"),
-        }
+        self.builder(cloud).spec()
     }
 
     /// The Service's key.
