@@ -743,6 +743,7 @@ mod tests {
                     operation: "octavia:CreateLoadBalancer",
                     status,
                     message: "m".to_string(),
+                    retry_after: None,
                 })
             };
             cases.push(("openstack 429", api(429), ReadyReason::CloudThrottled));

@@ -433,23 +433,50 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
     recorder.task.abort();
 }
 
+/// The proxy runs as on a node, in a network namespace this test creates: its capture table,
+/// rules and listeners land there, never on this machine's own network, and go with the
+/// namespace even though the proxy is killed, not stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_rbac_is_exactly_what_the_proxy_uses() {
+    use kube_lb_dataplane::l2::lab::{self, Namespaces};
+    if !lab::available() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but this test cannot run: it needs root, ip netns and nft"
+        );
+        eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
+        return;
+    }
+    let mut namespaces = Namespaces::new("klbrbac");
+    let node = namespaces.add("node").unwrap();
     let server = ApiServer::builder().start().await.unwrap();
     seed_cluster(&server).await;
-    let recorder = Recorder::start(server.url()).await;
+    // The recorder answers on the node's loopback; it forwards from here to the API server.
+    let listener = lab::in_netns(&node, || std::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap()
+        .unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let recorder = Recorder::serve(
+        tokio::net::TcpListener::from_std(listener).unwrap(),
+        server.url(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = recorder.kubeconfig(dir.path(), "proxy.kubeconfig");
-    let _proxy = spawn(
-        &[
-            "proxy",
-            "--node-name=n1",
-            "--mode=userspace",
-            "--healthz-addr=127.0.0.1:0",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-        ],
-        &[],
+    let _proxy = ChildGuard(
+        Command::new("ip")
+            .args(["netns", "exec", &node, env!("CARGO_BIN_EXE_kube-lb")])
+            .args([
+                "proxy",
+                "--node-name=n1",
+                "--mode=userspace",
+                "--healthz-addr=127.0.0.1:0",
+                "--kubeconfig",
+                kubeconfig.to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
     );
     let granted = granted(&["deploy/base/rbac-proxy.yaml"], "kube-lb-proxy");
     // The proxy only reads; wait until it has started every watch it grants itself.

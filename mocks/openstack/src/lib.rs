@@ -492,22 +492,30 @@ async fn handle(
         tokio::time::sleep(delay).await;
     }
     let token = headers.get("x-auth-token").and_then(|v| v.to_str().ok());
-    let reply = {
+    let (reply, wait) = {
         let mut state = lock_shared(&shared);
         state.settle();
-        let reply = match take_fault(&mut state, method.as_str(), &path, false) {
-            Some(FaultAction::Respond { status, message }) => {
+        let (reply, wait) = match take_fault(&mut state, method.as_str(), &path, false) {
+            Some(FaultAction::Respond {
+                status,
+                message,
+                retry_after,
+            }) => {
                 let error = ApiError::new(
                     StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                     message,
                 );
-                Reply {
+                let reply = Reply {
                     status: error.status,
                     body: Some(error_body(&api, &error)),
                     subject_token: None,
-                }
+                };
+                (reply, retry_after)
             }
-            _ => serve(&mut state, &api, method.as_str(), &query, &parsed, token),
+            _ => (
+                serve(&mut state, &api, method.as_str(), &query, &parsed, token),
+                None,
+            ),
         };
         state.journal.push(JournalEntry {
             method: method.to_string(),
@@ -520,7 +528,7 @@ async fn handle(
             },
             status: reply.status.as_u16(),
         });
-        reply
+        (reply, wait)
     };
     let mut response = match reply.body {
         Some(body) => (reply.status, axum::Json(body)).into_response(),
@@ -531,6 +539,11 @@ async fn handle(
         .and_then(|t| HeaderValue::from_str(&t).ok())
     {
         response.headers_mut().insert("x-subject-token", token);
+    }
+    if let Some(seconds) = wait {
+        response
+            .headers_mut()
+            .insert("retry-after", HeaderValue::from(seconds));
     }
     if reply.status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(

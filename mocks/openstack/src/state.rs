@@ -42,6 +42,8 @@ pub enum FaultAction {
         status: u16,
         /// The error text.
         message: String,
+        /// `Retry-After` seconds sent with the answer (rate limiters do).
+        retry_after: Option<u64>,
     },
     /// Serve the request normally after waiting this long (the lock is not held meanwhile).
     Delay(Duration),
@@ -79,8 +81,17 @@ impl Fault {
             action: FaultAction::Respond {
                 status,
                 message: message.to_string(),
+                retry_after: None,
             },
         }
+    }
+
+    /// The same answer with `Retry-After: seconds`, as a rate limiter sends it.
+    pub fn with_retry_after(mut self, seconds: u64) -> Fault {
+        if let FaultAction::Respond { retry_after, .. } = &mut self.action {
+            *retry_after = Some(seconds);
+        }
+        self
     }
 
     /// Delays `times` matching requests by `delay`.

@@ -8,7 +8,7 @@ use std::future::Future;
 use crate::ProviderError;
 use crate::calls::{CallCounter, CallKind};
 use crate::ratelimit::RateLimits;
-use crate::retry::RetryPolicy;
+use crate::retry::{Again, RetryPolicy};
 
 /// Rate limiter + retry policy + call counter for one provider. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ impl CloudApi {
         operation: &'static str,
         kind: CallKind,
         is_transient: C,
-        mut call: F,
+        call: F,
     ) -> Result<T, E>
     where
         E: std::fmt::Display,
@@ -88,8 +88,40 @@ impl CloudApi {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.call_as(
+            family,
+            operation,
+            kind,
+            |error| {
+                if is_transient(error) {
+                    Again::Backoff
+                } else {
+                    Again::No
+                }
+            },
+            call,
+        )
+        .await
+    }
+
+    /// Like [`CloudApi::call_with`], with `decide` also passing on a wait the cloud asked for
+    /// (`Retry-After`); see [`RetryPolicy::retry_as`].
+    pub async fn call_as<T, E, D, F, Fut>(
+        &self,
+        family: &'static str,
+        operation: &'static str,
+        kind: CallKind,
+        decide: D,
+        mut call: F,
+    ) -> Result<T, E>
+    where
+        E: std::fmt::Display,
+        D: Fn(&E) -> Again,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         self.retry
-            .retry_if(operation, is_transient, || {
+            .retry_as(operation, decide, || {
                 // The future is created now but does nothing until polled (the SDKs build and
                 // sign the request on first poll), which is after the token is taken.
                 let attempt = call();

@@ -23,7 +23,7 @@ pub use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 pub use options::{ClientOptions, WaitSettings, Waiting};
 pub use plan::{ChangeAction, FieldChange, OwnedResource, PlannedChange};
 pub use ratelimit::{RateLimit, RateLimits};
-pub use retry::RetryPolicy;
+pub use retry::{Again, RetryPolicy};
 pub use types::{BackendNode, IpMode, LoadBalancerIngress, LoadBalancerStatus, NodeAddress};
 
 /// A cloud (or the embedded `local` pool) that can build load balancers for Services.

@@ -91,7 +91,7 @@ impl RetryPolicy {
         &self,
         operation: &'static str,
         is_transient: C,
-        mut call: F,
+        call: F,
     ) -> Result<T, E>
     where
         E: std::fmt::Display,
@@ -99,27 +99,85 @@ impl RetryPolicy {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.retry_as(
+            operation,
+            |error| {
+                if is_transient(error) {
+                    Again::Backoff
+                } else {
+                    Again::No
+                }
+            },
+            call,
+        )
+        .await
+    }
+
+    /// Like [`RetryPolicy::retry_if`], with `decide` also passing on how long the cloud asked
+    /// the caller to wait (`Retry-After`): such a failure is repeated after that wait (or the
+    /// backoff step, whichever is longer) when it is no longer than [`RetryPolicy::max`], and
+    /// handed back at once when it is — a worker does not sit out a long throttling window in
+    /// place, and retrying before the window ends would only be refused again; the
+    /// controller's per-Service backoff takes over.
+    pub async fn retry_as<T, E, D, F, Fut>(
+        &self,
+        operation: &'static str,
+        decide: D,
+        mut call: F,
+    ) -> Result<T, E>
+    where
+        E: std::fmt::Display,
+        D: Fn(&E) -> Again,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let attempts = self.max_attempts.max(1);
         let mut retry = 0;
         loop {
-            match call().await {
+            let error = match call().await {
                 Ok(value) => return Ok(value),
-                Err(error) if retry + 1 < attempts && is_transient(&error) => {
-                    let delay = self.delay(retry, rand::rng().random::<f64>());
+                Err(error) => error,
+            };
+            if retry + 1 >= attempts {
+                return Err(error);
+            }
+            let backoff = self.delay(retry, rand::rng().random::<f64>());
+            let delay = match decide(&error) {
+                Again::No => return Err(error),
+                Again::Backoff => backoff,
+                Again::After(asked) if asked > self.max => {
                     tracing::debug!(
                         operation,
-                        attempt = retry + 1,
-                        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        retry_after_ms = u64::try_from(asked.as_millis()).unwrap_or(u64::MAX),
                         %error,
-                        "retrying cloud call"
+                        "the cloud asks for a longer wait than an in-place retry takes; handing back"
                     );
-                    tokio::time::sleep(delay).await;
-                    retry += 1;
+                    return Err(error);
                 }
-                Err(error) => return Err(error),
-            }
+                Again::After(asked) => asked.max(backoff),
+            };
+            tracing::debug!(
+                operation,
+                attempt = retry + 1,
+                delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                %error,
+                "retrying cloud call"
+            );
+            tokio::time::sleep(delay).await;
+            retry += 1;
         }
     }
+}
+
+/// What a failed attempt says about repeating it in place ([`RetryPolicy::retry_as`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Again {
+    /// Not in place: the error goes back to the caller.
+    No,
+    /// After the policy's backoff step.
+    Backoff,
+    /// After the wait the cloud asked for (`Retry-After`), if the policy allows that long.
+    After(Duration),
 }
 
 #[cfg(test)]
@@ -133,6 +191,48 @@ mod tests {
             base: Duration::from_millis(100),
             max: Duration::from_secs(1),
             max_attempts: 5,
+        }
+    }
+
+    /// A wait the cloud asked for is kept when the policy allows it, and hands the error back
+    /// at once when it is longer than any single in-place wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_the_cloud_asks_for_is_honoured_up_to_the_policy_max() {
+        // (asked wait, attempts made, time slept)
+        let cases = [
+            (
+                Again::After(Duration::from_millis(700)),
+                2,
+                Duration::from_millis(700),
+            ),
+            // Shorter than the backoff step: the step wins (policy base 100 ms, ≥ 50 ms).
+            (Again::After(Duration::ZERO), 2, Duration::from_millis(50)),
+            (Again::After(Duration::from_secs(30)), 1, Duration::ZERO),
+            (Again::No, 1, Duration::ZERO),
+        ];
+        for (again, want_attempts, at_least) in cases {
+            let attempts = AtomicU32::new(0);
+            let started = tokio::time::Instant::now();
+            let out: Result<&str, String> = policy()
+                .retry_as(
+                    "op",
+                    |_| again,
+                    || async {
+                        if attempts.fetch_add(1, Ordering::SeqCst) == 0 {
+                            Err("429".to_string())
+                        } else {
+                            Ok("done")
+                        }
+                    },
+                )
+                .await;
+            let slept = started.elapsed();
+            assert_eq!(attempts.load(Ordering::SeqCst), want_attempts, "{again:?}");
+            assert_eq!(out.is_ok(), want_attempts == 2, "{again:?}");
+            assert!(slept >= at_least, "{again:?}: slept {slept:?}");
+            if want_attempts == 1 {
+                assert_eq!(slept, Duration::ZERO, "{again:?}: handed back at once");
+            }
         }
     }
 

@@ -197,14 +197,13 @@ impl OpenStackClient {
         const OPERATION: &str = "keystone:IssueToken";
         let url = format!("{}/auth/tokens", self.global.auth_url.trim_end_matches('/'));
         let body = token_request(&self.global.credentials);
-        let is_transient = |e: &OpenStackError| e.classification().retries_in_place();
         let (token, document) = self
             .api
-            .call_with(
+            .call_as(
                 "keystone",
                 OPERATION,
                 CallKind::Read,
-                is_transient,
+                OpenStackError::again,
                 || async {
                     let response =
                         self.http
@@ -217,6 +216,7 @@ impl OpenStackClient {
                                 source,
                             })?;
                     let status = response.status();
+                    let wait = retry_after(response.headers());
                     let token = response
                         .headers()
                         .get("x-subject-token")
@@ -231,7 +231,7 @@ impl OpenStackClient {
                                 source,
                             })?;
                     if !status.is_success() {
-                        return Err(api_error(OPERATION, status.as_u16(), &text));
+                        return Err(api_error(OPERATION, status.as_u16(), &text, wait));
                     }
                     let token = token.ok_or_else(|| OpenStackError::Unexpected {
                         operation: OPERATION,
@@ -325,45 +325,51 @@ impl OpenStackClient {
         } else {
             CallKind::Mutate
         };
-        let is_transient = |e: &OpenStackError| e.classification().retries_in_place();
         let api = &self.api;
         self.api
-            .call_with(service.family(), operation, kind, is_transient, || async {
-                let mut request = self
-                    .http
-                    .request(method.clone(), &url)
-                    .header("x-auth-token", &session.token)
-                    .header("accept", "application/json")
-                    .query(query);
-                if let Some(body) = body {
-                    request = request.json(body);
-                }
-                let response = request
-                    .send()
-                    .await
-                    .map_err(|source| OpenStackError::Transport { operation, source })?;
-                let status = response.status();
-                let text = response
-                    .text()
-                    .await
-                    .map_err(|source| OpenStackError::Transport { operation, source })?;
-                if !status.is_success() {
-                    let error = api_error(operation, status.as_u16(), &text);
-                    if error.is_throttled() {
-                        api.record_throttled(operation);
+            .call_as(
+                service.family(),
+                operation,
+                kind,
+                OpenStackError::again,
+                || async {
+                    let mut request = self
+                        .http
+                        .request(method.clone(), &url)
+                        .header("x-auth-token", &session.token)
+                        .header("accept", "application/json")
+                        .query(query);
+                    if let Some(body) = body {
+                        request = request.json(body);
                     }
-                    return Err(error);
-                }
-                if text.trim().is_empty() {
-                    return Ok(None);
-                }
-                serde_json::from_str(&text)
-                    .map(Some)
-                    .map_err(|e| OpenStackError::Unexpected {
-                        operation,
-                        message: format!("answer is not JSON: {e}"),
-                    })
-            })
+                    let response = request
+                        .send()
+                        .await
+                        .map_err(|source| OpenStackError::Transport { operation, source })?;
+                    let status = response.status();
+                    let wait = retry_after(response.headers());
+                    let text = response
+                        .text()
+                        .await
+                        .map_err(|source| OpenStackError::Transport { operation, source })?;
+                    if !status.is_success() {
+                        let error = api_error(operation, status.as_u16(), &text, wait);
+                        if error.is_throttled() {
+                            api.record_throttled(operation);
+                        }
+                        return Err(error);
+                    }
+                    if text.trim().is_empty() {
+                        return Ok(None);
+                    }
+                    serde_json::from_str(&text)
+                        .map(Some)
+                        .map_err(|e| OpenStackError::Unexpected {
+                            operation,
+                            message: format!("answer is not JSON: {e}"),
+                        })
+                },
+            )
             .await
             .map_err(|e| (e, Some(session.token.clone())))
     }
@@ -843,7 +849,12 @@ fn decode<T: DeserializeOwned>(
 
 /// The service's own words from an error body: Octavia `faultstring`, Neutron
 /// `NeutronError.message` (with its type), Keystone `error.message`; else the raw text.
-fn api_error(operation: &'static str, status: u16, text: &str) -> OpenStackError {
+fn api_error(
+    operation: &'static str,
+    status: u16,
+    text: &str,
+    retry_after: Option<std::time::Duration>,
+) -> OpenStackError {
     let body: Value = serde_json::from_str(text).unwrap_or(Value::Null);
     let message = body["faultstring"]
         .as_str()
@@ -863,7 +874,21 @@ fn api_error(operation: &'static str, status: u16, text: &str) -> OpenStackError
         operation,
         status,
         message,
+        retry_after,
     }
+}
+
+/// `Retry-After` in seconds (the form rate limiters in front of OpenStack APIs send); an HTTP
+/// date or anything else is ignored, leaving the policy's own backoff.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<std::time::Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(std::time::Duration::from_secs)
 }
 
 /// The `message` of the one object an OpenStack fault body wraps under its kind
@@ -1003,7 +1028,7 @@ mod tests {
             ("<html>bad gateway</html>", "<html>bad gateway</html>"),
         ];
         for (body, want) in cases {
-            match api_error("op", 400, body) {
+            match api_error("op", 400, body, None) {
                 OpenStackError::Api { message, .. } => assert_eq!(message, want),
                 other => panic!("{other:?}"),
             }

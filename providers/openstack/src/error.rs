@@ -30,6 +30,8 @@ pub enum OpenStackError {
         status: u16,
         /// The service's own words (`faultstring`, `NeutronError.message`, `error.message`).
         message: String,
+        /// The wait the answer asked for (`Retry-After` in seconds), with a rate refusal.
+        retry_after: Option<std::time::Duration>,
     },
     /// The request did not get an answer (connection refused, timeout, TLS).
     #[error("{operation}: {source}")]
@@ -56,6 +58,22 @@ impl OpenStackError {
         match self {
             OpenStackError::Api { status, .. } => Some(*status),
             _ => None,
+        }
+    }
+
+    /// How to repeat this failure in place: not at all, after the backoff step, or after the
+    /// wait a rate refusal asked for (`Retry-After`).
+    pub fn again(&self) -> kube_lb_provider_core::Again {
+        use kube_lb_provider_core::Again;
+        if !self.classification().retries_in_place() {
+            return Again::No;
+        }
+        match self {
+            OpenStackError::Api {
+                retry_after: Some(wait),
+                ..
+            } if self.is_throttled() => Again::After(*wait),
+            _ => Again::Backoff,
         }
     }
 
@@ -272,6 +290,7 @@ mod tests {
                 operation: "op",
                 status,
                 message: message.into(),
+                retry_after: None,
             });
             assert_eq!(error.retry(), want.retry(), "{status} {message}: {error}");
         }
@@ -295,6 +314,7 @@ mod tests {
                 operation: "op",
                 status,
                 message: message.into(),
+                retry_after: None,
             };
             assert_eq!(error.is_throttled(), throttled, "{status} {message}");
             assert_eq!(

@@ -10,7 +10,9 @@ mod support;
 use std::time::Duration;
 
 use kube_lb_mock_openstack::{Fault, MockOpenStack, Quotas};
-use kube_lb_provider_core::{CallCounter, EnvironmentCause, LoadBalancerProvider, ProviderError};
+use kube_lb_provider_core::{
+    CallCounter, EnvironmentCause, LoadBalancerProvider, ProviderError, RetryPolicy,
+};
 use support::*;
 
 const UID: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
@@ -84,6 +86,58 @@ async fn a_rate_limit_413_that_outlasts_the_retries_is_a_throttle_not_an_unknown
     let refused = answered(&h.cloud, "GET", "/lbaas/loadbalancers", 413) as u64;
     assert!(refused > 1, "retried in place: {refused}");
     assert_eq!(throttled(&h.counter, "octavia:ListLoadBalancers"), refused);
+}
+
+#[tokio::test]
+async fn a_rate_refusal_is_retried_after_the_wait_it_asks_for_not_sooner() {
+    // The deployed policy: 200 ms steps, at most 5 s per wait.
+    let h = harness_retrying(RetryPolicy::default()).await;
+    // A rate limiter in front of Octavia refuses once and asks for 1 s: the retry waits that
+    // long, although the policy's own first step is far shorter.
+    h.cloud.inject(
+        Fault::respond("POST", "/lbaas/loadbalancers", 429, "Too Many Requests", 1)
+            .with_retry_after(1),
+    );
+    let started = std::time::Instant::now();
+    h.provider
+        .ensure(&svc("web", UID).spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "retried after {:?}, Retry-After was 1 s",
+        started.elapsed()
+    );
+    assert_eq!(answered(&h.cloud, "POST", "/lbaas/loadbalancers", 429), 1);
+    assert_eq!(answered(&h.cloud, "POST", "/lbaas/loadbalancers", 201), 1);
+}
+
+#[tokio::test]
+async fn a_rate_refusal_asking_for_longer_than_an_in_place_retry_goes_back_to_the_controller() {
+    let h = harness_retrying(RetryPolicy::default()).await;
+    // 60 s is past the in-place policy's longest wait (5 s): the worker does not sit it out
+    // and does not knock again before the window ends; the controller's backoff takes over.
+    h.cloud.inject(
+        Fault::respond("POST", "/lbaas/loadbalancers", 429, "Too Many Requests", 1)
+            .with_retry_after(60),
+    );
+    let started = std::time::Instant::now();
+    let error = h
+        .provider
+        .ensure(&svc("web", UID).spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ProviderError::Throttled { .. }),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(answered(&h.cloud, "POST", "/lbaas/loadbalancers", 429), 1);
+    assert_eq!(answered(&h.cloud, "POST", "/lbaas/loadbalancers", 201), 0);
 }
 
 #[tokio::test]

@@ -71,6 +71,23 @@ pub async fn harness_with(cloud: MockOpenStack, extra_conf: &str) -> Harness {
     provider_for(cloud, config)
 }
 
+/// A harness whose in-place retries follow `retry` (the others use short test steps).
+pub async fn harness_retrying(retry: RetryPolicy) -> Harness {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let config = CloudConfig::parse(&cloud_conf(&cloud, "")).unwrap();
+    let counter = CallCounter::new();
+    let options = ProviderOptions {
+        retry,
+        ..fast_options(counter.clone())
+    };
+    let provider = OpenStackProvider::new(config, CLUSTER, options).unwrap();
+    Harness {
+        cloud,
+        provider,
+        counter,
+    }
+}
+
 pub fn provider_for(cloud: MockOpenStack, config: CloudConfig) -> Harness {
     let counter = CallCounter::new();
     let provider = OpenStackProvider::new(config, CLUSTER, fast_options(counter.clone())).unwrap();
