@@ -1497,28 +1497,10 @@ mod tests {
                 drop(stream);
             });
             let (_proxy, frontend) = proxy_to(engine, 40 + i as u8, endpoint).await;
-            let mut client = TcpStream::connect(frontend).await.unwrap();
-            let mut received = Vec::new();
-            let outcome = tokio::time::timeout(
-                Duration::from_secs(30),
-                tokio::io::AsyncReadExt::read_to_end(&mut client, &mut received),
-            )
-            .await
-            .unwrap_or_else(|_| panic!("{engine}: the connection ends"));
-            let error = outcome.expect_err(&format!(
-                "{engine}: a clean end of stream after {} bytes would pass for a whole answer",
-                received.len()
-            ));
-            assert_eq!(
-                error.kind(),
-                std::io::ErrorKind::ConnectionReset,
-                "{engine}"
-            );
+            assert_ends_with_a_reset(engine, frontend).await;
         }
     }
 
-    /// A proxy on `engine` serving one Service at a free port of 127.77.9.`last` with
-    /// `endpoint` behind it; the proxy stops when the returned value is dropped.
     #[tokio::test]
     async fn a_client_no_endpoint_accepted_sees_a_reset_not_an_empty_answer_on_either_engine() {
         for (i, engine) in [UserspaceEngine::Uring, UserspaceEngine::Epoll]
@@ -1532,27 +1514,34 @@ mod tests {
                 .local_addr()
                 .unwrap();
             let (_proxy, frontend) = proxy_to(engine, 50 + i as u8, endpoint).await;
-            let mut received = Vec::new();
-            // The reset may come before the client's connect() has looked at its socket: then
-            // the connect reports it.
-            let outcome = tokio::time::timeout(Duration::from_secs(30), async {
-                let mut client = TcpStream::connect(frontend).await?;
-                tokio::io::AsyncReadExt::read_to_end(&mut client, &mut received).await
-            })
-            .await
-            .unwrap_or_else(|_| panic!("{engine}: the connection ends"));
-            let error = outcome.expect_err(&format!(
-                "{engine}: an end of stream after {} bytes would pass for an empty answer",
-                received.len()
-            ));
-            assert_eq!(
-                error.kind(),
-                std::io::ErrorKind::ConnectionReset,
-                "{engine}"
-            );
+            assert_ends_with_a_reset(engine, frontend).await;
         }
     }
 
+    /// Connects to `frontend` and reads to the end: the connection must end with a reset, not
+    /// an end of stream that would pass for a complete (or empty) answer. The reset may come
+    /// before the client's connect() has looked at its socket: then the connect reports it.
+    async fn assert_ends_with_a_reset(engine: UserspaceEngine, frontend: SocketAddr) {
+        let mut received = Vec::new();
+        let outcome = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut client = TcpStream::connect(frontend).await?;
+            tokio::io::AsyncReadExt::read_to_end(&mut client, &mut received).await
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{engine}: the connection ends"));
+        let error = outcome.expect_err(&format!(
+            "{engine}: a clean end of stream after {} bytes would pass for an answer",
+            received.len()
+        ));
+        assert_eq!(
+            error.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "{engine}"
+        );
+    }
+
+    /// A proxy on `engine` serving one Service at a free port of 127.77.9.`last` with
+    /// `endpoint` behind it; the proxy stops when the returned value is dropped.
     async fn proxy_to(
         engine: UserspaceEngine,
         last: u8,

@@ -15,12 +15,7 @@ const UID: &str = "0c5d3c8e-6a3f-4d2b-9e1f-2a4b6c8d0e1f";
 
 /// Throttled attempts of `operation` the provider counted.
 fn throttled(counter: &CallCounter, operation: &str) -> u64 {
-    counter
-        .throttled()
-        .iter()
-        .filter(|(call, _)| call.provider == "baidu" && call.operation == operation)
-        .map(|(_, count)| count)
-        .sum()
+    counter.throttled_count("baidu", operation)
 }
 
 /// Requests `method` on a path containing `path` that the mock answered with `code`.
@@ -30,13 +25,6 @@ fn refused(cloud: &MockBaidu, method: &str, path: &str, code: &str) -> usize {
         .iter()
         .filter(|e| e.method == method && e.path.contains(path) && e.code.as_deref() == Some(code))
         .count()
-}
-
-fn cause_of(error: &ProviderError) -> Option<EnvironmentCause> {
-    match error {
-        ProviderError::Environment { cause, .. } => Some(*cause),
-        _ => None,
-    }
 }
 
 fn rate_limited() -> ApiError {
@@ -93,7 +81,11 @@ async fn quota_exceeded_is_a_quota_cause_and_not_retried() {
         .ensure(&web_spec(UID), &nodes(1))
         .await
         .unwrap_err();
-    assert_eq!(cause_of(&error), Some(EnvironmentCause::Quota), "{error:?}");
+    assert_eq!(
+        error.environment_cause(),
+        Some(EnvironmentCause::Quota),
+        "{error:?}"
+    );
     assert_eq!(refused(&h.cloud, "POST", "/v1/blb", "QuotaExceeded"), 1);
 }
 
@@ -115,7 +107,7 @@ async fn access_denied_is_a_permission_cause_and_not_retried() {
         .await
         .unwrap_err();
     assert_eq!(
-        cause_of(&error),
+        error.environment_cause(),
         Some(EnvironmentCause::PermissionDenied),
         "{error:?}"
     );

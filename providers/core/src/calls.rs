@@ -244,6 +244,15 @@ impl CallCounter {
             .clone()
     }
 
+    /// Throttled attempts so far of `operation` by `provider`.
+    pub fn throttled_count(&self, provider: &str, operation: &str) -> u64 {
+        self.throttled()
+            .iter()
+            .filter(|(call, _)| call.provider == provider && call.operation == operation)
+            .map(|(_, count)| count)
+            .sum()
+    }
+
     /// The counts so far.
     pub fn snapshot(&self) -> CallSnapshot {
         CallSnapshot {

@@ -343,6 +343,14 @@ impl ProviderError {
         }
     }
 
+    /// What the environment lacks, for an [`ProviderError::Environment`] error.
+    pub fn environment_cause(&self) -> Option<EnvironmentCause> {
+        match self {
+            ProviderError::Environment { cause, .. } => Some(*cause),
+            _ => None,
+        }
+    }
+
     /// True when the cloud refused the request rate ([`ProviderError::Throttled`]).
     pub fn is_throttled(&self) -> bool {
         matches!(self, ProviderError::Throttled { .. })

@@ -664,13 +664,8 @@ impl GcpProvider {
             } => tolerate(
                 gce.group_instances(zone, name, instances, true).await,
                 "instanceGroups.addInstances",
-                // The reason when GCE's error body is at hand; its words when only the
-                // client's rendering is (another Service's ensure added the node to the
-                // shared group first).
-                &|f: &Failure| {
-                    f.reason == "memberAlreadyExists"
-                        || f.message.contains("is already a member of")
-                },
+                // Another Service's ensure added the node to the shared group first.
+                &|f: &Failure| f.reason == "memberAlreadyExists",
             ),
             Action::RemoveGroupInstances {
                 zone,
@@ -679,9 +674,7 @@ impl GcpProvider {
             } => tolerate(
                 gce.group_instances(zone, name, instances, false).await,
                 "instanceGroups.removeInstances",
-                &|f: &Failure| {
-                    f.reason == "memberNotFound" || f.message.contains("is not a member of")
-                },
+                &|f: &Failure| f.reason == "memberNotFound",
             ),
             Action::DeleteInstanceGroup { zone, name } => tolerate(
                 gce.delete_instance_group(zone, name).await,

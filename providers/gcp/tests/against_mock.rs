@@ -621,6 +621,33 @@ async fn unreserved_requested_external_ip_is_a_user_error() {
 }
 
 #[tokio::test]
+async fn a_node_another_service_added_to_the_shared_group_first_is_not_an_error() {
+    // Two Services' ensures race to add the same node to the cluster's shared instance group:
+    // the loser's add is answered 400 `memberAlreadyExists`, which means the work is done.
+    let env = env().await;
+    env.gce.inject(Fault::on(
+        "POST",
+        "/instanceGroups/.*/addInstances",
+        FaultResponse::Http(ApiError::new(
+            400,
+            "memberAlreadyExists",
+            "The instance is already a member of the instance group",
+        )),
+    ));
+    env.provider
+        .ensure(&svc(UID).internal().spec(), &two_nodes())
+        .await
+        .unwrap();
+    assert!(
+        env.gce
+            .journal()
+            .iter()
+            .any(|e| e.status == 400 && e.path.contains("/addInstances")),
+        "the race was not staged"
+    );
+}
+
+#[tokio::test]
 async fn internal_create_uses_groups_backend_service_and_subnet() {
     let env = env().await;
     let service = svc(UID).internal();

@@ -19,12 +19,7 @@ const UID: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
 
 /// Throttled attempts of `operation` the provider counted.
 fn throttled(counter: &CallCounter, operation: &str) -> u64 {
-    counter
-        .throttled()
-        .iter()
-        .filter(|(call, _)| call.provider == "openstack" && call.operation == operation)
-        .map(|(_, count)| count)
-        .sum()
+    counter.throttled_count("openstack", operation)
 }
 
 /// Requests the mock answered with `status` for `method` on a path containing `path`.
@@ -34,13 +29,6 @@ fn answered(cloud: &MockOpenStack, method: &str, path: &str, status: u16) -> usi
         .iter()
         .filter(|e| e.method == method && e.path.contains(path) && e.status == status)
         .count()
-}
-
-fn cause_of(error: &ProviderError) -> Option<EnvironmentCause> {
-    match error {
-        ProviderError::Environment { cause, .. } => Some(*cause),
-        _ => None,
-    }
 }
 
 #[tokio::test]
@@ -156,7 +144,11 @@ async fn neutron_over_quota_on_the_floating_ip_is_a_quota_cause() {
         .ensure(&svc("web", UID).spec(), &nodes(1))
         .await
         .unwrap_err();
-    assert_eq!(cause_of(&error), Some(EnvironmentCause::Quota), "{error:?}");
+    assert_eq!(
+        error.environment_cause(),
+        Some(EnvironmentCause::Quota),
+        "{error:?}"
+    );
     assert_eq!(
         answered(&h.cloud, "POST", "/floatingips", 409),
         1,
@@ -180,7 +172,7 @@ async fn an_octavia_policy_refusal_is_a_permission_cause_and_not_retried() {
         .await
         .unwrap_err();
     assert_eq!(
-        cause_of(&error),
+        error.environment_cause(),
         Some(EnvironmentCause::PermissionDenied),
         "{error:?}"
     );

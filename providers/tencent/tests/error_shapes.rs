@@ -15,12 +15,7 @@ const UID: &str = "6f1c2a34-0b1d-4e6f-9a8b-7c6d5e4f3a21";
 
 /// Throttled attempts of `action` the provider counted.
 fn throttled(counter: &CallCounter, action: &str) -> u64 {
-    counter
-        .throttled()
-        .iter()
-        .filter(|(call, _)| call.provider == "tencent" && call.operation == action)
-        .map(|(_, count)| count)
-        .sum()
+    counter.throttled_count("tencent", action)
 }
 
 /// Requests of `action` the mock answered with error `code`.
@@ -30,13 +25,6 @@ fn refused(cloud: &MockTencent, action: &str, code: &str) -> usize {
         .iter()
         .filter(|e| e.action == action && e.error.as_deref() == Some(code))
         .count()
-}
-
-fn cause_of(error: &ProviderError) -> Option<EnvironmentCause> {
-    match error {
-        ProviderError::Environment { cause, .. } => Some(*cause),
-        _ => None,
-    }
 }
 
 #[tokio::test]
@@ -103,7 +91,11 @@ async fn limit_exceeded_on_create_is_a_quota_cause_and_not_retried() {
         .ensure(&svc("web", UID).spec(), &nodes(1))
         .await
         .unwrap_err();
-    assert_eq!(cause_of(&error), Some(EnvironmentCause::Quota), "{error:?}");
+    assert_eq!(
+        error.environment_cause(),
+        Some(EnvironmentCause::Quota),
+        "{error:?}"
+    );
     assert_eq!(refused(&h.cloud, "CreateLoadBalancer", "LimitExceeded"), 1);
 }
 
@@ -122,7 +114,7 @@ async fn unauthorized_operation_is_a_permission_cause_and_not_retried() {
         .await
         .unwrap_err();
     assert_eq!(
-        cause_of(&error),
+        error.environment_cause(),
         Some(EnvironmentCause::PermissionDenied),
         "{error:?}"
     );
