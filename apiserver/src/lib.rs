@@ -39,6 +39,11 @@
 //!   once, finalizers on them included.
 //! - events.k8s.io/v1 Events are mirrored into core/v1 Events (kube-apiserver shares one
 //!   storage), so the mirror has its own resourceVersion.
+//! - Streaming lists (`watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan`)
+//!   are served as kube-apiserver serves them with its `WatchList` feature gate on (the
+//!   default in 1.32 and 1.34; 1.33 ships it off and refuses such watches with a 422), so a
+//!   watch from resourceVersion "" or "0" that allows bookmarks also gets the
+//!   `k8s.io/initial-events-end` bookmark after its initial events.
 //! - Only the built-in resources listed above, plus whatever CustomResourceDefinitions define.
 //!
 //! Benchmark: `cargo bench -p kube-lb-apiserver --bench apiserver` (lists of 10,000

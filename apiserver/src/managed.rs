@@ -423,6 +423,14 @@ fn take_over(object: &mut Value, manager: &str, taken: &BTreeSet<FieldPath>) {
         let kept: BTreeSet<FieldPath> = owned.difference(taken).cloned().collect();
         entry["fieldsV1"] = encode(&kept);
     }
+    // A manager left owning nothing is dropped, as structured-merge-diff's Updater removes
+    // empty managers (sigs.k8s.io/structured-merge-diff merge/update.go).
+    entries.retain(|entry| {
+        entry.get("manager").and_then(Value::as_str) == Some(manager)
+            || entry
+                .get("fieldsV1")
+                .is_none_or(|fields| !decode(fields).is_empty())
+    });
 }
 
 /// Records what `manager` owns after an apply.

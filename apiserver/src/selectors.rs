@@ -16,6 +16,10 @@ pub enum SelectorError {
     /// Parentheses do not balance.
     #[error("unbalanced parentheses in selector {0:?}")]
     Unbalanced(String),
+    /// A label key is not a qualified name, or a value not a label value (`labels.Parse`
+    /// validates both); the message is kube-apiserver's field error.
+    #[error("{0}")]
+    InvalidLabel(String),
     /// A field selector requirement is not `field=value` / `field!=value`.
     #[error("invalid field selector requirement {0:?}")]
     InvalidField(String),
@@ -136,13 +140,59 @@ fn parse_requirement(req: &str) -> Result<LabelRequirement, SelectorError> {
     Err(SelectorError::MissingValues(req.to_string()))
 }
 
+/// Whether `value` may be a label value (`IsValidLabelValue`): empty, or up to 63
+/// alphanumerics, `-`, `_` and `.` that start and end alphanumeric.
+fn is_label_value(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    bytes.is_empty()
+        || (bytes.len() <= 63
+            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+            && bytes
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
+}
+
+const LABEL_VALUE_DETAIL: &str = "a valid label must be an empty string or consist of \
+    alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric \
+    character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is \
+    '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+
+/// Checks a requirement's key and values as labels.Parse does
+/// (k8s.io/apimachinery/pkg/labels/selector.go `validateLabelKey`, `validateLabelValue`).
+fn validate_requirement(req: &LabelRequirement) -> Result<(), SelectorError> {
+    let (key, values): (&String, Vec<&String>) = match req {
+        LabelRequirement::Equals(k, v) | LabelRequirement::NotEquals(k, v) => (k, vec![v]),
+        LabelRequirement::In(k, vs) | LabelRequirement::NotIn(k, vs) => (k, vs.iter().collect()),
+        LabelRequirement::Exists(k) | LabelRequirement::DoesNotExist(k) => (k, Vec::new()),
+    };
+    if !crate::meta::is_qualified_name(key) {
+        return Err(SelectorError::InvalidLabel(format!(
+            "key: Invalid value: {key:?}: {}",
+            crate::meta::QUALIFIED_NAME_DETAIL
+        )));
+    }
+    for (i, value) in values.iter().enumerate() {
+        if !is_label_value(value) {
+            return Err(SelectorError::InvalidLabel(format!(
+                "values[{i}][{key}]: Invalid value: {value:?}: {LABEL_VALUE_DETAIL}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl LabelSelector {
-    /// Parses the `labelSelector` query parameter syntax.
+    /// Parses the `labelSelector` query parameter syntax; keys and values must be valid
+    /// label keys and values.
     pub fn parse(input: &str) -> Result<Self, SelectorError> {
-        let requirements = split_top_level(input)?
+        let requirements: Vec<LabelRequirement> = split_top_level(input)?
             .into_iter()
             .map(parse_requirement)
             .collect::<Result<_, _>>()?;
+        for req in &requirements {
+            validate_requirement(req)?;
+        }
         Ok(Self { requirements })
     }
 
@@ -172,13 +222,93 @@ struct FieldRequirement {
     path: Vec<String>,
     value: String,
     negated: bool,
+    /// What the field reads as when the object leaves it out (kube-apiserver's selectable
+    /// fields are computed from the typed object, where a missing bool is `false`).
+    missing: &'static str,
+}
+
+/// The field labels kube-apiserver accepts for a kind, as registered with
+/// `AddFieldLabelConversionFunc` (pkg/apis/core/v1/conversion.go); kinds without a function
+/// get `runtime.DefaultMetaV1FieldSelectorConversion` (name and namespace only). `None`: a
+/// kind whose table this server does not know, whose selectors stay unchecked.
+enum FieldLabels {
+    /// A conversion function's list: (label, the object path it reads, the value of a
+    /// missing field).
+    Listed(&'static [(&'static str, &'static str, &'static str)]),
+    /// `metadata.name` and `metadata.namespace` only.
+    MetaOnly,
+}
+
+const META: [(&str, &str, &str); 2] = [
+    ("metadata.name", "metadata.name", ""),
+    ("metadata.namespace", "metadata.namespace", ""),
+];
+
+fn field_labels(group: &str, kind: &str) -> Option<FieldLabels> {
+    const SERVICE: &[(&str, &str, &str)] = &[
+        META[0],
+        META[1],
+        ("spec.clusterIP", "spec.clusterIP", ""),
+        ("spec.type", "spec.type", ""),
+    ];
+    const POD: &[(&str, &str, &str)] = &[
+        META[0],
+        META[1],
+        ("spec.nodeName", "spec.nodeName", ""),
+        // Old v1 clients' name for spec.nodeName.
+        ("spec.host", "spec.nodeName", ""),
+        ("spec.restartPolicy", "spec.restartPolicy", ""),
+        ("spec.schedulerName", "spec.schedulerName", ""),
+        ("spec.serviceAccountName", "spec.serviceAccountName", ""),
+        ("spec.hostNetwork", "spec.hostNetwork", "false"),
+        ("status.phase", "status.phase", ""),
+        ("status.podIP", "status.podIP", ""),
+        ("status.podIPs", "status.podIP", ""),
+        ("status.nominatedNodeName", "status.nominatedNodeName", ""),
+    ];
+    const NODE: &[(&str, &str, &str)] = &[
+        META[0],
+        ("spec.unschedulable", "spec.unschedulable", "false"),
+    ];
+    const NAMESPACE: &[(&str, &str, &str)] = &[META[0], ("status.phase", "status.phase", "")];
+    const EVENT: &[(&str, &str, &str)] = &[
+        META[0],
+        META[1],
+        ("involvedObject.kind", "involvedObject.kind", ""),
+        ("involvedObject.namespace", "involvedObject.namespace", ""),
+        ("involvedObject.name", "involvedObject.name", ""),
+        ("involvedObject.uid", "involvedObject.uid", ""),
+        ("involvedObject.apiVersion", "involvedObject.apiVersion", ""),
+        (
+            "involvedObject.resourceVersion",
+            "involvedObject.resourceVersion",
+            "",
+        ),
+        ("involvedObject.fieldPath", "involvedObject.fieldPath", ""),
+        ("reason", "reason", ""),
+        ("reportingComponent", "reportingComponent", ""),
+        ("source", "source.component", ""),
+        ("type", "type", ""),
+    ];
+    Some(match (group, kind) {
+        ("", "Service") => FieldLabels::Listed(SERVICE),
+        ("", "Pod") => FieldLabels::Listed(POD),
+        ("", "Node") => FieldLabels::Listed(NODE),
+        ("", "Namespace") => FieldLabels::Listed(NAMESPACE),
+        ("", "Event") => FieldLabels::Listed(EVENT),
+        ("", "ConfigMap" | "Endpoints")
+        | ("coordination.k8s.io", "Lease")
+        | ("discovery.k8s.io", "EndpointSlice")
+        | ("apiextensions.k8s.io", "CustomResourceDefinition") => FieldLabels::MetaOnly,
+        _ => return None,
+    })
 }
 
 /// A parsed field selector (`metadata.name=x,spec.nodeName!=y`).
 ///
-/// Any dotted path to a scalar is accepted (kube-apiserver restricts the set per resource; being
-/// lenient lets `kubectl describe` select events by `involvedObject.*`). A missing field compares
-/// as the empty string, as in kube-apiserver.
+/// Any dotted path to a scalar parses; [`FieldSelector::restrict_to`] then limits it to the
+/// labels kube-apiserver supports for the kind served. A missing field compares as the empty
+/// string (`false` for the boolean labels), as in kube-apiserver.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector {
     requirements: Vec<FieldRequirement>,
@@ -204,9 +334,42 @@ impl FieldSelector {
                 path: path.split('.').map(str::to_string).collect(),
                 value: value.trim().to_string(),
                 negated,
+                missing: "",
             });
         }
         Ok(Self { requirements })
+    }
+
+    /// Restricts the selector to the field labels kube-apiserver supports for `kind` of
+    /// `group`, mapping each to the object field it reads. An unsupported label is the
+    /// message of kube-apiserver's 400 (handlers/get.go turns the conversion error into a
+    /// BadRequest). Kinds this server has no table for are left as parsed.
+    pub fn restrict_to(&mut self, group: &str, kind: &str) -> Result<(), String> {
+        let Some(labels) = field_labels(group, kind) else {
+            return Ok(());
+        };
+        for req in &mut self.requirements {
+            let label = req.path.join(".");
+            let known = match &labels {
+                FieldLabels::Listed(list) => list.iter().find(|(l, _, _)| *l == label),
+                FieldLabels::MetaOnly => META.iter().find(|(l, _, _)| *l == label),
+            };
+            match (known, &labels) {
+                (Some((_, path, missing)), _) => {
+                    req.path = path.split('.').map(str::to_string).collect();
+                    req.missing = missing;
+                }
+                (None, FieldLabels::Listed(_)) => {
+                    return Err(format!("field label not supported: {label}"));
+                }
+                (None, FieldLabels::MetaOnly) => {
+                    return Err(format!(
+                        "{label:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether the object satisfies every requirement.
@@ -218,7 +381,7 @@ impl FieldSelector {
             }
             let actual = match current {
                 Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
+                Some(Value::Null) | None => req.missing.to_string(),
                 Some(other) => other.to_string(),
             };
             (actual == req.value) != req.negated
@@ -276,9 +439,80 @@ mod tests {
 
     #[test]
     fn label_selector_errors() {
-        for bad in ["app in (a", "app in a", "=x", "!", "app in", "a)"] {
+        for bad in [
+            "app in (a",
+            "app in a",
+            "=x",
+            "!",
+            "app in",
+            "a)",
+            // Keys and values are validated like labels (400 in kube-apiserver).
+            "-a",
+            "a===b",
+            "app=-x",
+            "app in (ok, not ok)",
+        ] {
             assert!(LabelSelector::parse(bad).is_err(), "{bad} should fail");
         }
+    }
+
+    #[test]
+    fn field_labels_are_restricted_per_kind() {
+        // (group, kind, selector, accepted)
+        let cases = [
+            (
+                "",
+                "Service",
+                "spec.type=LoadBalancer,metadata.name=a",
+                true,
+            ),
+            ("", "Service", "spec.clusterIP=None", true),
+            ("", "Service", "spec.ports=x", false),
+            ("", "Node", "spec.unschedulable=false", true),
+            ("", "Node", "metadata.namespace=x", false),
+            ("", "Namespace", "status.phase=Active", true),
+            ("", "Event", "involvedObject.name=web,source=kubelet", true),
+            ("", "Event", "message=x", false),
+            ("", "Pod", "spec.host=n1", true),
+            ("", "ConfigMap", "metadata.namespace=x", true),
+            ("", "ConfigMap", "data.k=v", false),
+            (
+                "coordination.k8s.io",
+                "Lease",
+                "spec.holderIdentity=x",
+                false,
+            ),
+            ("example.com", "Widget", "spec.anything=x", true),
+        ];
+        for (group, kind, selector, accepted) in cases {
+            let mut parsed = FieldSelector::parse(selector).unwrap();
+            assert_eq!(
+                parsed.restrict_to(group, kind).is_ok(),
+                accepted,
+                "{kind} {selector}"
+            );
+        }
+        let mut unsupported = FieldSelector::parse("data.k=v").unwrap();
+        assert_eq!(
+            unsupported.restrict_to("", "ConfigMap").unwrap_err(),
+            "\"data.k\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+        );
+        let mut unsupported = FieldSelector::parse("spec.ports=x").unwrap();
+        assert_eq!(
+            unsupported.restrict_to("", "Service").unwrap_err(),
+            "field label not supported: spec.ports"
+        );
+        // Labels read the fields they name; a missing boolean reads as false.
+        let mut schedulable = FieldSelector::parse("spec.unschedulable=false").unwrap();
+        schedulable.restrict_to("", "Node").unwrap();
+        assert!(schedulable.matches(&json!({"spec": {}})));
+        assert!(!schedulable.matches(&json!({"spec": {"unschedulable": true}})));
+        let mut source = FieldSelector::parse("source=kubelet").unwrap();
+        source.restrict_to("", "Event").unwrap();
+        assert!(source.matches(&json!({"source": {"component": "kubelet"}})));
+        let mut host = FieldSelector::parse("spec.host=n1").unwrap();
+        host.restrict_to("", "Pod").unwrap();
+        assert!(host.matches(&json!({"spec": {"nodeName": "n1"}})));
     }
 
     #[test]

@@ -567,6 +567,65 @@ pub fn apply_defaults(service: &mut Value) {
     }
 }
 
+/// Whether Go's `netutils.ParseIPSloppy` reads `value` as an IP: what Rust parses, plus
+/// dotted-quad IPv4 with leading zeros in its octets.
+fn is_ip_sloppy(value: &str) -> bool {
+    if value.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    let octets: Vec<&str> = value.split('.').collect();
+    octets.len() == 4
+        && octets.iter().all(|o| {
+            !o.is_empty()
+                && o.len() <= 3
+                && o.bytes().all(|b| b.is_ascii_digit())
+                && o.parse::<u16>().is_ok_and(|n| n <= 255)
+        })
+}
+
+/// `ValidateLoadBalancerStatus`'s address rules (pkg/apis/core/validation/validation.go):
+/// an ingress `ip` must be an IP (`IsValidIPForLegacyField`), a `hostname` a DNS-1123
+/// subdomain and not an IP.
+fn validate_ingress_addresses(causes: &mut Vec<Cause>, service: &Value) {
+    let Some(Value::Array(ingress)) = service.pointer("/status/loadBalancer/ingress") else {
+        return;
+    };
+    // Not checked here, deliberately: kube-apiserver 1.33 also forbids ingress points on a
+    // Service that is not a LoadBalancer (AllowServiceLBStatusOnNonLB locked off), but
+    // `kube-lb plan`/`audit` load manifests of such Services, status included, as seeds.
+    for (i, entry) in ingress.iter().enumerate() {
+        let at = |field: &str| format!("status.loadBalancer.ingress[{i}].{field}");
+        if let Some(ip) = str_field(entry, "ip").filter(|ip| !ip.is_empty())
+            && !is_ip_sloppy(ip)
+        {
+            causes.push(Cause::invalid(
+                at("ip"),
+                ip,
+                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            ));
+        }
+        if let Some(hostname) = str_field(entry, "hostname").filter(|h| !h.is_empty()) {
+            if !meta::is_dns1123_subdomain(hostname) {
+                causes.push(Cause::invalid(
+                    at("hostname"),
+                    hostname,
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
+                     characters, '-' or '.', and must start and end with an alphanumeric \
+                     character (e.g. 'example.com', regex used for validation is \
+                     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                ));
+            }
+            if is_ip_sloppy(hostname) {
+                causes.push(Cause::invalid(
+                    at("hostname"),
+                    hostname,
+                    "must be a DNS name, not an IP address",
+                ));
+            }
+        }
+    }
+}
+
 /// `ValidateLoadBalancerStatus`'s ipMode rules: only with an IP, and only `VIP` or `Proxy`.
 fn validate_ip_modes(causes: &mut Vec<Cause>, service: &Value) {
     let Some(Value::Array(ingress)) = service.pointer("/status/loadBalancer/ingress") else {
@@ -805,6 +864,7 @@ pub fn validate(service: &Value) -> Vec<Cause> {
         );
     }
     validate_topology_keys(&mut causes, spec);
+    validate_ingress_addresses(&mut causes, service);
     validate_ip_modes(&mut causes, service);
     // Written through /status by load-balancer controllers (kube-lb.io/LoadBalancerReady).
     causes.extend(crate::validation::validate_conditions(
@@ -841,7 +901,7 @@ fn validate_port(
     }
     let number = port_number(port.get("port")).unwrap_or_default();
     if !(1..=65535).contains(&number) {
-        causes.push(Cause::invalid(
+        causes.push(Cause::invalid_literal(
             format!("{field}.port"),
             &number.to_string(),
             PORT_RANGE_DETAIL,
@@ -858,7 +918,7 @@ fn validate_port(
             IANA_DETAIL,
         )),
         Some(Value::Number(n)) if !n.as_i64().is_some_and(|t| (1..=65535).contains(&t)) => {
-            causes.push(Cause::invalid(
+            causes.push(Cause::invalid_literal(
                 format!("{field}.targetPort"),
                 &n.to_string(),
                 PORT_RANGE_DETAIL,
@@ -891,7 +951,7 @@ fn validate_client_ip_affinity(causes: &mut Vec<Cause>, spec: &Value) {
     let field = "spec.sessionAffinityConfig.clientIP.timeoutSeconds";
     match client_ip.get("timeoutSeconds").and_then(Value::as_i64) {
         None => causes.push(required(field, detail)),
-        Some(t) if t <= 0 || t > MAX_AFFINITY_TIMEOUT => causes.push(Cause::invalid(
+        Some(t) if t <= 0 || t > MAX_AFFINITY_TIMEOUT => causes.push(Cause::invalid_literal(
             field,
             &t.to_string(),
             &format!("must be greater than 0 and less than {MAX_AFFINITY_TIMEOUT}"),
@@ -911,14 +971,14 @@ fn validate_cluster_ip_fields(causes: &mut Vec<Cause>, spec: &Value) {
             if ips.is_empty() {
                 causes.push(Cause::required("spec.clusterIPs"));
             } else if ips[0] != ip {
-                causes.push(Cause::invalid(
+                causes.push(Cause::invalid_literal(
                     "spec.clusterIPs",
                     &go_strings(&ips),
                     "first value must match `clusterIP`",
                 ));
             }
         }
-        None if !ips.is_empty() => causes.push(Cause::invalid(
+        None if !ips.is_empty() => causes.push(Cause::invalid_literal(
             "spec.clusterIPs",
             &go_strings(&ips),
             "must be empty when `clusterIP` is not specified",
@@ -947,7 +1007,7 @@ fn validate_cluster_ip_fields(causes: &mut Vec<Cause>, spec: &Value) {
         if i == 0 && ip == "None" {
             if ips.len() > 1 {
                 invalid = true;
-                causes.push(Cause::invalid(
+                causes.push(Cause::invalid_literal(
                     "spec.clusterIPs",
                     &go_strings(&ips),
                     "'None' must be the first and only value",
@@ -968,7 +1028,7 @@ fn validate_cluster_ip_fields(causes: &mut Vec<Cause>, spec: &Value) {
         }
     }
     if ips.len() > 2 {
-        causes.push(Cause::invalid(
+        causes.push(Cause::invalid_literal(
             "spec.clusterIPs",
             &go_strings(&ips),
             "may only hold up to 2 values",
@@ -979,7 +1039,7 @@ fn validate_cluster_ip_fields(causes: &mut Vec<Cause>, spec: &Value) {
         return;
     }
     if parsed.len() == 2 && family_of(parsed[0]) == family_of(parsed[1]) {
-        causes.push(Cause::invalid(
+        causes.push(Cause::invalid_literal(
             "spec.clusterIPs",
             &go_strings(&ips),
             "may specify no more than one IP for each IP family",
@@ -1092,14 +1152,14 @@ fn validate_external_traffic_policy(causes: &mut Vec<Cause>, spec: &Value) {
         // 0 means "allocate one"; allocation runs after validation here, so only a value
         // outside the port range is an error at this point.
         if hc != 0 && !(1..=65535).contains(&hc) {
-            causes.push(Cause::invalid(
+            causes.push(Cause::invalid_literal(
                 "spec.healthCheckNodePort",
                 &hc.to_string(),
                 PORT_RANGE_DETAIL,
             ));
         }
     } else if hc != 0 {
-        causes.push(Cause::invalid(
+        causes.push(Cause::invalid_literal(
             "spec.healthCheckNodePort",
             &hc.to_string(),
             "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'",
@@ -1181,7 +1241,7 @@ fn validate_upgrade_downgrade_cluster_ips(causes: &mut Vec<Cause>, old: &Value, 
     let (before, after) = (str_list(old, "clusterIPs"), str_list(new, "clusterIPs"));
     let shown = go_strings(&after);
     let changed = |i: usize| {
-        Cause::invalid(
+        Cause::invalid_literal(
             format!("spec.clusterIPs[{i}]"),
             &shown,
             "may not change once set",
@@ -1197,7 +1257,7 @@ fn validate_upgrade_downgrade_cluster_ips(causes: &mut Vec<Cause>, old: &Value, 
         }
         std::cmp::Ordering::Greater => {
             if after.is_empty() {
-                causes.push(Cause::invalid(
+                causes.push(Cause::invalid_literal(
                     "spec.clusterIPs[0]",
                     &shown,
                     "primary clusterIP can not be unset",
@@ -1233,11 +1293,12 @@ fn validate_upgrade_downgrade_families(causes: &mut Vec<Cause>, old: &Value, new
         return;
     }
     let (before, after) = (str_list(old, "ipFamilies"), str_list(new, "ipFamilies"));
-    let shown = go_strings(&after);
+    // The internal type's name, as Go's `%#v` prints it.
+    let shown = go_strings(&after).replacen("[]string", "[]core.IPFamily", 1);
     match before.len().cmp(&after.len()) {
         std::cmp::Ordering::Equal => {
             if before != after {
-                causes.push(Cause::invalid(
+                causes.push(Cause::invalid_literal(
                     "spec.ipFamilies[0]",
                     &shown,
                     "may not change once set",
@@ -1248,7 +1309,7 @@ fn validate_upgrade_downgrade_families(causes: &mut Vec<Cause>, old: &Value, new
         // IPs it keeps (`initIPFamilyFields`), so only a changed primary is an error.
         std::cmp::Ordering::Greater => {
             if !after.is_empty() && after[0] != before[0] {
-                causes.push(Cause::invalid(
+                causes.push(Cause::invalid_literal(
                     "spec.ipFamilies[0]",
                     &shown,
                     "may not change once set",
@@ -1266,7 +1327,7 @@ fn validate_upgrade_downgrade_families(causes: &mut Vec<Cause>, old: &Value, new
         }
         std::cmp::Ordering::Less => {
             if !before.is_empty() && before[0] != after[0] {
-                causes.push(Cause::invalid(
+                causes.push(Cause::invalid_literal(
                     "spec.ipFamilies[0]",
                     &shown,
                     "may not change once set",
@@ -1661,9 +1722,11 @@ fn allocate(
                 Some(Ok(ip)) if held.ips.contains(&ip) => {}
                 Some(Ok(ip)) => match allocator.reserve_ip(ip) {
                     Ok(()) => reserved.ips.push(ip),
-                    Err(msg) => {
-                        causes.push(Cause::invalid("spec.clusterIPs", &go_strings(&ips), &msg))
-                    }
+                    Err(msg) => causes.push(Cause::invalid_literal(
+                        "spec.clusterIPs",
+                        &go_strings(&ips),
+                        &msg,
+                    )),
                 },
                 Some(Err(_)) => {}
                 None => match allocator.allocate_ip(family) {
@@ -1723,7 +1786,7 @@ fn allocate(
                     assigned.push(Some(port));
                 }
                 Err((value, msg)) => {
-                    causes.push(Cause::invalid(
+                    causes.push(Cause::invalid_literal(
                         format!("spec.ports[{i}].nodePort"),
                         &value,
                         &msg,
@@ -1744,9 +1807,11 @@ fn allocate(
         let requested = port_number(spec.get("healthCheckNodePort")).filter(|n| *n != 0);
         match take_port(requested, held, allocator, reserved) {
             Ok(port) => spec["healthCheckNodePort"] = json!(port),
-            Err((value, msg)) => {
-                causes.push(Cause::invalid("spec.healthCheckNodePort", &value, &msg))
-            }
+            Err((value, msg)) => causes.push(Cause::invalid_literal(
+                "spec.healthCheckNodePort",
+                &value,
+                &msg,
+            )),
         }
     }
     if causes.is_empty() {

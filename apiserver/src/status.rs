@@ -25,6 +25,17 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueInvalid` cause whose value Go prints without quotes: numbers (`%v`) and
+    /// lists (`%#v`, `[]string{"a"}`), as field.Error.ErrorBody renders non-string values
+    /// (k8s.io/apimachinery/pkg/util/validation/field/errors.go).
+    pub fn invalid_literal(field: impl Into<String>, literal: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {literal}: {detail}"),
+            field: field.into(),
+        }
+    }
+
     /// A `FieldValueRequired` cause.
     pub fn required(field: impl Into<String>) -> Self {
         Self {
@@ -99,6 +110,9 @@ pub struct Details {
     pub causes: Vec<Cause>,
     /// `details.retryAfterSeconds`.
     pub retry_after_seconds: Option<u32>,
+    /// `metadata.continue` of the Status (not of `details`): the token that continues an
+    /// expired paginated list inconsistently, from the newest state.
+    pub continue_token: Option<String>,
 }
 
 impl ApiError {
@@ -161,27 +175,71 @@ impl ApiError {
         .about(def, name)
     }
 
+    /// 409 for a failed delete precondition: kube-apiserver names the kind (qualified by its
+    /// group) where other conflicts name the resource (rest/delete.go `BeforeDelete`).
+    pub fn precondition_failed(def: &ResourceDef, name: &str, why: &str) -> Self {
+        let qualified = if def.group.is_empty() {
+            def.kind.to_string()
+        } else {
+            format!("{}.{}", def.kind, def.group)
+        };
+        let mut err = Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}"),
+        )
+        .about(def, name);
+        err.details.kind = Some(def.kind.to_string());
+        err
+    }
+
     /// 410 for a resourceVersion older than the retained history.
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }
 
-    /// 422 with field causes.
+    /// 422 with field causes. The message names the kind qualified by its group
+    /// (`EndpointSlice.discovery.k8s.io "x" is invalid: ...`), as apimachinery's
+    /// `errors.NewInvalid` does with `GroupKind.String()` (k8s.io/apimachinery/pkg/api/errors).
     pub fn invalid(def: &ResourceDef, name: &str, causes: Vec<Cause>) -> Self {
+        Self::invalid_kind(def.group, def.kind, Some(name), causes)
+    }
+
+    /// 422 for invalid request options (`ListOptions`, `PatchOptions`, `DeleteOptions`):
+    /// kube-apiserver reports them as an invalid object of group `meta.k8s.io` with an empty
+    /// name (`ListOptions.meta.k8s.io "" is invalid: ...`; handlers/get.go, handlers/patch.go).
+    pub fn invalid_options(kind: &str, causes: Vec<Cause>) -> Self {
+        Self::invalid_kind("meta.k8s.io", kind, None, causes)
+    }
+
+    fn invalid_kind(group: &str, kind: &str, name: Option<&str>, causes: Vec<Cause>) -> Self {
         let rendered = causes
             .iter()
             .map(Cause::render)
             .collect::<Vec<_>>()
             .join(", ");
-        let message = if causes.len() == 1 {
-            format!("{} \"{name}\" is invalid: {rendered}", def.kind)
+        let qualified = if group.is_empty() {
+            kind.to_string()
         } else {
-            format!("{} \"{name}\" is invalid: [{rendered}]", def.kind)
+            format!("{kind}.{group}")
         };
-        let mut err = Self::new(422, "Invalid", message).about(def, name);
-        err.details.kind = Some(def.kind.to_string());
+        let shown_name = name.unwrap_or_default();
+        let message = if causes.len() == 1 {
+            format!("{qualified} \"{shown_name}\" is invalid: {rendered}")
+        } else {
+            format!("{qualified} \"{shown_name}\" is invalid: [{rendered}]")
+        };
+        let mut err = Self::new(422, "Invalid", message);
+        err.details.name = name.filter(|n| !n.is_empty()).map(str::to_string);
+        err.details.group = Some(group.to_string());
+        err.details.kind = Some(kind.to_string());
         err.details.causes = causes;
         err
+    }
+
+    /// A bare 422 `Invalid` without details (a JSON patch that does not apply).
+    pub fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", message)
     }
 
     /// 400 for a malformed request.
@@ -278,6 +336,9 @@ impl ApiError {
         }
         if !details.is_empty() {
             status["details"] = Value::Object(details);
+        }
+        if let Some(token) = &d.continue_token {
+            status["metadata"] = json!({"continue": token});
         }
         status
     }

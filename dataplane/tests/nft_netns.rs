@@ -12,7 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_lb_dataplane::model::{Index, IndexConfig};
 use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig, NftScheduler};
 use kube_lb_dataplane::testing::{node, service, slice};
-use support::{Lab, Outcome, eventually, names, node_ip};
+use support::{Lab, Outcome, eventually, names, node_ip, node_ip6};
 
 /// Nodes 1..=n: n1 (za, r1), n2 (za, r1), n3 (zb, r1), n4 (zc, r2).
 fn topology(i: usize) -> (&'static str, &'static str) {
@@ -79,6 +79,12 @@ impl Cluster {
     fn delete_slice(&mut self, name: &str) {
         for (index, _) in &mut self.nodes {
             index.delete_endpoint_slice("default", name);
+        }
+    }
+
+    fn delete_service(&mut self, name: &str) {
+        for (index, _) in &mut self.nodes {
+            index.delete_service("default", name);
         }
     }
 
@@ -544,4 +550,141 @@ async fn a_pod_reaching_itself_through_its_service_is_masqueraded_others_keep_th
         other.iter().all(|o| o.source_ip() == Some(b.ip.as_str())),
         "{other:?}"
     );
+}
+
+/// Dual stack on real nodes: an IPv6 Service's ClusterIP, NodePort (on each node's own IPv6
+/// address), load-balancer IP and external IP carry TCP and UDP through the `ip6` table, from a
+/// client on the LAN and from a pod, to endpoints on both nodes; a dual-stack Service answers on
+/// both families' cluster IPs. Cluster policy masquerades the
+/// LAN client (endpoints never see its address); pod-to-pod traffic keeps the pod's address.
+/// When the Service goes, its addresses are gone from the table and stop answering.
+#[tokio::test]
+async fn ipv6_frontends_carry_traffic_through_the_ip6_table() {
+    require_netns!();
+    let mut lab = Lab::dual_stack(2);
+    let a = lab.pod("a", 1);
+    let b = lab.pod("b", 2);
+    let mut cluster = Cluster::new(
+        &lab,
+        2,
+        &[],
+        NftConfig {
+            cluster_cidrs: vec![
+                "10.244.0.0/16".parse().unwrap(),
+                "fd00:244::/32".parse().unwrap(),
+            ],
+            ..NftConfig::default()
+        },
+    );
+    // The nodes' IPv6 addresses in their Node objects: what the model serves NodePorts on
+    // (the proxy binary reads them from the node's interfaces instead).
+    for i in 1..=2 {
+        let (zone, region) = topology(i);
+        cluster.replace_node(node(
+            &format!("n{i}"),
+            zone,
+            region,
+            &[&node_ip(i), &node_ip6(i)],
+        ));
+    }
+    let web = service("default", "web6", "fd00:96::10")
+        .port("http", "TCP", 80)
+        .node_port(30081)
+        .port("dns", "UDP", 53)
+        .node_port(30053)
+        .load_balancer(&["2001:db8:10::10"])
+        .external_ips(&["2001:db8:20::10"])
+        .build();
+    let mut eps = slice("default", "web6", "web6-1")
+        .port("http", "TCP", 8080)
+        .port("dns", "UDP", 8080);
+    for pod in [&a, &b] {
+        eps = eps.endpoint(pod.ip6.as_deref().expect("dual-stack pod"), &pod.node);
+    }
+    let mut eps = eps.build();
+    eps.address_type = "IPv6".into();
+    cluster.apply(&[web], &[eps]);
+    cluster.sync().await;
+
+    let both: BTreeSet<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+    for addr in [
+        "[fd00:96::10]:80",
+        "[fd00:10::11]:30081",
+        "[fd00:10::12]:30081",
+        "[2001:db8:10::10]:80",
+        "[2001:db8:20::10]:80",
+    ] {
+        let outcomes = lab.tcp("c", addr, 30, 2000);
+        assert!(all_ok(&outcomes), "{addr}: {outcomes:?}");
+        assert_eq!(
+            names(&outcomes),
+            both,
+            "{addr} must spread over both endpoints"
+        );
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| o.source_ip() != Some("fd00:10::100")),
+            "{addr}: the LAN client is masqueraded under cluster policy: {outcomes:?}"
+        );
+    }
+    for addr in ["[fd00:96::10]:53", "[fd00:10::11]:30053"] {
+        let outcomes = lab.udp("c", addr, 3, 2000, None);
+        assert!(all_ok(&outcomes), "{addr}: {outcomes:?}");
+    }
+    eprintln!(
+        "DEBUG {}",
+        lab.exec("n1", &["nft", "list", "table", "ip6", "kube-lb"])
+    );
+    // From a pod: both endpoints, and the one on the other node sees the pod itself.
+    let from_pod = lab.tcp("pa", "[fd00:96::10]:80", 30, 2000);
+    assert!(all_ok(&from_pod), "{from_pod:?}");
+    assert_eq!(names(&from_pod), both, "{from_pod:?}");
+    assert!(
+        from_pod
+            .iter()
+            .filter(|o| o.name() == Some("b"))
+            .all(|o| o.source_ip() == a.ip6.as_deref()),
+        "pod-to-pod traffic keeps the pod's address: {from_pod:?}"
+    );
+
+    // A dual-stack Service (both families' cluster IPs, one slice per family): each family's
+    // address reaches the pods over that family.
+    let mut dual = service("default", "dual", "10.96.0.20")
+        .port("http", "TCP", 80)
+        .build();
+    if let Some(spec) = dual.spec.as_mut() {
+        spec.cluster_ips = Some(vec!["10.96.0.20".into(), "fd00:96::20".into()]);
+        spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+        spec.ip_family_policy = Some("RequireDualStack".into());
+    }
+    let mut v4 = slice("default", "dual", "dual-v4").port("http", "TCP", 8080);
+    let mut v6 = slice("default", "dual", "dual-v6").port("http", "TCP", 8080);
+    for pod in [&a, &b] {
+        v4 = v4.endpoint(&pod.ip, &pod.node);
+        v6 = v6.endpoint(pod.ip6.as_deref().expect("dual-stack pod"), &pod.node);
+    }
+    let mut v6 = v6.build();
+    v6.address_type = "IPv6".into();
+    cluster.apply(&[dual], &[v4.build(), v6]);
+    cluster.sync().await;
+    for (addr, client_ip) in [
+        ("10.96.0.20:80", "10.0.0.100"),
+        ("[fd00:96::20]:80", "fd00:10::100"),
+    ] {
+        let outcomes = lab.tcp("c", addr, 30, 2000);
+        assert!(all_ok(&outcomes), "{addr}: {outcomes:?}");
+        assert_eq!(names(&outcomes), both, "{addr}");
+        assert!(
+            outcomes.iter().all(|o| o.source_ip() != Some(client_ip)),
+            "{addr}: {outcomes:?}"
+        );
+    }
+
+    cluster.delete_service("web6");
+    cluster.sync().await;
+    let listing = lab.exec("n1", &["nft", "list", "table", "ip6", "kube-lb"]);
+    assert!(!listing.contains("fd00:96::10"), "{listing}");
+    let gone = lab.tcp("c", "[fd00:96::10]:80", 1, 1000);
+    assert!(gone.iter().all(|o| o.name().is_none()), "{gone:?}");
 }

@@ -27,7 +27,7 @@ use kube_lb_dataplane::testing::{node, service, slice};
 use kube_lb_dataplane::userspace::capture::CaptureConfig;
 use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
 use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
-use support::{Lab, Outcome, eventually, names, node_ip};
+use support::{Lab, Outcome, SERVICE_RANGES_V6, eventually, names, node_ip, node_ip6};
 
 const TABLE: &str = "kube-lb-userspace";
 
@@ -140,7 +140,12 @@ async fn node_agent() {
     // Registered before "ready": a SIGTERM from then on is a clean stop.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("SIGTERM handler");
-    let server = ApiServer::builder().start().await.expect("api server");
+    // Dual-stack: IPv6 Services (fd00:96::/112, inside the labs' IPv6 Service range) are valid.
+    let server = ApiServer::builder()
+        .secondary_service_cidr("fd00:96::/112".parse().expect("cidr"))
+        .start()
+        .await
+        .expect("api server");
     for i in 1..=2 {
         server
             .seed(node(&format!("n{i}"), "za", "r1", &[&node_ip(i)]))
@@ -424,6 +429,89 @@ fn userspace_captures_every_frontend_kind_for_pods_nodes_and_the_host() {
     );
     agent.kill("-TERM");
     assert_eq!(capture_table(&lab, "n1"), None);
+}
+
+/// The same on IPv6: an IPv6 Service's ClusterIP, load-balancer IP, external IP and NodePort
+/// (on node 1's own IPv6 address) are captured into the proxy for TCP and UDP, from a pod on
+/// the node, another node, a LAN client and the node itself; the capture elements go with the
+/// Service.
+#[test]
+fn userspace_captures_ipv6_frontends() {
+    require_netns!();
+    let mut lab = Lab::dual_stack(2);
+    let a = lab.pod("a", 1);
+    let b = lab.pod("b", 2);
+    for range in SERVICE_RANGES_V6 {
+        lab.exec(
+            "n2",
+            &["ip", "-6", "route", "add", range, "via", &node_ip6(1)],
+        );
+    }
+    let mut agent = Agent::start(&lab.ns("n1"), "");
+    agent.apply(
+        &service("default", "web6", "fd00:96::10")
+            .port("http", "TCP", 80)
+            .node_port(30081)
+            .port("dns", "UDP", 53)
+            .node_port(30053)
+            .load_balancer(&["2001:db8:10::10"])
+            .external_ips(&["2001:db8:20::10"])
+            .build(),
+    );
+    let mut eps = slice("default", "web6", "web6-1")
+        .port("http", "TCP", 8080)
+        .port("dns", "UDP", 8080);
+    for pod in [&a, &b] {
+        eps = eps.endpoint(pod.ip6.as_deref().expect("dual-stack pod"), &pod.node);
+    }
+    let mut eps = eps.build();
+    eps.address_type = "IPv6".into();
+    agent.apply(&eps);
+
+    let both: BTreeSet<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+    let node_port = format!("[{}]:30081", node_ip6(1));
+    let node_port_udp = format!("[{}]:30053", node_ip6(1));
+    for client in ["pa", "n2", "c", "n1"] {
+        for addr in [
+            "[fd00:96::10]:80",
+            "[2001:db8:10::10]:80",
+            "[2001:db8:20::10]:80",
+            node_port.as_str(),
+        ] {
+            assert!(
+                eventually(Duration::from_secs(15), || reached(
+                    &lab, client, addr, &both
+                )),
+                "{client} → {addr}: {:?}",
+                lab.tcp(client, addr, 4, 2000)
+            );
+        }
+        for addr in [
+            "[fd00:96::10]:53",
+            "[2001:db8:10::10]:53",
+            node_port_udp.as_str(),
+        ] {
+            assert!(
+                eventually(Duration::from_secs(10), || udp_reached(&lab, client, addr)),
+                "{client} → {addr}/udp: {:?}",
+                lab.udp(client, addr, 3, 2000, None)
+            );
+        }
+    }
+    let table = capture_table(&lab, "n1").expect("capture table exists");
+    assert!(table.contains("fd00:96::10 . tcp . 80 :"), "{table}");
+
+    agent.command("delete-service web6");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let table = capture_table(&lab, "n1").unwrap_or_default();
+            !table.contains("fd00:96::10") && !table.contains("2001:db8:10::10")
+        }),
+        "{:?}",
+        capture_table(&lab, "n1")
+    );
+    agent.kill("-TERM");
+    assert_eq!(capture_table(&lab, "n1"), None, "table left after SIGTERM");
 }
 
 fn two_subsets(a_ip: &str, b_ip: &str) -> serde_json::Value {

@@ -107,6 +107,11 @@ pub struct Args {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
     pub node_ready_grace: Duration,
 
+    /// Longest one ensure or delete of one Service may take before it is abandoned and retried
+    /// with backoff (a backstop: each provider also bounds every cloud request it makes).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "15m")]
+    pub provider_timeout: Duration,
+
     /// Audit for leaked cloud resources this often (what `kube-lb audit` lists; reads only, on
     /// the leader) and export `kube_lb_audit_leaked_resources{provider,kind}`; 0s turns it off.
     #[arg(
@@ -152,6 +157,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context(
             "invalid --leader-elect-lease-duration, --leader-elect-renew-deadline or --leader-elect-retry-period",
         )?;
+    anyhow::ensure!(
+        !args.provider_timeout.is_zero(),
+        "invalid --provider-timeout 0s: it must be longer than the slowest ensure (default 15m)"
+    );
     let client = client(args.kubeconfig.as_deref()).await?;
     let counter = CallCounter::new();
     let metrics = Arc::new(Metrics::new());
@@ -167,6 +176,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     config.backoff_base = args.backoff_base;
     config.backoff_max = args.backoff_max;
     config.node_ready_grace = args.node_ready_grace;
+    config.provider_timeout = args.provider_timeout;
     config.identity = identity;
 
     let shutdown = CancellationToken::new();

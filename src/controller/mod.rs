@@ -60,13 +60,23 @@ pub struct ControllerConfig {
     /// How long a node that was Ready may report NotReady or Unknown and stay a load-balancer
     /// backend (see [`nodes::ineligibility`]). Zero removes a node at its first NotReady.
     pub node_ready_grace: Duration,
+    /// Longest one ensure or delete of one Service may take, end to end. Each provider bounds
+    /// its own cloud requests; this is the backstop for a path that does not (a connection a
+    /// client library never times out, a cloud operation that never finishes): past it the
+    /// attempt is dropped, as a crash would drop it and as every provider resumes from, and
+    /// retried with backoff, so one hung Service never holds a worker for good.
+    pub provider_timeout: Duration,
     /// Reporting instance of events (and the leader identity).
     pub identity: String,
 }
 
 impl ControllerConfig {
     /// Defaults: default class, concurrency 4, backoff 5 s → 300 s, resync 10 min, node
-    /// readiness grace 60 s.
+    /// readiness grace 60 s, provider timeout 15 min.
+    ///
+    /// The provider timeout is longer than the slowest legitimate ensure (GCE operations are
+    /// waited for up to 10 min; ARM long-running operations take minutes), so it only ever
+    /// cuts off an attempt that would otherwise never end.
     ///
     /// The grace is longer than the node monitor grace period (40–50 s after which the node
     /// lifecycle controller marks a silent node Unknown), so a kubelet restart or one missed
@@ -85,6 +95,7 @@ impl ControllerConfig {
             backoff_max: Duration::from_secs(300),
             resync: Duration::from_secs(600),
             node_ready_grace: Duration::from_secs(60),
+            provider_timeout: Duration::from_secs(15 * 60),
             identity: "kube-lb".to_string(),
         }
     }

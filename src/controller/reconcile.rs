@@ -162,6 +162,28 @@ fn schedule_retry(ctx: &Context, key: &ObjectRef<Service>) -> std::time::Duratio
 /// The Warning text of a failure that will be retried: what is wrong, and when the retry
 /// comes at the latest. The bound only changes while the backoff grows, so a cause that
 /// persists yields a handful of events, then none until it changes (see `events`).
+/// `call`, given up after [`super::ControllerConfig::provider_timeout`] as a retryable failure.
+async fn within_provider_timeout<T>(
+    ctx: &Context,
+    operation: &'static str,
+    call: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    let limit = ctx.config.provider_timeout;
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => {
+            let limit = humantime::format_duration(limit);
+            tracing::warn!(operation, %limit, "provider call abandoned: no answer within the provider timeout");
+            Err(ProviderError::retryable(
+                operation,
+                format!(
+                    "no answer from the provider within {limit} (--provider-timeout); abandoned"
+                ),
+            ))
+        }
+    }
+}
+
 fn retry_note(what: &str, error: &ProviderError, within: std::time::Duration) -> String {
     format!(
         "{what}: {error}; will retry within {}",
@@ -303,7 +325,8 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
             .await;
     }
     tracing::debug!(backends = ?nodes::names(&backends), "ensuring load balancer");
-    let lb_status = match ctx.provider.ensure(&spec, &backends).await {
+    let ensured = within_provider_timeout(ctx, "ensure", ctx.provider.ensure(&spec, &backends));
+    let lb_status = match ensured.await {
         Ok(lb_status) => lb_status,
         Err(ProviderError::ImplementedElsewhere) => {
             // Another controller owns this load balancer (upstream's ImplementedElsewhere):
@@ -629,7 +652,7 @@ async fn cleanup(
             "Deleting load balancer",
         )
         .await;
-    match ctx.provider.delete(&key).await {
+    match within_provider_timeout(ctx, "delete", ctx.provider.delete(&key)).await {
         // Nothing of ours exists for a load balancer another controller implements.
         Ok(()) | Err(ProviderError::ImplementedElsewhere) => {}
         Err(error) => {

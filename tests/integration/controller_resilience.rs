@@ -53,6 +53,52 @@ async fn retryable_failures_back_off_then_succeed() {
     running.stop().await;
 }
 
+/// A provider call that never answers holds neither the Service nor its worker: it is given up
+/// after `provider_timeout`, reported, and retried, for an ensure and for a delete.
+#[tokio::test]
+async fn a_provider_call_that_never_answers_is_abandoned_and_retried() {
+    let server = server().await;
+    let client = server.client().unwrap();
+    let mut config = test_config();
+    config.provider_timeout = Duration::from_millis(500);
+    let running = start_controller(&server, config, true);
+    running.provider.hang_next_ensures(1);
+    svc_lb("default", "web").create(&client).await;
+    wait_address(&client, "default", "web").await;
+    assert!(
+        running.provider.ensures_of("default/web").len() >= 2,
+        "the hung ensure was retried: {:?}",
+        running.provider.calls()
+    );
+    let events = events_of(&client, "default", "web").await;
+    assert!(
+        events
+            .get("SyncLoadBalancerFailed")
+            .is_some_and(|texts| texts
+                .iter()
+                .any(|t| t.contains("no answer from the provider within 500ms"))),
+        "the abandoned ensure is reported: {events:?}"
+    );
+
+    running.provider.hang_next_deletes(1);
+    let api: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(client.clone(), "default");
+    api.delete("web", &Default::default()).await.unwrap();
+    eventually("the Service is released after a hung delete", || async {
+        get_svc(&client, "default", "web")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        running.provider.deletes_of("default/web").len() >= 2,
+        "the hung delete was retried: {:?}",
+        running.provider.calls()
+    );
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn restart_mid_flight_converges_without_duplicate_addresses() {
     let server = server().await;

@@ -181,6 +181,13 @@ async fn dispatch(
         } => {
             let namespace = namespace.as_deref();
             let entry = served(registry, resource)?;
+            let mut params = params;
+            if matches!(*method, Method::GET | Method::DELETE) {
+                params
+                    .fields
+                    .restrict_to(entry.def.group, entry.def.kind)
+                    .map_err(ApiError::bad_request)?;
+            }
             match *method {
                 Method::GET if params.watch || legacy_watch => watch::serve(
                     app,
@@ -192,6 +199,7 @@ async fn dispatch(
                 ),
                 Method::GET => list(app, &entry, resource, namespace, &params, headers),
                 Method::POST => {
+                    params.validate_write_options("CreateOptions")?;
                     let mut object = decode_body(body, headers)?;
                     check_type(&entry.def, &object)?;
                     schema::check(&entry.def, &mut object)?;
@@ -229,6 +237,11 @@ async fn dispatch(
             };
             let namespace = namespace.as_deref();
             if legacy_watch {
+                let mut params = params;
+                params
+                    .fields
+                    .restrict_to(def.group, def.kind)
+                    .map_err(ApiError::bad_request)?;
                 return watch::serve_one(
                     app,
                     &entry,
@@ -264,9 +277,12 @@ async fn dispatch(
                     Ok(json_response(StatusCode::OK, &object))
                 }
                 Method::PUT => {
+                    params.validate_write_options("UpdateOptions")?;
                     let mut object = decode_body(body, headers)?;
                     check_type(def, &object)?;
                     schema::check(def, &mut object)?;
+                    let create_instead =
+                        (part == Part::Main && creates_on_update(def)).then(|| object.clone());
                     let updated = app.store.update(
                         resource,
                         namespace,
@@ -274,8 +290,23 @@ async fn dispatch(
                         part,
                         params.dry_run,
                         move |_| Ok(object),
-                    )?;
-                    Ok(json_response(StatusCode::OK, &updated))
+                    );
+                    match (updated, create_instead) {
+                        (Ok(updated), _) => Ok(json_response(StatusCode::OK, &updated)),
+                        (Err(missing), Some(object)) if missing.code == 404 => {
+                            if crate::meta::name(&object) != Some(name.as_str()) {
+                                return Err(ApiError::bad_request(format!(
+                                    "the name of the object ({}) does not match the name on the URL ({name})",
+                                    crate::meta::name(&object).unwrap_or_default()
+                                )));
+                            }
+                            let created =
+                                app.store
+                                    .create(resource, namespace, object, params.dry_run)?;
+                            Ok(json_response(StatusCode::CREATED, &created))
+                        }
+                        (Err(error), _) => Err(error),
+                    }
                 }
                 Method::PATCH => patch_object(
                     app, &entry, resource, namespace, &name, part, &params, headers, body,
@@ -289,6 +320,17 @@ async fn dispatch(
             }
         }
     }
+}
+
+/// Kinds whose registry strategy answers `AllowCreateOnUpdate() == true`, so a PUT of a
+/// missing object creates it (201): pkg/registry/core/service/strategy.go,
+/// core/endpoint/strategy.go, coordination/lease/strategy.go. Every other kind served here
+/// answers 404.
+fn creates_on_update(def: &resources::ResourceDef) -> bool {
+    matches!(
+        (def.group, def.kind),
+        ("", "Service" | "Endpoints") | ("coordination.k8s.io", "Lease")
+    )
 }
 
 /// The served resource a route names (it may have gone since the route was parsed).
@@ -351,19 +393,26 @@ fn list(
     params: &Params,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
+    params.validate_list_options(false)?;
     let snapshot = match &params.continue_from {
-        Some(token) => app
-            .store
-            .list(resource, namespace, crate::store::ReadAt::Exact(token.resource_version))
-            .map_err(|e| {
+        // storage/etcd3/store.go GetList refuses a resourceVersion next to a continue token.
+        Some(_) if params.has_specific_resource_version() => {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        Some(token) => {
+            let at = token
+                .resource_version
+                .map_or(crate::store::ReadAt::Latest, crate::store::ReadAt::Exact);
+            app.store.list(resource, namespace, at).map_err(|e| {
                 if e.code == 410 {
-                    ApiError::expired(
-                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                    )
+                    expired_continue(&token.after)
                 } else {
                     e
                 }
-            })?,
+            })?
+        }
         None => app.store.list(resource, namespace, params.read_at()?)?,
     };
     let after = params.continue_from.as_ref().map(|t| t.after.clone());
@@ -386,7 +435,7 @@ fn list(
         remaining += matching.count();
         if let Some((last, _)) = items.last() {
             next = Some(ContinueToken {
-                resource_version: snapshot.resource_version,
+                resource_version: Some(snapshot.resource_version),
                 after: last.clone(),
             });
         }
@@ -436,6 +485,28 @@ fn list(
         .into_response())
 }
 
+/// 410 for a continue token whose version left the history. Like kube-apiserver (etcd3
+/// store.go `handleCompactedErrorForPaging`), the Status carries a token in
+/// `metadata.continue` that continues after the same key from the newest state.
+fn expired_continue(after: &crate::store::ObjectKey) -> ApiError {
+    let mut error = ApiError::expired(
+        "The provided continue parameter is too old to display a consistent list result. \
+         You can start a new list without the continue parameter, or use the continue token \
+         in this response to retrieve the remainder of the results. Continuing with the \
+         provided token results in an inconsistent list - objects that were created, \
+         modified, or deleted between the time the first chunk was returned and now may show \
+         up in the list.",
+    );
+    error.details.continue_token = Some(
+        ContinueToken {
+            resource_version: None,
+            after: after.clone(),
+        }
+        .encode(),
+    );
+    error
+}
+
 fn internal(error: serde_json::Error) -> ApiError {
     ApiError::internal(format!("encoding the response failed: {error}"))
 }
@@ -454,6 +525,7 @@ fn patch_object(
 ) -> Result<Response, ApiError> {
     let kind = PatchKind::from_content_type(content_type(headers))
         .map_err(|_| ApiError::unsupported_media_type(content_type(headers)))?;
+    params.validate_patch_options(kind == PatchKind::Apply)?;
     let patch_doc =
         patch::parse_body(kind, body).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let def = &entry.def;
@@ -464,7 +536,16 @@ fn patch_object(
     let manager = params.field_manager.clone().unwrap_or_default();
     let subresource = if part == Part::Status { "status" } else { "" };
     let patch_error = |e: patch::PatchError| match e {
-        patch::PatchError::JsonPatch(_) | patch::PatchError::Shape(_) => ApiError::invalid(
+        // A JSON patch that does not apply (a failed `test`, a missing path) is a bare 422:
+        // handlers/patch.go answers `NewGenericServerResponse(422, ...)`, whose message is
+        // fixed and which carries neither the reason nor causes.
+        patch::PatchError::JsonPatch(error) => {
+            tracing::debug!(%error, "JSON patch does not apply");
+            ApiError::unprocessable(
+                "the server rejected our request due to an error in our request",
+            )
+        }
+        patch::PatchError::Shape(_) => ApiError::invalid(
             def,
             name,
             vec![crate::status::Cause {
@@ -479,10 +560,25 @@ fn patch_object(
         // An apply configuration is a partial object: type it before merging, as kube-apiserver
         // decodes it into the Go type first, so a wrong type is named where it was written.
         schema::check_partial(def, &patch_doc)?;
-        if manager.is_empty() {
-            return Err(ApiError::bad_request(
-                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
-            ));
+        // structuredMergeManager.Apply (k8s.io/apiserver/pkg/util/managedfields/internal/
+        // structuredmerge.go): the configuration must name the served version and carry no
+        // managedFields (checked after typing, so a wrong-typed apiVersion is named as such).
+        let patch_version = patch_doc
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if patch_version != def.api_version() {
+            return Err(ApiError::bad_request(format!(
+                "Incorrect version specified in apply patch. Specified patch version: \
+                 {patch_version}, expected: {}",
+                def.api_version()
+            )));
+        }
+        if patch_doc
+            .pointer("/metadata/managedFields")
+            .is_some_and(|m| !m.is_null())
+        {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
         }
         let exists = app.store.get(resource, namespace, name).is_ok();
         if !exists && part == Part::Main {
@@ -527,9 +623,13 @@ fn patch_object(
     Ok(json_response(StatusCode::OK, &updated))
 }
 
+/// Reads `DeleteOptions` from the query and the body and checks them as kube-apiserver's
+/// `ValidateDeleteOptions` does (422 `DeleteOptions.meta.k8s.io "" is invalid`).
 fn delete_options(body: &Bytes, params: &Params) -> Result<(Preconditions, bool), ApiError> {
     let mut preconditions = Preconditions::default();
     let mut dry_run = params.dry_run;
+    let mut policy = params.propagation_policy.clone();
+    let mut dry_run_values: Vec<String> = params.dry_run_values.clone();
     if !body.is_empty() {
         let options: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
@@ -541,16 +641,20 @@ fn delete_options(body: &Bytes, params: &Params) -> Result<(Preconditions, bool)
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string);
-        if let Some(policy) = options.get("propagationPolicy").and_then(Value::as_str)
-            && !matches!(policy, "Orphan" | "Background" | "Foreground")
-        {
-            return Err(ApiError::bad_request(format!(
-                "propagationPolicy {policy:?} is not supported"
-            )));
+        if let Some(body_policy) = options.get("propagationPolicy").and_then(Value::as_str) {
+            policy = Some(body_policy.to_string());
         }
         if let Some(modes) = options.get("dryRun").and_then(Value::as_array) {
             dry_run |= modes.iter().any(|m| m == "All");
+            dry_run_values.extend(modes.iter().filter_map(Value::as_str).map(str::to_string));
         }
+    }
+    let mut causes = params::propagation_policy_causes(policy.as_deref());
+    causes.extend(params::dry_run_causes(
+        dry_run_values.iter().map(String::as_str),
+    ));
+    if !causes.is_empty() {
+        return Err(ApiError::invalid_options("DeleteOptions", causes));
     }
     Ok((preconditions, dry_run))
 }
@@ -622,6 +726,7 @@ fn delete_collection(
     body: &Bytes,
 ) -> Result<Response, ApiError> {
     let (_, dry_run) = delete_options(body, params)?;
+    params.validate_list_options(false)?;
     let snapshot = app
         .store
         .list(resource, namespace, crate::store::ReadAt::Latest)?;

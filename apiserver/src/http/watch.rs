@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use super::AppState;
-use super::params::Params;
+use super::params::{Params, WatchStart};
 use crate::resources::Entry;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Event, EventType};
+use crate::store::{Event, EventType, WatchFrom};
 
 /// Annotation on the bookmark that ends the initial events of a streaming list.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -174,14 +174,30 @@ fn start(
     filter: Filter,
     params: &Params,
 ) -> Result<Response, ApiError> {
-    let from = params.watch_from()?;
+    params.validate_list_options(true)?;
+    let from = match params.watch_from()? {
+        WatchStart::Snapshot { not_older_than } => {
+            let current = app.store.current_version();
+            if not_older_than > current {
+                return Err(ApiError::too_large_resource_version(
+                    not_older_than,
+                    current,
+                ));
+            }
+            WatchFrom::Snapshot
+        }
+        WatchStart::Now => WatchFrom::Version(app.store.current_version()),
+        WatchStart::From(from) => from,
+    };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     match app.store.watch(resource, from) {
         Ok(subscription) => {
             let timeout = params.timeout.unwrap_or(app.max_watch).min(app.max_watch);
             let settings = Settings {
                 bookmarks: params.bookmarks,
-                initial_end_bookmark: params.send_initial_events,
+                // Only with bookmarks allowed (cacher.go / etcd3 watcher.go
+                // isInitialEventsEndBookmarkRequired).
+                initial_end_bookmark: params.bookmarks && params.sends_initial_events(),
                 bookmark_interval: app.bookmark_interval,
                 timeout,
             };

@@ -623,15 +623,23 @@ impl Store {
             .get(&key)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&def, name))?;
-        if let Some(uid) = &preconditions.uid
-            && meta::meta_str(&current, "uid") != Some(uid.as_str())
-        {
-            return Err(ApiError::conflict(&def, name));
-        }
-        if let Some(rv) = &preconditions.resource_version
-            && meta::resource_version(&current) != Some(rv.as_str())
-        {
-            return Err(ApiError::conflict(&def, name));
+        // rest.BeforeDelete (k8s.io/apiserver/pkg/registry/rest/delete.go) checks the
+        // preconditions first and names the kind, not the resource, in its 409.
+        let object_uid = meta::meta_str(&current, "uid").unwrap_or_default();
+        let object_rv = meta::resource_version(&current).unwrap_or_default();
+        let failed = match (&preconditions.uid, &preconditions.resource_version) {
+            (Some(uid), _) if uid != object_uid => Some(format!(
+                "the UID in the precondition ({uid}) does not match the UID in record \
+                 ({object_uid}). The object might have been deleted and then recreated"
+            )),
+            (_, Some(rv)) if rv != object_rv => Some(format!(
+                "the ResourceVersion in the precondition ({rv}) does not match the \
+                 ResourceVersion in record ({object_rv}). The object might have been modified"
+            )),
+            _ => None,
+        };
+        if let Some(failed) = failed {
+            return Err(ApiError::precondition_failed(&def, name, &failed));
         }
         if dry_run {
             return Ok(Deleted {
@@ -963,16 +971,8 @@ fn admit(
 /// 422 naming the kind with its group (`IPPool.kube-lb.io "x" is invalid: ...`), as
 /// kube-apiserver does for every kind outside the core group.
 fn qualified_invalid(def: &ResourceDef, name: &str, causes: Vec<Cause>) -> ApiError {
-    let mut error = ApiError::invalid(def, name, causes);
-    if !def.group.is_empty() {
-        error.message = format!(
-            "{}.{}{}",
-            def.kind,
-            def.group,
-            &error.message[def.kind.len()..]
-        );
-    }
-    error
+    // `ApiError::invalid` qualifies the kind itself.
+    ApiError::invalid(def, name, causes)
 }
 
 /// Port protocols default to TCP in Pods and EndpointSlices, as kube-apiserver's defaulting

@@ -61,7 +61,7 @@ pub fn validate_conditions(conditions: Option<&Value>, path: &str) -> Vec<Cause>
         if let Some(generation) = condition.get("observedGeneration").and_then(Value::as_i64)
             && generation < 0
         {
-            causes.push(Cause::invalid(
+            causes.push(Cause::invalid_literal(
                 at("observedGeneration"),
                 &generation.to_string(),
                 "must be greater than or equal to zero",

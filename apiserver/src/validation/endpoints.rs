@@ -145,7 +145,7 @@ pub fn validate_endpoints(object: &mut Value, allocator: &Allocator) -> Vec<Caus
             }
             let number = port.get("port").and_then(Value::as_i64).unwrap_or_default();
             if !(1..=65535).contains(&number) {
-                causes.push(Cause::invalid(
+                causes.push(Cause::invalid_literal(
                     format!("{base}.port"),
                     &number.to_string(),
                     "must be between 1 and 65535, inclusive",

@@ -1,8 +1,9 @@
 //! `kube-lb-probe`: the backend "pod" server and the client used by the dataplane's
 //! network-namespace tests and benchmarks (std only, runs under `ip netns exec`).
 //!
-//! - `serve NAME PORT`: TCP and UDP on `0.0.0.0:PORT`; every line or datagram is answered with
-//!   `NAME PEER_IP:PEER_PORT`, so a client learns which endpoint answered and what source it saw.
+//! - `serve NAME PORT`: TCP and UDP on `0.0.0.0:PORT` and, where the namespace has IPv6, on
+//!   `[::]:PORT` (IPv6 only, so IPv4 peers keep their plain addresses); every line or datagram is
+//!   answered with `NAME PEER`, so a client learns which endpoint answered and what source it saw.
 //! - `tcp ADDR COUNT TIMEOUT_MS`: COUNT fresh connections; prints `ok <reply>` or `err <kind>`.
 //! - `udp ADDR COUNT TIMEOUT_MS [SRC_PORT]`: COUNT datagrams from one socket.
 //! - `time ADDR COUNT`: COUNT TCP connects (handshake only); prints the median and p90 connect
@@ -54,16 +55,50 @@ fn serve(name: &str, port: &str) -> Result<()> {
     let port: u16 = parse(port, "port")?;
     let tcp = TcpListener::bind(("0.0.0.0", port)).map_err(|e| format!("tcp bind: {e}"))?;
     let udp = UdpSocket::bind(("0.0.0.0", port)).map_err(|e| format!("udp bind: {e}"))?;
-    let udp_name = name.to_owned();
-    std::thread::spawn(move || {
-        let mut buffer = [0u8; 2048];
-        while let Ok((_, peer)) = udp.recv_from(&mut buffer) {
-            let _ = udp.send_to(format!("{udp_name} {peer}\n").as_bytes(), peer);
-        }
-    });
+    let mut udp_sockets = vec![udp];
+    // A namespace without IPv6 (disabled by sysctl) serves IPv4 alone.
+    if let Ok((tcp6, udp6)) = ipv6_only_sockets(port) {
+        serve_tcp(tcp6, name.to_owned());
+        udp_sockets.push(udp6);
+    }
+    for udp in udp_sockets {
+        let udp_name = name.to_owned();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 2048];
+            while let Ok((_, peer)) = udp.recv_from(&mut buffer) {
+                let _ = udp.send_to(format!("{udp_name} {peer}\n").as_bytes(), peer);
+            }
+        });
+    }
     println!("ready");
     let _ = std::io::stdout().flush();
-    for stream in tcp.incoming() {
+    answer_tcp(&tcp, name);
+    Ok(())
+}
+
+/// TCP and UDP sockets on `[::]:port` that take IPv6 peers only.
+fn ipv6_only_sockets(port: u16) -> std::io::Result<(TcpListener, UdpSocket)> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let any: SocketAddr = (std::net::Ipv6Addr::UNSPECIFIED, port).into();
+    let tcp = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    tcp.set_only_v6(true)?;
+    tcp.set_reuse_address(true)?;
+    tcp.bind(&any.into())?;
+    tcp.listen(128)?;
+    let udp = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+    udp.set_only_v6(true)?;
+    udp.bind(&any.into())?;
+    Ok((tcp.into(), udp.into()))
+}
+
+/// Answers `listener`'s connections on a thread of its own.
+fn serve_tcp(listener: TcpListener, name: String) {
+    std::thread::spawn(move || answer_tcp(&listener, &name));
+}
+
+/// Answers every line of every connection with `NAME PEER`.
+fn answer_tcp(listener: &TcpListener, name: &str) {
+    for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let name = name.to_owned();
         std::thread::spawn(move || {
@@ -85,7 +120,6 @@ fn serve(name: &str, port: &str) -> Result<()> {
             }
         });
     }
-    Ok(())
 }
 
 fn error_kind(error: &std::io::Error) -> String {
@@ -142,7 +176,12 @@ fn udp(addr: &str, count: &str, timeout: &str, source: Option<&&str>) -> Result<
         .map(|s| parse(s, "source port"))
         .transpose()?
         .unwrap_or(0);
-    let socket = UdpSocket::bind(("0.0.0.0", source_port)).map_err(|e| format!("udp bind: {e}"))?;
+    let local: SocketAddr = if addr.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, source_port).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, source_port).into()
+    };
+    let socket = UdpSocket::bind(local).map_err(|e| format!("udp bind: {e}"))?;
     socket
         .set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;

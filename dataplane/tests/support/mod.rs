@@ -87,6 +87,8 @@ pub struct Pod {
     pub name: String,
     /// Its address.
     pub ip: String,
+    /// Its IPv6 address, in a dual-stack lab.
+    pub ip6: Option<String>,
     /// Node it runs on.
     pub node: String,
 }
@@ -96,6 +98,8 @@ pub struct Lab {
     children: Vec<Child>,
     /// Pods by name.
     pub pods: BTreeMap<String, Pod>,
+    /// Whether nodes, clients and pods have IPv6 addresses too ([`Lab::dual_stack`]).
+    ipv6: bool,
     // Last: dropped after `Drop::drop` has stopped the children running in them.
     namespaces: Namespaces,
 }
@@ -105,6 +109,23 @@ pub fn node_ip(i: usize) -> String {
     format!("10.0.0.{}", 10 + i)
 }
 
+/// In a dual-stack lab node `i` also has LAN address fd00:10::1i and pod subnet fd00:244:i::/64.
+pub fn node_ip6(i: usize) -> String {
+    format!("fd00:10::{}", 10 + i)
+}
+
+/// IPv6 Service ranges a dual-stack lab's clients route via node 1: cluster IPs, load-balancer
+/// IPs, external IPs.
+pub const SERVICE_RANGES_V6: [&str; 3] = ["fd00:96::/64", "2001:db8:10::/64", "2001:db8:20::/64"];
+
+/// `ip -6 addr add` without duplicate address detection: the address is usable at once, as
+/// the test needs, instead of after a second or two of being tentative.
+fn add_ipv6(ns: &str, cidr: &str, dev: &str) {
+    run(&[
+        "ip", "-n", ns, "-6", "addr", "add", cidr, "dev", dev, "nodad",
+    ]);
+}
+
 impl Lab {
     /// Creates the switch, `nodes` nodes and two clients (10.0.0.100 and 10.0.0.101) whose routes
     /// to Service ranges (10.96/16, 192.0.2/24, 203.0.113/24) go via node 1.
@@ -112,6 +133,7 @@ impl Lab {
         let mut lab = Lab {
             children: Vec::new(),
             pods: BTreeMap::new(),
+            ipv6: false,
             namespaces: Namespaces::new("klb"),
         };
         let switch = lab.add_ns("sw");
@@ -173,15 +195,86 @@ impl Lab {
         lab
     }
 
+    /// As [`Lab::new`], and every node, client and pod also has an IPv6 address: node `i`
+    /// fd00:10::1i on the LAN and fd00:244:i::1 on its pod bridge, clients fd00:10::100 and
+    /// fd00:10::101 routing [`SERVICE_RANGES_V6`] via node 1, pods fd00:244:i::(10+index).
+    pub fn dual_stack(nodes: usize) -> Lab {
+        let mut lab = Lab::new(nodes);
+        lab.ipv6 = true;
+        for i in 1..=nodes {
+            let ns = lab.ns(&format!("n{i}"));
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns,
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.all.forwarding=1",
+            ]);
+            add_ipv6(&ns, &format!("{}/64", node_ip6(i)), "eth0");
+            add_ipv6(&ns, &format!("fd00:244:{i}::1/64"), "cbr0");
+            // Like a real node: Service addresses without rules follow the default route.
+            run(&[
+                "ip", "-n", &ns, "-6", "route", "add", "default", "dev", "eth0",
+            ]);
+            for j in (1..=nodes).filter(|&j| j != i) {
+                run(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "-6",
+                    "route",
+                    "add",
+                    &format!("fd00:244:{j}::/64"),
+                    "via",
+                    &node_ip6(j),
+                ]);
+            }
+        }
+        for (name, address) in [("c", "fd00:10::100"), ("c2", "fd00:10::101")] {
+            let ns = lab.ns(name);
+            add_ipv6(&ns, &format!("{address}/64"), "eth0");
+            for range in SERVICE_RANGES_V6 {
+                run(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "-6",
+                    "route",
+                    "add",
+                    range,
+                    "via",
+                    &node_ip6(1),
+                ]);
+            }
+        }
+        lab
+    }
+
     /// Full name of a namespace of this lab.
     pub fn ns(&self, short: &str) -> String {
         self.namespaces.name(short)
     }
 
     fn add_ns(&mut self, short: &str) -> String {
-        self.namespaces
+        let ns = self
+            .namespaces
             .add(short)
-            .unwrap_or_else(|e| panic!("namespace {short}: {e}"))
+            .unwrap_or_else(|e| panic!("namespace {short}: {e}"));
+        // Interfaces made from now on have usable IPv6 link-local addresses at once: duplicate
+        // address detection would hold them tentative for a second or two, and neighbour
+        // discovery (dual-stack labs) with them.
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.default.accept_dad=0",
+        ]);
+        ns
     }
 
     /// A veth from the switch bridge into `ns` as `eth0` with `cidr`.
@@ -192,7 +285,8 @@ impl Lab {
             .unwrap_or_else(|e| panic!("attach {ns} as {port}: {e}"));
     }
 
-    /// Starts pod `name` on node `node` (1-based) as 10.244.node.(10+index), serving TCP+UDP 8080.
+    /// Starts pod `name` on node `node` (1-based) as 10.244.node.(10+index) (and, in a dual-stack
+    /// lab, fd00:244:node::(10+index)), serving TCP+UDP 8080.
     pub fn pod(&mut self, name: &str, node: usize) -> Pod {
         let index = self
             .pods
@@ -233,6 +327,23 @@ impl Lab {
             "via",
             &format!("10.244.{node}.1"),
         ]);
+        let ip6 = self
+            .ipv6
+            .then(|| format!("fd00:244:{node}::{}", 10 + index));
+        if let Some(ip6) = &ip6 {
+            add_ipv6(&ns, &format!("{ip6}/64"), "eth0");
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("fd00:244:{node}::1"),
+            ]);
+        }
         let mut child = Command::new("ip")
             .args(["netns", "exec", &ns, PROBE, "serve", name, "8080"])
             .stdout(Stdio::piped())
@@ -249,6 +360,7 @@ impl Lab {
         let pod = Pod {
             name: name.into(),
             ip,
+            ip6,
             node: format!("n{node}"),
         };
         self.pods.insert(name.into(), pod.clone());
@@ -427,10 +539,12 @@ impl Outcome {
         }
     }
 
-    /// Source IP the pod saw, if it succeeded.
+    /// Source IP the pod saw, if it succeeded (an IPv6 one without its brackets).
     pub fn source_ip(&self) -> Option<&str> {
         match self {
-            Outcome::Ok { source, .. } => source.rsplit_once(':').map(|(ip, _)| ip),
+            Outcome::Ok { source, .. } => source
+                .rsplit_once(':')
+                .map(|(ip, _)| ip.trim_start_matches('[').trim_end_matches(']')),
             Outcome::Err(_) => None,
         }
     }

@@ -5,7 +5,7 @@ use std::time::Instant;
 use axum::http::Method;
 use serde_json::{Map, Value, json};
 
-use crate::state::{ApiError, Blb, Eip, Listener, State};
+use crate::state::{ApiError, Blb, Eip, Listener, State, TokenUse};
 
 type Query = [(String, String)];
 
@@ -33,8 +33,55 @@ fn now_text() -> String {
     )
 }
 
+/// Dispatches one authenticated request, honouring `clientToken` as BCE does: a mutating
+/// request repeated with the token of one that succeeded is answered as the first was, without
+/// being done again (so a create retried after a lost answer makes one resource); the token of
+/// a different request is refused (`IdempotentParameterMismatch`). A token of a failed request
+/// is not remembered: the retry is a new attempt.
+pub(crate) fn route_once(
+    state: &mut State,
+    method: &Method,
+    path: &str,
+    raw_query: &str,
+    query: &Query,
+    body: Option<&Value>,
+) -> Result<Value, ApiError> {
+    let token = param(query, "clientToken")
+        .filter(|t| !t.is_empty() && *method != Method::GET && *method != Method::HEAD);
+    let Some(token) = token else {
+        return route(state, method, path, query, body);
+    };
+    if let Some(earlier) = state.client_tokens.get(token) {
+        let same = earlier.method == method.as_str()
+            && earlier.path == path
+            && earlier.query == raw_query
+            && earlier.body.as_ref() == body;
+        return if same {
+            Ok(earlier.answer.clone())
+        } else {
+            Err(ApiError::new(
+                400,
+                "IdempotentParameterMismatch",
+                format!("clientToken {token} was used by a different request"),
+            ))
+        };
+    }
+    let answer = route(state, method, path, query, body)?;
+    state.client_tokens.insert(
+        token.to_string(),
+        TokenUse {
+            method: method.to_string(),
+            path: path.to_string(),
+            query: raw_query.to_string(),
+            body: body.cloned(),
+            answer: answer.clone(),
+        },
+    );
+    Ok(answer)
+}
+
 /// Dispatches one authenticated request.
-pub(crate) fn route(
+fn route(
     state: &mut State,
     method: &Method,
     path: &str,
@@ -796,4 +843,90 @@ fn release_eip(state: &mut State, ip: &str) -> Result<Value, ApiError> {
     }
     state.eips.remove(ip);
     Ok(json!({}))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::state::{Config, Quotas};
+
+    fn state() -> State {
+        State::new(Config {
+            keys: BTreeMap::new(),
+            clock_skew: Duration::ZERO,
+            create_delay: Duration::ZERO,
+            update_delay: Duration::ZERO,
+            eip_delay: Duration::ZERO,
+            quotas: Quotas::default(),
+            subnets: BTreeMap::from([("sbn-1".into(), ("vpc-1".into(), "192.168.0.".into()))]),
+        })
+    }
+
+    fn create(state: &mut State, token: &str, name: &str, subnet: &str) -> Result<Value, String> {
+        let query = format!("clientToken={token}");
+        let pairs = crate::auth::query_pairs(&query);
+        let body = json!({"name": name, "vpcId": "vpc-1", "subnetId": subnet});
+        route_once(state, &Method::POST, "/v1/blb", &query, &pairs, Some(&body)).map_err(|e| e.code)
+    }
+
+    /// What the second request of a case is answered.
+    #[derive(Debug)]
+    enum Second {
+        /// The first request's answer, replayed.
+        Replayed,
+        /// A fresh answer (a new BLB).
+        Fresh,
+        /// This error code.
+        Refused(&'static str),
+    }
+
+    #[test]
+    fn a_request_repeated_with_its_client_token_is_answered_not_done_again() {
+        // (case, two requests as (token, name, subnet), what the second gets, BLBs left)
+        type Request = (&'static str, &'static str, &'static str);
+        let cases: [(&str, [Request; 2], Second, usize); 4] = [
+            (
+                "the same create twice (its answer was lost): one BLB",
+                [("t1", "web", "sbn-1"), ("t1", "web", "sbn-1")],
+                Second::Replayed,
+                1,
+            ),
+            (
+                "two tokens: two creates",
+                [("t1", "web", "sbn-1"), ("t2", "web", "sbn-1")],
+                Second::Fresh,
+                2,
+            ),
+            (
+                "the token of another request is refused",
+                [("t1", "web", "sbn-1"), ("t1", "api", "sbn-1")],
+                Second::Refused("IdempotentParameterMismatch"),
+                1,
+            ),
+            (
+                "a refused request's token is not remembered: its retry is done",
+                [("t1", "web", "sbn-9"), ("t1", "web", "sbn-1")],
+                Second::Fresh,
+                1,
+            ),
+        ];
+        for (name, requests, second, blbs) in cases {
+            let mut state = state();
+            let [first, again] =
+                requests.map(|(token, blb, subnet)| create(&mut state, token, blb, subnet));
+            let as_wanted = match &second {
+                Second::Replayed => first.is_ok() && again == first,
+                Second::Fresh => again.is_ok() && again != first,
+                Second::Refused(code) => again == Err(code.to_string()),
+            };
+            assert!(
+                as_wanted,
+                "{name}: {first:?} then {again:?}, want {second:?}"
+            );
+            assert_eq!(state.blbs.len(), blbs, "{name}");
+        }
+    }
 }

@@ -7,8 +7,11 @@
 //! signing time is outside its validity window (`RequestExpired`), answering in BCE's error
 //! shape `{"requestId","code","message"}`. A new BLB is `creating` for a configurable delay and
 //! refuses changes until `available` (`OperationDenied`); so does a BLB `updating` after a
-//! change when an update delay is set. Quotas and request bodies are checked. Every request is
-//! journaled; faults can be armed per method and path.
+//! change when an update delay is set. Quotas and request bodies are checked. A mutating request
+//! repeated with the `clientToken` of one that succeeded is answered as the first was and not
+//! done again, as BCE does (a create retried after a lost answer makes one resource). Every
+//! request is journaled; faults can be armed per method and path: answered instead of served,
+//! or served and then answered with a 503 as a lost response ([`Fault::lose_response`]).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -281,9 +284,11 @@ async fn handle(
             now_unix(),
             i64::try_from(state.config.clock_skew.as_secs()).unwrap_or(300),
         )?;
-        if let Some(error) = state.take_fault(method.as_str(), &path, &raw_query) {
-            return Err(error);
-        }
+        let lost = match state.take_fault(method.as_str(), &path, &raw_query) {
+            Some((error, false)) => return Err(error),
+            Some((error, true)) => Some(error),
+            None => None,
+        };
         if !body.is_empty() && body_json.is_none() {
             return Err(ApiError::new(
                 400,
@@ -292,7 +297,19 @@ async fn handle(
             ));
         }
         let query = auth::query_pairs(&raw_query);
-        handlers::route(&mut state, &method, &path, &query, body_json.as_ref())
+        let served = handlers::route_once(
+            &mut state,
+            &method,
+            &path,
+            &raw_query,
+            &query,
+            body_json.as_ref(),
+        );
+        match lost {
+            // Done (or refused) as asked; the client only sees the lost answer.
+            Some(error) => Err(error),
+            None => served,
+        }
     })();
     let (response, status, code) = match outcome {
         Ok(value) => {

@@ -89,6 +89,9 @@ pub struct Fault {
     pub times: u32,
     /// The answer.
     pub error: ApiError,
+    /// Serve the request first (it takes effect), then answer `error` instead of the result:
+    /// the response lost on its way back, the case a create's `clientToken` is for.
+    pub after_serving: bool,
 }
 
 impl Fault {
@@ -101,6 +104,21 @@ impl Fault {
             skip: 0,
             times,
             error,
+            after_serving: false,
+        }
+    }
+
+    /// Serves the next `times` requests matching `method` and `path_contains`, then answers
+    /// each with a gateway's 503 as if the response had been lost.
+    pub fn lose_response(method: &str, path_contains: &str, times: u32) -> Self {
+        Fault {
+            after_serving: true,
+            ..Fault::respond(
+                method,
+                path_contains,
+                times,
+                ApiError::new(503, "ServiceUnavailable", "the response was lost"),
+            )
         }
     }
 
@@ -111,7 +129,29 @@ impl Fault {
     }
 }
 
-kube_lb_mock_support::impl_armed!(Fault { outcome: error: ApiError });
+impl kube_lb_mock_support::Armed for Fault {
+    /// The error, and whether the request is served first.
+    type Outcome = (ApiError, bool);
+
+    fn countdown(&mut self) -> (&mut u32, &mut u32) {
+        (&mut self.skip, &mut self.times)
+    }
+
+    fn outcome(&self) -> (ApiError, bool) {
+        (self.error.clone(), self.after_serving)
+    }
+}
+
+/// A mutating request made with a `clientToken`, and what it answered: BCE answers a repeat
+/// of the same request with the same token with that answer, without doing it again.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TokenUse {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub body: Option<Value>,
+    pub answer: Value,
+}
 
 /// Account limits the mock enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +261,8 @@ pub(crate) struct State {
     pub journal: Vec<JournalEntry>,
     pub faults: Vec<Fault>,
     pub next_id: u64,
+    /// Successful mutating requests by `clientToken`.
+    pub client_tokens: BTreeMap<String, TokenUse>,
 }
 
 impl State {
@@ -232,6 +274,7 @@ impl State {
             journal: Vec::new(),
             faults: Vec::new(),
             next_id: 1,
+            client_tokens: BTreeMap::new(),
         }
     }
 
@@ -262,9 +305,15 @@ impl State {
         id
     }
 
-    /// The error of the first armed fault matching this request, counted down by the shared
-    /// countdown (see [`faults::fire_first`]); `None` when no fault fires.
-    pub fn take_fault(&mut self, method: &str, path: &str, query: &str) -> Option<ApiError> {
+    /// The error of the first armed fault matching this request and whether the request is
+    /// served before it is answered, counted down by the shared countdown (see
+    /// [`faults::fire_first`]); `None` when no fault fires.
+    pub fn take_fault(
+        &mut self,
+        method: &str,
+        path: &str,
+        query: &str,
+    ) -> Option<(ApiError, bool)> {
         faults::fire_first(&mut self.faults, |f| {
             faults::method_and_path_match(f.method.as_deref(), &f.path_contains, method, path)
                 && query.contains(&f.query_contains)
@@ -376,7 +425,7 @@ mod tests {
                 .map(|(method, path, query)| {
                     state
                         .take_fault(method, path, query)
-                        .map(|error| error.code)
+                        .map(|(error, _)| error.code)
                 })
                 .collect();
             let want: Vec<Option<String>> = want

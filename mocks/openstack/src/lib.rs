@@ -302,6 +302,13 @@ impl MockOpenStack {
         )
     }
 
+    /// Makes the Keystone catalog and the version documents name `url` (e.g. a proxy in front
+    /// of this server) instead of this server's own address, as a deployment's catalog names
+    /// the public endpoints in front of its services. Tokens issued from now on carry it.
+    pub fn advertise_url(&self, url: &str) {
+        self.lock().config.base_url = url.trim_end_matches('/').to_string();
+    }
+
     /// Changes the provisioning delay for changes made from now on.
     pub fn set_provisioning_delay(&self, delay: Duration) {
         self.lock().config.provisioning_delay = delay;
@@ -511,6 +518,19 @@ async fn handle(
                     subject_token: None,
                 };
                 (reply, retry_after)
+            }
+            Some(FaultAction::LoseResponse { status, message }) => {
+                let _served = serve(&mut state, &api, method.as_str(), &query, &parsed, token);
+                let error = ApiError::new(
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                    message,
+                );
+                let reply = Reply {
+                    status: error.status,
+                    body: Some(error_body(&api, &error)),
+                    subject_token: None,
+                };
+                (reply, None)
             }
             _ => (
                 serve(&mut state, &api, method.as_str(), &query, &parsed, token),

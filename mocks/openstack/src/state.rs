@@ -47,6 +47,15 @@ pub enum FaultAction {
     },
     /// Serve the request normally after waiting this long (the lock is not held meanwhile).
     Delay(Duration),
+    /// Serve the request (it takes effect), then answer with this status and message instead
+    /// of the result: the answer was lost on its way back (a gateway timing out, a dropped
+    /// connection), so the client cannot tell whether its call happened.
+    LoseResponse {
+        /// HTTP status.
+        status: u16,
+        /// The error text.
+        message: String,
+    },
 }
 
 /// A fault armed for requests matching a method and a path substring.
@@ -92,6 +101,21 @@ impl Fault {
             *retry_after = Some(seconds);
         }
         self
+    }
+
+    /// Serves `times` matching requests, then answers each with `status` instead of the
+    /// result (a lost response).
+    pub fn lose_response(method: &str, path_contains: &str, status: u16, times: u32) -> Fault {
+        Fault {
+            method: Some(method.to_string()),
+            path_contains: path_contains.to_string(),
+            skip: 0,
+            times,
+            action: FaultAction::LoseResponse {
+                status,
+                message: "The server did not answer in time.".to_string(),
+            },
+        }
     }
 
     /// Delays `times` matching requests by `delay`.

@@ -618,3 +618,83 @@ async fn neutron_security_groups_rules_ports_and_floating_ips_behave_as_neutron(
     assert_eq!(fips.len(), 1);
     assert!(fips[0]["port_id"].is_null(), "{fips:?}");
 }
+
+#[tokio::test]
+async fn the_catalog_names_the_advertised_url() {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    cloud.advertise_url("http://gateway.example:5000/");
+    let body = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+        "name": USERNAME, "domain": {"name": "Default"}, "password": PASSWORD}}},
+        "scope": {"project": {"name": PROJECT_NAME, "domain": {"name": "Default"}}}}});
+    let document: Value = reqwest::Client::new()
+        .post(format!("{}/auth/tokens", cloud.auth_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let urls: Vec<(String, String)> = document["token"]["catalog"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|service| {
+            (
+                service["type"].as_str().unwrap().to_string(),
+                service["endpoints"][0]["url"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        urls,
+        vec![
+            ("identity".into(), "http://gateway.example:5000/v3".into()),
+            (
+                "load-balancer".into(),
+                "http://gateway.example:5000/load-balancer".into()
+            ),
+            (
+                "network".into(),
+                "http://gateway.example:5000/networking".into()
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_lost_response_is_an_error_answer_to_a_call_that_took_effect() {
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let token = token(&cloud).await;
+    cloud.inject(kube_lb_mock_openstack::Fault::lose_response(
+        "POST",
+        "/floatingips",
+        503,
+        1,
+    ));
+    let path = "/networking/v2.0/floatingips";
+    let body =
+        json!({"floatingip": {"floating_network_id": kube_lb_mock_openstack::PUBLIC_NETWORK_ID}});
+    let (status, answer) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::POST,
+        path,
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(status, 503);
+    assert!(answer["NeutronError"]["message"].is_string(), "{answer}");
+    assert_eq!(cloud.floating_ips().len(), 1, "the allocation happened");
+    // Only once: the next call is answered as usual.
+    let (status, answer) = call(
+        &cloud,
+        Some(&token),
+        reqwest::Method::POST,
+        path,
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(cloud.floating_ips().len(), 2);
+}

@@ -11,8 +11,11 @@
 //! configurable delay has passed, then 0, or 1 when a fault made the task fail and the change is
 //! undone); while a task runs, other writes on the same CLB get
 //! `FailedOperation.ResourceInOperating`. Quotas, the per-call target limits (20, batch 500),
-//! `Limit` ≤ 100 and unknown parameters are enforced. Every request is journaled; faults can be
-//! armed per action.
+//! `Limit` ≤ 100 and unknown parameters are enforced. `CreateLoadBalancer` honours
+//! `ClientToken` as the API documents it: repeated with the same token, it answers the first
+//! call's `LoadBalancerIds` and `DealName` again and creates nothing. Every request is
+//! journaled; faults can be armed per action (an error answer, a failing task, or an answer
+//! lost after the request was served).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -291,6 +294,19 @@ fn error_response(request_id: &str, error: &ApiError) -> Response {
     envelope(request_id, body)
 }
 
+/// What Tencent's gateway answers when the API's answer does not reach it: an HTML 503, no
+/// `Response` envelope.
+fn gateway_unavailable() -> Response {
+    (
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        [("content-type", "text/html"), ("server", "stgw")],
+        "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n<body>\r\n\
+         <center><h1>503 Service Temporarily Unavailable</h1></center>\r\n<hr><center>stgw</center>\r\n\
+         </body>\r\n</html>\r\n",
+    )
+        .into_response()
+}
+
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
@@ -385,6 +401,7 @@ async fn handle(
         .unwrap_or_default()
         .to_string();
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut answer_lost = false;
     let outcome = (|| {
         if method != Method::POST || uri.path() != "/" {
             return Err(ApiError::new(
@@ -408,6 +425,10 @@ async fn handle(
         let fail_task = match faults::fire_first(&mut state.faults, |f| f.action == action) {
             Some(FaultKind::Error { code, message }) => return Err(ApiError::new(&code, message)),
             Some(FaultKind::FailTask(message)) => Some(message),
+            Some(FaultKind::LoseAnswer) => {
+                answer_lost = true;
+                None
+            }
             None => None,
         };
         let params = params.clone();
@@ -419,6 +440,10 @@ async fn handle(
         error: outcome.as_ref().err().map(|e| e.code.clone()),
     });
     drop(state);
+    if answer_lost {
+        tracing::debug!(action, "mock Tencent served a request and lost its answer");
+        return gateway_unavailable();
+    }
     match outcome {
         Ok(reply) => envelope(&request_id, reply),
         Err(error) => {

@@ -74,6 +74,9 @@ pub enum FaultKind {
     /// Serve the request, but its async task ends in `Status 1` with this message and the
     /// change is undone.
     FailTask(String),
+    /// Serve the request (the change is made), then answer the gateway's HTML 503 instead of
+    /// the API's answer: the answer was lost on the way back.
+    LoseAnswer,
 }
 
 impl Fault {
@@ -97,6 +100,16 @@ impl Fault {
             skip: 0,
             times: 1,
             kind: FaultKind::FailTask(message.into()),
+        }
+    }
+
+    /// The next call of `action` is served but its answer is lost (a gateway 503).
+    pub fn lose_answer(action: &str) -> Fault {
+        Fault {
+            action: action.into(),
+            skip: 0,
+            times: 1,
+            kind: FaultKind::LoseAnswer,
         }
     }
 
@@ -314,6 +327,9 @@ pub struct State {
     pub journal: Vec<JournalEntry>,
     /// Armed faults.
     pub faults: Vec<Fault>,
+    /// `CreateLoadBalancer` answers by the `ClientToken` that asked for them: a request
+    /// repeated with the same token gets the first answer again and creates nothing.
+    client_tokens: BTreeMap<String, Map<String, Value>>,
     sequence: u64,
 }
 
@@ -570,6 +586,7 @@ impl State {
             tasks: BTreeMap::new(),
             journal: Vec::new(),
             faults: Vec::new(),
+            client_tokens: BTreeMap::new(),
             sequence: 0,
         }
     }
@@ -709,6 +726,19 @@ impl State {
         fail: Option<String>,
     ) -> Reply {
         unknown_keys(body, CREATE_LB_KEYS)?;
+        let client_token = optional_str(body, "ClientToken")?.map(str::to_string);
+        if let Some(token) = &client_token {
+            if token.is_empty() || token.len() > 64 || !token.is_ascii() {
+                return Err(invalid_value(
+                    "ClientToken",
+                    "must be 1 to 64 ASCII characters",
+                ));
+            }
+            // Idempotency as the API documents it: the same token, the same answer.
+            if let Some(first) = self.client_tokens.get(token) {
+                return Ok(first.clone());
+            }
+        }
         let kind = required_str(body, "LoadBalancerType")?.to_string();
         if kind != "OPEN" && kind != "INTERNAL" {
             return Err(invalid_value(
@@ -845,6 +875,7 @@ impl State {
                     | "Tags"
                     | "Number"
                     | "Forward"
+                    | "ClientToken"
             ) {
                 attributes.insert(key.clone(), value.clone());
             }
@@ -880,6 +911,9 @@ impl State {
         let mut reply = Map::new();
         reply.insert("LoadBalancerIds".into(), json!([id]));
         reply.insert("DealName".into(), json!(deal));
+        if let Some(token) = client_token {
+            self.client_tokens.insert(token, reply.clone());
+        }
         Ok(reply)
     }
 

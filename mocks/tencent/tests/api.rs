@@ -374,3 +374,38 @@ async fn faults_answer_errors_and_fail_tasks_undoing_the_change() {
     );
     assert_eq!(cloud.pending_faults(), 0);
 }
+
+#[tokio::test]
+async fn a_create_repeated_with_its_client_token_gets_the_first_answer_and_creates_nothing() {
+    let cloud = MockTencent::builder().start().await.unwrap();
+    let body = json!({"LoadBalancerType": "OPEN", "ClientToken": "retry-of-one-create"});
+    let first = call(&cloud, "CreateLoadBalancer", body.clone()).await;
+    let again = call(&cloud, "CreateLoadBalancer", body).await;
+    assert_eq!(code(&first), "", "{first}");
+    assert_eq!(first["LoadBalancerIds"], again["LoadBalancerIds"]);
+    assert_eq!(first["DealName"], again["DealName"]);
+    assert_ne!(first["RequestId"], again["RequestId"], "a new request");
+    // The order of the first call can still be followed by its DealName.
+    let task = call(
+        &cloud,
+        "DescribeTaskStatus",
+        json!({"DealName": again["DealName"]}),
+    )
+    .await;
+    assert_eq!(task["Status"], 0, "{task}");
+    let other = call(
+        &cloud,
+        "CreateLoadBalancer",
+        json!({"LoadBalancerType": "OPEN", "ClientToken": "another-create"}),
+    )
+    .await;
+    assert_ne!(other["LoadBalancerIds"], first["LoadBalancerIds"]);
+    assert_eq!(cloud.load_balancers().len(), 2);
+    let too_long = call(
+        &cloud,
+        "CreateLoadBalancer",
+        json!({"LoadBalancerType": "OPEN", "ClientToken": "x".repeat(65)}),
+    )
+    .await;
+    assert_eq!(code(&too_long), "InvalidParameterValue", "{too_long}");
+}

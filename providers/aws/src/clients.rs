@@ -51,31 +51,36 @@ pub struct Clients {
     pub calls: Arc<Calls>,
 }
 
-/// Bounds every attempt: a request AWS (or a proxy) accepted but never answers fails as a
-/// `Timeout`, which is transient, instead of holding the Service's worker forever. ELB and EC2
-/// answer in well under a second; the slowest calls (CreateLoadBalancer) in a few.
-fn timeouts() -> TimeoutConfig {
+/// Longest wait for a TCP (and TLS) connection, within the attempt timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bounds every attempt by `attempt` (`RequestTimeoutMillis`, 30 s by default): a request AWS
+/// (or a proxy) accepted but never answers fails as a `Timeout`, which is transient, instead
+/// of holding the Service's worker forever. The attempt timeout covers the whole attempt
+/// (credentials, connect, answer, body); connecting alone gets at most [`CONNECT_TIMEOUT`].
+fn timeouts(attempt: Duration) -> TimeoutConfig {
     TimeoutConfig::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .operation_attempt_timeout(Duration::from_secs(30))
+        .connect_timeout(CONNECT_TIMEOUT.min(attempt))
+        .operation_attempt_timeout(attempt)
         .build()
 }
 
 impl Clients {
     /// Builds clients with the SDK's own retries off: [`Calls::run`] retries (through the shared
-    /// `CloudApi`), so every attempt is rate-limited and counted once.
-    pub fn new(sdk: &SdkConfig, calls: Arc<Calls>) -> Self {
+    /// `CloudApi`), so every attempt is rate-limited and counted once. Each attempt may take at
+    /// most `attempt_timeout` (see [`timeouts`]).
+    pub fn new(sdk: &SdkConfig, calls: Arc<Calls>, attempt_timeout: Duration) -> Self {
         let ec2 = aws_sdk_ec2::config::Builder::from(sdk)
             .retry_config(RetryConfig::disabled())
-            .timeout_config(timeouts())
+            .timeout_config(timeouts(attempt_timeout))
             .build();
         let elb = aws_sdk_elasticloadbalancing::config::Builder::from(sdk)
             .retry_config(RetryConfig::disabled())
-            .timeout_config(timeouts())
+            .timeout_config(timeouts(attempt_timeout))
             .build();
         let elbv2 = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
             .retry_config(RetryConfig::disabled())
-            .timeout_config(timeouts())
+            .timeout_config(timeouts(attempt_timeout))
             .build();
         Clients {
             ec2: aws_sdk_ec2::Client::from_conf(ec2),

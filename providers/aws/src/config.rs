@@ -22,7 +22,9 @@
 //! `[KubeLB]`: `RateLimit = <family> <per-second> <burst>` (repeatable; families `ec2-read`,
 //! `ec2-mutate`, `elb-read`, `elb-mutate`, `elbv2-read`, `elbv2-mutate`; per-second may be a
 //! fraction; defaults in [`crate::calls::default_rate_limits`]), `MaxAttempts` (default 4),
-//! `RetryBaseDelayMillis` (200), `RetryMaxDelayMillis` (5000), `FullResyncSeconds`. The limits
+//! `RetryBaseDelayMillis` (200), `RetryMaxDelayMillis` (5000), `FullResyncSeconds`,
+//! `RequestTimeoutMillis` (30000: how long one attempt of one call may take before it fails
+//! as a transient `Timeout`; above 0). The limits
 //! and the retry policy are `providers/core`'s, shared with every provider: only throttling,
 //! 5xx and transport failures are retried in place, with capped, equal-jitter backoff.
 
@@ -66,7 +68,15 @@ pub struct CloudConfig {
     /// How long a verified load balancer is trusted before an ensure re-reads everything
     /// (attributes, tags, security-group rules) to heal drift made outside kube-lb.
     pub full_resync: Duration,
+    /// `RequestTimeoutMillis`: how long one attempt of one call (connect, answer, body) may
+    /// take before it fails as a transient `Timeout`, so an endpoint that accepts a request and
+    /// never answers cannot hold a Service's sync.
+    pub request_timeout: Duration,
 }
+
+/// How long one call attempt may take unless `RequestTimeoutMillis` says otherwise: ELB and
+/// EC2 answer in well under a second, the slowest calls (CreateLoadBalancer) in a few.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for CloudConfig {
     fn default() -> Self {
@@ -81,6 +91,7 @@ impl Default for CloudConfig {
             rate_limits: default_rate_limits(),
             retry: RetryPolicy::default(),
             full_resync: Duration::from_secs(600),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -281,6 +292,16 @@ impl CloudConfig {
             "fullresyncseconds" => {
                 self.full_resync = Duration::from_secs(parse_number(line, key, value)?);
             }
+            "requesttimeoutmillis" => {
+                let millis: u64 = parse_number(line, key, value)?;
+                if millis == 0 {
+                    return Err(AwsError::ConfigParse {
+                        line,
+                        message: "RequestTimeoutMillis: must be above 0".to_string(),
+                    });
+                }
+                self.request_timeout = Duration::from_millis(millis);
+            }
             _ => {
                 return Err(AwsError::ConfigParse {
                     line,
@@ -346,6 +367,8 @@ mod tests {
             ("Key = 1\n", 1, "outside"),
             ("[KubeLB]\nRateLimit = s3-read 1 1\n", 2, "s3-read"),
             ("[KubeLB]\nRateLimit = ec2-read 0 1\n", 2, "above 0"),
+            ("[KubeLB]\nRequestTimeoutMillis = 0\n", 2, "above 0"),
+            ("[KubeLB]\nRequestTimeoutMillis = 2s\n", 2, "not a number"),
             ("[Other]\n", 1, "unknown section"),
         ];
         for (text, want_line, needle) in cases {
@@ -388,6 +411,17 @@ mod tests {
         assert_eq!(config.retry.max_attempts, 4);
         assert_eq!(config.retry.base, Duration::from_millis(10));
         assert_eq!(config.full_resync, Duration::from_secs(30));
+    }
+
+    /// The attempt timeout: 30 s unless `RequestTimeoutMillis` sets it.
+    #[test]
+    fn request_timeout_defaults_and_is_configurable() {
+        assert_eq!(
+            CloudConfig::default().request_timeout,
+            Duration::from_secs(30)
+        );
+        let config = CloudConfig::parse("[KubeLB]\nRequestTimeoutMillis = 1500\n").unwrap();
+        assert_eq!(config.request_timeout, Duration::from_millis(1500));
     }
 
     #[test]

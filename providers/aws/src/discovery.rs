@@ -12,6 +12,7 @@ use kube_lb_provider_core::EnvironmentCause;
 use crate::calls::ops;
 use crate::clients::Clients;
 use crate::error::AwsError;
+use crate::paging::PageTokens;
 
 /// The instance ID in a provider ID such as `aws:///us-east-1a/i-0abc` (or `aws://us-east-1a/i-…`).
 pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
@@ -139,6 +140,7 @@ impl Discovery {
             let mut found = Vec::new();
             for chunk in missing.chunks(500) {
                 let mut token: Option<String> = None;
+                let mut pages = PageTokens::default();
                 loop {
                     let response = clients
                         .calls
@@ -177,7 +179,7 @@ impl Discovery {
                             });
                         }
                     }
-                    token = response.next_token().map(str::to_string);
+                    token = pages.next(ops::DESCRIBE_INSTANCES.name, response.next_token())?;
                     if token.is_none() {
                         break;
                     }

@@ -44,6 +44,7 @@ pub mod naming;
 pub mod nlb;
 pub mod nodes;
 pub mod owner;
+pub mod paging;
 mod provider;
 pub mod sg;
 pub mod tags;

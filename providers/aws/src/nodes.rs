@@ -10,6 +10,7 @@ use crate::desired::NlbNodeRuleInputs;
 use crate::discovery::{InstanceInfo, ec2_filter};
 use crate::error::AwsError;
 use crate::naming::{NlbRuleKind, nlb_rule_description, parse_nlb_rule_description};
+use crate::paging::PageTokens;
 use crate::sg::{
     IngressRule, ObservedGroup, RuleChanges, RuleSource, diff_rules, node_group_for_instance,
 };
@@ -207,6 +208,7 @@ pub async fn describe_groups(
 ) -> Result<Vec<ObservedGroup>, AwsError> {
     let mut groups = Vec::new();
     let mut token: Option<String> = None;
+    let mut pages = PageTokens::default();
     loop {
         let response = clients
             .calls
@@ -231,7 +233,7 @@ pub async fn describe_groups(
                 .iter()
                 .filter_map(ObservedGroup::from_sdk),
         );
-        token = response.next_token().map(str::to_string);
+        token = pages.next(ops::DESCRIBE_SECURITY_GROUPS.name, response.next_token())?;
         if token.is_none() {
             return Ok(groups);
         }

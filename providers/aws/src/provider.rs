@@ -129,7 +129,7 @@ impl AwsProvider {
             .clone()
             .unwrap_or_else(|| cluster_name.to_string());
         AwsProvider {
-            clients: Clients::new(sdk, calls),
+            clients: Clients::new(sdk, calls, config.request_timeout),
             config,
             cluster_id,
             discovery: Discovery::default(),

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{Env, svc};
+use kube_lb_annotations::LoadBalancerSpec;
 use kube_lb_mock_aws::{FaultPlan, FaultProxy};
 use kube_lb_provider_aws::calls::ops;
 use kube_lb_provider_aws::{AwsError, AwsProvider, CloudConfig, RetryPolicy};
@@ -402,49 +403,80 @@ async fn throttling_past_the_retry_budget_is_reported_as_throttled() {
     );
 }
 
-/// AWS refuses to create another load balancer (`TooManyLoadBalancers`), for a Classic ELB and
-/// an NLB, and moto refuses a security group with more rules than a VPC group may hold
-/// (`RulesPerSecurityGroupLimitExceeded`, EC2's envelope): each is a quota, which the controller
-/// reports as an environment problem and retries with capped backoff, not a user error.
-#[tokio::test]
-async fn quota_refusals_are_environment_quota_errors() {
+/// The two kinds of load balancer a refusal is checked on: a Classic ELB and an NLB, with UIDs
+/// of their own per test (`first`, `second`).
+fn clb_and_nlb(first: &str, second: &str) -> [(&'static str, LoadBalancerSpec); 2] {
+    [
+        (
+            "CLB",
+            svc("web", first).port("http", 80, 30080, "TCP").spec(),
+        ),
+        (
+            "NLB",
+            svc("api", second)
+                .port("tcp", 443, 30443, "TCP")
+                .aws("type", "nlb")
+                .spec(),
+        ),
+    ]
+}
+
+/// AWS refuses `CreateLoadBalancer` with `code` (injected by the fault proxy in front of moto,
+/// in the ELB/ELBv2 envelope): for a Classic ELB and for an NLB the ensure fails with
+/// `expected`, refused once each (an environment error is not retried in place). Returns the
+/// environment for checks of its own.
+async fn create_refused_with(
+    code: &'static str,
+    expected: EnvironmentCause,
+    uids: (&str, &str),
+) -> Env {
     let env = Env::start().await;
     let proxy = FaultProxy::start(
         env.moto.addr(),
         FaultPlan::Refuse {
             action: "CreateLoadBalancer",
-            code: "TooManyLoadBalancers",
+            code,
         },
     )
     .await
     .unwrap();
     let sdk = common::sdk_config(&proxy.endpoint()).await;
     let provider = AwsProvider::new(&sdk, quick_retry(env.config()), common::CLUSTER);
-    let clb = svc("web", "40000000-0000-0000-0000-000000000004")
-        .port("http", 80, 30080, "TCP")
-        .spec();
-    let nlb = svc("api", "50000000-0000-0000-0000-000000000005")
-        .port("tcp", 443, 30443, "TCP")
-        .aws("type", "nlb")
-        .spec();
-    for (what, spec) in [("CLB", &clb), ("NLB", &nlb)] {
+    for (what, spec) in clb_and_nlb(uids.0, uids.1) {
         let error = provider
-            .ensure(spec, &env.nodes(&env.instances))
+            .ensure(&spec, &env.nodes(&env.instances))
             .await
             .unwrap_err();
-        assert_eq!(
-            cause(&error),
-            Some(EnvironmentCause::Quota),
-            "{what}: {error}"
+        assert_eq!(cause(&error), Some(expected), "{code} on a {what}: {error}");
+        assert!(
+            error.to_string().contains("CreateLoadBalancer"),
+            "{code} on a {what}: {error}"
         );
-        assert!(error.to_string().contains("CreateLoadBalancer"), "{what}");
     }
     let refused = proxy
         .seen()
         .iter()
         .filter(|s| s.injected && s.action == "CreateLoadBalancer")
         .count();
-    assert_eq!(refused, 2, "one refusal each, not retried in place");
+    assert_eq!(refused, 2, "{code}: one refusal each, not retried in place");
+    env
+}
+
+/// AWS refuses to create another load balancer (`TooManyLoadBalancers`), for a Classic ELB and
+/// an NLB, and moto refuses a security group with more rules than a VPC group may hold
+/// (`RulesPerSecurityGroupLimitExceeded`, EC2's envelope): each is a quota, which the controller
+/// reports as an environment problem and retries with capped backoff, not a user error.
+#[tokio::test]
+async fn quota_refusals_are_environment_quota_errors() {
+    let env = create_refused_with(
+        "TooManyLoadBalancers",
+        EnvironmentCause::Quota,
+        (
+            "40000000-0000-0000-0000-000000000004",
+            "50000000-0000-0000-0000-000000000005",
+        ),
+    )
+    .await;
 
     // 61 source ranges need 61 rules on the load balancer's own group; a VPC group holds 60.
     let mut crowded =
@@ -470,36 +502,15 @@ async fn quota_refusals_are_environment_quota_errors() {
 /// problem for the operator, reported as such, for both load-balancer kinds.
 #[tokio::test]
 async fn permission_refusals_are_environment_permission_errors() {
-    let env = Env::start().await;
-    let proxy = FaultProxy::start(
-        env.moto.addr(),
-        FaultPlan::Refuse {
-            action: "CreateLoadBalancer",
-            code: "AccessDenied",
-        },
+    create_refused_with(
+        "AccessDenied",
+        EnvironmentCause::PermissionDenied,
+        (
+            "70000000-0000-0000-0000-000000000007",
+            "80000000-0000-0000-0000-000000000008",
+        ),
     )
-    .await
-    .unwrap();
-    let sdk = common::sdk_config(&proxy.endpoint()).await;
-    let provider = AwsProvider::new(&sdk, quick_retry(env.config()), common::CLUSTER);
-    let clb = svc("web", "70000000-0000-0000-0000-000000000007")
-        .port("http", 80, 30080, "TCP")
-        .spec();
-    let nlb = svc("api", "80000000-0000-0000-0000-000000000008")
-        .port("tcp", 443, 30443, "TCP")
-        .aws("type", "nlb")
-        .spec();
-    for (what, spec) in [("CLB", &clb), ("NLB", &nlb)] {
-        let error = provider
-            .ensure(spec, &env.nodes(&env.instances))
-            .await
-            .unwrap_err();
-        assert_eq!(
-            cause(&error),
-            Some(EnvironmentCause::PermissionDenied),
-            "{what}: {error}"
-        );
-    }
+    .await;
 }
 
 /// A load balancer someone else already deleted: moto answers `LoadBalancerNotFound` (ELB and
@@ -510,13 +521,10 @@ async fn permission_refusals_are_environment_permission_errors() {
 async fn not_found_while_deleting_is_tolerated() {
     let env = Env::start().await;
     let provider = env.provider(quick_retry(env.config()));
-    let clb = svc("web", "90000000-0000-0000-0000-000000000009")
-        .port("http", 80, 30080, "TCP")
-        .spec();
-    let nlb = svc("api", "a0000000-0000-0000-0000-00000000000a")
-        .port("tcp", 443, 30443, "TCP")
-        .aws("type", "nlb")
-        .spec();
+    let [(_, clb), (_, nlb)] = clb_and_nlb(
+        "90000000-0000-0000-0000-000000000009",
+        "a0000000-0000-0000-0000-00000000000a",
+    );
     let nodes = env.nodes(&env.instances);
     provider.ensure(&clb, &nodes).await.unwrap();
     provider.ensure(&nlb, &nodes).await.unwrap();

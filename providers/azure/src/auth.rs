@@ -154,19 +154,17 @@ impl TokenSource {
                     .await
             }
         }
-        .map_err(|e| AzureError::Auth(format!("token request failed: {e}")))?;
+        .map_err(|e| token_failure("token request failed", e))?;
         let status = response.status();
         if !status.is_success() {
             // The error body names the problem (e.g. AADSTS7000215) and never echoes the secret.
             let body = response.text().await.unwrap_or_default();
-            return Err(AzureError::Auth(format!(
-                "token endpoint answered {status}: {body}"
-            )));
+            return Err(token_refusal(status.as_u16(), body));
         }
         let parsed: TokenResponse = response
             .json()
             .await
-            .map_err(|e| AzureError::Auth(format!("token response unreadable: {e}")))?;
+            .map_err(|e| token_failure("token response unreadable", e))?;
         let lifetime = parsed
             .expires_in
             .and_then(|v| {
@@ -178,6 +176,37 @@ impl TokenSource {
         let expires = Instant::now() + Duration::from_secs(lifetime);
         *cached = Some((token.clone(), expires));
         Ok((token, expires))
+    }
+}
+
+/// An error answer of the token endpoint. Entra ID and the instance metadata service throttle
+/// (429) and fail (5xx) like any HTTP service: those are transient, retried like an ARM call's
+/// (carried as an error answer of the `AcquireToken` operation, so the status classifies it);
+/// any other status refuses the credentials: [`AzureError::Auth`].
+fn token_refusal(status: u16, body: String) -> AzureError {
+    if matches!(status, 408 | 429 | 500..=599) {
+        AzureError::Arm {
+            operation: "AcquireToken",
+            status,
+            code: String::new(),
+            message: format!("token endpoint answered {status}: {body}"),
+        }
+    } else {
+        AzureError::Auth(format!("token endpoint answered {status}: {body}"))
+    }
+}
+
+/// A token request that got no whole answer (timed out, refused, reset, cut off mid-body) is
+/// a transport failure, transient like any ARM call's; only an answer that refuses the
+/// credentials or cannot be read is [`AzureError::Auth`].
+fn token_failure(what: &str, error: reqwest::Error) -> AzureError {
+    if error.is_timeout() || error.is_connect() || error.is_request() || error.is_body() {
+        AzureError::Transport {
+            operation: "AcquireToken",
+            source: azure_core::Error::new(ErrorKind::Io, error),
+        }
+    } else {
+        AzureError::Auth(format!("{what}: {error}"))
     }
 }
 
@@ -200,5 +229,40 @@ impl TokenCredential for TokenSource {
     async fn clear_cache(&self) -> azure_core::Result<()> {
         *self.cached.lock().await = None;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_lb_provider_core::ProviderError;
+
+    #[test]
+    fn token_endpoint_throttling_and_outages_are_transient_refusals_are_not() {
+        // (status, transient, throttled)
+        let cases = [
+            (429, true, true),
+            (500, true, false),
+            (503, true, false),
+            (408, true, false),
+            (400, false, false),
+            (401, false, false),
+            (403, false, false),
+        ];
+        for (status, transient, throttled) in cases {
+            let error = ProviderError::from(token_refusal(status, "{\"error\":\"x\"}".into()));
+            assert_eq!(error.is_transient(), transient, "{status}: {error:?}");
+            assert_eq!(
+                matches!(error, ProviderError::Throttled { .. }),
+                throttled,
+                "{status}: {error:?}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .contains(&format!("token endpoint answered {status}")),
+                "{status}: {error}"
+            );
+        }
     }
 }

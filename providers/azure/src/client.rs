@@ -29,6 +29,7 @@
 //!   at debug level, so the pipeline carries the token beside the request and the transport
 //!   only sends to the configured endpoint (`pipeline.rs`).
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -245,6 +246,12 @@ pub(crate) fn classify(operation: &'static str, error: azure_core::Error) -> Azu
         }
         ErrorKind::Credential => match find_in_chain::<AzureError>(&error) {
             Some(AzureError::Auth(message)) => AzureError::Auth(message.clone()),
+            // The token request got no answer (timed out, refused, reset): as transient as the
+            // call it was made for, not a credential problem.
+            Some(AzureError::Transport { .. }) => AzureError::Transport {
+                operation,
+                source: error,
+            },
             _ => AzureError::Auth(error.to_string()),
         },
         ErrorKind::Io => AzureError::Transport {
@@ -733,7 +740,20 @@ impl NetworkClient for ArmClient {
         }
         let mut items = Vec::new();
         let mut next = Some(self.resource_url(rg, "publicIPAddresses", None));
+        // Links already followed: an answer that hands one back again would page forever.
+        let mut followed = BTreeSet::new();
         while let Some(url) = next.take() {
+            if !followed.insert(url.to_string()) {
+                return Err(AzureError::Sdk {
+                    operation: OPERATION,
+                    source: azure_core::Error::message(
+                        ErrorKind::DataConversion,
+                        format!(
+                            "nextLink {url} came back a second time; the listing would never end"
+                        ),
+                    ),
+                });
+            }
             let body = self
                 .call(OPERATION, CallKind::Read, None, || {
                     let request = self.raw(Method::Get, url.clone(), None);
@@ -869,6 +889,16 @@ mod tests {
                     AzureError::Auth("token endpoint answered 401".into()),
                 ),
                 "auth",
+            ),
+            (
+                azure_core::Error::new(
+                    ErrorKind::Credential,
+                    AzureError::Transport {
+                        operation: "AcquireToken",
+                        source: azure_core::Error::message(ErrorKind::Io, "timed out"),
+                    },
+                ),
+                "transport",
             ),
             (
                 azure_core::Error::new(

@@ -385,6 +385,9 @@ impl BaiduClient {
     ) -> Result<Vec<T>, BceError> {
         let mut out = Vec::new();
         let mut marker: Option<String> = None;
+        // Each page is bounded by the request timeout; a marker handed back twice would send
+        // the listing round the same pages for ever, so it ends the listing instead.
+        let mut followed: std::collections::HashSet<String> = std::collections::HashSet::new();
         loop {
             let mut query: Vec<(String, String)> = filters
                 .iter()
@@ -414,7 +417,17 @@ impl BaiduClient {
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
             match page.get("nextMarker").and_then(Value::as_str) {
-                Some(next) if truncated && !next.is_empty() => marker = Some(next.to_string()),
+                Some(next) if truncated && !next.is_empty() => {
+                    if !followed.insert(next.to_string()) {
+                        return Err(BceError::Unexpected {
+                            operation,
+                            message: format!(
+                                "handed back page marker {next:?} a second time; the listing would never end"
+                            ),
+                        });
+                    }
+                    marker = Some(next.to_string());
+                }
                 _ => return Ok(out),
             }
         }

@@ -48,6 +48,11 @@ pub struct BaiduProvider {
 /// How many times a change refused as busy is retried after waiting.
 const BUSY_RETRIES: usize = 3;
 
+/// A description change that removes the EIP mark (the Service no longer wants an EIP of ours).
+fn drops_eip_mark(step: &Step) -> bool {
+    matches!(step, Step::UpdateDesc { from, to } if plan::has_eip_mark(from) && !plan::has_eip_mark(to))
+}
+
 fn status_of(address: &str) -> LoadBalancerStatus {
     LoadBalancerStatus {
         ingress: address
@@ -406,6 +411,31 @@ impl BaiduProvider {
         Ok(steps)
     }
 
+    /// Our EIPs that a switch away from a managed EIP (to internal, or to a user's EIP) unbound
+    /// but did not release, the pass having failed or the controller died in between: the BLB
+    /// has no address bound yet still carries the EIP mark, which comes off only after the EIP
+    /// calls. They are released (unless prepaid), not left billed while the Service lives. No
+    /// read unless the BLB is in that state.
+    async fn interrupted_detach(
+        &self,
+        blb: &Blb,
+        service: &ServiceKey,
+        owned: bool,
+    ) -> Result<Vec<EipStep>, ProviderError> {
+        if !owned || !blb.public_ip.is_empty() || !plan::has_eip_mark(&blb.desc) {
+            return Ok(Vec::new());
+        }
+        let mut steps: Vec<EipStep> = self
+            .loose_eips(service)
+            .await?
+            .into_iter()
+            .filter(|e| e.payment_timing != "Prepaid")
+            .map(|e| EipStep::Release(e.eip))
+            .collect();
+        steps.extend(self.unbound_upstream_eips(blb).await?);
+        Ok(steps)
+    }
+
     /// An EIP upstream created for `blb` that an interrupted delete already unbound: untagged,
     /// unbound, named as the BLB (upstream's default EIP name), under a BLB with the EIP mark.
     async fn unbound_upstream_eips(&self, blb: &Blb) -> Result<Vec<EipStep>, ProviderError> {
@@ -477,14 +507,16 @@ impl BaiduProvider {
                     return Ok((Vec::new(), Some(ip.clone())));
                 }
                 let mut steps = self.detach_steps(blb, service, false).await?;
+                steps.extend(self.interrupted_detach(blb, service, owned).await?);
                 steps.push(EipStep::Bind(Some(ip.clone())));
                 Ok((steps, Some(ip.clone())))
             }
             // Internal: the VPC address; an EIP of ours is detached (on a user's BLB, only ours).
-            (None, None) => Ok((
-                self.detach_steps(blb, service, !owned).await?,
-                Some(blb.address.clone()),
-            )),
+            (None, None) => {
+                let mut steps = self.detach_steps(blb, service, !owned).await?;
+                steps.extend(self.interrupted_detach(blb, service, owned).await?);
+                Ok((steps, Some(blb.address.clone())))
+            }
             (None, Some(want)) => {
                 let mut steps = Vec::new();
                 if let Some(ip) = bound {
@@ -596,33 +628,28 @@ impl LoadBalancerProvider for BaiduProvider {
             }
         };
         let observed = self.observe(&blb.blb_id).await?;
-        for step in plan::plan(&blb, &observed, &desired, owned) {
+        // The EIP mark comes off the description only once the EIP calls are done: until then
+        // it is what tells the next pass that an EIP of ours may be left unbound.
+        let (unmark, steps): (Vec<Step>, Vec<Step>) = plan::plan(&blb, &observed, &desired, owned)
+            .into_iter()
+            .partition(drops_eip_mark);
+        for step in &steps {
             tracing::info!(blb = %blb.blb_id, step = ?step, "applying");
-            self.apply(&blb.blb_id, &step).await?;
+            self.apply(&blb.blb_id, step).await?;
         }
-        let (steps, known) = self.address_plan(&blb, &desired, owned).await?;
-        let created = self.apply_eip_steps(&blb.blb_id, &steps).await?;
+        let (eip_steps, known) = self.address_plan(&blb, &desired, owned).await?;
+        let created = self.apply_eip_steps(&blb.blb_id, &eip_steps).await?;
+        for step in &unmark {
+            tracing::info!(blb = %blb.blb_id, step = ?step, "applying");
+            self.apply(&blb.blb_id, step).await?;
+        }
         let address = known.or(created).unwrap_or_default();
         let public = desired.eip.is_some() || desired.user_eip.is_some();
         Ok(status_for(&blb, owned, &address, public))
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let name = plan::blb_name(&self.cluster, service);
-        let blb = match self.find_owned(&name, service).await {
-            Ok(Some(blb)) => Some(blb),
-            Ok(None) => self.renamed_blb(service).await?,
-            Err(ProviderError::Environment {
-                cause: EnvironmentCause::NameTaken,
-                message,
-                ..
-            }) => {
-                tracing::info!(%service, %message, "not deleting a BLB kube-lb does not own");
-                self.renamed_blb(service).await?
-            }
-            Err(error) => return Err(error),
-        };
-        if let Some(blb) = blb {
+        for blb in self.blbs_to_delete(service).await? {
             // Every EIP bound to the Service's BLB is unbound (a user's loadBalancerIP too, as
             // upstream did); ours are released. Then the BLB, unless reserve-lb.
             let mut steps = self.detach_steps(&blb, service, false).await?;
@@ -729,17 +756,7 @@ impl LoadBalancerProvider for BaiduProvider {
 
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
         let mut changes = Vec::new();
-        let name = plan::blb_name(&self.cluster, service);
-        let blb = match self.find_owned(&name, service).await {
-            Ok(Some(blb)) => Some(blb),
-            Ok(None)
-            | Err(ProviderError::Environment {
-                cause: EnvironmentCause::NameTaken,
-                ..
-            }) => self.renamed_blb(service).await?,
-            Err(error) => return Err(error),
-        };
-        if let Some(blb) = &blb {
+        for blb in &self.blbs_to_delete(service).await? {
             let mut steps = self.detach_steps(blb, service, false).await?;
             steps.extend(self.unbound_upstream_eips(blb).await?);
             changes.extend(steps.iter().map(|s| s.planned(&blb.name)));
@@ -823,12 +840,44 @@ impl BaiduProvider {
     /// A BLB of this cluster whose description records the Service's UID but whose name is not
     /// the default (`cce-load-balancer-lb-name`): found by listing, so delete stays leak-free.
     async fn renamed_blb(&self, service: &ServiceKey) -> Result<Option<Blb>, ProviderError> {
+        Ok(self.renamed_blbs(service).await?.into_iter().next())
+    }
+
+    /// Every BLB of this cluster whose description records the Service's UID, whatever its
+    /// name (one list call).
+    async fn renamed_blbs(&self, service: &ServiceKey) -> Result<Vec<Blb>, ProviderError> {
         if service.uid.is_empty() {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         let mark = format!("{}{}", plan::DESC_PREFIX, self.cluster);
-        Ok(self.client.blbs().await?.into_iter().find(|b| {
-            b.desc.contains(&mark) && plan::uid_of_desc(&b.desc) == Some(service.uid.as_str())
-        }))
+        Ok(self
+            .client
+            .blbs()
+            .await?
+            .into_iter()
+            .filter(|b| {
+                b.desc.contains(&mark) && plan::uid_of_desc(&b.desc) == Some(service.uid.as_str())
+            })
+            .collect())
+    }
+
+    /// The BLBs deleting the Service removes: ours under its name, else every one of this
+    /// cluster recording its UID — all of them when the name is held twice, so a duplicate
+    /// (made by whatever means) goes with the Service instead of outliving its finalizer.
+    async fn blbs_to_delete(&self, service: &ServiceKey) -> Result<Vec<Blb>, ProviderError> {
+        let name = plan::blb_name(&self.cluster, service);
+        match self.find_owned(&name, service).await {
+            Ok(Some(blb)) => Ok(vec![blb]),
+            Ok(None) => self.renamed_blbs(service).await,
+            Err(ProviderError::Environment {
+                cause: EnvironmentCause::NameTaken,
+                message,
+                ..
+            }) => {
+                tracing::info!(%service, %message, "deleting only the BLBs that record this Service");
+                self.renamed_blbs(service).await
+            }
+            Err(error) => Err(error),
+        }
     }
 }

@@ -153,6 +153,80 @@ async fn internal_vpc_reports_the_blb_address_and_never_makes_an_eip() {
 }
 
 #[tokio::test]
+async fn an_eip_left_unbound_by_an_interrupted_switch_to_internal_is_released_on_the_next_pass() {
+    // Public, then internal: the pass unbinds our EIP and fails (or the controller dies) before
+    // releasing it. The next pass must release it rather than leave a billed, unbound EIP for
+    // as long as the Service stays internal; the same when a user's EIP replaces ours.
+    let internal = spec(
+        "db",
+        UID,
+        &[(5432, "TCP", 30432)],
+        &[(key::INTERNAL_VPC, "true")],
+    );
+    let public = spec("db", UID, &[(5432, "TCP", 30432)], &[]);
+    let users = |ip: &str| spec_with_ip("db", UID, &[(5432, "TCP", 30432)], &[], Some(ip));
+    for to_users_eip in [false, true] {
+        let h = harness().await;
+        let user_ip = h.cloud.seed_eip("mine");
+        h.provider.ensure(&public, &nodes(1)).await.unwrap();
+        let ours = h
+            .cloud
+            .eips()
+            .into_iter()
+            .find(|e| e["eip"] != user_ip.as_str())
+            .unwrap();
+        h.cloud.inject(Fault::respond(
+            "DELETE",
+            "/v1/eip/",
+            1,
+            ApiError::new(400, "InappropriateJSON", "interrupted"),
+        ));
+        let target = if to_users_eip {
+            users(&user_ip)
+        } else {
+            internal.clone()
+        };
+        h.provider.ensure(&target, &nodes(1)).await.unwrap_err();
+        assert!(
+            h.cloud
+                .eips()
+                .iter()
+                .any(|e| e["eip"] == ours["eip"] && e["instanceId"].is_null()),
+            "the fault left our EIP unbound: {:?}",
+            h.cloud.eips()
+        );
+
+        h.provider.ensure(&target, &nodes(1)).await.unwrap();
+        let left: Vec<String> = h
+            .cloud
+            .eips()
+            .iter()
+            .map(|e| e["eip"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            left,
+            vec![user_ip.as_str()],
+            "to a user's EIP: {to_users_eip}"
+        );
+        let blb = &h.cloud.blbs()[0];
+        let bound = if to_users_eip { user_ip.as_str() } else { "" };
+        assert_eq!(blb["publicIp"], bound);
+        assert!(
+            !blb["desc"]
+                .as_str()
+                .unwrap()
+                .starts_with("cce_auto_create_eip"),
+            "the EIP mark goes once no EIP of ours is left: {}",
+            blb["desc"]
+        );
+        // And the pass after is a no-op.
+        h.cloud.clear_journal();
+        h.provider.ensure(&target, &nodes(1)).await.unwrap();
+        assert!(h.cloud.mutations().is_empty(), "{:?}", h.cloud.mutations());
+    }
+}
+
+#[tokio::test]
 async fn a_busy_blb_is_waited_for_not_reported() {
     let h = harness_on(
         MockBaidu::builder()
@@ -179,6 +253,79 @@ async fn a_busy_blb_is_waited_for_not_reported() {
         .count();
     assert_eq!(created, 2, "refused {refused}");
     assert!(refused > 0, "the update delay made at least one write wait");
+}
+
+/// Every mutating request the mock answered, as `METHOD path status`.
+fn mutations_answered(cloud: &MockBaidu) -> Vec<String> {
+    cloud
+        .journal()
+        .iter()
+        .filter(|e| e.is_mutation())
+        .map(|e| format!("{} {} {}", e.method, e.path, e.status))
+        .collect()
+}
+
+#[tokio::test]
+async fn creates_whose_answers_are_lost_are_retried_into_one_blb_and_one_eip() {
+    // Both creates take effect and their answers are lost (a gateway 503): the in-place retry
+    // carries the same clientToken, so BCE answers it with the first create's result.
+    let h = harness().await;
+    h.cloud.inject(Fault::lose_response("POST", "/v1/blb", 1));
+    h.cloud.inject(Fault::lose_response("POST", "/v1/eip", 1));
+    let web = web_spec(UID);
+    let status = h.provider.ensure(&web, &nodes(2)).await.unwrap();
+
+    let blbs = h.cloud.blbs();
+    let eips = h.cloud.eips();
+    assert_eq!(
+        (blbs.len(), eips.len()),
+        (1, 1),
+        "{:?}",
+        mutations_answered(&h.cloud)
+    );
+    assert_eq!(eips[0]["instanceId"], blbs[0]["blbId"]);
+    assert_eq!(
+        status.ingress[0].ip.unwrap().to_string(),
+        eips[0]["eip"].as_str().unwrap()
+    );
+    let creates: Vec<String> = mutations_answered(&h.cloud)
+        .into_iter()
+        .filter(|m| m == "POST /v1/blb 503" || m == "POST /v1/blb 200")
+        .collect();
+    assert_eq!(creates, ["POST /v1/blb 503", "POST /v1/blb 200"]);
+}
+
+#[tokio::test]
+async fn a_blb_created_by_a_call_that_never_got_its_answer_is_adopted_after_a_restart() {
+    // The create takes effect, its answer is lost and every in-place retry fails too; the
+    // controller restarts (a new provider, nothing remembered): the next ensure finds the BLB
+    // by its name and this Service's mark and finishes it, making no second one.
+    let h = harness().await;
+    h.cloud.inject(Fault::lose_response("POST", "/v1/blb", 1));
+    h.cloud.inject(Fault::respond(
+        "POST",
+        "/v1/blb",
+        5,
+        ApiError::new(503, "ServiceUnavailable", "gateway"),
+    ));
+    let web = web_spec(UID);
+    let error = h.provider.ensure(&web, &nodes(2)).await.unwrap_err();
+    assert!(error.is_transient(), "{error}");
+    assert_eq!(h.cloud.blbs().len(), 1);
+    h.cloud.clear_faults();
+
+    let restarted = provider_for(&h.cloud, CallCounter::new());
+    let status = restarted.ensure(&web, &nodes(2)).await.unwrap();
+    let blbs = h.cloud.blbs();
+    assert_eq!(blbs.len(), 1, "{:?}", mutations_answered(&h.cloud));
+    let id = blbs[0]["blbId"].as_str().unwrap();
+    assert_eq!(h.cloud.listeners(id).len(), 1);
+    assert_eq!(h.cloud.backends(id).len(), 2);
+    assert_eq!(h.cloud.eips().len(), 1);
+    assert_eq!(
+        status.ingress[0].ip.unwrap().to_string(),
+        blbs[0]["publicIp"].as_str().unwrap()
+    );
 }
 
 #[tokio::test]
@@ -269,6 +416,33 @@ async fn eip_options_reach_the_create_call() {
     // A renamed BLB is still found for delete (through the UID in its description).
     h.provider.delete(&web.service).await.unwrap();
     assert!(h.cloud.blbs().is_empty() && h.cloud.eips().is_empty());
+}
+
+#[tokio::test]
+async fn two_blbs_of_one_service_are_both_deleted_with_it() {
+    // A duplicate under the Service's name (a create made twice, by whatever means): ensure
+    // refuses to pick one, and delete removes every BLB recording the Service, so none
+    // outlives the finalizer. Someone else's BLB under the same name stays.
+    let h = harness().await;
+    let name = "CCE/SVC/c-test01/default/web";
+    let desc = kube_lb_provider_baidu::plan::owned_desc(CLUSTER, UID, false, false);
+    h.cloud.seed_blb(name, &desc);
+    h.cloud.seed_blb(name, &desc);
+    let theirs = h.cloud.seed_blb(name, "another team's BLB");
+    let web = web_spec(UID);
+    let error = h.provider.ensure(&web, &nodes(1)).await.unwrap_err();
+    assert!(error.to_string().contains("3 BLBs are named"), "{error}");
+
+    let planned = h.provider.plan_delete(&web.service).await.unwrap();
+    let deletes = planned
+        .iter()
+        .filter(|c| c.call == "blb:DeleteLoadBalancer")
+        .count();
+    assert_eq!(deletes, 2, "{planned:?}");
+    h.provider.delete(&web.service).await.unwrap();
+    let left = h.cloud.blbs();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0]["blbId"], theirs.as_str());
 }
 
 #[tokio::test]

@@ -130,3 +130,68 @@ async fn a_blb_and_an_eip_already_gone_when_our_deletes_land_are_a_successful_de
     assert_eq!(refused(&h.cloud, "DELETE", "/v1/blb/", "NoSuchObject"), 1);
     assert_eq!(refused(&h.cloud, "DELETE", "/v1/eip/", "NoSuchObject"), 1);
 }
+
+/// A list answer that keeps saying "truncated, go on from marker `m1`" (a cloud-side bug, or a
+/// proxy replaying one page): the listing ends with an error naming the marker after following
+/// it once, instead of asking for the same page for ever.
+#[tokio::test]
+async fn a_page_marker_handed_back_twice_ends_the_listing() {
+    use kube_lb_provider_baidu::BaiduClient;
+    use kube_lb_provider_baidu::sign::Credentials;
+    use kube_lb_provider_core::{CloudApi, RateLimits, RetryPolicy};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let pages = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let served = pages.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let served = served.clone();
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 8192];
+                // One request per connection is enough for the test: read its head, answer.
+                if stream.read(&mut request).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let body = r#"{"blbList":[],"marker":"m1","isTruncated":true,"nextMarker":"m1","maxKeys":1000}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let client = BaiduClient::new(
+        Credentials {
+            access_key_id: "ak".into(),
+            secret_access_key: "sk".into(),
+            session_token: None,
+        },
+        &endpoint,
+        &endpoint,
+        CloudApi::new(
+            "baidu",
+            CallCounter::new(),
+            RateLimits::default(),
+            RetryPolicy::default(),
+        ),
+        std::time::Duration::from_secs(5),
+    )
+    .unwrap();
+    let error = tokio::time::timeout(std::time::Duration::from_secs(20), client.blbs_named("x"))
+        .await
+        .expect("the listing ends")
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("\"m1\" a second time"),
+        "{error}"
+    );
+    assert_eq!(
+        pages.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the first page and the one its marker names, then no more"
+    );
+}

@@ -161,13 +161,18 @@ pub struct Gce {
     region: String,
     network: String,
     poll: PollSettings,
+    /// Longest time one attempt of one call may take (see [`Gce::connect`]).
+    attempt_timeout: Duration,
 }
 
 macro_rules! client {
-    ($ty:ident, $endpoint:expr, $anonymous:expr) => {{
+    ($ty:ident, $endpoint:expr, $anonymous:expr, $attempt_timeout:expr) => {{
         // Retries are ours (CloudApi), so the SDK's own policy is off to avoid multiplying them.
+        // The SDK's default is no attempt timeout at all: a GCE endpoint that accepted the
+        // request and never answers (or stalls mid-body) would hold the Service's sync forever.
         let mut builder = gce::client::$ty::builder()
-            .with_retry_policy(google_cloud_gax::retry_policy::NeverRetry);
+            .with_retry_policy(google_cloud_gax::retry_policy::NeverRetry)
+            .with_attempt_timeout($attempt_timeout);
         if let Some(endpoint) = $endpoint {
             builder = builder.with_endpoint(endpoint);
         }
@@ -185,7 +190,11 @@ macro_rules! client {
 
 impl Gce {
     /// Builds every client. `endpoint` overrides the API host (the mock); `anonymous` sends no
-    /// credentials, otherwise Application Default Credentials are used.
+    /// credentials, otherwise Application Default Credentials are used. `attempt_timeout`
+    /// bounds each attempt of each call, credentials included (the SDK's own timeout starts
+    /// only once the token is in hand; a metadata server that never answers would hold the
+    /// call before it): a call that gets no answer in time fails as a transient error.
+    #[allow(clippy::too_many_arguments)] // one value per setting; a struct would only rename them
     pub async fn connect(
         endpoint: Option<&str>,
         anonymous: bool,
@@ -194,24 +203,25 @@ impl Gce {
         network: &str,
         api: CloudApi,
         poll: PollSettings,
+        attempt_timeout: Duration,
     ) -> Result<Gce, GcpError> {
         // The SDK is built without its default TLS provider (no aws-lc C build); install ring.
         // An error only means a provider is installed already, which is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let clients = Clients {
-            addresses: client!(Addresses, endpoint, anonymous),
-            forwarding_rules: client!(ForwardingRules, endpoint, anonymous),
-            target_pools: client!(TargetPools, endpoint, anonymous),
-            http_health_checks: client!(HttpHealthChecks, endpoint, anonymous),
-            health_checks: client!(HealthChecks, endpoint, anonymous),
-            firewalls: client!(Firewalls, endpoint, anonymous),
-            backend_services: client!(RegionBackendServices, endpoint, anonymous),
-            instance_groups: client!(InstanceGroups, endpoint, anonymous),
-            instances: client!(Instances, endpoint, anonymous),
-            zones: client!(Zones, endpoint, anonymous),
-            region_operations: client!(RegionOperations, endpoint, anonymous),
-            zone_operations: client!(ZoneOperations, endpoint, anonymous),
-            global_operations: client!(GlobalOperations, endpoint, anonymous),
+            addresses: client!(Addresses, endpoint, anonymous, attempt_timeout),
+            forwarding_rules: client!(ForwardingRules, endpoint, anonymous, attempt_timeout),
+            target_pools: client!(TargetPools, endpoint, anonymous, attempt_timeout),
+            http_health_checks: client!(HttpHealthChecks, endpoint, anonymous, attempt_timeout),
+            health_checks: client!(HealthChecks, endpoint, anonymous, attempt_timeout),
+            firewalls: client!(Firewalls, endpoint, anonymous, attempt_timeout),
+            backend_services: client!(RegionBackendServices, endpoint, anonymous, attempt_timeout),
+            instance_groups: client!(InstanceGroups, endpoint, anonymous, attempt_timeout),
+            instances: client!(Instances, endpoint, anonymous, attempt_timeout),
+            zones: client!(Zones, endpoint, anonymous, attempt_timeout),
+            region_operations: client!(RegionOperations, endpoint, anonymous, attempt_timeout),
+            zone_operations: client!(ZoneOperations, endpoint, anonymous, attempt_timeout),
+            global_operations: client!(GlobalOperations, endpoint, anonymous, attempt_timeout),
         };
         Ok(Gce {
             clients,
@@ -220,6 +230,7 @@ impl Gce {
             region: region.to_string(),
             network: network.to_string(),
             poll,
+            attempt_timeout,
         })
     }
 
@@ -243,9 +254,17 @@ impl Gce {
     {
         self.api
             .call(family, operation, kind, || {
-                let attempt = f();
+                let attempt = tokio::time::timeout(self.attempt_timeout, f());
                 async move {
-                    match attempt.await {
+                    let answered = attempt.await.unwrap_or_else(|_| {
+                        tracing::debug!(
+                            operation,
+                            timeout = ?self.attempt_timeout,
+                            "no answer in time; giving the attempt up"
+                        );
+                        Err(crate::error::timed_out(self.attempt_timeout))
+                    });
+                    match answered {
                         Ok(value) => Ok(Ok(value)),
                         Err(error) => {
                             let failure = Failure::from_client(&error);
@@ -397,6 +416,8 @@ impl Gce {
     {
         let mut items = Vec::new();
         let mut token = String::new();
+        // Tokens already followed: an answer that hands one back again would page forever.
+        let mut followed = BTreeSet::new();
         loop {
             let page = self
                 .call(family, operation, CallKind::Read, || request(token.clone()))
@@ -405,7 +426,18 @@ impl Gce {
             let (page_items, next) = page.into_parts();
             items.extend(page_items);
             match next {
-                Some(next) if !next.is_empty() => token = next,
+                Some(next) if !next.is_empty() => {
+                    if !followed.insert(next.clone()) {
+                        return Err(ProviderError::Internal {
+                            message: format!(
+                                "{operation}: the page token {next:?} came back a second time; \
+                                 the listing would never end"
+                            ),
+                            source: None,
+                        });
+                    }
+                    token = next;
+                }
                 _ => return Ok(items),
             }
         }
@@ -1689,7 +1721,171 @@ fn backend_service_body(b: &BackendService) -> gm::BackendService {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use kube_lb_provider_core::{CallCounter, RateLimits, RetryPolicy};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
     use super::*;
+
+    /// What the hand-made Compute endpoint answers a request whose head (method, path,
+    /// headers; lower case) is given: a JSON body, or `None` to hold the request open and never
+    /// answer it.
+    type Answer = fn(&str) -> Option<&'static str>;
+
+    /// A Compute endpoint answering as `answer` says, counting the requests it read.
+    async fn endpoint(answer: Answer) -> (String, Arc<AtomicU32>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicU32::new(0));
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((connection, _)) = listener.accept().await {
+                tokio::spawn(serve(connection, answer, seen.clone()));
+            }
+        });
+        (url, requests)
+    }
+
+    /// Serves one keep-alive connection until `answer` holds a request: from then on it reads
+    /// whatever comes and sends nothing back, until the client gives the connection up.
+    async fn serve(mut connection: TcpStream, answer: Answer, requests: Arc<AtomicU32>) {
+        let mut buffer = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let Some(head_end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                match connection.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                }
+                continue;
+            };
+            let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buffer.len() < head_end + 4 + length {
+                match connection.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                }
+            }
+            buffer.drain(..head_end + 4 + length);
+            requests.fetch_add(1, Ordering::SeqCst);
+            let Some(body) = answer(&head) else {
+                while matches!(connection.read(&mut chunk).await, Ok(n) if n > 0) {}
+                return;
+            };
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if connection.write_all(reply.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Quick in-place retries for the tests against the hand-made endpoint.
+    const RETRY: RetryPolicy = RetryPolicy {
+        base: Duration::from_millis(5),
+        max: Duration::from_millis(20),
+        max_attempts: 3,
+    };
+
+    /// Quick operation polls.
+    const POLL: PollSettings = PollSettings {
+        initial: Duration::from_millis(1),
+        max: Duration::from_millis(10),
+        timeout: Duration::from_secs(600),
+    };
+
+    async fn connect(url: &str, attempt_timeout: Duration) -> Gce {
+        let api = CloudApi::new("gcp", CallCounter::new(), RateLimits::unlimited(), RETRY);
+        Gce::connect(
+            Some(url),
+            true,
+            "p",
+            "r",
+            "projects/p/global/networks/n",
+            api,
+            POLL,
+            attempt_timeout,
+        )
+        .await
+        .unwrap()
+    }
+
+    /// A listing whose every page names the same next page fails (an internal error, retried
+    /// with backoff) after the second page instead of paging forever.
+    #[tokio::test]
+    async fn a_listing_that_repeats_its_page_token_ends() {
+        let (url, requests) =
+            endpoint(|_| Some(r#"{"items":[{"name":"a1"}],"nextPageToken":"page-2"}"#)).await;
+        let gce = connect(&url, Duration::from_secs(5)).await;
+        let listed = tokio::time::timeout(
+            Duration::from_secs(10),
+            gce.list(Collection::ForwardingRules),
+        )
+        .await
+        .expect("the listing never ended");
+        match listed {
+            Err(ProviderError::Internal { message, .. }) => {
+                assert!(message.contains("page-2"), "{message}");
+            }
+            other => panic!("expected an internal error, got {other:?}"),
+        }
+        assert_eq!(requests.load(Ordering::SeqCst), 2);
+    }
+
+    /// A delete GCE accepted, whose operation GET then hangs, fails within the attempt timeout
+    /// per poll attempt (plus the retry steps), as a transient error: the wait for an
+    /// operation cannot hold the Service's sync either.
+    #[tokio::test]
+    async fn an_operation_wait_whose_poll_hangs_gives_up_in_time() {
+        // Deletes are accepted with an operation still running; the operation GET hangs.
+        let (url, requests) = endpoint(|head| {
+            (!head.starts_with("get ")).then_some(
+                r#"{"kind":"compute#operation","name":"operation-1","status":"RUNNING"}"#,
+            )
+        })
+        .await;
+        let attempt_timeout = Duration::from_millis(300);
+        let gce = connect(&url, attempt_timeout).await;
+        let (retry, poll) = (RETRY, POLL);
+
+        let started = std::time::Instant::now();
+        let outcome = gce
+            .delete_health_check(HealthCheckKind::Http, "k8s-c1-node")
+            .await;
+        let took = started.elapsed();
+
+        let error = match outcome {
+            Err(error) => error,
+            Ok(answer) => panic!("a hung operation poll answered: {answer:?}"),
+        };
+        assert!(error.is_transient(), "not transient: {error}");
+        // The delete, then one poll per attempt.
+        assert_eq!(
+            requests.load(Ordering::SeqCst),
+            1 + retry.max_attempts,
+            "{error}"
+        );
+        // Every poll attempt waits out the timeout; the retry steps are at most `max` each.
+        let bound = attempt_timeout * retry.max_attempts
+            + retry.max * (retry.max_attempts - 1)
+            + poll.max
+            + Duration::from_secs(1);
+        assert!(took < bound, "took {took:?}, bound {bound:?}");
+        assert!(
+            took >= attempt_timeout * retry.max_attempts,
+            "gave up after {took:?}, before the timeout of each attempt"
+        );
+    }
 
     #[test]
     fn filters_escape_regex_metacharacters() {

@@ -1,10 +1,16 @@
 //! The upstream `gce.conf` cloud-config (INI, `[global]` section), so files users already have
 //! keep working. Known upstream keys are accepted (those without meaning here are ignored);
-//! unknown keys produce warnings, not errors. kube-lb adds `region` and `cluster-id`.
+//! unknown keys produce warnings, not errors. kube-lb adds `region`, `cluster-id` and
+//! `request-timeout`.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use crate::error::GcpError;
+
+/// How long one Compute request attempt (credentials, connect, answer and body) may take
+/// when `request-timeout` is not set: the other clouds' request timeout.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Upstream keys that are accepted but do not change what this provider does.
 const ACCEPTED_UPSTREAM_KEYS: &[&str] = &[
@@ -46,6 +52,12 @@ pub struct CloudConfig {
     /// `cluster-id` (kube-lb extension): the `<cid>` in shared resource names
     /// (`k8s-<cid>-node`, `k8s-ig--<cid>`); upstream reads it from the `ingress-uid` ConfigMap.
     pub cluster_id: Option<String>,
+    /// `request-timeout` (kube-lb extension): how long one Compute request attempt may take
+    /// before it fails as a transient error (retried in place, then by the controller), so an
+    /// endpoint that accepts a request and never answers cannot hold a Service's sync. Whole
+    /// seconds (`30`) or with a unit (`500ms`, `30s`, `2m`); [`DEFAULT_REQUEST_TIMEOUT`] when
+    /// absent (see [`CloudConfig::request_timeout`]).
+    pub request_timeout: Option<Duration>,
     /// Keys that were not recognised (reported as warnings).
     pub unknown_keys: Vec<String>,
 }
@@ -100,6 +112,9 @@ impl CloudConfig {
                 "api-endpoint" => config.api_endpoint = Some(value),
                 "token-url" => config.token_url = Some(value),
                 "cluster-id" => config.cluster_id = Some(value),
+                "request-timeout" => {
+                    config.request_timeout = Some(parse_timeout(&key, &value, line_no)?);
+                }
                 other if ACCEPTED_UPSTREAM_KEYS.contains(&other) => {}
                 other => config.unknown_keys.push(other.to_string()),
             }
@@ -138,6 +153,12 @@ impl CloudConfig {
                 .api_endpoint
                 .as_deref()
                 .is_some_and(|e| e.starts_with("http://"))
+    }
+
+    /// How long one Compute request attempt may take: `request-timeout`, or
+    /// [`DEFAULT_REQUEST_TIMEOUT`].
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT)
     }
 
     /// The project holding the network (shared VPC host project, or the project itself).
@@ -184,6 +205,32 @@ fn parse_bool(key: &str, value: &str, line: usize) -> Result<bool, GcpError> {
             "line {line}: {key} must be true or false, got '{value}'"
         ))),
     }
+}
+
+/// A positive duration: whole seconds (`30`, as gcfg numbers are written) or a number with a
+/// unit (`500ms`, `30s`, `2m`).
+fn parse_timeout(key: &str, value: &str, line: usize) -> Result<Duration, GcpError> {
+    let value = value.trim();
+    let digits = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(digits);
+    let invalid = || {
+        GcpError::Config(format!(
+            "line {line}: {key} must be a positive duration such as 30s, 500ms or 2m, got '{value}'"
+        ))
+    };
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let timeout = match unit.trim() {
+        "" | "s" => Duration::from_secs(number),
+        "ms" => Duration::from_millis(number),
+        "m" => Duration::from_secs(number.saturating_mul(60)),
+        _ => return Err(invalid()),
+    };
+    if timeout.is_zero() {
+        return Err(invalid());
+    }
+    Ok(timeout)
 }
 
 #[cfg(test)]
@@ -235,6 +282,30 @@ some-new-key = 1
         assert_eq!(config.network_name, "default");
         assert!(!config.anonymous());
         assert!(config.node_tags.is_empty());
+        assert_eq!(config.request_timeout(), DEFAULT_REQUEST_TIMEOUT);
+    }
+
+    /// `request-timeout` in each accepted spelling, and the values refused.
+    #[test]
+    fn request_timeout_spellings() {
+        let parse = |value: &str| {
+            CloudConfig::parse(&format!(
+                "[global]\nproject-id = p\nregion = r\nrequest-timeout = {value}\n"
+            ))
+            .map(|c| c.request_timeout())
+        };
+        for (value, expected) in [
+            ("45", Duration::from_secs(45)),
+            ("45s", Duration::from_secs(45)),
+            ("1500ms", Duration::from_millis(1500)),
+            ("2m", Duration::from_secs(120)),
+            ("\"10s\"", Duration::from_secs(10)),
+        ] {
+            assert_eq!(parse(value).unwrap(), expected, "{value}");
+        }
+        for value in ["0", "0s", "-1s", "10h", "s", "ten", "1.5s"] {
+            assert!(parse(value).is_err(), "{value} was accepted");
+        }
     }
 
     #[test]

@@ -179,6 +179,14 @@ impl Failure {
     }
 }
 
+/// The error of an attempt that got no answer within `after` (the client's attempt timeout,
+/// or the fence around the whole attempt, credentials included): the same kind the SDK gives
+/// for its own deadline, so [`Failure::from_client`] reads both alike, as a transport failure
+/// ([`Class::Retryable`]).
+pub fn timed_out(after: Duration) -> google_cloud_compute_v1::Error {
+    google_cloud_gax::error::Error::timeout(format!("no answer within {after:?}"))
+}
+
 /// What the controller should do about one Compute failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -444,6 +452,30 @@ mod tests {
             };
             assert_eq!(got, cause, "{label}");
         }
+    }
+
+    /// A call that got no answer in time (the SDK's attempt timeout, the fence around the
+    /// whole attempt, a connection the peer dropped) is transient: retried in place and by
+    /// the controller's backoff, never a user error.
+    #[test]
+    fn unanswered_calls_are_transient() {
+        use google_cloud_gax::error::Error;
+        let cases: [(&str, Error); 4] = [
+            ("fence", timed_out(Duration::from_secs(30))),
+            ("sdk deadline", Error::timeout("deadline exceeded")),
+            ("io", Error::io("connection reset by peer")),
+            ("connect", Error::connect("connection refused")),
+        ];
+        for (what, error) in cases {
+            let failure = Failure::from_client(&error);
+            assert_eq!(failure.status, None, "{what}");
+            assert!(failure.retry_in_place(), "{what}: {failure:?}");
+            assert!(!failure.is_throttled(), "{what}");
+            let converted = failure.into_provider_error("forwardingRules.get");
+            assert_eq!(converted.class(), "retryable", "{what}: {converted}");
+            assert!(converted.is_transient(), "{what}: {converted}");
+        }
+        assert!(timed_out(Duration::from_secs(1)).is_timeout());
     }
 
     #[test]

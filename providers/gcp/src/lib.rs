@@ -266,6 +266,7 @@ impl GcpProvider {
             &refs.network(),
             api,
             options.poll,
+            config.request_timeout(),
         )
         .await?;
         let zones = match (&config.local_zone, config.multizone || config.regional) {

@@ -7,7 +7,10 @@
 //! once; a second 401 is an error (the credentials are refused).
 //!
 //! Every request goes through [`CloudApi`]: rate limited per service (`keystone`, `octavia`,
-//! `neutron`), retried in place when transient, counted per operation.
+//! `neutron`), retried in place when transient, counted per operation. A create (POST) is
+//! the exception: Octavia and Neutron take no idempotency token, so after a failure that may
+//! have taken effect (a 5xx, no answer) the client first looks for what the call would have
+//! made and repeats the POST only when nothing is there.
 
 use std::time::{Duration, SystemTime};
 
@@ -50,6 +53,10 @@ struct Session {
     /// Neutron's versioned root (`…/networking/v2.0`).
     neutron: String,
 }
+
+/// How many times a create is sent when its answers may have been lost and nothing it would
+/// have made is found (the in-place retries other calls get, counted the same way).
+const CREATE_ATTEMPTS: u32 = 3;
 
 /// Keystone, Octavia and Neutron behind one token.
 #[derive(Debug)]
@@ -326,50 +333,56 @@ impl OpenStackClient {
             CallKind::Mutate
         };
         let api = &self.api;
+        // Every POST here creates something, and Octavia and Neutron take no idempotency
+        // token: repeating one whose answer was lost would make a second object. Only an
+        // answer proving the request was refused is repeated in place; the caller looks for
+        // what a maybe-lost create made before repeating it (see `create`).
+        let creates = method == Method::POST;
+        let decide = |error: &OpenStackError| {
+            if creates && error.may_have_taken_effect() {
+                kube_lb_provider_core::Again::No
+            } else {
+                error.again()
+            }
+        };
         self.api
-            .call_as(
-                service.family(),
-                operation,
-                kind,
-                OpenStackError::again,
-                || async {
-                    let mut request = self
-                        .http
-                        .request(method.clone(), &url)
-                        .header("x-auth-token", &session.token)
-                        .header("accept", "application/json")
-                        .query(query);
-                    if let Some(body) = body {
-                        request = request.json(body);
+            .call_as(service.family(), operation, kind, decide, || async {
+                let mut request = self
+                    .http
+                    .request(method.clone(), &url)
+                    .header("x-auth-token", &session.token)
+                    .header("accept", "application/json")
+                    .query(query);
+                if let Some(body) = body {
+                    request = request.json(body);
+                }
+                let response = request
+                    .send()
+                    .await
+                    .map_err(|source| OpenStackError::Transport { operation, source })?;
+                let status = response.status();
+                let wait = retry_after(response.headers());
+                let text = response
+                    .text()
+                    .await
+                    .map_err(|source| OpenStackError::Transport { operation, source })?;
+                if !status.is_success() {
+                    let error = api_error(operation, status.as_u16(), &text, wait);
+                    if error.is_throttled() {
+                        api.record_throttled(operation);
                     }
-                    let response = request
-                        .send()
-                        .await
-                        .map_err(|source| OpenStackError::Transport { operation, source })?;
-                    let status = response.status();
-                    let wait = retry_after(response.headers());
-                    let text = response
-                        .text()
-                        .await
-                        .map_err(|source| OpenStackError::Transport { operation, source })?;
-                    if !status.is_success() {
-                        let error = api_error(operation, status.as_u16(), &text, wait);
-                        if error.is_throttled() {
-                            api.record_throttled(operation);
-                        }
-                        return Err(error);
-                    }
-                    if text.trim().is_empty() {
-                        return Ok(None);
-                    }
-                    serde_json::from_str(&text)
-                        .map(Some)
-                        .map_err(|e| OpenStackError::Unexpected {
-                            operation,
-                            message: format!("answer is not JSON: {e}"),
-                        })
-                },
-            )
+                    return Err(error);
+                }
+                if text.trim().is_empty() {
+                    return Ok(None);
+                }
+                serde_json::from_str(&text)
+                    .map(Some)
+                    .map_err(|e| OpenStackError::Unexpected {
+                        operation,
+                        message: format!("answer is not JSON: {e}"),
+                    })
+            })
             .await
             .map_err(|e| (e, Some(session.token.clone())))
     }
@@ -401,6 +414,46 @@ impl OpenStackClient {
             .call(service, operation, method, path, &[], Some(body))
             .await?;
         decode(operation, document, key)
+    }
+
+    /// POSTs `body` to create an object (answer under `key`). When the call fails in a way
+    /// that may have taken effect (a 5xx, no answer), `made` looks for the object a lost
+    /// answer would have announced; it is returned when found, and only when it is not is the
+    /// POST repeated, so a lost answer never makes a second object.
+    async fn create<T, F, Fut>(
+        &self,
+        service: Service,
+        operation: &'static str,
+        path: &str,
+        body: &Value,
+        key: &str,
+        made: F,
+    ) -> Result<T, OpenStackError>
+    where
+        T: DeserializeOwned,
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>, OpenStackError>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match self
+                .send(service, operation, Method::POST, path, body, key)
+                .await
+            {
+                Err(error) if error.may_have_taken_effect() && attempt < CREATE_ATTEMPTS => {
+                    tracing::info!(operation, %error, attempt, "create failed without a clear refusal; looking for what it may have made before repeating it");
+                    if let Some(found) = made().await? {
+                        tracing::info!(
+                            operation,
+                            "the create had taken effect; using what it made"
+                        );
+                        return Ok(found);
+                    }
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn delete(
@@ -460,14 +513,28 @@ impl OpenStackClient {
     }
 
     /// Creates a load balancer (fully populated when `body` carries listeners).
+    /// A create whose answer was lost is found by name, description and tags (see `create`).
     pub async fn create_load_balancer(&self, body: &Value) -> Result<LoadBalancer, OpenStackError> {
-        self.send(
+        let name = text(body, "name");
+        let made = || async move {
+            Ok(self
+                .load_balancers_named(name)
+                .await?
+                .into_iter()
+                .find(|lb| {
+                    lb.provisioning_status != "DELETED"
+                        && lb.provisioning_status != "PENDING_DELETE"
+                        && lb.description == text(body, "description")
+                        && strings(body, "tags").iter().all(|t| lb.tags.contains(t))
+                }))
+        };
+        self.create(
             Service::Octavia,
             "octavia:CreateLoadBalancer",
-            Method::POST,
             "lbaas/loadbalancers",
             &json!({"loadbalancer": body}),
             "loadbalancer",
+            made,
         )
         .await
     }
@@ -528,14 +595,25 @@ impl OpenStackClient {
     }
 
     /// Creates a listener.
+    /// A create whose answer was lost is found by load balancer, name and port.
     pub async fn create_listener(&self, body: &Value) -> Result<Listener, OpenStackError> {
-        self.send(
+        let made = || async move {
+            Ok(self
+                .listeners(text(body, "loadbalancer_id"))
+                .await?
+                .into_iter()
+                .find(|l| {
+                    l.name == text(body, "name")
+                        && Some(u64::from(l.protocol_port)) == body["protocol_port"].as_u64()
+                }))
+        };
+        self.create(
             Service::Octavia,
             "octavia:CreateListener",
-            Method::POST,
             "lbaas/listeners",
             &json!({"listener": body}),
             "listener",
+            made,
         )
         .await
     }
@@ -605,14 +683,27 @@ impl OpenStackClient {
     }
 
     /// Creates a pool (members and monitor follow in their own calls).
+    /// A create whose answer was lost is found by name and listener (or load balancer).
     pub async fn create_pool(&self, body: &Value) -> Result<Pool, OpenStackError> {
-        self.send(
+        let made = || async move {
+            let parent = |refs: &[crate::model::IdRef], key: &str| {
+                body[key]
+                    .as_str()
+                    .is_none_or(|id| refs.iter().any(|r| r.id == id))
+            };
+            Ok(self.all_pools().await?.into_iter().find(|p| {
+                p.name == text(body, "name")
+                    && parent(&p.listeners, "listener_id")
+                    && parent(&p.loadbalancers, "loadbalancer_id")
+            }))
+        };
+        self.create(
             Service::Octavia,
             "octavia:CreatePool",
-            Method::POST,
             "lbaas/pools",
             &json!({"pool": body}),
             "pool",
+            made,
         )
         .await
     }
@@ -694,13 +785,27 @@ impl OpenStackClient {
         &self,
         body: &Value,
     ) -> Result<HealthMonitor, OpenStackError> {
-        self.send(
+        // A pool has at most one monitor: the one on the pool is what a lost create made.
+        let made = || async move {
+            let pool_id = text(body, "pool_id");
+            let monitor = self
+                .all_pools()
+                .await?
+                .into_iter()
+                .find(|p| p.id == pool_id)
+                .and_then(|p| p.healthmonitor_id);
+            match monitor {
+                Some(id) => self.health_monitor(&id).await,
+                None => Ok(None),
+            }
+        };
+        self.create(
             Service::Octavia,
             "octavia:CreateHealthMonitor",
-            Method::POST,
             "lbaas/healthmonitors",
             &json!({"healthmonitor": body}),
             "healthmonitor",
+            made,
         )
         .await
     }
@@ -749,14 +854,31 @@ impl OpenStackClient {
     }
 
     /// Allocates a floating IP.
+    /// A create whose answer was lost is found by its port (or requested address) and
+    /// description.
     pub async fn create_floating_ip(&self, body: &Value) -> Result<FloatingIp, OpenStackError> {
-        self.send(
+        let made = || async move {
+            let filter = match (
+                body["port_id"].as_str(),
+                body["floating_ip_address"].as_str(),
+            ) {
+                (Some(port), _) => ("port_id", port),
+                (None, Some(address)) => ("floating_ip_address", address),
+                (None, None) => ("description", text(body, "description")),
+            };
+            Ok(self
+                .floating_ips(&[filter])
+                .await?
+                .into_iter()
+                .find(|fip| fip.description == text(body, "description")))
+        };
+        self.create(
             Service::Neutron,
             "neutron:CreateFloatingIp",
-            Method::POST,
             "floatingips",
             &json!({"floatingip": body}),
             "floatingip",
+            made,
         )
         .await
     }
@@ -830,6 +952,24 @@ impl OpenStackClient {
 }
 
 /// Extracts `document[key]` as `T`.
+/// A string field of a request body (`""` when absent).
+fn text<'a>(body: &'a Value, key: &str) -> &'a str {
+    body[key].as_str().unwrap_or_default()
+}
+
+/// A list-of-strings field of a request body.
+fn strings(body: &Value, key: &str) -> Vec<String> {
+    body[key]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn decode<T: DeserializeOwned>(
     operation: &'static str,
     document: Option<Value>,

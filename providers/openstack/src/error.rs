@@ -77,6 +77,18 @@ impl OpenStackError {
         }
     }
 
+    /// True when a mutating call that failed this way may still have taken effect: no
+    /// answer arrived (a timeout after the request went out), or a 5xx, which a gateway also
+    /// sends when the service acted and its answer was lost. A 4xx, a rate refusal included,
+    /// says the request was refused.
+    pub fn may_have_taken_effect(&self) -> bool {
+        match self {
+            OpenStackError::Api { status, .. } => *status >= 500,
+            OpenStackError::Transport { .. } => true,
+            OpenStackError::Unexpected { .. } => false,
+        }
+    }
+
     /// True for a 404.
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(404)
@@ -322,6 +334,38 @@ mod tests {
                 throttled,
                 "{status} {message}"
             );
+        }
+    }
+
+    #[test]
+    fn only_answers_that_prove_a_refusal_rule_out_a_lost_response() {
+        let api = |status: u16, message: &str| OpenStackError::Api {
+            operation: "op",
+            status,
+            message: message.into(),
+            retry_after: None,
+        };
+        let cases = [
+            (api(503, "Service Unavailable"), true),
+            (api(502, "Bad Gateway"), true),
+            (api(500, "Internal Server Error"), true),
+            (api(429, "Too Many Requests"), false),
+            (api(413, "This request was rate-limited."), false),
+            (
+                api(409, "Load Balancer x is immutable and cannot be updated."),
+                false,
+            ),
+            (api(400, "Invalid input"), false),
+            (
+                OpenStackError::Unexpected {
+                    operation: "op",
+                    message: "answer is not JSON".into(),
+                },
+                false,
+            ),
+        ];
+        for (error, maybe) in cases {
+            assert_eq!(error.may_have_taken_effect(), maybe, "{error}");
         }
     }
 }

@@ -710,7 +710,24 @@ impl OpenStackProvider {
                 Err(error) if error.is_not_found() => break,
                 Err(error) if error.is_immutable() && attempt < BUSY_RETRIES => {
                     attempt += 1;
-                    self.wait_active(lb_id).await?;
+                    // Busy because it is already being deleted (our own earlier DELETE whose
+                    // answer was lost and was repeated, or another actor's): nothing to repeat,
+                    // and it never becomes ACTIVE again, so waiting for that would fail.
+                    match self.client.load_balancer(lb_id).await? {
+                        None => break,
+                        Some(lb)
+                            if matches!(
+                                lb.provisioning_status.as_str(),
+                                "PENDING_DELETE" | "DELETED"
+                            ) =>
+                        {
+                            tracing::info!(lb = %lb_id, "load balancer already being deleted; waiting for it to go");
+                            break;
+                        }
+                        Some(_) => {
+                            self.wait_active(lb_id).await?;
+                        }
+                    }
                 }
                 Err(error) => return Err(error.into()),
             }

@@ -478,6 +478,84 @@ async fn quota_and_server_errors_map_to_their_classes() {
     assert_eq!(posts, 2, "a 503 is retried in place");
 }
 
+/// POSTs the mock answered to paths ending in `suffix`.
+fn posts_to(cloud: &MockOpenStack, suffix: &str) -> usize {
+    cloud
+        .journal()
+        .iter()
+        .filter(|e| e.method == "POST" && e.path.ends_with(suffix))
+        .count()
+}
+
+#[tokio::test]
+async fn a_create_whose_answer_was_lost_is_found_not_made_twice() {
+    // Octavia and Neutron take no idempotency token: a create that took effect but whose
+    // answer was lost (a gateway 503) must not be sent again blindly.
+    let cloud = MockOpenStack::builder().start().await.unwrap();
+    let h = harness_with(cloud, "create-monitor = true\n").await;
+    for path in ["/lbaas/loadbalancers", "/floatingips"] {
+        h.cloud.inject(Fault::lose_response("POST", path, 503, 1));
+    }
+    let web = svc("web", UID_A);
+    let status = h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(h.cloud.pending_faults(), 0, "both answers were lost");
+    assert_eq!(h.cloud.load_balancers().len(), 1, "one load balancer");
+    assert_eq!(posts_to(&h.cloud, "/loadbalancers"), 1, "created once");
+    let fips = h.cloud.floating_ips();
+    assert_eq!(fips.len(), 1, "one floating IP: {fips:?}");
+    assert_eq!(posts_to(&h.cloud, "/floatingips"), 1, "allocated once");
+    assert_eq!(ip_of(&status), fips[0]["floating_ip_address"]);
+
+    // A new port: listener, pool and monitor are created one by one, each answer lost.
+    for path in ["/lbaas/listeners", "/lbaas/pools", "/lbaas/healthmonitors"] {
+        h.cloud.inject(Fault::lose_response("POST", path, 503, 1));
+    }
+    h.cloud.clear_journal();
+    let two = svc("web", UID_A).ports(&[("http", 80, "TCP", 30080), ("alt", 81, "TCP", 30081)]);
+    h.provider.ensure(&two.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(h.cloud.pending_faults(), 0, "every answer was lost");
+    assert_eq!(h.cloud.listeners().len(), 2);
+    assert_eq!(h.cloud.pools().len(), 2);
+    assert_eq!(h.cloud.health_monitors().len(), 2);
+    for suffix in ["/listeners", "/pools", "/healthmonitors"] {
+        assert_eq!(posts_to(&h.cloud, suffix), 1, "{suffix} created once");
+    }
+    let lb = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
+    let listeners = listeners_of(&h.cloud, lb["id"].as_str().unwrap());
+    let new_pool = pool(&h.cloud, &listeners[1]["default_pool_id"]);
+    assert_eq!(
+        member_set(&h.cloud, &new_pool["id"]).len(),
+        2,
+        "members set"
+    );
+    assert!(new_pool["healthmonitor_id"].is_string(), "monitored");
+}
+
+#[tokio::test]
+async fn a_delete_whose_answer_was_lost_waits_for_the_deletion_it_started() {
+    // The DELETE took effect (the load balancer is PENDING_DELETE) but its answer was lost;
+    // the repeat is refused as busy. That is the deletion under way, not a reason to wait
+    // for ACTIVE (which never comes) and fail.
+    let cloud = MockOpenStack::builder()
+        .provisioning_delay(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    let h = harness_with(cloud, "").await;
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    h.cloud.inject(Fault::lose_response(
+        "DELETE",
+        "/lbaas/loadbalancers/",
+        503,
+        1,
+    ));
+    h.provider.delete(&web.key()).await.unwrap();
+    assert_eq!(h.cloud.pending_faults(), 0, "the answer was lost");
+    assert!(h.cloud.load_balancers().is_empty(), "deleted");
+    assert!(h.cloud.floating_ips().is_empty(), "floating IP released");
+}
+
 #[tokio::test]
 async fn token_is_renewed_before_it_expires() {
     let cloud = MockOpenStack::builder()

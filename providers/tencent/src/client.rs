@@ -197,6 +197,25 @@ pub enum TaskStatus {
     Running,
 }
 
+/// How an async task is asked after (`DescribeTaskStatus` takes either).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskRef {
+    /// The `RequestId` of the call that started it (`TaskId`).
+    Request(String),
+    /// The order a `CreateLoadBalancer` answered (`DealName`): the same for every repeat of a
+    /// create made with one `ClientToken`, whose later `RequestId`s start no task.
+    Deal(String),
+}
+
+impl std::fmt::Display for TaskRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskRef::Request(id) => write!(f, "task {id}"),
+            TaskRef::Deal(deal) => write!(f, "order {deal}"),
+        }
+    }
+}
+
 /// The CLB API behind one set of credentials.
 #[derive(Debug)]
 pub struct ClbClient {
@@ -416,18 +435,25 @@ impl ClbClient {
             .find(|lb| lb.load_balancer_id == id))
     }
 
-    /// Starts `CreateLoadBalancer`; returns the new id and the task id.
+    /// Starts `CreateLoadBalancer`; returns the new id and how to follow its task: the
+    /// order (`DealName`) when the answer names one, else the request. A body with a
+    /// `ClientToken` may be sent again after an answer was lost: the cloud answers the first
+    /// call's id and order again instead of creating a second CLB.
     pub async fn create_load_balancer(
         &self,
         body: &Map<String, Value>,
-    ) -> Result<(String, String), TencentError> {
+    ) -> Result<(String, TaskRef), TencentError> {
         let action = Action::CreateLoadBalancer;
         let (reply, request_id) = self.call(action, &Value::Object(body.clone())).await?;
         let id = reply["LoadBalancerIds"][0]
             .as_str()
             .ok_or_else(|| unexpected(action, "no LoadBalancerIds in the answer"))?
             .to_string();
-        Ok((id, request_id))
+        let task = match reply["DealName"].as_str().filter(|deal| !deal.is_empty()) {
+            Some(deal) => TaskRef::Deal(deal.to_string()),
+            None => TaskRef::Request(request_id),
+        };
+        Ok((id, task))
     }
 
     /// Starts `DeleteLoadBalancer`; returns the task id.
@@ -437,11 +463,13 @@ impl ClbClient {
         Ok(self.call(Action::DeleteLoadBalancer, &body).await?.1)
     }
 
-    /// The status of task `task_id`.
-    pub async fn task_status(&self, task_id: &str) -> Result<TaskStatus, TencentError> {
-        let (reply, _) = self
-            .call(Action::DescribeTaskStatus, &json!({"TaskId": task_id}))
-            .await?;
+    /// The status of `task`.
+    pub async fn task_status(&self, task: &TaskRef) -> Result<TaskStatus, TencentError> {
+        let body = match task {
+            TaskRef::Request(id) => json!({"TaskId": id}),
+            TaskRef::Deal(deal) => json!({"DealName": deal}),
+        };
+        let (reply, _) = self.call(Action::DescribeTaskStatus, &body).await?;
         match reply["Status"].as_u64() {
             Some(0) => Ok(TaskStatus::Succeeded),
             Some(1) => Ok(TaskStatus::Failed(

@@ -42,6 +42,16 @@ pub fn listener_name(prefix: &str, service: &ServiceKey) -> String {
     format!("{prefix}-{}", service.uid)
 }
 
+/// The `ClientToken` of one CLB creation for Service `uid`: the UID (so a token names whose
+/// create it was) and `nonce` (unique per creation, so a CLB deleted and created again is not
+/// answered with the old id), within the API's 64 ASCII characters.
+pub fn client_token(uid: &str, nonce: u128) -> String {
+    let nonce = format!("{nonce:x}");
+    let room = 64 - nonce.len() - 1;
+    let uid: String = uid.chars().filter(char::is_ascii).take(room).collect();
+    format!("{uid}-{nonce}")
+}
+
 /// The CLB name: `<cluster>_<namespace>_<name>`, cut to the API's 60 characters.
 pub fn load_balancer_name(cluster: &str, service: &ServiceKey) -> String {
     format!("{cluster}_{}_{}", service.namespace, service.name)
@@ -472,6 +482,45 @@ impl Observed {
         listener.listener_name == desired.listener_name
             || (self.dedicated && listener.listener_name == desired.listener_prefix)
     }
+}
+
+/// The ids of the listeners a `CreateListener` for `ports` of `protocol` named `name` would
+/// make, when `listeners` already hold every one of them (by name, protocol and port): an
+/// earlier attempt whose answer was lost made them. `None` when any is missing or held by a
+/// listener of another name.
+pub fn created_already(
+    listeners: &[Listener],
+    protocol: &str,
+    ports: &[u16],
+    name: &str,
+) -> Option<Vec<String>> {
+    ports
+        .iter()
+        .map(|port| {
+            listeners
+                .iter()
+                .find(|l| l.listener_name == name && l.protocol == protocol && l.port == *port)
+                .map(|l| l.listener_id.clone())
+        })
+        .collect()
+}
+
+/// Whether every `(listener id, backend)` of `requested` is bound (`register`) or unbound
+/// (not `register`) in `described` (`DescribeTargets` of those listeners): the state a batch
+/// call asked for is there even though the call reported those listeners as failed (a repeat
+/// after a lost answer: the first call did the work).
+pub fn targets_settled(
+    described: Vec<ListenerTargets>,
+    requested: &[(String, Backend)],
+    register: bool,
+) -> bool {
+    let bound = Observed::with_targets(Vec::new(), described).targets;
+    requested.iter().all(|(listener, backend)| {
+        let is_bound = bound
+            .get(listener)
+            .is_some_and(|targets| targets.contains(backend));
+        is_bound == register
+    })
 }
 
 /// A listener a step refers to: an existing one by id, or one an earlier step creates.
@@ -1153,6 +1202,116 @@ mod tests {
                 selector_matches(std::slice::from_ref(&requirement), &labels),
                 want,
                 "{requirement:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn client_tokens_fit_the_api_and_differ_per_creation() {
+        let uid = "9f0c7d7e-1b2a-4c3d-8e9f-0a1b2c3d4e5f";
+        // (uid, nonce, token)
+        let cases = [
+            (uid, 0x1u128, format!("{uid}-1")),
+            (
+                uid,
+                0x187a_b3c4_d5e6_f708,
+                format!("{uid}-187ab3c4d5e6f708"),
+            ),
+            // The largest nonce leaves 31 characters of the UID: 64 in all.
+            (uid, u128::MAX, format!("{}-{}", &uid[..31], "f".repeat(32))),
+            // Only ASCII goes into a token.
+            ("uid-é", 0x2, "uid--2".to_string()),
+        ];
+        for (uid, nonce, want) in cases {
+            let token = client_token(uid, nonce);
+            assert_eq!(token, want);
+            assert!(token.len() <= 64 && token.is_ascii(), "{token}");
+        }
+        assert_ne!(client_token(uid, 1), client_token(uid, 2));
+    }
+
+    #[test]
+    fn listeners_made_by_a_lost_create_are_recognised_by_name_protocol_and_port() {
+        let listeners = [
+            listener("lbl-80", NAME, "TCP", 80),
+            listener("lbl-443", NAME, "TCP", 443),
+            listener("lbl-u53", NAME, "UDP", 53),
+            listener("lbl-8080", "someone-else", "TCP", 8080),
+        ];
+        // (protocol, ports, ids found)
+        let cases = [
+            ("TCP", &[80, 443][..], Some(&["lbl-80", "lbl-443"][..])),
+            ("TCP", &[443], Some(&["lbl-443"])),
+            ("UDP", &[53], Some(&["lbl-u53"])),
+            ("TCP", &[80, 9090], None),
+            ("TCP", &[53], None),
+            ("TCP", &[8080], None),
+        ];
+        for (protocol, ports, want) in cases {
+            let want = want.map(|ids| ids.iter().map(|id| id.to_string()).collect::<Vec<_>>());
+            assert_eq!(
+                created_already(&listeners, protocol, ports, NAME),
+                want,
+                "{protocol} {ports:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_batch_reported_failed_is_settled_when_the_targets_are_as_asked() {
+        let described = || {
+            vec![ListenerTargets {
+                listener_id: "lbl-1".into(),
+                targets: Some(vec![
+                    crate::client::Target {
+                        kind: "CVM".into(),
+                        instance_id: Some("ins-1".into()),
+                        private_ip_addresses: Some(vec!["10.0.0.1".into()]),
+                        port: 30080,
+                        weight: Some(10),
+                    },
+                    crate::client::Target {
+                        kind: "ENI".into(),
+                        instance_id: None,
+                        private_ip_addresses: Some(vec!["10.0.0.2".into()]),
+                        port: 30080,
+                        weight: Some(10),
+                    },
+                ]),
+            }]
+        };
+        let instance = |id: &str| Backend {
+            address: id.into(),
+            by_instance: true,
+            port: 30080,
+        };
+        let address = |ip: &str| Backend {
+            address: ip.into(),
+            by_instance: false,
+            port: 30080,
+        };
+        let on = |listener: &str, backend: Backend| (listener.to_string(), backend);
+        // (requested, register, settled)
+        let cases = [
+            (
+                vec![
+                    on("lbl-1", instance("ins-1")),
+                    on("lbl-1", address("10.0.0.2")),
+                ],
+                true,
+                true,
+            ),
+            (vec![on("lbl-1", instance("ins-2"))], true, false),
+            (vec![on("lbl-2", instance("ins-1"))], true, false),
+            (vec![on("lbl-1", instance("ins-2"))], false, true),
+            (vec![on("lbl-2", address("10.0.0.2"))], false, true),
+            (vec![on("lbl-1", address("10.0.0.2"))], false, false),
+        ];
+        for (requested, register, want) in cases {
+            assert_eq!(
+                targets_settled(described(), &requested, register),
+                want,
+                "{requested:?} register={register}"
             );
         }
     }

@@ -3,6 +3,13 @@
 //! backoff), and a write refused with `FailedOperation.ResourceInOperating` (another task on the
 //! CLB) is retried after a pause, never reported while it clears.
 //!
+//! Every write may be repeated after its answer was lost (the client retries a gateway 503 or
+//! a timeout in place), so each one's repeat lands where the first call left things:
+//! `CreateLoadBalancer` carries a `ClientToken` (the same CLB is answered again), a
+//! `CreateListener` refused because the Service's own listeners already hold the ports takes
+//! them, a listener delete refused as not found deletes only what is left, and a batch target
+//! call that reports listeners as failed is accepted when their targets are as asked.
+//!
 //! Where the Service's listeners live is written back on the Service as TKE does
 //! (`service.kubernetes.io/loadbalance-id`). When that annotation names a CLB other than the
 //! one the Service now wants (it left a `tke-existed-lbid` CLB, or moved to another one), the
@@ -22,7 +29,7 @@ use kube_lb_provider_core::{
 };
 use serde_json::{Value, json};
 
-use crate::client::{ClbClient, LoadBalancer, TaskStatus};
+use crate::client::{ClbClient, LoadBalancer, TaskRef, TaskStatus};
 use crate::config::TencentConfig;
 use crate::error::TencentError;
 use crate::plan::{
@@ -142,22 +149,26 @@ impl TencentProvider {
             .await?)
     }
 
-    /// Waits for task `task_id` to finish.
-    async fn wait_task(&self, action: &'static str, task_id: &str) -> Result<(), ProviderError> {
+    /// Waits for `task_id` to finish.
+    async fn wait_task(
+        &self,
+        action: &'static str,
+        task_id: &TaskRef,
+    ) -> Result<(), ProviderError> {
         let mut waiting = self.wait.begin();
         loop {
             match self.client.task_status(task_id).await? {
                 TaskStatus::Succeeded => return Ok(()),
                 TaskStatus::Failed(message) => {
                     return Err(ProviderError::Internal {
-                        message: format!("{action}: task {task_id} failed: {message}"),
+                        message: format!("{action}: {task_id} failed: {message}"),
                         source: None,
                     });
                 }
                 TaskStatus::Running if waiting.expired() => {
                     return Err(ProviderError::pending(
                         action,
-                        format!("task {task_id} still running after {:?}", self.wait.timeout),
+                        format!("{task_id} still running after {:?}", self.wait.timeout),
                     ));
                 }
                 TaskStatus::Running => {
@@ -201,7 +212,8 @@ impl TencentProvider {
         Fut: std::future::Future<Output = Result<T, TencentError>>,
     {
         let value = self.write(action, call).await?;
-        self.wait_task(action, &task(&value)).await?;
+        self.wait_task(action, &TaskRef::Request(task(&value)))
+            .await?;
         Ok(value)
     }
 
@@ -268,20 +280,49 @@ impl TencentProvider {
         if ours.is_empty() {
             return Ok(());
         }
-        let started = self
-            .write("DeleteLoadBalancerListeners", || async {
-                match self.client.delete_listeners(lb_id, &ours).await {
-                    Ok(task) => Ok(Some(task)),
-                    Err(error) if error.is_not_found() => Ok(None),
-                    Err(error) => Err(error),
-                }
-            })
-            .await?;
-        if let Some(task) = started {
-            self.wait_task("DeleteLoadBalancerListeners", &task).await?;
-        }
+        self.delete_listeners(lb_id, &ours).await?;
         tracing::info!(lb = %lb_id, listeners = ?ours, "removed the Service's listeners from a CLB it no longer uses");
         Ok(())
+    }
+
+    /// Deletes listeners `ids` of CLB `lb_id` and waits. One already gone counts as deleted:
+    /// the API refuses the whole call with `ListenerIdNotFound` when any is gone (a repeat
+    /// after a lost answer finds them all gone), so the ones still there are deleted again.
+    async fn delete_listeners(&self, lb_id: &str, ids: &[String]) -> Result<(), ProviderError> {
+        let mut remaining = ids.to_vec();
+        // A second refusal can only come from someone else deleting listeners meanwhile.
+        for _ in 0..3 {
+            let started = self
+                .write("DeleteLoadBalancerListeners", || async {
+                    match self.client.delete_listeners(lb_id, &remaining).await {
+                        Ok(task) => Ok(Some(task)),
+                        Err(error) if error.is_not_found() => Ok(None),
+                        Err(error) => Err(error),
+                    }
+                })
+                .await?;
+            if let Some(task) = started {
+                return self
+                    .wait_task("DeleteLoadBalancerListeners", &TaskRef::Request(task))
+                    .await;
+            }
+            let existing = match self.client.listeners(lb_id).await {
+                Ok(existing) => existing,
+                Err(error) if error.is_not_found() => return Ok(()),
+                Err(error) => return Err(error.into()),
+            };
+            remaining.retain(|id| existing.iter().any(|l| &l.listener_id == id));
+            if remaining.is_empty() {
+                return Ok(());
+            }
+            tracing::info!(lb = %lb_id, listeners = ?remaining, "some listeners were already gone; deleting the rest");
+        }
+        Err(ProviderError::Internal {
+            message: format!(
+                "DeleteLoadBalancerListeners: listeners {remaining:?} of {lb_id} kept being refused as not found"
+            ),
+            source: None,
+        })
     }
 
     /// The CLB recorded on the Service (`loadbalance-id`) when it is not `target`: the one
@@ -293,14 +334,29 @@ impl TencentProvider {
             .filter(|recorded| *recorded != target)
     }
 
-    /// Creates the Service's CLB and waits until it is usable.
+    /// Creates the Service's CLB and waits until it is usable. The request carries a
+    /// `ClientToken` of its own, so a repeat after a lost answer (the client's in-place retry
+    /// of a gateway 503 or a timeout, or a repeat after `ResourceInOperating`) gets the same
+    /// CLB back instead of a second one; a later create (after a restart, or after the CLB was
+    /// deleted) makes a new token. A `ClientToken` in extensiveParameters is replaced: one
+    /// fixed token would answer a deleted CLB's id to every later create.
     async fn create(
         &self,
+        service: &ServiceKey,
         body: &serde_json::Map<String, Value>,
     ) -> Result<LoadBalancer, ProviderError> {
+        let nonce = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let mut body = body.clone();
+        body.insert(
+            "ClientToken".into(),
+            json!(plan::client_token(&service.uid, nonce)),
+        );
         let (id, task) = self
             .write("CreateLoadBalancer", || {
-                self.client.create_load_balancer(body)
+                self.client.create_load_balancer(&body)
             })
             .await?;
         tracing::info!(lb = %id, "created CLB");
@@ -333,7 +389,8 @@ impl TencentProvider {
             })
             .await?;
         if let Some(task) = started {
-            self.wait_task("DeleteLoadBalancer", &task).await?;
+            self.wait_task("DeleteLoadBalancer", &TaskRef::Request(task))
+                .await?;
         }
         tracing::info!(lb = %id, "deleted CLB");
         Ok(())
@@ -396,7 +453,7 @@ impl TencentProvider {
                             Ok((self.wait_ready(&lb.load_balancer_id).await?, false))
                         }
                     }
-                    None => Ok((self.create(body).await?, true)),
+                    None => Ok((self.create(&desired.service, body).await?, true)),
                 }
             }
         }
@@ -436,12 +493,7 @@ impl TencentProvider {
             tracing::info!(lb = %lb_id, change = ?step.planned(lb_id), "applying");
             match step {
                 Step::DeleteListeners { ids, .. } => {
-                    self.write_and_wait(
-                        "DeleteLoadBalancerListeners",
-                        || self.client.delete_listeners(lb_id, ids),
-                        String::clone,
-                    )
-                    .await?;
+                    self.delete_listeners(lb_id, ids).await?;
                 }
                 Step::ModifyHealthCheck {
                     id, health_check, ..
@@ -476,12 +528,8 @@ impl TencentProvider {
                     // listenerParameters merge over the typed request; the parser refused
                     // the identity keys (LoadBalancerId, Ports, Protocol, ListenerNames).
                     plan::deep_merge(&mut body, &desired.listener_parameters);
-                    let (ids, _) = self
-                        .write_and_wait(
-                            "CreateListener",
-                            || self.client.create_listener(&body),
-                            |(_, task)| task.clone(),
-                        )
+                    let ids = self
+                        .create_listeners(lb_id, &body, protocol, ports, &desired.listener_name)
                         .await?;
                     for (port, id) in ports.iter().zip(ids) {
                         created.insert(
@@ -496,6 +544,7 @@ impl TencentProvider {
                 Step::Register(targets) | Step::Deregister(targets) => {
                     let register = matches!(step, Step::Register(_));
                     let mut bodies = Vec::new();
+                    let mut requested = Vec::new();
                     for (listener, backend) in targets {
                         let id = match listener {
                             ListenerRef::Id(id) => id.clone(),
@@ -518,6 +567,7 @@ impl TencentProvider {
                             target["EniIp"] = json!(backend.address);
                         }
                         bodies.push(target);
+                        requested.push((id, backend.clone()));
                     }
                     let action = if register {
                         "BatchRegisterTargets"
@@ -529,7 +579,19 @@ impl TencentProvider {
                             self.client.batch_targets(lb_id, &bodies, register)
                         })
                         .await?;
-                    if !failed.is_empty() {
+                    // A repeat after a lost answer is refused for the listeners the first call
+                    // already changed: read them, and accept what is as asked.
+                    let of_failed: Vec<(String, plan::Backend)> = requested
+                        .into_iter()
+                        .filter(|(listener, _)| failed.contains(listener))
+                        .collect();
+                    if !failed.is_empty()
+                        && !plan::targets_settled(
+                            self.client.targets(lb_id, &failed).await?,
+                            &of_failed,
+                            register,
+                        )
+                    {
                         return Err(ProviderError::Internal {
                             message: format!(
                                 "{action}: the CLB refused targets for listeners {failed:?}"
@@ -541,6 +603,49 @@ impl TencentProvider {
             }
         }
         Ok(())
+    }
+
+    /// `CreateListener` with `body` (for `ports` of `protocol`, named `name`) and waits;
+    /// returns the listener ids in port order. A port refused as taken by the Service's own
+    /// listener is one an earlier attempt made, whose answer was lost (the client repeats a
+    /// call answered with a gateway 503): its id is taken. Taken by anyone else, the refusal
+    /// stands.
+    async fn create_listeners(
+        &self,
+        lb_id: &str,
+        body: &serde_json::Map<String, Value>,
+        protocol: &str,
+        ports: &[u16],
+        name: &str,
+    ) -> Result<Vec<String>, ProviderError> {
+        let outcome = self
+            .write("CreateListener", || async {
+                match self.client.create_listener(body).await {
+                    Ok(created) => Ok(Ok(created)),
+                    Err(error) if error.code() == Some("InvalidParameter.PortCheckFailed") => {
+                        Ok(Err(error))
+                    }
+                    Err(error) => Err(error),
+                }
+            })
+            .await?;
+        match outcome {
+            Ok((ids, task)) => {
+                self.wait_task("CreateListener", &TaskRef::Request(task))
+                    .await?;
+                Ok(ids)
+            }
+            Err(refusal) => {
+                let listeners = self.client.listeners(lb_id).await?;
+                match plan::created_already(&listeners, protocol, ports, name) {
+                    Some(ids) => {
+                        tracing::info!(lb = %lb_id, listeners = ?ids, "the listeners were made by an earlier attempt whose answer was lost");
+                        Ok(ids)
+                    }
+                    None => Err(refusal.into()),
+                }
+            }
+        }
     }
 
     fn status_of(lb: &LoadBalancer) -> LoadBalancerStatus {

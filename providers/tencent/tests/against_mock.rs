@@ -475,6 +475,130 @@ async fn a_failed_task_is_an_error_and_the_next_pass_converges() {
 }
 
 #[tokio::test]
+async fn a_create_whose_answer_is_lost_is_retried_into_the_same_clb() {
+    // The CLB is made, but the gateway's 503 comes back: the client repeats the call in place.
+    let cloud = MockTencent::builder()
+        .task_delay(Duration::from_millis(30))
+        .start()
+        .await
+        .unwrap();
+    let h = provider_for(cloud);
+    h.cloud.inject(Fault::lose_answer("CreateLoadBalancer"));
+    let service = svc("web", UID);
+    let status = h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    let creates: Vec<_> = h
+        .cloud
+        .journal()
+        .into_iter()
+        .filter(|e| e.action == "CreateLoadBalancer")
+        .collect();
+    assert_eq!(creates.len(), 2, "the lost answer was retried");
+    assert_eq!(
+        creates[0].body["ClientToken"], creates[1].body["ClientToken"],
+        "the repeat is the same request"
+    );
+    let clbs = clbs_for(&h.cloud, UID);
+    assert_eq!(clbs.len(), 1, "one CLB, not two: {clbs:?}");
+    assert_eq!(
+        status.ingress[0].ip.unwrap().to_string(),
+        clbs[0]["LoadBalancerVips"][0].as_str().unwrap()
+    );
+    // A later creation for the same Service (its CLB deleted) is a new request.
+    h.provider.delete(&service.key()).await.unwrap();
+    h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    let tokens: std::collections::BTreeSet<String> = h
+        .cloud
+        .journal()
+        .into_iter()
+        .filter(|e| e.action == "CreateLoadBalancer")
+        .map(|e| e.body["ClientToken"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(tokens.len(), 2, "{tokens:?}");
+    assert_eq!(clbs_for(&h.cloud, UID).len(), 1);
+}
+
+#[tokio::test]
+async fn a_create_whose_answer_is_lost_is_adopted_after_a_restart() {
+    let h = harness().await;
+    // The answer is lost and every in-place retry is refused: the pass fails with the CLB made.
+    h.cloud.inject(Fault::lose_answer("CreateLoadBalancer"));
+    h.cloud.inject(Fault::error(
+        "CreateLoadBalancer",
+        "RequestLimitExceeded",
+        "too many",
+        10,
+    ));
+    let service = svc("web", UID);
+    assert!(h.provider.ensure(&service.spec(), &nodes(1)).await.is_err());
+    assert_eq!(clbs_for(&h.cloud, UID).len(), 1);
+    h.cloud.clear_faults();
+    // Another process (a restarted controller) finds it by its tags and finishes it.
+    let restarted = provider_for_same_cloud(&h);
+    restarted.ensure(&service.spec(), &nodes(1)).await.unwrap();
+    let clbs = clbs_for(&h.cloud, UID);
+    assert_eq!(clbs.len(), 1, "adopted, not duplicated: {clbs:?}");
+    let id = clbs[0]["LoadBalancerId"].as_str().unwrap();
+    assert_eq!(bindings(&h.cloud, id)["TCP:80"], vec!["10.0.0.101:30080"]);
+}
+
+#[tokio::test]
+async fn a_change_whose_answer_is_lost_converges_in_the_same_pass() {
+    // (action whose answer is lost, ports and node count before, ports and node count now)
+    type Ports = &'static [(&'static str, u16, &'static str, u16)];
+    type Shape = (Ports, usize);
+    let http: Ports = &[("http", 80, "TCP", 30080)];
+    let https: Ports = &[("https", 443, "TCP", 30443)];
+    let cases: [(&str, Option<Shape>, Shape); 4] = [
+        ("CreateListener", None, (http, 2)),
+        ("BatchRegisterTargets", None, (http, 2)),
+        ("DeleteLoadBalancerListeners", Some((http, 2)), (https, 2)),
+        ("BatchDeregisterTargets", Some((http, 2)), (http, 1)),
+    ];
+    for (action, before, (ports, node_count)) in cases {
+        let cloud = MockTencent::builder()
+            .task_delay(Duration::from_millis(30))
+            .start()
+            .await
+            .unwrap();
+        let h = provider_for(cloud);
+        if let Some((ports, node_count)) = before {
+            let service = svc("web", UID).ports(ports);
+            h.provider
+                .ensure(&service.spec(), &nodes(node_count))
+                .await
+                .unwrap();
+        }
+        h.cloud.inject(Fault::lose_answer(action));
+        let service = svc("web", UID).ports(ports);
+        h.provider
+            .ensure(&service.spec(), &nodes(node_count))
+            .await
+            .unwrap_or_else(|error| panic!("{action} answer lost: {error}"));
+        assert_eq!(h.cloud.pending_faults(), 0, "{action}: the fault fired");
+        let clbs = clbs_for(&h.cloud, UID);
+        assert_eq!(clbs.len(), 1, "{action}");
+        let id = clbs[0]["LoadBalancerId"].as_str().unwrap();
+        let (_, port, protocol, node_port) = ports[0];
+        let want: Vec<String> = nodes(node_count)
+            .iter()
+            .map(|n| format!("{}:{node_port}", n.internal_ip().unwrap()))
+            .collect();
+        assert_eq!(
+            bindings(&h.cloud, id),
+            [(format!("{protocol}:{port}"), want)].into(),
+            "{action}"
+        );
+        // Nothing is left to do.
+        h.cloud.clear_journal();
+        h.provider
+            .ensure(&service.spec(), &nodes(node_count))
+            .await
+            .unwrap();
+        assert_eq!(mutations(&h.cloud), Vec::<String>::new(), "{action}");
+    }
+}
+
+#[tokio::test]
 async fn delete_is_leak_free_and_resumable() {
     let h = harness().await;
     let service = svc("web", UID);

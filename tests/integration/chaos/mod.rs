@@ -19,8 +19,14 @@
 //! run --all-features -E 'test(/^chaos::/)' --no-capture`.
 #![allow(clippy::unwrap_used)]
 
+#[cfg(feature = "baidu")]
+mod baidu;
 mod clouds;
+#[cfg(feature = "openstack")]
+mod openstack;
 mod proxy;
+#[cfg(feature = "tencent")]
+mod tencent;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -66,7 +72,7 @@ impl Inventory {
 /// A cloud under test.
 #[async_trait]
 pub trait ChaosCloud: Send + Sync {
-    /// `aws`, `gcp`, `azure`, `local`.
+    /// `aws`, `gcp`, `azure`, `openstack`, `tencent`, `baidu`, `local`.
     fn name(&self) -> &'static str;
     /// Extra `kube-lb controller` arguments and environment (cloud config pointing at `proxy`).
     fn controller(
@@ -758,6 +764,30 @@ async fn gcp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azure() {
     let cloud = clouds::Azure::start().await;
+    let report = run(&cloud, ChaosConfig::from_env()).await;
+    assert_clean(&report);
+}
+
+#[cfg(feature = "openstack")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openstack() {
+    let cloud = openstack::OpenStack::start().await;
+    let report = run(&cloud, ChaosConfig::from_env()).await;
+    assert_clean(&report);
+}
+
+#[cfg(feature = "baidu")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baidu() {
+    let cloud = baidu::Baidu::start().await;
+    let report = run(&cloud, ChaosConfig::from_env()).await;
+    assert_clean(&report);
+}
+
+#[cfg(feature = "tencent")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tencent() {
+    let cloud = tencent::Tencent::start().await;
     let report = run(&cloud, ChaosConfig::from_env()).await;
     assert_clean(&report);
 }

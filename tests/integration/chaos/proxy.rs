@@ -1,8 +1,8 @@
-//! A fault-injecting HTTP proxy between the controller and a cloud (moto, the GCE mock, the ARM
-//! mock). Each request is forwarded, or answered with an injected fault chosen by a seeded RNG:
-//! a 503 without forwarding, the cloud's own throttling answer without forwarding, or — the case
-//! that tests idempotency — forwarded so the call takes effect, and then answered with a 503 as
-//! if the response had been lost on the way back.
+//! A fault-injecting HTTP proxy between the controller and a cloud (moto, or the GCE, ARM,
+//! OpenStack, Tencent or Baidu mock). Each request is forwarded, or answered with an injected
+//! fault chosen by a seeded RNG: a 503 without forwarding, the cloud's own throttling answer
+//! without forwarding, or — the case that tests idempotency — forwarded so the call takes effect,
+//! and then answered with a 503 as if the response had been lost on the way back.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -25,6 +25,25 @@ pub enum Dialect {
     Gcp,
     /// ARM JSON errors with `Retry-After`.
     Azure,
+    /// What a rate limiter in front of Keystone, Octavia and Neutron answers, with
+    /// `Retry-After`: 429 with a JSON error, or the legacy `overLimit` 413.
+    OpenStack,
+    /// BCE's JSON error shape (`code`, `message`, `requestId`, as the official SDKs parse it)
+    /// with `RequestLimitExceeded` and HTTP 429. Requests are signed over their `Host`
+    /// (`bce-auth-v1`), so the proxy forwards the one the client signed.
+    Baidu,
+    /// Tencent Cloud API 3.0: the API answers errors, throttling included, with HTTP 200 and
+    /// `Response.Error{Code, Message}`; what fails before the API (an unavailable or lost
+    /// answer) is the gateway's HTML 503. Requests are signed over their `Host`
+    /// (TC3-HMAC-SHA256) and name their action in `X-TC-Action`.
+    Tencent,
+}
+
+impl Dialect {
+    /// Whether the client's `Host` header must reach the cloud unchanged (it is signed).
+    fn keeps_host(self) -> bool {
+        matches!(self, Dialect::Baidu | Dialect::Tencent)
+    }
 }
 
 /// One kind of injected fault.
@@ -129,11 +148,14 @@ impl FaultProxy {
     }
 }
 
-/// True when the request may change cloud state: anything but GET/HEAD, except AWS Query
-/// `Describe*` actions (which are POSTs).
-fn is_mutating(method: &Method, body: &[u8]) -> bool {
+/// True when the request may change cloud state: anything but GET/HEAD, except `Describe*`
+/// actions, which are POSTs too (AWS Query names them in the body, Tencent in `X-TC-Action`).
+fn is_mutating(method: &Method, headers: &HeaderMap, body: &[u8]) -> bool {
     if matches!(*method, Method::GET | Method::HEAD) {
         return false;
+    }
+    if let Some(action) = headers.get("x-tc-action").and_then(|v| v.to_str().ok()) {
+        return !action.starts_with("Describe");
     }
     let text = String::from_utf8_lossy(body);
     let action = text
@@ -155,6 +177,26 @@ fn unavailable() -> Response {
     let mut response = Response::new(Body::from("injected: service unavailable"));
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     response
+}
+
+/// An injected 503 (unavailable, or a lost answer) as the cloud's front door words it.
+fn injected_unavailable(dialect: Dialect) -> Response {
+    match dialect {
+        // Tencent's gateway (STGW): an HTML page, no `Response` envelope.
+        Dialect::Tencent => {
+            let mut response = Response::new(Body::from(
+                "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n\
+                 <body>\r\n<center><h1>503 Service Temporarily Unavailable</h1></center>\r\n\
+                 <hr><center>stgw</center>\r\n</body>\r\n</html>\r\n",
+            ));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            let headers = response.headers_mut();
+            headers.insert("content-type", HeaderValue::from_static("text/html"));
+            headers.insert("server", HeaderValue::from_static("stgw"));
+            response
+        }
+        _ => unavailable(),
+    }
 }
 
 fn throttled(dialect: Dialect, body: &[u8]) -> Response {
@@ -185,13 +227,39 @@ fn throttled(dialect: Dialect, body: &[u8]) -> Response {
             "application/json",
             r#"{"error":{"code":"TooManyRequests","message":"injected throttling"}}"#.to_string(),
         ),
+        // Both forms a client meets: the legacy `overLimit` 413 for calls with a body,
+        // a 429 for the others (DELETE).
+        Dialect::OpenStack if !body.is_empty() => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "application/json",
+            r#"{"overLimit":{"code":413,"message":"This request was rate-limited.","retryAfter":"1","details":"Only 10 POST request(s) can be made every minute."}}"#
+                .to_string(),
+        ),
+        Dialect::OpenStack => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "application/json",
+            r#"{"error":{"code":429,"title":"Too Many Requests","message":"Rate limit exceeded."}}"#
+                .to_string(),
+        ),
+        Dialect::Baidu => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "application/json; charset=utf-8",
+            r#"{"requestId":"chaos-throttled","code":"RequestLimitExceeded","message":"Request rate limit exceeded, please retry later."}"#
+                .to_string(),
+        ),
+        Dialect::Tencent => (
+            StatusCode::OK,
+            "application/json",
+            r#"{"Response":{"Error":{"Code":"RequestLimitExceeded","Message":"Your current request times equals to `21` in a second, which exceeds the frequency limit `20` for a second. Please reduce the frequency of calls."},"RequestId":"00000000-0000-4000-8000-0000c4a05000"}}"#
+                .to_string(),
+        ),
     };
     let mut response = Response::new(Body::from(text));
     *response.status_mut() = status;
     response
         .headers_mut()
         .insert("content-type", HeaderValue::from_static(content_type));
-    if dialect == Dialect::Azure {
+    if matches!(dialect, Dialect::Azure | Dialect::OpenStack) {
         response
             .headers_mut()
             .insert("retry-after", HeaderValue::from_static("1"));
@@ -233,8 +301,9 @@ async fn forward(
     for (name, value) in headers {
         if matches!(
             name.as_str(),
-            "host" | "content-length" | "connection" | "transfer-encoding"
-        ) {
+            "content-length" | "connection" | "transfer-encoding"
+        ) || (name == "host" && !state.dialect.keeps_host())
+        {
             continue;
         }
         request = request.header(name, value);
@@ -278,7 +347,7 @@ async fn handle(State(state): State<Arc<ProxyState>>, request: Request<Body>) ->
     let fault = if path.contains("/oauth2/") {
         None
     } else {
-        choose(&state, is_mutating(&parts.method, &body))
+        choose(&state, is_mutating(&parts.method, &parts.headers, &body))
     };
     if let Some(fault) = fault {
         *state
@@ -290,11 +359,11 @@ async fn handle(State(state): State<Arc<ProxyState>>, request: Request<Body>) ->
     }
     match fault {
         None => forward(&state, parts.method, &path, &parts.headers, body).await,
-        Some(Fault::Unavailable) => unavailable(),
+        Some(Fault::Unavailable) => injected_unavailable(state.dialect),
         Some(Fault::Throttled) => throttled(state.dialect, &body),
         Some(Fault::LostResponse) => {
             let _ = forward(&state, parts.method, &path, &parts.headers, body).await;
-            unavailable()
+            injected_unavailable(state.dialect)
         }
     }
 }

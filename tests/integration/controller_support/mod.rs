@@ -56,6 +56,8 @@ pub struct RecordingProvider {
     client: Client,
     calls: Mutex<Vec<Call>>,
     failures_left: AtomicU32,
+    ensure_hangs_left: AtomicU32,
+    delete_hangs_left: AtomicU32,
 }
 
 impl std::fmt::Debug for RecordingProvider {
@@ -71,12 +73,35 @@ impl RecordingProvider {
             client,
             calls: Mutex::new(Vec::new()),
             failures_left: AtomicU32::new(0),
+            ensure_hangs_left: AtomicU32::new(0),
+            delete_hangs_left: AtomicU32::new(0),
         }
     }
 
     /// The next `n` ensures fail with a retryable error.
     pub fn fail_next(&self, n: u32) {
         self.failures_left.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` ensures never answer, as a call to a cloud that stopped responding with
+    /// no client timeout would.
+    pub fn hang_next_ensures(&self, n: u32) {
+        self.ensure_hangs_left.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` deletes never answer.
+    pub fn hang_next_deletes(&self, n: u32) {
+        self.delete_hangs_left.store(n, Ordering::SeqCst);
+    }
+
+    /// Never returns when `left` says a hang is due (and counts it).
+    async fn hang_if_due(left: &AtomicU32) {
+        let due = left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if due {
+            std::future::pending::<()>().await;
+        }
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -126,6 +151,7 @@ impl LoadBalancerProvider for RecordingProvider {
             backends: backends.iter().map(|b| b.name.clone()).collect(),
             finalizer_present,
         });
+        Self::hang_if_due(&self.ensure_hangs_left).await;
         let left = self.failures_left.load(Ordering::SeqCst);
         if left > 0 {
             self.failures_left.store(left - 1, Ordering::SeqCst);
@@ -140,6 +166,7 @@ impl LoadBalancerProvider for RecordingProvider {
             service: service.to_string(),
             finalizer_present,
         });
+        Self::hang_if_due(&self.delete_hangs_left).await;
         self.inner.delete(service).await
     }
 

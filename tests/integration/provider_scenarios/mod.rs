@@ -18,8 +18,12 @@
 pub(crate) mod scenarios;
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
-use kube_lb_provider_core::{BackendNode, CallCounter, CallKind, CallSnapshot, LoadBalancerStatus};
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, CallKind, CallSnapshot, LoadBalancerStatus, ProviderError,
+    RetryPolicy,
+};
 use scenarios::{Harness, Svc};
 
 /// Mutating operations recorded since `before`, with their counts.
@@ -244,6 +248,129 @@ async fn delete_after_the_load_balancer_vanished_succeeds<H: Harness>() {
     );
 }
 
+/// The request timeout the stalled-cloud scenario builds each provider with: short, yet long
+/// enough for moto on a loaded machine to answer a create once the cloud answers again.
+const STALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What scheduling on a busy test machine may add to a bound computed from the settings.
+const SCHEDULING_SLACK: Duration = Duration::from_secs(1);
+
+/// Longest a call can take when no attempt is ever answered: each of the policy's attempts
+/// waits out `timeout`, and between attempts the policy pauses at most its step with the
+/// highest jitter.
+fn unanswered_call_bound(timeout: Duration, policy: &RetryPolicy) -> Duration {
+    let attempts = policy.max_attempts.max(1);
+    let pauses: Duration = (0..attempts - 1)
+        .map(|retry| policy.delay(retry, 1.0))
+        .sum();
+    timeout * attempts + pauses
+}
+
+/// Runs `call` (an ensure or a delete) against a cloud that has stopped answering and returns
+/// its error, checking that it came within the bound the provider's retry policy gives
+/// ([`unanswered_call_bound`]), only after every in-place attempt had waited out the timeout
+/// (not from a refusal), and that it is transient (the controller backs off and retries; it
+/// is not a user error).
+async fn fails_in_time<H: Harness, T: std::fmt::Debug>(
+    h: &H,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> ProviderError {
+    let name = h.provider().name();
+    let policy = h.retry_policy();
+    let bound = unanswered_call_bound(STALL_TIMEOUT, &policy) + SCHEDULING_SLACK;
+    let started = Instant::now();
+    // The ceiling only keeps a provider that does hang from hanging the test run.
+    let outcome = tokio::time::timeout(bound * 4, call).await;
+    let took = started.elapsed();
+    let error = match outcome {
+        Err(_) => panic!("{name}: {what} against a silent cloud still waiting after {took:?}"),
+        Ok(Ok(answer)) => panic!("{name}: {what} succeeded against a silent cloud: {answer:?}"),
+        Ok(Err(error)) => error,
+    };
+    println!(
+        "{name}: {what} against a silent cloud failed after {took:?} (bound {bound:?}): {error}"
+    );
+    assert!(
+        took <= bound,
+        "{name}: {what} gave up after {took:?}, later than the bound {bound:?}: {error}"
+    );
+    // Each in-place attempt waited its timeout out: the error is the timeout's, retried as a
+    // transient failure, not a refusal that came back at once.
+    let waited = STALL_TIMEOUT * policy.max_attempts.max(1);
+    assert!(
+        took >= waited,
+        "{name}: {what} failed after {took:?}, before its attempts could time out \
+         ({waited:?}): {error}"
+    );
+    assert!(
+        error.is_transient(),
+        "{name}: {what} that got no answer is not transient (class {}): {error}",
+        error.class()
+    );
+    error
+}
+
+async fn a_cloud_that_stops_answering_fails_in_time_then_converges<H: Harness>() {
+    let h = H::start_with_request_timeout(STALL_TIMEOUT).await;
+    let name = h.provider().name();
+    let svc = Svc::new(h.annotations());
+    let provider = h.provider();
+
+    // A create into a cloud that has stopped answering: set-up is done, so the provider's
+    // first request of the ensure is the first one held.
+    h.stall(true);
+    let spec = svc.spec(H::CLOUD);
+    fails_in_time(
+        &h,
+        "the ensure of a new Service",
+        provider.ensure(&spec, &h.nodes()),
+    )
+    .await;
+    h.stall(false);
+    let (first, _) = ensure(&h, &svc, &h.nodes()).await;
+    assert_has_address(&first, name);
+    assert_eq!(
+        h.load_balancers_of_the_service().await,
+        1,
+        "{name}: load balancers for the Service after the cloud answered again"
+    );
+    assert_noop_resync(&h, &svc, &h.nodes(), "after the create converged").await;
+
+    // An update of the existing load balancer, same again: it fails in time and converges on
+    // the same load balancer, at the same address.
+    let changed = svc.clone().ports(&[(80, 30080), (8443, 30443)]);
+    h.stall(true);
+    let spec = changed.spec(H::CLOUD);
+    fails_in_time(
+        &h,
+        "the ensure of a port change",
+        provider.ensure(&spec, &h.nodes()),
+    )
+    .await;
+    h.stall(false);
+    let (status, _) = ensure(&h, &changed, &h.nodes()).await;
+    assert_eq!(status, first, "{name}: the address moved");
+    assert_eq!(
+        h.load_balancers_of_the_service().await,
+        1,
+        "{name}: load balancers for the Service after the update converged"
+    );
+    assert_noop_resync(&h, &changed, &h.nodes(), "after the update converged").await;
+
+    // A delete, same again: once the cloud answers, the next delete removes everything.
+    let key = changed.key(H::CLOUD);
+    h.stall(true);
+    fails_in_time(&h, "the delete", provider.delete(&key)).await;
+    h.stall(false);
+    provider
+        .delete(&key)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: delete after the cloud answered again: {e}"));
+    assert_eq!(provider.status(&key).await.unwrap(), None, "{name}");
+    assert_eq!(h.owned().await, Vec::<String>::new(), "{name}: left behind");
+}
+
 /// Scenarios × clouds: every scenario becomes one test per cloud, in a module named after
 /// the cloud and compiled only with its cargo feature.
 macro_rules! scenario_table {
@@ -285,5 +412,6 @@ scenario_table! {
         local_cluster_switch_converges,
         delete_removes_everything_and_repeats_freely,
         delete_after_the_load_balancer_vanished_succeeds,
+        a_cloud_that_stops_answering_fails_in_time_then_converges,
     ]
 }

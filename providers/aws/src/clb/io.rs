@@ -11,6 +11,7 @@ use crate::clb::plan::{
 };
 use crate::clients::Clients;
 use crate::error::AwsError;
+use crate::paging::PageTokens;
 
 fn built<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T, AwsError> {
     result.map_err(|e| AwsError::Unexpected(format!("building a request: {e}")))
@@ -63,6 +64,7 @@ pub async fn describe_all(
 ) -> Result<Vec<elb::LoadBalancerDescription>, AwsError> {
     let mut found = Vec::new();
     let mut marker: Option<String> = None;
+    let mut pages = PageTokens::default();
     loop {
         let response = clients
             .calls
@@ -76,10 +78,10 @@ pub async fn describe_all(
             })
             .await?;
         found.extend(response.load_balancer_descriptions().iter().cloned());
-        marker = response
-            .next_marker()
-            .filter(|m| !m.is_empty())
-            .map(str::to_string);
+        marker = pages.next(
+            ops::ELB_DESCRIBE_LOAD_BALANCERS.name,
+            response.next_marker(),
+        )?;
         if marker.is_none() {
             return Ok(found);
         }

@@ -11,6 +11,7 @@ use crate::nlb::plan::{
     NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg, SubnetMapping, TgHealth,
     TgRef,
 };
+use crate::paging::PageTokens;
 
 /// The load balancer's ARN, DNS name, scheme and subnet mappings; `None` when absent.
 pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserved>, AwsError> {
@@ -95,6 +96,7 @@ pub async fn list(
 pub async fn describe_all_lbs(clients: &Clients) -> Result<Vec<v2::LoadBalancer>, AwsError> {
     let mut found = Vec::new();
     let mut marker: Option<String> = None;
+    let mut pages = PageTokens::default();
     loop {
         let response = clients
             .calls
@@ -108,10 +110,7 @@ pub async fn describe_all_lbs(clients: &Clients) -> Result<Vec<v2::LoadBalancer>
             })
             .await?;
         found.extend(response.load_balancers().iter().cloned());
-        marker = response
-            .next_marker()
-            .filter(|m| !m.is_empty())
-            .map(str::to_string);
+        marker = pages.next(ops::V2_DESCRIBE_LOAD_BALANCERS.name, response.next_marker())?;
         if marker.is_none() {
             return Ok(found);
         }
@@ -125,6 +124,7 @@ pub async fn describe_all_target_groups(
 ) -> Result<Vec<v2::TargetGroup>, AwsError> {
     let mut found = Vec::new();
     let mut marker: Option<String> = None;
+    let mut pages = PageTokens::default();
     loop {
         let response = clients
             .calls
@@ -138,10 +138,7 @@ pub async fn describe_all_target_groups(
             })
             .await?;
         found.extend(response.target_groups().iter().cloned());
-        marker = response
-            .next_marker()
-            .filter(|m| !m.is_empty())
-            .map(str::to_string);
+        marker = pages.next(ops::V2_DESCRIBE_TARGET_GROUPS.name, response.next_marker())?;
         if marker.is_none() {
             return Ok(found);
         }

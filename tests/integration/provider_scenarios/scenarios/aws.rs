@@ -5,20 +5,22 @@ use std::time::Duration;
 use aws_config::{BehaviorVersion, Region};
 use aws_credential_types::Credentials;
 use kube_lb_annotations::Cloud;
-use kube_lb_mock_aws::{ClusterNetwork, MotoServer, xml_values};
+use kube_lb_mock_aws::{ClusterNetwork, FaultPlan, FaultProxy, MotoServer, xml_values};
 use kube_lb_provider_aws::{AwsProvider, CloudConfig};
-use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 
-use super::{Harness, UID, eventually};
+use super::{Harness, NEVER, UID, eventually};
 
 const CLUSTER: &str = "scenario";
 
-/// moto plus an AWS provider pointed at it.
+/// moto plus an AWS provider pointed at it (through a proxy that can stop answering, for the
+/// stalled-cloud scenario).
 pub struct Aws {
     moto: MotoServer,
     network: ClusterNetwork,
     provider: AwsProvider,
     extra: Vec<String>,
+    proxy: Option<FaultProxy>,
 }
 
 fn node(instance: &str) -> BackendNode {
@@ -31,6 +33,26 @@ fn node(instance: &str) -> BackendNode {
 }
 
 impl Aws {
+    async fn moto() -> MotoServer {
+        MotoServer::start().await.unwrap_or_else(|e| {
+            panic!(
+                "the AWS scenarios need moto's server (pip install 'moto[server]' into .venv, \
+                 or point KUBE_LB_MOTO_SERVER at moto_server): {e}"
+            )
+        })
+    }
+
+    /// The SDK configuration for moto (or a proxy in front of it) at `endpoint`.
+    async fn sdk(endpoint: &str) -> aws_config::SdkConfig {
+        aws_config::defaults(BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
+            .http_client(kube_lb_provider_aws::clients::http_client())
+            .load()
+            .await
+    }
+
     /// The CLB name the provider gives the scenario Service (`a` + UID, 32 characters).
     fn lb_name() -> String {
         kube_lb_provider_core::naming::load_balancer_name(UID)
@@ -57,26 +79,19 @@ impl Harness for Aws {
     const CLOUD: Cloud = Cloud::Aws;
 
     async fn start() -> Aws {
-        let moto = MotoServer::start().await.unwrap_or_else(|e| {
-            panic!(
-                "the AWS scenarios need moto's server (pip install 'moto[server]' into .venv, \
-                 or point KUBE_LB_MOTO_SERVER at moto_server): {e}"
-            )
-        });
+        let moto = Aws::moto().await;
         let network = moto.cluster_network(CLUSTER, 2).await.unwrap();
-        let sdk = aws_config::defaults(BehaviorVersion::latest())
-            .endpoint_url(moto.endpoint())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("testing", "testing", None, None, "test"))
-            .http_client(kube_lb_provider_aws::clients::http_client())
-            .load()
-            .await;
-        let provider = AwsProvider::new(&sdk, CloudConfig::default(), CLUSTER);
+        let provider = AwsProvider::new(
+            &Aws::sdk(&moto.endpoint()).await,
+            CloudConfig::default(),
+            CLUSTER,
+        );
         Aws {
             moto,
             network,
             provider,
             extra: Vec::new(),
+            proxy: None,
         }
     }
 
@@ -179,5 +194,47 @@ impl Harness for Aws {
             !self.load_balancer_names().await.contains(&Aws::lb_name())
         })
         .await;
+    }
+
+    async fn start_with_request_timeout(timeout: Duration) -> Aws {
+        let moto = Aws::moto().await;
+        let network = moto.cluster_network(CLUSTER, 2).await.unwrap();
+        // moto cannot be told to stop answering; the proxy (no faults of its own) can, through
+        // its latency knob.
+        let proxy = FaultProxy::start(moto.addr(), FaultPlan::None)
+            .await
+            .unwrap();
+        // Through the cloud-config key, as an operator sets it.
+        let config = CloudConfig::parse(&format!(
+            "[KubeLB]\nRequestTimeoutMillis = {}\n",
+            timeout.as_millis()
+        ))
+        .unwrap();
+        assert_eq!(config.request_timeout, timeout);
+        let provider = AwsProvider::new(&Aws::sdk(&proxy.endpoint()).await, config, CLUSTER);
+        Aws {
+            moto,
+            network,
+            provider,
+            extra: Vec::new(),
+            proxy: Some(proxy),
+        }
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        CloudConfig::default().retry
+    }
+
+    fn stall(&self, stalled: bool) {
+        let proxy = self
+            .proxy
+            .as_ref()
+            .unwrap_or_else(|| panic!("stall needs start_with_request_timeout"));
+        proxy.set_latency(if stalled { NEVER } else { Duration::ZERO });
+    }
+
+    async fn load_balancers_of_the_service(&self) -> usize {
+        // The scenario's Service is the only one: every CLB in the account is its.
+        self.load_balancer_names().await.len()
     }
 }

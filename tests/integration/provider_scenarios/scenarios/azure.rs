@@ -7,9 +7,10 @@ use std::time::Duration;
 use kube_lb_annotations::Cloud;
 use kube_lb_mock_azure::{MockArm, SUBSCRIPTION};
 use kube_lb_provider_azure::AzureProvider;
-use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+use kube_lb_provider_azure::ProviderOptions;
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 
-use super::{Harness, UID, eventually};
+use super::{Harness, NEVER, UID, eventually};
 
 /// `providers/azure/tests/support`: the mock with the cluster's network, its `azure.json`, the
 /// provider pointed at it, node and Service builders.
@@ -23,6 +24,26 @@ pub struct Azure {
     arm: MockArm,
     provider: AzureProvider,
     node_count: usize,
+}
+
+impl Azure {
+    /// The Service's frontends on the cluster's load balancers (one per Service and IP
+    /// family; a second one would be a duplicate).
+    fn frontends_of_the_service(&self) -> Vec<String> {
+        let prefix = support::prefix(UID);
+        self.arm
+            .load_balancers()
+            .iter()
+            .flat_map(|lb| {
+                lb["properties"]["frontendIPConfigurations"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|frontend| frontend["name"].as_str().map(str::to_string))
+            .filter(|name| name.starts_with(&prefix))
+            .collect()
+    }
 }
 
 fn node(index: usize) -> BackendNode {
@@ -152,5 +173,31 @@ impl Harness for Azure {
             },
         )
         .await;
+    }
+
+    async fn start_with_request_timeout(timeout: Duration) -> Azure {
+        let support::Harness { arm, provider, .. } = support::harness_with(ProviderOptions {
+            request_timeout: timeout,
+            ..support::fast_options()
+        })
+        .await;
+        Azure {
+            arm,
+            provider,
+            node_count: 2,
+        }
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        support::fast_options().retry
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.arm
+            .set_latency(if stalled { NEVER } else { Duration::ZERO });
+    }
+
+    async fn load_balancers_of_the_service(&self) -> usize {
+        self.frontends_of_the_service().len()
     }
 }

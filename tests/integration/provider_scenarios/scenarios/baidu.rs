@@ -2,10 +2,17 @@
 //! Set up through the provider's own test support module, compiled here from its one place, so
 //! the provider tests and this table cannot drift apart.
 
-use kube_lb_annotations::Cloud;
-use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+use std::time::Duration;
 
-use super::Harness;
+use kube_lb_annotations::Cloud;
+use kube_lb_mock_baidu::{ACCESS_KEY_ID, MockBaidu, SECRET_ACCESS_KEY, SUBNET_ID, VPC_ID};
+use kube_lb_provider_baidu::sign::Credentials;
+use kube_lb_provider_baidu::{BaiduProvider, ProviderOptions, Resolved, WaitSettings};
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, LoadBalancerProvider, RateLimits, RetryPolicy,
+};
+
+use super::{Harness, NEVER};
 
 /// `providers/baidu/tests/support`: the mock, the provider pointed at it, node and Service
 /// builders, and the hand-built state of cloud-provider-baiducloud.
@@ -14,6 +21,14 @@ pub mod support;
 
 /// The BLB of the scenario Service `default/web` in cluster `c-test01`, upstream's name.
 const BLB_NAME: &str = "CCE/SVC/c-test01/default/web";
+
+/// The in-place retries of the provider the stalled-cloud scenario builds (the support
+/// module's quick steps).
+const STALL_RETRY: RetryPolicy = RetryPolicy {
+    base: Duration::from_millis(5),
+    max: Duration::from_millis(20),
+    max_attempts: 3,
+};
 
 /// The mock plus a Baidu provider pointed at it.
 pub struct Baidu {
@@ -103,6 +118,61 @@ impl Harness for Baidu {
 
     fn mark(&self) -> usize {
         self.h.cloud.journal().len()
+    }
+
+    async fn start_with_request_timeout(timeout: Duration) -> Baidu {
+        let cloud = MockBaidu::builder().start().await.unwrap();
+        let counter = CallCounter::new();
+        // The support module's provider, but with `timeout` (its builder takes no options).
+        let resolved = Resolved {
+            credentials: Credentials {
+                access_key_id: ACCESS_KEY_ID.into(),
+                secret_access_key: SECRET_ACCESS_KEY.into(),
+                session_token: None,
+            },
+            blb_endpoint: cloud.endpoint(),
+            eip_endpoint: cloud.endpoint(),
+            vpc_id: VPC_ID.into(),
+            subnet_id: SUBNET_ID.into(),
+            cluster_id: Some(support::CLUSTER.into()),
+        };
+        let options = ProviderOptions {
+            wait: WaitSettings {
+                first: Duration::from_millis(20),
+                factor: 2.0,
+                max_interval: Duration::from_millis(100),
+                timeout: Duration::from_secs(10),
+            },
+            retry: STALL_RETRY,
+            limits: RateLimits::unlimited(),
+            request_timeout: timeout,
+            counter: counter.clone(),
+        };
+        let provider = BaiduProvider::new(resolved, "ignored", options).unwrap();
+        Baidu {
+            h: support::Harness {
+                cloud,
+                provider,
+                counter,
+            },
+            node_count: 2,
+        }
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        STALL_RETRY
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.h
+            .cloud
+            .set_latency(if stalled { NEVER } else { Duration::ZERO });
+    }
+
+    async fn load_balancers_of_the_service(&self) -> usize {
+        // Every BLB in the mock: a create whose answer never came could leave one under
+        // another id.
+        self.h.cloud.blbs().len()
     }
 
     async fn remove_load_balancer_out_of_band(&self) {

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
 use kube_lb_mock_gce::{JournalEntry, MockGce};
-use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
-use kube_lb_provider_gcp::GcpProvider;
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
+use kube_lb_provider_gcp::{CloudConfig, GcpProvider};
 
-use super::{Harness, UID, eventually};
+use super::{Harness, NEVER, UID, eventually};
 
 /// `providers/gcp/tests/support`: the mock with the cluster's VMs, its `gce.conf`, the provider
 /// pointed at it and the VMs' Nodes.
@@ -105,5 +105,40 @@ impl Harness for Gcp {
             || async { self.gce.resource("forwardingRules", &lb).is_none() },
         )
         .await;
+    }
+
+    async fn start_with_request_timeout(timeout: Duration) -> Gcp {
+        let gce = support::two_node_mock().await;
+        // Through the `gce.conf` key, as an operator sets it.
+        let extra = format!(
+            "cluster-id = c1\nrequest-timeout = {}ms\n",
+            timeout.as_millis()
+        );
+        let config =
+            CloudConfig::parse(&support::gce_conf(gce.project(), gce.url(), &extra)).unwrap();
+        assert_eq!(config.request_timeout(), timeout);
+        let provider = GcpProvider::from_config(config, "ignored", support::fast_options())
+            .await
+            .unwrap();
+        Gcp {
+            gce,
+            provider,
+            added: 0,
+        }
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        support::fast_options().retry
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.gce
+            .set_latency(if stalled { NEVER } else { Duration::ZERO });
+    }
+
+    async fn load_balancers_of_the_service(&self) -> usize {
+        // The scenario's Service is the only one: every forwarding rule is its (a rule under
+        // another name would be a duplicate).
+        self.gce.names("forwardingRules").len()
     }
 }

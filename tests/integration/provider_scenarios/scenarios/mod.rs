@@ -10,7 +10,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
-use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 use kube_lb_test_support::ServiceBuilder;
 
 #[cfg(feature = "aws")]
@@ -79,7 +79,28 @@ pub trait Harness: Sized {
     /// Removes the Service's load balancer behind the provider's back, as an operator
     /// deleting it in the console would, and waits until the cloud no longer shows it.
     fn remove_load_balancer_out_of_band(&self) -> impl Future<Output = ()>;
+
+    /// Starts like [`Harness::start`], with a provider that gives up one attempt of any cloud
+    /// request after `timeout` (each provider's own request-timeout setting) and can have its
+    /// cloud stop answering ([`Harness::stall`]).
+    fn start_with_request_timeout(timeout: Duration) -> impl Future<Output = Self>;
+
+    /// The in-place retry policy the provider was built with: how many attempts a request that
+    /// gets no answer makes, and the pauses between them.
+    fn retry_policy(&self) -> RetryPolicy;
+
+    /// `true`: from now on the cloud accepts every request and never answers it (the mock's
+    /// latency knob, or a proxy's, set beyond any test's length); `false`: it answers again.
+    /// Requests already held stay unanswered; the client has given them up by then.
+    fn stall(&self, stalled: bool);
+
+    /// How many load balancers the cloud holds for the scenario Service (its own, by the name
+    /// or tag the provider gives it).
+    fn load_balancers_of_the_service(&self) -> impl Future<Output = usize>;
 }
+
+/// A latency no test waits out: a request delayed this long is, for the test, never answered.
+pub const NEVER: Duration = Duration::from_secs(24 * 3600);
 
 /// The Service every scenario reconciles; built as the API server stores it.
 #[derive(Debug, Clone)]

@@ -3,10 +3,14 @@
 //! test support module, compiled here from its one place, so the provider tests and this table
 //! cannot drift apart.
 
-use kube_lb_annotations::Cloud;
-use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+use std::time::Duration;
 
-use super::Harness;
+use kube_lb_annotations::Cloud;
+use kube_lb_mock_openstack::MockOpenStack;
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
+use kube_lb_provider_openstack::{CloudConfig, OpenStackProvider, ProviderOptions};
+
+use super::{Harness, NEVER};
 
 /// `providers/openstack/tests/support`: the mock, the provider pointed at it, node and
 /// Service builders, and the hand-built state of cloud-provider-openstack.
@@ -100,5 +104,39 @@ impl Harness for OpenStack {
 
     async fn remove_load_balancer_out_of_band(&self) {
         support::remove_out_of_band(&self.h.cloud, LB_NAME).await;
+    }
+
+    async fn start_with_request_timeout(timeout: Duration) -> OpenStack {
+        let cloud = MockOpenStack::builder().start().await.unwrap();
+        let config = CloudConfig::parse(&support::cloud_conf(&cloud, "")).unwrap();
+        let counter = CallCounter::new();
+        let options = ProviderOptions {
+            request_timeout: timeout,
+            ..support::fast_options(counter.clone())
+        };
+        let provider = OpenStackProvider::new(config, support::CLUSTER, options).unwrap();
+        OpenStack {
+            h: support::Harness {
+                cloud,
+                provider,
+                counter,
+            },
+            node_count: 2,
+        }
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        support::fast_options(CallCounter::new()).retry
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.h
+            .cloud
+            .set_latency(if stalled { NEVER } else { Duration::ZERO });
+    }
+
+    async fn load_balancers_of_the_service(&self) -> usize {
+        // The scenario's Service is the only one: every Octavia load balancer is its.
+        self.h.cloud.load_balancers().len()
     }
 }

@@ -2,10 +2,14 @@
 //! CLB by default. Set up through the provider's own test support module, compiled here from
 //! its one place, so the provider tests and this table cannot drift apart.
 
-use kube_lb_annotations::Cloud;
-use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider};
+use std::time::Duration;
 
-use super::{Harness, UID};
+use kube_lb_annotations::Cloud;
+use kube_lb_mock_tencent::MockTencent;
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
+use kube_lb_provider_tencent::{ProviderOptions, TencentConfig, TencentProvider};
+
+use super::{Harness, NEVER, UID};
 
 /// `providers/tencent/tests/support`: the mock, the provider pointed at it, node and Service
 /// builders, and the hand-built state of TKE's own service controller.
@@ -103,5 +107,41 @@ impl Harness for Tencent {
             .load_balancer_id()
             .unwrap_or_else(|| panic!("no CLB for the scenario Service"));
         support::remove_out_of_band(&self.h.cloud, &id).await;
+    }
+
+    async fn start_with_request_timeout(timeout: Duration) -> Tencent {
+        let cloud = MockTencent::builder().start().await.unwrap();
+        let config =
+            TencentConfig::resolve(Some(&support::cloud_config(&cloud)), &|_| None).unwrap();
+        let counter = CallCounter::new();
+        let options = ProviderOptions {
+            request_timeout: timeout,
+            ..support::fast_options(counter.clone())
+        };
+        let provider = TencentProvider::new(config, support::CLUSTER, options).unwrap();
+        Tencent {
+            h: support::Harness {
+                cloud,
+                provider,
+                counter,
+            },
+            node_count: 2,
+        }
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        support::fast_options(CallCounter::new()).retry
+    }
+
+    fn stall(&self, stalled: bool) {
+        self.h
+            .cloud
+            .set_latency(if stalled { NEVER } else { Duration::ZERO });
+    }
+
+    async fn load_balancers_of_the_service(&self) -> usize {
+        // Every CLB in the mock, not only those tagged for the Service: a create whose answer
+        // never came could leave one the tags do not name.
+        self.h.cloud.load_balancers().len()
     }
 }

@@ -1,0 +1,240 @@
+//! OpenStack for the chaos suite: the Keystone + Octavia + Neutron mock, every endpoint the
+//! controller uses (Keystone by `auth-url`, Octavia and Neutron by the catalog) behind the fault
+//! proxy, and Octavia's asynchronous provisioning (`PENDING_*` for a while after each change)
+//! switched on, so kills land while a load balancer is busy.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kube_lb_annotations::keys::openstack::{INTERNAL, TIMEOUT_CLIENT_DATA};
+use kube_lb_mock_openstack::{
+    DOMAIN, MockOpenStack, PASSWORD, PRIVATE_SUBNET_ID, PROJECT_NAME, PUBLIC_NETWORK_ID, REGION,
+    USERNAME,
+};
+use kube_lb_provider_core::naming::load_balancer_name;
+use serde_json::{Value, json};
+
+use super::{ChaosCloud, Dialect, FaultProxy, Inventory};
+
+/// How long each change keeps a load balancer `PENDING_*`: long enough that the controller
+/// meets Octavia's 409 "immutable" and is killed mid-wait, short enough for the bounds the
+/// other clouds share.
+const PROVISIONING: Duration = Duration::from_millis(250);
+
+/// The tag kube-lb puts on a load balancer with the Service UID it was made for.
+const UID_TAG_PREFIX: &str = "kube_lb_uid_";
+
+/// The nodes: addresses on the mock's private subnet (`10.0.0.0/24`), where members go.
+const NODES: [(&str, &str, &str); 2] = [
+    (
+        "node-1",
+        "10.0.0.11",
+        "5a1e0000-0000-4000-8000-000000000001",
+    ),
+    (
+        "node-2",
+        "10.0.0.12",
+        "5a1e0000-0000-4000-8000-000000000002",
+    ),
+];
+
+/// The mock, started with a provisioning delay.
+pub struct OpenStack {
+    mock: MockOpenStack,
+}
+
+impl OpenStack {
+    /// Starts the mock with its default public and private networks.
+    pub async fn start() -> Self {
+        let mock = MockOpenStack::builder()
+            .provisioning_delay(PROVISIONING)
+            .start()
+            .await
+            .unwrap();
+        Self { mock }
+    }
+}
+
+/// The key the suite knows a load balancer by: the deterministic name of the Service UID it
+/// is tagged with, or (no UID tag: not made by kube-lb for a Service) its own name.
+fn service_key(lb: &Value) -> String {
+    let uid = lb["tags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|tag| tag.strip_prefix(UID_TAG_PREFIX));
+    match uid {
+        Some(uid) => load_balancer_name(uid),
+        None => lb["name"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+fn text<'a>(value: &'a Value, key: &str) -> &'a str {
+    value[key].as_str().unwrap_or_default()
+}
+
+/// The id of the first load balancer a listener, pool or monitor document names.
+fn parent_lb(value: &Value) -> &str {
+    value["loadbalancers"]
+        .as_array()
+        .and_then(|lbs| lbs.first())
+        .map(|lb| text(lb, "id"))
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl ChaosCloud for OpenStack {
+    fn name(&self) -> &'static str {
+        "openstack"
+    }
+
+    fn controller(
+        &self,
+        dir: &Path,
+        proxy: Option<&FaultProxy>,
+    ) -> (Vec<String>, Vec<(String, String)>) {
+        let endpoint = match proxy {
+            Some(proxy) => {
+                // The catalog a token carries names the proxy, so Octavia and Neutron calls
+                // go through it too, not only Keystone's.
+                self.mock.advertise_url(&proxy.url());
+                proxy.url()
+            }
+            None => self.mock.url(),
+        };
+        let conf = format!(
+            "[Global]\nauth-url = {endpoint}/v3\nusername = {USERNAME}\npassword = {PASSWORD}\n\
+             user-domain-name = {DOMAIN}\nproject-name = {PROJECT_NAME}\n\
+             project-domain-name = {DOMAIN}\nregion = {REGION}\n\n\
+             [LoadBalancer]\nfloating-network-id = {PUBLIC_NETWORK_ID}\n\
+             subnet-id = {PRIVATE_SUBNET_ID}\ncreate-monitor = true\n"
+        );
+        let path = dir.join("cloud.conf");
+        std::fs::write(&path, conf).unwrap();
+        (
+            vec!["--cloud-config".into(), path.display().to_string()],
+            Vec::new(),
+        )
+    }
+
+    fn upstream(&self) -> Option<(String, Dialect)> {
+        Some((self.mock.url(), Dialect::OpenStack))
+    }
+
+    fn nodes(&self) -> Vec<Value> {
+        NODES
+            .iter()
+            .map(|(name, ip, server)| {
+                json!({
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                    "spec": {"providerID": format!("openstack:///{server}")},
+                    "status": {
+                        "addresses": [{"type": "InternalIP", "address": ip}],
+                        "conditions": [{"type": "Ready", "status": "True"}]
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Everything kube-lb may have made, each child named with the key of its load balancer so
+    /// the suite can tell whose it is. The mock starts with no load-balancer resources, no
+    /// floating IPs and no ports: all of them are kube-lb's (ports are VIP ports).
+    async fn inventory(&self) -> Result<Inventory, String> {
+        let mut inventory = Inventory::default();
+        let mut key_of: BTreeMap<String, String> = BTreeMap::new();
+        let mut key_of_port: BTreeMap<String, String> = BTreeMap::new();
+        for lb in self.mock.load_balancers() {
+            let key = service_key(&lb);
+            key_of.insert(text(&lb, "id").to_string(), key.clone());
+            key_of_port.insert(text(&lb, "vip_port_id").to_string(), key.clone());
+            inventory.load_balancers.push((
+                key,
+                format!(
+                    "loadbalancer {} {}",
+                    text(&lb, "name"),
+                    text(&lb, "provisioning_status")
+                ),
+            ));
+        }
+        let owner = |id: &str| {
+            key_of
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| format!("missing-lb-{id}"))
+        };
+        for listener in self.mock.listeners() {
+            inventory.others.push(format!(
+                "listener/{}@{}",
+                text(&listener, "name"),
+                owner(parent_lb(&listener))
+            ));
+        }
+        for pool in self.mock.pools() {
+            let lb = owner(parent_lb(&pool));
+            inventory
+                .others
+                .push(format!("pool/{}@{lb}", text(&pool, "name")));
+            for member in self.mock.members(text(&pool, "id")) {
+                inventory.others.push(format!(
+                    "member/{}:{}@{lb}",
+                    text(&member, "address"),
+                    member["protocol_port"]
+                ));
+            }
+        }
+        let pool_lb: BTreeMap<String, String> = self
+            .mock
+            .pools()
+            .iter()
+            .map(|pool| (text(pool, "id").to_string(), owner(parent_lb(pool))))
+            .collect();
+        for monitor in self.mock.health_monitors() {
+            let lb = monitor["pools"]
+                .as_array()
+                .and_then(|pools| pools.first())
+                .and_then(|pool| pool_lb.get(text(pool, "id")))
+                .cloned()
+                .unwrap_or_else(|| owner(parent_lb(&monitor)));
+            inventory
+                .others
+                .push(format!("healthmonitor/{}@{lb}", text(&monitor, "name")));
+        }
+        for fip in self.mock.floating_ips() {
+            let port = text(&fip, "port_id");
+            let on = key_of_port
+                .get(port)
+                .cloned()
+                .unwrap_or_else(|| format!("detached ({})", text(&fip, "description")));
+            inventory.others.push(format!(
+                "floatingip/{}@{on}",
+                text(&fip, "floating_ip_address")
+            ));
+        }
+        for port in self.mock.ports() {
+            let id = text(&port, "id");
+            let on = key_of_port
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| format!("no-lb ({})", text(&port, "device_id")));
+            inventory
+                .others
+                .push(format!("port/{}@{on}", text(&port, "name")));
+        }
+        Ok(inventory)
+    }
+
+    fn kind_switch(&self) -> Option<(&'static str, &'static str)> {
+        // Internal: no floating IP (released or attached on each switch).
+        Some((INTERNAL, "true"))
+    }
+
+    fn tweak(&self) -> Option<(&'static str, &'static [&'static str])> {
+        Some((TIMEOUT_CLIENT_DATA, &["50000", "60000", "120000"]))
+    }
+}
