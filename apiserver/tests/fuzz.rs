@@ -701,6 +701,13 @@ async fn run_case(
                 .unwrap_or_default();
             let named = without_indices(message).contains(&without_indices(field))
                 || (case.verb == Verb::JsonPatch && message.contains(pointer.as_str()))
+                // A patch that does not apply: kube's fixed message, the path in its cause.
+                || (case.verb == Verb::JsonPatch
+                    && causes.iter().any(|c| {
+                        c["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains(pointer.as_str()))
+                    }))
                 || causes.iter().any(|c| {
                     c["field"]
                         .as_str()

@@ -536,14 +536,22 @@ fn patch_object(
     let manager = params.field_manager.clone().unwrap_or_default();
     let subresource = if part == Part::Status { "status" } else { "" };
     let patch_error = |e: patch::PatchError| match e {
-        // A JSON patch that does not apply (a failed `test`, a missing path) is a bare 422:
-        // handlers/patch.go answers `NewGenericServerResponse(422, ...)`, whose message is
-        // fixed and which carries neither the reason nor causes.
+        // A JSON patch that does not apply (a failed `test`, a missing path): handlers/patch.go
+        // answers `NewGenericServerResponse(422, "", GroupResource{}, "", err.Error(), ...)`,
+        // whose message is fixed, reason Invalid, and whose one cause (type
+        // `UnexpectedServerResponse`) carries the patch library's words, path included
+        // (k8s.io/apimachinery/pkg/api/errors).
         patch::PatchError::JsonPatch(error) => {
             tracing::debug!(%error, "JSON patch does not apply");
-            ApiError::unprocessable(
+            let mut answer = ApiError::unprocessable(
                 "the server rejected our request due to an error in our request",
-            )
+            );
+            answer.details.causes.push(crate::status::Cause {
+                reason: "UnexpectedServerResponse",
+                message: error.to_string(),
+                field: String::new(),
+            });
+            answer
         }
         patch::PatchError::Shape(_) => ApiError::invalid(
             def,

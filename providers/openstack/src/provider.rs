@@ -141,6 +141,38 @@ impl OpenStackProvider {
         Ok(lb)
     }
 
+    /// Every live load balancer under the Service's name (or its legacy in-tree name) whose
+    /// ownership marks name this cluster and Service. A delete removes them all: a second one
+    /// (a create whose answer was lost and that nothing found in time) must not outlive the
+    /// Service, and with names taken from namespace/name it would block the next Service of
+    /// that name. Load balancers of other owners under the name are left alone.
+    async fn owned_load_balancers(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Vec<LoadBalancer>, ProviderError> {
+        let mut names = vec![plan::load_balancer_name(&self.cluster, service)];
+        names.extend(plan::legacy_load_balancer_name(service));
+        let mut owned = Vec::new();
+        for name in names {
+            owned.extend(
+                self.client
+                    .load_balancers_named(&name)
+                    .await?
+                    .into_iter()
+                    .filter(|lb| {
+                        !matches!(
+                            lb.provisioning_status.as_str(),
+                            "DELETED" | "PENDING_DELETE"
+                        )
+                    })
+                    .filter(|lb| {
+                        matches!(plan::ownership(lb, &self.cluster, service), Ownership::Ours)
+                    }),
+            );
+        }
+        Ok(owned)
+    }
+
     /// Of the load balancers carrying a Service's name, the live one, when it is ours.
     fn ours_among(
         &self,
@@ -1042,21 +1074,7 @@ impl LoadBalancerProvider for OpenStackProvider {
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
         let marks = plan::FloatingIpMarks::new(&self.cluster, service);
-        let lb = match self.find(service, true).await {
-            Ok(lb) => lb,
-            // Someone else's load balancer under our name: nothing of ours to remove there.
-            Err(
-                error @ (ProviderError::OwnedElsewhere { .. }
-                | ProviderError::Environment {
-                    cause: EnvironmentCause::NameTaken,
-                    ..
-                }),
-            ) => {
-                tracing::info!(%service, %error, "not deleting a load balancer kube-lb does not own");
-                None
-            }
-            Err(error) => return Err(error),
-        };
+        let owned = self.owned_load_balancers(service).await?;
         // Listeners this Service added to load balancers it adopted (load-balancer-id): they
         // carry its UID tag; the load balancers themselves are not ours to delete.
         if !service.uid.is_empty() {
@@ -1069,7 +1087,7 @@ impl LoadBalancerProvider for OpenStackProvider {
                 let Some(lb_id) = listener.loadbalancers.first().map(|l| l.id.clone()) else {
                     continue;
                 };
-                if lb.as_ref().is_some_and(|ours| ours.id == lb_id) {
+                if owned.iter().any(|ours| ours.id == lb_id) {
                     continue;
                 }
                 let client = &self.client;
@@ -1083,7 +1101,7 @@ impl LoadBalancerProvider for OpenStackProvider {
                 .await?;
             }
         }
-        if let Some(lb) = lb {
+        for lb in &owned {
             if lb.provisioning_status.starts_with("PENDING_") {
                 self.wait_active(&lb.id).await?;
             }
@@ -1187,7 +1205,7 @@ impl LoadBalancerProvider for OpenStackProvider {
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
         let marks = plan::FloatingIpMarks::new(&self.cluster, service);
         let mut changes = Vec::new();
-        let ours = self.find(service, true).await?;
+        let ours = self.owned_load_balancers(service).await?;
         if !service.uid.is_empty() {
             let tag = plan::uid_tag(service);
             for listener in self
@@ -1198,7 +1216,7 @@ impl LoadBalancerProvider for OpenStackProvider {
                 .filter(|l| {
                     l.loadbalancers
                         .first()
-                        .is_some_and(|lb| ours.as_ref().is_none_or(|o| o.id != lb.id))
+                        .is_some_and(|lb| ours.iter().all(|o| o.id != lb.id))
                 })
             {
                 changes.push(PlannedChange::new(
@@ -1212,17 +1230,18 @@ impl LoadBalancerProvider for OpenStackProvider {
         // Our floating IPs that `delete` releases or hands over: the one on our VIP port, and
         // detached ones.
         let mut fips = Vec::new();
-        if let Some(lb) = ours {
+        for lb in &ours {
             changes.push(PlannedChange::new(
                 ChangeAction::Delete,
                 "LoadBalancer",
                 &lb.name,
                 "DELETE loadbalancers?cascade=true",
             ));
-            fips = self
-                .client
-                .floating_ips(&[("port_id", &lb.vip_port_id)])
-                .await?;
+            fips.extend(
+                self.client
+                    .floating_ips(&[("port_id", &lb.vip_port_id)])
+                    .await?,
+            );
         }
         for fip in &fips {
             changes.extend(planned_floating_ip_teardown(fip, &marks));

@@ -430,6 +430,64 @@ async fn load_balancer_of_another_service_uid_is_not_touched() {
     );
 }
 
+/// Two load balancers of one Service under its name (a lost create's answer that the look-up
+/// did not find in time, then a restart): the delete removes both, so none outlives the
+/// Service and blocks the next Service of the same namespace/name; another owner's one under
+/// that name stays.
+#[tokio::test]
+async fn every_load_balancer_of_the_service_goes_with_it() {
+    let h = harness().await;
+    h.provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    let first = lb_named(&h.cloud, "kube_service_kubernetes_default_web");
+    let twin = serde_json::json!({
+        "name": first["name"],
+        "description": first["description"],
+        "tags": first["tags"],
+        "vip_subnet_id": first["vip_subnet_id"],
+    });
+    h.provider
+        .client()
+        .create_load_balancer(&twin)
+        .await
+        .unwrap();
+    assert_eq!(h.cloud.load_balancers().len(), 2, "the twin exists");
+    let planned = h
+        .provider
+        .plan_delete(&svc("web", UID_A).key())
+        .await
+        .unwrap();
+    assert_eq!(
+        planned.iter().filter(|c| c.kind == "LoadBalancer").count(),
+        2,
+        "the plan says so too: {planned:?}"
+    );
+
+    h.provider.delete(&svc("web", UID_A).key()).await.unwrap();
+    let left: Vec<_> = h
+        .cloud
+        .load_balancers()
+        .into_iter()
+        .filter(|lb| lb["provisioning_status"] != "DELETED")
+        .collect();
+    assert!(left.is_empty(), "both went with the Service: {left:?}");
+    assert!(
+        h.provider
+            .status(&svc("web", UID_A).key())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The next Service of that name gets a load balancer of its own.
+    h.provider
+        .ensure(&svc("web", UID_B).spec(), &nodes(1))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn quota_and_server_errors_map_to_their_classes() {
     let cloud = MockOpenStack::builder()
