@@ -552,6 +552,23 @@ async fn a_pod_reaching_itself_through_its_service_is_masqueraded_others_keep_th
     );
 }
 
+/// 30 new connections from LAN client "c" (address `client_ip`) to `addr`: every one answered,
+/// spread over exactly `expected`, none seeing the client's own address (Cluster policy
+/// masquerades it).
+fn spread_and_masqueraded(lab: &Lab, addr: &str, client_ip: &str, expected: &BTreeSet<String>) {
+    let outcomes = lab.tcp("c", addr, 30, 2000);
+    assert!(all_ok(&outcomes), "{addr}: {outcomes:?}");
+    assert_eq!(
+        &names(&outcomes),
+        expected,
+        "{addr} must spread over both endpoints"
+    );
+    assert!(
+        outcomes.iter().all(|o| o.source_ip() != Some(client_ip)),
+        "{addr}: the LAN client is masqueraded under cluster policy: {outcomes:?}"
+    );
+}
+
 /// Dual stack on real nodes: an IPv6 Service's ClusterIP, NodePort (on each node's own IPv6
 /// address), load-balancer IP and external IP carry TCP and UDP through the `ip6` table, from a
 /// client on the LAN and from a pod, to endpoints on both nodes; a dual-stack Service answers on
@@ -614,19 +631,7 @@ async fn ipv6_frontends_carry_traffic_through_the_ip6_table() {
         "[2001:db8:10::10]:80",
         "[2001:db8:20::10]:80",
     ] {
-        let outcomes = lab.tcp("c", addr, 30, 2000);
-        assert!(all_ok(&outcomes), "{addr}: {outcomes:?}");
-        assert_eq!(
-            names(&outcomes),
-            both,
-            "{addr} must spread over both endpoints"
-        );
-        assert!(
-            outcomes
-                .iter()
-                .all(|o| o.source_ip() != Some("fd00:10::100")),
-            "{addr}: the LAN client is masqueraded under cluster policy: {outcomes:?}"
-        );
+        spread_and_masqueraded(&lab, addr, "fd00:10::100", &both);
     }
     for addr in ["[fd00:96::10]:53", "[fd00:10::11]:30053"] {
         let outcomes = lab.udp("c", addr, 3, 2000, None);
@@ -672,13 +677,7 @@ async fn ipv6_frontends_carry_traffic_through_the_ip6_table() {
         ("10.96.0.20:80", "10.0.0.100"),
         ("[fd00:96::20]:80", "fd00:10::100"),
     ] {
-        let outcomes = lab.tcp("c", addr, 30, 2000);
-        assert!(all_ok(&outcomes), "{addr}: {outcomes:?}");
-        assert_eq!(names(&outcomes), both, "{addr}");
-        assert!(
-            outcomes.iter().all(|o| o.source_ip() != Some(client_ip)),
-            "{addr}: {outcomes:?}"
-        );
+        spread_and_masqueraded(&lab, addr, client_ip, &both);
     }
 
     cluster.delete_service("web6");
