@@ -12,7 +12,7 @@ use kube_lb_provider_core::EnvironmentCause;
 use crate::calls::ops;
 use crate::clients::Clients;
 use crate::error::AwsError;
-use crate::paging::PageTokens;
+use kube_lb_provider_core::PageTokens;
 
 /// The instance ID in a provider ID such as `aws:///us-east-1a/i-0abc` (or `aws://us-east-1a/i-…`).
 pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {

@@ -315,6 +315,12 @@ impl AwsError {
 /// The single conversion from AWS errors to the controller's classes: the variant
 /// [`AwsError::classification`] names, so the converted error retries exactly as the shared
 /// call path did ([`ProviderError::retry`] equals [`Classification::retry`]).
+impl From<kube_lb_provider_core::RepeatedPageToken> for AwsError {
+    fn from(repeated: kube_lb_provider_core::RepeatedPageToken) -> Self {
+        AwsError::Unexpected(repeated.to_string())
+    }
+}
+
 impl From<AwsError> for ProviderError {
     fn from(error: AwsError) -> Self {
         let class = error.classification();

@@ -44,7 +44,6 @@ pub mod naming;
 pub mod nlb;
 pub mod nodes;
 pub mod owner;
-pub mod paging;
 mod provider;
 pub mod sg;
 pub mod tags;

@@ -10,10 +10,10 @@ use crate::desired::NlbNodeRuleInputs;
 use crate::discovery::{InstanceInfo, ec2_filter};
 use crate::error::AwsError;
 use crate::naming::{NlbRuleKind, nlb_rule_description, parse_nlb_rule_description};
-use crate::paging::PageTokens;
 use crate::sg::{
     IngressRule, ObservedGroup, RuleChanges, RuleSource, diff_rules, node_group_for_instance,
 };
+use kube_lb_provider_core::PageTokens;
 
 /// The rules every node group of an NLB needs (seed 001 table): client traffic on the node
 /// ports from the client CIDRs, ICMP path-MTU from the same CIDRs, and health checks from the

@@ -29,7 +29,6 @@
 //!   at debug level, so the pipeline carries the token beside the request and the transport
 //!   only sends to the configured endpoint (`pipeline.rs`).
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -44,7 +43,7 @@ use azure_core::{
 };
 use azure_mgmt_network::package_2024_03::models;
 use bytes::Bytes;
-use kube_lb_provider_core::{CallKind, CloudApi, ProviderError};
+use kube_lb_provider_core::{CallKind, CloudApi, PageTokens, ProviderError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::debug;
@@ -740,17 +739,15 @@ impl NetworkClient for ArmClient {
         }
         let mut items = Vec::new();
         let mut next = Some(self.resource_url(rg, "publicIPAddresses", None));
-        // Links already followed: an answer that hands one back again would page forever.
-        let mut followed = BTreeSet::new();
+        // Each link is followed once: an answer that hands one back again would page forever.
+        let mut pages = PageTokens::default();
         while let Some(url) = next.take() {
-            if !followed.insert(url.to_string()) {
+            if let Err(repeated) = pages.next(OPERATION, Some(url.as_str())) {
                 return Err(AzureError::Sdk {
                     operation: OPERATION,
                     source: azure_core::Error::message(
                         ErrorKind::DataConversion,
-                        format!(
-                            "nextLink {url} came back a second time; the listing would never end"
-                        ),
+                        repeated.to_string(),
                     ),
                 });
             }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kube_lb_provider_core::{CallKind, CloudApi};
+use kube_lb_provider_core::{CallKind, CloudApi, PageTokens};
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -387,7 +387,7 @@ impl BaiduClient {
         let mut marker: Option<String> = None;
         // Each page is bounded by the request timeout; a marker handed back twice would send
         // the listing round the same pages for ever, so it ends the listing instead.
-        let mut followed: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut pages = PageTokens::default();
         loop {
             let mut query: Vec<(String, String)> = filters
                 .iter()
@@ -416,19 +416,18 @@ impl BaiduClient {
                 .get("isTruncated")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-            match page.get("nextMarker").and_then(Value::as_str) {
-                Some(next) if truncated && !next.is_empty() => {
-                    if !followed.insert(next.to_string()) {
-                        return Err(BceError::Unexpected {
-                            operation,
-                            message: format!(
-                                "handed back page marker {next:?} a second time; the listing would never end"
-                            ),
-                        });
-                    }
-                    marker = Some(next.to_string());
-                }
-                _ => return Ok(out),
+            let next = page
+                .get("nextMarker")
+                .and_then(Value::as_str)
+                .filter(|_| truncated);
+            marker = pages
+                .next(operation, next)
+                .map_err(|repeated| BceError::Unexpected {
+                    operation,
+                    message: repeated.to_string(),
+                })?;
+            if marker.is_none() {
+                return Ok(out);
             }
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use google_cloud_compute_v1 as gce;
 use google_cloud_compute_v1::model as gm;
-use kube_lb_provider_core::{CallKind, CloudApi, ProviderError};
+use kube_lb_provider_core::{CallKind, CloudApi, PageTokens, ProviderError};
 
 use crate::error::{Failure, GcpError};
 use crate::model::{
@@ -416,8 +416,7 @@ impl Gce {
     {
         let mut items = Vec::new();
         let mut token = String::new();
-        // Tokens already followed: an answer that hands one back again would page forever.
-        let mut followed = BTreeSet::new();
+        let mut pages = PageTokens::default();
         loop {
             let page = self
                 .call(family, operation, CallKind::Read, || request(token.clone()))
@@ -425,20 +424,15 @@ impl Gce {
                 .map_err(|f| f.into_provider_error(operation))?;
             let (page_items, next) = page.into_parts();
             items.extend(page_items);
-            match next {
-                Some(next) if !next.is_empty() => {
-                    if !followed.insert(next.clone()) {
-                        return Err(ProviderError::Internal {
-                            message: format!(
-                                "{operation}: the page token {next:?} came back a second time; \
-                                 the listing would never end"
-                            ),
-                            source: None,
-                        });
-                    }
-                    token = next;
+            let next = pages.next(operation, next.as_deref()).map_err(|repeated| {
+                ProviderError::Internal {
+                    message: repeated.to_string(),
+                    source: None,
                 }
-                _ => return Ok(items),
+            })?;
+            match next {
+                Some(next) => token = next,
+                None => return Ok(items),
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::clb::plan::{
 };
 use crate::clients::Clients;
 use crate::error::AwsError;
-use crate::paging::PageTokens;
+use kube_lb_provider_core::PageTokens;
 
 fn built<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T, AwsError> {
     result.map_err(|e| AwsError::Unexpected(format!("building a request: {e}")))

@@ -11,7 +11,7 @@ use crate::nlb::plan::{
     NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg, SubnetMapping, TgHealth,
     TgRef,
 };
-use crate::paging::PageTokens;
+use kube_lb_provider_core::PageTokens;
 
 /// The load balancer's ARN, DNS name, scheme and subnet mappings; `None` when absent.
 pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserved>, AwsError> {

@@ -1,12 +1,22 @@
-//! Following AWS's page tokens (`NextToken`, `NextMarker`) without trusting them to end.
+//! Following a cloud API's page tokens (AWS `NextToken`/`NextMarker`, GCE `nextPageToken`, ARM
+//! `nextLink`, BCE `nextMarker`) without trusting them to end.
 
 use std::collections::HashSet;
 
-use crate::error::AwsError;
+/// A listing was handed back a page token it had followed already: following it again would go
+/// round the same pages for ever.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{operation} handed back page token {token:?} a second time; the listing would never end")]
+pub struct RepeatedPageToken {
+    /// The listing operation, as the cloud names it.
+    pub operation: String,
+    /// The token (or link) that came back.
+    pub token: String,
+}
 
-/// The page tokens one listing has followed. Each page is bounded by the request timeout, but
-/// a token the API hands back a second time would send the listing round the same pages for
-/// ever, holding the Service's worker: that ends the listing with an error instead.
+/// The page tokens one listing has followed. Each page is bounded by the request timeout, but a
+/// token the API hands back a second time would hold the Service's worker for ever: that ends
+/// the listing with an error instead.
 #[derive(Debug, Default)]
 pub struct PageTokens {
     followed: HashSet<String>,
@@ -14,19 +24,21 @@ pub struct PageTokens {
 
 impl PageTokens {
     /// The token of the next page to ask for: `None` when the listing is over (no token, or an
-    /// empty one as ELB sends on the last page), an error when `next` was followed already.
+    /// empty one as ELB and GCE send on the last page), an error when `next` was followed
+    /// already.
     pub fn next(
         &mut self,
         operation: &str,
         next: Option<&str>,
-    ) -> Result<Option<String>, AwsError> {
+    ) -> Result<Option<String>, RepeatedPageToken> {
         let Some(token) = next.filter(|token| !token.is_empty()) else {
             return Ok(None);
         };
         if !self.followed.insert(token.to_owned()) {
-            return Err(AwsError::Unexpected(format!(
-                "{operation} handed back page token {token:?} a second time; the listing would never end"
-            )));
+            return Err(RepeatedPageToken {
+                operation: operation.to_owned(),
+                token: token.to_owned(),
+            });
         }
         Ok(Some(token.to_owned()))
     }
