@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -20,7 +19,7 @@ use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
 use kube_lb_dataplane::node_addresses::{self, AddressSource};
 use kube_lb_dataplane::testing::{node, service, slice};
 use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
-use support::{Lab, Outcome, eventually, names, node_ip};
+use support::{Lab, Outcome, eventually, names, node_ip, set};
 
 /// The proxy loop of node 1 with the nftables backend.
 struct NodeProxy {
@@ -105,15 +104,6 @@ impl NodeProxy {
     }
 }
 
-fn reached(lab: &Lab, client: &str, addr: &str, expected: &BTreeSet<String>) -> bool {
-    let outcomes = lab.tcp(client, addr, 12, 2000);
-    outcomes.iter().all(|o| o.name().is_some()) && &names(&outcomes) == expected
-}
-
-fn set(items: &[&str]) -> BTreeSet<String> {
-    items.iter().map(|s| s.to_string()).collect()
-}
-
 fn two_subsets(a_ip: &str, b_ip: &str, with_a: bool) -> Endpoints {
     let mut subsets = vec![serde_json::json!({
         "addresses": [{ "ip": b_ip, "nodeName": "n2" }],
@@ -156,16 +146,7 @@ async fn nft_endpoints_subsets_keep_their_own_ports() {
         .await;
     proxy.create(&two_subsets(&a.ip, &b.ip, true)).await;
     let both = set(&["a9376", "b9377"]);
-    assert!(
-        eventually(Duration::from_secs(15), || reached(
-            &lab,
-            "c",
-            "10.96.0.20:80",
-            &both
-        )),
-        "{:?}",
-        lab.tcp("c", "10.96.0.20:80", 4, 2000)
-    );
+    lab.assert_reaches("c", "10.96.0.20:80", &both, 12, Duration::from_secs(15));
 
     // a's server stops while still listed: the kernel has no retry, so connections that pick a
     // are refused, but the others reach b on b's own port.
@@ -189,12 +170,13 @@ async fn nft_endpoints_subsets_keep_their_own_ports() {
         )
         .await
         .expect("replace endpoints");
-    assert!(eventually(Duration::from_secs(10), || reached(
-        &lab,
+    lab.assert_reaches(
         "c",
         "10.96.0.20:80",
-        &set(&["b9377"])
-    )));
+        &set(&["b9377"]),
+        12,
+        Duration::from_secs(10),
+    );
     proxy.stop().await;
 }
 
@@ -221,33 +203,12 @@ async fn nft_nodeports_follow_the_node_interface_addresses() {
         )
         .await;
     let only_a = set(&["a"]);
-    assert!(
-        eventually(Duration::from_secs(15), || reached(
-            &lab,
-            "c",
-            "10.0.0.11:30080",
-            &only_a
-        )),
-        "{:?}",
-        lab.tcp("c", "10.0.0.11:30080", 2, 2000)
-    );
+    lab.assert_reaches("c", "10.0.0.11:30080", &only_a, 12, Duration::from_secs(15));
     // Outside --nodeport-addresses: nothing answers there.
-    assert_eq!(
-        lab.tcp("pa", "10.244.1.1:30080", 1, 2000),
-        vec![Outcome::Err("refused".into())]
-    );
+    lab.assert_refused("pa", "10.244.1.1:30080");
     // An address added after start gains the NodePort; removed, it leaves the set.
     lab.add_node_address(1, "10.0.0.50/32");
-    assert!(
-        eventually(Duration::from_secs(10), || reached(
-            &lab,
-            "c",
-            "10.0.0.50:30080",
-            &only_a
-        )),
-        "{:?}",
-        lab.tcp("c", "10.0.0.50:30080", 2, 2000)
-    );
+    lab.assert_reaches("c", "10.0.0.50:30080", &only_a, 12, Duration::from_secs(10));
     lab.exec("n1", &["ip", "addr", "del", "10.0.0.50/32", "dev", "eth0"]);
     assert!(
         eventually(Duration::from_secs(10), || {
@@ -283,19 +244,13 @@ async fn nft_nodeports_follow_the_node_interface_addresses() {
                 .build(),
         )
         .await;
-    assert!(
-        eventually(Duration::from_secs(15), || reached(
-            &lab,
-            "n1",
-            "127.0.0.1:30080",
-            &only_a
-        )),
-        "{:?}",
-        lab.tcp("n1", "127.0.0.1:30080", 2, 2000)
+    lab.assert_reaches(
+        "n1",
+        "127.0.0.1:30080",
+        &only_a,
+        12,
+        Duration::from_secs(15),
     );
-    assert_eq!(
-        lab.tcp("c", "10.0.0.11:30080", 1, 2000),
-        vec![Outcome::Err("refused".into())]
-    );
+    lab.assert_refused("c", "10.0.0.11:30080");
     proxy.stop().await;
 }

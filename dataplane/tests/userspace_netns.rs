@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
@@ -27,7 +26,7 @@ use kube_lb_dataplane::testing::{node, service, slice};
 use kube_lb_dataplane::userspace::capture::CaptureConfig;
 use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
 use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
-use support::{Lab, Outcome, SERVICE_RANGES_V6, eventually, names, node_ip, node_ip6};
+use support::{Lab, Outcome, SERVICE_RANGES_V6, eventually, names, node_ip, node_ip6, set};
 
 const TABLE: &str = "kube-lb-userspace";
 
@@ -277,16 +276,6 @@ fn bound_sockets(lab: &Lab, short: &str) -> String {
     lab.exec(short, &["ss", "-Hlntu"])
 }
 
-fn reached(lab: &Lab, client: &str, addr: &str, expected: &BTreeSet<String>) -> bool {
-    let outcomes = lab.tcp(client, addr, 6, 2000);
-    outcomes.iter().all(|o| o.name().is_some()) && &names(&outcomes) == expected
-}
-
-fn udp_reached(lab: &Lab, client: &str, addr: &str) -> bool {
-    let outcomes = lab.udp(client, addr, 3, 2000, None);
-    outcomes.iter().all(|o| o.name().is_some())
-}
-
 #[test]
 fn userspace_captures_every_frontend_kind_for_pods_nodes_and_the_host() {
     require_netns!();
@@ -301,27 +290,17 @@ fn userspace_captures_every_frontend_kind_for_pods_nodes_and_the_host() {
     agent.apply(&web());
     agent.apply(&web_slice(&[&a, &b]));
 
-    let both: BTreeSet<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+    let both = set(&["a", "b"]);
     // "pa": a pod on node 1; "n2": another node; "c": a LAN client; "n1": the node itself.
     let clients = ["pa", "n2", "c", "n1"];
     let tcp = ["10.96.0.10:80", "192.0.2.10:80", "203.0.113.10:80"];
     let udp = ["10.96.0.10:53", "192.0.2.10:53", "203.0.113.10:53"];
     for client in clients {
         for addr in tcp.iter().chain(&["10.0.0.11:30080"]) {
-            assert!(
-                eventually(Duration::from_secs(15), || reached(
-                    &lab, client, addr, &both
-                )),
-                "{client} → {addr}: {:?}",
-                lab.tcp(client, addr, 4, 2000)
-            );
+            lab.assert_reaches(client, addr, &both, 6, Duration::from_secs(15));
         }
         for addr in udp.iter().chain(&["10.0.0.11:30053"]) {
-            assert!(
-                eventually(Duration::from_secs(10), || udp_reached(&lab, client, addr)),
-                "{client} → {addr}/udp: {:?}",
-                lab.udp(client, addr, 3, 2000, None)
-            );
+            lab.assert_udp_reaches(client, addr, Duration::from_secs(10));
         }
     }
     // As the seeds say, the userspace proxy hides the client's address: endpoints see node 1.
@@ -364,12 +343,7 @@ fn userspace_captures_every_frontend_kind_for_pods_nodes_and_the_host() {
         lab.tcp("c", "10.96.0.10:80", 1, 2000)
     );
     agent.apply(&web_slice(&[&a, &b]));
-    assert!(eventually(Duration::from_secs(10), || reached(
-        &lab,
-        "c",
-        "10.96.0.10:80",
-        &both
-    )));
+    lab.assert_reaches("c", "10.96.0.10:80", &both, 6, Duration::from_secs(10));
 
     // The Service goes: its capture elements, rejects and sockets go with it.
     agent.command("delete-service web");
@@ -389,12 +363,7 @@ fn userspace_captures_every_frontend_kind_for_pods_nodes_and_the_host() {
 
     // SIGTERM: the table goes too.
     agent.apply(&web());
-    assert!(eventually(Duration::from_secs(10), || reached(
-        &lab,
-        "pa",
-        "10.96.0.10:80",
-        &both
-    )));
+    lab.assert_reaches("pa", "10.96.0.10:80", &both, 6, Duration::from_secs(10));
     agent.kill("-TERM");
     assert_eq!(capture_table(&lab, "n1"), None, "table left after SIGTERM");
     assert_eq!(bound_sockets(&lab, "n1").trim(), "");
@@ -403,12 +372,7 @@ fn userspace_captures_every_frontend_kind_for_pods_nodes_and_the_host() {
     let mut agent = Agent::start(&lab.ns("n1"), "");
     agent.apply(&web());
     agent.apply(&web_slice(&[&a, &b]));
-    assert!(eventually(Duration::from_secs(10), || reached(
-        &lab,
-        "c",
-        "192.0.2.10:80",
-        &both
-    )));
+    lab.assert_reaches("c", "192.0.2.10:80", &both, 6, Duration::from_secs(10));
     agent.kill("-KILL");
     let stale = capture_table(&lab, "n1").expect("a killed proxy leaves its table");
     assert!(stale.contains("10.96.0.10 . tcp . 80"), "{stale}");
@@ -468,7 +432,7 @@ fn userspace_captures_ipv6_frontends() {
     eps.address_type = "IPv6".into();
     agent.apply(&eps);
 
-    let both: BTreeSet<String> = ["a", "b"].iter().map(|s| s.to_string()).collect();
+    let both = set(&["a", "b"]);
     let node_port = format!("[{}]:30081", node_ip6(1));
     let node_port_udp = format!("[{}]:30053", node_ip6(1));
     for client in ["pa", "n2", "c", "n1"] {
@@ -478,24 +442,14 @@ fn userspace_captures_ipv6_frontends() {
             "[2001:db8:20::10]:80",
             node_port.as_str(),
         ] {
-            assert!(
-                eventually(Duration::from_secs(15), || reached(
-                    &lab, client, addr, &both
-                )),
-                "{client} → {addr}: {:?}",
-                lab.tcp(client, addr, 4, 2000)
-            );
+            lab.assert_reaches(client, addr, &both, 6, Duration::from_secs(15));
         }
         for addr in [
             "[fd00:96::10]:53",
             "[2001:db8:10::10]:53",
             node_port_udp.as_str(),
         ] {
-            assert!(
-                eventually(Duration::from_secs(10), || udp_reached(&lab, client, addr)),
-                "{client} → {addr}/udp: {:?}",
-                lab.udp(client, addr, 3, 2000, None)
-            );
+            lab.assert_udp_reaches(client, addr, Duration::from_secs(10));
         }
     }
     let table = capture_table(&lab, "n1").expect("capture table exists");
@@ -545,21 +499,12 @@ fn userspace_endpoints_subsets_keep_their_own_ports() {
     agent.apply(&legacy());
     agent.apply(&two_subsets(&a.ip, &b.ip));
 
-    let both: BTreeSet<String> = ["a9376", "b9377"].iter().map(|s| s.to_string()).collect();
-    assert!(
-        eventually(Duration::from_secs(15), || reached(
-            &lab,
-            "c",
-            "10.96.0.20:80",
-            &both
-        )),
-        "{:?}",
-        lab.tcp("c", "10.96.0.20:80", 4, 2000)
-    );
+    let both = set(&["a9376", "b9377"]);
+    lab.assert_reaches("c", "10.96.0.20:80", &both, 6, Duration::from_secs(15));
     // a's server stops but stays listed: every connection still succeeds, on b's own port.
     drop(a9376);
     let outcomes = lab.tcp("c", "10.96.0.20:80", 10, 3000);
-    let only_b: BTreeSet<String> = ["b9377".to_string()].into();
+    let only_b = set(&["b9377"]);
     assert!(
         outcomes.iter().all(|o| o.name().is_some()) && names(&outcomes) == only_b,
         "{outcomes:?}"
@@ -572,43 +517,18 @@ fn userspace_nodeports_follow_the_node_interface_addresses() {
     require_netns!();
     let mut lab = Lab::new(1);
     let a = lab.pod("a", 1);
-    let only_a: BTreeSet<String> = ["a".to_string()].into();
+    let only_a = set(&["a"]);
     let mut agent = Agent::start(&lab.ns("n1"), "10.0.0.0/24");
     agent.apply(&web());
     agent.apply(&web_slice(&[&a]));
-    assert!(
-        eventually(Duration::from_secs(15), || reached(
-            &lab,
-            "c",
-            "10.0.0.11:30080",
-            &only_a
-        )),
-        "{:?}",
-        lab.tcp("c", "10.0.0.11:30080", 2, 2000)
-    );
+    lab.assert_reaches("c", "10.0.0.11:30080", &only_a, 6, Duration::from_secs(15));
     // Outside --nodeport-addresses: the pod-network address serves no NodePort.
-    assert_eq!(
-        lab.tcp("pa", "10.244.1.1:30080", 1, 2000),
-        vec![Outcome::Err("refused".into())]
-    );
+    lab.assert_refused("pa", "10.244.1.1:30080");
 
     // An address added after start inside the range gains the NodePorts; removed, loses them.
     lab.add_node_address(1, "10.0.0.50/32");
-    assert!(
-        eventually(Duration::from_secs(10), || reached(
-            &lab,
-            "c",
-            "10.0.0.50:30080",
-            &only_a
-        )),
-        "{:?}",
-        lab.tcp("c", "10.0.0.50:30080", 2, 2000)
-    );
-    assert!(eventually(Duration::from_secs(10), || udp_reached(
-        &lab,
-        "c",
-        "10.0.0.50:30053"
-    )));
+    lab.assert_reaches("c", "10.0.0.50:30080", &only_a, 6, Duration::from_secs(10));
+    lab.assert_udp_reaches("c", "10.0.0.50:30053", Duration::from_secs(10));
     lab.exec("n1", &["ip", "addr", "del", "10.0.0.50/32", "dev", "eth0"]);
     assert!(
         eventually(Duration::from_secs(10), || !agent
@@ -623,20 +543,8 @@ fn userspace_nodeports_follow_the_node_interface_addresses() {
     let mut agent = Agent::start(&lab.ns("n1"), "127.0.0.0/8");
     agent.apply(&web());
     agent.apply(&web_slice(&[&a]));
-    assert!(
-        eventually(Duration::from_secs(15), || reached(
-            &lab,
-            "n1",
-            "127.0.0.1:30080",
-            &only_a
-        )),
-        "{:?}",
-        lab.tcp("n1", "127.0.0.1:30080", 2, 2000)
-    );
-    assert_eq!(
-        lab.tcp("c", "10.0.0.11:30080", 1, 2000),
-        vec![Outcome::Err("refused".into())]
-    );
+    lab.assert_reaches("n1", "127.0.0.1:30080", &only_a, 6, Duration::from_secs(15));
+    lab.assert_refused("c", "10.0.0.11:30080");
     let sockets = agent.sockets(&lab);
     let nodeport_sockets: Vec<&str> = sockets.lines().filter(|l| l.contains(":300")).collect();
     assert!(

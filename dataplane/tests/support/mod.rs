@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -547,6 +547,65 @@ impl Outcome {
                 .map(|(ip, _)| ip.trim_start_matches('[').trim_end_matches(']')),
             Outcome::Err(_) => None,
         }
+    }
+}
+
+/// The set of pod names `items`.
+pub fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+impl Lab {
+    /// Whether `samples` TCP connections from `client` to `addr` are all answered, and by
+    /// exactly the pods `expected` names.
+    pub fn reaches(
+        &self,
+        client: &str,
+        addr: &str,
+        expected: &BTreeSet<String>,
+        samples: usize,
+    ) -> bool {
+        let outcomes = self.tcp(client, addr, samples, 2000);
+        outcomes.iter().all(|o| o.name().is_some()) && &names(&outcomes) == expected
+    }
+
+    /// Waits up to `ceiling` for [`Lab::reaches`]; fails showing what a last try got.
+    pub fn assert_reaches(
+        &self,
+        client: &str,
+        addr: &str,
+        expected: &BTreeSet<String>,
+        samples: usize,
+        ceiling: Duration,
+    ) {
+        assert!(
+            eventually(ceiling, || self.reaches(client, addr, expected, samples)),
+            "{client} → {addr}: expected answers from {expected:?}, a last try got {:?}",
+            self.tcp(client, addr, 4, 2000)
+        );
+    }
+
+    /// Waits up to `ceiling` until three UDP datagrams from `client` to `addr` are all answered.
+    pub fn assert_udp_reaches(&self, client: &str, addr: &str, ceiling: Duration) {
+        let answered = || {
+            self.udp(client, addr, 3, 2000, None)
+                .iter()
+                .all(|o| o.name().is_some())
+        };
+        assert!(
+            eventually(ceiling, answered),
+            "{client} → {addr} (udp): a last try got {:?}",
+            self.udp(client, addr, 3, 2000, None)
+        );
+    }
+
+    /// Fails unless a TCP connection from `client` to `addr` is refused.
+    pub fn assert_refused(&self, client: &str, addr: &str) {
+        assert_eq!(
+            self.tcp(client, addr, 1, 2000),
+            vec![Outcome::Err("refused".into())],
+            "{client} → {addr}"
+        );
     }
 }
 
