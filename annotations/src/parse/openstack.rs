@@ -479,6 +479,11 @@ pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (OpenstackSpec, Sch
                 }
             });
 
+    let security_group_recorded = reader
+        .all()
+        .get(key::CREATED_WITH)
+        .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw).ok())
+        .is_some_and(|recorded| recorded.get("security_group").is_some());
     let spec = OpenstackSpec {
         internal,
         floating_network_id,
@@ -503,6 +508,7 @@ pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (OpenstackSpec, Sch
         load_balancer_id,
         hostname,
         node_selector,
+        security_group_recorded,
     };
     let scheme = if internal {
         Scheme::Internal

@@ -146,6 +146,12 @@ pub struct OpenstackSpec {
     /// (`k=v` equality, bare `k` existence; all must hold).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<Vec<LabelRequirement>>,
+    /// kube-lb's record (a `security_group` field in
+    /// [`crate::keys::openstack::CREATED_WITH`]) that it made a security group for the Service
+    /// (`manage-security-groups`), so the provider removes it once the option is off without
+    /// looking for one on every resync.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub security_group_recorded: bool,
 }
 
 impl Default for OpenstackSpec {
@@ -174,6 +180,7 @@ impl Default for OpenstackSpec {
             load_balancer_id: None,
             hostname: None,
             node_selector: None,
+            security_group_recorded: false,
         }
     }
 }

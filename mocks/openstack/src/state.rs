@@ -197,6 +197,18 @@ pub(crate) struct Store {
     pub security_group_rules: BTreeMap<String, Value>,
 }
 
+impl Store {
+    /// The collections of objects under a load balancer (each names it in `__lb`).
+    pub fn octavia_children(&mut self) -> [&mut BTreeMap<String, Value>; 4] {
+        [
+            &mut self.listeners,
+            &mut self.pools,
+            &mut self.members,
+            &mut self.healthmonitors,
+        ]
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct State {
     pub config: Config,
@@ -322,13 +334,7 @@ impl State {
                 lb["operating_status"] = json!(online);
             }
         }
-        let store = &mut self.store;
-        for collection in [
-            &mut store.listeners,
-            &mut store.pools,
-            &mut store.members,
-            &mut store.healthmonitors,
-        ] {
+        for collection in self.store.octavia_children() {
             for child in collection.values_mut() {
                 if child["__lb"] != json!(lb_id) {
                     continue;
@@ -386,13 +392,7 @@ impl State {
         let Some(lb) = self.store.loadbalancers.remove(lb_id) else {
             return;
         };
-        let store = &mut self.store;
-        for collection in [
-            &mut store.listeners,
-            &mut store.pools,
-            &mut store.members,
-            &mut store.healthmonitors,
-        ] {
+        for collection in self.store.octavia_children() {
             collection.retain(|_, child| child["__lb"] != json!(lb_id));
         }
         if let Some(port) = lb["vip_port_id"].as_str() {
@@ -463,7 +463,8 @@ impl State {
 }
 
 /// Keeps the documents whose fields match every filter of `query` (Octavia and Neutron
-/// filter lists by any attribute; `tags` needs all listed tags). Paging and field selection
+/// filter lists by any attribute; `tags` needs all listed tags; a list attribute matches
+/// when it holds the value). Paging and field selection
 /// parameters are ignored.
 pub(crate) fn filter<'a>(
     items: impl Iterator<Item = &'a Value>,
@@ -481,8 +482,13 @@ pub(crate) fn filter<'a>(
                 "loadbalancer_id" if item.get("loadbalancer_id").is_none() => {
                     item["__lb"].as_str() == Some(wanted.as_str())
                 }
-                _ => render(&item[key.as_str()])
-                    .is_some_and(|have| have.eq_ignore_ascii_case(wanted)),
+                // A list attribute (a port's `security_groups`) matches when it holds the value.
+                _ => match &item[key.as_str()] {
+                    Value::Array(values) => values
+                        .iter()
+                        .any(|v| render(v).is_some_and(|have| have.eq_ignore_ascii_case(wanted))),
+                    value => render(value).is_some_and(|have| have.eq_ignore_ascii_case(wanted)),
+                },
             })
         })
         .map(public)

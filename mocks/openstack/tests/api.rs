@@ -556,6 +556,27 @@ async fn neutron_security_groups_rules_ports_and_floating_ips_behave_as_neutron(
     )
     .await;
     assert_eq!(status, 200);
+    // Ports filter by a group they carry (a list attribute matches when it holds the value).
+    let carrying = |group: String| {
+        let path = format!("{NEUTRON}/ports?security_groups={group}");
+        let (cloud, token) = (&cloud, &token);
+        async move {
+            let (status, answer) =
+                call(cloud, Some(token), reqwest::Method::GET, &path, None).await;
+            assert_eq!(status, 200, "{answer}");
+            answer["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        carrying(group_id.to_string()).await,
+        vec![node_port.to_string()]
+    );
+    assert!(carrying("no-such-group".into()).await.is_empty());
     let group_path = format!("{NEUTRON}/security-groups/{group_id}");
     let delete_group = || {
         call(

@@ -23,7 +23,8 @@ use tokio::sync::Mutex;
 use crate::config::{Credentials, GlobalConfig};
 use crate::error::OpenStackError;
 use crate::model::{
-    FloatingIp, HealthMonitor, Listener, LoadBalancer, Member, Network, Pool, Subnet,
+    FloatingIp, HealthMonitor, Listener, LoadBalancer, Member, Network, Pool, Port, SecurityGroup,
+    SecurityGroupRule, Subnet,
 };
 
 /// Which API a request goes to.
@@ -401,6 +402,20 @@ impl OpenStackClient {
         decode(operation, document, key)
     }
 
+    /// One object; `None` when it does not exist (404).
+    async fn get_optional<T: DeserializeOwned>(
+        &self,
+        service: Service,
+        operation: &'static str,
+        path: &str,
+        key: &str,
+    ) -> Result<Option<T>, OpenStackError> {
+        match self.get(service, operation, path, &[], key).await {
+            Err(error) if error.is_not_found() => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
     async fn send<T: DeserializeOwned>(
         &self,
         service: Service,
@@ -468,6 +483,19 @@ impl OpenStackClient {
             .map(drop)
     }
 
+    /// Deletes an object; one already gone (404) is not an error.
+    async fn delete_existing(
+        &self,
+        service: Service,
+        operation: &'static str,
+        path: &str,
+    ) -> Result<(), OpenStackError> {
+        match self.delete(service, operation, path, &[]).await {
+            Err(error) if error.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+
     /// Load balancers named `name`.
     pub async fn load_balancers_named(
         &self,
@@ -497,36 +525,26 @@ impl OpenStackClient {
 
     /// One load balancer; `None` when it does not exist.
     pub async fn load_balancer(&self, id: &str) -> Result<Option<LoadBalancer>, OpenStackError> {
-        match self
-            .get(
-                Service::Octavia,
-                "octavia:GetLoadBalancer",
-                &format!("lbaas/loadbalancers/{id}"),
-                &[],
-                "loadbalancer",
-            )
-            .await
-        {
-            Err(error) if error.is_not_found() => Ok(None),
-            other => other.map(Some),
-        }
+        self.get_optional(
+            Service::Octavia,
+            "octavia:GetLoadBalancer",
+            &format!("lbaas/loadbalancers/{id}"),
+            "loadbalancer",
+        )
+        .await
     }
 
     /// Creates a load balancer (fully populated when `body` carries listeners).
     /// A create whose answer was lost is found by name, description and tags (see `create`).
     pub async fn create_load_balancer(&self, body: &Value) -> Result<LoadBalancer, OpenStackError> {
         let name = text(body, "name");
-        let made = || async move {
-            Ok(self
-                .load_balancers_named(name)
-                .await?
-                .into_iter()
-                .find(|lb| {
-                    lb.provisioning_status != "DELETED"
-                        && lb.provisioning_status != "PENDING_DELETE"
-                        && lb.description == text(body, "description")
-                        && strings(body, "tags").iter().all(|t| lb.tags.contains(t))
-                }))
+        let made = || {
+            found_in(self.load_balancers_named(name), |lb: &LoadBalancer| {
+                lb.provisioning_status != "DELETED"
+                    && lb.provisioning_status != "PENDING_DELETE"
+                    && lb.description == text(body, "description")
+                    && strings(body, "tags").iter().all(|t| lb.tags.contains(t))
+            })
         };
         self.create(
             Service::Octavia,
@@ -597,15 +615,14 @@ impl OpenStackClient {
     /// Creates a listener.
     /// A create whose answer was lost is found by load balancer, name and port.
     pub async fn create_listener(&self, body: &Value) -> Result<Listener, OpenStackError> {
-        let made = || async move {
-            Ok(self
-                .listeners(text(body, "loadbalancer_id"))
-                .await?
-                .into_iter()
-                .find(|l| {
+        let made = || {
+            found_in(
+                self.listeners(text(body, "loadbalancer_id")),
+                |l: &Listener| {
                     l.name == text(body, "name")
                         && Some(u64::from(l.protocol_port)) == body["protocol_port"].as_u64()
-                }))
+                },
+            )
         };
         self.create(
             Service::Octavia,
@@ -685,17 +702,17 @@ impl OpenStackClient {
     /// Creates a pool (members and monitor follow in their own calls).
     /// A create whose answer was lost is found by name and listener (or load balancer).
     pub async fn create_pool(&self, body: &Value) -> Result<Pool, OpenStackError> {
-        let made = || async move {
-            let parent = |refs: &[crate::model::IdRef], key: &str| {
-                body[key]
-                    .as_str()
-                    .is_none_or(|id| refs.iter().any(|r| r.id == id))
-            };
-            Ok(self.all_pools().await?.into_iter().find(|p| {
+        let parent = |refs: &[crate::model::IdRef], key: &str| {
+            body[key]
+                .as_str()
+                .is_none_or(|id| refs.iter().any(|r| r.id == id))
+        };
+        let made = || {
+            found_in(self.all_pools(), |p: &Pool| {
                 p.name == text(body, "name")
                     && parent(&p.listeners, "listener_id")
                     && parent(&p.loadbalancers, "loadbalancer_id")
-            }))
+            })
         };
         self.create(
             Service::Octavia,
@@ -765,19 +782,13 @@ impl OpenStackClient {
 
     /// One health monitor; `None` when it does not exist.
     pub async fn health_monitor(&self, id: &str) -> Result<Option<HealthMonitor>, OpenStackError> {
-        match self
-            .get(
-                Service::Octavia,
-                "octavia:GetHealthMonitor",
-                &format!("lbaas/healthmonitors/{id}"),
-                &[],
-                "healthmonitor",
-            )
-            .await
-        {
-            Err(error) if error.is_not_found() => Ok(None),
-            other => other.map(Some),
-        }
+        self.get_optional(
+            Service::Octavia,
+            "octavia:GetHealthMonitor",
+            &format!("lbaas/healthmonitors/{id}"),
+            "healthmonitor",
+        )
+        .await
     }
 
     /// Creates a health monitor.
@@ -866,11 +877,10 @@ impl OpenStackClient {
                 (None, Some(address)) => ("floating_ip_address", address),
                 (None, None) => ("description", text(body, "description")),
             };
-            Ok(self
-                .floating_ips(&[filter])
-                .await?
-                .into_iter()
-                .find(|fip| fip.description == text(body, "description")))
+            found_in(self.floating_ips(&[filter]), |fip: &FloatingIp| {
+                fip.description == text(body, "description")
+            })
+            .await
         };
         self.create(
             Service::Neutron,
@@ -912,18 +922,12 @@ impl OpenStackClient {
 
     /// Releases a floating IP; one already gone is not an error.
     pub async fn delete_floating_ip(&self, id: &str) -> Result<(), OpenStackError> {
-        match self
-            .delete(
-                Service::Neutron,
-                "neutron:DeleteFloatingIp",
-                &format!("floatingips/{id}"),
-                &[],
-            )
-            .await
-        {
-            Err(error) if error.is_not_found() => Ok(()),
-            other => other,
-        }
+        self.delete_existing(
+            Service::Neutron,
+            "neutron:DeleteFloatingIp",
+            &format!("floatingips/{id}"),
+        )
+        .await
     }
 
     /// Subnets matching `filters` (`network_id`, `tags`, ...).
@@ -934,6 +938,147 @@ impl OpenStackClient {
             "subnets",
             filters,
             "subnets",
+        )
+        .await
+    }
+
+    /// One subnet; `None` when it does not exist.
+    pub async fn subnet(&self, id: &str) -> Result<Option<Subnet>, OpenStackError> {
+        self.get_optional(
+            Service::Neutron,
+            "neutron:GetSubnet",
+            &format!("subnets/{id}"),
+            "subnet",
+        )
+        .await
+    }
+
+    /// Ports matching `filters` (`network_id`, `security_groups`, ...).
+    pub async fn ports(&self, filters: &[(&str, &str)]) -> Result<Vec<Port>, OpenStackError> {
+        self.get(
+            Service::Neutron,
+            "neutron:ListPorts",
+            "ports",
+            filters,
+            "ports",
+        )
+        .await
+    }
+
+    /// Sets a port's security groups to `groups` (the whole list).
+    pub async fn set_port_security_groups(
+        &self,
+        port_id: &str,
+        groups: &[String],
+    ) -> Result<Port, OpenStackError> {
+        self.send(
+            Service::Neutron,
+            "neutron:UpdatePort",
+            Method::PUT,
+            &format!("ports/{port_id}"),
+            &json!({"port": {"security_groups": groups}}),
+            "port",
+        )
+        .await
+    }
+
+    /// Security groups matching `filters` (`name`, ...), each with its rules.
+    pub async fn security_groups(
+        &self,
+        filters: &[(&str, &str)],
+    ) -> Result<Vec<SecurityGroup>, OpenStackError> {
+        self.get(
+            Service::Neutron,
+            "neutron:ListSecurityGroups",
+            "security-groups",
+            filters,
+            "security_groups",
+        )
+        .await
+    }
+
+    /// Creates a security group.
+    /// A create whose answer was lost is found by name and description.
+    pub async fn create_security_group(
+        &self,
+        body: &Value,
+    ) -> Result<SecurityGroup, OpenStackError> {
+        let made = || async move {
+            found_in(
+                self.security_groups(&[("name", text(body, "name"))]),
+                |group: &SecurityGroup| group.description == text(body, "description"),
+            )
+            .await
+        };
+        self.create(
+            Service::Neutron,
+            "neutron:CreateSecurityGroup",
+            "security-groups",
+            &json!({"security_group": body}),
+            "security_group",
+            made,
+        )
+        .await
+    }
+
+    /// Deletes a security group; one already gone is not an error.
+    pub async fn delete_security_group(&self, id: &str) -> Result<(), OpenStackError> {
+        self.delete_existing(
+            Service::Neutron,
+            "neutron:DeleteSecurityGroup",
+            &format!("security-groups/{id}"),
+        )
+        .await
+    }
+
+    /// Adds a rule to a security group. A rule that already exists (Neutron's 409
+    /// `SecurityGroupRuleExists`, or found after a lost answer) is what was asked for.
+    pub async fn create_security_group_rule(&self, body: &Value) -> Result<(), OpenStackError> {
+        let made = || async move {
+            let group = text(body, "security_group_id");
+            let same = |rule: &SecurityGroupRule| {
+                rule.direction == text(body, "direction")
+                    && rule.ethertype == text(body, "ethertype")
+                    && rule.protocol.as_deref() == body["protocol"].as_str()
+                    && rule.port_range_min.map(u64::from) == body["port_range_min"].as_u64()
+                    && rule.port_range_max.map(u64::from) == body["port_range_max"].as_u64()
+                    && rule.remote_ip_prefix.as_deref() == body["remote_ip_prefix"].as_str()
+            };
+            found_in(
+                self.get::<Vec<SecurityGroupRule>>(
+                    Service::Neutron,
+                    "neutron:ListSecurityGroupRules",
+                    "security-group-rules",
+                    &[("security_group_id", group)],
+                    "security_group_rules",
+                ),
+                same,
+            )
+            .await
+        };
+        match self
+            .create(
+                Service::Neutron,
+                "neutron:CreateSecurityGroupRule",
+                "security-group-rules",
+                &json!({"security_group_rule": body}),
+                "security_group_rule",
+                made,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_neutron("SecurityGroupRuleExists") => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Deletes a security group rule; one already gone is not an error.
+    pub async fn delete_security_group_rule(&self, id: &str) -> Result<(), OpenStackError> {
+        self.delete_existing(
+            Service::Neutron,
+            "neutron:DeleteSecurityGroupRule",
+            &format!("security-group-rules/{id}"),
         )
         .await
     }
@@ -949,6 +1094,15 @@ impl OpenStackClient {
         )
         .await
     }
+}
+
+/// The first item of `listing` that `wanted` accepts: how a create whose answer may have been
+/// lost looks for what it made.
+async fn found_in<T>(
+    listing: impl std::future::Future<Output = Result<Vec<T>, OpenStackError>>,
+    wanted: impl Fn(&T) -> bool,
+) -> Result<Option<T>, OpenStackError> {
+    Ok(listing.await?.into_iter().find(|item| wanted(item)))
 }
 
 /// Extracts `document[key]` as `T`.

@@ -254,6 +254,9 @@ pub struct LoadBalancerConfig {
     pub enable_ingress_hostname: bool,
     /// `ingress-hostname-suffix` (default `nip.io`).
     pub ingress_hostname_suffix: String,
+    /// `manage-security-groups` (default false): one Neutron security group per Service,
+    /// opening its node ports to the member subnet, on the member ports of its nodes.
+    pub manage_security_groups: bool,
     /// `[LoadBalancerClass "name"]` sections by name.
     pub classes: BTreeMap<String, LoadBalancerClass>,
 }
@@ -274,6 +277,7 @@ impl Default for LoadBalancerConfig {
             availability_zone: None,
             enable_ingress_hostname: false,
             ingress_hostname_suffix: "nip.io".to_string(),
+            manage_security_groups: false,
             classes: BTreeMap::new(),
         }
     }
@@ -504,6 +508,7 @@ const LOAD_BALANCER_KEYS: &[&str] = &[
     "availability-zone",
     "enable-ingress-hostname",
     "ingress-hostname-suffix",
+    "manage-security-groups",
 ];
 
 /// Octavia provider drivers upstream accepts for `lb-provider`.
@@ -635,6 +640,8 @@ impl CloudConfig {
             ingress_hostname_suffix: lb
                 .string("ingress-hostname-suffix")
                 .unwrap_or(defaults.ingress_hostname_suffix),
+            manage_security_groups: lb
+                .bool("manage-security-groups", defaults.manage_security_groups)?,
             classes,
         };
         Ok(CloudConfig {
@@ -1032,6 +1039,7 @@ mod tests {
             "[Global]\nauth-url=\"http://k/v3\"\napplication-credential-id = abc\napplication-credential-secret = s3cret\nregion = RegionTwo\nca-file = /etc/ca.pem\n\
              [LoadBalancer]\nfloating-network-id = {NETWORK}\nsubnet-id = {SUBNET}\nlb-method = SOURCE_IP\ncreate-monitor = true\nmonitor-delay = 10s\nmonitor-timeout = 2\n\
              internal-lb = true\nlb-provider = ovn\nenable-ingress-hostname = true\ningress-hostname-suffix = example.net\nfloating-subnet-tags = a, b\n\
+             manage-security-groups = true\n\
              [LoadBalancerClass \"fast\"]\nsubnet-id = {SUBNET}\nfloating-subnet = public-*\n"
         );
         let config = CloudConfig::parse_in(&text, &no_env()).expect("valid");
@@ -1046,6 +1054,8 @@ mod tests {
         assert_eq!(lb.network.floating_subnet_tags, vec!["a", "b"]);
         assert_eq!(lb.lb_method, LbMethod::SourceIp);
         assert!(lb.create_monitor && lb.internal_lb && lb.enable_ingress_hostname);
+        assert!(lb.manage_security_groups);
+        assert!(!LoadBalancerConfig::default().manage_security_groups);
         assert_eq!(lb.ingress_hostname_suffix, "example.net");
         assert_eq!(lb.monitor_delay, Duration::from_secs(10));
         assert_eq!(lb.monitor_timeout, Duration::from_secs(2));

@@ -89,6 +89,15 @@ impl OpenStackError {
         }
     }
 
+    /// True when Neutron named the error `kind` (`SecurityGroupRuleExists`, ...): the client
+    /// renders Neutron's type after its message, in parentheses.
+    pub fn is_neutron(&self, kind: &str) -> bool {
+        match self {
+            OpenStackError::Api { message, .. } => message.ends_with(&format!("({kind})")),
+            _ => false,
+        }
+    }
+
     /// True for a 404.
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(404)

@@ -1,6 +1,7 @@
 //! The OpenStack provider: one Octavia load balancer per Service, with a listener, pool and
 //! optional health monitor per port, nodes as members, and a Neutron floating IP unless the
-//! Service is internal. Names, descriptions and floating-IP ownership phrases are those of
+//! Service is internal; with `manage-security-groups`, a Neutron security group opening the
+//! Service's node ports to the member subnet on the nodes' ports ([`security_group`]). Names, descriptions and floating-IP ownership phrases are those of
 //! cloud-provider-openstack (OCCM), so load balancers it created are adopted, not duplicated;
 //! a Service-UID tag additionally keeps two clusters with the same `--cluster-name` apart.
 //!
@@ -14,6 +15,7 @@ mod inventory;
 pub mod model;
 pub mod plan;
 pub mod provider;
+pub mod security_group;
 
 pub use client::OpenStackClient;
 pub use config::{CloudConfig, ConfigError, Credentials, GlobalConfig, LoadBalancerConfig};

@@ -210,6 +210,9 @@ pub struct Subnet {
     /// 4 or 6.
     #[serde(default)]
     pub ip_version: u8,
+    /// Its address range (`10.0.0.0/24`).
+    #[serde(default)]
+    pub cidr: String,
     /// Tags.
     #[serde(default, deserialize_with = "null_as_default")]
     pub tags: Vec<String>,
@@ -244,4 +247,94 @@ pub struct Network {
     /// Whether floating IPs can come from it.
     #[serde(default, rename = "router:external")]
     pub external: bool,
+}
+
+/// A Neutron security group.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SecurityGroup {
+    /// Id.
+    pub id: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Description (carries the ownership phrase).
+    #[serde(default)]
+    pub description: String,
+    /// Tags.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub tags: Vec<String>,
+    /// Its rules (Neutron embeds them in the group document).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub security_group_rules: Vec<SecurityGroupRule>,
+    /// Creation time.
+    #[serde(default)]
+    pub created_at: Option<String>,
+}
+
+/// A Neutron security group rule.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SecurityGroupRule {
+    /// Id.
+    pub id: String,
+    /// `ingress` or `egress`.
+    #[serde(default)]
+    pub direction: String,
+    /// `IPv4` or `IPv6`.
+    #[serde(default)]
+    pub ethertype: String,
+    /// `tcp`, `udp`, ... (`None`: any).
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// First port.
+    #[serde(default)]
+    pub port_range_min: Option<u16>,
+    /// Last port.
+    #[serde(default)]
+    pub port_range_max: Option<u16>,
+    /// Source CIDR (`None`: anywhere, or a remote group).
+    #[serde(default)]
+    pub remote_ip_prefix: Option<String>,
+    /// Source security group.
+    #[serde(default)]
+    pub remote_group_id: Option<String>,
+    /// Description (marks the rules kube-lb made).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub description: String,
+}
+
+/// One address of a Neutron port.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FixedIp {
+    /// The subnet.
+    #[serde(default)]
+    pub subnet_id: String,
+    /// The address.
+    #[serde(default)]
+    pub ip_address: String,
+}
+
+/// A Neutron port.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Port {
+    /// Id.
+    pub id: String,
+    /// Its network.
+    #[serde(default)]
+    pub network_id: String,
+    /// The server (or other device) it belongs to.
+    #[serde(default)]
+    pub device_id: String,
+    /// Its addresses.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub fixed_ips: Vec<FixedIp>,
+    /// The security groups applied to it.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub security_groups: Vec<String>,
+    /// False when the port takes no security groups (Neutron refuses to set any).
+    #[serde(default = "enabled")]
+    pub port_security_enabled: bool,
+}
+
+fn enabled() -> bool {
+    true
 }

@@ -586,6 +586,8 @@ pub struct Desired {
     pub hostname: Option<String>,
     /// `enable-ingress-hostname` with PROXY protocol: report `<ip>.<suffix>`.
     pub ingress_hostname_suffix: Option<String>,
+    /// The members' subnet (where `manage-security-groups` attaches the Service's group).
+    pub member_subnet_id: Option<String>,
 }
 
 impl Desired {
@@ -656,12 +658,19 @@ impl Desired {
 /// reports them, so the annotation parser can tell a later change of flavor, zone or VIP
 /// annotations (which Octavia cannot apply) from the values the load balancer has; with the
 /// floating IP on its VIP (`floating_ip`), which kube-lb, as upstream, never moves to another
-/// `loadBalancerIP` once attached.
-pub fn created_with(lb: &LoadBalancer, floating_ip: Option<&str>) -> String {
+/// `loadBalancerIP` once attached; and the security group kube-lb manages for the Service
+/// (`security_group`), so turning `manage-security-groups` off removes it without a lookup on
+/// every resync of Services that never had one.
+pub fn created_with(
+    lb: &LoadBalancer,
+    floating_ip: Option<&str>,
+    security_group: Option<&str>,
+) -> String {
     let fields = [
         ("availability_zone", &lb.availability_zone),
         ("flavor_id", &lb.flavor_id),
         ("floating_ip_address", &floating_ip.map(str::to_string)),
+        ("security_group", &security_group.map(str::to_string)),
         ("vip_address", &Some(lb.vip_address.clone())),
         ("vip_network_id", &lb.vip_network_id),
         ("vip_port_id", &Some(lb.vip_port_id.clone())),
@@ -950,6 +959,7 @@ pub fn desired(
         hostname: os.hostname.clone(),
         ingress_hostname_suffix: (config.enable_ingress_hostname && os.proxy_protocol.is_some())
             .then(|| config.ingress_hostname_suffix.clone()),
+        member_subnet_id: member_subnet,
     })
 }
 
@@ -1559,7 +1569,7 @@ mod tests {
             ..lb_fixture()
         };
         assert_eq!(
-            created_with(&lb, None),
+            created_with(&lb, None, None),
             r#"{"availability_zone":"az1","vip_port_id":"port","vip_subnet_id":"subnet"}"#
         );
         let lb = LoadBalancer {
@@ -1567,7 +1577,7 @@ mod tests {
             ..lb
         };
         assert_eq!(
-            created_with(&lb, Some("203.0.113.7")),
+            created_with(&lb, Some("203.0.113.7"), None),
             r#"{"availability_zone":"az1","floating_ip_address":"203.0.113.7","vip_address":"10.0.0.9","vip_port_id":"port","vip_subnet_id":"subnet"}"#
         );
     }
@@ -1880,7 +1890,18 @@ mod tests {
 
     #[test]
     fn plan_changes_only_what_differs() {
-        let base = || parsed(json!({}), json!([tcp(80, 30080), tcp(443, 30443)]), false);
+        let two_ports = || json!([tcp(80, 30080), tcp(443, 30443)]);
+        let base = || parsed(json!({}), two_ports(), false);
+        // The Service with `annotations` and `ports`, under the default config.
+        let annotated = |annotations: Value, ports: Value| {
+            desired(
+                &parsed(annotations, ports, false),
+                &backends(),
+                "c",
+                &config(),
+            )
+            .expect("d")
+        };
         let built = desired(&base(), &backends(), "c", &config()).expect("desired");
         let (lb, observed) = observed_for(&built);
         assert!(
@@ -1896,58 +1917,31 @@ mod tests {
             ),
             (
                 "port moved",
-                desired(
-                    &parsed(json!({}), json!([tcp(80, 30080), tcp(8443, 30443)]), false),
-                    &backends(),
-                    "c",
-                    &config(),
-                )
-                .expect("d"),
+                annotated(json!({}), json!([tcp(80, 30080), tcp(8443, 30443)])),
                 vec!["DeletePool", "DeleteListener", "CreateListener"],
             ),
             (
                 "algorithm",
-                desired(
-                    &parsed(
-                        json!({"loadbalancer.openstack.org/lb-method": "SOURCE_IP"}),
-                        json!([tcp(80, 30080), tcp(443, 30443)]),
-                        false,
-                    ),
-                    &backends(),
-                    "c",
-                    &config(),
-                )
-                .expect("d"),
+                annotated(
+                    json!({"loadbalancer.openstack.org/lb-method": "SOURCE_IP"}),
+                    two_ports(),
+                ),
                 vec!["UpdatePool", "UpdatePool"],
             ),
             (
                 "connection limit",
-                desired(
-                    &parsed(
-                        json!({"loadbalancer.openstack.org/connection-limit": "100"}),
-                        json!([tcp(80, 30080), tcp(443, 30443)]),
-                        false,
-                    ),
-                    &backends(),
-                    "c",
-                    &config(),
-                )
-                .expect("d"),
+                annotated(
+                    json!({"loadbalancer.openstack.org/connection-limit": "100"}),
+                    two_ports(),
+                ),
                 vec!["UpdateListener", "UpdateListener"],
             ),
             (
                 "proxy protocol",
-                desired(
-                    &parsed(
-                        json!({"loadbalancer.openstack.org/proxy-protocol": "v1"}),
-                        json!([tcp(80, 30080), tcp(443, 30443)]),
-                        false,
-                    ),
-                    &backends(),
-                    "c",
-                    &config(),
-                )
-                .expect("d"),
+                annotated(
+                    json!({"loadbalancer.openstack.org/proxy-protocol": "v1"}),
+                    two_ports(),
+                ),
                 vec!["DeletePool", "CreatePool", "DeletePool", "CreatePool"],
             ),
             (

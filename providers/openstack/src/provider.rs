@@ -19,8 +19,9 @@ use crate::client::OpenStackClient;
 use crate::config::CloudConfig;
 use crate::error::OpenStackError;
 use crate::inventory::Inventory;
-use crate::model::{FloatingIp, LoadBalancer};
+use crate::model::{FloatingIp, Listener, LoadBalancer, Port, SecurityGroup};
 use crate::plan::{self, AttachedFloatingIp, Desired, FloatingIpRecord, Observed, Ownership, Step};
+use crate::security_group::{self, DesiredSecurityGroup, SecurityGroupStep};
 
 pub use kube_lb_provider_core::WaitSettings;
 
@@ -171,6 +172,45 @@ impl OpenStackProvider {
             );
         }
         Ok(owned)
+    }
+
+    /// The listeners this Service added to load balancers it adopted (`load-balancer-id`),
+    /// each with its load balancer's id: they carry its UID tag, on a load balancer not
+    /// among `owned`.
+    async fn adopted_listeners(
+        &self,
+        service: &ServiceKey,
+        owned: &[LoadBalancer],
+    ) -> Result<Vec<(String, Listener)>, ProviderError> {
+        if service.uid.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tag = plan::uid_tag(service);
+        Ok(self
+            .client
+            .listeners_matching(&[("tags", tag.as_str())])
+            .await?
+            .into_iter()
+            .filter_map(|listener| {
+                let lb_id = listener.loadbalancers.first()?.id.clone();
+                owned
+                    .iter()
+                    .all(|ours| ours.id != lb_id)
+                    .then_some((lb_id, listener))
+            })
+            .collect())
+    }
+
+    /// The address `lb` is reached at: the floating IP on its VIP port, else the VIP.
+    async fn public_address(&self, lb: &LoadBalancer) -> Result<String, ProviderError> {
+        let fip = self
+            .client
+            .floating_ips(&[("port_id", &lb.vip_port_id)])
+            .await?;
+        Ok(fip
+            .first()
+            .map(|f| f.floating_ip_address.clone())
+            .unwrap_or_else(|| lb.vip_address.clone()))
     }
 
     /// Of the load balancers carrying a Service's name, the live one, when it is ours.
@@ -689,6 +729,231 @@ impl OpenStackProvider {
             }))
     }
 
+    /// The Service's security group as `manage-security-groups` wants it, and what exists:
+    /// ours under its name (the oldest kept, any further one a duplicate), and the ports of
+    /// the member network (where members sit), plus those carrying a duplicate.
+    async fn observe_security_group(
+        &self,
+        spec: &LoadBalancerSpec,
+        desired: &Desired,
+    ) -> Result<ObservedSecurityGroup, ProviderError> {
+        let subnet_id = desired.member_subnet_id.as_deref().ok_or_else(|| {
+            ProviderError::environment(
+                "config",
+                EnvironmentCause::MissingDependency,
+                "manage-security-groups needs the member subnet: set [LoadBalancer] subnet-id or member-subnet-id in cloud.conf, or the loadbalancer.openstack.org/member-subnet-id annotation",
+            )
+        })?;
+        let subnet = self.client.subnet(subnet_id).await?.ok_or_else(|| {
+            ProviderError::environment(
+                "neutron:GetSubnet",
+                EnvironmentCause::MissingDependency,
+                format!("member subnet {subnet_id} does not exist"),
+            )
+        })?;
+        let want = security_group::desired_security_group(spec, desired, &self.cluster, &subnet);
+        let mut groups = self.our_security_groups(&spec.service).await?;
+        let mut ports = self
+            .client
+            .ports(&[("network_id", subnet.network_id.as_str())])
+            .await?;
+        let group = if groups.is_empty() {
+            None
+        } else {
+            Some(groups.remove(0))
+        };
+        for duplicate in &groups {
+            ports.extend(self.ports_carrying(&duplicate.id).await?);
+        }
+        Ok(ObservedSecurityGroup {
+            want,
+            group,
+            duplicates: groups,
+            ports,
+        })
+    }
+
+    /// The security groups of ours under the Service's group name, oldest first.
+    async fn our_security_groups(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Vec<SecurityGroup>, ProviderError> {
+        let name = security_group::security_group_name(service);
+        let mut groups: Vec<SecurityGroup> = self
+            .client
+            .security_groups(&[("name", name.as_str())])
+            .await?
+            .into_iter()
+            .filter(|g| security_group::is_ours(g, &self.cluster, service))
+            .collect();
+        groups.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        Ok(groups)
+    }
+
+    /// The ports that carry `group_id` (filtered here too, in case a Neutron ignores the
+    /// filter).
+    async fn ports_carrying(&self, group_id: &str) -> Result<Vec<Port>, ProviderError> {
+        Ok(self
+            .client
+            .ports(&[("security_groups", group_id)])
+            .await?
+            .into_iter()
+            .filter(|p| p.security_groups.iter().any(|g| g == group_id))
+            .collect())
+    }
+
+    /// `manage-security-groups`: makes the Service's security group, its rules and its
+    /// attachments what the Service needs. Looks before it creates, so a crash or a lost
+    /// answer never leaves a second group; a resync that finds everything in place changes
+    /// nothing.
+    async fn converge_security_group(
+        &self,
+        spec: &LoadBalancerSpec,
+        desired: &Desired,
+    ) -> Result<(), ProviderError> {
+        let observed = self.observe_security_group(spec, desired).await?;
+        let unattachable = security_group::addresses_without_port(&observed.want, &observed.ports);
+        if !unattachable.is_empty() {
+            tracing::warn!(service = %spec.service, subnet = %observed.want.subnet_id, addresses = ?unattachable, "backend nodes without a port on the member subnet: the Service's security group cannot be attached to them");
+        }
+        let group = match observed.group {
+            Some(group) => group,
+            None => {
+                let group = self
+                    .client
+                    .create_security_group(&observed.want.body())
+                    .await?;
+                tracing::info!(service = %spec.service, group = %group.id, name = %group.name, "created security group");
+                group
+            }
+        };
+        let steps = security_group::plan(
+            &group,
+            &observed.duplicates,
+            &observed.ports,
+            &observed.want,
+        );
+        self.apply_security_group_steps(&group.id, &observed.want.rule_description, &steps)
+            .await
+    }
+
+    /// With `manage-security-groups`, converges the Service's group and returns its name (to
+    /// record); without, removes the group kube-lb recorded making for the Service earlier.
+    /// A Service without that record costs no call.
+    async fn converge_or_remove_security_group(
+        &self,
+        spec: &LoadBalancerSpec,
+        desired: &Desired,
+    ) -> Result<Option<String>, ProviderError> {
+        if self.config.load_balancer.manage_security_groups {
+            self.converge_security_group(spec, desired).await?;
+            return Ok(Some(security_group::security_group_name(&spec.service)));
+        }
+        if recorded_security_group(spec) {
+            tracing::info!(service = %spec.service, "manage-security-groups is off: removing the Service's security group");
+            self.remove_security_groups(&spec.service).await?;
+        }
+        Ok(None)
+    }
+
+    /// Removes the Service's security groups: off every port, then deleted. Run on delete
+    /// whatever `manage-security-groups` says now (it may have been on before).
+    async fn remove_security_groups(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        let (groups, ports) = self.security_groups_to_remove(service).await?;
+        let steps = security_group::teardown(&groups, &ports);
+        // A teardown creates no rule, so no group id or rule description is needed.
+        self.apply_security_group_steps("", "", &steps).await
+    }
+
+    /// The Service's security groups and the ports carrying them.
+    async fn security_groups_to_remove(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<(Vec<SecurityGroup>, Vec<Port>), ProviderError> {
+        let groups = self.our_security_groups(service).await?;
+        let mut ports = Vec::new();
+        for group in &groups {
+            ports.extend(self.ports_carrying(&group.id).await?);
+        }
+        Ok((groups, ports))
+    }
+
+    /// Applies `steps` in order; rules are created in `group_id` with `rule_description`.
+    async fn apply_security_group_steps(
+        &self,
+        group_id: &str,
+        rule_description: &str,
+        steps: &[SecurityGroupStep],
+    ) -> Result<(), ProviderError> {
+        for step in steps {
+            tracing::info!(step = ?step.planned(), "applying");
+            match step {
+                SecurityGroupStep::CreateRule(rule) => {
+                    self.client
+                        .create_security_group_rule(&rule.body(group_id, rule_description))
+                        .await?
+                }
+                SecurityGroupStep::DeleteRule { id, .. } => {
+                    self.client.delete_security_group_rule(id).await?
+                }
+                SecurityGroupStep::SetPortGroups { port_id, after, .. } => self
+                    .client
+                    .set_port_security_groups(port_id, after)
+                    .await
+                    .map(drop)?,
+                SecurityGroupStep::DeleteGroup { id, .. } => {
+                    self.client.delete_security_group(id).await?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What [`Self::converge_or_remove_security_group`] would do, as `kube-lb plan` shows it.
+    async fn planned_security_group(
+        &self,
+        spec: &LoadBalancerSpec,
+        desired: &Desired,
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        if !self.config.load_balancer.manage_security_groups {
+            if !recorded_security_group(spec) {
+                return Ok(Vec::new());
+            }
+            let (groups, ports) = self.security_groups_to_remove(&spec.service).await?;
+            return Ok(security_group::teardown(&groups, &ports)
+                .iter()
+                .map(SecurityGroupStep::planned)
+                .collect());
+        }
+        let observed = self.observe_security_group(spec, desired).await?;
+        let mut changes = Vec::new();
+        let group = match observed.group {
+            Some(group) => group,
+            None => {
+                changes.push(security_group::planned_create(&observed.want));
+                SecurityGroup {
+                    id: "(new)".into(),
+                    name: observed.want.name.clone(),
+                    description: observed.want.description.clone(),
+                    tags: Vec::new(),
+                    security_group_rules: Vec::new(),
+                    created_at: None,
+                }
+            }
+        };
+        changes.extend(
+            security_group::plan(
+                &group,
+                &observed.duplicates,
+                &observed.ports,
+                &observed.want,
+            )
+            .iter()
+            .map(SecurityGroupStep::planned),
+        );
+        Ok(changes)
+    }
+
     /// On Service deletion: releases a floating IP kube-lb made, or (made with
     /// `keep-floatingip`) detaches it and hands it over to the user by rewriting its
     /// description without any ownership phrase; a user's is left alone (the cascade delete
@@ -794,6 +1059,26 @@ impl OpenStackProvider {
             self.apply(&lb.id, step).await?;
         }
         Ok(())
+    }
+}
+
+/// The Service's security group: wanted and found.
+#[derive(Debug)]
+struct ObservedSecurityGroup {
+    want: DesiredSecurityGroup,
+    /// Ours (the oldest, when several).
+    group: Option<SecurityGroup>,
+    /// Further groups of ours under the same name.
+    duplicates: Vec<SecurityGroup>,
+    /// The ports of the member network, and those carrying a duplicate.
+    ports: Vec<Port>,
+}
+
+/// True when kube-lb recorded on the Service that it made a security group for it.
+fn recorded_security_group(spec: &LoadBalancerSpec) -> bool {
+    match &spec.provider {
+        kube_lb_annotations::ProviderSpec::Openstack(os) => os.security_group_recorded,
+        _ => false,
     }
 }
 
@@ -1026,14 +1311,9 @@ impl LoadBalancerProvider for OpenStackProvider {
                 let lb = self.wait_active(&lb.id).await?;
                 self.converge(&lb, &desired, true, None).await?;
                 // Its floating IP (if any) is its owner's business: report it, never change it.
-                let fip = self
-                    .client
-                    .floating_ips(&[("port_id", &lb.vip_port_id)])
+                let address = self.public_address(&lb).await?;
+                self.converge_or_remove_security_group(spec, &desired)
                     .await?;
-                let address = fip
-                    .first()
-                    .map(|f| f.floating_ip_address.clone())
-                    .unwrap_or(lb.vip_address);
                 return Ok(desired.status(&address));
             }
             Located::Ours(lb) => {
@@ -1054,11 +1334,14 @@ impl LoadBalancerProvider for OpenStackProvider {
             Located::Absent => (self.create(&desired).await?, None),
         };
         let floating_ip = self.converge_floating_ip(&lb, &desired, fips).await?;
+        let security_group = self
+            .converge_or_remove_security_group(spec, &desired)
+            .await?;
         let address = floating_ip.as_deref().unwrap_or(&lb.vip_address);
         let mut status = desired.status(address);
         status.annotations.insert(
             kube_lb_annotations::keys::openstack::CREATED_WITH.into(),
-            plan::created_with(&lb, floating_ip.as_deref()),
+            plan::created_with(&lb, floating_ip.as_deref(), security_group.as_deref()),
         );
         Ok(status)
     }
@@ -1075,31 +1358,17 @@ impl LoadBalancerProvider for OpenStackProvider {
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
         let marks = plan::FloatingIpMarks::new(&self.cluster, service);
         let owned = self.owned_load_balancers(service).await?;
-        // Listeners this Service added to load balancers it adopted (load-balancer-id): they
-        // carry its UID tag; the load balancers themselves are not ours to delete.
-        if !service.uid.is_empty() {
-            let tag = plan::uid_tag(service);
-            for listener in self
-                .client
-                .listeners_matching(&[("tags", tag.as_str())])
-                .await?
-            {
-                let Some(lb_id) = listener.loadbalancers.first().map(|l| l.id.clone()) else {
-                    continue;
-                };
-                if owned.iter().any(|ours| ours.id == lb_id) {
-                    continue;
-                }
-                let client = &self.client;
-                if let Some(pool) = &listener.default_pool_id {
-                    self.change(&lb_id, || ignore_missing(client.delete_pool(pool)))
-                        .await?;
-                }
-                self.change(&lb_id, || {
-                    ignore_missing(client.delete_listener(&listener.id))
-                })
-                .await?;
+        // The load balancers it adopted are not ours to delete; only its listeners on them.
+        for (lb_id, listener) in self.adopted_listeners(service, &owned).await? {
+            let client = &self.client;
+            if let Some(pool) = &listener.default_pool_id {
+                self.change(&lb_id, || ignore_missing(client.delete_pool(pool)))
+                    .await?;
             }
+            self.change(&lb_id, || {
+                ignore_missing(client.delete_listener(&listener.id))
+            })
+            .await?;
         }
         for lb in &owned {
             if lb.provisioning_status.starts_with("PENDING_") {
@@ -1130,6 +1399,8 @@ impl LoadBalancerProvider for OpenStackProvider {
                 self.release_or_hand_over(&fip, &marks).await?;
             }
         }
+        // Always, as upstream: the option may have been on when the Service was made.
+        self.remove_security_groups(service).await?;
         Ok(())
     }
 
@@ -1140,14 +1411,7 @@ impl LoadBalancerProvider for OpenStackProvider {
         let Some(lb) = self.find(service, true).await? else {
             return Ok(None);
         };
-        let fip = self
-            .client
-            .floating_ips(&[("port_id", &lb.vip_port_id)])
-            .await?;
-        let address = fip
-            .first()
-            .map(|f| f.floating_ip_address.clone())
-            .unwrap_or(lb.vip_address);
+        let address = self.public_address(&lb).await?;
         Ok(Some(LoadBalancerStatus {
             ingress: address
                 .parse()
@@ -1171,12 +1435,14 @@ impl LoadBalancerProvider for OpenStackProvider {
         let desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
         let (lb, adopted) = match self.locate(&spec.service, &desired, true).await? {
             Located::Absent => {
-                return Ok(vec![PlannedChange::new(
+                let mut changes = vec![PlannedChange::new(
                     ChangeAction::Create,
                     "LoadBalancer",
                     &desired.name,
                     "POST loadbalancers",
-                )]);
+                )];
+                changes.extend(self.planned_security_group(spec, &desired).await?);
+                return Ok(changes);
             }
             Located::Ours(lb) => (lb, false),
             Located::Adopted(lb) => (lb, true),
@@ -1199,6 +1465,7 @@ impl LoadBalancerProvider for OpenStackProvider {
                 .await?;
             changes.extend(planned_floating_ip_changes(&attached, &desired));
         }
+        changes.extend(self.planned_security_group(spec, &desired).await?);
         Ok(changes)
     }
 
@@ -1206,26 +1473,13 @@ impl LoadBalancerProvider for OpenStackProvider {
         let marks = plan::FloatingIpMarks::new(&self.cluster, service);
         let mut changes = Vec::new();
         let ours = self.owned_load_balancers(service).await?;
-        if !service.uid.is_empty() {
-            let tag = plan::uid_tag(service);
-            for listener in self
-                .client
-                .listeners_matching(&[("tags", tag.as_str())])
-                .await?
-                .into_iter()
-                .filter(|l| {
-                    l.loadbalancers
-                        .first()
-                        .is_some_and(|lb| ours.iter().all(|o| o.id != lb.id))
-                })
-            {
-                changes.push(PlannedChange::new(
-                    ChangeAction::Delete,
-                    "Listener",
-                    &listener.name,
-                    "DELETE pools, DELETE listeners (on an adopted load balancer)",
-                ));
-            }
+        for (_, listener) in self.adopted_listeners(service, &ours).await? {
+            changes.push(PlannedChange::new(
+                ChangeAction::Delete,
+                "Listener",
+                &listener.name,
+                "DELETE pools, DELETE listeners (on an adopted load balancer)",
+            ));
         }
         // Our floating IPs that `delete` releases or hands over: the one on our VIP port, and
         // detached ones.
@@ -1257,6 +1511,12 @@ impl LoadBalancerProvider for OpenStackProvider {
                 changes.extend(planned_floating_ip_teardown(&fip, &marks));
             }
         }
+        let (groups, ports) = self.security_groups_to_remove(service).await?;
+        changes.extend(
+            security_group::teardown(&groups, &ports)
+                .iter()
+                .map(SecurityGroupStep::planned),
+        );
         Ok(changes)
     }
 
@@ -1281,6 +1541,38 @@ impl LoadBalancerProvider for OpenStackProvider {
                     name: lb.name,
                     service,
                     created: lb.created_at,
+                    shared: false,
+                });
+            }
+        }
+        for group in self.client.security_groups(&[]).await? {
+            if let Some(mut service) =
+                security_group::recorded_owner(&group.description, &self.cluster)
+            {
+                service.uid = group
+                    .tags
+                    .iter()
+                    .find_map(|t| t.strip_prefix(plan::UID_TAG_PREFIX))
+                    .map(str::to_string)
+                    .or_else(|| {
+                        // Upstream's groups carry no tag; the UID is in the name.
+                        group
+                            .name
+                            .strip_prefix("lb-sg-")
+                            .and_then(|rest| {
+                                rest.strip_suffix(&format!(
+                                    "-{}-{}",
+                                    service.namespace, service.name
+                                ))
+                            })
+                            .map(str::to_string)
+                    })
+                    .unwrap_or_default();
+                owned.push(OwnedResource {
+                    kind: "SecurityGroup".into(),
+                    name: group.name,
+                    service,
+                    created: group.created_at,
                     shared: false,
                 });
             }

@@ -589,19 +589,21 @@ async fn a_create_whose_answer_was_lost_is_found_not_made_twice() {
     assert!(new_pool["healthmonitor_id"].is_string(), "monitored");
 }
 
+/// `web` (one node) built on a mock started from `builder`.
+async fn web_built_on(builder: kube_lb_mock_openstack::MockOpenStackBuilder) -> (Harness, Svc) {
+    let h = harness_with(builder.start().await.unwrap(), "").await;
+    let web = svc("web", UID_A);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    (h, web)
+}
+
 #[tokio::test]
 async fn a_delete_whose_answer_was_lost_waits_for_the_deletion_it_started() {
     // The DELETE took effect (the load balancer is PENDING_DELETE) but its answer was lost;
     // the repeat is refused as busy. That is the deletion under way, not a reason to wait
     // for ACTIVE (which never comes) and fail.
-    let cloud = MockOpenStack::builder()
-        .provisioning_delay(Duration::from_millis(100))
-        .start()
-        .await
-        .unwrap();
-    let h = harness_with(cloud, "").await;
-    let web = svc("web", UID_A);
-    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    let (h, web) =
+        web_built_on(MockOpenStack::builder().provisioning_delay(Duration::from_millis(100))).await;
     h.cloud.inject(Fault::lose_response(
         "DELETE",
         "/lbaas/loadbalancers/",
@@ -616,14 +618,7 @@ async fn a_delete_whose_answer_was_lost_waits_for_the_deletion_it_started() {
 
 #[tokio::test]
 async fn token_is_renewed_before_it_expires() {
-    let cloud = MockOpenStack::builder()
-        .token_ttl(Duration::from_secs(2))
-        .start()
-        .await
-        .unwrap();
-    let h = harness_with(cloud, "").await;
-    let web = svc("web", UID_A);
-    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    let (h, web) = web_built_on(MockOpenStack::builder().token_ttl(Duration::from_secs(2))).await;
     assert_eq!(h.cloud.tokens_issued(), 1);
     // Half the token's life later (the renewal point for short-lived tokens), before expiry.
     tokio::time::sleep(Duration::from_millis(1100)).await;

@@ -76,17 +76,23 @@ async fn a_rate_limit_413_that_outlasts_the_retries_is_a_throttle_not_an_unknown
     assert_eq!(throttled(&h.counter, "octavia:ListLoadBalancers"), refused);
 }
 
-#[tokio::test]
-async fn a_rate_refusal_is_retried_after_the_wait_it_asks_for_not_sooner() {
-    // The deployed policy: 200 ms steps, at most 5 s per wait.
+/// A harness with the deployed retry policy (200 ms steps, at most 5 s per wait) whose
+/// Octavia refuses the first load-balancer create with 429 and `Retry-After: seconds`; and
+/// when that was armed.
+async fn refused_once_asking_for(seconds: u64) -> (Harness, std::time::Instant) {
     let h = harness_retrying(RetryPolicy::default()).await;
-    // A rate limiter in front of Octavia refuses once and asks for 1 s: the retry waits that
-    // long, although the policy's own first step is far shorter.
     h.cloud.inject(
         Fault::respond("POST", "/lbaas/loadbalancers", 429, "Too Many Requests", 1)
-            .with_retry_after(1),
+            .with_retry_after(seconds),
     );
-    let started = std::time::Instant::now();
+    (h, std::time::Instant::now())
+}
+
+#[tokio::test]
+async fn a_rate_refusal_is_retried_after_the_wait_it_asks_for_not_sooner() {
+    // A rate limiter in front of Octavia refuses once and asks for 1 s: the retry waits that
+    // long, although the policy's own first step is far shorter.
+    let (h, started) = refused_once_asking_for(1).await;
     h.provider
         .ensure(&svc("web", UID).spec(), &nodes(1))
         .await
@@ -102,14 +108,9 @@ async fn a_rate_refusal_is_retried_after_the_wait_it_asks_for_not_sooner() {
 
 #[tokio::test]
 async fn a_rate_refusal_asking_for_longer_than_an_in_place_retry_goes_back_to_the_controller() {
-    let h = harness_retrying(RetryPolicy::default()).await;
     // 60 s is past the in-place policy's longest wait (5 s): the worker does not sit it out
     // and does not knock again before the window ends; the controller's backoff takes over.
-    h.cloud.inject(
-        Fault::respond("POST", "/lbaas/loadbalancers", 429, "Too Many Requests", 1)
-            .with_retry_after(60),
-    );
-    let started = std::time::Instant::now();
+    let (h, started) = refused_once_asking_for(60).await;
     let error = h
         .provider
         .ensure(&svc("web", UID).spec(), &nodes(1))

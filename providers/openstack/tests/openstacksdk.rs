@@ -255,3 +255,63 @@ async fn official_openstacksdk_lists_and_shows_everything_the_provider_created()
     assert_eq!(view["neutron_quota"]["floating_ips"], 7);
     assert_eq!(view["neutron_quota"]["security_group_rules"], 40);
 }
+
+#[tokio::test]
+async fn official_openstacksdk_sees_the_managed_security_group_its_rules_and_ports() {
+    let h = harness_with(
+        mock_with_node_ports(2).await,
+        "manage-security-groups = true\n",
+    )
+    .await;
+    let web = svc("web", "8ae4a1c2-6b2e-11e9-a923-1681be663d3e")
+        .ports(&[("http", 80, "TCP", 30080), ("dns", 53, "UDP", 30053)]);
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+
+    let view = sdk_view(&h.cloud).await;
+    let groups = shown(&view, "security_groups", &ids(&h.cloud.security_groups()));
+    let group = by_name(
+        groups,
+        "lb-sg-8ae4a1c2-6b2e-11e9-a923-1681be663d3e-default-web",
+    );
+    assert_eq!(
+        group["description"],
+        "Security Group for default/web Service LoadBalancer in cluster kubernetes"
+    );
+    let rules = shown(
+        &view,
+        "security_group_rules",
+        &ids(&h.cloud.security_group_rules()),
+    );
+    let mut ingress: Vec<(String, u64, String, String)> = rules
+        .iter()
+        .filter(|r| r["security_group_id"] == group["id"] && r["direction"] == "ingress")
+        .map(|r| {
+            (
+                r["protocol"].as_str().unwrap().to_string(),
+                r["port_range_min"].as_u64().unwrap(),
+                r["ether_type"].as_str().unwrap().to_string(),
+                r["remote_ip_prefix"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    ingress.sort();
+    assert_eq!(
+        ingress,
+        vec![
+            ("tcp".into(), 30080, "IPv4".into(), "10.0.0.0/24".into()),
+            ("udp".into(), 30053, "IPv4".into(), "10.0.0.0/24".into()),
+        ]
+    );
+    let ports = shown(&view, "ports", &ids(&h.cloud.ports()));
+    let mut carrying: Vec<&str> = ports
+        .iter()
+        .filter(|p| {
+            p["security_group_ids"]
+                .as_array()
+                .is_some_and(|groups| groups.contains(&group["id"]))
+        })
+        .map(|p| p["fixed_ips"][0]["ip_address"].as_str().unwrap())
+        .collect();
+    carrying.sort();
+    assert_eq!(carrying, vec!["10.0.0.101", "10.0.0.102"]);
+}

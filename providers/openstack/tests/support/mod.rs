@@ -125,6 +125,20 @@ pub fn node(name: &str, ip: &str) -> BackendNode {
     internal_ip_node(name, ip)
 }
 
+/// A mock in which each of [`nodes`]`(n)` has a VM port on the private network with its
+/// address (server `server-<i>`), where managed security groups attach.
+pub async fn mock_with_node_ports(n: usize) -> MockOpenStack {
+    let mut builder = MockOpenStack::builder();
+    for (i, node) in nodes(n).iter().enumerate() {
+        builder = builder.server_port(
+            kube_lb_mock_openstack::PRIVATE_NETWORK_ID,
+            &format!("server-{i}"),
+            &node.internal_ip().unwrap().to_string(),
+        );
+    }
+    builder.start().await.unwrap()
+}
+
 pub fn nodes(n: usize) -> Vec<BackendNode> {
     (1..=n)
         .map(|i| node(&format!("node-{i}"), &format!("10.0.0.{}", 100 + i)))
