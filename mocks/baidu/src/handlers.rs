@@ -623,8 +623,13 @@ fn list_backends(state: &State, id: &str, query: &Query) -> Result<Value, ApiErr
     page(items, query, "backendServerList")
 }
 
-fn update_backends(state: &mut State, id: &str, body: &Value) -> Result<Value, ApiError> {
-    let servers = backend_list(body, true)?;
+/// BLB `id`, available for a change that names `servers` (backend, weight): each must be a
+/// backend of it already, else `NoSuchObject` names the first that is not.
+fn blb_with_backends<'a>(
+    state: &'a mut State,
+    id: &str,
+    servers: &[(String, i64)],
+) -> Result<&'a mut Blb, ApiError> {
     state.check_available(id)?;
     let blb = state
         .blbs
@@ -635,23 +640,21 @@ fn update_backends(state: &mut State, id: &str, body: &Value) -> Result<Value, A
             "backend server {missing} of BLB {id}"
         )));
     }
-    blb.backends.extend(servers);
+    Ok(blb)
+}
+
+fn update_backends(state: &mut State, id: &str, body: &Value) -> Result<Value, ApiError> {
+    let servers = backend_list(body, true)?;
+    blb_with_backends(state, id, &servers)?
+        .backends
+        .extend(servers);
     state.touch(id);
     Ok(json!({}))
 }
 
 fn remove_backends(state: &mut State, id: &str, body: &Value) -> Result<Value, ApiError> {
     let servers = backend_list(body, false)?;
-    state.check_available(id)?;
-    let blb = state
-        .blbs
-        .get_mut(id)
-        .ok_or_else(|| ApiError::not_found(format!("BLB {id}")))?;
-    if let Some((missing, _)) = servers.iter().find(|(s, _)| !blb.backends.contains_key(s)) {
-        return Err(ApiError::not_found(format!(
-            "backend server {missing} of BLB {id}"
-        )));
-    }
+    let blb = blb_with_backends(state, id, &servers)?;
     for (server, _) in servers {
         blb.backends.remove(&server);
     }

@@ -670,6 +670,32 @@ impl State {
         );
     }
 
+    /// Starts the task of a write that changed CLB `lb_id` in place; when `failure` makes the
+    /// task fail, the CLB goes back to `before`.
+    fn start_change(
+        &mut self,
+        request_id: &str,
+        lb_id: &str,
+        before: LoadBalancer,
+        failure: Option<String>,
+    ) {
+        self.start_task(
+            request_id,
+            lb_id,
+            Some(before),
+            Completion::Changed,
+            failure,
+            None,
+        );
+    }
+
+    /// Listener `listener_id` of CLB `lb_id`, to change, when both exist.
+    fn listener_mut(&mut self, lb_id: &str, listener_id: &str) -> Option<&mut Listener> {
+        self.load_balancers
+            .get_mut(lb_id)
+            .and_then(|lb| lb.listeners.get_mut(listener_id))
+    }
+
     /// The CLB `id`, or `InvalidParameter.LBIdNotFound`.
     fn load_balancer(&self, id: &str) -> Result<&LoadBalancer, ApiError> {
         self.load_balancers.get(id).ok_or_else(|| lb_not_found(id))
@@ -1116,14 +1142,7 @@ impl State {
                 lb.listeners.insert(listener.id.clone(), listener);
             }
         }
-        self.start_task(
-            request_id,
-            &lb_id,
-            Some(before),
-            Completion::Changed,
-            fail,
-            None,
-        );
+        self.start_change(request_id, &lb_id, before, fail);
         let mut reply = Map::new();
         reply.insert("ListenerIds".into(), json!(created));
         Ok(reply)
@@ -1161,11 +1180,7 @@ impl State {
         before.listener(&listener_id)?;
         check_session_expire_time(body)?;
         optional_object(body, "HealthCheck")?;
-        if let Some(listener) = self
-            .load_balancers
-            .get_mut(&lb_id)
-            .and_then(|lb| lb.listeners.get_mut(&listener_id))
-        {
+        if let Some(listener) = self.listener_mut(&lb_id, &listener_id) {
             for (key, value) in body {
                 match key.as_str() {
                     "LoadBalancerId" | "ListenerId" => {}
@@ -1189,14 +1204,7 @@ impl State {
                 }
             }
         }
-        self.start_task(
-            request_id,
-            &lb_id,
-            Some(before),
-            Completion::Changed,
-            fail,
-            None,
-        );
+        self.start_change(request_id, &lb_id, before, fail);
         Ok(Map::new())
     }
 
@@ -1225,14 +1233,7 @@ impl State {
                 lb.listeners.remove(id);
             }
         }
-        self.start_task(
-            request_id,
-            &lb_id,
-            Some(before),
-            Completion::Changed,
-            fail,
-            None,
-        );
+        self.start_change(request_id, &lb_id, before, fail);
         Ok(Map::new())
     }
 
@@ -1266,21 +1267,10 @@ impl State {
             .collect::<Result<Vec<_>, _>>()?;
         let mut bound = listener.targets.clone();
         apply_targets(&mut bound, &targets, register)?;
-        if let Some(listener) = self
-            .load_balancers
-            .get_mut(&lb_id)
-            .and_then(|lb| lb.listeners.get_mut(&listener_id))
-        {
+        if let Some(listener) = self.listener_mut(&lb_id, &listener_id) {
             listener.targets = bound;
         }
-        self.start_task(
-            request_id,
-            &lb_id,
-            Some(before),
-            Completion::Changed,
-            fail,
-            None,
-        );
+        self.start_change(request_id, &lb_id, before, fail);
         Ok(Map::new())
     }
 

@@ -116,33 +116,9 @@ impl BceError {
 
 impl From<BceError> for ProviderError {
     fn from(error: BceError) -> Self {
-        let operation = error.operation();
-        let message = error.to_string();
-        match error.classification() {
-            Classification::Transient if error.is_throttled() => ProviderError::Throttled {
-                operation,
-                message,
-                source: Some(Box::new(error)),
-            },
-            Classification::Transient => ProviderError::Retryable {
-                operation,
-                message,
-                source: Some(Box::new(error)),
-            },
-            Classification::Pending => ProviderError::Pending {
-                operation,
-                message,
-                source: Some(Box::new(error)),
-            },
-            Classification::Environment(cause) => {
-                ProviderError::environment(operation, cause, message)
-            }
-            Classification::User => ProviderError::user(message),
-            Classification::Stale | Classification::Unknown => ProviderError::Internal {
-                message,
-                source: Some(Box::new(error)),
-            },
-        }
+        let (operation, message) = (error.operation(), error.to_string());
+        let (class, throttled) = (error.classification(), error.is_throttled());
+        class.into_error(operation, message, throttled, Box::new(error))
     }
 }
 

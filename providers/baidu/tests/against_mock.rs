@@ -508,20 +508,31 @@ async fn a_users_eip_is_bound_never_created_and_only_unbound_on_delete() {
             .is_empty()
     );
 
+    let kept = delete_keeping_the_users_eip(&h, &web.service, &ip).await;
+    assert_eq!(kept["status"], "available");
+}
+
+/// Deletes `service`, whose BLB has the user's EIP `ip`: the plan and the delete unbind the
+/// EIP and delete the BLB, and the EIP is kept, unbound (returned).
+async fn delete_keeping_the_users_eip(
+    h: &Harness,
+    service: &kube_lb_annotations::ServiceKey,
+    ip: &str,
+) -> serde_json::Value {
     let planned: Vec<String> = h
         .provider
-        .plan_delete(&web.service)
+        .plan_delete(service)
         .await
         .unwrap()
         .iter()
         .map(|c| c.call.clone())
         .collect();
     assert_eq!(planned, ["eip:UnbindEip", "blb:DeleteLoadBalancer"]);
-    h.provider.delete(&web.service).await.unwrap();
+    h.provider.delete(service).await.unwrap();
     assert!(h.cloud.blbs().is_empty());
-    let kept = eip_at(&h.cloud, &ip).expect("the user's EIP is never released");
-    assert_eq!(kept["status"], "available");
+    let kept = eip_at(&h.cloud, ip).expect("the user's EIP is never released");
     assert!(kept["instanceId"].is_null(), "{kept}");
+    kept
 }
 
 #[tokio::test]
@@ -725,17 +736,5 @@ async fn a_users_eip_under_a_blb_upstream_marked_is_only_unbound() {
     client.bind_eip(&users, &built.blb_id).await.unwrap();
 
     let web = web_spec(UID);
-    let planned: Vec<String> = h
-        .provider
-        .plan_delete(&web.service)
-        .await
-        .unwrap()
-        .iter()
-        .map(|c| c.call.clone())
-        .collect();
-    assert_eq!(planned, ["eip:UnbindEip", "blb:DeleteLoadBalancer"]);
-    h.provider.delete(&web.service).await.unwrap();
-    assert!(h.cloud.blbs().is_empty());
-    let kept = eip_at(&h.cloud, &users).expect("the user's EIP is kept");
-    assert!(kept["instanceId"].is_null(), "{kept}");
+    delete_keeping_the_users_eip(&h, &web.service, &users).await;
 }

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod calls;
+mod classified;
 pub mod error;
 pub mod naming;
 pub mod options;

@@ -167,33 +167,15 @@ impl From<TencentError> for ProviderError {
             TencentError::Api { code, message, .. } => format!("{code}: {message}"),
             other => other.to_string(),
         };
-        match error.classification() {
-            Classification::Transient if error.is_throttled() => ProviderError::Throttled {
-                operation,
-                message,
-                source: Some(Box::new(error)),
-            },
-            Classification::Transient => ProviderError::Retryable {
-                operation,
-                message,
-                source: Some(Box::new(error)),
-            },
-            Classification::Pending => ProviderError::Pending {
-                operation,
-                message,
-                source: Some(Box::new(error)),
-            },
-            Classification::Environment(cause) => {
-                ProviderError::environment(operation, cause, message)
-            }
-            Classification::User => {
-                ProviderError::user(format!("{operation} refused by Tencent Cloud: {message}"))
-            }
-            Classification::Stale | Classification::Unknown => ProviderError::Internal {
-                message: format!("{operation}: {message}"),
-                source: Some(Box::new(error)),
-            },
-        }
+        let (class, throttled) = (error.classification(), error.is_throttled());
+        // The user and internal variants carry no operation of their own: it goes into
+        // their words.
+        let message = match class {
+            Classification::User => format!("{operation} refused by Tencent Cloud: {message}"),
+            Classification::Stale | Classification::Unknown => format!("{operation}: {message}"),
+            _ => message,
+        };
+        class.into_error(operation, message, throttled, Box::new(error))
     }
 }
 

@@ -204,6 +204,52 @@ pub fn create_body(
     body
 }
 
+/// A CLB's network kind for people: `OPEN (public)`, `INTERNAL in subnet-…`.
+fn describe_network_kind(load_balancer_type: &str, subnet: &str) -> String {
+    match (load_balancer_type, subnet) {
+        ("OPEN", _) => "OPEN (public)".to_string(),
+        (kind, "") => kind.to_string(),
+        (kind, subnet) => format!("{kind} in {subnet}"),
+    }
+}
+
+/// The refusal when the Service's CLB `lb` is not of the network kind `body` (the
+/// `CreateLoadBalancer` request the Service would make now) asks for; `None` when it is, or
+/// when the CLB does not report its kind.
+///
+/// A CLB's type (`OPEN` / `INTERNAL`) and an internal CLB's subnet are fixed at creation.
+/// TKE's service controller refuses to switch an existing Service between public and internal
+/// access, or to move an internal one to another subnet (its notice on the Service
+/// component's lifecycle rules, doc 457/90598), and so does kube-lb: before any write, with
+/// a user error naming the annotation, both kinds and the ways out. Without it the changed
+/// annotation would silently have no effect.
+pub fn network_kind_refusal(lb: &LoadBalancer, body: &Map<String, Value>) -> Option<ProviderError> {
+    let field = |key: &str| body.get(key).and_then(Value::as_str).unwrap_or_default();
+    let (wanted_type, wanted_subnet) = (field("LoadBalancerType"), field("SubnetId"));
+    let (current_type, current_subnet) = (lb.load_balancer_type.as_str(), lb.subnet_id.as_str());
+    if current_type.is_empty() || wanted_type.is_empty() {
+        return None;
+    }
+    let same_type = current_type == wanted_type;
+    let same_subnet =
+        wanted_type != "INTERNAL" || current_subnet.is_empty() || current_subnet == wanted_subnet;
+    if same_type && same_subnet {
+        return None;
+    }
+    let current = describe_network_kind(current_type, current_subnet);
+    let wanted = describe_network_kind(wanted_type, wanted_subnet);
+    let restore = match (current_type, current_subnet) {
+        ("OPEN", _) => "remove it".to_string(),
+        (_, "") => "set it back".to_string(),
+        (_, subnet) => format!("set it back to {subnet}"),
+    };
+    let id = &lb.load_balancer_id;
+    Some(ProviderError::user(format!(
+        "{key}: the Service's CLB {id} is {current} but the Service now asks for {wanted}; a CLB's network type and subnet are fixed when it is created and TKE refuses to switch them, so kube-lb changed nothing. To keep CLB {id} and its address, {restore}; to get a {wanted} CLB (with a new address), delete and recreate the Service, or set spec.type to ClusterIP and then back to LoadBalancer",
+        key = keys::INTERNAL_SUBNET_ID,
+    )))
+}
+
 /// What the Service asks for, from its spec and the backends the controller selected.
 pub fn desired(
     spec: &LoadBalancerSpec,
@@ -1314,5 +1360,142 @@ mod tests {
                 "{requested:?} register={register}"
             );
         }
+    }
+
+    #[test]
+    fn a_clbs_network_kind_is_never_switched_silently() {
+        let clb = |kind: &str, subnet: &str| -> LoadBalancer {
+            serde_json::from_value(json!({"LoadBalancerId": "lb-1", "LoadBalancerType": kind,
+                "SubnetId": subnet}))
+            .unwrap()
+        };
+        let wants = |kind: &str, subnet: Option<&str>| {
+            let mut body = Map::new();
+            body.insert("LoadBalancerType".into(), json!(kind));
+            if let Some(subnet) = subnet {
+                body.insert("SubnetId".into(), json!(subnet));
+            }
+            body
+        };
+        // (what, observed CLB, wanted body, the refusal names these; empty = no refusal)
+        type Case = (
+            &'static str,
+            LoadBalancer,
+            Map<String, Value>,
+            &'static [&'static str],
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "public stays public",
+                clb("OPEN", ""),
+                wants("OPEN", None),
+                &[],
+            ),
+            (
+                "internal stays in its subnet",
+                clb("INTERNAL", "subnet-a"),
+                wants("INTERNAL", Some("subnet-a")),
+                &[],
+            ),
+            (
+                "a CLB that reports no subnet is not refused for it",
+                clb("INTERNAL", ""),
+                wants("INTERNAL", Some("subnet-a")),
+                &[],
+            ),
+            (
+                "a CLB that reports no type is left to the rest of the plan",
+                clb("", ""),
+                wants("INTERNAL", Some("subnet-a")),
+                &[],
+            ),
+            (
+                "public → internal",
+                clb("OPEN", ""),
+                wants("INTERNAL", Some("subnet-a")),
+                &[
+                    "is OPEN (public)",
+                    "asks for INTERNAL in subnet-a",
+                    "remove it",
+                ],
+            ),
+            (
+                "internal → public",
+                clb("INTERNAL", "subnet-a"),
+                wants("OPEN", None),
+                &[
+                    "is INTERNAL in subnet-a",
+                    "asks for OPEN (public)",
+                    "set it back to subnet-a",
+                ],
+            ),
+            (
+                "internal → another subnet",
+                clb("INTERNAL", "subnet-a"),
+                wants("INTERNAL", Some("subnet-b")),
+                &[
+                    "is INTERNAL in subnet-a",
+                    "asks for INTERNAL in subnet-b",
+                    "set it back to subnet-a",
+                ],
+            ),
+        ];
+        for (what, lb, body, named) in cases {
+            let refusal = network_kind_refusal(&lb, &body);
+            if named.is_empty() {
+                assert!(refusal.is_none(), "{what}: {refusal:?}");
+                continue;
+            }
+            let Some(error @ ProviderError::User { .. }) = refusal else {
+                panic!("{what}: a user error wanted, got {refusal:?}");
+            };
+            let text = error.to_string();
+            for part in named.iter().chain(&[
+                keys::INTERNAL_SUBNET_ID,
+                "CLB lb-1",
+                "changed nothing",
+                "delete and recreate the Service",
+            ]) {
+                assert!(text.contains(part), "{what}: {part:?} in {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_create_body_and_the_refusal_agree_on_the_annotation() {
+        // What the annotation asks for reaches the check through the same create body
+        // `ensure` would send: public by default, internal with the subnet.
+        let service = ServiceKey {
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: "uid".into(),
+        };
+        let public: LoadBalancer =
+            serde_json::from_value(json!({"LoadBalancerId": "lb-1", "LoadBalancerType": "OPEN"}))
+                .unwrap();
+        let spec = |subnet: Option<&str>| TencentSpec {
+            internal_subnet_id: subnet.map(str::to_string),
+            backends_label: Vec::new(),
+            existed_lb_id: None,
+            extensive_parameters: None,
+            listener_parameters: None,
+            load_balance_type: None,
+            internet_charge_type: None,
+            internet_max_bandwidth_out: None,
+            local_svc_only_bind_node_with_pod: false,
+            recorded_load_balancer_id: None,
+            created_with_extensive_parameters: None,
+            created_with_listener_parameters: None,
+        };
+        let open = create_body(&spec(None), Scheme::External, "c", &service, None);
+        assert!(network_kind_refusal(&public, &open).is_none());
+        let internal = create_body(
+            &spec(Some("subnet-a")),
+            Scheme::Internal,
+            "c",
+            &service,
+            None,
+        );
+        assert!(network_kind_refusal(&public, &internal).is_some());
     }
 }

@@ -15,6 +15,14 @@
 //! one the Service now wants (it left a `tke-existed-lbid` CLB, or moved to another one), the
 //! Service's listeners are removed from the old CLB first; the CLB itself stays when a user
 //! made it.
+//!
+//! A CLB's network kind (public `OPEN` or `INTERNAL` in a subnet, from
+//! `qcloud-loadbalancer-internal-subnetid`) is fixed at creation, and TKE refuses to switch
+//! it; when the annotation changes on a Service that has its CLB, `ensure` and `plan_ensure`
+//! both refuse with a user error naming the annotation, both kinds and the ways out
+//! ([`plan::network_kind_refusal`]). The CLB is never switched, deleted or half-rebuilt for
+//! it; `ensure` still converges its listeners and targets as the CLB is (so nodes that come
+//! and go during the refusal keep being followed), then returns the refusal.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -71,6 +79,16 @@ pub struct TencentProvider {
 
 /// How many times a write refused as busy is retried.
 const BUSY_RETRIES: usize = 8;
+
+/// A delete's answer, `None` when it was refused as not found: what it would remove is gone
+/// already (a repeat after a lost answer, or someone else's delete).
+fn unless_gone<T>(answer: Result<T, TencentError>) -> Result<Option<T>, TencentError> {
+    match answer {
+        Ok(value) => Ok(Some(value)),
+        Err(error) if error.is_not_found() => Ok(None),
+        Err(error) => Err(error),
+    }
+}
 
 impl TencentProvider {
     /// A provider for `config`, tagging CLBs with `cluster`.
@@ -294,11 +312,7 @@ impl TencentProvider {
         for _ in 0..3 {
             let started = self
                 .write("DeleteLoadBalancerListeners", || async {
-                    match self.client.delete_listeners(lb_id, &remaining).await {
-                        Ok(task) => Ok(Some(task)),
-                        Err(error) if error.is_not_found() => Ok(None),
-                        Err(error) => Err(error),
-                    }
+                    unless_gone(self.client.delete_listeners(lb_id, &remaining).await)
                 })
                 .await?;
             if let Some(task) = started {
@@ -381,11 +395,7 @@ impl TencentProvider {
     async fn delete_load_balancer(&self, id: &str) -> Result<(), ProviderError> {
         let started = self
             .write("DeleteLoadBalancer", || async {
-                match self.client.delete_load_balancer(id).await {
-                    Ok(task) => Ok(Some(task)),
-                    Err(error) if error.is_not_found() => Ok(None),
-                    Err(error) => Err(error),
-                }
+                unless_gone(self.client.delete_load_balancer(id).await)
             })
             .await?;
         if let Some(task) = started {
@@ -423,11 +433,12 @@ impl TencentProvider {
         Ok(lb)
     }
 
-    /// The CLB to converge (creating it if needed), plus whether it was just created.
+    /// The CLB to converge (creating it if needed), whether it was just created, and the
+    /// refusal of a network-kind switch it cannot take (reported once the rest converged).
     async fn target_load_balancer(
         &self,
         desired: &Desired,
-    ) -> Result<(LoadBalancer, bool), ProviderError> {
+    ) -> Result<(LoadBalancer, bool, Option<ProviderError>), ProviderError> {
         let owned = self.owned(&desired.service).await?;
         match &desired.placement {
             Placement::Existing(id) => {
@@ -437,23 +448,25 @@ impl TencentProvider {
                     tracing::info!(lb = %old.load_balancer_id, existing = %id, "Service moved to an existing CLB; deleting the one kube-lb created");
                     self.delete_load_balancer(&old.load_balancer_id).await?;
                 }
-                Ok((lb, false))
+                Ok((lb, false, None))
             }
             Placement::Owned(body) => {
                 let mut owned = owned.into_iter();
                 match owned.next() {
                     Some(lb) => {
+                        // A kind the CLB cannot take is refused, not ignored, and never switched.
+                        let refusal = plan::network_kind_refusal(&lb, body);
                         for extra in owned {
                             tracing::warn!(lb = %extra.load_balancer_id, "a second CLB tagged for this Service; deleting it");
                             self.delete_load_balancer(&extra.load_balancer_id).await?;
                         }
                         if lb.status == 1 {
-                            Ok((lb, false))
+                            Ok((lb, false, refusal))
                         } else {
-                            Ok((self.wait_ready(&lb.load_balancer_id).await?, false))
+                            Ok((self.wait_ready(&lb.load_balancer_id).await?, false, refusal))
                         }
                     }
-                    None => Ok((self.create(&desired.service, body).await?, true)),
+                    None => Ok((self.create(&desired.service, body).await?, true, None)),
                 }
             }
         }
@@ -722,7 +735,7 @@ impl LoadBalancerProvider for TencentProvider {
             &desired.service,
             desired.recorded_load_balancer_id.as_deref(),
         );
-        let (lb, created) = self.target_load_balancer(&desired).await?;
+        let (lb, created, refusal) = self.target_load_balancer(&desired).await?;
         let lb_id = lb.load_balancer_id.as_str();
         if let Placement::Existing(_) = desired.placement {
             self.remember_placement(&desired.service, Some(lb_id));
@@ -737,6 +750,10 @@ impl LoadBalancerProvider for TencentProvider {
             .iter()
             .any(|l| observed.owns(l, &desired));
         self.apply(lb_id, &steps, &desired).await?;
+        if let Some(refusal) = refusal {
+            // Converged as the CLB is; the switch it was asked for is the Service author's to undo.
+            return Err(refusal);
+        }
         if desired.selector_matched_nothing {
             // Converged (the CLB has no targets, as TKE does), but never silently.
             return Err(ProviderError::environment(
@@ -836,7 +853,11 @@ impl LoadBalancerProvider for TencentProvider {
                 Some(self.existing(id).await?)
             }
             Placement::Owned(body) => match owned.into_iter().next() {
-                Some(lb) => Some(lb),
+                // The same refusal `ensure` makes: the plan shows it instead of changes.
+                Some(lb) => match plan::network_kind_refusal(&lb, body) {
+                    Some(refusal) => return Err(refusal),
+                    None => Some(lb),
+                },
                 None => {
                     changes.push(PlannedChange::new(
                         ChangeAction::Create,

@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use kube_lb_mock_tencent::{Fault, MockTencent, SUBNET_ID};
+use kube_lb_mock_tencent::{Fault, MockTencent, SUBNET_ID, SUBNET_ID_2};
 use kube_lb_provider_core::{CallKind, LoadBalancerProvider, ProviderError};
 use support::*;
 
@@ -222,6 +222,104 @@ async fn internal_subnet_charge_type_and_bandwidth_reach_create_load_balancer() 
     assert_eq!(clb["NetworkAttributes"]["InternetMaxBandwidthOut"], 2048);
 }
 
+/// The internal-subnet annotation changed on a Service that has its CLB: TKE refuses to
+/// switch a CLB between public and internal, or to another subnet, and so does kube-lb —
+/// before any write, in `ensure` and in `plan_ensure` alike, naming the annotation, both kinds
+/// and what to do. Setting the annotation back converges with no write.
+#[tokio::test]
+async fn switching_public_and_internal_is_refused_never_performed_and_plan_shows_it() {
+    const SUBNET_KEY: &str = "service.kubernetes.io/qcloud-loadbalancer-internal-subnetid";
+    let h = harness().await;
+    let public = svc("web", UID);
+    let internal = svc("web", UID).annotate(SUBNET_KEY, SUBNET_ID);
+    let moved = svc("web", UID).annotate(SUBNET_KEY, SUBNET_ID_2);
+    // (created as, then asked for, the refusal names these, the CLB recreated then is)
+    let cases = [
+        (
+            &public,
+            &internal,
+            ["is OPEN (public)", "asks for INTERNAL in subnet-kubelb01"],
+            ("INTERNAL", SUBNET_ID),
+        ),
+        (
+            &internal,
+            &public,
+            ["is INTERNAL in subnet-kubelb01", "asks for OPEN (public)"],
+            ("OPEN", ""),
+        ),
+        (
+            &internal,
+            &moved,
+            [
+                "is INTERNAL in subnet-kubelb01",
+                "asks for INTERNAL in subnet-kubelb02",
+            ],
+            ("INTERNAL", SUBNET_ID_2),
+        ),
+    ];
+    for (created, asked, named, (kind, subnet)) in cases {
+        h.provider.ensure(&created.spec(), &nodes(1)).await.unwrap();
+        let before = clbs_for(&h.cloud, UID);
+        h.cloud.clear_journal();
+        let refused = h
+            .provider
+            .ensure(&asked.spec(), &nodes(2))
+            .await
+            .unwrap_err();
+        let planned = h
+            .provider
+            .plan_ensure(&asked.spec(), &nodes(2))
+            .await
+            .unwrap_err();
+        for error in [&refused, &planned] {
+            assert!(matches!(error, ProviderError::User { .. }), "{error:?}");
+            let text = error.to_string();
+            for part in named
+                .iter()
+                .chain(&[SUBNET_KEY, "delete and recreate the Service"])
+            {
+                assert!(text.contains(part), "{part:?} in {text}");
+            }
+        }
+        // The CLB is not switched, but it keeps following the nodes: the second one came in
+        // while the switch was refused, and is registered (the only write).
+        assert_eq!(
+            mutations(&h.cloud),
+            ["BatchRegisterTargets"],
+            "only the new node"
+        );
+        assert_eq!(clbs_for(&h.cloud, UID), before, "the CLB is as it was");
+        h.cloud.clear_journal();
+        h.provider
+            .ensure(&asked.spec(), &nodes(2))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            mutations(&h.cloud),
+            Vec::<String>::new(),
+            "refused again, nothing to write"
+        );
+        // Back to what the CLB is: converged (the second node leaves again), no error.
+        h.cloud.clear_journal();
+        h.provider.ensure(&created.spec(), &nodes(1)).await.unwrap();
+        assert_eq!(mutations(&h.cloud), ["BatchDeregisterTargets"]);
+        // Deleting the Service (the way out) lets the next ensure create the wanted kind.
+        h.provider.delete(&created.key()).await.unwrap();
+        h.provider.ensure(&asked.spec(), &nodes(1)).await.unwrap();
+        let now = clbs_for(&h.cloud, UID);
+        assert_eq!(now.len(), 1);
+        assert_ne!(now[0]["LoadBalancerId"], before[0]["LoadBalancerId"]);
+        assert_eq!(
+            (
+                now[0]["LoadBalancerType"].as_str(),
+                now[0]["SubnetId"].as_str()
+            ),
+            (Some(kind), Some(subnet))
+        );
+        h.provider.delete(&asked.key()).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn extensive_and_listener_parameters_merge_over_the_typed_requests() {
     let h = harness().await;
@@ -346,11 +444,7 @@ async fn backends_label_selects_nodes_and_an_empty_match_is_a_warning() {
 #[tokio::test]
 async fn an_existing_clb_is_reused_with_only_our_listeners_touched_and_never_deleted() {
     let h = harness().await;
-    let user = h.cloud.seed_load_balancer(
-        "users-clb",
-        &[("team", "edge")],
-        &[("console-listener", "TCP", 8443)],
-    );
+    let user = seed_users_clb(&h.cloud);
     let tke = h
         .cloud
         .seed_load_balancer("tke-clb", &[("tke-createdBy-flag", "yes")], &[]);
@@ -358,9 +452,7 @@ async fn an_existing_clb_is_reused_with_only_our_listeners_touched_and_never_del
     let service = svc("web", UID);
     h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
     assert_eq!(clbs_for(&h.cloud, UID).len(), 1);
-    let existing = service
-        .clone()
-        .annotate("service.kubernetes.io/tke-existed-lbid", &user);
+    let existing = service.clone().annotate(EXISTED_LBID, &user);
     let status = h
         .provider
         .ensure(&existing.spec(), &nodes(2))
@@ -385,23 +477,13 @@ async fn an_existing_clb_is_reused_with_only_our_listeners_touched_and_never_del
     // A port held by the user's own listener is refused, not taken over.
     let clash = service
         .clone()
-        .annotate("service.kubernetes.io/tke-existed-lbid", &user)
+        .annotate(EXISTED_LBID, &user)
         .ports(&[("https", 8443, "TCP", 30443)]);
-    let error = h
-        .provider
-        .ensure(&clash.spec(), &nodes(1))
-        .await
-        .unwrap_err();
+    let error = refused(&h, &clash).await;
     assert!(error.to_string().contains("8443"), "{error}");
     // A CLB created by TKE for something else is refused.
-    let foreign = service
-        .clone()
-        .annotate("service.kubernetes.io/tke-existed-lbid", &tke);
-    let error = h
-        .provider
-        .ensure(&foreign.spec(), &nodes(1))
-        .await
-        .unwrap_err();
+    let foreign = service.clone().annotate(EXISTED_LBID, &tke);
+    let error = refused(&h, &foreign).await;
     assert!(matches!(error, ProviderError::User { .. }), "{error}");
     // Deleting the Service removes only its listeners; the CLB and the user's listener stay.
     h.provider.delete(&service.key()).await.unwrap();
@@ -417,12 +499,7 @@ async fn an_existing_clb_is_reused_with_only_our_listeners_touched_and_never_del
 
 #[tokio::test]
 async fn busy_clbs_and_throttling_are_waited_out() {
-    let cloud = MockTencent::builder()
-        .task_delay(Duration::from_millis(60))
-        .start()
-        .await
-        .unwrap();
-    let h = provider_for(cloud);
+    let h = harness_with_task_delay(Duration::from_millis(60)).await;
     h.cloud.inject(Fault::error(
         "DescribeLoadBalancers",
         "RequestLimitExceeded",
@@ -457,11 +534,7 @@ async fn a_failed_task_is_an_error_and_the_next_pass_converges() {
         "listener backend unavailable",
     ));
     let service = svc("web", UID);
-    let error = h
-        .provider
-        .ensure(&service.spec(), &nodes(1))
-        .await
-        .unwrap_err();
+    let error = refused(&h, &service).await;
     assert!(
         error.to_string().contains("listener backend unavailable"),
         "{error}"
@@ -477,12 +550,7 @@ async fn a_failed_task_is_an_error_and_the_next_pass_converges() {
 #[tokio::test]
 async fn a_create_whose_answer_is_lost_is_retried_into_the_same_clb() {
     // The CLB is made, but the gateway's 503 comes back: the client repeats the call in place.
-    let cloud = MockTencent::builder()
-        .task_delay(Duration::from_millis(30))
-        .start()
-        .await
-        .unwrap();
-    let h = provider_for(cloud);
+    let h = harness_with_task_delay(Duration::from_millis(30)).await;
     h.cloud.inject(Fault::lose_answer("CreateLoadBalancer"));
     let service = svc("web", UID);
     let status = h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
@@ -555,12 +623,7 @@ async fn a_change_whose_answer_is_lost_converges_in_the_same_pass() {
         ("BatchDeregisterTargets", Some((http, 2)), (http, 1)),
     ];
     for (action, before, (ports, node_count)) in cases {
-        let cloud = MockTencent::builder()
-            .task_delay(Duration::from_millis(30))
-            .start()
-            .await
-            .unwrap();
-        let h = provider_for(cloud);
+        let h = harness_with_task_delay(Duration::from_millis(30)).await;
         if let Some((ports, node_count)) = before {
             let service = svc("web", UID).ports(ports);
             h.provider
@@ -675,12 +738,8 @@ fn listeners_read(cloud: &MockTencent) -> Vec<String> {
 #[tokio::test]
 async fn the_clb_id_is_written_back_and_leaving_a_users_clb_removes_only_our_listeners() {
     let h = harness().await;
-    let user = h.cloud.seed_load_balancer(
-        "users-clb",
-        &[("team", "edge")],
-        &[("console-listener", "TCP", 8443)],
-    );
-    let on_user = svc("web", UID).annotate("service.kubernetes.io/tke-existed-lbid", &user);
+    let user = seed_users_clb(&h.cloud);
+    let on_user = svc("web", UID).annotate(EXISTED_LBID, &user);
     let status = h.provider.ensure(&on_user.spec(), &nodes(2)).await.unwrap();
     assert_eq!(
         status.annotations["service.kubernetes.io/loadbalance-id"],
@@ -734,13 +793,13 @@ async fn moving_between_users_clbs_cleans_the_one_left() {
         .cloud
         .seed_load_balancer("a", &[], &[("theirs", "TCP", 22)]);
     let second = h.cloud.seed_load_balancer("b", &[], &[]);
-    let on_first = svc("web", UID).annotate("service.kubernetes.io/tke-existed-lbid", &first);
+    let on_first = svc("web", UID).annotate(EXISTED_LBID, &first);
     h.provider
         .ensure(&on_first.spec(), &nodes(1))
         .await
         .unwrap();
     let on_second = svc("web", UID)
-        .annotate("service.kubernetes.io/tke-existed-lbid", &second)
+        .annotate(EXISTED_LBID, &second)
         .annotate("service.kubernetes.io/loadbalance-id", &first);
     h.provider
         .ensure(&on_second.spec(), &nodes(1))
@@ -756,7 +815,7 @@ async fn moving_between_users_clbs_cleans_the_one_left() {
     );
     // A resync where the annotation already names the CLB in use changes nothing.
     let settled = svc("web", UID)
-        .annotate("service.kubernetes.io/tke-existed-lbid", &second)
+        .annotate(EXISTED_LBID, &second)
         .annotate("service.kubernetes.io/loadbalance-id", &second);
     h.cloud.clear_journal();
     h.provider.ensure(&settled.spec(), &nodes(1)).await.unwrap();
@@ -775,7 +834,7 @@ async fn delete_reads_only_the_clbs_the_service_used_and_lists_them_all_when_it_
                 .seed_load_balancer(&format!("other-{i}"), &[], &[("x", "TCP", 22)])
         })
         .collect();
-    let service = svc("web", UID).annotate("service.kubernetes.io/tke-existed-lbid", &user);
+    let service = svc("web", UID).annotate(EXISTED_LBID, &user);
     h.provider.ensure(&service.spec(), &nodes(1)).await.unwrap();
 
     // Another process (a restarted controller, `kube-lb audit --delete`) knows nothing: it

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
 use kube_lb_mock_tencent::{MockTencent, REGION, SECRET_ID, SECRET_KEY, VPC_ID};
-use kube_lb_provider_core::{BackendNode, CallCounter, CloudApi, RateLimits, RetryPolicy};
+use kube_lb_provider_core::{
+    BackendNode, CallCounter, CloudApi, LoadBalancerProvider, ProviderError, RateLimits,
+    RetryPolicy,
+};
 use kube_lb_provider_tencent::{
     ClbClient, ProviderOptions, TencentConfig, TencentProvider, WaitSettings,
 };
@@ -15,6 +18,8 @@ use kube_lb_test_support::{ServiceBuilder, internal_ip_node};
 use serde_json::{Value, json};
 
 pub const CLUSTER: &str = "cls-kubelb";
+/// The annotation that puts a Service's listeners on a user's CLB.
+pub const EXISTED_LBID: &str = "service.kubernetes.io/tke-existed-lbid";
 
 pub struct Harness {
     pub cloud: MockTencent,
@@ -52,6 +57,17 @@ pub async fn harness() -> Harness {
     provider_for(MockTencent::builder().start().await.unwrap())
 }
 
+/// A harness whose mock runs each async task for `delay` (CLBs stay busy that long).
+pub async fn harness_with_task_delay(delay: Duration) -> Harness {
+    provider_for(
+        MockTencent::builder()
+            .task_delay(delay)
+            .start()
+            .await
+            .unwrap(),
+    )
+}
+
 pub fn provider_for(cloud: MockTencent) -> Harness {
     let config = TencentConfig::resolve(Some(&cloud_config(&cloud)), &|_| None).unwrap();
     let counter = CallCounter::new();
@@ -78,6 +94,14 @@ pub fn svc(name: &str, uid: &str) -> Svc {
     ServiceBuilder::new(Cloud::Tencent, name, uid)
 }
 
+/// The error `ensure` of `service` on one node fails with.
+pub async fn refused(h: &Harness, service: &Svc) -> ProviderError {
+    h.provider
+        .ensure(&service.spec(), &nodes(1))
+        .await
+        .unwrap_err()
+}
+
 pub fn node(name: &str, ip: &str) -> BackendNode {
     internal_ip_node(name, ip)
 }
@@ -101,6 +125,16 @@ pub fn clbs_for(cloud: &MockTencent, uid: &str) -> Vec<Value> {
                 .any(|t| t["TagKey"] == "tke-lb-serviceuuid" && t["TagValue"] == uid)
         })
         .collect()
+}
+
+/// A CLB a user made in the console (no TKE tags) with a listener of their own on TCP:8443;
+/// returns its id.
+pub fn seed_users_clb(cloud: &MockTencent) -> String {
+    cloud.seed_load_balancer(
+        "users-clb",
+        &[("team", "edge")],
+        &[("console-listener", "TCP", 8443)],
+    )
 }
 
 /// `protocol:port -> sorted "ip:port"` of a CLB.
