@@ -36,9 +36,15 @@
 //! - Custom resources: served versions share one storage with conversion strategy `None`
 //!   (webhook conversion is not supported); schema `format`s and CEL
 //!   (`x-kubernetes-validations`) are not evaluated; a CRD's deletion removes its objects at
-//!   once, finalizers on them included.
+//!   once, finalizers on them included; a version's `selectableFields` serve field selectors
+//!   but are not checked against its schema.
 //! - events.k8s.io/v1 Events are mirrored into core/v1 Events (kube-apiserver shares one
-//!   storage), so the mirror has its own resourceVersion.
+//!   storage), so the mirror has its own resourceVersion; Events written through core/v1 are
+//!   not listed through events.k8s.io/v1.
+//! - Seeds ([`RunningApiServer::seed`], [`RunningApiServer::apply_manifests`]) are stored
+//!   state, not requests: a Service that is not a LoadBalancer keeps the ingress points of its
+//!   seeded status (what a cluster stores from before kube 1.29), which a client's write of
+//!   `/status` gets kube 1.33's 422 for.
 //! - Streaming lists (`watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan`)
 //!   are served as kube-apiserver serves them with its `WatchList` feature gate on (the
 //!   default in 1.32 and 1.34; 1.33 ships it off and refuses such watches with a 422), so a

@@ -219,7 +219,10 @@ impl LabelSelector {
 /// One requirement of a field selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FieldRequirement {
-    path: Vec<String>,
+    /// The label as the client wrote it.
+    label: String,
+    /// The object paths the label reads: the first holding a non-empty value gives it.
+    paths: Vec<Vec<String>>,
     value: String,
     negated: bool,
     /// What the field reads as when the object leaves it out (kube-apiserver's selectable
@@ -227,68 +230,118 @@ struct FieldRequirement {
     missing: &'static str,
 }
 
+/// One field label kube-apiserver accepts: its name, the paths of the stored object it reads
+/// (the first non-empty one wins, as for an Event's `source`), and the value of a missing
+/// field.
+type Label = (&'static str, &'static [&'static str], &'static str);
+
 /// The field labels kube-apiserver accepts for a kind, as registered with
-/// `AddFieldLabelConversionFunc` (pkg/apis/core/v1/conversion.go); kinds without a function
-/// get `runtime.DefaultMetaV1FieldSelectorConversion` (name and namespace only). `None`: a
+/// `AddFieldLabelConversionFunc` (pkg/apis/core/v1/conversion.go,
+/// pkg/apis/events/v1/conversion.go); kinds without a function get
+/// `runtime.DefaultMetaV1FieldSelectorConversion` (name and namespace only). `None`: a
 /// kind whose table this server does not know, whose selectors stay unchecked.
 enum FieldLabels {
-    /// A conversion function's list: (label, the object path it reads, the value of a
-    /// missing field).
-    Listed(&'static [(&'static str, &'static str, &'static str)]),
+    /// A conversion function's list.
+    Listed(&'static [Label]),
     /// `metadata.name` and `metadata.namespace` only.
     MetaOnly,
 }
 
-const META: [(&str, &str, &str); 2] = [
-    ("metadata.name", "metadata.name", ""),
-    ("metadata.namespace", "metadata.namespace", ""),
+const META: [Label; 2] = [
+    ("metadata.name", &["metadata.name"], ""),
+    ("metadata.namespace", &["metadata.namespace"], ""),
 ];
 
 fn field_labels(group: &str, kind: &str) -> Option<FieldLabels> {
-    const SERVICE: &[(&str, &str, &str)] = &[
+    const SERVICE: &[Label] = &[
         META[0],
         META[1],
-        ("spec.clusterIP", "spec.clusterIP", ""),
-        ("spec.type", "spec.type", ""),
+        ("spec.clusterIP", &["spec.clusterIP"], ""),
+        ("spec.type", &["spec.type"], ""),
     ];
-    const POD: &[(&str, &str, &str)] = &[
+    const POD: &[Label] = &[
         META[0],
         META[1],
-        ("spec.nodeName", "spec.nodeName", ""),
+        ("spec.nodeName", &["spec.nodeName"], ""),
         // Old v1 clients' name for spec.nodeName.
-        ("spec.host", "spec.nodeName", ""),
-        ("spec.restartPolicy", "spec.restartPolicy", ""),
-        ("spec.schedulerName", "spec.schedulerName", ""),
-        ("spec.serviceAccountName", "spec.serviceAccountName", ""),
-        ("spec.hostNetwork", "spec.hostNetwork", "false"),
-        ("status.phase", "status.phase", ""),
-        ("status.podIP", "status.podIP", ""),
-        ("status.podIPs", "status.podIP", ""),
-        ("status.nominatedNodeName", "status.nominatedNodeName", ""),
-    ];
-    const NODE: &[(&str, &str, &str)] = &[
-        META[0],
-        ("spec.unschedulable", "spec.unschedulable", "false"),
-    ];
-    const NAMESPACE: &[(&str, &str, &str)] = &[META[0], ("status.phase", "status.phase", "")];
-    const EVENT: &[(&str, &str, &str)] = &[
-        META[0],
-        META[1],
-        ("involvedObject.kind", "involvedObject.kind", ""),
-        ("involvedObject.namespace", "involvedObject.namespace", ""),
-        ("involvedObject.name", "involvedObject.name", ""),
-        ("involvedObject.uid", "involvedObject.uid", ""),
-        ("involvedObject.apiVersion", "involvedObject.apiVersion", ""),
+        ("spec.host", &["spec.nodeName"], ""),
+        ("spec.restartPolicy", &["spec.restartPolicy"], ""),
+        ("spec.schedulerName", &["spec.schedulerName"], ""),
+        ("spec.serviceAccountName", &["spec.serviceAccountName"], ""),
+        ("spec.hostNetwork", &["spec.hostNetwork"], "false"),
+        ("status.phase", &["status.phase"], ""),
+        ("status.podIP", &["status.podIP"], ""),
+        ("status.podIPs", &["status.podIP"], ""),
         (
-            "involvedObject.resourceVersion",
-            "involvedObject.resourceVersion",
+            "status.nominatedNodeName",
+            &["status.nominatedNodeName"],
             "",
         ),
-        ("involvedObject.fieldPath", "involvedObject.fieldPath", ""),
-        ("reason", "reason", ""),
-        ("reportingComponent", "reportingComponent", ""),
-        ("source", "source.component", ""),
-        ("type", "type", ""),
+    ];
+    const NODE: &[Label] = &[
+        META[0],
+        ("spec.unschedulable", &["spec.unschedulable"], "false"),
+    ];
+    const NAMESPACE: &[Label] = &[META[0], ("status.phase", &["status.phase"], "")];
+    // `AddFieldLabelConversionsForEvent` (core/v1), read as `EventToSelectableFields`
+    // (pkg/registry/core/event/strategy.go) computes them: `source` is the source component,
+    // else the reporting controller.
+    const EVENT: &[Label] = &[
+        META[0],
+        META[1],
+        ("involvedObject.kind", &["involvedObject.kind"], ""),
+        (
+            "involvedObject.namespace",
+            &["involvedObject.namespace"],
+            "",
+        ),
+        ("involvedObject.name", &["involvedObject.name"], ""),
+        ("involvedObject.uid", &["involvedObject.uid"], ""),
+        (
+            "involvedObject.apiVersion",
+            &["involvedObject.apiVersion"],
+            "",
+        ),
+        (
+            "involvedObject.resourceVersion",
+            &["involvedObject.resourceVersion"],
+            "",
+        ),
+        (
+            "involvedObject.fieldPath",
+            &["involvedObject.fieldPath"],
+            "",
+        ),
+        ("reason", &["reason"], ""),
+        ("reportingComponent", &["reportingComponent"], ""),
+        ("source", &["source.component", "reportingComponent"], ""),
+        ("type", &["type"], ""),
+    ];
+    // `AddFieldLabelConversionsForEvent` of events.k8s.io/v1: its own spellings only (never
+    // `involvedObject.*` or `reportingComponent`), mapped onto the same selectable fields;
+    // read here from the events.k8s.io form this server stores them in.
+    const EVENT_V1: &[Label] = &[
+        META[0],
+        META[1],
+        ("regarding.kind", &["regarding.kind"], ""),
+        ("regarding.namespace", &["regarding.namespace"], ""),
+        ("regarding.name", &["regarding.name"], ""),
+        ("regarding.uid", &["regarding.uid"], ""),
+        ("regarding.apiVersion", &["regarding.apiVersion"], ""),
+        (
+            "regarding.resourceVersion",
+            &["regarding.resourceVersion"],
+            "",
+        ),
+        ("regarding.fieldPath", &["regarding.fieldPath"], ""),
+        ("reason", &["reason"], ""),
+        ("reportingController", &["reportingController"], ""),
+        (
+            "source",
+            &["deprecatedSource.component", "reportingController"],
+            "",
+        ),
+        ("type", &["type"], ""),
     ];
     Some(match (group, kind) {
         ("", "Service") => FieldLabels::Listed(SERVICE),
@@ -296,6 +349,7 @@ fn field_labels(group: &str, kind: &str) -> Option<FieldLabels> {
         ("", "Node") => FieldLabels::Listed(NODE),
         ("", "Namespace") => FieldLabels::Listed(NAMESPACE),
         ("", "Event") => FieldLabels::Listed(EVENT),
+        ("events.k8s.io", "Event") => FieldLabels::Listed(EVENT_V1),
         ("", "ConfigMap" | "Endpoints")
         | ("coordination.k8s.io", "Lease")
         | ("discovery.k8s.io", "EndpointSlice")
@@ -304,11 +358,16 @@ fn field_labels(group: &str, kind: &str) -> Option<FieldLabels> {
     })
 }
 
+fn split_path(path: &str) -> Vec<String> {
+    path.split('.').map(str::to_string).collect()
+}
+
 /// A parsed field selector (`metadata.name=x,spec.nodeName!=y`).
 ///
-/// Any dotted path to a scalar parses; [`FieldSelector::restrict_to`] then limits it to the
-/// labels kube-apiserver supports for the kind served. A missing field compares as the empty
-/// string (`false` for the boolean labels), as in kube-apiserver.
+/// Any dotted path to a scalar parses; [`FieldSelector::restrict_to`] (built-in kinds) and
+/// [`FieldSelector::restrict_to_custom`] (custom resources) then limit it to the labels
+/// kube-apiserver supports for the kind served. A missing field compares as the empty string
+/// (`false` for the boolean labels), as in kube-apiserver.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector {
     requirements: Vec<FieldRequirement>,
@@ -331,7 +390,8 @@ impl FieldSelector {
                 return Err(SelectorError::InvalidField(part.to_string()));
             }
             requirements.push(FieldRequirement {
-                path: path.split('.').map(str::to_string).collect(),
+                label: path.to_string(),
+                paths: vec![split_path(path)],
                 value: value.trim().to_string(),
                 negated,
                 missing: "",
@@ -341,7 +401,7 @@ impl FieldSelector {
     }
 
     /// Restricts the selector to the field labels kube-apiserver supports for `kind` of
-    /// `group`, mapping each to the object field it reads. An unsupported label is the
+    /// `group`, mapping each to the object fields it reads. An unsupported label is the
     /// message of kube-apiserver's 400 (handlers/get.go turns the conversion error into a
     /// BadRequest). Kinds this server has no table for are left as parsed.
     pub fn restrict_to(&mut self, group: &str, kind: &str) -> Result<(), String> {
@@ -349,24 +409,44 @@ impl FieldSelector {
             return Ok(());
         };
         for req in &mut self.requirements {
-            let label = req.path.join(".");
-            let known = match &labels {
-                FieldLabels::Listed(list) => list.iter().find(|(l, _, _)| *l == label),
-                FieldLabels::MetaOnly => META.iter().find(|(l, _, _)| *l == label),
+            let list: &[Label] = match &labels {
+                FieldLabels::Listed(list) => list,
+                FieldLabels::MetaOnly => &META,
             };
-            match (known, &labels) {
-                (Some((_, path, missing)), _) => {
-                    req.path = path.split('.').map(str::to_string).collect();
+            match list.iter().find(|(l, _, _)| *l == req.label) {
+                Some((_, paths, missing)) => {
+                    req.paths = paths.iter().map(|p| split_path(p)).collect();
                     req.missing = missing;
                 }
-                (None, FieldLabels::Listed(_)) => {
-                    return Err(format!("field label not supported: {label}"));
+                None if matches!(labels, FieldLabels::Listed(_)) => {
+                    return Err(format!("field label not supported: {}", req.label));
                 }
-                (None, FieldLabels::MetaOnly) => {
+                None => {
                     return Err(format!(
-                        "{label:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                        "{:?} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+                        req.label
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Restricts the selector to what a custom resource accepts: `metadata.name`,
+    /// `metadata.namespace` when the resource is namespaced, and the `selectable` fields of
+    /// the version served (`crConverter.ConvertFieldLabel`, apiextensions-apiserver
+    /// pkg/apiserver/conversion/converter.go). Anything else is kube-apiserver's 400 message.
+    pub fn restrict_to_custom(
+        &mut self,
+        namespaced: bool,
+        selectable: &[String],
+    ) -> Result<(), String> {
+        for req in &self.requirements {
+            let accepted = req.label == "metadata.name"
+                || (namespaced && req.label == "metadata.namespace")
+                || selectable.contains(&req.label);
+            if !accepted {
+                return Err(format!("field label not supported: {}", req.label));
             }
         }
         Ok(())
@@ -375,15 +455,22 @@ impl FieldSelector {
     /// Whether the object satisfies every requirement.
     pub fn matches(&self, object: &Value) -> bool {
         self.requirements.iter().all(|req| {
-            let mut current = Some(object);
-            for segment in &req.path {
-                current = current.and_then(|v| v.get(segment));
-            }
-            let actual = match current {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => req.missing.to_string(),
-                Some(other) => other.to_string(),
+            let read = |path: &Vec<String>| {
+                let mut current = Some(object);
+                for segment in path {
+                    current = current.and_then(|v| v.get(segment));
+                }
+                match current {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(Value::Null) | None => None,
+                    Some(other) => Some(other.to_string()),
+                }
             };
+            let actual = req
+                .paths
+                .iter()
+                .find_map(|path| read(path).filter(|v| !v.is_empty()))
+                .unwrap_or_else(|| req.missing.to_string());
             (actual == req.value) != req.negated
         })
     }
@@ -472,7 +559,30 @@ mod tests {
             ("", "Node", "metadata.namespace=x", false),
             ("", "Namespace", "status.phase=Active", true),
             ("", "Event", "involvedObject.name=web,source=kubelet", true),
+            (
+                "",
+                "Event",
+                "involvedObject.kind=Service,involvedObject.namespace=a,involvedObject.uid=u,\
+                 involvedObject.apiVersion=v1,involvedObject.resourceVersion=1,\
+                 involvedObject.fieldPath=f,reason=r,reportingComponent=c,type=Normal,\
+                 metadata.name=n,metadata.namespace=a",
+                true,
+            ),
             ("", "Event", "message=x", false),
+            ("", "Event", "regarding.name=web", false),
+            ("", "Event", "reportingController=c", false),
+            (
+                "events.k8s.io",
+                "Event",
+                "regarding.kind=Service,regarding.namespace=a,regarding.name=web,\
+                 regarding.uid=u,regarding.apiVersion=v1,regarding.resourceVersion=1,\
+                 regarding.fieldPath=f,reason=r,reportingController=c,source=c,type=Normal,\
+                 metadata.name=n,metadata.namespace=a",
+                true,
+            ),
+            ("events.k8s.io", "Event", "involvedObject.name=web", false),
+            ("events.k8s.io", "Event", "reportingComponent=c", false),
+            ("events.k8s.io", "Event", "note=x", false),
             ("", "Pod", "spec.host=n1", true),
             ("", "ConfigMap", "metadata.namespace=x", true),
             ("", "ConfigMap", "data.k=v", false),
@@ -510,9 +620,65 @@ mod tests {
         let mut source = FieldSelector::parse("source=kubelet").unwrap();
         source.restrict_to("", "Event").unwrap();
         assert!(source.matches(&json!({"source": {"component": "kubelet"}})));
+        // An Event without a source component is selected by its reporting controller.
+        assert!(source.matches(&json!({"source": {}, "reportingComponent": "kubelet"})));
+        assert!(!source.matches(&json!({"source": {"component": "other"},
+                                         "reportingComponent": "kubelet"})));
+        let mut source_v1 = FieldSelector::parse("source=kube-lb,regarding.name=web").unwrap();
+        source_v1.restrict_to("events.k8s.io", "Event").unwrap();
+        assert!(source_v1.matches(&json!({"reportingController": "kube-lb",
+                                           "regarding": {"name": "web"}})));
+        assert!(
+            source_v1.matches(&json!({"deprecatedSource": {"component": "kube-lb"},
+                                           "reportingController": "x",
+                                           "regarding": {"name": "web"}}))
+        );
+        let mut unsupported = FieldSelector::parse("involvedObject.name=web").unwrap();
+        assert_eq!(
+            unsupported
+                .restrict_to("events.k8s.io", "Event")
+                .unwrap_err(),
+            "field label not supported: involvedObject.name"
+        );
         let mut host = FieldSelector::parse("spec.host=n1").unwrap();
         host.restrict_to("", "Pod").unwrap();
         assert!(host.matches(&json!({"spec": {"nodeName": "n1"}})));
+    }
+
+    /// `crConverter.ConvertFieldLabel`: name always, namespace only for namespaced
+    /// resources, and the version's selectable fields, which read the field they name.
+    #[test]
+    fn custom_resource_field_labels() {
+        let selectable = vec!["spec.color".to_string(), "spec.size".to_string()];
+        // (namespaced, selector, accepted)
+        let cases = [
+            (true, "metadata.name=a,metadata.namespace=b", true),
+            (false, "metadata.name=a", true),
+            (false, "metadata.namespace=b", false),
+            (true, "spec.color=red,spec.size=3", true),
+            (true, "spec.shape=round", false),
+            (true, "status.free=1", false),
+        ];
+        for (namespaced, selector, accepted) in cases {
+            let mut parsed = FieldSelector::parse(selector).unwrap();
+            assert_eq!(
+                parsed.restrict_to_custom(namespaced, &selectable).is_ok(),
+                accepted,
+                "namespaced={namespaced} {selector}"
+            );
+        }
+        let mut unsupported = FieldSelector::parse("spec.shape=round").unwrap();
+        assert_eq!(
+            unsupported
+                .restrict_to_custom(true, &selectable)
+                .unwrap_err(),
+            "field label not supported: spec.shape"
+        );
+        let mut color = FieldSelector::parse("spec.color=red,spec.size!=3").unwrap();
+        color.restrict_to_custom(true, &selectable).unwrap();
+        assert!(color.matches(&json!({"spec": {"color": "red", "size": 4}})));
+        assert!(!color.matches(&json!({"spec": {"color": "red", "size": 3}})));
+        assert!(!color.matches(&json!({"spec": {"color": "blue"}})));
     }
 
     #[test]

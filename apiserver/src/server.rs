@@ -301,7 +301,8 @@ impl RunningApiServer {
 
     /// Creates an object as given — status included — with server-side metadata, defaulting,
     /// validation and allocation. Accepts anything serialisable with `apiVersion` and `kind`
-    /// (k8s-openapi types, `serde_json::Value`, ...).
+    /// (k8s-openapi types, `serde_json::Value`, ...). The status is stored state, not a
+    /// request: see [`Store::seed`](crate::store::Store::seed) for the one rule that differs.
     pub fn seed(&self, object: impl serde::Serialize) -> Result<Value, Error> {
         let value = serde_json::to_value(object).map_err(Error::Serialize)?;
         let resource = resource_of(&self.store.registry(), &value)?;

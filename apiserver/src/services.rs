@@ -8,7 +8,9 @@
 //! (pkg/apis/core/v1/defaults.go), `ValidateService` / `ValidateServiceUpdate`
 //! (pkg/apis/core/validation/validation.go), then `initIPFamilyFields` and the IP and node
 //! port allocation (pkg/registry/core/service/storage/alloc.go). Field paths and messages are
-//! upstream's, so kubectl prints what it prints against a real cluster.
+//! upstream's, so kubectl prints what it prints against a real cluster. Writes of `/status`
+//! go through [`admit_status`] instead (`ValidateServiceStatusUpdate`): a status is never
+//! validated with the spec, and the spec never with the status.
 //!
 //! One addition: seed 002's `spec.topologyKeys` is accepted with the validation of the
 //! 1.17–1.21 API (`ServiceTopology` gate on) and mirrored into the annotation
@@ -557,7 +559,12 @@ pub fn apply_defaults(service: &mut Value) {
     if service_type(spec) == "LoadBalancer" && !is_set(spec, "allocateLoadBalancerNodePorts") {
         spec["allocateLoadBalancerNodePorts"] = json!(true);
     }
-    // LoadBalancerIPMode (GA): an ingress IP without ipMode is VIP.
+    default_ingress_ip_modes(service);
+}
+
+/// `SetDefaults_LoadBalancerIngress` (LoadBalancerIPMode, GA): an ingress IP without ipMode
+/// is VIP.
+fn default_ingress_ip_modes(service: &mut Value) {
     if let Some(Value::Array(ingress)) = service.pointer_mut("/status/loadBalancer/ingress") {
         for entry in ingress.iter_mut().filter(|e| e.is_object()) {
             if str_field(entry, "ip").is_some_and(|ip| !ip.is_empty()) && !is_set(entry, "ipMode") {
@@ -583,26 +590,56 @@ fn is_ip_sloppy(value: &str) -> bool {
         })
 }
 
-/// `ValidateLoadBalancerStatus`'s address rules (pkg/apis/core/validation/validation.go):
-/// an ingress `ip` must be an IP (`IsValidIPForLegacyField`), a `hostname` a DNS-1123
-/// subdomain and not an IP.
-fn validate_ingress_addresses(causes: &mut Vec<Cause>, service: &Value) {
+/// Whether the load-balancer status of a Service that is not `type: LoadBalancer` may hold
+/// ingress points: kube-apiserver's feature gate `AllowServiceLBStatusOnNonLB`, off and locked
+/// off since 1.32 (pkg/features/kube_features.go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LbStatusOnNonLb {
+    /// What every client write of `/status` gets, as from kube-apiserver 1.33.
+    Forbidden,
+    /// The gate's old behaviour (its default before 1.29), under which such objects were
+    /// written and may still sit in storage; only for state loaded as given, never for a
+    /// request.
+    Allowed,
+}
+
+/// `ValidateLoadBalancerStatus` (pkg/apis/core/validation/validation.go), entry by entry in
+/// upstream's order: `ip` (`IsValidIPForLegacyField`), `ipMode` (only `VIP` or `Proxy`, only
+/// beside an IP), `hostname` (a DNS-1123 subdomain, not an IP). Ingress points on a Service
+/// that is not a LoadBalancer are one Forbidden cause on the list, and then nothing else is
+/// checked, as upstream does.
+fn validate_load_balancer_status(causes: &mut Vec<Cause>, service: &Value, gate: LbStatusOnNonLb) {
     let Some(Value::Array(ingress)) = service.pointer("/status/loadBalancer/ingress") else {
         return;
     };
-    // Not checked here, deliberately: kube-apiserver 1.33 also forbids ingress points on a
-    // Service that is not a LoadBalancer (AllowServiceLBStatusOnNonLB locked off), but
-    // `kube-lb plan`/`audit` load manifests of such Services, status included, as seeds.
+    if gate == LbStatusOnNonLb::Forbidden
+        && service_type(&service["spec"]) != "LoadBalancer"
+        && !ingress.is_empty()
+    {
+        causes.push(Cause::forbidden(
+            "status.loadBalancer.ingress",
+            "may only be used when `spec.type` is 'LoadBalancer'",
+        ));
+        return;
+    }
     for (i, entry) in ingress.iter().enumerate() {
         let at = |field: &str| format!("status.loadBalancer.ingress[{i}].{field}");
-        if let Some(ip) = str_field(entry, "ip").filter(|ip| !ip.is_empty())
+        let ip = str_field(entry, "ip").filter(|ip| !ip.is_empty());
+        if let Some(ip) = ip
             && !is_ip_sloppy(ip)
         {
-            causes.push(Cause::invalid(
-                at("ip"),
-                ip,
-                "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
-            ));
+            causes.push(Cause::invalid(at("ip"), ip, IP_DETAIL));
+        }
+        match (str_field(entry, "ipMode"), ip) {
+            (None, Some(_)) => {
+                causes.push(required(at("ipMode"), "must be specified when `ip` is set"))
+            }
+            (Some(_), None) => causes.push(Cause::forbidden(
+                at("ipMode"),
+                "may not be specified when `ip` is not set",
+            )),
+            (Some(mode), Some(_)) => check_enum(causes, at("ipMode"), mode, &["Proxy", "VIP"]),
+            (None, None) => {}
         }
         if let Some(hostname) = str_field(entry, "hostname").filter(|h| !h.is_empty()) {
             if !meta::is_dns1123_subdomain(hostname) {
@@ -622,26 +659,6 @@ fn validate_ingress_addresses(causes: &mut Vec<Cause>, service: &Value) {
                     "must be a DNS name, not an IP address",
                 ));
             }
-        }
-    }
-}
-
-/// `ValidateLoadBalancerStatus`'s ipMode rules: only with an IP, and only `VIP` or `Proxy`.
-fn validate_ip_modes(causes: &mut Vec<Cause>, service: &Value) {
-    let Some(Value::Array(ingress)) = service.pointer("/status/loadBalancer/ingress") else {
-        return;
-    };
-    for (i, entry) in ingress.iter().enumerate() {
-        let field = format!("status.loadBalancer.ingress[{i}].ipMode");
-        let has_ip = str_field(entry, "ip").is_some_and(|ip| !ip.is_empty());
-        match str_field(entry, "ipMode") {
-            Some(_) if !has_ip => causes.push(Cause::forbidden(
-                field,
-                "may not be specified when `ip` is not",
-            )),
-            Some(mode) => check_enum(causes, field, mode, &["Proxy", "VIP"]),
-            None if has_ip => causes.push(Cause::required(field)),
-            None => {}
         }
     }
 }
@@ -864,13 +881,6 @@ pub fn validate(service: &Value) -> Vec<Cause> {
         );
     }
     validate_topology_keys(&mut causes, spec);
-    validate_ingress_addresses(&mut causes, service);
-    validate_ip_modes(&mut causes, service);
-    // Written through /status by load-balancer controllers (kube-lb.io/LoadBalancerReady).
-    causes.extend(crate::validation::validate_conditions(
-        service.pointer("/status/conditions"),
-        "status.conditions",
-    ));
     causes
 }
 
@@ -1466,9 +1476,11 @@ fn drop_type_dependent_fields(old: &Value, new: &mut Value) {
     {
         remove(spec, "externalTrafficPolicy");
     }
-    // Upstream clears the status on every update of a non-LoadBalancer Service; clearing it
-    // on the change of type is the part clients can tell, and leaves /status writes alone.
-    if was_lb && !is_lb && new.pointer("/status/loadBalancer").is_some() {
+    // "Clear the load-balancer status if it is no longer appropriate": every update of the
+    // main resource of a Service that is not (or no longer) a LoadBalancer, whatever the old
+    // type (dropTypeDependentFields, pkg/registry/core/service/strategy.go). Writes of
+    // /status never come here (the status strategy's PrepareForUpdate only copies the spec).
+    if !is_lb {
         new["status"]["loadBalancer"] = json!({});
     }
 }
@@ -1669,6 +1681,27 @@ pub fn admit(
         allocator.release_port(*port);
     }
     Ok(())
+}
+
+/// Admits a write of a Service's `/status` (`serviceStatusStrategy`,
+/// pkg/registry/core/service/strategy.go): the spec is the stored one (the caller carried it
+/// over, as `PrepareForUpdate` does), ingress ipModes are defaulted, and the status is
+/// validated as `ValidateServiceStatusUpdate` does, plus the conditions kube-lb writes. No
+/// allocation changes: the spec did not.
+pub fn admit_status(service: &mut Value, gate: LbStatusOnNonLb) -> Result<(), Vec<Cause>> {
+    default_ingress_ip_modes(service);
+    let mut causes = Vec::new();
+    validate_load_balancer_status(&mut causes, service, gate);
+    // Written through /status by load-balancer controllers (kube-lb.io/LoadBalancerReady).
+    causes.extend(crate::validation::validate_conditions(
+        service.pointer("/status/conditions"),
+        "status.conditions",
+    ));
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(causes)
+    }
 }
 
 /// Takes one node port: kept when the object already held it, reserved when requested,

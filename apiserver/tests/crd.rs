@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, kubectl, kubectl_available, ok};
+use common::{get, kubectl, kubectl_rig, ok, send, state_file_reaches};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -350,19 +350,7 @@ async fn custom_resources_survive_a_restart() {
         .await
         .unwrap();
     let version = server.store().current_version();
-    eventually(
-        Duration::from_secs(10),
-        "the state file to catch up",
-        || {
-            let state = state.clone();
-            async move {
-                let text = std::fs::read_to_string(&state).ok()?;
-                let dump: Value = serde_json::from_str(&text).ok()?;
-                (dump["resourceVersion"].as_u64() == Some(version)).then_some(())
-            }
-        },
-    )
-    .await;
+    state_file_reaches(&state, version).await;
     drop(server);
 
     let again = ApiServer::builder()
@@ -401,13 +389,10 @@ spec:
 
 #[tokio::test]
 async fn kubectl_drives_custom_resources() {
-    if !kubectl_available("kubectl_drives_custom_resources") {
+    let Some(rig) = kubectl_rig("kubectl_drives_custom_resources").await else {
         return;
-    }
-    let server = ApiServer::builder().start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kc).unwrap();
+    };
+    let (server, dir, kc) = (&rig.server, &rig.dir, rig.kubeconfig.clone());
     let crd_file = dir.path().join("crd.yaml");
     let pools_file = dir.path().join("pools.yaml");
     std::fs::write(&crd_file, IPPOOL_CRD).unwrap();
@@ -503,4 +488,119 @@ async fn kubectl_drives_custom_resources() {
             .keys()
             .all(|k| !k.contains("ippools"))
     );
+}
+
+/// A namespaced CRD whose version makes two fields selectable.
+const GADGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    selectableFields:
+    - jsonPath: .spec.color
+    - jsonPath: .spec.size
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              color: {type: string}
+              size: {type: integer}
+              shape: {type: string}
+"#;
+
+/// Field selectors on custom resources over raw HTTP, as apiextensions-apiserver's
+/// `crConverter.ConvertFieldLabel`: `metadata.name`, `metadata.namespace` (namespaced kinds
+/// only) and the version's `selectableFields`; any other label is a 400 for lists and
+/// watches alike.
+#[tokio::test]
+async fn custom_resource_field_selectors_are_restricted() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let http = reqwest::Client::new();
+    let base = server.url();
+    let post = |url: String, body: Value| {
+        send(
+            http.clone(),
+            reqwest::Method::POST,
+            url,
+            "application/json",
+            body,
+        )
+    };
+    let crds = format!("{base}/apis/apiextensions.k8s.io/v1/customresourcedefinitions");
+    for text in [GADGET_CRD, IPPOOL_CRD] {
+        let crd: Value = serde_yaml_ng::from_str(text).unwrap();
+        let (code, body) = post(crds.clone(), crd).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let gadgets = format!("{base}/apis/example.com/v1/namespaces/default/gadgets");
+    for (name, color, size) in [("a", "red", 1), ("b", "blue", 2), ("c", "red", 3)] {
+        let (code, body) = post(
+            gadgets.clone(),
+            json!({"apiVersion": "example.com/v1", "kind": "Gadget",
+                   "metadata": {"name": name},
+                   "spec": {"color": color, "size": size, "shape": "round"}}),
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let names = |list: &Value| -> Vec<String> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (selector, expected) in [
+        ("spec.color=red", vec!["a", "c"]),
+        ("spec.color=red,spec.size!=3", vec!["a"]),
+        ("metadata.name=b", vec!["b"]),
+        ("metadata.namespace=default,spec.size=2", vec!["b"]),
+    ] {
+        let (code, body) = get(&http, &format!("{gadgets}?fieldSelector={selector}")).await;
+        assert_eq!(code, 200, "{selector}: {body}");
+        assert_eq!(names(&body), expected, "{selector}");
+    }
+    let pools = format!("{base}/apis/kube-lb.io/v1alpha1/ippools");
+    for (url, label) in [
+        (
+            format!("{gadgets}?fieldSelector=spec.shape=round"),
+            "spec.shape",
+        ),
+        (
+            format!("{gadgets}?watch=true&fieldSelector=spec.shape=round"),
+            "spec.shape",
+        ),
+        (
+            format!("{base}/apis/example.com/v1/gadgets?fieldSelector=status.x=1"),
+            "status.x",
+        ),
+        // A cluster-scoped kind has no namespace to select by.
+        (
+            format!("{pools}?fieldSelector=metadata.namespace=default"),
+            "metadata.namespace",
+        ),
+    ] {
+        let (code, body) = get(&http, &url).await;
+        assert_eq!(code, 400, "{url}: {body}");
+        assert_eq!(body["reason"], "BadRequest", "{body}");
+        assert_eq!(
+            body["message"],
+            format!("field label not supported: {label}"),
+            "{url}"
+        );
+    }
+    let (code, body) = get(&http, &format!("{pools}?fieldSelector=metadata.name=gold")).await;
+    assert_eq!(code, 200, "{body}");
+    server.shutdown().await;
 }

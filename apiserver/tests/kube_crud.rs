@@ -182,7 +182,7 @@ async fn every_patch_type() {
         .patch(
             "applied",
             &ssa,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "applied"}, "spec": {"ports": [{"port": 53, "protocol": "UDP"}]}})),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "applied"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 53, "protocol": "UDP"}]}})),
         )
         .await
         .unwrap();
@@ -197,7 +197,7 @@ async fn every_patch_type() {
             "applied",
             &ssa,
             &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "applied", "labels": {"x": "y"}},
-                "spec": {"ports": [{"port": 53, "protocol": "UDP"}]}})),
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 53, "protocol": "UDP"}]}})),
         )
         .await
         .unwrap();
@@ -228,60 +228,40 @@ async fn every_patch_type() {
 
     // Server-side apply of status: what the manager stops applying is removed.
     let status_ssa = PatchParams::apply("lb-controller").force();
-    let applied = services
-        .patch_status(
-            "applied",
-            &status_ssa,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service",
-                "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.9"}]}}})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        applied
-            .status
-            .unwrap()
-            .load_balancer
-            .unwrap()
-            .ingress
-            .unwrap()[0]
-            .ip
-            .as_deref(),
-        Some("192.0.2.9")
-    );
-    let cleared = services
-        .patch_status(
-            "applied",
-            &status_ssa,
-            &Patch::Apply(
-                json!({"apiVersion": "v1", "kind": "Service", "status": {"loadBalancer": {}}}),
-            ),
-        )
-        .await
-        .unwrap();
-    assert!(
-        cleared
+    let apply_status = |load_balancer: serde_json::Value| {
+        let (services, status_ssa) = (services.clone(), status_ssa.clone());
+        async move {
+            services
+                .patch_status(
+                    "applied",
+                    &status_ssa,
+                    &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service",
+                        "status": {"loadBalancer": load_balancer}})),
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let ingress = |service: &Service| {
+        service
             .status
             .clone()
             .unwrap()
             .load_balancer
             .unwrap()
             .ingress
-            .is_none()
+    };
+    let applied = apply_status(json!({"ingress": [{"ip": "192.0.2.9"}]})).await;
+    assert_eq!(
+        ingress(&applied).unwrap()[0].ip.as_deref(),
+        Some("192.0.2.9")
     );
+    let cleared = apply_status(json!({})).await;
+    assert!(ingress(&cleared).is_none());
     // The spec applied by the other manager is untouched.
     assert_eq!(cleared.metadata.labels.as_ref().unwrap()["x"], "y");
     // Re-applying the same status is a no-op: no new resourceVersion, so no watch event.
-    let again = services
-        .patch_status(
-            "applied",
-            &status_ssa,
-            &Patch::Apply(
-                json!({"apiVersion": "v1", "kind": "Service", "status": {"loadBalancer": {}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    let again = apply_status(json!({})).await;
     assert_eq!(
         again.metadata.resource_version,
         cleared.metadata.resource_version

@@ -3,36 +3,13 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
-use std::process::Output;
+mod common;
 
+use std::path::Path;
+
+use common::{KUBECTL, kubectl, ok};
 use kube_lb_apiserver::ApiServer;
 use serde_json::Value;
-
-const KUBECTL: &str = "/usr/bin/kubectl";
-
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(KUBECTL)
-        .env("KUBECONFIG", kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .args(["--request-timeout=20s"])
-        .args(args)
-        .output()
-        .await
-        .unwrap()
-}
-
-async fn ok(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = kubectl(kubeconfig, args).await;
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
-        out.status
-    );
-    stdout
-}
 
 async fn get_json(kubeconfig: &Path, args: &[&str]) -> Value {
     let mut all = args.to_vec();

@@ -8,8 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{kubectl, kubectl_available, ok};
-use kube_lb_apiserver::ApiServer;
+use common::{kubectl, kubectl_rig, ok};
 use serde_json::json;
 
 fn service(target_port: u16) -> String {
@@ -20,13 +19,10 @@ fn service(target_port: u16) -> String {
 
 #[tokio::test]
 async fn server_side_apply_conflicts_between_managers() {
-    if !kubectl_available("server_side_apply_conflicts_between_managers") {
+    let Some(rig) = kubectl_rig("server_side_apply_conflicts_between_managers").await else {
         return;
-    }
-    let server = ApiServer::builder().start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kc).unwrap();
+    };
+    let (dir, kc) = (&rig.dir, rig.kubeconfig.clone());
     let a = dir.path().join("a.yaml");
     let b = dir.path().join("b.yaml");
     let same = dir.path().join("same.yaml");
@@ -51,6 +47,13 @@ async fn server_side_apply_conflicts_between_managers() {
         async move {
             let refs: Vec<&str> = args.iter().map(String::as_str).collect();
             kubectl(&kc, &refs).await
+        }
+    };
+    let target_port = || {
+        let kc = kc.clone();
+        async move {
+            let jsonpath = "jsonpath={.spec.ports[0].targetPort}";
+            ok(&kc, &["get", "svc", "web", "-o", jsonpath]).await
         }
     };
 
@@ -78,17 +81,7 @@ async fn server_side_apply_conflicts_between_managers() {
         stderr.contains("--force-conflicts"),
         "kubectl adds its advice: {stderr}"
     );
-    let web = ok(
-        &kc,
-        &[
-            "get",
-            "svc",
-            "web",
-            "-o",
-            "jsonpath={.spec.ports[0].targetPort}",
-        ],
-    )
-    .await;
+    let web = target_port().await;
     assert_eq!(web, "8080", "nothing changed");
 
     // Forced, the field changes hands.
@@ -98,17 +91,7 @@ async fn server_side_apply_conflicts_between_managers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let web = ok(
-        &kc,
-        &[
-            "get",
-            "svc",
-            "web",
-            "-o",
-            "jsonpath={.spec.ports[0].targetPort}",
-        ],
-    )
-    .await;
+    let web = target_port().await;
     assert_eq!(web, "9090");
     // Now manager-a conflicts with manager-c alone.
     let out = run(apply("manager-a", &a, false)).await;
@@ -123,13 +106,10 @@ async fn server_side_apply_conflicts_between_managers() {
 
 #[tokio::test]
 async fn kubectl_columns_for_events_nodes_leases_and_slices() {
-    if !kubectl_available("kubectl_columns_for_events_nodes_leases_and_slices") {
+    let Some(rig) = kubectl_rig("kubectl_columns_for_events_nodes_leases_and_slices").await else {
         return;
-    }
-    let server = ApiServer::builder().start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kc).unwrap();
+    };
+    let (server, kc) = (&rig.server, rig.kubeconfig.clone());
     // Seeded out of time order: the newest event has the alphabetically first name.
     for (name, last, reason) in [
         ("a-newest", "2025-01-03T00:00:00Z", "Third"),
@@ -223,5 +203,91 @@ async fn kubectl_columns_for_events_nodes_leases_and_slices() {
     assert!(
         slices.contains("8080") && slices.contains("10.1.0.1,10.1.0.2"),
         "{slices}"
+    );
+}
+
+/// `kubectl get events --field-selector` and `kubectl events --for` (which selects by
+/// `involvedObject.kind`, `.apiVersion` and `.name`) get what kube-apiserver gives: the matching events, and for a label
+/// core/v1 Events do not have, kube's 400 `field label not supported`.
+#[tokio::test]
+async fn kubectl_event_field_selectors() {
+    let Some(rig) = kubectl_rig("kubectl_event_field_selectors").await else {
+        return;
+    };
+    let (server, kc) = (&rig.server, rig.kubeconfig.clone());
+    for (name, kind, object, reason, type_) in [
+        (
+            "ensured",
+            "Service",
+            "web",
+            "EnsuringLoadBalancer",
+            "Normal",
+        ),
+        (
+            "failed",
+            "Service",
+            "web",
+            "SyncLoadBalancerFailed",
+            "Warning",
+        ),
+        ("other", "Service", "db", "EnsuringLoadBalancer", "Normal"),
+        ("node", "Node", "n1", "NodeNotReady", "Warning"),
+    ] {
+        server
+            .seed(json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": "default"},
+                "involvedObject": {"apiVersion": "v1", "kind": kind, "name": object,
+                                   "namespace": "default"},
+                "reason": reason, "message": format!("{reason} {object}"), "type": type_,
+                "source": {"component": "kube-lb"}, "count": 1,
+                "firstTimestamp": "2025-01-01T00:00:00Z", "lastTimestamp": "2025-01-01T00:00:00Z"}))
+            .unwrap();
+    }
+    let selected = |selector: &'static str| {
+        let kc = kc.clone();
+        async move {
+            let out = ok(
+                &kc,
+                &["get", "events", "--field-selector", selector, "-o", "name"],
+            )
+            .await;
+            let mut names: Vec<String> = out.lines().map(str::to_string).collect();
+            names.sort();
+            names
+        }
+    };
+    assert_eq!(
+        selected("involvedObject.kind=Service,involvedObject.name=web").await,
+        ["event/ensured", "event/failed"]
+    );
+    assert_eq!(
+        selected("type=Warning").await,
+        ["event/failed", "event/node"]
+    );
+    assert_eq!(
+        selected("reason=EnsuringLoadBalancer,involvedObject.name!=web").await,
+        ["event/other"]
+    );
+    assert_eq!(
+        selected("source=kube-lb,metadata.name=node").await,
+        ["event/node"]
+    );
+
+    let about_web = ok(&kc, &["events", "--for", "service/web"]).await;
+    assert!(
+        about_web.contains("SyncLoadBalancerFailed") && about_web.contains("EnsuringLoadBalancer"),
+        "{about_web}"
+    );
+    assert!(
+        !about_web.contains("NodeNotReady") && !about_web.contains("db"),
+        "{about_web}"
+    );
+
+    let refused = kubectl(&kc, &["get", "events", "--field-selector", "message=x"]).await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("(BadRequest)") && stderr.contains("field label not supported: message"),
+        "{stderr}"
     );
 }

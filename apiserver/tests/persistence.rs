@@ -6,9 +6,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{eventually, lb_service};
+use common::{lb_service, state_file_reaches};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, PostParams};
 use kube_lb_apiserver::ApiServer;
@@ -28,19 +26,7 @@ async fn state_file_follows_changes_without_a_clean_shutdown() {
         .await
         .unwrap();
     let version = server.store().current_version();
-    eventually(
-        Duration::from_secs(10),
-        "the state file to catch up",
-        || {
-            let state = state.clone();
-            async move {
-                let text = std::fs::read_to_string(&state).ok()?;
-                let dump: serde_json::Value = serde_json::from_str(&text).ok()?;
-                (dump["resourceVersion"].as_u64() == Some(version)).then_some(())
-            }
-        },
-    )
-    .await;
+    state_file_reaches(&state, version).await;
     // Dropped, not shut down: no final write.
     drop(server);
 

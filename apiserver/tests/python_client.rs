@@ -1,6 +1,7 @@
 //! The official Kubernetes Python client (a reader nobody here wrote) against the server:
 //! its streaming-list watch, and the errors it surfaces for bad list options, a JSON patch
-//! whose `test` fails and a failed delete precondition, compared with kube-apiserver 1.33.
+//! whose `test` fails, a failed delete precondition, ingress points on a ClusterIP Service and
+//! an Event field selector kube does not support, compared with kube-apiserver 1.33.
 
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
@@ -76,6 +77,12 @@ uid = v1.read_namespaced_config_map("one", ns).metadata.uid
 failure("wrong-uid", lambda: v1.delete_namespaced_config_map(
     "one", ns, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="not-" + uid))))
 print(json.dumps({"step": "uid", "uid": uid}))
+
+v1.create_namespaced_service(ns, {"metadata": {"name": "internal"}, "spec": {"ports": [{"port": 80}]}})
+failure("status-on-cluster-ip", lambda: v1.patch_namespaced_service_status(
+    "internal", ns, {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}}))
+failure("event-field-selector",
+        lambda: v1.list_namespaced_event(ns, field_selector="message=x"))
 "#;
 
 #[tokio::test]
@@ -164,6 +171,24 @@ async fn python_client_sees_kube_apiserver_answers() {
              (not-{uid}) does not match the UID in record ({uid}). The object might have been \
              deleted and then recreated"
         )
+    );
+
+    // Ingress points on a Service that is not a LoadBalancer: kube 1.33's one Forbidden cause.
+    let lb_status = step("status-on-cluster-ip");
+    assert_eq!(lb_status["status"], 422);
+    assert_eq!(
+        lb_status["body"]["details"]["causes"],
+        serde_json::json!([{"reason": "FieldValueForbidden",
+            "message": "Forbidden: may only be used when `spec.type` is 'LoadBalancer'",
+            "field": "status.loadBalancer.ingress"}])
+    );
+
+    // A field label core/v1 Events do not have is a 400 naming it.
+    let selector = step("event-field-selector");
+    assert_eq!(selector["status"], 400);
+    assert_eq!(
+        selector["body"]["message"],
+        "field label not supported: message"
     );
     server.shutdown().await;
 }

@@ -6,35 +6,11 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{call, get, send};
 use kube_lb_apiserver::ApiServer;
 use serde_json::{Value, json};
-
-/// Sends a request and returns the status code and the JSON body.
-async fn call(
-    http: &reqwest::Client,
-    method: reqwest::Method,
-    url: &str,
-    content_type: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut request = http.request(method, url);
-    if let Some(body) = body {
-        request = request
-            .header("content-type", content_type)
-            .body(body.to_string());
-    }
-    let response = request.send().await.unwrap();
-    let code = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn get(http: &reqwest::Client, url: &str) -> (u16, Value) {
-    call(http, reqwest::Method::GET, url, "", None).await
-}
 
 /// Reads a whole watch stream (the request must carry `timeoutSeconds`) as its events.
 async fn watch_events(http: &reqwest::Client, url: &str) -> Vec<Value> {
@@ -351,91 +327,74 @@ async fn write_options_are_validated_before_anything_is_written() {
     let collection = format!("{base}/api/v1/namespaces/default/configmaps");
     let object = format!("{collection}/kept");
     let (_, before) = get(&http, &object).await;
-    let not_supported =
-        |field: &str| vec![(field.to_string(), "FieldValueNotSupported".to_string())];
-
-    // dryRun accepts only "All": anything else is refused, never taken as a real write.
-    let (code, status) = call(
-        &http,
-        reqwest::Method::POST,
-        &format!("{collection}?dryRun=true"),
-        "application/json",
-        Some(json!({"metadata": {"name": "fresh"}})),
-    )
-    .await;
-    assert_eq!(
-        option_causes(code, &status, "CreateOptions"),
-        not_supported("dryRun")
-    );
-    let (code, _) = get(&http, &format!("{collection}/fresh")).await;
-    assert_eq!(code, 404);
-
+    let cause = |field: &str, reason: &str| vec![(field.to_string(), reason.to_string())];
     let mut changed = before.clone();
     changed["data"]["k"] = json!("changed");
-    let (code, status) = call(
-        &http,
-        reqwest::Method::PUT,
-        &format!("{object}?dryRun=yes"),
-        "application/json",
-        Some(changed),
-    )
-    .await;
-    assert_eq!(
-        option_causes(code, &status, "UpdateOptions"),
-        not_supported("dryRun")
-    );
-
-    // Apply needs a fieldManager; force is for apply only.
-    let (code, status) = call(
-        &http,
-        reqwest::Method::PATCH,
-        &object,
-        "application/apply-patch+yaml",
-        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "applied"}})),
-    )
-    .await;
-    assert_eq!(
-        option_causes(code, &status, "PatchOptions"),
-        vec![("fieldManager".to_string(), "FieldValueRequired".to_string())]
-    );
-    let (code, status) = call(
-        &http,
-        reqwest::Method::PATCH,
-        &format!("{object}?force=true"),
-        "application/merge-patch+json",
-        Some(json!({"data": {"k": "merged"}})),
-    )
-    .await;
-    assert_eq!(
-        option_causes(code, &status, "PatchOptions"),
-        vec![("force".to_string(), "FieldValueForbidden".to_string())]
-    );
-
-    // An unknown propagationPolicy, in the query or in DeleteOptions, deletes nothing.
-    let (code, status) = call(
-        &http,
-        reqwest::Method::DELETE,
-        &format!("{object}?propagationPolicy=Sideways"),
-        "",
-        None,
-    )
-    .await;
-    assert_eq!(
-        option_causes(code, &status, "DeleteOptions"),
-        not_supported("propagationPolicy")
-    );
-    let (code, status) = call(
-        &http,
-        reqwest::Method::DELETE,
-        &object,
-        "application/json",
-        Some(json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["Some"]})),
-    )
-    .await;
-    assert_eq!(
-        option_causes(code, &status, "DeleteOptions"),
-        not_supported("dryRun")
-    );
+    // (method, URL, content type, body, options kind, the causes of kube-apiserver's 422)
+    let cases = [
+        // dryRun accepts only "All": anything else is refused, never taken as a real write.
+        (
+            reqwest::Method::POST,
+            format!("{collection}?dryRun=true"),
+            "application/json",
+            Some(json!({"metadata": {"name": "fresh"}})),
+            "CreateOptions",
+            cause("dryRun", "FieldValueNotSupported"),
+        ),
+        (
+            reqwest::Method::PUT,
+            format!("{object}?dryRun=yes"),
+            "application/json",
+            Some(changed),
+            "UpdateOptions",
+            cause("dryRun", "FieldValueNotSupported"),
+        ),
+        // Apply needs a fieldManager; force is for apply only.
+        (
+            reqwest::Method::PATCH,
+            object.clone(),
+            "application/apply-patch+yaml",
+            Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "applied"}})),
+            "PatchOptions",
+            cause("fieldManager", "FieldValueRequired"),
+        ),
+        (
+            reqwest::Method::PATCH,
+            format!("{object}?force=true"),
+            "application/merge-patch+json",
+            Some(json!({"data": {"k": "merged"}})),
+            "PatchOptions",
+            cause("force", "FieldValueForbidden"),
+        ),
+        // An unknown propagationPolicy, in the query or in DeleteOptions, deletes nothing.
+        (
+            reqwest::Method::DELETE,
+            format!("{object}?propagationPolicy=Sideways"),
+            "",
+            None,
+            "DeleteOptions",
+            cause("propagationPolicy", "FieldValueNotSupported"),
+        ),
+        (
+            reqwest::Method::DELETE,
+            object.clone(),
+            "application/json",
+            Some(json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["Some"]})),
+            "DeleteOptions",
+            cause("dryRun", "FieldValueNotSupported"),
+        ),
+    ];
+    for (method, url, content_type, body, options, expected) in cases {
+        let (code, status) = call(&http, method.clone(), &url, content_type, body).await;
+        assert_eq!(
+            option_causes(code, &status, options),
+            expected,
+            "{method} {url}"
+        );
+    }
+    // The refused create wrote nothing.
+    let (code, _) = get(&http, &format!("{collection}/fresh")).await;
+    assert_eq!(code, 404);
 
     // Nothing above changed the object or bumped its resourceVersion.
     let (code, after) = get(&http, &object).await;
@@ -454,17 +413,13 @@ async fn failed_writes_are_explained_like_kube_apiserver() {
                "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}})
     };
     let post = |url: String, body: Value| {
-        let http = http.clone();
-        async move {
-            call(
-                &http,
-                reqwest::Method::POST,
-                &url,
-                "application/json",
-                Some(body),
-            )
-            .await
-        }
+        send(
+            http.clone(),
+            reqwest::Method::POST,
+            url,
+            "application/json",
+            body,
+        )
     };
     let (code, first) = post(services.clone(), node_port("first")).await;
     assert_eq!(code, 201, "{first}");
@@ -552,17 +507,13 @@ async fn put_creates_only_where_kube_apiserver_allows_it() {
     let http = reqwest::Client::new();
     let base = server.url();
     let put = |url: String, body: Value| {
-        let http = http.clone();
-        async move {
-            call(
-                &http,
-                reqwest::Method::PUT,
-                &url,
-                "application/json",
-                Some(body),
-            )
-            .await
-        }
+        send(
+            http.clone(),
+            reqwest::Method::PUT,
+            url,
+            "application/json",
+            body,
+        )
     };
     let (code, created) = put(
         format!("{base}/api/v1/namespaces/default/services/fresh"),
@@ -728,4 +679,264 @@ async fn load_balancer_status_addresses_are_validated() {
     .await;
     assert_eq!(code, 200, "{changed}");
     assert_eq!(changed["status"]["loadBalancer"], json!({}));
+}
+
+/// kube-apiserver 1.33 (`AllowServiceLBStatusOnNonLB` locked off): ingress points only on a
+/// `type: LoadBalancer` Service. A `/status` write that puts them on any other type is one
+/// Forbidden cause at `status.loadBalancer.ingress` (`ValidateLoadBalancerStatus`), whatever
+/// the stored status already held; an empty list is fine; the main resource never takes
+/// status and clears ingress points whenever the type is not LoadBalancer
+/// (`dropTypeDependentFields`); a `/status` write cannot change the type it is judged by.
+#[tokio::test]
+async fn load_balancer_status_only_on_load_balancers() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let http = reqwest::Client::new();
+    let services = format!("{}/api/v1/namespaces/default/services", server.url());
+    let write = |method: reqwest::Method, url: String, content_type: &'static str, body: Value| {
+        send(http.clone(), method, url, content_type, body)
+    };
+    let merge = |url: String, body: Value| {
+        write(
+            reqwest::Method::PATCH,
+            url,
+            "application/merge-patch+json",
+            body,
+        )
+    };
+    let ingress = |ip: &str| json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}});
+    let forbidden = "Forbidden: may only be used when `spec.type` is 'LoadBalancer'";
+    let assert_forbidden = |code: u16, body: &Value, name: &str| {
+        assert_eq!(code, 422, "{body}");
+        assert_eq!(body["reason"], "Invalid", "{body}");
+        assert_eq!(
+            body["message"],
+            format!("Service \"{name}\" is invalid: status.loadBalancer.ingress: {forbidden}")
+        );
+        assert_eq!(
+            body["details"]["causes"],
+            json!([{"reason": "FieldValueForbidden", "message": forbidden,
+                    "field": "status.loadBalancer.ingress"}]),
+            "one cause, the entries are not checked further"
+        );
+    };
+    for (name, type_) in [("internal", "ClusterIP"), ("ports", "NodePort")] {
+        let (code, body) = write(
+            reqwest::Method::POST,
+            services.clone(),
+            "application/json",
+            json!({"metadata": {"name": name},
+                   "spec": {"type": type_, "ports": [{"port": 80}]}}),
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+        let status_url = format!("{services}/{name}/status");
+        let (code, body) = merge(status_url.clone(), ingress("192.0.2.1")).await;
+        assert_forbidden(code, &body, name);
+        // An entry that is invalid as well still gets only the Forbidden cause.
+        let (code, body) = merge(status_url.clone(), ingress("not-an-ip")).await;
+        assert_forbidden(code, &body, name);
+        // A PUT of the whole object to /status is judged the same way.
+        let (_, mut current) = get(&http, &format!("{services}/{name}")).await;
+        current["status"] = ingress("192.0.2.1")["status"].clone();
+        let (code, body) = write(
+            reqwest::Method::PUT,
+            status_url.clone(),
+            "application/json",
+            current,
+        )
+        .await;
+        assert_forbidden(code, &body, name);
+        // The body cannot make itself a LoadBalancer: /status keeps the stored spec.
+        let mut retyped = ingress("192.0.2.1");
+        retyped["spec"] = json!({"type": "LoadBalancer"});
+        let (code, body) = merge(status_url.clone(), retyped).await;
+        assert_forbidden(code, &body, name);
+        // No ingress points, or an empty list, is fine.
+        let (code, body) = merge(
+            status_url,
+            json!({"status": {"loadBalancer": {"ingress": []}}}),
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+    }
+
+    // A LoadBalancer takes them; once it is retyped, its ingress points are gone and cannot
+    // come back through /status.
+    let (code, body) = write(
+        reqwest::Method::POST,
+        services.clone(),
+        "application/json",
+        json!({"metadata": {"name": "lb"},
+               "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = merge(format!("{services}/lb/status"), ingress("192.0.2.7")).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        body["status"]["loadBalancer"]["ingress"],
+        json!([{"ip": "192.0.2.7", "ipMode": "VIP"}])
+    );
+    // A status write naming another type changes neither the type nor the verdict.
+    let mut retyped = ingress("192.0.2.8");
+    retyped["spec"] = json!({"type": "ClusterIP"});
+    let (code, body) = merge(format!("{services}/lb/status"), retyped).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["spec"]["type"], "LoadBalancer");
+    let (code, body) = merge(
+        format!("{services}/lb"),
+        json!({"spec": {"type": "NodePort"}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["status"]["loadBalancer"], json!({}));
+    let (code, body) = merge(format!("{services}/lb/status"), ingress("192.0.2.7")).await;
+    assert_forbidden(code, &body, "lb");
+
+    // State loaded as given (`kube-lb plan -f`, `kube-lb apiserver -f`): a ClusterIP Service
+    // that kept its ingress points from before kube 1.29 is stored as it is...
+    let seeded = server
+        .seed(json!({"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": "kept", "namespace": "default"},
+                     "spec": {"ports": [{"port": 80}]},
+                     "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.9"}]}}}))
+        .unwrap();
+    assert_eq!(
+        seeded["status"]["loadBalancer"]["ingress"][0]["ip"],
+        "192.0.2.9"
+    );
+    // ...but no client write of its status passes while the ingress points stay (no
+    // ratcheting upstream either)...
+    let (code, body) = merge(
+        format!("{services}/kept/status"),
+        json!({"status": {"conditions": []}}),
+    )
+    .await;
+    assert_forbidden(code, &body, "kept");
+    // ...and the next write of its main resource clears them.
+    let (code, body) = merge(
+        format!("{services}/kept"),
+        json!({"metadata": {"labels": {"touched": "yes"}}}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["status"]["loadBalancer"], json!({}));
+    server.shutdown().await;
+}
+
+/// Field selectors on Events, as kube-apiserver's `AddFieldLabelConversionsForEvent` of
+/// core/v1 and of events.k8s.io/v1 accept them (each API its own spellings), read as
+/// `EventToSelectableFields` computes them: `source` is the source component, else the
+/// reporting controller. Other labels are a 400 naming the label, for lists and watches.
+#[tokio::test]
+async fn event_field_selectors_are_restricted_per_api() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let http = reqwest::Client::new();
+    let core = format!("{}/api/v1/namespaces/default/events", server.url());
+    let v1 = format!(
+        "{}/apis/events.k8s.io/v1/namespaces/default/events",
+        server.url()
+    );
+    for (url, event) in [
+        (
+            &core,
+            json!({"metadata": {"name": "by-kubelet"},
+                   "involvedObject": {"kind": "Pod", "name": "web-1", "namespace": "default"},
+                   "reason": "Pulled", "type": "Normal", "message": "pulled",
+                   "source": {"component": "kubelet"}}),
+        ),
+        (
+            &core,
+            json!({"metadata": {"name": "reported"},
+                   "involvedObject": {"kind": "Node", "name": "n1"},
+                   "reason": "Rebooted", "type": "Warning", "message": "rebooted",
+                   "reportingComponent": "kube-proxy", "reportingInstance": "n1"}),
+        ),
+        (
+            &v1,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                   "metadata": {"name": "by-kube-lb"},
+                   "eventTime": "2026-01-01T00:00:00.000000Z",
+                   "regarding": {"kind": "Service", "name": "web", "namespace": "default"},
+                   "reason": "EnsuredLoadBalancer", "type": "Normal", "action": "Ensure",
+                   "note": "ensured", "reportingController": "kube-lb",
+                   "reportingInstance": "kube-lb-0"}),
+        ),
+    ] {
+        let (code, body) = call(
+            &http,
+            reqwest::Method::POST,
+            url,
+            "application/json",
+            Some(event),
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let names = |list: &Value| -> Vec<String> {
+        let mut names: Vec<String> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        names.sort();
+        names
+    };
+    for (url, selector, expected) in [
+        // The events.k8s.io/v1 Event is a core/v1 Event too.
+        (&core, "involvedObject.kind=Service", vec!["by-kube-lb"]),
+        (
+            &core,
+            "involvedObject.name=web-1,type=Normal",
+            vec!["by-kubelet"],
+        ),
+        (&core, "reason=EnsuredLoadBalancer", vec!["by-kube-lb"]),
+        (&core, "reportingComponent=kube-lb", vec!["by-kube-lb"]),
+        (&core, "source=kubelet", vec!["by-kubelet"]),
+        // No source component: the reporting controller stands in.
+        (&core, "source=kube-proxy", vec!["reported"]),
+        (
+            &core,
+            "metadata.namespace=default,type!=Warning",
+            vec!["by-kube-lb", "by-kubelet"],
+        ),
+        (
+            &v1,
+            "regarding.kind=Service,regarding.name=web",
+            vec!["by-kube-lb"],
+        ),
+        (&v1, "regarding.kind=Pod", vec![]),
+        (&v1, "reportingController=kube-lb", vec!["by-kube-lb"]),
+        // No deprecated source: the reporting controller stands in.
+        (&v1, "source=kube-lb", vec!["by-kube-lb"]),
+        (
+            &v1,
+            "metadata.name=by-kube-lb,reason=EnsuredLoadBalancer",
+            vec!["by-kube-lb"],
+        ),
+    ] {
+        let (code, body) = get(&http, &format!("{url}?fieldSelector={selector}")).await;
+        assert_eq!(code, 200, "{url}?{selector}: {body}");
+        assert_eq!(names(&body), expected, "{url}?{selector}");
+    }
+    for (url, label) in [
+        (&core, "message"),
+        (&core, "regarding.name"),
+        (&core, "reportingController"),
+        (&v1, "note"),
+        (&v1, "involvedObject.name"),
+        (&v1, "reportingComponent"),
+    ] {
+        for watch in ["", "watch=true&"] {
+            let (code, body) = get(&http, &format!("{url}?{watch}fieldSelector={label}=x")).await;
+            assert_eq!(code, 400, "{url} {watch}{label}: {body}");
+            assert_eq!(body["reason"], "BadRequest", "{body}");
+            assert_eq!(
+                body["message"],
+                format!("field label not supported: {label}")
+            );
+        }
+    }
+    server.shutdown().await;
 }

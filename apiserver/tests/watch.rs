@@ -263,21 +263,18 @@ async fn raw_watch_semantics() {
     )
     .await
     .unwrap();
+    // Bookmarks (every 50 ms) may fall anywhere between the two events on a loaded machine.
     let mut kinds = Vec::new();
-    while kinds.len() < 3 {
+    while kinds.len() < 2 {
         match stream.try_next().await.unwrap().unwrap() {
             WatchEvent::Added(s) => kinds.push(format!("ADDED {}", s.metadata.name.unwrap())),
             WatchEvent::Modified(s) => kinds.push(format!("MODIFIED {}", s.metadata.name.unwrap())),
             WatchEvent::Deleted(s) => kinds.push(format!("DELETED {}", s.metadata.name.unwrap())),
-            WatchEvent::Bookmark(_) => kinds.push("BOOKMARK".to_string()),
+            WatchEvent::Bookmark(_) => {}
             WatchEvent::Error(e) => panic!("unexpected error {e:?}"),
         }
-        kinds.dedup_by(|a, b| a == "BOOKMARK" && b == "BOOKMARK");
-        if kinds.first().map(String::as_str) == Some("BOOKMARK") {
-            kinds.remove(0);
-        }
     }
-    assert_eq!(&kinds[..2], ["ADDED sel", "DELETED sel"]);
+    assert_eq!(kinds, ["ADDED sel", "DELETED sel"]);
 
     // More changes than the history holds: an old version yields a 410 ERROR event.
     for i in 0..5 {

@@ -44,6 +44,9 @@ pub struct CustomVersion {
     pub printer_columns: Vec<PrinterColumn>,
     /// `apiVersion` objects are stored with (the CRD's storage version).
     pub storage_api_version: String,
+    /// The version's `selectableFields` as field labels: each `jsonPath` without its leading
+    /// dot (`.spec.color` is the label `spec.color`), as apiextensions-apiserver names them.
+    pub selectable_fields: Vec<String>,
 }
 
 /// A CRD's schema for one served version, as other components (the OpenAPI documents)
@@ -386,6 +389,14 @@ pub fn served_versions(crd: &Value) -> (Vec<(ResourceDef, Arc<CustomVersion>)>, 
                 schema: v.pointer("/schema/openAPIV3Schema").cloned(),
                 printer_columns,
                 storage_api_version: storage_api_version.clone(),
+                selectable_fields: v
+                    .get("selectableFields")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|f| str_at(f, "/jsonPath").trim_start_matches('.').to_string())
+                    .filter(|label| !label.is_empty())
+                    .collect(),
             };
             (def, Arc::new(custom))
         })

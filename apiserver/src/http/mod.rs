@@ -183,10 +183,7 @@ async fn dispatch(
             let entry = served(registry, resource)?;
             let mut params = params;
             if matches!(*method, Method::GET | Method::DELETE) {
-                params
-                    .fields
-                    .restrict_to(entry.def.group, entry.def.kind)
-                    .map_err(ApiError::bad_request)?;
+                restrict_field_selector(&mut params.fields, &entry)?;
             }
             match *method {
                 Method::GET if params.watch || legacy_watch => watch::serve(
@@ -238,10 +235,7 @@ async fn dispatch(
             let namespace = namespace.as_deref();
             if legacy_watch {
                 let mut params = params;
-                params
-                    .fields
-                    .restrict_to(def.group, def.kind)
-                    .map_err(ApiError::bad_request)?;
+                restrict_field_selector(&mut params.fields, &entry)?;
                 return watch::serve_one(
                     app,
                     &entry,
@@ -339,6 +333,20 @@ fn served(registry: &Registry, resource: ResourceId) -> Result<Entry, ApiError> 
         .entry(resource)
         .cloned()
         .ok_or_else(|| ApiError::no_route(&format!("resource #{resource}")))
+}
+
+/// Limits a list's or watch's field selector to the labels kube-apiserver accepts for the
+/// resource served: a built-in kind's conversion table, or a custom resource's name,
+/// namespace and `selectableFields`. Anything else is a 400 (handlers/get.go).
+fn restrict_field_selector(
+    fields: &mut crate::selectors::FieldSelector,
+    entry: &Entry,
+) -> Result<(), ApiError> {
+    let restricted = match &entry.custom {
+        Some(custom) => fields.restrict_to_custom(entry.def.namespaced, &custom.selectable_fields),
+        None => fields.restrict_to(entry.def.group, entry.def.kind),
+    };
+    restricted.map_err(ApiError::bad_request)
 }
 
 fn content_type(headers: &HeaderMap) -> &str {

@@ -917,12 +917,16 @@ fn secondary_range_must_be_the_other_family() {
 /// VIP; ipMode is only `VIP` or `Proxy`, and only beside an IP.
 #[test]
 fn ingress_ip_mode_is_defaulted_and_validated() {
-    let lb = || svc(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    let lb = || {
+        let mut s = svc(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+        admit(None, &mut s, &mut allocator()).unwrap();
+        s
+    };
     let mut s = lb();
     s["status"] = json!({"loadBalancer": {"ingress": [
         {"ip": "192.0.2.1"}, {"ip": "192.0.2.2", "ipMode": "Proxy"}, {"hostname": "lb.example"}
     ]}});
-    admit(None, &mut s, &mut allocator()).unwrap();
+    admit_status(&mut s, LbStatusOnNonLb::Forbidden).unwrap();
     let ingress = &s["status"]["loadBalancer"]["ingress"];
     assert_eq!(ingress[0]["ipMode"], "VIP", "defaulted");
     assert_eq!(ingress[1]["ipMode"], "Proxy", "kept");
@@ -945,7 +949,7 @@ fn ingress_ip_mode_is_defaulted_and_validated() {
     ] {
         let mut s = lb();
         s["status"] = json!({"loadBalancer": {"ingress": [entry.clone()]}});
-        let causes = admit(None, &mut s, &mut allocator()).unwrap_err();
+        let causes = admit_status(&mut s, LbStatusOnNonLb::Forbidden).unwrap_err();
         assert!(
             causes
                 .iter()
@@ -953,4 +957,101 @@ fn ingress_ip_mode_is_defaulted_and_validated() {
             "{entry}: {causes:?}"
         );
     }
+}
+
+/// `ValidateLoadBalancerStatus` with `AllowServiceLBStatusOnNonLB` locked off (client writes
+/// of /status) and on (seeds of stored state): ingress points only on a LoadBalancer, as one
+/// Forbidden cause on the list with nothing else checked; an empty list is no ingress point.
+#[test]
+fn load_balancer_status_only_on_load_balancers() {
+    use LbStatusOnNonLb::{Allowed, Forbidden};
+    let forbidden = || vec![("status.loadBalancer.ingress", "FieldValueForbidden")];
+    // (type, ingress, gate, (field, reason) of each cause)
+    let cases = [
+        (
+            "ClusterIP",
+            json!([{"ip": "192.0.2.1"}]),
+            Forbidden,
+            forbidden(),
+        ),
+        (
+            "NodePort",
+            json!([{"hostname": "lb.example"}]),
+            Forbidden,
+            forbidden(),
+        ),
+        (
+            "ClusterIP",
+            json!([{"ip": "not-an-ip"}]),
+            Forbidden,
+            forbidden(),
+        ),
+        ("ClusterIP", json!([]), Forbidden, vec![]),
+        (
+            "LoadBalancer",
+            json!([{"ip": "192.0.2.1"}]),
+            Forbidden,
+            vec![],
+        ),
+        ("ClusterIP", json!([{"ip": "192.0.2.1"}]), Allowed, vec![]),
+        (
+            "ClusterIP",
+            json!([{"ip": "not-an-ip"}]),
+            Allowed,
+            vec![("status.loadBalancer.ingress[0].ip", "FieldValueInvalid")],
+        ),
+    ];
+    for (type_, ingress, gate, expected) in cases {
+        let mut s = svc(json!({"type": type_, "ports": [{"port": 80}]}));
+        admit(None, &mut s, &mut allocator()).unwrap();
+        s["status"] = json!({"loadBalancer": {"ingress": ingress.clone()}});
+        let got: Vec<(String, &str)> = match admit_status(&mut s, gate) {
+            Ok(()) => Vec::new(),
+            Err(causes) => causes.into_iter().map(|c| (c.field, c.reason)).collect(),
+        };
+        let expected: Vec<(String, &str)> = expected
+            .into_iter()
+            .map(|(field, reason)| (field.to_string(), reason))
+            .collect();
+        assert_eq!(got, expected, "{type_} {ingress} {gate:?}");
+    }
+    let mut s = svc(json!({"ports": [{"port": 80}]}));
+    s["status"] = json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}});
+    let causes = admit_status(&mut s, Forbidden).unwrap_err();
+    assert_eq!(
+        causes[0].message,
+        "Forbidden: may only be used when `spec.type` is 'LoadBalancer'"
+    );
+}
+
+/// `dropTypeDependentFields`: every update of the main resource of a Service that is not a
+/// LoadBalancer clears its load-balancer status, whatever the old type and whether or not the
+/// type changes (a stored ClusterIP Service that kept ingress points loses them).
+#[test]
+fn main_update_of_a_non_load_balancer_clears_its_ingress() {
+    let mut a = allocator();
+    let mut old = svc(json!({"ports": [{"port": 80}]}));
+    admit(None, &mut old, &mut a).unwrap();
+    old["status"] = json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]},
+                           "conditions": []});
+    let mut new = old.clone();
+    new["metadata"]["labels"] = json!({"touched": "yes"});
+    admit(Some(&old), &mut new, &mut a).unwrap();
+    assert_eq!(new["status"]["loadBalancer"], json!({}));
+    assert_eq!(
+        new["status"]["conditions"],
+        json!([]),
+        "only the load balancer"
+    );
+
+    let mut lb = svc(json!({"type": "LoadBalancer", "ports": [{"port": 80}]}));
+    admit(None, &mut lb, &mut a).unwrap();
+    lb["status"] = json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.2"}]}});
+    let mut relabelled = lb.clone();
+    relabelled["metadata"]["labels"] = json!({"touched": "yes"});
+    admit(Some(&lb), &mut relabelled, &mut a).unwrap();
+    assert_eq!(
+        relabelled["status"]["loadBalancer"]["ingress"][0]["ip"], "192.0.2.2",
+        "a LoadBalancer keeps its ingress"
+    );
 }

@@ -500,7 +500,14 @@ impl Store {
             None
         };
         let alloc = allocator.as_mut().unwrap_or(&mut state.allocator);
-        admit(resource, &entry, None, &mut object, alloc)?;
+        admit(
+            resource,
+            &entry,
+            None,
+            Write::request(Part::Main),
+            &mut object,
+            alloc,
+        )?;
         if dry_run {
             return Ok(view(&entry, Arc::new(object)));
         }
@@ -524,6 +531,30 @@ impl Store {
     where
         F: FnOnce(&Value) -> Result<Value, ApiError>,
     {
+        self.update_as(
+            resource,
+            namespace,
+            name,
+            Write::request(part),
+            dry_run,
+            change,
+        )
+    }
+
+    /// [`Store::update`], saying whether a client asks or a seed loads state.
+    fn update_as<F>(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        write: Write,
+        dry_run: bool,
+        change: F,
+    ) -> Result<Arc<Value>, ApiError>
+    where
+        F: FnOnce(&Value) -> Result<Value, ApiError>,
+    {
+        let part = write.part;
         let mut state = self.lock();
         let entry = state.entry(resource)?;
         let def = entry.def;
@@ -585,7 +616,7 @@ impl Store {
             None
         };
         let alloc = scratch.as_mut().unwrap_or(&mut state.allocator);
-        admit(resource, &entry, Some(&current), &mut next, alloc)?;
+        admit(resource, &entry, Some(&current), write, &mut next, alloc)?;
         if dry_run || next == *current {
             return Ok(if dry_run {
                 view(&entry, Arc::new(next))
@@ -688,6 +719,14 @@ impl Store {
 
     /// Stores an object as given (status included), assigning metadata and allocations like a
     /// create; for test fixtures and manifests loaded at start-up.
+    ///
+    /// The object is validated as a create and its status as a `/status` write, with one rule
+    /// relaxed: a Service that is not a LoadBalancer may keep ingress points in its status.
+    /// Seeds describe state, not requests: `kube-lb plan`, `audit`, `apiserver` and `up` load
+    /// manifests that record a cluster (`kubectl get -o yaml` output), and a cluster can hold
+    /// such a Service: written while `AllowServiceLBStatusOnNonLB` was on (the default before
+    /// kube 1.29), it stays in storage as it is until something writes it again. Client writes
+    /// of `/status` get kube 1.33's Forbidden.
     pub fn seed(&self, resource: ResourceId, object: Value) -> Result<Arc<Value>, ApiError> {
         let status = object.get("status").cloned();
         let namespace = meta::namespace(&object).map(str::to_string);
@@ -695,18 +734,15 @@ impl Store {
         match status {
             Some(status) if self.registry().def(resource).is_some_and(|d| d.has_status) => {
                 let name = meta::name(&created).unwrap_or_default().to_string();
-                self.update(
-                    resource,
-                    namespace.as_deref(),
-                    &name,
-                    Part::Status,
-                    false,
-                    |cur| {
-                        let mut next = cur.clone();
-                        next["status"] = status;
-                        Ok(next)
-                    },
-                )
+                let write = Write {
+                    part: Part::Status,
+                    origin: Origin::Seed,
+                };
+                self.update_as(resource, namespace.as_deref(), &name, write, false, |cur| {
+                    let mut next = cur.clone();
+                    next["status"] = status;
+                    Ok(next)
+                })
             }
             _ => Ok(created),
         }
@@ -909,11 +945,38 @@ fn carry_system_metadata(current: &Value, next: &mut Value) {
     meta.remove("selfLink");
 }
 
-/// Resource-specific validation and allocation.
+/// Who writes an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A client request (or the embedded server's own API calls).
+    Request,
+    /// [`Store::seed`]: state loaded as given.
+    Seed,
+}
+
+/// Which part of an object a write changes, and who writes it.
+#[derive(Debug, Clone, Copy)]
+struct Write {
+    part: Part,
+    origin: Origin,
+}
+
+impl Write {
+    /// A client's write of `part`.
+    fn request(part: Part) -> Self {
+        Self {
+            part,
+            origin: Origin::Request,
+        }
+    }
+}
+
+/// Resource-specific validation and allocation (`old` is `None` on create).
 fn admit(
     resource: ResourceId,
     entry: &Entry,
     old: Option<&Value>,
+    write: Write,
     object: &mut Value,
     allocator: &mut Allocator,
 ) -> Result<(), ApiError> {
@@ -938,8 +1001,17 @@ fn admit(
     }
     default_protocols(def, object);
     if resource == resources::services() {
-        services::admit(old, object, allocator)
-            .map_err(|causes| ApiError::invalid(def, &name, causes))?;
+        let admitted = match (write.part, old) {
+            (Part::Status, Some(_)) => {
+                let gate = match write.origin {
+                    Origin::Request => services::LbStatusOnNonLb::Forbidden,
+                    Origin::Seed => services::LbStatusOnNonLb::Allowed,
+                };
+                services::admit_status(object, gate)
+            }
+            _ => services::admit(old, object, allocator),
+        };
+        admitted.map_err(|causes| ApiError::invalid(def, &name, causes))?;
     }
     let endpoint_causes = match (def.group, def.kind) {
         ("", "Endpoints") => validation::validate_endpoints(object, allocator),

@@ -200,8 +200,11 @@ fn delete_preconditions() {
 #[test]
 fn status_part_changes_only_status() {
     let s = store(10);
+    // A LoadBalancer: no other type may hold ingress points (ValidateLoadBalancerStatus), and
+    // an update of any other type's main resource clears them (dropTypeDependentFields).
     let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
-        "spec": {"ports": [{"port": 80}]}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
     let created = s
         .create(resources::services(), Some("ns"), svc, false)
         .unwrap();

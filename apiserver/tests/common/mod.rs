@@ -84,3 +84,91 @@ pub async fn ok(kubeconfig: &std::path::Path, args: &[&str]) -> String {
     );
     stdout
 }
+
+/// A server, and a kubeconfig in a temporary directory (which lives as long as this) that
+/// points kubectl at it.
+pub struct KubectlRig {
+    /// The server.
+    pub server: kube_lb_apiserver::RunningApiServer,
+    /// The directory of the kubeconfig, for the test's own files too.
+    pub dir: tempfile::TempDir,
+    /// The kubeconfig.
+    pub kubeconfig: std::path::PathBuf,
+}
+
+/// Starts a server for a kubectl test, or `None` (a loud skip, see [`kubectl_available`]).
+pub async fn kubectl_rig(test: &str) -> Option<KubectlRig> {
+    if !kubectl_available(test) {
+        return None;
+    }
+    let server = kube_lb_apiserver::ApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    Some(KubectlRig {
+        server,
+        dir,
+        kubeconfig,
+    })
+}
+
+/// Sends a request and returns the status code and the JSON body.
+pub async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    content_type: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut request = http.request(method, url);
+    if let Some(body) = body {
+        request = request
+            .header("content-type", content_type)
+            .body(body.to_string());
+    }
+    let response = request.send().await.unwrap();
+    let code = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+/// A GET through [`call`].
+pub async fn get(http: &reqwest::Client, url: &str) -> (u16, serde_json::Value) {
+    call(http, reqwest::Method::GET, url, "", None).await
+}
+
+/// Sends `body` as JSON with `method` (an owned client and URL, so the future can outlive the
+/// caller's borrows, as the tests' one-line closures want).
+pub async fn send(
+    http: reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    content_type: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    call(&http, method, &url, content_type, Some(body)).await
+}
+
+/// Waits until the state file at `state` records `version` (it is written behind the
+/// changes).
+pub async fn state_file_reaches(state: &std::path::Path, version: u64) {
+    eventually(
+        Duration::from_secs(10),
+        "the state file to catch up",
+        || {
+            let state = state.to_path_buf();
+            async move {
+                let text = std::fs::read_to_string(&state).ok()?;
+                let dump: serde_json::Value = serde_json::from_str(&text).ok()?;
+                (dump["resourceVersion"].as_u64() == Some(version)).then_some(())
+            }
+        },
+    )
+    .await;
+}

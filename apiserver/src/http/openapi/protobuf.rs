@@ -183,6 +183,14 @@ fn any(value: &Value) -> Message {
     out
 }
 
+/// A message whose only field `field` holds `inner`: the oneof and single-field wrappers of
+/// the gnostic schema (`SchemaItem`, `ResponseValue`, `NonBodyParameter`, ...).
+fn wrap(field: u32, inner: &Message) -> Message {
+    let mut out = Message::default();
+    out.message(field, inner);
+    out
+}
+
 /// `Named… { name = 1; value = 2 }`.
 fn named(name: &str, value: &Message) -> Message {
     let mut out = Message::default();
@@ -291,7 +299,6 @@ fn operation(value: &Value, path: &str) -> Result<Message, EncodeError> {
 /// `ParametersItem`: a `JsonReference` (2) or a `Parameter` (1), which is a `BodyParameter`
 /// (1) or a `NonBodyParameter` (2) holding the sub-schema for its location.
 fn parameters_item(value: &Value, path: &str) -> Result<Message, EncodeError> {
-    let mut out = Message::default();
     if value.get("$ref").is_some() {
         let reference = object(
             value,
@@ -299,12 +306,10 @@ fn parameters_item(value: &Value, path: &str) -> Result<Message, EncodeError> {
             &[("$ref", Field::Str(1)), ("description", Field::Str(2))],
             None,
         )?;
-        out.message(2, &reference);
-        return Ok(out);
+        return Ok(wrap(2, &reference));
     }
     let location = value.get("in").and_then(Value::as_str).unwrap_or_default();
-    let mut parameter = Message::default();
-    match location {
+    let parameter = match location {
         "body" => {
             let body = object(
                 value,
@@ -318,7 +323,7 @@ fn parameters_item(value: &Value, path: &str) -> Result<Message, EncodeError> {
                 ],
                 Some(6),
             )?;
-            parameter.message(1, &body);
+            wrap(1, &body)
         }
         "query" => {
             let query = object(
@@ -336,9 +341,7 @@ fn parameters_item(value: &Value, path: &str) -> Result<Message, EncodeError> {
                 ],
                 Some(23),
             )?;
-            let mut non_body = Message::default();
-            non_body.message(3, &query);
-            parameter.message(2, &non_body);
+            wrap(2, &wrap(3, &query))
         }
         "path" => {
             let in_path = object(
@@ -355,9 +358,7 @@ fn parameters_item(value: &Value, path: &str) -> Result<Message, EncodeError> {
                 ],
                 Some(22),
             )?;
-            let mut non_body = Message::default();
-            non_body.message(4, &in_path);
-            parameter.message(2, &non_body);
+            wrap(2, &wrap(4, &in_path))
         }
         other => {
             return Err(error(
@@ -365,9 +366,8 @@ fn parameters_item(value: &Value, path: &str) -> Result<Message, EncodeError> {
                 format!("parameters in {other:?} are not encoded"),
             ));
         }
-    }
-    out.message(1, &parameter);
-    Ok(out)
+    };
+    Ok(wrap(1, &parameter))
 }
 
 /// `Responses { repeated NamedResponseValue response_code = 1 }`, each value a
@@ -383,17 +383,13 @@ fn responses(value: &Value, path: &str) -> Result<Message, EncodeError> {
             ],
             Some(5),
         )?;
-        let mut out = Message::default();
-        out.message(1, &response);
-        Ok(out)
+        Ok(wrap(1, &response))
     })
 }
 
 /// `SchemaItem { Schema schema = 1 }`.
 fn schema_item(value: &Value, path: &str) -> Result<Message, EncodeError> {
-    let mut out = Message::default();
-    out.message(1, &schema(value, path)?);
-    Ok(out)
+    Ok(wrap(1, &schema(value, path)?))
 }
 
 /// `Definitions { repeated NamedSchema additional_properties = 1 }`.
