@@ -235,26 +235,17 @@ impl MotoServer {
     /// its ARN.
     pub async fn request_certificate(&self, domain: &str) -> Result<String, MockAwsError> {
         let body = format!("{{\"DomainName\":\"{domain}\"}}");
-        let (status, text) = http_request(
-            self.addr,
-            "POST",
-            "/",
-            &[
-                ("content-type", "application/x-amz-json-1.1"),
-                ("x-amz-target", "CertificateManager.RequestCertificate"),
-                (
-                    "authorization",
-                    "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/acm/aws4_request, SignedHeaders=host, Signature=0",
-                ),
-            ],
-            Bytes::from(body),
-        )
-        .await?;
-        if !status.is_success() {
-            return Err(MockAwsError::Server(format!(
-                "RequestCertificate: {status}: {text}"
-            )));
-        }
+        let text = self
+            .post(
+                "acm",
+                "RequestCertificate",
+                &[
+                    ("content-type", "application/x-amz-json-1.1"),
+                    ("x-amz-target", "CertificateManager.RequestCertificate"),
+                ],
+                body,
+            )
+            .await?;
         // {"CertificateArn": "arn:aws:acm:..."}
         text.split('"')
             .find(|part| part.starts_with("arn:aws:acm:"))
@@ -320,20 +311,32 @@ impl MotoServer {
         for (key, value) in params {
             body.push_str(&format!("&{}={}", form_encode(key), form_encode(value)));
         }
-        let (status, text) = http_request(
-            self.addr,
-            "POST",
-            "/",
-            &[
-                ("content-type", "application/x-www-form-urlencoded"),
-                (
-                    "authorization",
-                    "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0",
-                ),
-            ],
-            Bytes::from(body),
+        self.post(
+            "ec2",
+            action,
+            &[("content-type", "application/x-www-form-urlencoded")],
+            body,
         )
-        .await?;
+        .await
+    }
+
+    /// One `action` POSTed to moto for `service` (the credential scope moto routes by, with a
+    /// dummy signature) with `headers` besides; the answer's body, or an error naming `action`
+    /// when moto refuses it.
+    async fn post(
+        &self,
+        service: &str,
+        action: &str,
+        headers: &[(&str, &str)],
+        body: String,
+    ) -> Result<String, MockAwsError> {
+        let authorization = format!(
+            "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/{service}/aws4_request, SignedHeaders=host, Signature=0"
+        );
+        let mut headers = headers.to_vec();
+        headers.push(("authorization", &authorization));
+        let (status, text) =
+            http_request(self.addr, "POST", "/", &headers, Bytes::from(body)).await?;
         if !status.is_success() {
             return Err(MockAwsError::Server(format!("{action}: {status}: {text}")));
         }
@@ -442,15 +445,17 @@ impl MotoServer {
     }
 }
 
-/// One plain HTTP/1.1 request over a fresh connection.
-async fn http_request(
+/// One plain HTTP/1.1 request over a fresh connection: the response's head and whole body.
+async fn exchange(
     addr: SocketAddr,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: Bytes,
-) -> Result<(StatusCode, String), MockAwsError> {
-    let stream = TcpStream::connect(addr).await.map_err(io("connecting"))?;
+) -> Result<(hyper::http::response::Parts, Bytes), MockAwsError> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(io(format!("connecting to {addr}")))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| MockAwsError::Server(format!("handshake: {e}")))?;
@@ -469,14 +474,25 @@ async fn http_request(
         .send_request(request)
         .await
         .map_err(|e| MockAwsError::Server(format!("send: {e}")))?;
-    let status = response.status();
-    let bytes = response
-        .into_body()
+    let (parts, body) = response.into_parts();
+    let bytes = body
         .collect()
         .await
         .map_err(|e| MockAwsError::Server(format!("body: {e}")))?
         .to_bytes();
-    Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    Ok((parts, bytes))
+}
+
+/// One plain HTTP/1.1 request over a fresh connection: the status and the body as text.
+async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<(StatusCode, String), MockAwsError> {
+    let (parts, bytes) = exchange(addr, method, path, headers, body).await?;
+    Ok((parts.status, String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 /// Which requests the proxy answers with a fault.
@@ -881,33 +897,7 @@ async fn forward(
     headers: &[(&str, &str)],
     body: Bytes,
 ) -> Result<Response<Full<Bytes>>, MockAwsError> {
-    let stream = TcpStream::connect(upstream)
-        .await
-        .map_err(io("connecting upstream"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| MockAwsError::Server(format!("handshake: {e}")))?;
-    tokio::spawn(connection);
-    let mut request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", upstream.to_string());
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let request = request
-        .body(Full::new(body))
-        .map_err(|e| MockAwsError::Server(format!("request: {e}")))?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| MockAwsError::Server(format!("send: {e}")))?;
-    let (parts, body) = response.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map_err(|e| MockAwsError::Server(format!("body: {e}")))?
-        .to_bytes();
+    let (parts, bytes) = exchange(upstream, method, path, headers, body).await?;
     let mut out = Response::new(Full::new(bytes));
     *out.status_mut() = parts.status;
     for (name, value) in &parts.headers {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use kube_lb_provider_core::{CallCounter, CallKind, CloudApi};
+use kube_lb_provider_core::{CallCounter, CallKind, CloudApi, PageTokens};
 pub use kube_lb_provider_core::{RateLimit, RateLimits, RetryPolicy};
 
 use crate::error::AwsError;
@@ -569,6 +569,36 @@ impl Calls {
             },
         )
         .await
+    }
+
+    /// Runs a paged listing of `op` to its last page: `page(marker)` asks for one page (`None`
+    /// for the first), `split` takes a page's items and the marker of the next. Each page is one
+    /// [`Calls::run`]; a marker handed back a second time ends the listing with an error
+    /// instead of going round the same pages for ever.
+    pub async fn run_paged<T, R, E, F, Fut, S>(
+        &self,
+        op: Op,
+        mut page: F,
+        mut split: S,
+    ) -> Result<Vec<T>, AwsError>
+    where
+        F: FnMut(Option<String>) -> Fut,
+        Fut: Future<Output = Result<R, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        S: FnMut(R) -> (Vec<T>, Option<String>),
+    {
+        let mut found = Vec::new();
+        let mut marker: Option<String> = None;
+        let mut followed = PageTokens::default();
+        loop {
+            let response = self.run(op, || page(marker.clone())).await?;
+            let (items, next) = split(response);
+            found.extend(items);
+            marker = followed.next(op.name, next.as_deref())?;
+            if marker.is_none() {
+                return Ok(found);
+            }
+        }
     }
 }
 

@@ -29,23 +29,64 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::naming::{SERVICE_NAME_TAG, load_balancer_name};
 
+use aws_sdk_elasticloadbalancingv2::types as v2;
+
 use crate::calls::ops;
 use crate::clb;
+use crate::clb::plan::ClbObserved;
 use crate::desired::LB_NAME_TAG;
 use crate::discovery::ec2_filter;
 use crate::error::AwsError;
 use crate::naming::{clb_security_group_name, target_group_prefix};
 use crate::nlb;
+use crate::nlb::plan::NlbObserved;
 use crate::nodes::{self, Ownership};
 use crate::provider::AwsProvider;
+use crate::sg::{ObservedGroup, RuleChanges};
 
 /// What to do with a load balancer of our name whose tags name another owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Foreign {
+pub(crate) enum Foreign {
     /// Leave it (delete of a Service: it is not ours to remove).
     Skip,
     /// Fail with [`AwsError::NameTaken`] (ensure: the Service cannot get its load balancer).
     Error(crate::calls::Op),
+}
+
+/// A load balancer found under the Service's name, and whose it is by its tags.
+enum Claim<T> {
+    /// None of this kind has the name.
+    Absent,
+    /// Ours: this Service's, by the ownership tags.
+    Ours(T),
+    /// Someone else's (the owner its tags name).
+    Theirs(String),
+}
+
+impl Foreign {
+    /// The load balancer a removal takes on: ours; someone else's fails an ensure and is
+    /// left alone (with a warning) by a delete.
+    fn settle<T>(
+        self,
+        claim: Claim<T>,
+        resource: &'static str,
+        name: &str,
+    ) -> Result<Option<T>, AwsError> {
+        match (claim, self) {
+            (Claim::Ours(found), _) => Ok(Some(found)),
+            (Claim::Absent, _) => Ok(None),
+            (Claim::Theirs(owner), Foreign::Error(op)) => Err(AwsError::NameTaken {
+                operation: op.name,
+                resource,
+                name: name.to_string(),
+                owner,
+            }),
+            (Claim::Theirs(owner), Foreign::Skip) => {
+                tracing::warn!(lb = %name, owner, resource, "a load balancer with this Service's name belongs to someone else; left alone");
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// Deletes everything owned for `service`; `Ok` only when nothing owned remains.
@@ -70,23 +111,53 @@ async fn remaining(
     provider: &AwsProvider,
     service: &ServiceKey,
 ) -> Result<Option<&'static str>, AwsError> {
-    let clients = provider.clients_ref();
-    let name = load_balancer_name(&service.uid);
-    let ours = ownership(provider, service);
-    if clb::io::describe(clients, &name).await?.is_some() {
-        let tags = clb::io::read_tags(clients, &name).await?;
-        if crate::owner::check_resource(&tags, &ours).is_ok() {
-            return Ok(Some("Classic ELB"));
-        }
+    if let Claim::Ours(_) = find_clb(provider, service).await? {
+        return Ok(Some("Classic ELB"));
     }
-    if let Some(nlb) = nlb::io::describe(clients, &name).await? {
-        let tags = nlb::io::read_tags(clients, std::slice::from_ref(&nlb.arn)).await?;
-        let tags = tags.get(&nlb.arn).cloned().unwrap_or_default();
-        if crate::owner::check_resource(&tags, &ours).is_ok() {
-            return Ok(Some("NLB"));
-        }
+    if let Claim::Ours(_) = find_nlb(provider, service).await? {
+        return Ok(Some("NLB"));
     }
     Ok(None)
+}
+
+/// The Classic ELB under the Service's name and whose it is (describe, then its tags).
+async fn find_clb(
+    provider: &AwsProvider,
+    service: &ServiceKey,
+) -> Result<Claim<ClbObserved>, AwsError> {
+    let clients = provider.clients_ref();
+    let name = load_balancer_name(&service.uid);
+    let Some(clb) = clb::io::describe(clients, &name).await? else {
+        return Ok(Claim::Absent);
+    };
+    let tags = clb::io::read_tags(clients, &name).await?;
+    Ok(claim(clb, &tags, &ownership(provider, service)))
+}
+
+/// The NLB under the Service's name and whose it is (describe, then its tags).
+async fn find_nlb(
+    provider: &AwsProvider,
+    service: &ServiceKey,
+) -> Result<Claim<NlbObserved>, AwsError> {
+    let clients = provider.clients_ref();
+    let name = load_balancer_name(&service.uid);
+    let Some(nlb) = nlb::io::describe(clients, &name).await? else {
+        return Ok(Claim::Absent);
+    };
+    let tags = nlb::io::read_tags(clients, std::slice::from_ref(&nlb.arn)).await?;
+    let tags = tags.get(&nlb.arn).cloned().unwrap_or_default();
+    Ok(claim(nlb, &tags, &ownership(provider, service)))
+}
+
+fn claim<T>(
+    found: T,
+    tags: &BTreeMap<String, String>,
+    ours: &BTreeMap<String, String>,
+) -> Claim<T> {
+    match crate::owner::check_resource(tags, ours) {
+        Ok(()) => Claim::Ours(found),
+        Err(owner) => Claim::Theirs(owner),
+    }
 }
 
 /// Before a Classic ELB is ensured: removes this Service's NLB (a kind change, perhaps
@@ -129,13 +200,91 @@ pub(crate) fn ownership(provider: &AwsProvider, service: &ServiceKey) -> BTreeMa
     )
 }
 
-fn name_taken(op: crate::calls::Op, resource: &'static str, name: &str, owner: String) -> AwsError {
-    AwsError::NameTaken {
-        operation: op.name,
-        resource,
-        name: name.to_string(),
-        owner,
+/// What the Classic ELB half of a delete (or an ensure's retirement of it) removes, as read
+/// before anything is removed: [`remove_clb`] removes it, `kube-lb plan` lists it.
+#[derive(Debug, Clone)]
+pub(crate) struct ClbSide {
+    /// The ELB exists and is ours.
+    pub present: bool,
+    /// Its owned `k8s-elb-` groups (cluster-tagged, not the configured shared group), by ID.
+    pub owned_groups: Vec<String>,
+    /// The node-rule changes that stop admitting it, one plan per group whose references are
+    /// removed, in the order they are applied.
+    pub rule_plans: Vec<BTreeMap<String, RuleChanges>>,
+}
+
+/// Reads the Classic ELB side of `service`; `None` when there is nothing to remove. The owned
+/// group is looked for only when the ELB exists or `look_for_group`.
+pub(crate) async fn observe_clb_side(
+    provider: &AwsProvider,
+    service: &ServiceKey,
+    foreign: Foreign,
+    look_for_group: bool,
+) -> Result<Option<ClbSide>, AwsError> {
+    let clients = provider.clients_ref();
+    let config = provider.config_ref();
+    let name = load_balancer_name(&service.uid);
+    let clb = foreign.settle(find_clb(provider, service).await?, "Classic ELB", &name)?;
+    let present = clb.is_some();
+    if !present && !look_for_group {
+        return Ok(None);
     }
+    // The owned LB group, found by name (any VPC) and ownership tag.
+    let own_group_name = clb_security_group_name(&name);
+    let owned_groups: Vec<String> = nodes::describe_groups(
+        clients,
+        Some(vec![ec2_filter("group-name", [own_group_name.as_str()])]),
+        None,
+    )
+    .await?
+    .into_iter()
+    .filter(|g| g.tags.contains_key(&provider.cluster_tag_key()))
+    .filter(|g| config.elb_security_group.as_deref() != Some(g.id.as_str()))
+    .map(|g| g.id)
+    .collect();
+    if !present && owned_groups.is_empty() {
+        return Ok(None);
+    }
+    let mut rule_plans = Vec::new();
+    // CLB references to the group about to be deleted, on any group (tagged or not), or
+    // the group can never be deleted (kubernetes#104383).
+    for group in &owned_groups {
+        let referencing = nodes::describe_groups(
+            clients,
+            Some(vec![ec2_filter("ip-permission.group-id", [group.as_str()])]),
+            None,
+        )
+        .await?;
+        rule_plans.push(revoke_sources(&referencing, std::slice::from_ref(group)));
+    }
+    if !config.disable_security_group_ingress && owned_groups.is_empty() {
+        // BYO / shared groups: only revoke from cluster-tagged groups, never delete them.
+        let sources: Vec<String> = clb
+            .iter()
+            .flat_map(|clb| clb.security_groups.iter().cloned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let still_used = sources
+            .iter()
+            .any(|s| config.elb_security_group.as_deref() == Some(s.as_str()));
+        if !sources.is_empty() && !still_used {
+            let groups =
+                nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &BTreeSet::new())
+                    .await?;
+            rule_plans.push(revoke_sources(&groups, &sources));
+        }
+    }
+    Ok(Some(ClbSide {
+        present,
+        owned_groups,
+        rule_plans,
+    }))
+}
+
+/// The changes that remove, from `groups`, every rule admitting traffic from `sources`.
+fn revoke_sources(groups: &[ObservedGroup], sources: &[String]) -> BTreeMap<String, RuleChanges> {
+    nodes::plan_node_groups(groups, &BTreeSet::new(), &[], Ownership::ClbSource(sources))
 }
 
 /// Removes the Classic ELB, the node rules that admit it and its owned group (looked for only
@@ -148,96 +297,19 @@ async fn remove_clb(
 ) -> Result<(), AwsError> {
     let clients = provider.clients_ref();
     let name = load_balancer_name(&service.uid);
-    let mut lb_groups: BTreeSet<String> = BTreeSet::new();
-    let mut clb_present = false;
-    if let Some(clb) = clb::io::describe(clients, &name).await? {
-        let tags = clb::io::read_tags(clients, &name).await?;
-        match (
-            crate::owner::check_resource(&tags, &ownership(provider, service)),
-            foreign,
-        ) {
-            (Ok(()), _) => {
-                clb_present = true;
-                lb_groups.extend(clb.security_groups.iter().cloned());
-            }
-            (Err(owner), Foreign::Error(op)) => {
-                return Err(name_taken(op, "Classic ELB", &name, owner));
-            }
-            (Err(owner), Foreign::Skip) => {
-                tracing::warn!(lb = %name, owner, "a Classic ELB with this Service's name belongs to someone else; left alone");
-            }
-        }
-    }
-
-    if !clb_present && !look_for_group {
+    let Some(side) = observe_clb_side(provider, service, foreign, look_for_group).await? else {
         return Ok(());
-    }
-    // The owned LB group, found by name (any VPC) and ownership tag.
-    let own_group_name = clb_security_group_name(&name);
-    let owned_groups: Vec<String> = nodes::describe_groups(
-        clients,
-        Some(vec![ec2_filter("group-name", [own_group_name.as_str()])]),
-        None,
-    )
-    .await?
-    .into_iter()
-    .filter(|g| g.tags.contains_key(&provider.cluster_tag_key()))
-    .filter(|g| provider.config_ref().elb_security_group.as_deref() != Some(g.id.as_str()))
-    .map(|g| g.id)
-    .collect();
-    if !clb_present && owned_groups.is_empty() {
-        return Ok(());
-    }
-    tracing::info!(lb = %name, clb_present, groups = ?owned_groups, "removing the Classic ELB side");
-    lb_groups.extend(owned_groups.iter().cloned());
-
-    // CLB references to the group about to be deleted, on any group (tagged or not), or
-    // the group can never be deleted (kubernetes#104383).
-    for group in &owned_groups {
-        let referencing = nodes::describe_groups(
-            clients,
-            Some(vec![ec2_filter("ip-permission.group-id", [group.as_str()])]),
-            None,
-        )
-        .await?;
-        let sources = vec![group.clone()];
-        let plan = nodes::plan_node_groups(
-            &referencing,
-            &BTreeSet::new(),
-            &[],
-            Ownership::ClbSource(&sources),
-        );
-        for (id, changes) in &plan {
+    };
+    tracing::info!(lb = %name, clb_present = side.present, groups = ?side.owned_groups, "removing the Classic ELB side");
+    for plan in &side.rule_plans {
+        for (id, changes) in plan {
             provider.apply_rules(id, changes).await?;
         }
     }
-    if !provider.config_ref().disable_security_group_ingress && owned_groups.is_empty() {
-        // BYO / shared groups: only revoke from cluster-tagged groups, never delete them.
-        let sources: Vec<String> = lb_groups.iter().cloned().collect();
-        if !sources.is_empty() {
-            let groups =
-                nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &BTreeSet::new())
-                    .await?;
-            let still_used = sources
-                .iter()
-                .any(|s| provider.config_ref().elb_security_group.as_deref() == Some(s.as_str()));
-            if !still_used {
-                let plan = nodes::plan_node_groups(
-                    &groups,
-                    &BTreeSet::new(),
-                    &[],
-                    Ownership::ClbSource(&sources),
-                );
-                for (id, changes) in &plan {
-                    provider.apply_rules(id, changes).await?;
-                }
-            }
-        }
-    }
-    if clb_present {
+    if side.present {
         clb::io::delete(clients, &name).await?;
     }
-    for group in &owned_groups {
+    for group in &side.owned_groups {
         match clients
             .calls
             .run(ops::DELETE_SECURITY_GROUP, || {
@@ -254,41 +326,39 @@ async fn remove_clb(
     Ok(())
 }
 
-/// Removes the NLB: listeners, then target groups, then node rules, then the NLB itself.
-/// `always` also searches target groups and node rules when no NLB exists (delete).
-async fn remove_nlb(
+/// What the NLB half of a delete (or an ensure's retirement of it) removes, as read before
+/// anything is removed: [`remove_nlb`] removes it, `kube-lb plan` lists it.
+#[derive(Debug, Clone)]
+pub(crate) struct NlbSide {
+    /// The NLB's ARN, when it exists and is ours.
+    pub arn: Option<String>,
+    /// Its listeners.
+    pub listeners: Vec<v2::Listener>,
+    /// The target groups its listeners forward to and this Service's orphaned ones.
+    pub target_groups: BTreeSet<String>,
+    /// The node-rule changes that remove its rules (`None` when ingress is not managed).
+    pub node_rules: Option<BTreeMap<String, RuleChanges>>,
+}
+
+/// Reads the NLB side of `service`; `None` when no NLB of ours exists and not `always` (which
+/// also looks for orphaned target groups and node rules, as delete does).
+pub(crate) async fn observe_nlb_side(
     provider: &AwsProvider,
     service: &ServiceKey,
     foreign: Foreign,
     always: bool,
-) -> Result<(), AwsError> {
+) -> Result<Option<NlbSide>, AwsError> {
     let clients = provider.clients_ref();
     let name = load_balancer_name(&service.uid);
-    let mut ours: Option<String> = None;
-    if let Some(nlb) = nlb::io::describe(clients, &name).await? {
-        let tags = nlb::io::read_tags(clients, std::slice::from_ref(&nlb.arn)).await?;
-        let tags = tags.get(&nlb.arn).cloned().unwrap_or_default();
-        match (
-            crate::owner::check_resource(&tags, &ownership(provider, service)),
-            foreign,
-        ) {
-            (Ok(()), _) => ours = Some(nlb.arn),
-            (Err(owner), Foreign::Error(op)) => {
-                return Err(name_taken(op, "NLB", &name, owner));
-            }
-            (Err(owner), Foreign::Skip) => {
-                tracing::warn!(lb = %name, owner, "an NLB with this Service's name belongs to someone else; left alone");
-            }
-        }
+    let arn = foreign
+        .settle(find_nlb(provider, service).await?, "NLB", &name)?
+        .map(|nlb| nlb.arn);
+    if arn.is_none() && !always {
+        return Ok(None);
     }
-    if ours.is_none() && !always {
-        return Ok(());
-    }
-
-    let mut target_groups: BTreeSet<String> = BTreeSet::new();
-    if let Some(arn) = &ours {
-        tracing::info!(lb = %name, "removing the NLB side");
-        let listeners = clients
+    let mut listeners = Vec::new();
+    if let Some(arn) = &arn {
+        let described = clients
             .calls
             .run(ops::V2_DESCRIBE_LISTENERS, || {
                 clients
@@ -298,48 +368,75 @@ async fn remove_nlb(
                     .send()
             })
             .await?;
-        for listener in listeners.listeners() {
-            target_groups.extend(
-                listener
-                    .default_actions()
-                    .iter()
-                    .filter_map(|a| a.target_group_arn().map(str::to_string)),
-            );
-            let Some(listener_arn) = listener.listener_arn() else {
-                continue;
-            };
-            match clients
-                .calls
-                .run(ops::V2_DELETE_LISTENER, || {
-                    clients
-                        .elbv2
-                        .delete_listener()
-                        .listener_arn(listener_arn)
-                        .send()
-                })
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.has_code(&["ListenerNotFound"]) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        listeners = described.listeners().to_vec();
     }
+    let mut target_groups: BTreeSet<String> = listeners
+        .iter()
+        .flat_map(|listener| listener.default_actions())
+        .filter_map(|action| action.target_group_arn().map(str::to_string))
+        .collect();
     target_groups.extend(orphan_target_groups(provider, service, &name).await?);
-    for arn in &target_groups {
-        nlb::io::delete_tg(clients, arn).await?;
-    }
-    if !provider.config_ref().disable_security_group_ingress {
+    let node_rules = if provider.config_ref().disable_security_group_ingress {
+        None
+    } else {
         // NLB rules by description on cluster-tagged and known node groups.
         let known = provider.discovery_ref().known_instance_groups();
         let groups =
             nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &known).await?;
-        let plan = nodes::plan_node_groups(&groups, &BTreeSet::new(), &[], Ownership::Nlb(&name));
-        for (group, changes) in &plan {
-            provider.apply_rules(group, changes).await?;
+        Some(nodes::plan_node_groups(
+            &groups,
+            &BTreeSet::new(),
+            &[],
+            Ownership::Nlb(&name),
+        ))
+    };
+    Ok(Some(NlbSide {
+        arn,
+        listeners,
+        target_groups,
+        node_rules,
+    }))
+}
+
+/// Removes the NLB: listeners, then target groups, then node rules, then the NLB itself.
+/// `always` also searches target groups and node rules when no NLB exists (delete).
+async fn remove_nlb(
+    provider: &AwsProvider,
+    service: &ServiceKey,
+    foreign: Foreign,
+    always: bool,
+) -> Result<(), AwsError> {
+    let clients = provider.clients_ref();
+    let Some(side) = observe_nlb_side(provider, service, foreign, always).await? else {
+        return Ok(());
+    };
+    if side.arn.is_some() {
+        tracing::info!(lb = %load_balancer_name(&service.uid), "removing the NLB side");
+    }
+    for listener_arn in side.listeners.iter().filter_map(|l| l.listener_arn()) {
+        match clients
+            .calls
+            .run(ops::V2_DELETE_LISTENER, || {
+                clients
+                    .elbv2
+                    .delete_listener()
+                    .listener_arn(listener_arn)
+                    .send()
+            })
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.has_code(&["ListenerNotFound"]) => {}
+            Err(e) => return Err(e),
         }
     }
-    if let Some(arn) = &ours {
+    for arn in &side.target_groups {
+        nlb::io::delete_tg(clients, arn).await?;
+    }
+    for (group, changes) in side.node_rules.iter().flatten() {
+        provider.apply_rules(group, changes).await?;
+    }
+    if let Some(arn) = &side.arn {
         nlb::io::delete_lb(clients, arn).await?;
     }
     Ok(())

@@ -206,6 +206,27 @@ pub fn clb(
     })
 }
 
+/// The groups a Classic ELB is given instead of a group of its own: the Service's
+/// `security-groups` annotation (`annotated`), else the cloud config's `ElbSecurityGroup`
+/// (`shared`); `None` when it gets its own `k8s-elb-` group.
+pub fn clb_given_groups(annotated: &[String], shared: Option<&str>) -> Option<Vec<String>> {
+    if !annotated.is_empty() {
+        return Some(annotated.to_vec());
+    }
+    shared.map(|group| vec![group.to_string()])
+}
+
+/// A Classic ELB's groups: `primary` (the first of which its node rules admit), then each of
+/// the `extra-security-groups` annotation's groups not among them.
+pub fn with_extra_groups(mut primary: Vec<String>, extra: &[String]) -> Vec<String> {
+    for group in extra {
+        if !primary.contains(group) {
+            primary.push(group.clone());
+        }
+    }
+    primary
+}
+
 /// Ingress rules of the per-LB Classic ELB group: each listener port from each client CIDR,
 /// plus ICMP path-MTU discovery (aws.md §4.6).
 pub fn clb_security_group_rules(spec: &LoadBalancerSpec) -> Result<Vec<IngressRule>, AwsError> {
@@ -412,4 +433,55 @@ pub fn nlb_node_rule_inputs(spec: &LoadBalancerSpec) -> Result<NlbNodeRuleInputs
         health_ports,
         client_cidrs: client_cidrs(spec)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|id| id.to_string()).collect()
+    }
+
+    #[test]
+    fn a_classic_elb_gets_the_annotated_then_the_shared_then_its_own_group_and_the_extras() {
+        // (annotated, shared, extra, groups given (None: its own), final with its own "own")
+        type Case<'a> = (
+            &'a [&'a str],
+            Option<&'a str>,
+            &'a [&'a str],
+            Option<&'a [&'a str]>,
+            &'a [&'a str],
+        );
+        let cases: [Case; 4] = [
+            (&[], None, &[], None, &["own"]),
+            (
+                &[],
+                Some("sg-shared"),
+                &["sg-x"],
+                Some(&["sg-shared"]),
+                &["sg-shared", "sg-x"],
+            ),
+            (
+                &["sg-a", "sg-b"],
+                Some("sg-shared"),
+                &[],
+                Some(&["sg-a", "sg-b"]),
+                &["sg-a", "sg-b"],
+            ),
+            (
+                &["sg-a"],
+                None,
+                &["sg-a", "sg-x"],
+                Some(&["sg-a"]),
+                &["sg-a", "sg-x"],
+            ),
+        ];
+        for (annotated, shared, extra, given, want) in cases {
+            let got = clb_given_groups(&ids(annotated), shared);
+            assert_eq!(got, given.map(ids), "{annotated:?} {shared:?}");
+            let primary = got.unwrap_or_else(|| ids(&["own"]));
+            assert_eq!(with_extra_groups(primary, &ids(extra)), ids(want));
+        }
+    }
 }

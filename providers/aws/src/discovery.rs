@@ -47,6 +47,19 @@ pub struct SubnetInfo {
     pub public: bool,
 }
 
+impl SubnetInfo {
+    /// The subnet as EC2 describes it (`None` without an ID); `public` as the caller decided.
+    fn from_sdk(subnet: &aws_sdk_ec2::types::Subnet, public: bool) -> Option<SubnetInfo> {
+        Some(SubnetInfo {
+            id: subnet.subnet_id()?.to_string(),
+            zone: subnet.availability_zone().unwrap_or_default().to_string(),
+            cidr: subnet.cidr_block().map(str::to_string),
+            tags: tags_of(subnet.tags()),
+            public,
+        })
+    }
+}
+
 /// Picks one subnet per zone (aws.md §2.6): subnets tagged for this cluster or for no cluster;
 /// internet-facing LBs only use public subnets; ties broken by the role tag, then the cluster
 /// tag, then the smaller ID. Sorted by zone.
@@ -247,15 +260,8 @@ impl Discovery {
         let mut subnets: Vec<SubnetInfo> = response
             .subnets()
             .iter()
-            .filter_map(|s| {
-                Some(SubnetInfo {
-                    id: s.subnet_id()?.to_string(),
-                    zone: s.availability_zone().unwrap_or_default().to_string(),
-                    cidr: s.cidr_block().map(str::to_string),
-                    tags: tags_of(s.tags()),
-                    public: false,
-                })
-            })
+            // Public or not is decided from the route tables below.
+            .filter_map(|s| SubnetInfo::from_sdk(s, false))
             .collect();
         if !internal {
             let tables = clients
@@ -330,17 +336,12 @@ impl Discovery {
                         .send()
                 })
                 .await?;
-            for s in response.subnets() {
-                if let Some(id) = s.subnet_id() {
-                    found.push(SubnetInfo {
-                        id: id.to_string(),
-                        zone: s.availability_zone().unwrap_or_default().to_string(),
-                        cidr: s.cidr_block().map(str::to_string),
-                        tags: tags_of(s.tags()),
-                        public: true,
-                    });
-                }
-            }
+            found.extend(
+                response
+                    .subnets()
+                    .iter()
+                    .filter_map(|s| SubnetInfo::from_sdk(s, true)),
+            );
         }
         if found.len() != wanted.len() {
             // The named subnets may still be on their way (created by the same pipeline as

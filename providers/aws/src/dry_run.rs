@@ -1,10 +1,14 @@
 //! `kube-lb plan` for AWS: what `ensure` or `delete` would change, observed with reads only.
 //!
-//! The observation follows `ensure` and `delete` step by step but reads every resource itself
-//! (never the provider's shared listings, which a read would mark as used, nor its verified
-//! cache, which would skip what changed behind its back), then feeds the same pure planners
-//! (`clb::plan`, `nlb::plan`, `sg::diff_rules`, `nodes::plan_node_groups`). Their actions are
-//! rendered here as provider-neutral [`PlannedChange`]s with the fields that change.
+//! The removals (`delete`, and `ensure`'s retirement of the other kind) are observed by the
+//! very functions `delete` uses ([`crate::delete::observe_clb_side`],
+//! [`crate::delete::observe_nlb_side`]). The `ensure` side shares its steps with `ensure`
+//! (backend instances, the NLB's details and owner check, the Classic ELB's group choice, the
+//! node-rule plans) but reads every load balancer itself (never the provider's shared listings,
+//! which a read would mark as used, nor its verified cache, which would skip what changed
+//! behind its back), then feeds the same pure planners (`clb::plan`, `nlb::plan`,
+//! `sg::diff_rules`, `nodes::plan_node_groups`). Their actions are rendered here as
+//! provider-neutral [`PlannedChange`]s with the fields that change.
 //!
 //! Where `ensure` creates something and then needs its ID (the Classic ELB's own security
 //! group, before the ELB and the node rules that reference it), the plan names it by its
@@ -25,15 +29,16 @@ use crate::clb::plan::{
     Attributes, ClbAction, ClbDesired, ClbObserved, HealthCheck, Listener as ClbListener,
 };
 use crate::config::NlbSecurityGroupMode;
+use crate::delete::{Foreign, observe_clb_side, observe_nlb_side};
 use crate::desired::{self, Placement};
 use crate::discovery::ec2_filter;
 use crate::error::AwsError;
 use crate::naming::clb_security_group_name;
 use crate::nlb;
 use crate::nlb::plan::{NlbAction, NlbDesired, NlbObserved, TgRef};
-use crate::nodes::{self, Ownership};
-use crate::provider::AwsProvider;
-use crate::sg::{IngressRule, ObservedGroup, RuleChanges, diff_rules};
+use crate::nodes;
+use crate::provider::{AwsProvider, BackendInstances};
+use crate::sg::{ObservedGroup, RuleChanges, diff_rules};
 use crate::tags::security_group_tags;
 
 /// Kind of a Classic ELB policy.
@@ -65,15 +70,6 @@ pub(crate) async fn plan_delete(
     Ok(changes)
 }
 
-/// A load balancer of the Service's name whose tags name another owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Foreign {
-    /// `delete` leaves it alone.
-    Skip,
-    /// `ensure` fails on it, with this operation named.
-    Error(crate::calls::Op),
-}
-
 async fn plan_clb(
     provider: &AwsProvider,
     spec: &LoadBalancerSpec,
@@ -82,12 +78,11 @@ async fn plan_clb(
     let clients = provider.clients_ref();
     let config = provider.config_ref();
     let name = load_balancer_name(&spec.service.uid);
-    let instances = provider.instances(spec, backends).await?;
-    let candidate_groups: BTreeSet<String> = instances
-        .values()
-        .flat_map(|i| i.security_groups.iter().cloned())
-        .collect();
-    let instance_ids: BTreeSet<String> = instances.keys().cloned().collect();
+    let BackendInstances {
+        instances,
+        candidate_groups,
+        ids: instance_ids,
+    } = provider.backend_instances(spec, backends).await?;
 
     let mut changes = Vec::new();
     let mut observed = clb::io::describe(clients, &name).await?;
@@ -133,21 +128,18 @@ async fn plan_clb(
             .await?,
         )
     };
-    let mut groups = if !aws.security_groups.is_empty() {
-        aws.security_groups.clone()
-    } else if let Some(group) = &config.elb_security_group {
-        vec![group.clone()]
-    } else {
-        let (id, group_changes) =
-            plan_clb_group(provider, spec, &name, &vpc, observed_groups.as_deref()).await?;
-        changes.extend(group_changes);
-        vec![id]
-    };
-    for extra in &aws.extra_security_groups {
-        if !groups.contains(extra) {
-            groups.push(extra.clone());
-        }
-    }
+    let primary =
+        match desired::clb_given_groups(&aws.security_groups, config.elb_security_group.as_deref())
+        {
+            Some(given) => given,
+            None => {
+                let (id, group_changes) =
+                    plan_clb_group(provider, spec, &name, &vpc, observed_groups.as_deref()).await?;
+                changes.extend(group_changes);
+                vec![id]
+            }
+        };
+    let groups = desired::with_extra_groups(primary, &aws.extra_security_groups);
     let desired = desired::clb(
         &provider.context(&name),
         spec,
@@ -163,15 +155,12 @@ async fn plan_clb(
     if let Some(observed_groups) = &observed_groups
         && let Some(primary) = groups.first()
     {
-        let node_groups =
-            nodes::node_groups(&instances, observed_groups, &provider.cluster_tag_key())?;
-        let sources = vec![primary.clone()];
-        let plan = nodes::plan_node_groups(
+        let plan = nodes::clb_node_rules_plan(
+            &instances,
             observed_groups,
-            &node_groups,
-            &[IngressRule::from_group(primary)],
-            Ownership::ClbSource(&sources),
-        );
+            &provider.cluster_tag_key(),
+            primary,
+        )?;
         changes.extend(render_rules(&plan));
     }
     Ok(changes)
@@ -266,22 +255,15 @@ async fn plan_nlb(
     let clients = provider.clients_ref();
     let config = provider.config_ref();
     let name = load_balancer_name(&spec.service.uid);
-    let instances = provider.instances(spec, backends).await?;
-    let candidate_groups: BTreeSet<String> = instances
-        .values()
-        .flat_map(|i| i.security_groups.iter().cloned())
-        .collect();
-    let instance_ids: BTreeSet<String> = instances.keys().cloned().collect();
+    let BackendInstances {
+        instances,
+        candidate_groups,
+        ids: instance_ids,
+    } = provider.backend_instances(spec, backends).await?;
 
     let mut observed = nlb::io::describe(clients, &name).await?;
     if let Some(seen) = observed.as_mut() {
-        nlb::io::observe_details(clients, seen, None).await?;
-        provider.check_owner(
-            &spec.service,
-            seen.tags.as_ref().unwrap_or(&BTreeMap::new()),
-            "NLB",
-            ops::V2_CREATE_LOAD_BALANCER,
-        )?;
+        provider.observe_own_nlb(spec, seen, None).await?;
     }
     let vpc = provider.vpc(&instances, None)?;
     let internal = spec.scheme == Scheme::Internal;
@@ -334,109 +316,28 @@ async fn plan_nlb(
     changes.extend(render_nlb(observed.as_ref(), &desired, &actions));
 
     if let Some(observed_groups) = &observed_groups {
-        let vpc_cidrs = provider.discovery_ref().vpc_cidrs(clients, &vpc).await?;
-        let inputs = desired::nlb_node_rule_inputs(spec)?;
-        let rules = nodes::nlb_node_rules(&name, &inputs, &vpc_cidrs);
-        let node_groups =
-            nodes::node_groups(&instances, observed_groups, &provider.cluster_tag_key())?;
-        let plan =
-            nodes::plan_node_groups(observed_groups, &node_groups, &rules, Ownership::Nlb(&name));
+        let plan = provider
+            .nlb_node_rules_plan(spec, &vpc, &instances, observed_groups)
+            .await?;
         changes.extend(render_rules(&plan));
     }
     Ok(changes)
 }
 
-/// What `delete`'s Classic ELB half (or `ensure`'s retirement of it) would remove.
+/// What `delete`'s Classic ELB half (or `ensure`'s retirement of it) would remove: the same
+/// reads as the removal ([`crate::delete::observe_clb_side`]), listed instead of applied.
 async fn plan_remove_clb(
     provider: &AwsProvider,
     service: &ServiceKey,
     foreign: Foreign,
     look_for_group: bool,
 ) -> Result<Vec<PlannedChange>, AwsError> {
-    let clients = provider.clients_ref();
-    let config = provider.config_ref();
+    let Some(side) = observe_clb_side(provider, service, foreign, look_for_group).await? else {
+        return Ok(Vec::new());
+    };
     let name = load_balancer_name(&service.uid);
-    let mut lb_groups: BTreeSet<String> = BTreeSet::new();
-    let mut clb_present = false;
-    if let Some(clb) = clb::io::describe(clients, &name).await? {
-        let tags = clb::io::read_tags(clients, &name).await?;
-        match (
-            crate::owner::check_resource(&tags, &crate::delete::ownership(provider, service)),
-            foreign,
-        ) {
-            (Ok(()), _) => {
-                clb_present = true;
-                lb_groups.extend(clb.security_groups.iter().cloned());
-            }
-            (Err(owner), Foreign::Error(op)) => {
-                return Err(AwsError::NameTaken {
-                    operation: op.name,
-                    resource: "Classic ELB",
-                    name,
-                    owner,
-                });
-            }
-            (Err(_), Foreign::Skip) => {}
-        }
-    }
-    if !clb_present && !look_for_group {
-        return Ok(Vec::new());
-    }
-    let own_group_name = clb_security_group_name(&name);
-    let owned_groups: Vec<ObservedGroup> = nodes::describe_groups(
-        clients,
-        Some(vec![ec2_filter("group-name", [own_group_name.as_str()])]),
-        None,
-    )
-    .await?
-    .into_iter()
-    .filter(|g| g.tags.contains_key(&provider.cluster_tag_key()))
-    .filter(|g| config.elb_security_group.as_deref() != Some(g.id.as_str()))
-    .collect();
-    if !clb_present && owned_groups.is_empty() {
-        return Ok(Vec::new());
-    }
-    lb_groups.extend(owned_groups.iter().map(|g| g.id.clone()));
-
-    let mut changes = Vec::new();
-    for group in &owned_groups {
-        let referencing = nodes::describe_groups(
-            clients,
-            Some(vec![ec2_filter(
-                "ip-permission.group-id",
-                [group.id.as_str()],
-            )]),
-            None,
-        )
-        .await?;
-        let sources = vec![group.id.clone()];
-        let plan = nodes::plan_node_groups(
-            &referencing,
-            &BTreeSet::new(),
-            &[],
-            Ownership::ClbSource(&sources),
-        );
-        changes.extend(render_rules(&plan));
-    }
-    if !config.disable_security_group_ingress && owned_groups.is_empty() {
-        let sources: Vec<String> = lb_groups.iter().cloned().collect();
-        let still_used = sources
-            .iter()
-            .any(|s| config.elb_security_group.as_deref() == Some(s.as_str()));
-        if !sources.is_empty() && !still_used {
-            let groups =
-                nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &BTreeSet::new())
-                    .await?;
-            let plan = nodes::plan_node_groups(
-                &groups,
-                &BTreeSet::new(),
-                &[],
-                Ownership::ClbSource(&sources),
-            );
-            changes.extend(render_rules(&plan));
-        }
-    }
-    if clb_present {
+    let mut changes: Vec<PlannedChange> = side.rule_plans.iter().flat_map(render_rules).collect();
+    if side.present {
         changes.push(PlannedChange::new(
             ChangeAction::Delete,
             KIND_CLB,
@@ -444,83 +345,46 @@ async fn plan_remove_clb(
             ops::ELB_DELETE_LOAD_BALANCER.name,
         ));
     }
-    for group in &owned_groups {
+    for group in &side.owned_groups {
         changes.push(PlannedChange::new(
             ChangeAction::Delete,
             KIND_SECURITY_GROUP,
-            group.id.as_str(),
+            group.as_str(),
             ops::DELETE_SECURITY_GROUP.name,
         ));
     }
     Ok(changes)
 }
 
-/// What `delete`'s NLB half (or `ensure`'s retirement of it) would remove; `always` also looks
-/// for target groups and node rules when no NLB exists.
+/// What `delete`'s NLB half (or `ensure`'s retirement of it) would remove: the same reads as
+/// the removal ([`crate::delete::observe_nlb_side`]), listed instead of applied; `always` also
+/// looks for target groups and node rules when no NLB exists.
 async fn plan_remove_nlb(
     provider: &AwsProvider,
     service: &ServiceKey,
     foreign: Foreign,
     always: bool,
 ) -> Result<Vec<PlannedChange>, AwsError> {
-    let clients = provider.clients_ref();
-    let name = load_balancer_name(&service.uid);
-    let mut ours: Option<String> = None;
-    if let Some(found) = nlb::io::describe(clients, &name).await? {
-        let tags = nlb::io::read_tags(clients, std::slice::from_ref(&found.arn)).await?;
-        let tags = tags.get(&found.arn).cloned().unwrap_or_default();
-        match (
-            crate::owner::check_resource(&tags, &crate::delete::ownership(provider, service)),
-            foreign,
-        ) {
-            (Ok(()), _) => ours = Some(found.arn),
-            (Err(owner), Foreign::Error(op)) => {
-                return Err(AwsError::NameTaken {
-                    operation: op.name,
-                    resource: "NLB",
-                    name,
-                    owner,
-                });
-            }
-            (Err(_), Foreign::Skip) => {}
-        }
-    }
-    if ours.is_none() && !always {
+    let Some(side) = observe_nlb_side(provider, service, foreign, always).await? else {
         return Ok(Vec::new());
-    }
-    let mut changes = Vec::new();
-    let mut target_groups: BTreeSet<String> = BTreeSet::new();
-    if let Some(arn) = &ours {
-        let listeners = clients
-            .calls
-            .run(ops::V2_DESCRIBE_LISTENERS, || {
-                clients
-                    .elbv2
-                    .describe_listeners()
-                    .load_balancer_arn(arn)
-                    .send()
-            })
-            .await?;
-        for listener in listeners.listeners() {
-            target_groups.extend(
-                listener
-                    .default_actions()
-                    .iter()
-                    .filter_map(|a| a.target_group_arn().map(str::to_string)),
-            );
+    };
+    let name = load_balancer_name(&service.uid);
+    let mut changes: Vec<PlannedChange> = side
+        .listeners
+        .iter()
+        .map(|listener| {
             let port = listener
                 .port()
                 .map_or_else(|| "?".to_string(), |p| p.to_string());
-            changes.push(PlannedChange::new(
+            PlannedChange::new(
                 ChangeAction::Delete,
                 KIND_LISTENER,
                 format!("{name}:{port}"),
                 ops::V2_DELETE_LISTENER.name,
-            ));
-        }
-    }
-    target_groups.extend(crate::delete::orphan_target_groups(provider, service, &name).await?);
-    for arn in &target_groups {
+            )
+        })
+        .collect();
+    for arn in &side.target_groups {
         changes.push(PlannedChange::new(
             ChangeAction::Delete,
             KIND_TARGET_GROUP,
@@ -528,14 +392,10 @@ async fn plan_remove_nlb(
             ops::V2_DELETE_TARGET_GROUP.name,
         ));
     }
-    if !provider.config_ref().disable_security_group_ingress {
-        let known = provider.discovery_ref().known_instance_groups();
-        let groups =
-            nodes::observe_groups(clients, &provider.cluster_tag_key(), None, &known).await?;
-        let plan = nodes::plan_node_groups(&groups, &BTreeSet::new(), &[], Ownership::Nlb(&name));
-        changes.extend(render_rules(&plan));
+    if let Some(node_rules) = &side.node_rules {
+        changes.extend(render_rules(node_rules));
     }
-    if ours.is_some() {
+    if side.arn.is_some() {
         changes.push(PlannedChange::new(
             ChangeAction::Delete,
             KIND_NLB,
@@ -1231,6 +1091,7 @@ mod tests {
     use crate::nlb::plan::{
         ListenerDesired, ObservedListener, ObservedTg, SubnetMapping, TgDesired, TgHealth,
     };
+    use crate::sg::IngressRule;
 
     /// `action kind name call field:old→new …`, one line per change.
     fn text(changes: &[PlannedChange]) -> Vec<String> {

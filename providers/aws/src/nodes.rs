@@ -146,6 +146,24 @@ pub fn plan_node_groups(
     plan
 }
 
+/// The node-group rule changes a Classic ELB needs: all traffic from its `primary` group on
+/// the backend instances' node groups, and no rule from that group anywhere else among
+/// `observed_groups`.
+pub fn clb_node_rules_plan(
+    instances: &BTreeMap<String, InstanceInfo>,
+    observed_groups: &[ObservedGroup],
+    cluster_tag: &str,
+    primary: &str,
+) -> Result<BTreeMap<String, RuleChanges>, AwsError> {
+    let node_groups = node_groups(instances, observed_groups, cluster_tag)?;
+    Ok(plan_node_groups(
+        observed_groups,
+        &node_groups,
+        &[IngressRule::from_group(primary)],
+        Ownership::ClbSource(&[primary.to_string()]),
+    ))
+}
+
 /// The one managed group of each instance (upstream rules: the single cluster-tagged group,
 /// else the only group).
 pub fn node_groups(

@@ -30,7 +30,7 @@ use crate::naming::{clb_security_group_description, clb_security_group_name};
 use crate::nlb;
 use crate::nlb::plan::{NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg};
 use crate::nodes::{self, Ownership};
-use crate::sg::{IngressRule, ObservedGroup, diff_rules};
+use crate::sg::{ObservedGroup, RuleChanges, diff_rules};
 use crate::tags::security_group_tags;
 
 /// What the last full reconcile of a load balancer established, so a resync with an unchanged
@@ -68,6 +68,17 @@ pub struct AwsProvider {
     /// in the chaos suite: a hand-over to an NLB whose delete had already read the groups left
     /// its rule behind).
     sync: tokio::sync::Mutex<()>,
+}
+
+/// The backend instances of one load balancer, as `ensure` and `kube-lb plan` both read them.
+#[derive(Debug, Clone)]
+pub(crate) struct BackendInstances {
+    /// Instance details by ID.
+    pub instances: BTreeMap<String, InstanceInfo>,
+    /// Every security group of those instances: where the node groups are chosen from.
+    pub candidate_groups: BTreeSet<String>,
+    /// The instance IDs (the load balancer's desired targets).
+    pub ids: BTreeSet<String>,
 }
 
 fn status(hostname: Option<String>) -> LoadBalancerStatus {
@@ -184,11 +195,13 @@ impl AwsProvider {
         }
     }
 
-    pub(crate) async fn instances(
+    /// The instances behind `backends` that this Service's load balancer serves (nodes its
+    /// target-node labels accept, with an AWS provider ID), with their security groups.
+    pub(crate) async fn backend_instances(
         &self,
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
-    ) -> Result<BTreeMap<String, InstanceInfo>, AwsError> {
+    ) -> Result<BackendInstances, AwsError> {
         let ids: BTreeSet<String> = backends
             .iter()
             .filter(|node| self.accepts_node(spec, node))
@@ -203,9 +216,18 @@ impl AwsProvider {
                 id.map(str::to_string)
             })
             .collect();
-        self.discovery
+        let instances = self
+            .discovery
             .instances(&self.clients, &ids, self.config.full_resync)
-            .await
+            .await?;
+        Ok(BackendInstances {
+            candidate_groups: instances
+                .values()
+                .flat_map(|i| i.security_groups.iter().cloned())
+                .collect(),
+            ids: instances.keys().cloned().collect(),
+            instances,
+        })
     }
 
     pub(crate) fn vpc(
@@ -397,13 +419,12 @@ impl AwsProvider {
         retire_nlb: bool,
     ) -> Result<LoadBalancerStatus, AwsError> {
         let name = load_balancer_name(&spec.service.uid);
-        let instances = self.instances(spec, backends).await?;
-        let candidate_groups: BTreeSet<String> = instances
-            .values()
-            .flat_map(|i| i.security_groups.iter().cloned())
-            .collect();
+        let BackendInstances {
+            instances,
+            candidate_groups,
+            ids: instance_ids,
+        } = self.backend_instances(spec, backends).await?;
         let fp = fingerprint(spec, &candidate_groups);
-        let instance_ids: BTreeSet<String> = instances.keys().cloned().collect();
 
         if let Some(Verified::Clb {
             fingerprint: cached_fp,
@@ -494,21 +515,17 @@ impl AwsProvider {
                     .await?,
             )
         };
-        let mut groups = if !aws.security_groups.is_empty() {
-            aws.security_groups.clone()
-        } else if let Some(group) = &self.config.elb_security_group {
-            vec![group.clone()]
-        } else {
-            vec![
+        let primary = match desired::clb_given_groups(
+            &aws.security_groups,
+            self.config.elb_security_group.as_deref(),
+        ) {
+            Some(given) => given,
+            None => vec![
                 self.ensure_clb_group(spec, &name, &vpc, observed_groups.as_deref())
                     .await?,
-            ]
+            ],
         };
-        for extra in &aws.extra_security_groups {
-            if !groups.contains(extra) {
-                groups.push(extra.clone());
-            }
-        }
+        let groups = desired::with_extra_groups(primary, &aws.extra_security_groups);
         let ctx = self.context(&name);
         let desired = desired::clb(
             &ctx,
@@ -533,14 +550,12 @@ impl AwsProvider {
         if let Some(observed_groups) = &observed_groups
             && let Some(primary) = groups.first()
         {
-            let node_groups = nodes::node_groups(&instances, observed_groups, &self.cluster_tag())?;
-            let sources = vec![primary.clone()];
-            let plan = nodes::plan_node_groups(
+            let plan = nodes::clb_node_rules_plan(
+                &instances,
                 observed_groups,
-                &node_groups,
-                &[IngressRule::from_group(primary)],
-                Ownership::ClbSource(&sources),
-            );
+                &self.cluster_tag(),
+                primary,
+            )?;
             for (group, changes) in &plan {
                 self.apply_rules(group, changes).await?;
             }
@@ -567,13 +582,12 @@ impl AwsProvider {
         retire_clb: bool,
     ) -> Result<LoadBalancerStatus, AwsError> {
         let name = load_balancer_name(&spec.service.uid);
-        let instances = self.instances(spec, backends).await?;
-        let candidate_groups: BTreeSet<String> = instances
-            .values()
-            .flat_map(|i| i.security_groups.iter().cloned())
-            .collect();
+        let BackendInstances {
+            instances,
+            candidate_groups,
+            ids: instance_ids,
+        } = self.backend_instances(spec, backends).await?;
         let fp = fingerprint(spec, &candidate_groups);
-        let instance_ids: BTreeSet<String> = instances.keys().cloned().collect();
 
         if let Some(Verified::Nlb {
             fingerprint: cached_fp,
@@ -663,13 +677,8 @@ impl AwsProvider {
             None => (nlb::io::describe(&self.clients, &name).await?, None),
         };
         if let Some(seen) = observed.as_mut() {
-            nlb::io::observe_details(&self.clients, seen, prefetched.as_ref()).await?;
-            self.check_owner(
-                &spec.service,
-                seen.tags.as_ref().unwrap_or(&BTreeMap::new()),
-                "NLB",
-                ops::V2_CREATE_LOAD_BALANCER,
-            )?;
+            self.observe_own_nlb(spec, seen, prefetched.as_ref())
+                .await?;
         }
         // An NLB found and ours proves there is no Classic ELB of this Service beside it (every
         // NLB create follows a confirmed absence of the ELB), as the converse does for ELBs.
@@ -730,9 +739,6 @@ impl AwsProvider {
         }
 
         if !self.config.disable_security_group_ingress {
-            let vpc_cidrs = self.discovery.vpc_cidrs(&self.clients, &vpc).await?;
-            let inputs = desired::nlb_node_rule_inputs(spec)?;
-            let rules = nodes::nlb_node_rules(&name, &inputs, &vpc_cidrs);
             let observed_groups = self
                 .inventory
                 .groups(
@@ -750,14 +756,9 @@ impl AwsProvider {
             if observed_groups.iter().any(|g| g.name == clb_group) {
                 crate::delete::retire_clb(self, spec, true).await?;
             }
-            let node_groups =
-                nodes::node_groups(&instances, &observed_groups, &self.cluster_tag())?;
-            let plan = nodes::plan_node_groups(
-                &observed_groups,
-                &node_groups,
-                &rules,
-                Ownership::Nlb(&name),
-            );
+            let plan = self
+                .nlb_node_rules_plan(spec, &vpc, &instances, &observed_groups)
+                .await?;
             for (group, changes) in &plan {
                 self.apply_rules(group, changes).await?;
             }
@@ -782,6 +783,47 @@ impl AwsProvider {
             }),
         );
         Ok(status(dns_name))
+    }
+
+    /// Completes the observation of the NLB found under the Service's name (listeners, target
+    /// groups, attributes, tags; what `prefetched` holds is not read again) and checks that it
+    /// is this Service's before anything is planned against it.
+    pub(crate) async fn observe_own_nlb(
+        &self,
+        spec: &LoadBalancerSpec,
+        seen: &mut NlbObserved,
+        prefetched: Option<&nlb::io::Prefetched>,
+    ) -> Result<(), AwsError> {
+        nlb::io::observe_details(&self.clients, seen, prefetched).await?;
+        self.check_owner(
+            &spec.service,
+            seen.tags.as_ref().unwrap_or(&BTreeMap::new()),
+            "NLB",
+            ops::V2_CREATE_LOAD_BALANCER,
+        )
+    }
+
+    /// The node-group rule changes an NLB needs: its client, health-check and path-MTU rules
+    /// on the backend instances' node groups, and none of its rules anywhere else among
+    /// `observed_groups`.
+    pub(crate) async fn nlb_node_rules_plan(
+        &self,
+        spec: &LoadBalancerSpec,
+        vpc: &str,
+        instances: &BTreeMap<String, InstanceInfo>,
+        observed_groups: &[ObservedGroup],
+    ) -> Result<BTreeMap<String, RuleChanges>, AwsError> {
+        let name = load_balancer_name(&spec.service.uid);
+        let vpc_cidrs = self.discovery.vpc_cidrs(&self.clients, vpc).await?;
+        let inputs = desired::nlb_node_rule_inputs(spec)?;
+        let rules = nodes::nlb_node_rules(&name, &inputs, &vpc_cidrs);
+        let node_groups = nodes::node_groups(instances, observed_groups, &self.cluster_tag())?;
+        Ok(nodes::plan_node_groups(
+            observed_groups,
+            &node_groups,
+            &rules,
+            Ownership::Nlb(&name),
+        ))
     }
 
     /// A load balancer found under this Service's name is changed only when its tags say it

@@ -57,15 +57,7 @@ async fn plain_clb_create_resync_nodes_and_delete_with_exact_call_counts() {
     assert!(create.reads() + create.mutations() < 17);
 
     // What AWS has now.
-    let lb = &env
-        .elb
-        .describe_load_balancers()
-        .load_balancer_names(&name)
-        .send()
-        .await
-        .unwrap()
-        .load_balancer_descriptions()[0]
-        .clone();
+    let lb = &env.clb(&name).await;
     assert_eq!(lb.scheme(), Some("internet-facing"));
     let listener = lb.listener_descriptions()[0].listener().unwrap();
     assert_eq!(
@@ -147,14 +139,9 @@ async fn plain_clb_create_resync_nodes_and_delete_with_exact_call_counts() {
         counts(&[("elb:DeregisterInstancesFromLoadBalancer", 1)])
     );
     assert_eq!(remove.reads(), 1);
-    let lb = env
-        .elb
-        .describe_load_balancers()
-        .load_balancer_names(&name)
-        .send()
+    let registered: BTreeSet<String> = env
+        .clb(&name)
         .await
-        .unwrap();
-    let registered: BTreeSet<String> = lb.load_balancer_descriptions()[0]
         .instances()
         .iter()
         .map(|i| i.instance_id().unwrap().to_string())
@@ -172,18 +159,8 @@ async fn plain_clb_create_resync_nodes_and_delete_with_exact_call_counts() {
         switch.operations(CallKind::Mutate),
         counts(&[("elb:ConfigureHealthCheck", 1)])
     );
-    let lb = env
-        .elb
-        .describe_load_balancers()
-        .load_balancer_names(&name)
-        .send()
-        .await
-        .unwrap();
     assert_eq!(
-        lb.load_balancer_descriptions()[0]
-            .health_check()
-            .unwrap()
-            .target(),
+        env.clb(&name).await.health_check().unwrap().target(),
         "HTTP:32000/healthz"
     );
     provider
@@ -268,15 +245,7 @@ async fn every_clb_annotation_reaches_aws_and_changes_are_minimal() {
     let create = meter.take();
     assert!(create.mutations() <= 12, "{:?}", create);
 
-    let lb = env
-        .elb
-        .describe_load_balancers()
-        .load_balancer_names(&name)
-        .send()
-        .await
-        .unwrap()
-        .load_balancer_descriptions()[0]
-        .clone();
+    let lb = env.clb(&name).await;
     assert_eq!(lb.scheme(), Some("internal"));
     let mut listeners: Vec<ListenerRow> = lb
         .listener_descriptions()

@@ -214,6 +214,29 @@ async fn assert_converged(env: &Env, faulty: &Faulty, spec: &LoadBalancerSpec, c
     assert_eq!(resync.mutations(), 0, "{case}: {resync:?}");
 }
 
+/// The Service has exactly `kind`'s resources and a restarted controller's resync changes
+/// nothing; its delete then leaves nothing behind.
+async fn assert_converged_then_deleted(
+    env: &Env,
+    faulty: &Faulty,
+    spec: &LoadBalancerSpec,
+    kind: &str,
+    case: &str,
+) {
+    assert_eq!(
+        inventory(env, spec).await,
+        Inventory::expected(spec, kind),
+        "{case}"
+    );
+    assert_converged(env, faulty, spec, case).await;
+    faulty.restarted(env).delete(&spec.service).await.unwrap();
+    assert_eq!(
+        inventory(env, spec).await,
+        Inventory::default(),
+        "{case}: delete left something"
+    );
+}
+
 #[tokio::test]
 async fn a_lost_response_to_any_create_or_change_is_recognised_on_the_retry() {
     let env = Env::start().await;
@@ -269,18 +292,7 @@ async fn a_lost_response_to_any_create_or_change_is_recognised_on_the_retry() {
             "{case}: the response was lost"
         );
         assert_eq!(faulty.proxy.lost().last().map(String::as_str), Some(action));
-        assert_eq!(
-            inventory(&env, &spec).await,
-            Inventory::expected(&spec, kind),
-            "{case}"
-        );
-        assert_converged(&env, &faulty, &spec, &case).await;
-        faulty.restarted(&env).delete(&spec.service).await.unwrap();
-        assert_eq!(
-            inventory(&env, &spec).await,
-            Inventory::default(),
-            "{case}: delete left something"
-        );
+        assert_converged_then_deleted(&env, &faulty, &spec, kind, &case).await;
     }
 }
 
@@ -470,18 +482,7 @@ async fn a_kind_change_stopped_after_any_step_converges_to_one_load_balancer() {
             assert!(mid.clbs + mid.nlbs <= 1, "{case}: {mid:?}");
 
             converge(&env, &faulty, &after).await;
-            assert_eq!(
-                inventory(&env, &after).await,
-                Inventory::expected(&after, to),
-                "{case}"
-            );
-            assert_converged(&env, &faulty, &after, &case).await;
-            faulty.restarted(&env).delete(&after.service).await.unwrap();
-            assert_eq!(
-                inventory(&env, &after).await,
-                Inventory::default(),
-                "{case}: delete"
-            );
+            assert_converged_then_deleted(&env, &faulty, &after, to, &case).await;
             if stopped.is_ok() {
                 steps = stop_after;
                 break;
@@ -494,14 +495,8 @@ async fn a_kind_change_stopped_after_any_step_converges_to_one_load_balancer() {
 /// The listeners of the Service's NLB: (port, target group it forwards to).
 async fn nlb_listeners(env: &Env, spec: &LoadBalancerSpec) -> Vec<(i32, String)> {
     let name = load_balancer_name(&spec.service.uid);
-    let lbs = env
-        .elbv2
-        .describe_load_balancers()
-        .names(&name)
-        .send()
-        .await
-        .unwrap();
-    let arn = lbs.load_balancers()[0].load_balancer_arn().unwrap();
+    let lb = env.nlb(&name).await;
+    let arn = lb.load_balancer_arn().unwrap();
     let listeners = env
         .elbv2
         .describe_listeners()
@@ -625,13 +620,6 @@ async fn garbled_cloud_answers_are_errors_not_panics_and_converge_afterwards() {
         );
         faulty.proxy.set_plan(FaultPlan::None);
         converge(&env, &faulty, &spec).await;
-        assert_eq!(
-            inventory(&env, &spec).await,
-            Inventory::expected(&spec, kind),
-            "{case}"
-        );
-        assert_converged(&env, &faulty, &spec, &case).await;
-        faulty.restarted(&env).delete(&spec.service).await.unwrap();
-        assert_eq!(inventory(&env, &spec).await, Inventory::default(), "{case}");
+        assert_converged_then_deleted(&env, &faulty, &spec, kind, &case).await;
     }
 }

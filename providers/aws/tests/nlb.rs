@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{Env, Meter, lb_reads, svc};
+use common::{Env, Meter, lb_reads, svc, zone_subnets};
 use kube_lb_provider_aws::sg::IngressRule;
 use kube_lb_provider_core::CallKind;
 use kube_lb_provider_core::LoadBalancerProvider;
@@ -137,21 +137,9 @@ async fn every_nlb_annotation_reaches_aws() {
     assert!(create.reads() + create.mutations() <= 19, "{:?}", create);
 
     let arn = lb_arn(&env, &name).await.unwrap();
-    let lb = env
-        .elbv2
-        .describe_load_balancers()
-        .names(&name)
-        .send()
-        .await
-        .unwrap();
-    let lb = &lb.load_balancers()[0];
+    let lb = env.nlb(&name).await;
     assert_eq!(lb.scheme().unwrap().as_str(), "internet-facing");
-    let zones: BTreeSet<String> = lb
-        .availability_zones()
-        .iter()
-        .map(|z| z.subnet_id().unwrap().to_string())
-        .collect();
-    assert_eq!(zones, env.subnets.iter().cloned().collect());
+    assert_eq!(zone_subnets(&lb), env.subnets.iter().cloned().collect());
 
     let ls = listeners(&env, &arn).await;
     assert_eq!(ls.len(), 2);
@@ -516,17 +504,7 @@ async fn nlb_nodes_traffic_policy_tls_switch_and_labels() {
         .ensure(&internal, &env.nodes(&nodes))
         .await
         .unwrap();
-    let lb = env
-        .elbv2
-        .describe_load_balancers()
-        .names(&name)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        lb.load_balancers()[0].scheme().unwrap().as_str(),
-        "internal"
-    );
+    assert_eq!(env.nlb(&name).await.scheme().unwrap().as_str(), "internal");
     assert_eq!(env.target_group_names().await.len(), 1);
 
     provider.delete(&spec.service).await.unwrap();
@@ -596,21 +574,9 @@ async fn internal_nlb_in_annotated_subnets_with_private_addresses() {
         2,
         "annotation resolved by ID and by Name"
     );
-    let lb = env
-        .elbv2
-        .describe_load_balancers()
-        .names(&name)
-        .send()
-        .await
-        .unwrap();
-    let lb = &lb.load_balancers()[0];
+    let lb = env.nlb(&name).await;
     assert_eq!(lb.scheme().unwrap().as_str(), "internal");
-    let zones: BTreeSet<String> = lb
-        .availability_zones()
-        .iter()
-        .map(|z| z.subnet_id().unwrap().to_string())
-        .collect();
-    assert_eq!(zones, env.subnets.iter().cloned().collect());
+    assert_eq!(zone_subnets(&lb), env.subnets.iter().cloned().collect());
     let arn = lb.load_balancer_arn().unwrap().to_string();
     let ls = listeners(&env, &arn).await;
     assert_eq!((ls[0].0, ls[0].1.as_str()), (53, "UDP"));

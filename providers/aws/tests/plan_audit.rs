@@ -259,13 +259,8 @@ async fn audit_finds_pieces_left_without_their_load_balancer() {
         .await
         .unwrap();
     let arn = env
-        .elbv2
-        .describe_load_balancers()
-        .names(load_balancer_name(&nlb.service.uid))
-        .send()
+        .nlb(&load_balancer_name(&nlb.service.uid))
         .await
-        .unwrap()
-        .load_balancers()[0]
         .load_balancer_arn()
         .unwrap()
         .to_string();

@@ -7,11 +7,50 @@
 mod common;
 
 use common::{Env, Meter, svc};
-use kube_lb_provider_core::{CallKind, LoadBalancerProvider};
+use kube_lb_annotations::LoadBalancerSpec;
+use kube_lb_provider_aws::AwsProvider;
+use kube_lb_provider_core::{BackendNode, CallKind, CallSnapshot, LoadBalancerProvider};
 
 fn uid(n: usize) -> String {
     // The load-balancer name keeps the first 31 hex digits: vary the leading ones.
     format!("{n:08}-0000-4000-8000-7e57a7700000")
+}
+
+/// `count` Services named `<prefix><i>`, each with one HTTP port of its own and the AWS
+/// annotations `aws`.
+fn services(count: usize, prefix: &str, aws: &[(&str, &str)]) -> Vec<LoadBalancerSpec> {
+    (0..count)
+        .map(|i| {
+            let service = aws.iter().fold(
+                svc(&format!("{prefix}{i}"), &uid(i)),
+                |service, (key, value)| service.aws(key, value),
+            );
+            service
+                .port("http", 80, 30080 + u16::try_from(i).unwrap(), "TCP")
+                .spec()
+        })
+        .collect()
+}
+
+/// Ensures `services` with one provider, then again with a fresh one (a restarted
+/// controller): returns that provider and the calls of its pass, which changed nothing.
+async fn in_sync_after_restart(
+    env: &Env,
+    services: &[LoadBalancerSpec],
+    nodes: &[BackendNode],
+) -> (AwsProvider, CallSnapshot) {
+    let first = env.provider(env.config());
+    for spec in services {
+        first.ensure(spec, nodes).await.unwrap();
+    }
+    let restarted = env.provider(env.config());
+    let meter = Meter::new(&restarted);
+    for spec in services {
+        restarted.ensure(spec, nodes).await.unwrap();
+    }
+    let pass = meter.take();
+    assert_eq!(pass.mutations(), 0, "{pass:?}");
+    (restarted, pass)
 }
 
 #[tokio::test]
@@ -19,25 +58,8 @@ async fn restart_resync_reads_each_classic_elb_and_shared_lookups_once() {
     const N: usize = 12;
     let env = Env::start().await;
     let nodes = env.nodes(&env.instances);
-    let services: Vec<_> = (0..N)
-        .map(|i| {
-            svc(&format!("svc{i}"), &uid(i))
-                .port("http", 80, 30080 + u16::try_from(i).unwrap(), "TCP")
-                .spec()
-        })
-        .collect();
-    let first = env.provider(env.config());
-    for spec in &services {
-        first.ensure(spec, &nodes).await.unwrap();
-    }
-
-    let restarted = env.provider(env.config());
-    let meter = Meter::new(&restarted);
-    for spec in &services {
-        restarted.ensure(spec, &nodes).await.unwrap();
-    }
-    let pass = meter.take();
-    assert_eq!(pass.mutations(), 0, "{pass:?}");
+    let services = services(N, "svc", &[]);
+    let (restarted, pass) = in_sync_after_restart(&env, &services, &nodes).await;
     // A Classic ELB is made of the ELB and its security group. The ELBs named like ours are
     // listed together (one page, tags in batches of 20) and the cluster's groups in one
     // listing shared with the node groups; what is left per ELB is its attributes. Shared
@@ -81,26 +103,8 @@ async fn restart_resync_reads_each_nlb_from_shared_listings() {
     const N: usize = 12;
     let env = Env::start().await;
     let nodes = env.nodes(&env.instances);
-    let services: Vec<_> = (0..N)
-        .map(|i| {
-            svc(&format!("nlb{i}"), &uid(i))
-                .aws("type", "nlb")
-                .port("http", 80, 30080 + u16::try_from(i).unwrap(), "TCP")
-                .spec()
-        })
-        .collect();
-    let first = env.provider(env.config());
-    for spec in &services {
-        first.ensure(spec, &nodes).await.unwrap();
-    }
-
-    let restarted = env.provider(env.config());
-    let meter = Meter::new(&restarted);
-    for spec in &services {
-        restarted.ensure(spec, &nodes).await.unwrap();
-    }
-    let pass = meter.take();
-    assert_eq!(pass.mutations(), 0, "{pass:?}");
+    let services = services(N, "nlb", &[("type", "nlb")]);
+    let (_, pass) = in_sync_after_restart(&env, &services, &nodes).await;
     // An NLB with one port is made of the load balancer, its listener, its target group and
     // two rules in the node security group (client traffic, path-MTU discovery): 5 resources.
     // Load balancers, target groups and their tags are listed together (an NLB found and

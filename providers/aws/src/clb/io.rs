@@ -11,7 +11,6 @@ use crate::clb::plan::{
 };
 use crate::clients::Clients;
 use crate::error::AwsError;
-use kube_lb_provider_core::PageTokens;
 
 fn built<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T, AwsError> {
     result.map_err(|e| AwsError::Unexpected(format!("building a request: {e}")))
@@ -62,30 +61,24 @@ pub async fn list(clients: &Clients) -> Result<BTreeMap<String, ClbObserved>, Aw
 pub async fn describe_all(
     clients: &Clients,
 ) -> Result<Vec<elb::LoadBalancerDescription>, AwsError> {
-    let mut found = Vec::new();
-    let mut marker: Option<String> = None;
-    let mut pages = PageTokens::default();
-    loop {
-        let response = clients
-            .calls
-            .run(ops::ELB_DESCRIBE_LOAD_BALANCERS, || {
+    clients
+        .calls
+        .run_paged(
+            ops::ELB_DESCRIBE_LOAD_BALANCERS,
+            |marker| {
                 clients
                     .elb
                     .describe_load_balancers()
                     .page_size(400)
-                    .set_marker(marker.clone())
+                    .set_marker(marker)
                     .send()
-            })
-            .await?;
-        found.extend(response.load_balancer_descriptions().iter().cloned());
-        marker = pages.next(
-            ops::ELB_DESCRIBE_LOAD_BALANCERS.name,
-            response.next_marker(),
-        )?;
-        if marker.is_none() {
-            return Ok(found);
-        }
-    }
+            },
+            |page| {
+                let next = page.next_marker().map(str::to_string);
+                (page.load_balancer_descriptions().to_vec(), next)
+            },
+        )
+        .await
 }
 
 /// The tags of up to 20 Classic ELBs per call (the API's limit), keyed by name; names without

@@ -11,7 +11,6 @@ use crate::nlb::plan::{
     NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg, SubnetMapping, TgHealth,
     TgRef,
 };
-use kube_lb_provider_core::PageTokens;
 
 /// The load balancer's ARN, DNS name, scheme and subnet mappings; `None` when absent.
 pub async fn describe(clients: &Clients, name: &str) -> Result<Option<NlbObserved>, AwsError> {
@@ -94,27 +93,24 @@ pub async fn list(
 /// Every ELBv2 load balancer of the account and region, as AWS returns them (paged, 400 per
 /// call).
 pub async fn describe_all_lbs(clients: &Clients) -> Result<Vec<v2::LoadBalancer>, AwsError> {
-    let mut found = Vec::new();
-    let mut marker: Option<String> = None;
-    let mut pages = PageTokens::default();
-    loop {
-        let response = clients
-            .calls
-            .run(ops::V2_DESCRIBE_LOAD_BALANCERS, || {
+    clients
+        .calls
+        .run_paged(
+            ops::V2_DESCRIBE_LOAD_BALANCERS,
+            |marker| {
                 clients
                     .elbv2
                     .describe_load_balancers()
                     .page_size(400)
-                    .set_marker(marker.clone())
+                    .set_marker(marker)
                     .send()
-            })
-            .await?;
-        found.extend(response.load_balancers().iter().cloned());
-        marker = pages.next(ops::V2_DESCRIBE_LOAD_BALANCERS.name, response.next_marker())?;
-        if marker.is_none() {
-            return Ok(found);
-        }
-    }
+            },
+            |page| {
+                let next = page.next_marker().map(str::to_string);
+                (page.load_balancers().to_vec(), next)
+            },
+        )
+        .await
 }
 
 /// Every target group of the account and region, as AWS returns them (paged, 400 per call),
@@ -122,27 +118,24 @@ pub async fn describe_all_lbs(clients: &Clients) -> Result<Vec<v2::LoadBalancer>
 pub async fn describe_all_target_groups(
     clients: &Clients,
 ) -> Result<Vec<v2::TargetGroup>, AwsError> {
-    let mut found = Vec::new();
-    let mut marker: Option<String> = None;
-    let mut pages = PageTokens::default();
-    loop {
-        let response = clients
-            .calls
-            .run(ops::V2_DESCRIBE_TARGET_GROUPS, || {
+    clients
+        .calls
+        .run_paged(
+            ops::V2_DESCRIBE_TARGET_GROUPS,
+            |marker| {
                 clients
                     .elbv2
                     .describe_target_groups()
                     .page_size(400)
-                    .set_marker(marker.clone())
+                    .set_marker(marker)
                     .send()
-            })
-            .await?;
-        found.extend(response.target_groups().iter().cloned());
-        marker = pages.next(ops::V2_DESCRIBE_TARGET_GROUPS.name, response.next_marker())?;
-        if marker.is_none() {
-            return Ok(found);
-        }
-    }
+            },
+            |page| {
+                let next = page.next_marker().map(str::to_string);
+                (page.target_groups().to_vec(), next)
+            },
+        )
+        .await
 }
 
 /// Everything of one description except listeners, target groups, attributes and tags.

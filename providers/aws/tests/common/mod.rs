@@ -194,6 +194,33 @@ impl Env {
         ids.iter().map(|id| node(id)).collect()
     }
 
+    /// The Classic ELB `name` as AWS describes it (it must exist).
+    pub async fn clb(
+        &self,
+        name: &str,
+    ) -> aws_sdk_elasticloadbalancing::types::LoadBalancerDescription {
+        self.elb
+            .describe_load_balancers()
+            .load_balancer_names(name)
+            .send()
+            .await
+            .unwrap()
+            .load_balancer_descriptions()[0]
+            .clone()
+    }
+
+    /// The ELBv2 load balancer `name` as AWS describes it (it must exist).
+    pub async fn nlb(&self, name: &str) -> aws_sdk_elasticloadbalancingv2::types::LoadBalancer {
+        self.elbv2
+            .describe_load_balancers()
+            .names(name)
+            .send()
+            .await
+            .unwrap()
+            .load_balancers()[0]
+            .clone()
+    }
+
     /// The rules of a security group.
     pub async fn rules(&self, group: &str) -> Vec<sg::IngressRule> {
         let response = self
@@ -303,6 +330,14 @@ impl Svc {
     pub fn spec(&self) -> LoadBalancerSpec {
         self.0.spec()
     }
+}
+
+/// The subnets an ELBv2 load balancer has a node in.
+pub fn zone_subnets(lb: &aws_sdk_elasticloadbalancingv2::types::LoadBalancer) -> BTreeSet<String> {
+    lb.availability_zones()
+        .iter()
+        .map(|z| z.subnet_id().unwrap().to_string())
+        .collect()
 }
 
 /// Read operations other than the shared instance lookup, summed.
