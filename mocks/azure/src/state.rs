@@ -212,34 +212,25 @@ kube_lb_mock_support::impl_armed!(Fault { outcome: action: FaultAction });
 impl Fault {
     /// `429 TooManyRequests` with `Retry-After`, `times` times.
     pub fn throttle(method: &str, path_contains: &str, retry_after_secs: u64, times: u32) -> Fault {
-        Fault {
-            method: Some(method.to_string()),
-            path_contains: path_contains.to_string(),
-            skip: 0,
-            times,
-            action: FaultAction::Respond {
-                error: ArmError::new(
-                    axum::http::StatusCode::TOO_MANY_REQUESTS,
-                    "TooManyRequests",
-                    "The request is being throttled.",
-                ),
-                retry_after: Some(retry_after_secs),
-            },
-        }
+        let throttled = ArmError::new(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            "The request is being throttled.",
+        );
+        let action = FaultAction::Respond {
+            error: throttled,
+            retry_after: Some(retry_after_secs),
+        };
+        Fault::armed(method, path_contains, times, action)
     }
 
     /// An error answer (e.g. `500 InternalServerError`), `times` times.
     pub fn error(method: &str, path_contains: &str, error: ArmError, times: u32) -> Fault {
-        Fault {
-            method: Some(method.to_string()),
-            path_contains: path_contains.to_string(),
-            skip: 0,
-            times,
-            action: FaultAction::Respond {
-                error,
-                retry_after: None,
-            },
-        }
+        let action = FaultAction::Respond {
+            error,
+            retry_after: None,
+        };
+        Fault::armed(method, path_contains, times, action)
     }
 
     /// Applies matching requests but loses their answers (`500 InternalServerError` with
@@ -250,12 +241,22 @@ impl Fault {
         error: Option<ArmError>,
         times: u32,
     ) -> Fault {
+        Fault::armed(
+            method,
+            path_contains,
+            times,
+            FaultAction::LoseResponse(error),
+        )
+    }
+
+    /// `action` for the first `times` `method` requests whose path contains `path_contains`.
+    fn armed(method: &str, path_contains: &str, times: u32, action: FaultAction) -> Fault {
         Fault {
             method: Some(method.to_string()),
             path_contains: path_contains.to_string(),
             skip: 0,
             times,
-            action: FaultAction::LoseResponse(error),
+            action,
         }
     }
 

@@ -468,6 +468,25 @@ fn port_range(field: &str, value: &str) -> Result {
     }
 }
 
+/// The single value and the list of one of a security rule's `single`/`many` property pairs
+/// (`sourcePortRange`/`sourcePortRanges`, …): ARM takes exactly one of the two.
+fn one_of_pair<'a>(
+    rule: &'a Value,
+    rule_name: &str,
+    single: &str,
+    many: &str,
+) -> Result<(Option<&'a str>, &'a [Value])> {
+    let one = str_at(rule, &["properties", single]);
+    let list = array_at(rule, &["properties", many]);
+    if one.is_some() != list.is_empty() {
+        return Err(ArmError::bad_request(
+            "SecurityRuleParameterContainsUnsupportedValue",
+            format!("Security rule {rule_name} must set exactly one of {single} and {many}."),
+        ));
+    }
+    Ok((one, list))
+}
+
 /// One security rule (inside an NSG or on its own).
 pub fn security_rule(rule: &Value) -> Result {
     let rule_name = str_at(rule, &["name"]).unwrap_or_default();
@@ -496,14 +515,7 @@ pub fn security_rule(rule: &Value) -> Result {
         ("sourcePortRange", "sourcePortRanges"),
         ("destinationPortRange", "destinationPortRanges"),
     ] {
-        let one = props(single);
-        let list = array_at(rule, &["properties", many]);
-        if one.is_some() != list.is_empty() {
-            return Err(ArmError::bad_request(
-                "SecurityRuleParameterContainsUnsupportedValue",
-                format!("Security rule {rule_name} must set exactly one of {single} and {many}."),
-            ));
-        }
+        let (one, list) = one_of_pair(rule, rule_name, single, many)?;
         if let Some(one) = one {
             port_range(single, one)?;
         }
@@ -515,14 +527,7 @@ pub fn security_rule(rule: &Value) -> Result {
         ("sourceAddressPrefix", "sourceAddressPrefixes"),
         ("destinationAddressPrefix", "destinationAddressPrefixes"),
     ] {
-        let one = props(single);
-        let list = array_at(rule, &["properties", many]);
-        if one.is_some() != list.is_empty() {
-            return Err(ArmError::bad_request(
-                "SecurityRuleParameterContainsUnsupportedValue",
-                format!("Security rule {rule_name} must set exactly one of {single} and {many}."),
-            ));
-        }
+        let (one, list) = one_of_pair(rule, rule_name, single, many)?;
         for prefix in one.into_iter().chain(list.iter().filter_map(Value::as_str)) {
             address_prefix(rule_name, prefix)?;
         }

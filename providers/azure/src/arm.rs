@@ -94,21 +94,26 @@ pub struct LoadBalancerProperties {
     pub extra: Extra,
 }
 
-/// A frontend IP configuration.
+/// A child resource of a load balancer or security group (a frontend, backend pool, rule,
+/// probe or security rule): ARM gives each the same envelope around its own properties.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct FrontendIpConfiguration {
-    /// Name (`a<uid>` or `a<uid>-<subnet>`).
+pub struct Child<P> {
+    /// Name.
     pub name: String,
     /// ID (server-set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// Properties.
     #[serde(default)]
-    pub properties: FrontendProperties,
-    /// Unmodelled fields (etag, zones, …).
+    pub properties: P,
+    /// Unmodelled fields.
     #[serde(flatten)]
     pub extra: Extra,
 }
+
+/// A frontend IP configuration, named `a<uid>` or `a<uid>-<subnet>` (its etag and zones stay
+/// in `extra`).
+pub type FrontendIpConfiguration = Child<FrontendProperties>;
 
 /// `properties` of a frontend.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -142,21 +147,8 @@ pub struct FrontendProperties {
     pub extra: Extra,
 }
 
-/// A backend pool.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BackendAddressPool {
-    /// Name (`<cluster>`).
-    pub name: String,
-    /// ID (server-set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Properties.
-    #[serde(default)]
-    pub properties: BackendPoolProperties,
-    /// Unmodelled fields.
-    #[serde(flatten)]
-    pub extra: Extra,
-}
+/// A backend pool, named `<cluster>`.
+pub type BackendAddressPool = Child<BackendPoolProperties>;
 
 /// `properties` of a backend pool.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -195,21 +187,8 @@ pub struct BackendAddressProperties {
     pub extra: Extra,
 }
 
-/// A load-balancing rule.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LoadBalancingRule {
-    /// Name (`a<uid>-TCP-80`).
-    pub name: String,
-    /// ID (server-set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Properties.
-    #[serde(default)]
-    pub properties: RuleProperties,
-    /// Unmodelled fields.
-    #[serde(flatten)]
-    pub extra: Extra,
-}
+/// A load-balancing rule, named `a<uid>-TCP-80`.
+pub type LoadBalancingRule = Child<RuleProperties>;
 
 /// `properties` of a rule.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -258,21 +237,8 @@ pub struct RuleProperties {
     pub extra: Extra,
 }
 
-/// A health probe.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Probe {
-    /// Name (same as its rule).
-    pub name: String,
-    /// ID (server-set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Properties.
-    #[serde(default)]
-    pub properties: ProbeProperties,
-    /// Unmodelled fields.
-    #[serde(flatten)]
-    pub extra: Extra,
-}
+/// A health probe, named as its rule.
+pub type Probe = Child<ProbeProperties>;
 
 /// `properties` of a probe.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -423,20 +389,7 @@ pub struct SecurityGroupProperties {
 }
 
 /// One security rule.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SecurityRule {
-    /// Name.
-    pub name: String,
-    /// ID (server-set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Properties.
-    #[serde(default)]
-    pub properties: SecurityRuleProperties,
-    /// Unmodelled fields.
-    #[serde(flatten)]
-    pub extra: Extra,
-}
+pub type SecurityRule = Child<SecurityRuleProperties>;
 
 /// `properties` of a security rule.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -264,6 +264,35 @@ pub(crate) fn classify(operation: &'static str, error: azure_core::Error) -> Azu
     }
 }
 
+/// A top-level resource kube-lb PUTs whole as raw JSON: where it lives, its name, and the etag
+/// it was read with.
+trait Stored: Serialize {
+    /// The Microsoft.Network collection (`loadBalancers`, …).
+    const COLLECTION: &'static str;
+    fn name(&self) -> &str;
+    fn etag(&self) -> Option<&str>;
+}
+
+macro_rules! stored {
+    ($($ty:ty => $collection:literal),* $(,)?) => {$(
+        impl Stored for $ty {
+            const COLLECTION: &'static str = $collection;
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn etag(&self) -> Option<&str> {
+                self.etag.as_deref()
+            }
+        }
+    )*};
+}
+
+stored!(
+    LoadBalancer => "loadBalancers",
+    PublicIp => "publicIPAddresses",
+    SecurityGroup => "networkSecurityGroups",
+);
+
 /// Reads an ARM JSON body into kube-lb's model.
 fn decode<T: DeserializeOwned>(operation: &'static str, body: &[u8]) -> Result<T, AzureError> {
     serde_json::from_slice(body).map_err(|source| AzureError::Decode { operation, source })
@@ -468,6 +497,28 @@ impl ArmClient {
         }
     }
 
+    /// A `GET` of one resource: the SDK builds and sends the request (`send`, afresh for every
+    /// attempt), but its typed model would drop fields it does not know, so the body is read
+    /// as raw JSON into kube-lb's model, which keeps them. `None` when ARM answers 404.
+    async fn get_raw<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        send: F,
+    ) -> Result<Option<T>, AzureError>
+    where
+        T: DeserializeOwned,
+        F: Fn() -> Fut,
+        Fut: Future<Output = azure_core::Result<azure_core::Response>>,
+    {
+        let found = self
+            .call(operation, CallKind::Read, None, || {
+                let response = send();
+                async move { response.await?.into_body().collect().await }
+            })
+            .await?;
+        found.map(|body| decode(operation, &body)).transpose()
+    }
+
     async fn load_balancer(
         &self,
         operation: &'static str,
@@ -475,22 +526,11 @@ impl ArmClient {
         name: &str,
     ) -> Result<Option<LoadBalancer>, AzureError> {
         let client = self.sdk.load_balancers_client();
-        // The SDK builds and sends the request, but its typed model would drop fields it does
-        // not know; the body is read as raw JSON into kube-lb's model, which keeps them.
-        let found = self
-            .call(operation, CallKind::Read, None, || {
-                let request = client.get(rg, name, &self.subscription).send();
-                async move {
-                    request
-                        .await?
-                        .into_raw_response()
-                        .into_body()
-                        .collect()
-                        .await
-                }
-            })
-            .await?;
-        found.map(|body| decode(operation, &body)).transpose()
+        self.get_raw(operation, || {
+            let request = client.get(rg, name, &self.subscription).send();
+            async move { Ok(request.await?.into_raw_response()) }
+        })
+        .await
     }
 
     async fn public_ip(
@@ -500,22 +540,11 @@ impl ArmClient {
         name: &str,
     ) -> Result<Option<PublicIp>, AzureError> {
         let client = self.sdk.public_ip_addresses_client();
-        // The SDK builds and sends the request, but its typed model would drop fields it does
-        // not know; the body is read as raw JSON into kube-lb's model, which keeps them.
-        let found = self
-            .call(operation, CallKind::Read, None, || {
-                let request = client.get(rg, name, &self.subscription).send();
-                async move {
-                    request
-                        .await?
-                        .into_raw_response()
-                        .into_body()
-                        .collect()
-                        .await
-                }
-            })
-            .await?;
-        found.map(|body| decode(operation, &body)).transpose()
+        self.get_raw(operation, || {
+            let request = client.get(rg, name, &self.subscription).send();
+            async move { Ok(request.await?.into_raw_response()) }
+        })
+        .await
     }
 
     async fn security_group(
@@ -525,22 +554,11 @@ impl ArmClient {
         name: &str,
     ) -> Result<Option<SecurityGroup>, AzureError> {
         let client = self.sdk.network_security_groups_client();
-        // The SDK builds and sends the request, but its typed model would drop fields it does
-        // not know; the body is read as raw JSON into kube-lb's model, which keeps them.
-        let found = self
-            .call(operation, CallKind::Read, None, || {
-                let request = client.get(rg, name, &self.subscription).send();
-                async move {
-                    request
-                        .await?
-                        .into_raw_response()
-                        .into_body()
-                        .collect()
-                        .await
-                }
-            })
-            .await?;
-        found.map(|body| decode(operation, &body)).transpose()
+        self.get_raw(operation, || {
+            let request = client.get(rg, name, &self.subscription).send();
+            async move { Ok(request.await?.into_raw_response()) }
+        })
+        .await
     }
 
     /// The URL of `{collection}/{name}` (or the collection, without a name) in `rg`.
@@ -581,23 +599,25 @@ impl ArmClient {
         self.polls.send(&Context::new(), &mut request).await
     }
 
-    /// A PUT of kube-lb's model as raw JSON (unknown fields included), awaited and read back.
-    async fn put_raw<T, ReadFut>(
+    /// A PUT of `object` (kube-lb's model as raw JSON, unknown fields included) with the write
+    /// precondition of its etag, awaited, then read back with `read`.
+    async fn put_object<T, ReadFut>(
         &self,
         operation: &'static str,
-        url: Url,
-        name: &str,
-        etag: Option<&str>,
-        body: Bytes,
+        rg: &str,
+        object: &T,
         read: impl FnOnce() -> ReadFut,
     ) -> Result<T, AzureError>
     where
+        T: Stored,
         ReadFut: Future<Output = Result<Option<T>, AzureError>>,
     {
+        let url = self.resource_url(rg, T::COLLECTION, Some(object.name()));
+        let body = encode(operation, object)?;
         self.put_and_read(
             operation,
-            name,
-            etag,
+            object.name(),
+            object.etag(),
             || self.raw(Method::Put, url.clone(), Some(body.clone())),
             read,
         )
@@ -699,9 +719,7 @@ impl NetworkClient for ArmClient {
         lb: &LoadBalancer,
     ) -> Result<LoadBalancer, AzureError> {
         const OPERATION: &str = "PutLoadBalancer";
-        let url = self.resource_url(rg, "loadBalancers", Some(&lb.name));
-        let body = encode(OPERATION, lb)?;
-        self.put_raw(OPERATION, url, &lb.name, lb.etag.as_deref(), body, || {
+        self.put_object(OPERATION, rg, lb, || {
             self.load_balancer(OPERATION, rg, &lb.name)
         })
         .await
@@ -738,7 +756,7 @@ impl NetworkClient for ArmClient {
             next_link: Option<String>,
         }
         let mut items = Vec::new();
-        let mut next = Some(self.resource_url(rg, "publicIPAddresses", None));
+        let mut next = Some(self.resource_url(rg, <PublicIp as Stored>::COLLECTION, None));
         // Each link is followed once: an answer that hands one back again would page forever.
         let mut pages = PageTokens::default();
         while let Some(url) = next.take() {
@@ -783,9 +801,7 @@ impl NetworkClient for ArmClient {
 
     async fn put_public_ip(&self, rg: &str, pip: &PublicIp) -> Result<PublicIp, AzureError> {
         const OPERATION: &str = "PutPublicIPAddress";
-        let url = self.resource_url(rg, "publicIPAddresses", Some(&pip.name));
-        let body = encode(OPERATION, pip)?;
-        self.put_raw(OPERATION, url, &pip.name, pip.etag.as_deref(), body, || {
+        self.put_object(OPERATION, rg, pip, || {
             self.public_ip(OPERATION, rg, &pip.name)
         })
         .await
@@ -826,9 +842,7 @@ impl NetworkClient for ArmClient {
         nsg: &SecurityGroup,
     ) -> Result<SecurityGroup, AzureError> {
         const OPERATION: &str = "PutNetworkSecurityGroup";
-        let url = self.resource_url(rg, "networkSecurityGroups", Some(&nsg.name));
-        let body = encode(OPERATION, nsg)?;
-        self.put_raw(OPERATION, url, &nsg.name, nsg.etag.as_deref(), body, || {
+        self.put_object(OPERATION, rg, nsg, || {
             self.security_group(OPERATION, rg, &nsg.name)
         })
         .await
@@ -854,9 +868,81 @@ impl NetworkClient for ArmClient {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use axum::http::Uri;
     use azure_core::StatusCode;
 
     use super::*;
+
+    /// An ARM endpoint (with its own token endpoint) whose public-IP listing runs page 1 →
+    /// page 2 → page 3 and then names page 2 again; it records the `$skiptoken` of every
+    /// listing request it answers (`first` for the first page).
+    async fn public_ips_whose_next_link_repeats() -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let (link_base, seen) = (base.clone(), Arc::clone(&asked));
+        let app = axum::Router::new().fallback(move |uri: Uri| {
+            let (link_base, seen) = (link_base.clone(), Arc::clone(&seen));
+            async move {
+                if uri.path().ends_with("/oauth2/v2.0/token") {
+                    return axum::Json(serde_json::json!({
+                        "access_token": "token", "token_type": "Bearer", "expires_in": 3600,
+                    }));
+                }
+                let page = uri
+                    .query()
+                    .unwrap_or_default()
+                    .split('&')
+                    .find_map(|pair| pair.strip_prefix("$skiptoken="))
+                    .unwrap_or("first")
+                    .to_string();
+                seen.lock().unwrap().push(page.clone());
+                let next = match page.as_str() {
+                    "first" => "2",
+                    "2" => "3",
+                    _ => "2",
+                };
+                axum::Json(serde_json::json!({
+                    "value": [{"name": format!("pip-{page}"), "location": "eastus"}],
+                    "nextLink": format!(
+                        "{link_base}{}?api-version={API_VERSION}&$skiptoken={next}",
+                        uri.path()
+                    ),
+                }))
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (base, asked)
+    }
+
+    /// A listing whose `nextLink` names a page it already followed ends with an error after
+    /// exactly the pages before the repeat, instead of paging forever.
+    #[tokio::test]
+    async fn a_next_link_handed_back_twice_ends_the_listing() {
+        let (base, asked) = public_ips_whose_next_link_repeats().await;
+        let config: AzureConfig = serde_json::from_value(serde_json::json!({
+            "tenantId": "tenant", "subscriptionId": "sub", "aadClientId": "id",
+            "aadClientSecret": "secret", "resourceGroup": "rg", "location": "eastus",
+            "resourceManagerEndpoint": base, "activeDirectoryEndpoint": base,
+        }))
+        .unwrap();
+        let client = ArmClient::from_config(&config, &ProviderOptions::default()).unwrap();
+
+        let listed = tokio::time::timeout(Duration::from_secs(10), client.list_public_ips("rg"))
+            .await
+            .expect("the listing never ended");
+
+        match listed {
+            Err(AzureError::Sdk { operation, source }) => {
+                assert_eq!(operation, "ListPublicIPAddresses");
+                assert!(source.to_string().contains("skiptoken=2"), "{source}");
+            }
+            other => panic!("expected the repeated link to end the listing, got {other:?}"),
+        }
+        assert_eq!(*asked.lock().unwrap(), ["first", "2", "3"]);
+    }
 
     #[test]
     fn sdk_errors_become_provider_errors() {

@@ -622,12 +622,7 @@ mod tests {
     use super::*;
 
     fn settings() -> Settings {
-        let config: AzureConfig = serde_json::from_value(json!({
-            "subscriptionId": "sub", "resourceGroup": "rg", "location": "eastus",
-            "vnetName": "vnet", "subnetName": "nodes", "securityGroupName": "nsg",
-            "tenantId": "t", "aadClientId": "c", "aadClientSecret": "s"}))
-        .unwrap();
-        Settings::new(&config, "k8s").unwrap()
+        crate::test_support::settings_of("k8s")
     }
 
     fn spec(annotations: serde_json::Value, extra: serde_json::Value) -> LoadBalancerSpec {

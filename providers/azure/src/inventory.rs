@@ -387,16 +387,7 @@ mod tests {
 
     use super::*;
     use crate::arm::SecurityGroup;
-    use crate::config::AzureConfig;
-
-    fn settings() -> Settings {
-        let config: AzureConfig = serde_json::from_value(json!({
-            "subscriptionId": "sub", "resourceGroup": "rg", "location": "eastus",
-            "vnetName": "vnet", "subnetName": "nodes", "securityGroupName": "nsg",
-            "tenantId": "t", "aadClientId": "c", "aadClientSecret": "s"}))
-        .unwrap();
-        Settings::new(&config, "kubernetes").unwrap()
-    }
+    use crate::test_support::settings;
 
     const A: &str = "a8ae4a1c26b2e11e9a9231681be663d3";
     const B: &str = "a1111111122223333444455555555555";

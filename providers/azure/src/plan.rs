@@ -1199,25 +1199,12 @@ pub fn status_address(service: &ServiceKey, observed: &Observed) -> Option<Strin
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use kube_lb_provider_core::annotations::LoadBalancerSpec;
-    use kube_lb_provider_core::types::NodeAddressKind;
-    use kube_lb_provider_core::{BackendNode, NodeAddress};
     use serde_json::json;
 
     use super::*;
-    use crate::config::AzureConfig;
     use crate::desired::desired;
-
-    fn settings() -> Settings {
-        let config: AzureConfig = serde_json::from_value(json!({
-            "subscriptionId": "sub", "resourceGroup": "rg", "location": "eastus",
-            "vnetName": "vnet", "subnetName": "nodes", "securityGroupName": "nsg",
-            "tenantId": "t", "aadClientId": "c", "aadClientSecret": "s"}))
-        .unwrap();
-        Settings::new(&config, "kubernetes").unwrap()
-    }
+    use crate::test_support::{nodes, settings};
 
     fn spec(
         uid: &str,
@@ -1225,20 +1212,6 @@ mod tests {
         spec: serde_json::Value,
     ) -> LoadBalancerSpec {
         crate::test_support::spec("ns", "web", uid, annotations, spec)
-    }
-
-    fn nodes(n: u8) -> Vec<BackendNode> {
-        (1..=n)
-            .map(|i| BackendNode {
-                name: format!("n{i}"),
-                provider_id: None,
-                addresses: vec![NodeAddress {
-                    kind: NodeAddressKind::InternalIp,
-                    ip: format!("10.0.0.{i}").parse().unwrap(),
-                }],
-                labels: BTreeMap::new(),
-            })
-            .collect()
     }
 
     /// What ARM would store after `actions`: IDs, etags, allocated addresses.

@@ -619,41 +619,15 @@ fn nsg_change(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use kube_lb_provider_core::types::NodeAddressKind;
-    use kube_lb_provider_core::{BackendNode, FieldChange, NodeAddress};
+    use kube_lb_provider_core::FieldChange;
     use serde_json::json;
 
     use super::*;
-    use crate::config::AzureConfig;
     use crate::desired::desired;
-
-    fn settings() -> Settings {
-        let config: AzureConfig = serde_json::from_value(json!({
-            "subscriptionId": "sub", "resourceGroup": "rg", "location": "eastus",
-            "vnetName": "vnet", "subnetName": "nodes", "securityGroupName": "nsg",
-            "tenantId": "t", "aadClientId": "c", "aadClientSecret": "s"}))
-        .unwrap();
-        Settings::new(&config, "kubernetes").unwrap()
-    }
+    use crate::test_support::{nodes, settings};
 
     const UID: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
     const PREFIX: &str = "a8ae4a1c26b2e11e9a9231681be663d3";
-
-    fn nodes(n: u8) -> Vec<BackendNode> {
-        (1..=n)
-            .map(|i| BackendNode {
-                name: format!("n{i}"),
-                provider_id: None,
-                addresses: vec![NodeAddress {
-                    kind: NodeAddressKind::InternalIp,
-                    ip: format!("10.0.0.{i}").parse().unwrap(),
-                }],
-                labels: BTreeMap::new(),
-            })
-            .collect()
-    }
 
     fn empty_cluster() -> Observed {
         Observed {

@@ -10,7 +10,6 @@
 mod support;
 
 use kube_lb_mock_azure::{ArmError, Fault, FaultAction, MockArm, Quotas};
-use kube_lb_provider_azure::{AzureConfig, AzureProvider};
 use kube_lb_provider_core::{EnvironmentCause, LoadBalancerProvider, ProviderError};
 use support::*;
 
@@ -88,8 +87,7 @@ async fn quota_refusals_are_environment_quota_errors() {
         .start()
         .await
         .unwrap();
-    let config: AzureConfig = serde_json::from_value(config_json(&arm.url())).unwrap();
-    let provider = AzureProvider::new(&config, CLUSTER, fast_options()).unwrap();
+    let provider = provider_for(&arm, fast_options());
     provider
         .ensure(&svc("web", UID_A).spec(), &nodes(1))
         .await

@@ -6,7 +6,7 @@
 
 mod support;
 
-use kube_lb_mock_azure::{ArmError, Fault, MockArm, SUBSCRIPTION};
+use kube_lb_mock_azure::{ArmError, Fault, MockArm};
 use kube_lb_provider_azure::ProviderOptions;
 use kube_lb_provider_core::{LoadBalancerProvider, ProviderError};
 use serde_json::{Value, json};
@@ -15,75 +15,16 @@ use support::*;
 const UID_A: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
 const UID_B: &str = "11111111-2222-3333-4444-555555555555";
 
-/// Another ARM client (a person with `az`, or upstream's provider), talking HTTP to the mock.
-struct OtherClient {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl OtherClient {
-    async fn new(arm: &MockArm) -> OtherClient {
-        OtherClient {
-            http: reqwest::Client::new(),
-            base: arm.url(),
-            token: token(arm).await,
-        }
-    }
-
-    /// `PUT networkSecurityGroups/{NSG}/securityRules/{name}`; returns the status.
-    async fn put_rule(&self, name: &str, properties: Value) -> u16 {
-        let url = format!(
-            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/Microsoft.Network/networkSecurityGroups/{NSG}/securityRules/{name}?api-version=2024-03-01",
-            self.base
-        );
-        let response = self
-            .http
-            .put(url)
-            .bearer_auth(&self.token)
-            .json(&json!({ "properties": properties }))
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        // Wait for the write's operation, as `az` does, so the NSG is not left busy.
-        if let Some(poll) = response.headers().get("azure-asyncoperation") {
-            let poll = poll.to_str().unwrap().to_string();
-            for _ in 0..10 {
-                let state: Value = self
-                    .http
-                    .get(&poll)
-                    .bearer_auth(&self.token)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                if state["status"] != "InProgress" {
-                    assert_eq!(state["status"], "Succeeded", "{state}");
-                    break;
-                }
-            }
-        }
-        status
-    }
-}
-
-fn sources(rule: &Value) -> Vec<String> {
-    let mut all: Vec<String> = rule["sourceAddressPrefixes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(one) = rule["sourceAddressPrefix"].as_str() {
-        all.push(one.to_string());
-    }
-    all.sort();
-    all
+/// Asserts that one more sync of `web` over two nodes makes no write.
+async fn assert_next_sync_writes_nothing(h: &Harness, web: &Svc, what: &str) {
+    h.arm.clear_journal();
+    h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
+    assert_eq!(
+        h.arm.mutations().len(),
+        0,
+        "{what}: {:?}",
+        h.arm.mutations()
+    );
 }
 
 /// Merges `patch`'s keys into `target` (one level deep per object), like a partial edit.
@@ -179,14 +120,7 @@ async fn a_hand_edited_security_rule_is_repaired_on_the_next_sync() {
         assert_eq!(fixed["priority"], 500, "{what}");
         assert_eq!(destinations(fixed), destinations(rule), "{what}");
 
-        h.arm.clear_journal();
-        h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
-        assert_eq!(
-            h.arm.mutations().len(),
-            0,
-            "{what}: {:?}",
-            h.arm.mutations()
-        );
+        assert_next_sync_writes_nothing(&h, &web, what).await;
     }
 }
 
@@ -425,14 +359,7 @@ async fn a_create_whose_answer_was_lost_is_recognised_on_the_retry() {
         assert_eq!(got, want, "{what}: no duplicates, nothing missing");
         assert_eq!(owned_pips(&h.arm, "default/web").len(), 1, "{what}");
 
-        h.arm.clear_journal();
-        h.provider.ensure(&web.spec(), &nodes(2)).await.unwrap();
-        assert_eq!(
-            h.arm.mutations().len(),
-            0,
-            "{what}: {:?}",
-            h.arm.mutations()
-        );
+        assert_next_sync_writes_nothing(&h, &web, what).await;
     }
 }
 

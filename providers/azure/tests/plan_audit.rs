@@ -11,10 +11,10 @@ use std::collections::BTreeSet;
 
 use kube_lb_mock_azure::{ArmError, Fault, MockArm, SUBSCRIPTION};
 use kube_lb_provider_core::{
-    ChangeAction, LoadBalancerProvider, OwnedResource, PlannedChange, ServiceKey,
+    ChangeAction, LoadBalancerProvider, OwnedResource, PlannedChange, ProviderError, ServiceKey,
 };
 use md5::{Digest, Md5};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::*;
 
 const UID_WEB: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
@@ -44,54 +44,41 @@ fn fields(changes: &[PlannedChange]) -> Vec<(String, Option<String>, Option<Stri
         .collect()
 }
 
-/// Plans without writing: neither the provider's counter nor the mock's journal sees a
-/// mutating call, and the mock's objects are unchanged.
+/// Runs `plan` and asserts it wrote nothing: neither the provider's counter nor the mock's
+/// journal sees a mutating call, and the mock's objects are unchanged.
+async fn read_only(
+    h: &Harness,
+    plan: impl std::future::Future<Output = Result<Vec<PlannedChange>, ProviderError>>,
+) -> Vec<PlannedChange> {
+    let objects = || {
+        (
+            h.arm.load_balancers(),
+            h.arm.public_ips(),
+            h.arm.security_group(RG, NSG),
+        )
+    };
+    let state = objects();
+    let before = h.provider.calls().snapshot();
+    h.arm.clear_journal();
+    let changes = plan.await.unwrap();
+    assert_eq!(h.provider.calls().snapshot().since(&before).mutations(), 0);
+    assert!(h.arm.mutations().is_empty(), "{:?}", h.arm.mutations());
+    assert_eq!(objects(), state);
+    changes
+}
+
+/// [`read_only`] for `plan_ensure` of `spec` over `n` nodes.
 async fn plan_ensure_read_only(
     h: &Harness,
     spec: &kube_lb_annotations::LoadBalancerSpec,
     n: usize,
 ) -> Vec<PlannedChange> {
-    let state = (
-        h.arm.load_balancers(),
-        h.arm.public_ips(),
-        h.arm.security_group(RG, NSG),
-    );
-    let before = h.provider.calls().snapshot();
-    h.arm.clear_journal();
-    let changes = h.provider.plan_ensure(spec, &nodes(n)).await.unwrap();
-    assert_eq!(h.provider.calls().snapshot().since(&before).mutations(), 0);
-    assert!(h.arm.mutations().is_empty(), "{:?}", h.arm.mutations());
-    assert_eq!(
-        (
-            h.arm.load_balancers(),
-            h.arm.public_ips(),
-            h.arm.security_group(RG, NSG)
-        ),
-        state
-    );
-    changes
+    read_only(h, h.provider.plan_ensure(spec, &nodes(n))).await
 }
 
+/// [`read_only`] for `plan_delete` of `service`.
 async fn plan_delete_read_only(h: &Harness, service: &ServiceKey) -> Vec<PlannedChange> {
-    let state = (
-        h.arm.load_balancers(),
-        h.arm.public_ips(),
-        h.arm.security_group(RG, NSG),
-    );
-    let before = h.provider.calls().snapshot();
-    h.arm.clear_journal();
-    let changes = h.provider.plan_delete(service).await.unwrap();
-    assert_eq!(h.provider.calls().snapshot().since(&before).mutations(), 0);
-    assert!(h.arm.mutations().is_empty(), "{:?}", h.arm.mutations());
-    assert_eq!(
-        (
-            h.arm.load_balancers(),
-            h.arm.public_ips(),
-            h.arm.security_group(RG, NSG)
-        ),
-        state
-    );
-    changes
+    read_only(h, h.provider.plan_delete(service)).await
 }
 
 #[tokio::test]
@@ -469,74 +456,6 @@ async fn a_refused_read_is_an_error_never_a_shorter_list_or_an_empty_plan() {
 // ---------------------------------------------------------------------------------------------
 // Migration: objects built by hand the way upstream cloud-provider-azure names and tags them.
 
-/// A raw ARM client for building state as another controller would.
-struct Rest {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Rest {
-    async fn new(arm: &MockArm) -> Rest {
-        Rest {
-            http: reqwest::Client::new(),
-            base: arm.url(),
-            token: token(arm).await,
-        }
-    }
-
-    /// PUTs `body` at the ARM resource `id` and waits for its operation to succeed.
-    async fn put(&self, id: &str, body: Value) -> Value {
-        let response = self
-            .http
-            .put(format!("{}{id}?api-version=2024-03-01", self.base))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let operation = response
-            .headers()
-            .get("azure-asyncoperation")
-            .map(|v| v.to_str().unwrap().to_string());
-        let stored: Value = response.json().await.unwrap();
-        assert!(status.is_success(), "PUT {id}: {status} {stored}");
-        if let Some(url) = operation {
-            for _ in 0..20 {
-                let poll: Value = self
-                    .http
-                    .get(&url)
-                    .bearer_auth(&self.token)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                match poll["status"].as_str() {
-                    Some("InProgress") => continue,
-                    Some("Succeeded") => break,
-                    other => panic!("PUT {id}: operation ended {other:?}: {poll}"),
-                }
-            }
-        }
-        self.get(id).await
-    }
-
-    async fn get(&self, id: &str) -> Value {
-        self.http
-            .get(format!("{}{id}?api-version=2024-03-01", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-}
-
 fn id(collection: &str, name: &str) -> String {
     format!(
         "/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/Microsoft.Network/{collection}/{name}"
@@ -561,7 +480,7 @@ struct Upstream {
 /// Builds, for Service `default/web` (`UID_WEB`, TCP 80 and 443 on node ports 30080/30443,
 /// Cluster policy, two nodes), what upstream's `EnsureLoadBalancer` leaves in ARM.
 async fn build_upstream(arm: &MockArm, how: Upstream) {
-    let rest = Rest::new(arm).await;
+    let rest = OtherClient::new(arm).await;
     let p = prefix(UID_WEB);
     let pip_name = format!("{CLUSTER}-{p}");
     let tags = if how.legacy_tags {
@@ -779,7 +698,7 @@ async fn a_load_balancer_built_by_upstream_is_adopted_and_the_plan_says_what_cha
 #[tokio::test]
 async fn an_internal_load_balancer_built_by_upstream_is_adopted_exactly() {
     let h = harness().await;
-    let rest = Rest::new(&h.arm).await;
+    let rest = OtherClient::new(&h.arm).await;
     let p = prefix(UID_DB);
     let lb_name = format!("{CLUSTER}-internal");
     let lb_id = id("loadBalancers", &lb_name);

@@ -188,6 +188,39 @@ macro_rules! client {
     }};
 }
 
+/// The future of one Compute request: `send!(gce, scope, client.method().setter(value)…)`
+/// takes the request builder `gce.clients.client.method()`, sets the project of `gce` and the
+/// scope (`global`; `region`, the region of `gce`; or `zone(z)`), then the setters given, and
+/// sends it. Every call names its project and scope this one way.
+macro_rules! send {
+    ($gce:ident, global, $client:ident . $method:ident () $(. $set:ident ($value:expr))*) => {
+        $gce.clients
+            .$client
+            .$method()
+            .set_project(&$gce.project)
+            $(.$set($value))*
+            .send()
+    };
+    ($gce:ident, region, $client:ident . $method:ident () $(. $set:ident ($value:expr))*) => {
+        $gce.clients
+            .$client
+            .$method()
+            .set_project(&$gce.project)
+            .set_region(&$gce.region)
+            $(.$set($value))*
+            .send()
+    };
+    ($gce:ident, zone($zone:expr), $client:ident . $method:ident () $(. $set:ident ($value:expr))*) => {
+        $gce.clients
+            .$client
+            .$method()
+            .set_project(&$gce.project)
+            .set_zone($zone)
+            $(.$set($value))*
+            .send()
+    };
+}
+
 impl Gce {
     /// Builds every client. `endpoint` overrides the API host (the mock); `anonymous` sends no
     /// credentials, otherwise Application Default Credentials are used. `attempt_timeout`
@@ -335,39 +368,23 @@ impl Gce {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(self.poll.max);
             let name = op.name.clone().unwrap_or_default();
+            let (family, read) = ("operations", CallKind::Read);
             let polled = match scope {
                 OpScope::Region => {
-                    self.call("operations", "regionOperations.get", CallKind::Read, || {
-                        self.clients
-                            .region_operations
-                            .get()
-                            .set_project(&self.project)
-                            .set_region(&self.region)
-                            .set_operation(&name)
-                            .send()
+                    self.call(family, "regionOperations.get", read, || {
+                        send!(self, region, region_operations.get().set_operation(&name))
                     })
                     .await?
                 }
                 OpScope::Zone(zone) => {
-                    self.call("operations", "zoneOperations.get", CallKind::Read, || {
-                        self.clients
-                            .zone_operations
-                            .get()
-                            .set_project(&self.project)
-                            .set_zone(zone)
-                            .set_operation(&name)
-                            .send()
+                    self.call(family, "zoneOperations.get", read, || {
+                        send!(self, zone(zone), zone_operations.get().set_operation(&name))
                     })
                     .await?
                 }
                 OpScope::Global => {
-                    self.call("operations", "globalOperations.get", CallKind::Read, || {
-                        self.clients
-                            .global_operations
-                            .get()
-                            .set_project(&self.project)
-                            .set_operation(&name)
-                            .send()
+                    self.call(family, "globalOperations.get", read, || {
+                        send!(self, global, global_operations.get().set_operation(&name))
                     })
                     .await?
                 }
@@ -377,6 +394,40 @@ impl Gce {
                 Err(failure) => return Ok(Err(failure)),
             }
         }
+    }
+
+    /// A read that has no "absent" answer (a listing, a lookup by filter): any failure is a
+    /// provider error.
+    async fn read<T, F, Fut>(
+        &self,
+        family: &'static str,
+        operation: &'static str,
+        request: F,
+    ) -> Result<T, ProviderError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = gce::Result<T>>,
+    {
+        self.call(family, operation, CallKind::Read, request)
+            .await?
+            .map_err(|f| f.into_provider_error(operation))
+    }
+
+    /// A read of one resource by name: `Ok(None)` when Compute answers 404, the resource
+    /// converted by `convert` otherwise.
+    async fn get_one<T, U, F, Fut>(
+        &self,
+        family: &'static str,
+        operation: &'static str,
+        convert: impl FnOnce(T) -> U,
+        request: F,
+    ) -> Result<Option<U>, ProviderError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = gce::Result<T>>,
+    {
+        let outcome = self.call(family, operation, CallKind::Read, request).await;
+        Self::found(outcome, operation, convert)
     }
 
     /// `Ok(None)` for 404, the value otherwise; other failures become provider errors.
@@ -419,9 +470,8 @@ impl Gce {
         let mut pages = PageTokens::default();
         loop {
             let page = self
-                .call(family, operation, CallKind::Read, || request(token.clone()))
-                .await?
-                .map_err(|f| f.into_provider_error(operation))?;
+                .read(family, operation, || request(token.clone()))
+                .await?;
             let (page_items, next) = page.into_parts();
             items.extend(page_items);
             let next = pages.next(operation, next.as_deref()).map_err(|repeated| {
@@ -443,16 +493,10 @@ impl Gce {
     pub async fn zones(&self) -> Result<Vec<String>, ProviderError> {
         let filter = format!("region eq .*/regions/{}", self.region);
         let list = self
-            .call("zones", "zones.list", CallKind::Read, || {
-                self.clients
-                    .zones
-                    .list()
-                    .set_project(&self.project)
-                    .set_filter(&filter)
-                    .send()
+            .read("zones", "zones.list", || {
+                send!(self, global, zones.list().set_filter(&filter))
             })
-            .await?
-            .map_err(|f| f.into_provider_error("zones.list"))?;
+            .await?;
         let mut zones: Vec<String> = list.items.into_iter().filter_map(|z| z.name).collect();
         zones.sort();
         Ok(zones)
@@ -468,14 +512,11 @@ impl Gce {
         let filter = format!("name eq ({})", pattern.join("|"));
         let instances = self
             .list_all("instances", "instances.list", |token| {
-                self.clients
-                    .instances
-                    .list()
-                    .set_project(&self.project)
-                    .set_zone(zone)
-                    .set_filter(&filter)
-                    .set_page_token(token)
-                    .send()
+                send!(
+                    self,
+                    zone(zone),
+                    instances.list().set_filter(&filter).set_page_token(token)
+                )
             })
             .await?;
         Ok(instances
@@ -508,17 +549,10 @@ impl Gce {
     /// Every resource of a collection (all pages), with what [`Listed`] keeps of each. Any
     /// refused or failed page is an error: a partial listing is never returned.
     pub async fn list(&self, collection: Collection) -> Result<Vec<Listed>, ProviderError> {
-        let (project, region) = (&self.project, &self.region);
-        let c = &self.clients;
         Ok(match &collection {
             Collection::ForwardingRules => self
                 .list_all("forwardingRules", "forwardingRules.list", |token| {
-                    c.forwarding_rules
-                        .list()
-                        .set_project(project)
-                        .set_region(region)
-                        .set_page_token(token)
-                        .send()
+                    send!(self, region, forwarding_rules.list().set_page_token(token))
                 })
                 .await?
                 .into_iter()
@@ -529,12 +563,7 @@ impl Gce {
                 .collect(),
             Collection::Addresses => self
                 .list_all("addresses", "addresses.list", |token| {
-                    c.addresses
-                        .list()
-                        .set_project(project)
-                        .set_region(region)
-                        .set_page_token(token)
-                        .send()
+                    send!(self, region, addresses.list().set_page_token(token))
                 })
                 .await?
                 .into_iter()
@@ -542,12 +571,7 @@ impl Gce {
                 .collect(),
             Collection::TargetPools => self
                 .list_all("targetPools", "targetPools.list", |token| {
-                    c.target_pools
-                        .list()
-                        .set_project(project)
-                        .set_region(region)
-                        .set_page_token(token)
-                        .send()
+                    send!(self, region, target_pools.list().set_page_token(token))
                 })
                 .await?
                 .into_iter()
@@ -558,12 +582,7 @@ impl Gce {
                 .collect(),
             Collection::BackendServices => self
                 .list_all("backendServices", "regionBackendServices.list", |token| {
-                    c.backend_services
-                        .list()
-                        .set_project(project)
-                        .set_region(region)
-                        .set_page_token(token)
-                        .send()
+                    send!(self, region, backend_services.list().set_page_token(token))
                 })
                 .await?
                 .into_iter()
@@ -579,11 +598,11 @@ impl Gce {
                 .collect(),
             Collection::HttpHealthChecks => self
                 .list_all("healthChecks", "httpHealthChecks.list", |token| {
-                    c.http_health_checks
-                        .list()
-                        .set_project(project)
-                        .set_page_token(token)
-                        .send()
+                    send!(
+                        self,
+                        global,
+                        http_health_checks.list().set_page_token(token)
+                    )
                 })
                 .await?
                 .into_iter()
@@ -591,11 +610,7 @@ impl Gce {
                 .collect(),
             Collection::HealthChecks => self
                 .list_all("healthChecks", "healthChecks.list", |token| {
-                    c.health_checks
-                        .list()
-                        .set_project(project)
-                        .set_page_token(token)
-                        .send()
+                    send!(self, global, health_checks.list().set_page_token(token))
                 })
                 .await?
                 .into_iter()
@@ -603,11 +618,7 @@ impl Gce {
                 .collect(),
             Collection::Firewalls => self
                 .list_all("firewalls", "firewalls.list", |token| {
-                    c.firewalls
-                        .list()
-                        .set_project(project)
-                        .set_page_token(token)
-                        .send()
+                    send!(self, global, firewalls.list().set_page_token(token))
                 })
                 .await?
                 .into_iter()
@@ -615,12 +626,11 @@ impl Gce {
                 .collect(),
             Collection::InstanceGroups(zone) => self
                 .list_all("instanceGroups", "instanceGroups.list", |token| {
-                    c.instance_groups
-                        .list()
-                        .set_project(project)
-                        .set_zone(zone)
-                        .set_page_token(token)
-                        .send()
+                    send!(
+                        self,
+                        zone(zone),
+                        instance_groups.list().set_page_token(token)
+                    )
                 })
                 .await?
                 .into_iter()
@@ -631,18 +641,10 @@ impl Gce {
 
     /// Address by name.
     pub async fn get_address(&self, name: &str) -> Result<Option<Address>, ProviderError> {
-        let outcome = self
-            .call("addresses", "addresses.get", CallKind::Read, || {
-                self.clients
-                    .addresses
-                    .get()
-                    .set_project(&self.project)
-                    .set_region(&self.region)
-                    .set_address(name)
-                    .send()
-            })
-            .await;
-        Self::found(outcome, "addresses.get", address_from)
+        self.get_one("addresses", "addresses.get", address_from, || {
+            send!(self, region, addresses.get().set_address(name))
+        })
+        .await
     }
 
     /// The address holding `ip` in the region, if any.
@@ -652,54 +654,31 @@ impl Gce {
     ) -> Result<Option<Address>, ProviderError> {
         let filter = format!("address eq {}", regex_escape(&ip.to_string()));
         let list = self
-            .call("addresses", "addresses.list", CallKind::Read, || {
-                self.clients
-                    .addresses
-                    .list()
-                    .set_project(&self.project)
-                    .set_region(&self.region)
-                    .set_filter(&filter)
-                    .send()
+            .read("addresses", "addresses.list", || {
+                send!(self, region, addresses.list().set_filter(&filter))
             })
-            .await?
-            .map_err(|f| f.into_provider_error("addresses.list"))?;
+            .await?;
         Ok(list.items.into_iter().next().map(address_from))
     }
 
     /// Forwarding rule by name.
     pub async fn get_rule(&self, name: &str) -> Result<Option<ForwardingRule>, ProviderError> {
-        let outcome = self
-            .call(
-                "forwardingRules",
-                "forwardingRules.get",
-                CallKind::Read,
-                || {
-                    self.clients
-                        .forwarding_rules
-                        .get()
-                        .set_project(&self.project)
-                        .set_region(&self.region)
-                        .set_forwarding_rule(name)
-                        .send()
-                },
+        self.get_one("forwardingRules", "forwardingRules.get", rule_from, || {
+            send!(
+                self,
+                region,
+                forwarding_rules.get().set_forwarding_rule(name)
             )
-            .await;
-        Self::found(outcome, "forwardingRules.get", rule_from)
+        })
+        .await
     }
 
     /// Firewall by name.
     pub async fn get_firewall(&self, name: &str) -> Result<Option<Firewall>, ProviderError> {
-        let outcome = self
-            .call("firewalls", "firewalls.get", CallKind::Read, || {
-                self.clients
-                    .firewalls
-                    .get()
-                    .set_project(&self.project)
-                    .set_firewall(name)
-                    .send()
-            })
-            .await;
-        Self::found(outcome, "firewalls.get", firewall_from)
+        self.get_one("firewalls", "firewalls.get", firewall_from, || {
+            send!(self, global, firewalls.get().set_firewall(name))
+        })
+        .await
     }
 
     /// Health check by kind and name.
@@ -710,53 +689,34 @@ impl Gce {
     ) -> Result<Option<HealthCheck>, ProviderError> {
         match kind {
             HealthCheckKind::LegacyHttp => {
-                let outcome = self
-                    .call(
-                        "healthChecks",
-                        "httpHealthChecks.get",
-                        CallKind::Read,
-                        || {
-                            self.clients
-                                .http_health_checks
-                                .get()
-                                .set_project(&self.project)
-                                .set_http_health_check(name)
-                                .send()
-                        },
+                let operation = "httpHealthChecks.get";
+                self.get_one("healthChecks", operation, legacy_health_check_from, || {
+                    send!(
+                        self,
+                        global,
+                        http_health_checks.get().set_http_health_check(name)
                     )
-                    .await;
-                Self::found(outcome, "httpHealthChecks.get", legacy_health_check_from)
+                })
+                .await
             }
             HealthCheckKind::Http => {
-                let outcome = self
-                    .call("healthChecks", "healthChecks.get", CallKind::Read, || {
-                        self.clients
-                            .health_checks
-                            .get()
-                            .set_project(&self.project)
-                            .set_health_check(name)
-                            .send()
-                    })
-                    .await;
-                Self::found(outcome, "healthChecks.get", health_check_from)
+                self.get_one(
+                    "healthChecks",
+                    "healthChecks.get",
+                    health_check_from,
+                    || send!(self, global, health_checks.get().set_health_check(name)),
+                )
+                .await
             }
         }
     }
 
     /// Target pool by name.
     pub async fn get_target_pool(&self, name: &str) -> Result<Option<TargetPool>, ProviderError> {
-        let outcome = self
-            .call("targetPools", "targetPools.get", CallKind::Read, || {
-                self.clients
-                    .target_pools
-                    .get()
-                    .set_project(&self.project)
-                    .set_region(&self.region)
-                    .set_target_pool(name)
-                    .send()
-            })
-            .await;
-        Self::found(outcome, "targetPools.get", target_pool_from)
+        self.get_one("targetPools", "targetPools.get", target_pool_from, || {
+            send!(self, region, target_pools.get().set_target_pool(name))
+        })
+        .await
     }
 
     /// Regional backend service by name.
@@ -764,23 +724,15 @@ impl Gce {
         &self,
         name: &str,
     ) -> Result<Option<BackendService>, ProviderError> {
-        let outcome = self
-            .call(
-                "backendServices",
-                "regionBackendServices.get",
-                CallKind::Read,
-                || {
-                    self.clients
-                        .backend_services
-                        .get()
-                        .set_project(&self.project)
-                        .set_region(&self.region)
-                        .set_backend_service(name)
-                        .send()
-                },
+        let operation = "regionBackendServices.get";
+        self.get_one("backendServices", operation, backend_service_from, || {
+            send!(
+                self,
+                region,
+                backend_services.get().set_backend_service(name)
             )
-            .await;
-        Self::found(outcome, "regionBackendServices.get", backend_service_from)
+        })
+        .await
     }
 
     /// Instance group with its members, by zone and name.
@@ -789,23 +741,22 @@ impl Gce {
         zone: &str,
         name: &str,
     ) -> Result<Option<InstanceGroup>, ProviderError> {
-        let outcome = self
-            .call(
+        let exists = self
+            .get_one(
                 "instanceGroups",
                 "instanceGroups.get",
-                CallKind::Read,
+                |_| (),
                 || {
-                    self.clients
-                        .instance_groups
-                        .get()
-                        .set_project(&self.project)
-                        .set_zone(zone)
-                        .set_instance_group(name)
-                        .send()
+                    send!(
+                        self,
+                        zone(zone),
+                        instance_groups.get().set_instance_group(name)
+                    )
                 },
             )
-            .await;
-        if Self::found(outcome, "instanceGroups.get", |_| ())?.is_none() {
+            .await?
+            .is_some();
+        if !exists {
             return Ok(None);
         }
         let listed = self
@@ -813,15 +764,15 @@ impl Gce {
                 let mut body = gm::InstanceGroupsListInstancesRequest::default();
                 body.instance_state =
                     Some(gm::instance_groups_list_instances_request::InstanceState::from("ALL"));
-                self.clients
-                    .instance_groups
-                    .list_instances()
-                    .set_project(&self.project)
-                    .set_zone(zone)
-                    .set_instance_group(name)
-                    .set_page_token(token)
-                    .set_body(body)
-                    .send()
+                send!(
+                    self,
+                    zone(zone),
+                    instance_groups
+                        .list_instances()
+                        .set_instance_group(name)
+                        .set_page_token(token)
+                        .set_body(body)
+                )
             })
             .await?;
         let members: BTreeSet<String> = listed
@@ -842,13 +793,7 @@ impl Gce {
     pub async fn insert_address(&self, address: &Address) -> Outcome<()> {
         let body = address_body(address);
         self.mutate("addresses", "addresses.insert", OpScope::Region, || {
-            self.clients
-                .addresses
-                .insert()
-                .set_project(&self.project)
-                .set_region(&self.region)
-                .set_body(body.clone())
-                .send()
+            send!(self, region, addresses.insert().set_body(body.clone()))
         })
         .await
     }
@@ -856,13 +801,7 @@ impl Gce {
     /// Releases an address.
     pub async fn delete_address(&self, name: &str) -> Outcome<()> {
         self.mutate("addresses", "addresses.delete", OpScope::Region, || {
-            self.clients
-                .addresses
-                .delete()
-                .set_project(&self.project)
-                .set_region(&self.region)
-                .set_address(name)
-                .send()
+            send!(self, region, addresses.delete().set_address(name))
         })
         .await
     }
@@ -870,20 +809,14 @@ impl Gce {
     /// Creates a forwarding rule.
     pub async fn insert_rule(&self, rule: &ForwardingRule) -> Outcome<()> {
         let body = rule_body(rule);
-        self.mutate(
-            "forwardingRules",
-            "forwardingRules.insert",
-            OpScope::Region,
-            || {
-                self.clients
-                    .forwarding_rules
-                    .insert()
-                    .set_project(&self.project)
-                    .set_region(&self.region)
-                    .set_body(body.clone())
-                    .send()
-            },
-        )
+        let operation = "forwardingRules.insert";
+        self.mutate("forwardingRules", operation, OpScope::Region, || {
+            send!(
+                self,
+                region,
+                forwarding_rules.insert().set_body(body.clone())
+            )
+        })
         .await
     }
 
@@ -897,40 +830,30 @@ impl Gce {
         let mut body = gm::ForwardingRule::default();
         body.allow_global_access = Some(allow);
         body.fingerprint = fingerprint.map(bytes_of);
-        self.mutate(
-            "forwardingRules",
-            "forwardingRules.patch",
-            OpScope::Region,
-            || {
-                self.clients
-                    .forwarding_rules
+        let operation = "forwardingRules.patch";
+        self.mutate("forwardingRules", operation, OpScope::Region, || {
+            send!(
+                self,
+                region,
+                forwarding_rules
                     .patch()
-                    .set_project(&self.project)
-                    .set_region(&self.region)
                     .set_forwarding_rule(name)
                     .set_body(body.clone())
-                    .send()
-            },
-        )
+            )
+        })
         .await
     }
 
     /// Deletes a forwarding rule.
     pub async fn delete_rule(&self, name: &str) -> Outcome<()> {
-        self.mutate(
-            "forwardingRules",
-            "forwardingRules.delete",
-            OpScope::Region,
-            || {
-                self.clients
-                    .forwarding_rules
-                    .delete()
-                    .set_project(&self.project)
-                    .set_region(&self.region)
-                    .set_forwarding_rule(name)
-                    .send()
-            },
-        )
+        let operation = "forwardingRules.delete";
+        self.mutate("forwardingRules", operation, OpScope::Region, || {
+            send!(
+                self,
+                region,
+                forwarding_rules.delete().set_forwarding_rule(name)
+            )
+        })
         .await
     }
 
@@ -939,23 +862,19 @@ impl Gce {
         let body = firewall_body(firewall);
         if update {
             self.mutate("firewalls", "firewalls.update", OpScope::Global, || {
-                self.clients
-                    .firewalls
-                    .update()
-                    .set_project(&self.project)
-                    .set_firewall(&firewall.name)
-                    .set_body(body.clone())
-                    .send()
+                send!(
+                    self,
+                    global,
+                    firewalls
+                        .update()
+                        .set_firewall(&firewall.name)
+                        .set_body(body.clone())
+                )
             })
             .await
         } else {
             self.mutate("firewalls", "firewalls.insert", OpScope::Global, || {
-                self.clients
-                    .firewalls
-                    .insert()
-                    .set_project(&self.project)
-                    .set_body(body.clone())
-                    .send()
+                send!(self, global, firewalls.insert().set_body(body.clone()))
             })
             .await
         }
@@ -964,125 +883,82 @@ impl Gce {
     /// Deletes a firewall.
     pub async fn delete_firewall(&self, name: &str) -> Outcome<()> {
         self.mutate("firewalls", "firewalls.delete", OpScope::Global, || {
-            self.clients
-                .firewalls
-                .delete()
-                .set_project(&self.project)
-                .set_firewall(name)
-                .send()
+            send!(self, global, firewalls.delete().set_firewall(name))
         })
         .await
     }
 
     /// Creates (`update == false`) or replaces a health check.
     pub async fn put_health_check(&self, hc: &HealthCheck, update: bool) -> Outcome<()> {
-        match hc.kind {
-            HealthCheckKind::LegacyHttp => {
+        let (family, scope) = ("healthChecks", OpScope::Global);
+        match (hc.kind, update) {
+            (HealthCheckKind::LegacyHttp, true) => {
                 let body = legacy_health_check_body(hc);
-                if update {
-                    self.mutate(
-                        "healthChecks",
-                        "httpHealthChecks.update",
-                        OpScope::Global,
-                        || {
-                            self.clients
-                                .http_health_checks
-                                .update()
-                                .set_project(&self.project)
-                                .set_http_health_check(&hc.name)
-                                .set_body(body.clone())
-                                .send()
-                        },
+                self.mutate(family, "httpHealthChecks.update", scope, || {
+                    send!(
+                        self,
+                        global,
+                        http_health_checks
+                            .update()
+                            .set_http_health_check(&hc.name)
+                            .set_body(body.clone())
                     )
-                    .await
-                } else {
-                    self.mutate(
-                        "healthChecks",
-                        "httpHealthChecks.insert",
-                        OpScope::Global,
-                        || {
-                            self.clients
-                                .http_health_checks
-                                .insert()
-                                .set_project(&self.project)
-                                .set_body(body.clone())
-                                .send()
-                        },
-                    )
-                    .await
-                }
+                })
+                .await
             }
-            HealthCheckKind::Http => {
+            (HealthCheckKind::LegacyHttp, false) => {
+                let body = legacy_health_check_body(hc);
+                self.mutate(family, "httpHealthChecks.insert", scope, || {
+                    send!(
+                        self,
+                        global,
+                        http_health_checks.insert().set_body(body.clone())
+                    )
+                })
+                .await
+            }
+            (HealthCheckKind::Http, true) => {
                 let body = health_check_body(hc);
-                if update {
-                    self.mutate(
-                        "healthChecks",
-                        "healthChecks.update",
-                        OpScope::Global,
-                        || {
-                            self.clients
-                                .health_checks
-                                .update()
-                                .set_project(&self.project)
-                                .set_health_check(&hc.name)
-                                .set_body(body.clone())
-                                .send()
-                        },
+                self.mutate(family, "healthChecks.update", scope, || {
+                    send!(
+                        self,
+                        global,
+                        health_checks
+                            .update()
+                            .set_health_check(&hc.name)
+                            .set_body(body.clone())
                     )
-                    .await
-                } else {
-                    self.mutate(
-                        "healthChecks",
-                        "healthChecks.insert",
-                        OpScope::Global,
-                        || {
-                            self.clients
-                                .health_checks
-                                .insert()
-                                .set_project(&self.project)
-                                .set_body(body.clone())
-                                .send()
-                        },
-                    )
-                    .await
-                }
+                })
+                .await
+            }
+            (HealthCheckKind::Http, false) => {
+                let body = health_check_body(hc);
+                self.mutate(family, "healthChecks.insert", scope, || {
+                    send!(self, global, health_checks.insert().set_body(body.clone()))
+                })
+                .await
             }
         }
     }
 
     /// Deletes a health check.
     pub async fn delete_health_check(&self, kind: HealthCheckKind, name: &str) -> Outcome<()> {
+        let (family, scope) = ("healthChecks", OpScope::Global);
         match kind {
             HealthCheckKind::LegacyHttp => {
-                self.mutate(
-                    "healthChecks",
-                    "httpHealthChecks.delete",
-                    OpScope::Global,
-                    || {
-                        self.clients
-                            .http_health_checks
-                            .delete()
-                            .set_project(&self.project)
-                            .set_http_health_check(name)
-                            .send()
-                    },
-                )
+                self.mutate(family, "httpHealthChecks.delete", scope, || {
+                    send!(
+                        self,
+                        global,
+                        http_health_checks.delete().set_http_health_check(name)
+                    )
+                })
                 .await
             }
             HealthCheckKind::Http => {
-                self.mutate(
-                    "healthChecks",
-                    "healthChecks.delete",
-                    OpScope::Global,
-                    || {
-                        self.clients
-                            .health_checks
-                            .delete()
-                            .set_project(&self.project)
-                            .set_health_check(name)
-                            .send()
-                    },
-                )
+                self.mutate(family, "healthChecks.delete", scope, || {
+                    send!(self, global, health_checks.delete().set_health_check(name))
+                })
                 .await
             }
         }
@@ -1092,13 +968,7 @@ impl Gce {
     pub async fn insert_target_pool(&self, pool: &TargetPool) -> Outcome<()> {
         let body = target_pool_body(pool);
         self.mutate("targetPools", "targetPools.insert", OpScope::Region, || {
-            self.clients
-                .target_pools
-                .insert()
-                .set_project(&self.project)
-                .set_region(&self.region)
-                .set_body(body.clone())
-                .send()
+            send!(self, region, target_pools.insert().set_body(body.clone()))
         })
         .await
     }
@@ -1106,13 +976,7 @@ impl Gce {
     /// Deletes a target pool.
     pub async fn delete_target_pool(&self, name: &str) -> Outcome<()> {
         self.mutate("targetPools", "targetPools.delete", OpScope::Region, || {
-            self.clients
-                .target_pools
-                .delete()
-                .set_project(&self.project)
-                .set_region(&self.region)
-                .set_target_pool(name)
-                .send()
+            send!(self, region, target_pools.delete().set_target_pool(name))
         })
         .await
     }
@@ -1124,53 +988,40 @@ impl Gce {
         instances: &BTreeSet<String>,
         add: bool,
     ) -> Outcome<()> {
-        let all: Vec<&String> = instances.iter().collect();
-        for batch in all.chunks(INSTANCE_BATCH) {
-            let refs: Vec<gm::InstanceReference> = batch.iter().map(|i| instance_ref(i)).collect();
-            let outcome = if add {
+        in_batches(instances, |refs| async move {
+            if add {
                 let mut body = gm::TargetPoolsAddInstanceRequest::default();
                 body.instances = refs;
-                self.mutate(
-                    "targetPools",
-                    "targetPools.addInstance",
-                    OpScope::Region,
-                    || {
-                        self.clients
-                            .target_pools
+                let operation = "targetPools.addInstance";
+                self.mutate("targetPools", operation, OpScope::Region, || {
+                    send!(
+                        self,
+                        region,
+                        target_pools
                             .add_instance()
-                            .set_project(&self.project)
-                            .set_region(&self.region)
                             .set_target_pool(pool)
                             .set_body(body.clone())
-                            .send()
-                    },
-                )
-                .await?
+                    )
+                })
+                .await
             } else {
                 let mut body = gm::TargetPoolsRemoveInstanceRequest::default();
                 body.instances = refs;
-                self.mutate(
-                    "targetPools",
-                    "targetPools.removeInstance",
-                    OpScope::Region,
-                    || {
-                        self.clients
-                            .target_pools
+                let operation = "targetPools.removeInstance";
+                self.mutate("targetPools", operation, OpScope::Region, || {
+                    send!(
+                        self,
+                        region,
+                        target_pools
                             .remove_instance()
-                            .set_project(&self.project)
-                            .set_region(&self.region)
                             .set_target_pool(pool)
                             .set_body(body.clone())
-                            .send()
-                    },
-                )
-                .await?
-            };
-            if outcome.is_err() {
-                return Ok(outcome);
+                    )
+                })
+                .await
             }
-        }
-        Ok(Ok(()))
+        })
+        .await
     }
 
     /// Adds (`add`) or removes legacy health checks of a target pool.
@@ -1191,40 +1042,32 @@ impl Gce {
         if add {
             let mut body = gm::TargetPoolsAddHealthCheckRequest::default();
             body.health_checks = refs;
-            self.mutate(
-                "targetPools",
-                "targetPools.addHealthCheck",
-                OpScope::Region,
-                || {
-                    self.clients
-                        .target_pools
+            let operation = "targetPools.addHealthCheck";
+            self.mutate("targetPools", operation, OpScope::Region, || {
+                send!(
+                    self,
+                    region,
+                    target_pools
                         .add_health_check()
-                        .set_project(&self.project)
-                        .set_region(&self.region)
                         .set_target_pool(pool)
                         .set_body(body.clone())
-                        .send()
-                },
-            )
+                )
+            })
             .await
         } else {
             let mut body = gm::TargetPoolsRemoveHealthCheckRequest::default();
             body.health_checks = refs;
-            self.mutate(
-                "targetPools",
-                "targetPools.removeHealthCheck",
-                OpScope::Region,
-                || {
-                    self.clients
-                        .target_pools
+            let operation = "targetPools.removeHealthCheck";
+            self.mutate("targetPools", operation, OpScope::Region, || {
+                send!(
+                    self,
+                    region,
+                    target_pools
                         .remove_health_check()
-                        .set_project(&self.project)
-                        .set_region(&self.region)
                         .set_target_pool(pool)
                         .set_body(body.clone())
-                        .send()
-                },
-            )
+                )
+            })
             .await
         }
     }
@@ -1236,13 +1079,11 @@ impl Gce {
         body.network = Some(self.network.clone());
         let scope = OpScope::Zone(zone.to_string());
         self.mutate("instanceGroups", "instanceGroups.insert", scope, || {
-            self.clients
-                .instance_groups
-                .insert()
-                .set_project(&self.project)
-                .set_zone(zone)
-                .set_body(body.clone())
-                .send()
+            send!(
+                self,
+                zone(zone),
+                instance_groups.insert().set_body(body.clone())
+            )
         })
         .await
     }
@@ -1251,13 +1092,11 @@ impl Gce {
     pub async fn delete_instance_group(&self, zone: &str, name: &str) -> Outcome<()> {
         let scope = OpScope::Zone(zone.to_string());
         self.mutate("instanceGroups", "instanceGroups.delete", scope, || {
-            self.clients
-                .instance_groups
-                .delete()
-                .set_project(&self.project)
-                .set_zone(zone)
-                .set_instance_group(name)
-                .send()
+            send!(
+                self,
+                zone(zone),
+                instance_groups.delete().set_instance_group(name)
+            )
         })
         .await
     }
@@ -1270,11 +1109,9 @@ impl Gce {
         instances: &BTreeSet<String>,
         add: bool,
     ) -> Outcome<()> {
-        let all: Vec<&String> = instances.iter().collect();
-        for batch in all.chunks(INSTANCE_BATCH) {
-            let refs: Vec<gm::InstanceReference> = batch.iter().map(|i| instance_ref(i)).collect();
+        in_batches(instances, |refs| async move {
             let scope = OpScope::Zone(zone.to_string());
-            let outcome = if add {
+            if add {
                 let mut body = gm::InstanceGroupsAddInstancesRequest::default();
                 body.instances = refs;
                 self.mutate(
@@ -1282,101 +1119,95 @@ impl Gce {
                     "instanceGroups.addInstances",
                     scope,
                     || {
-                        self.clients
-                            .instance_groups
-                            .add_instances()
-                            .set_project(&self.project)
-                            .set_zone(zone)
-                            .set_instance_group(name)
-                            .set_body(body.clone())
-                            .send()
+                        send!(
+                            self,
+                            zone(zone),
+                            instance_groups
+                                .add_instances()
+                                .set_instance_group(name)
+                                .set_body(body.clone())
+                        )
                     },
                 )
-                .await?
+                .await
             } else {
                 let mut body = gm::InstanceGroupsRemoveInstancesRequest::default();
                 body.instances = refs;
-                self.mutate(
-                    "instanceGroups",
-                    "instanceGroups.removeInstances",
-                    scope,
-                    || {
-                        self.clients
-                            .instance_groups
+                let operation = "instanceGroups.removeInstances";
+                self.mutate("instanceGroups", operation, scope, || {
+                    send!(
+                        self,
+                        zone(zone),
+                        instance_groups
                             .remove_instances()
-                            .set_project(&self.project)
-                            .set_zone(zone)
                             .set_instance_group(name)
                             .set_body(body.clone())
-                            .send()
-                    },
-                )
-                .await?
-            };
-            if outcome.is_err() {
-                return Ok(outcome);
+                    )
+                })
+                .await
             }
-        }
-        Ok(Ok(()))
+        })
+        .await
     }
 
     /// Creates (`update == false`) or replaces (fingerprint-checked) a backend service.
     pub async fn put_backend_service(&self, service: &BackendService, update: bool) -> Outcome<()> {
         let body = backend_service_body(service);
         if update {
-            self.mutate(
-                "backendServices",
-                "regionBackendServices.update",
-                OpScope::Region,
-                || {
-                    self.clients
-                        .backend_services
+            let operation = "regionBackendServices.update";
+            self.mutate("backendServices", operation, OpScope::Region, || {
+                send!(
+                    self,
+                    region,
+                    backend_services
                         .update()
-                        .set_project(&self.project)
-                        .set_region(&self.region)
                         .set_backend_service(&service.name)
                         .set_body(body.clone())
-                        .send()
-                },
-            )
+                )
+            })
             .await
         } else {
-            self.mutate(
-                "backendServices",
-                "regionBackendServices.insert",
-                OpScope::Region,
-                || {
-                    self.clients
-                        .backend_services
-                        .insert()
-                        .set_project(&self.project)
-                        .set_region(&self.region)
-                        .set_body(body.clone())
-                        .send()
-                },
-            )
+            let operation = "regionBackendServices.insert";
+            self.mutate("backendServices", operation, OpScope::Region, || {
+                send!(
+                    self,
+                    region,
+                    backend_services.insert().set_body(body.clone())
+                )
+            })
             .await
         }
     }
 
     /// Deletes a backend service.
     pub async fn delete_backend_service(&self, name: &str) -> Outcome<()> {
-        self.mutate(
-            "backendServices",
-            "regionBackendServices.delete",
-            OpScope::Region,
-            || {
-                self.clients
-                    .backend_services
-                    .delete()
-                    .set_project(&self.project)
-                    .set_region(&self.region)
-                    .set_backend_service(name)
-                    .send()
-            },
-        )
+        let operation = "regionBackendServices.delete";
+        self.mutate("backendServices", operation, OpScope::Region, || {
+            send!(
+                self,
+                region,
+                backend_services.delete().set_backend_service(name)
+            )
+        })
         .await
     }
+}
+
+/// Sends `instances` to `send` in batches of at most [`INSTANCE_BATCH`] references, in order,
+/// stopping at the first batch Compute refuses (its failure is the outcome).
+async fn in_batches<F, Fut>(instances: &BTreeSet<String>, mut send: F) -> Outcome<()>
+where
+    F: FnMut(Vec<gm::InstanceReference>) -> Fut,
+    Fut: Future<Output = Outcome<()>>,
+{
+    let all: Vec<&String> = instances.iter().collect();
+    for batch in all.chunks(INSTANCE_BATCH) {
+        let outcome = send(batch.iter().map(|i| instance_ref(i)).collect()).await?;
+        if outcome.is_err() {
+            return Ok(outcome);
+        }
+    }
+    Ok(Ok(()))
 }
 
 // ---------------------------------------------------------------------- conversions

@@ -112,6 +112,29 @@ async fn without_mutations<T>(
     out
 }
 
+/// Asserts that `provider` plans no change for `spec` over [`nodes`] (and, through
+/// [`without_mutations`], that planning mutated nothing).
+async fn assert_plans_nothing(
+    gce: &MockGce,
+    provider: &GcpProvider,
+    spec: &LoadBalancerSpec,
+    why: &str,
+) {
+    let plan = without_mutations(gce, provider, provider.plan_ensure(spec, &nodes()))
+        .await
+        .unwrap();
+    assert_eq!(plan, vec![], "{why}");
+}
+
+/// POSTs `body` to `url` (a collection of the mock's Compute API) as another client would,
+/// and asserts the mock accepted it.
+async fn post_accepted(http: &reqwest::Client, url: String, body: Value) {
+    let answer = http.post(url).json(&body).send().await.unwrap();
+    let status = answer.status();
+    let text = answer.text().await.unwrap();
+    assert!(status.is_success(), "{body}: {text}");
+}
+
 /// `action kind name` of each change, for compact assertions.
 fn summary(plan: &[PlannedChange]) -> Vec<String> {
     plan.iter()
@@ -189,16 +212,10 @@ async fn plan_of_a_new_service_lists_every_create_and_is_empty_once_in_sync() {
         .collect();
     assert_eq!(made.len(), plan.len(), "{made:?}");
 
-    let plan = without_mutations(&gce, &provider, provider.plan_ensure(&web(), &nodes()))
-        .await
-        .unwrap();
-    assert_eq!(plan, vec![], "in sync");
+    assert_plans_nothing(&gce, &provider, &web(), "in sync").await;
     // Also from a fresh provider (nothing cached), as `kube-lb plan` runs.
     let fresh = self::provider(&gce).await;
-    let plan = without_mutations(&gce, &fresh, fresh.plan_ensure(&web(), &nodes()))
-        .await
-        .unwrap();
-    assert_eq!(plan, vec![], "in sync, fresh provider");
+    assert_plans_nothing(&gce, &fresh, &web(), "in sync, fresh provider").await;
 }
 
 /// After a start, `ensure` first removes a shared node health check the cluster left unused
@@ -209,16 +226,13 @@ async fn plan_after_a_start_includes_the_removal_of_unused_shared_pieces() {
     let gce = mock().await;
     let http = reqwest::Client::new();
     let base = format!("{}/compute/v1/projects/{}", gce.url(), gce.project());
-    let answer = http
-        .post(format!("{base}/global/httpHealthChecks"))
-        .json(
-            &json!({"name": "k8s-c1-node", "port": 10256, "requestPath": "/healthz",
+    post_accepted(
+        &http,
+        format!("{base}/global/httpHealthChecks"),
+        json!({"name": "k8s-c1-node", "port": 10256, "requestPath": "/healthz",
             "description": json!({"kubernetes.io/cluster-id": "c1"}).to_string()}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert!(answer.status().is_success());
+    )
+    .await;
     let provider = provider(&gce).await;
     let lb = load_balancer_name(UID_WEB);
     let plan = without_mutations(&gce, &provider, provider.plan_ensure(&web(), &nodes()))
@@ -413,10 +427,7 @@ async fn plan_of_an_internal_service_covers_groups_and_backend_service() {
         )
     );
     provider.ensure(&internal, &nodes()).await.unwrap();
-    let plan = without_mutations(&gce, &provider, provider.plan_ensure(&internal, &nodes()))
-        .await
-        .unwrap();
-    assert_eq!(plan, vec![]);
+    assert_plans_nothing(&gce, &provider, &internal, "in sync").await;
 }
 
 #[tokio::test]
@@ -612,13 +623,7 @@ async fn unused_shared_pieces_are_listed_and_removed_but_another_clusters_are_no
                 "description": cluster("c2")}),
         ),
     ] {
-        let answer = http
-            .post(format!("{base}/{collection}"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(answer.status().is_success(), "{body}");
+        post_accepted(&http, format!("{base}/{collection}"), body).await;
     }
     let provider = provider(&gce).await;
     let owned = without_mutations(&gce, &provider, provider.owned_resources())
@@ -723,13 +728,7 @@ async fn listings_follow_every_page() {
         let body = json!({"name": format!("k8s-fw-a{i:031}"), "network": "global/networks/default",
             "allowed": [{"IPProtocol": "tcp", "ports": ["80"]}], "sourceRanges": ["0.0.0.0/0"],
             "description": mark});
-        let answer = http
-            .post(format!("{base}/global/firewalls"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert!(answer.status().is_success());
+        post_accepted(&http, format!("{base}/global/firewalls"), body).await;
     }
     let provider = provider(&gce).await;
     let owned = provider.owned_resources().await.unwrap();
@@ -757,15 +756,7 @@ async fn migration_from_upstream_shows_what_adoption_changes() {
     let http = reqwest::Client::new();
     let base = format!("{}/compute/v1/projects/{}", gce.url(), gce.project());
     let region = format!("{base}/regions/us-central1");
-    let post = |url: String, body: Value| {
-        let http = http.clone();
-        async move {
-            let answer = http.post(url).json(&body).send().await.unwrap();
-            let status = answer.status();
-            let text = answer.text().await.unwrap();
-            assert!(status.is_success(), "{body}: {text}");
-        }
-    };
+    let post = |url: String, body: Value| post_accepted(&http, url, body);
     let service_mark = |service: &str| format!(r#"{{"kubernetes.io/service-name":"{service}"}}"#);
     let firewall_mark = |service: &str, ip: &str| {
         // Upstream's exact text (makeFirewallDescription): name first, a space after the comma.
@@ -963,10 +954,7 @@ async fn migration_from_upstream_shows_what_adoption_changes() {
         ])
     );
     provider.ensure(&shop, &nodes()).await.unwrap();
-    let plan = without_mutations(&gce, &provider, provider.plan_ensure(&shop, &nodes()))
-        .await
-        .unwrap();
-    assert_eq!(plan, vec![], "shop is in sync after one ensure");
+    assert_plans_nothing(&gce, &provider, &shop, "shop is in sync after one ensure").await;
 
     // Adopting web: its rule is kept (same resource, same IP), and api then needs nothing.
     let rule_before = gce.resource("forwardingRules", &web_lb).unwrap();
@@ -977,14 +965,8 @@ async fn migration_from_upstream_shows_what_adoption_changes() {
         "the rule was not re-created"
     );
     assert_eq!(rule_after["IPAddress"], json!(web_ip));
-    let plan = without_mutations(&gce, &provider, provider.plan_ensure(&api, &nodes()))
-        .await
-        .unwrap();
-    assert_eq!(plan, vec![], "api is adopted exactly");
-    let plan = without_mutations(&gce, &provider, provider.plan_ensure(&web(), &nodes()))
-        .await
-        .unwrap();
-    assert_eq!(plan, vec![], "web is in sync after one ensure");
+    assert_plans_nothing(&gce, &provider, &api, "api is adopted exactly").await;
+    assert_plans_nothing(&gce, &provider, &web(), "web is in sync after one ensure").await;
 }
 
 /// Migration of an internal (ILB) Service from cloud-provider-gcp: the state upstream leaves
@@ -1005,15 +987,7 @@ async fn migration_from_upstream_internal_load_balancer_shows_what_adoption_chan
     let http = reqwest::Client::new();
     let base = format!("{}/compute/v1/projects/{}", gce.url(), gce.project());
     let region = format!("{base}/regions/us-central1");
-    let post = |url: String, body: Value| {
-        let http = http.clone();
-        async move {
-            let answer = http.post(url).json(&body).send().await.unwrap();
-            let status = answer.status();
-            let text = answer.text().await.unwrap();
-            assert!(status.is_success(), "{body}: {text}");
-        }
-    };
+    let post = |url: String, body: Value| post_accepted(&http, url, body);
     let lb = load_balancer_name(UID_WEB);
     let mark = |service: &str| format!(r#"{{"kubernetes.io/service-name":"{service}"}}"#);
     let internal = service("web", UID_WEB, |m| {
@@ -1128,8 +1102,5 @@ async fn migration_from_upstream_internal_load_balancer_shows_what_adoption_chan
         backends_before["id"],
         "the backend service was adopted"
     );
-    let plan = without_mutations(&gce, &provider, provider.plan_ensure(&internal, &nodes()))
-        .await
-        .unwrap();
-    assert_eq!(plan, vec![], "in sync after one ensure");
+    assert_plans_nothing(&gce, &provider, &internal, "in sync after one ensure").await;
 }

@@ -6,7 +6,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube_lb_annotations::Cloud;
 use kube_lb_mock_azure::{CLIENT_ID, CLIENT_SECRET, LOCATION, MockArm, SUBSCRIPTION, TENANT};
@@ -102,6 +102,94 @@ pub async fn token(arm: &MockArm) -> String {
     answer["access_token"].as_str().unwrap().to_string()
 }
 
+/// Another ARM client (a person with `az`, or upstream's provider), talking HTTP to the mock
+/// with its own token.
+pub struct OtherClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl OtherClient {
+    pub async fn new(arm: &MockArm) -> OtherClient {
+        OtherClient {
+            http: reqwest::Client::new(),
+            base: arm.url(),
+            token: token(arm).await,
+        }
+    }
+
+    /// PUTs `body` at the ARM resource `id` and, when ARM started an operation, waits for it
+    /// to succeed, as `az` does (so the object is not left busy): the PUT's status and answer.
+    pub async fn put_status(&self, id: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .put(format!("{}{id}?api-version=2024-03-01", self.base))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let operation = response
+            .headers()
+            .get("azure-asyncoperation")
+            .map(|v| v.to_str().unwrap().to_string());
+        let answer: Value = response.json().await.unwrap();
+        if let Some(url) = operation {
+            for _ in 0..20 {
+                let poll: Value = self
+                    .http
+                    .get(&url)
+                    .bearer_auth(&self.token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                match poll["status"].as_str() {
+                    Some("InProgress") => continue,
+                    Some("Succeeded") => break,
+                    other => panic!("PUT {id}: operation ended {other:?}: {poll}"),
+                }
+            }
+        }
+        (status, answer)
+    }
+
+    /// PUTs `body` at `id`, asserts ARM accepted it, waits for its operation and returns the
+    /// object as stored.
+    pub async fn put(&self, id: &str, body: Value) -> Value {
+        let (status, answer) = self.put_status(id, body).await;
+        assert!((200..300).contains(&status), "PUT {id}: {status} {answer}");
+        self.get(id).await
+    }
+
+    /// `PUT networkSecurityGroups/{NSG}/securityRules/{name}`, waited for; returns the status.
+    pub async fn put_rule(&self, name: &str, properties: Value) -> u16 {
+        let id = format!(
+            "/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/Microsoft.Network/networkSecurityGroups/{NSG}/securityRules/{name}"
+        );
+        self.put_status(&id, json!({ "properties": properties }))
+            .await
+            .0
+    }
+
+    /// `GET` of the ARM resource `id`.
+    pub async fn get(&self, id: &str) -> Value {
+        self.http
+            .get(format!("{}{id}?api-version=2024-03-01", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
 pub async fn harness() -> Harness {
     harness_with(fast_options()).await
 }
@@ -116,6 +204,32 @@ pub async fn harness_with(options: ProviderOptions) -> Harness {
         provider,
         config,
     }
+}
+
+/// A provider with `options` calling `arm` (a mock built for one test).
+pub fn provider_for(arm: &MockArm, options: ProviderOptions) -> AzureProvider {
+    let config: AzureConfig = serde_json::from_value(config_json(&arm.url())).unwrap();
+    AzureProvider::new(&config, CLUSTER, options).unwrap()
+}
+
+/// Asserts that what ran since `started` took well under one of the SDK's 30 s poll sleeps
+/// (10 s) and still polled `arm`'s operations at least `min_polls` times: every operation
+/// was polled until done, without long sleeps.
+pub fn assert_polled_without_long_sleeps(arm: &MockArm, started: Instant, min_polls: usize) {
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let polls = arm
+        .journal()
+        .iter()
+        .filter(|e| e.path.contains("/operations/"))
+        .count();
+    assert!(
+        polls >= min_polls,
+        "every operation was polled until done: {polls}"
+    );
 }
 
 /// A LoadBalancer Service parsed for Azure: the shared builder, annotated by key suffix
@@ -201,8 +315,20 @@ pub fn managed_rules(arm: &MockArm) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// The destination prefixes of a security rule's properties, whichever field holds them,
+/// sorted.
 pub fn destinations(rule: &Value) -> Vec<String> {
-    let mut all: Vec<String> = rule["destinationAddressPrefixes"]
+    address_prefixes(rule, "destination")
+}
+
+/// The source prefixes of a security rule's properties, sorted.
+pub fn sources(rule: &Value) -> Vec<String> {
+    address_prefixes(rule, "source")
+}
+
+/// `{side}AddressPrefixes` and `{side}AddressPrefix` of a security rule's properties, sorted.
+fn address_prefixes(rule: &Value, side: &str) -> Vec<String> {
+    let mut all: Vec<String> = rule[format!("{side}AddressPrefixes")]
         .as_array()
         .map(|a| {
             a.iter()
@@ -210,7 +336,7 @@ pub fn destinations(rule: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default();
-    if let Some(one) = rule["destinationAddressPrefix"].as_str() {
+    if let Some(one) = rule[format!("{side}AddressPrefix")].as_str() {
         all.push(one.to_string());
     }
     all.sort();
