@@ -1,7 +1,8 @@
 //! Leaked load-balancer resources: what a provider owns (its ownership tags, labels or names)
 //! whose Service no longer needs it. `kube-lb audit` prints them (and can delete them through
 //! the provider's resumable delete); the controller can run the same audit periodically and
-//! export the count (`--audit-interval`, off by default).
+//! export the count (`--audit-interval`, off by default), and remove what two audits in a row
+//! found leaked because its Service is gone (`--audit-delete`).
 //!
 //! The judgement is one pure function, [`classify`], over the provider's
 //! [`OwnedResource`]s and a [`ServiceView`] per Service, so the command and the controller can
@@ -23,7 +24,7 @@
 //! audit cannot make its brand-new load balancer look leaked; one deleted between the two
 //! reads can show once, until the controller has cleaned it up.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -288,6 +289,46 @@ pub fn count_by_kind(leaks: &[Leak]) -> BTreeMap<String, usize> {
     counts
 }
 
+/// Identity of one leaked resource from one audit to the next.
+pub type LeakId = (String, String, ServiceKey);
+
+fn leak_id(leak: &Leak) -> LeakId {
+    (
+        leak.resource.kind.clone(),
+        leak.resource.name.clone(),
+        leak.resource.service.clone(),
+    )
+}
+
+/// Whether the controller may remove a leak on its own (`--audit-delete`): only when its Service
+/// is gone or going without kube-lb's finalizer. A Service that still exists (no longer a
+/// LoadBalancer, another class) is released by its own reconcile, and a removal racing it could
+/// take the load balancer of a Service that has just turned back; shared resources wait until
+/// an operator runs `kube-lb audit --delete`.
+pub fn removable(reason: &LeakReason) -> bool {
+    matches!(
+        reason,
+        LeakReason::ServiceDeleted { .. } | LeakReason::DeletingWithoutFinalizer
+    )
+}
+
+/// The Services whose leaked resources to remove now: those with a removable leak that the
+/// previous audit (`previous`, the [`LeakId`]s it found) found too. One sighting is not enough:
+/// a Service deleted between an audit's two reads shows once while the controller is still
+/// cleaning it up. Also returns this audit's ids, for the next call.
+pub fn confirmed_removals(
+    previous: &BTreeSet<LeakId>,
+    leaks: &[Leak],
+) -> (Vec<ServiceKey>, BTreeSet<LeakId>) {
+    let seen: BTreeSet<LeakId> = leaks.iter().map(leak_id).collect();
+    let services: BTreeSet<ServiceKey> = leaks
+        .iter()
+        .filter(|leak| removable(&leak.reason) && previous.contains(&leak_id(leak)))
+        .map(|leak| leak.resource.service.clone())
+        .collect();
+    (services.into_iter().collect(), seen)
+}
+
 /// Why an audit could not be completed. Never a shorter answer: an audit that could not read
 /// everything reports nothing.
 #[derive(Debug, thiserror::Error)]
@@ -379,21 +420,35 @@ pub async fn find_leaks(
     })
 }
 
+/// How the controller audits (`--audit-interval`, `--audit-delete`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeriodicAudit {
+    /// Time between audits.
+    pub interval: Duration,
+    /// Remove what [`confirmed_removals`] selects, through the provider's delete.
+    pub delete: bool,
+}
+
 /// The controller's periodic audit: every `interval` while this replica leads (the leader's
 /// view is the one that matters, and for `local` the only one that holds allocations), counts
 /// the leaked resources per kind into `kube_lb_audit_leaked_resources` and stamps
 /// `kube_lb_audit_last_success_timestamp_seconds`. A failed audit is logged and leaves both
-/// unchanged. Reads only.
+/// unchanged. Reads only, unless `delete`: then the resources of Services that are gone, found
+/// leaked by two audits in a row, are removed through the provider's delete (each bounded by
+/// the controller's provider timeout) and counted in `kube_lb_audit_deleted_resources_total`.
+/// That closes the one leak a crash can leave that no reconcile revisits: a create still in
+/// flight when its replica died, landing after the Service's cleanup.
 pub async fn run_periodic(
     client: Client,
     provider: Arc<dyn LoadBalancerProvider>,
     config: ControllerConfig,
     metrics: Arc<Metrics>,
-    interval: Duration,
+    schedule: PeriodicAudit,
     leading: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(interval);
+    let mut previous = BTreeSet::new();
+    let mut ticker = tokio::time::interval(schedule.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -401,6 +456,8 @@ pub async fn run_periodic(
             _ = ticker.tick() => {}
         }
         if !*leading.borrow() {
+            // A term of our own starts from scratch: sightings from an earlier term are stale.
+            previous.clear();
             continue;
         }
         match find_leaks(client.clone(), provider.as_ref(), &config).await {
@@ -424,10 +481,68 @@ pub async fn run_periodic(
                     leaked = audit.leaks.len(),
                     "periodic audit done"
                 );
+                let (services, seen) = confirmed_removals(&previous, &audit.leaks);
+                previous = seen;
+                if schedule.delete && *leading.borrow() {
+                    remove_leaked(
+                        provider.as_ref(),
+                        &config,
+                        &metrics,
+                        &audit.leaks,
+                        &services,
+                    )
+                    .await;
+                }
             }
             Err(error) => {
                 tracing::warn!(provider = provider.name(), %error, "periodic audit failed; leaked-resource gauge left unchanged");
             }
+        }
+    }
+}
+
+/// Removes the leaked resources of `services`, one provider delete per Service.
+async fn remove_leaked(
+    provider: &dyn LoadBalancerProvider,
+    config: &ControllerConfig,
+    metrics: &Metrics,
+    leaks: &[Leak],
+    services: &[ServiceKey],
+) {
+    for service in services {
+        let result =
+            match tokio::time::timeout(config.provider_timeout, provider.delete(service)).await {
+                Ok(result) => result.map_err(|error| error.to_string()),
+                Err(_) => Err(format!(
+                    "gave up after --provider-timeout {}",
+                    humantime::format_duration(config.provider_timeout)
+                )),
+            };
+        let of_service = leaks
+            .iter()
+            .filter(|leak| &leak.resource.service == service);
+        match result {
+            Ok(()) => {
+                for leak in of_service {
+                    tracing::info!(
+                        provider = provider.name(),
+                        service = %service,
+                        uid = %service.uid,
+                        kind = %leak.resource.kind,
+                        name = %leak.resource.name,
+                        reason = %leak.reason,
+                        "removed leaked load-balancer resource"
+                    );
+                    metrics.count_audit_deletion(provider.name(), &leak.resource.kind);
+                }
+            }
+            Err(error) => tracing::warn!(
+                provider = provider.name(),
+                service = %service,
+                uid = %service.uid,
+                %error,
+                "removing leaked load-balancer resources failed; the next audit tries again"
+            ),
         }
     }
 }
@@ -673,5 +788,75 @@ mod tests {
                 "{created:?}"
             );
         }
+    }
+
+    #[test]
+    fn only_services_that_are_gone_and_were_leaked_in_the_last_audit_too_are_removed() {
+        use LeakReason as R;
+        let leak = |name: &str, service: &str, reason: R| Leak {
+            resource: resource(name, service, UID_WEB, false),
+            reason,
+        };
+        let gone = || R::ServiceDeleted { recreated: false };
+        let first = [leak("a", "old", gone())];
+        // (case, this audit's leaks, Services whose resources are removed)
+        let cases: Vec<(&str, Vec<Leak>, Vec<&str>)> = vec![
+            (
+                "seen twice, Service deleted",
+                vec![leak("a", "old", gone())],
+                vec!["old"],
+            ),
+            (
+                "seen twice, Service deleted and created again",
+                vec![leak("a", "old", R::ServiceDeleted { recreated: true })],
+                vec!["old"],
+            ),
+            (
+                "seen twice, Service deleting without the finalizer",
+                vec![leak("a", "old", R::DeletingWithoutFinalizer)],
+                vec!["old"],
+            ),
+            (
+                "seen twice but the Service exists as a ClusterIP: its reconcile releases it",
+                vec![leak(
+                    "a",
+                    "old",
+                    R::NotLoadBalancer {
+                        type_: "ClusterIP".into(),
+                    },
+                )],
+                vec![],
+            ),
+            (
+                "seen twice but the Service exists in another class",
+                vec![leak("a", "old", R::OtherClass { class: None })],
+                vec![],
+            ),
+            (
+                "a shared resource: left to an operator",
+                vec![leak("a", "old", R::SharedUnused)],
+                vec![],
+            ),
+            (
+                "seen once: a resource the last audit did not find",
+                vec![leak("b", "new", gone())],
+                vec![],
+            ),
+            ("no longer leaked", vec![], vec![]),
+        ];
+        for (case, leaks, expected) in cases {
+            let (_, previous) = confirmed_removals(&BTreeSet::new(), &first);
+            let (services, seen) = confirmed_removals(&previous, &leaks);
+            let names: Vec<&str> = services.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(names, expected, "{case}");
+            assert_eq!(
+                seen.len(),
+                leaks.len(),
+                "{case}: this audit's sightings are kept"
+            );
+        }
+        // A first audit never removes anything.
+        let (services, _) = confirmed_removals(&BTreeSet::new(), &first);
+        assert!(services.is_empty());
     }
 }

@@ -272,6 +272,17 @@ impl Metrics {
         self.audit.set(provider, leaked_by_kind);
     }
 
+    /// Counts one leaked resource of `kind` that the periodic audit removed (`--audit-delete`).
+    pub fn count_audit_deletion(&self, provider: &'static str, kind: &str) {
+        self.audit
+            .deleted
+            .get_or_create(&AuditLabels {
+                provider,
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let leading = self.is_leading();
@@ -298,6 +309,7 @@ struct AuditLabels {
 #[derive(Debug)]
 struct AuditMetrics {
     leaked: Family<AuditLabels, Gauge>,
+    deleted: Family<AuditLabels, Counter>,
     last_success: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Every label set ever set, so a kind no longer leaked reads 0 instead of vanishing.
     seen: Mutex<std::collections::BTreeSet<AuditLabels>>,
@@ -314,6 +326,13 @@ impl AuditMetrics {
              periodic audit found them (controller --audit-interval)",
             leaked.clone(),
         );
+        let deleted = Family::<AuditLabels, Counter>::default();
+        registry.register(
+            "audit_deleted_resources",
+            "Leaked cloud resources the periodic audit removed because their Service is gone \
+             (controller --audit-delete), by provider and kind",
+            deleted.clone(),
+        );
         registry.register(
             "audit_last_success_timestamp_seconds",
             "Unix time of the last successful periodic audit",
@@ -321,6 +340,7 @@ impl AuditMetrics {
         );
         Self {
             leaked,
+            deleted,
             last_success,
             seen: Mutex::new(std::collections::BTreeSet::new()),
         }

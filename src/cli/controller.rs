@@ -121,6 +121,14 @@ pub struct Args {
         default_value = "0s"
     )]
     pub audit_interval: Duration,
+
+    /// With --audit-interval: remove the resources of Services that are gone (deleted, or
+    /// deleting without kube-lb's finalizer) once two audits in a row found them leaked, through
+    /// the provider's delete, and count them in kube_lb_audit_deleted_resources_total. Leaks of
+    /// Services that still exist are left to their reconcile, shared ones to `kube-lb audit
+    /// --delete`.
+    #[arg(long, env = "KUBE_LB_AUDIT_DELETE")]
+    pub audit_delete: bool,
 }
 
 /// A client from `--kubeconfig`, or the inferred configuration.
@@ -160,6 +168,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         !args.provider_timeout.is_zero(),
         "invalid --provider-timeout 0s: it must be longer than the slowest ensure (default 15m)"
+    );
+    anyhow::ensure!(
+        !args.audit_delete || !args.audit_interval.is_zero(),
+        "--audit-delete removes what the periodic audit finds: give --audit-interval too (e.g. 10m)"
     );
     let client = client(args.kubeconfig.as_deref()).await?;
     let counter = CallCounter::new();
@@ -208,7 +220,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             provider.provider.clone(),
             config.clone(),
             metrics.clone(),
-            args.audit_interval,
+            crate::audit::PeriodicAudit {
+                interval: args.audit_interval,
+                delete: args.audit_delete,
+            },
             leading.clone(),
             shutdown.clone(),
         ))

@@ -17,7 +17,7 @@ pub use aws::*;
 
 #[cfg(feature = "aws")]
 mod aws {
-    use kube_lb_mock_aws::MotoServer;
+    use kube_lb_mock_aws::{MotoServer, xml_values};
 
     /// moto's server, or a panic that says how to install it (AWS tests never pass without it).
     pub async fn moto() -> MotoServer {
@@ -27,6 +27,21 @@ mod aws {
                  KUBE_LB_MOTO_SERVER at moto_server): {e}"
             )
         })
+    }
+
+    /// The IDs of the security groups in moto named as a Classic ELB's own (`k8s-elb-…`).
+    pub async fn elb_security_groups(moto: &MotoServer) -> Vec<String> {
+        let answer = moto
+            .ec2(
+                "DescribeSecurityGroups",
+                &[
+                    ("Filter.1.Name", "group-name"),
+                    ("Filter.1.Value.1", "k8s-elb-*"),
+                ],
+            )
+            .await
+            .unwrap();
+        xml_values(&answer, "groupId")
     }
 
     /// The environment the AWS SDK reads, pointed at `endpoint`, with nothing from the host.

@@ -11,16 +11,6 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube_lb::controller::nodes::EXCLUDE_LABEL;
 use serde_json::json;
 
-async fn wait_backends(provider: &RecordingProvider, service: &str, want: &[&str]) {
-    eventually(&format!("{service} backends {want:?}"), || async {
-        match provider.ensures_of(service).last() {
-            Some(Call::Ensure { backends, .. }) if backends == want => Some(()),
-            _ => None,
-        }
-    })
-    .await;
-}
-
 async fn label_node(client: &kube::Client, name: &str, key: &str, value: Option<&str>) {
     Api::<Node>::all(client.clone())
         .patch(
@@ -34,9 +24,7 @@ async fn label_node(client: &kube::Client, name: &str, key: &str, value: Option<
 
 #[tokio::test]
 async fn node_changes_and_the_exclude_label_change_the_backend_set() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (server, client, running) = server_and_controller().await;
     svc_lb("default", "web").create(&client).await;
     wait_address(&client, "default", "web").await;
     wait_backends(&running.provider, "default/web", &["n1"]).await;

@@ -28,12 +28,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use kube_lb::controller::nodes::EXCLUDE_LABEL;
 use kube_lb::controller::{ControllerConfig, LoadBalancerController, NodeSync, Outcome};
-use kube_lb::metrics::Metrics;
 use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use kube_lb_provider_core::CallCounter;
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 const SERVICES: usize = 100;
 const NODES: usize = 50;
@@ -76,32 +74,18 @@ fn start(
     server: &RunningApiServer,
     config: ControllerConfig,
 ) -> (Running, watch::Receiver<NodeSync>) {
-    let client = server.client().unwrap();
     let counter = CallCounter::new();
     let provider = Arc::new(RecordingProvider::new(
-        client.clone(),
-        "127.240.0.0/16",
+        server.client().unwrap(),
         counter.clone(),
     ));
-    let metrics = Arc::new(Metrics::new());
-    metrics.observe_calls(&counter);
-    let controller = LoadBalancerController::new(client, provider.clone(), config, metrics.clone());
-    let node_sync = controller.node_sync();
-    let outcomes = controller.outcomes();
-    let (leading, leading_rx) = watch::channel(true);
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(controller.run(leading_rx, shutdown.clone()));
-    (
-        Running {
-            provider,
-            metrics,
-            counter,
-            outcomes,
-            leading,
-            shutdown,
-            task,
-        },
-        node_sync,
+    start_inspecting(
+        server,
+        config,
+        true,
+        provider,
+        counter,
+        LoadBalancerController::node_sync,
     )
 }
 

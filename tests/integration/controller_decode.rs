@@ -54,17 +54,6 @@ fn undecodable_slice() -> Value {
     slice
 }
 
-/// Waits until the last ensure of `service` had exactly `want` as backends.
-async fn wait_backends(provider: &RecordingProvider, service: &str, want: &[&str]) {
-    eventually(&format!("{service} backends {want:?}"), || async {
-        match provider.ensures_of(service).last() {
-            Some(Call::Ensure { backends, .. }) if backends == want => Some(()),
-            _ => None,
-        }
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn undecodable_objects_are_skipped_and_reported_while_the_rest_converge() {
     let server = server().await;

@@ -17,7 +17,7 @@ use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::{
     BackendNode, CallCounter, LoadBalancerProvider, LoadBalancerStatus, ProviderError,
 };
-use kube_lb_provider_local::{LocalProvider, Pool};
+use kube_lb_provider_local::LocalProvider;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -47,9 +47,7 @@ async fn notes(client: &kube::Client, service: &str, reason: &str) -> Vec<String
 
 #[tokio::test]
 async fn a_service_with_sixty_annotation_errors_gets_a_warning_within_the_note_limit() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     // 30 bad topology keys: even with the parser's per-location cap the text is far over the
     // limit. (Only input kube-apiserver accepts: it refuses bad source-range CIDRs itself.)
     let keys: Vec<String> = (0..30)
@@ -89,9 +87,7 @@ async fn a_service_with_sixty_annotation_errors_gets_a_warning_within_the_note_l
 
 #[tokio::test]
 async fn an_address_in_use_is_retried_with_warnings_until_it_is_freed() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     svc_lb("default", "holder")
         .lb_ip("127.240.0.77")
         .create(&client)
@@ -228,10 +224,7 @@ async fn a_load_balancer_implemented_elsewhere_is_left_alone_quietly() {
     let server = server().await;
     let client = server.client().unwrap();
     let provider = Arc::new(Elsewhere {
-        inner: LocalProvider::new(
-            Pool::new(vec!["127.240.0.0/16".parse().unwrap()]).unwrap(),
-            CallCounter::new(),
-        ),
+        inner: local_provider(CallCounter::new()),
         ensures: AtomicU32::new(0),
         deletes: Mutex::new(Vec::new()),
     });
@@ -307,11 +300,7 @@ async fn a_load_balancer_implemented_elsewhere_is_left_alone_quietly() {
 #[cfg(feature = "aws")]
 #[tokio::test(flavor = "multi_thread")]
 async fn reconcile_leaves_nlb_ip_to_the_aws_load_balancer_controller() {
-    use kube_lb_mock_aws::MotoServer;
-
-    let moto = MotoServer::start()
-        .await
-        .unwrap_or_else(|e| panic!("AWS tests need moto's server: {e}"));
+    let moto = crate::cloud_fixtures::moto().await;
     let network = moto.cluster_network("demo", 1).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let manifest = format!(
@@ -424,10 +413,7 @@ async fn a_name_held_by_another_owner_is_a_user_error_that_waits_for_a_change() 
     let server = server().await;
     let client = server.client().unwrap();
     let provider = Arc::new(NameHeldElsewhere {
-        inner: LocalProvider::new(
-            Pool::new(vec!["127.240.0.0/16".parse().unwrap()]).unwrap(),
-            CallCounter::new(),
-        ),
+        inner: local_provider(CallCounter::new()),
         taken: std::sync::atomic::AtomicBool::new(true),
         refused: AtomicU32::new(0),
     });
@@ -492,16 +478,13 @@ async fn a_name_held_by_another_owner_is_a_user_error_that_waits_for_a_change() 
 
     // The other owner removes its resource; a label on the Service makes kube-lb try again.
     provider.taken.store(false, Ordering::SeqCst);
-    Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "default")
-        .patch(
-            "taken",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"labels": {"kube-lb.io/retry": "1"}}
-            })),
-        )
-        .await
-        .unwrap();
+    merge_patch_svc(
+        &client,
+        "default",
+        "taken",
+        serde_json::json!({"metadata": {"labels": {"kube-lb.io/retry": "1"}}}),
+    )
+    .await;
     wait_address(&client, "default", "taken").await;
     stop.await;
 }

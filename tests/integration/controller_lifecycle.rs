@@ -10,24 +10,15 @@ use std::time::Duration;
 use controller_support::*;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube_lb::controller::{FINALIZER, Outcome, ServiceName};
 use kube_lb_annotations::Cloud;
 use kube_lb_provider_core::LoadBalancerProvider;
 use serde_json::json;
 
-async fn patch(client: &kube::Client, ns: &str, name: &str, body: serde_json::Value) {
-    Api::<Service>::namespaced(client.clone(), ns)
-        .patch(name, &PatchParams::default(), &Patch::Merge(body))
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn create_adds_finalizer_before_any_provider_call_then_writes_status() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
 
     svc_lb("default", "web").create(&client).await;
     let address = wait_address(&client, "default", "web").await;
@@ -61,13 +52,11 @@ async fn create_adds_finalizer_before_any_provider_call_then_writes_status() {
 
 #[tokio::test]
 async fn port_change_reaches_the_provider_and_keeps_the_address() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     svc_lb("default", "web").create(&client).await;
     let address = wait_address(&client, "default", "web").await;
 
-    patch(
+    merge_patch_svc(
         &client,
         "default",
         "web",
@@ -132,9 +121,7 @@ async fn a_no_op_resync_makes_no_mutating_call_and_no_write() {
 
 #[tokio::test]
 async fn load_balancer_ip_is_honoured_or_refused_as_a_user_error() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (server, client, running) = server_and_controller().await;
 
     svc_lb("default", "pinned")
         .lb_ip("127.240.0.77")
@@ -218,7 +205,7 @@ async fn load_balancer_ip_is_honoured_or_refused_as_a_user_error() {
     );
 
     // Changing the Service is what retries it.
-    patch(
+    merge_patch_svc(
         &client,
         "default",
         "outside",
@@ -234,24 +221,11 @@ async fn load_balancer_ip_is_honoured_or_refused_as_a_user_error() {
 
 #[tokio::test]
 async fn type_change_away_from_load_balancer_deletes_clears_status_and_finalizer() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     let created = svc_lb("default", "web").create(&client).await;
     wait_address(&client, "default", "web").await;
 
-    patch(
-        &client,
-        "default",
-        "web",
-        json!({"spec": {
-            "type": "ClusterIP",
-            "externalTrafficPolicy": null,
-            "allocateLoadBalancerNodePorts": null,
-            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
-        }}),
-    )
-    .await;
+    merge_patch_svc(&client, "default", "web", retype_to_cluster_ip()).await;
 
     let svc = eventually("finalizer and status gone", || async {
         let svc = get_svc(&client, "default", "web").await?;
@@ -274,9 +248,7 @@ async fn type_change_away_from_load_balancer_deletes_clears_status_and_finalizer
 
 #[tokio::test]
 async fn delete_runs_provider_delete_then_removes_finalizer_then_object_is_gone() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     let created = svc_lb("default", "web").create(&client).await;
     let address = wait_address(&client, "default", "web").await;
 
@@ -363,9 +335,7 @@ async fn unclassed_services_are_left_alone_when_not_the_default() {
 
 #[tokio::test]
 async fn bad_annotation_is_a_warning_event_with_the_lint_text_and_no_provider_call() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     // kube-apiserver itself refuses bad source ranges (field or annotation); a misordered
     // topology list is the annotation only kube-lb judges.
     let bad = svc_lb("default", "bad").annotate(

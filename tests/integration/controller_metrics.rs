@@ -16,9 +16,7 @@ use tokio::sync::watch;
 
 #[tokio::test]
 async fn metrics_count_reconciles_cloud_calls_and_load_balancers() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     let (ready_tx, ready_rx) = watch::channel(false);
     let (addr, task) = kube_lb::health::serve(
         "127.0.0.1:0".parse().unwrap(),

@@ -13,9 +13,7 @@ use kube_lb::controller::{Outcome, ServiceName};
 
 #[tokio::test]
 async fn retryable_failures_back_off_then_succeed() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     running.provider.fail_next(3);
     let started = Instant::now();
     svc_lb("default", "web").create(&client).await;

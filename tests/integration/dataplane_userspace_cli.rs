@@ -58,26 +58,21 @@ impl Netns {
 
     /// Runs a bash snippet in the namespace with a time limit; its stdout, or `None` on failure.
     fn bash(&self, script: &str) -> Option<String> {
-        let output = self
-            .exec(&["timeout", "3", "bash", "-c", script])
-            .output()
-            .ok()?;
-        output
-            .status
-            .success()
-            .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+        stdout_if_success(self.exec(&["timeout", "3", "bash", "-c", script]))
     }
 
     fn capture_table(&self) -> Option<String> {
-        let output = self
-            .exec(&["nft", "list", "table", "inet", TABLE])
-            .output()
-            .ok()?;
-        output
-            .status
-            .success()
-            .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+        stdout_if_success(self.exec(&["nft", "list", "table", "inet", TABLE]))
     }
+}
+
+/// Runs `command`: its stdout if it ran and succeeded, else `None`.
+fn stdout_if_success(mut command: Command) -> Option<String> {
+    let output = command.output().ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 impl Drop for Netns {

@@ -25,6 +25,11 @@ use serde_json::json;
 /// One RBAC permission: (apiGroup, resource[/subresource], verb).
 type Permission = (String, String, String);
 
+/// The permission to `verb` `resource` of API group `group` ("" for the core group).
+fn permission(group: &str, resource: &str, verb: &str) -> Permission {
+    (group.to_string(), resource.to_string(), verb.to_string())
+}
+
 /// Maps a Kubernetes API request to the permission it needs; `None` for non-resource URLs
 /// (discovery, /version), which every authenticated user may read.
 fn permission_for(method: &str, path: &str, query: &str) -> Option<Permission> {
@@ -68,7 +73,7 @@ fn permission_for(method: &str, path: &str, query: &str) -> Option<Permission> {
         Some(sub) => format!("{resource}/{sub}"),
         None => resource.to_string(),
     };
-    Some((group.to_string(), resource, verb.to_string()))
+    Some(permission(group, &resource, verb))
 }
 
 #[test]
@@ -127,7 +132,7 @@ fn request_mapping_follows_the_rbac_rules_of_kube_apiserver() {
     ];
     for (method, path, query, want) in cases {
         let got = permission_for(method, path, query);
-        let want = want.map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()));
+        let want = want.map(|(group, resource, verb)| permission(group, resource, verb));
         assert_eq!(got, want, "{method} {path}?{query}");
     }
 }
@@ -220,6 +225,16 @@ impl Recorder {
         Recorder { addr, seen, task }
     }
 
+    /// A recorder answering on `listener`, a std listener bound inside a network namespace
+    /// (made non-blocking for tokio here).
+    fn serve_std(listener: std::net::TcpListener, upstream: String) -> Recorder {
+        listener.set_nonblocking(true).unwrap();
+        Recorder::serve(
+            tokio::net::TcpListener::from_std(listener).unwrap(),
+            upstream,
+        )
+    }
+
     fn seen(&self) -> BTreeSet<Permission> {
         self.seen.lock().unwrap().clone()
     }
@@ -269,6 +284,43 @@ async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Resp
     // Stream the body so watches keep flowing through the proxy.
     let stream = response.bytes_stream().map_err(std::io::Error::other);
     builder.body(Body::from_stream(stream)).unwrap()
+}
+
+/// Every permission `who` used is granted and every granted one was used, except those in
+/// `may_go_unused` (granted for what one short run does not produce).
+fn assert_used_exactly(
+    used: &BTreeSet<Permission>,
+    granted: &BTreeSet<Permission>,
+    who: &str,
+    may_go_unused: &[Permission],
+) {
+    let missing: Vec<_> = used.difference(granted).collect();
+    assert!(
+        missing.is_empty(),
+        "{who} needs RBAC it is not granted: {missing:?}"
+    );
+    let unused: Vec<_> = granted
+        .difference(used)
+        .filter(|p| !may_go_unused.contains(p))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "RBAC granted to {who} but never used: {unused:?}"
+    );
+}
+
+/// Whether the network-namespace lab can run here (root, ip netns, nft); where it cannot, the
+/// test is skipped with a note, except under CI, which must run it.
+fn netns_lab_available() -> bool {
+    if kube_lb_dataplane::l2::lab::available() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but this test cannot run: it needs root, ip netns and nft"
+    );
+    eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
+    false
 }
 
 /// Kills the child process on drop so a failed assertion leaves nothing running.
@@ -393,20 +445,16 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
     // One change only: a change and its undo in quick succession may reach the controller as
     // one unchanged Service, which it rightly leaves alone (no second Ensuring event).
     wait_for("the event series to be patched", ceiling, || async {
-        recorder.seen().contains(&(
-            "events.k8s.io".to_string(),
-            "events".to_string(),
-            "patch".to_string(),
-        ))
+        recorder
+            .seen()
+            .contains(&permission("events.k8s.io", "events", "patch"))
     })
     .await;
     // The leader renews its Lease every retry period (2 s by default).
     wait_for("the Lease to be renewed", ceiling, || async {
-        recorder.seen().contains(&(
-            "coordination.k8s.io".to_string(),
-            "leases".to_string(),
-            "update".to_string(),
-        ))
+        recorder
+            .seen()
+            .contains(&permission("coordination.k8s.io", "leases", "update"))
     })
     .await;
     services
@@ -418,18 +466,8 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
     })
     .await;
 
-    let used = recorder.seen();
     let granted = granted(&["deploy/base/rbac-controller.yaml"], "kube-lb-controller");
-    let missing: Vec<_> = used.difference(&granted).collect();
-    let unused: Vec<_> = granted.difference(&used).collect();
-    assert!(
-        missing.is_empty(),
-        "the controller needs RBAC it is not granted: {missing:?}"
-    );
-    assert!(
-        unused.is_empty(),
-        "RBAC granted to the controller but never used: {unused:?}"
-    );
+    assert_used_exactly(&recorder.seen(), &granted, "the controller", &[]);
     recorder.task.abort();
 }
 
@@ -439,12 +477,7 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_rbac_is_exactly_what_the_proxy_uses() {
     use kube_lb_dataplane::l2::lab::{self, Namespaces};
-    if !lab::available() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but this test cannot run: it needs root, ip netns and nft"
-        );
-        eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
+    if !netns_lab_available() {
         return;
     }
     let mut namespaces = Namespaces::new("klbrbac");
@@ -455,11 +488,7 @@ async fn proxy_rbac_is_exactly_what_the_proxy_uses() {
     let listener = lab::in_netns(&node, || std::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap()
         .unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let recorder = Recorder::serve(
-        tokio::net::TcpListener::from_std(listener).unwrap(),
-        server.url(),
-    );
+    let recorder = Recorder::serve_std(listener, server.url());
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = recorder.kubeconfig(dir.path(), "proxy.kubeconfig");
     let _proxy = ChildGuard(
@@ -485,17 +514,7 @@ async fn proxy_rbac_is_exactly_what_the_proxy_uses() {
             >= granted.iter().filter(|p| p.2 == "watch").count()
     })
     .await;
-    let used = recorder.seen();
-    let missing: Vec<_> = used.difference(&granted).collect();
-    let unused: Vec<_> = granted.difference(&used).collect();
-    assert!(
-        missing.is_empty(),
-        "the proxy needs RBAC it is not granted: {missing:?}"
-    );
-    assert!(
-        unused.is_empty(),
-        "RBAC granted to the proxy but never used: {unused:?}"
-    );
+    assert_used_exactly(&recorder.seen(), &granted, "the proxy", &[]);
     recorder.task.abort();
 }
 
@@ -507,12 +526,7 @@ async fn proxy_rbac_is_exactly_what_the_proxy_uses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxy_l2_announce_rbac_is_exactly_base_plus_the_l2_component() {
     use kube_lb_dataplane::l2::lab::{self, L2Lab};
-    if !lab::available() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but this test cannot run: it needs root, ip netns and nft"
-        );
-        eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
+    if !netns_lab_available() {
         return;
     }
     let rig = L2Lab::new(1).unwrap();
@@ -538,11 +552,7 @@ async fn proxy_l2_announce_rbac_is_exactly_base_plus_the_l2_component() {
     })
     .unwrap()
     .unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let recorder = Recorder::serve(
-        tokio::net::TcpListener::from_std(listener).unwrap(),
-        server.url(),
-    );
+    let recorder = Recorder::serve_std(listener, server.url());
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = recorder.kubeconfig(dir.path(), "proxy.kubeconfig");
     let mut proxy = rig
@@ -570,9 +580,6 @@ async fn proxy_l2_announce_rbac_is_exactly_base_plus_the_l2_component() {
         "deploy/components/l2-announce/rbac.yaml",
     ];
     let granted = granted(&files, "kube-lb-proxy");
-    let permission = |group: &str, resource: &str, verb: &str| -> Permission {
-        (group.to_string(), resource.to_string(), verb.to_string())
-    };
     let lease_renewed = permission("coordination.k8s.io", "leases", "patch");
     let announced = permission("events.k8s.io", "events", "create");
     wait_for(
@@ -601,21 +608,13 @@ async fn proxy_l2_announce_rbac_is_exactly_base_plus_the_l2_component() {
     )
     .await;
     let _ = proxy.wait();
-    let used = recorder.seen();
-    let missing: Vec<_> = used.difference(&granted).collect();
-    assert!(
-        missing.is_empty(),
-        "the proxy with --l2-announce needs RBAC it is not granted: {missing:?}"
-    );
     // `events patch` is granted for a repeated event (the same node taking the same address
     // again), which one short run does not produce; everything else must be used.
-    let unused: Vec<_> = granted
-        .difference(&used)
-        .filter(|p| **p != permission("events.k8s.io", "events", "patch"))
-        .collect();
-    assert!(
-        unused.is_empty(),
-        "RBAC granted to the proxy with --l2-announce but never used: {unused:?}"
+    assert_used_exactly(
+        &recorder.seen(),
+        &granted,
+        "the proxy with --l2-announce",
+        &[permission("events.k8s.io", "events", "patch")],
     );
     recorder.task.abort();
 }

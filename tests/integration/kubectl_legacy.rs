@@ -21,6 +21,33 @@ fn kubectl_1_20() -> PathBuf {
     )
 }
 
+/// kubectl 1.20 as [`require`] finds it.
+fn kubectl_1_20_or_skip() -> Option<PathBuf> {
+    require(kubectl_1_20(), "run scripts/setup-tools.sh")
+}
+
+/// The installed kubectl (1.32) as [`require`] finds it.
+fn installed_kubectl_or_skip() -> Option<PathBuf> {
+    require(PathBuf::from("/usr/bin/kubectl"), "install kubectl")
+}
+
+/// Runs `then` with kubectl `binary` pointed at what `serve` starts; nothing when the binary
+/// is missing ([`require`] has said so, or failed the test under CI).
+fn with_kubectl(
+    binary: Option<PathBuf>,
+    serve: impl FnOnce() -> Running,
+    then: impl FnOnce(&Kubectl<'_>),
+) {
+    let Some(binary) = binary else {
+        return;
+    };
+    let running = serve();
+    then(&Kubectl {
+        binary: &binary,
+        running: &running,
+    });
+}
+
 /// The binary, or `None` (a loud skip) outside CI; in CI a missing tool fails the test.
 pub(crate) fn require(path: PathBuf, how: &str) -> Option<PathBuf> {
     if path.is_file() {
@@ -46,16 +73,17 @@ impl Drop for Running {
     }
 }
 
-/// Starts `kube-lb <args> --kubeconfig-out …` and waits until it printed the kubeconfig line
-/// (written before it is printed).
-pub(crate) fn start(args: &[&str]) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
+/// Spawns `kube-lb --log warn <args> --kubeconfig-out <kubeconfig>`, its stdout read line by
+/// line (on a thread of its own) into the returned channel.
+pub(crate) fn spawn_reading_stdout(
+    args: &[&str],
+    kubeconfig: &Path,
+) -> (Child, mpsc::Receiver<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
         .args(["--log", "warn"])
         .args(args)
         .arg("--kubeconfig-out")
-        .arg(&kubeconfig)
+        .arg(kubeconfig)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -67,6 +95,15 @@ pub(crate) fn start(args: &[&str]) -> Running {
             let _ = tx.send(line);
         }
     });
+    (child, rx)
+}
+
+/// Starts `kube-lb <args> --kubeconfig-out …` and waits until it printed the kubeconfig line
+/// (written before it is printed).
+pub(crate) fn start(args: &[&str]) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let (child, rx) = spawn_reading_stdout(args, &kubeconfig);
     let running = Running {
         child,
         kubeconfig,
@@ -224,9 +261,10 @@ fn apiserver() -> Running {
     start(&["apiserver", "--listen", "127.0.0.1:0"])
 }
 
-fn up() -> Running {
-    // A pool of its own, so the userspace dataplane binds no address another test uses.
-    start(&[
+/// `kube-lb up` with the userspace dataplane handing out `pool` (each test a pool of its own,
+/// so it binds no address another test uses), plus `extra` arguments.
+fn up_on(pool: &str, extra: &[&str]) -> Running {
+    let mut args = vec![
         "up",
         "--listen",
         "127.0.0.1:0",
@@ -235,59 +273,38 @@ fn up() -> Running {
         "--dataplane",
         "userspace",
         "--local-pool",
-        "127.20.77.1-127.20.77.6",
-    ])
+        pool,
+    ];
+    args.extend_from_slice(extra);
+    start(&args)
+}
+
+fn up() -> Running {
+    up_on("127.20.77.1-127.20.77.6", &[])
 }
 
 #[test]
 fn kubectl_1_20_against_kube_lb_apiserver() {
-    let Some(binary) = require(kubectl_1_20(), "run scripts/setup-tools.sh") else {
-        return;
-    };
-    let running = apiserver();
-    let kubectl = Kubectl {
-        binary: &binary,
-        running: &running,
-    };
-    let version = kubectl.ok(&["version", "--client", "--short"], None);
-    assert!(version.contains("v1.20."), "{version}");
-    cycle(&kubectl);
+    with_kubectl(kubectl_1_20_or_skip(), apiserver, |kubectl| {
+        let version = kubectl.ok(&["version", "--client", "--short"], None);
+        assert!(version.contains("v1.20."), "{version}");
+        cycle(kubectl);
+    });
 }
 
 #[test]
 fn kubectl_1_20_against_kube_lb_up() {
-    let Some(binary) = require(kubectl_1_20(), "run scripts/setup-tools.sh") else {
-        return;
-    };
-    let running = up();
-    cycle(&Kubectl {
-        binary: &binary,
-        running: &running,
-    });
+    with_kubectl(kubectl_1_20_or_skip(), up, cycle);
 }
 
 #[test]
 fn kubectl_1_32_against_kube_lb_apiserver() {
-    let Some(binary) = require(PathBuf::from("/usr/bin/kubectl"), "install kubectl") else {
-        return;
-    };
-    let running = apiserver();
-    cycle(&Kubectl {
-        binary: &binary,
-        running: &running,
-    });
+    with_kubectl(installed_kubectl_or_skip(), apiserver, cycle);
 }
 
 #[test]
 fn kubectl_1_32_against_kube_lb_up() {
-    let Some(binary) = require(PathBuf::from("/usr/bin/kubectl"), "install kubectl") else {
-        return;
-    };
-    let running = up();
-    cycle(&Kubectl {
-        binary: &binary,
-        running: &running,
-    });
+    with_kubectl(installed_kubectl_or_skip(), up, cycle);
 }
 
 /// Seed 002's Service as the seed writes it (`spec.topologyKeys`, the 1.17–1.21 field), loaded
@@ -296,26 +313,14 @@ fn kubectl_1_32_against_kube_lb_up() {
 /// the controller then gives it an address.
 #[test]
 fn seed_002_topology_keys_field_through_apiserver_and_up() {
-    let Some(binary) = require(PathBuf::from("/usr/bin/kubectl"), "install kubectl") else {
+    let Some(binary) = installed_kubectl_or_skip() else {
         return;
     };
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/local/topology.yaml");
     let manifest = manifest.to_str().unwrap();
     let keys = ["kubernetes.io/hostname", "topology.kubernetes.io/zone", "*"];
     let apiserver = start(&["apiserver", "--listen", "127.0.0.1:0", "-f", manifest]);
-    let up = start(&[
-        "up",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-addr",
-        "127.0.0.1:0",
-        "--dataplane",
-        "userspace",
-        "--local-pool",
-        "127.20.78.1-127.20.78.6",
-        "-f",
-        manifest,
-    ]);
+    let up = up_on("127.20.78.1-127.20.78.6", &["-f", manifest]);
     for (command, running) in [("apiserver", &apiserver), ("up", &up)] {
         let kubectl = Kubectl {
             binary: &binary,
@@ -377,53 +382,51 @@ fn seed_002_topology_keys_field_through_apiserver_and_up() {
 /// family, in its `ipFamilies` order; a single-stack one only the primary family's.
 #[test]
 fn dual_stack_services_through_kube_lb_apiserver() {
-    let Some(binary) = require(PathBuf::from("/usr/bin/kubectl"), "install kubectl") else {
-        return;
+    let dual_stack = || {
+        start(&[
+            "apiserver",
+            "--listen",
+            "127.0.0.1:0",
+            "--service-cidr",
+            "10.96.0.0/16",
+            "--secondary-service-cidr",
+            "fd00:10:96::/108",
+        ])
     };
-    let running = start(&[
-        "apiserver",
-        "--listen",
-        "127.0.0.1:0",
-        "--service-cidr",
-        "10.96.0.0/16",
-        "--secondary-service-cidr",
-        "fd00:10:96::/108",
-    ]);
-    let kubectl = Kubectl {
-        binary: &binary,
-        running: &running,
-    };
-    let apply = |name: &str, policy: &str| {
-        kubectl.ok(
-            &["apply", "-f", "-"],
-            Some(
-                &json!({"apiVersion": "v1", "kind": "Service",
-                        "metadata": {"name": name, "namespace": "default"},
-                        "spec": {"ipFamilyPolicy": policy, "ports": [{"port": 80}]}})
-                .to_string(),
-            ),
+    with_kubectl(installed_kubectl_or_skip(), dual_stack, |kubectl| {
+        let apply = |name: &str, policy: &str| {
+            kubectl.ok(
+                &["apply", "-f", "-"],
+                Some(
+                    &json!({"apiVersion": "v1", "kind": "Service",
+                            "metadata": {"name": name, "namespace": "default"},
+                            "spec": {"ipFamilyPolicy": policy, "ports": [{"port": 80}]}})
+                    .to_string(),
+                ),
+            );
+            let service: Value =
+                serde_json::from_str(&kubectl.ok(&["get", "svc", name, "-o", "json"], None))
+                    .unwrap();
+            service
+        };
+        let dual = apply("dual", "PreferDualStack");
+        assert_eq!(
+            dual["spec"]["ipFamilies"],
+            json!(["IPv4", "IPv6"]),
+            "{dual}"
         );
-        let service: Value =
-            serde_json::from_str(&kubectl.ok(&["get", "svc", name, "-o", "json"], None)).unwrap();
-        service
-    };
-    let dual = apply("dual", "PreferDualStack");
-    assert_eq!(
-        dual["spec"]["ipFamilies"],
-        json!(["IPv4", "IPv6"]),
-        "{dual}"
-    );
-    let ips = dual["spec"]["clusterIPs"].as_array().unwrap();
-    assert_eq!(ips.len(), 2, "{dual}");
-    assert!(ips[0].as_str().unwrap().starts_with("10.96."), "{dual}");
-    assert!(
-        ips[1].as_str().unwrap().starts_with("fd00:10:96::"),
-        "{dual}"
-    );
-    let single = apply("single", "SingleStack");
-    assert_eq!(
-        single["spec"]["clusterIPs"].as_array().unwrap().len(),
-        1,
-        "{single}"
-    );
+        let ips = dual["spec"]["clusterIPs"].as_array().unwrap();
+        assert_eq!(ips.len(), 2, "{dual}");
+        assert!(ips[0].as_str().unwrap().starts_with("10.96."), "{dual}");
+        assert!(
+            ips[1].as_str().unwrap().starts_with("fd00:10:96::"),
+            "{dual}"
+        );
+        let single = apply("single", "SingleStack");
+        assert_eq!(
+            single["spec"]["clusterIPs"].as_array().unwrap().len(),
+            1,
+            "{single}"
+        );
+    });
 }

@@ -15,13 +15,14 @@ use kube_lb::controller::{ControllerConfig, LoadBalancerController, conditions, 
 use kube_lb::metrics::Metrics;
 use kube_lb_apiserver::RunningApiServer;
 use kube_lb_provider_core::CallCounter;
-use kube_lb_provider_local::{LocalProvider, Pool};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller_support::{events_of, get_svc, ingress_of, server, svc_lb, test_config};
+use crate::controller_support::{
+    events_of, get_svc, ingress_of, local_provider, server, svc_lb, test_config,
+};
 
 /// Ceiling of the waits of the 500-Service test.
 const LONG: Duration = Duration::from_secs(120);
@@ -59,10 +60,7 @@ fn start(server: &RunningApiServer) -> Controller {
         kube_lb::cli::init_logging(&filter, kube_lb::cli::LogFormat::Text);
     }
     let client = server.client().unwrap();
-    let local = Arc::new(LocalProvider::new(
-        Pool::new(vec!["127.240.0.0/16".parse().unwrap()]).unwrap(),
-        CallCounter::new(),
-    ));
+    let local = Arc::new(local_provider(CallCounter::new()));
     let mut config: ControllerConfig = test_config();
     config.backoff_base = Duration::from_secs(300);
     config.backoff_max = Duration::from_secs(300);

@@ -23,7 +23,7 @@ use kube_lb_apiserver::faults::{FaultAction, FaultRule, Verb};
 use kube_lb_provider_core::{
     CallCounter, CallKind, ChangeAction, FieldChange, LoadBalancerProvider, PlannedChange,
 };
-use kube_lb_provider_local::{LocalProvider, Pool};
+use kube_lb_provider_local::LocalProvider;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -354,19 +354,12 @@ impl Running {
     }
 }
 
-fn local_provider(counter: CallCounter) -> Arc<LocalProvider> {
-    Arc::new(LocalProvider::new(
-        Pool::new(vec!["127.240.0.0/16".parse().unwrap()]).unwrap(),
-        counter,
-    ))
-}
-
 #[tokio::test]
 async fn plan_of_a_port_change_is_a_modify_and_makes_no_mutating_call() {
     let server = server().await;
     let client = server.client().unwrap();
     let counter = CallCounter::new();
-    let provider = local_provider(counter.clone());
+    let provider = Arc::new(local_provider(counter.clone()));
     let running = Running::start(&server, provider.clone());
     svc_lb("default", "web").create(&client).await;
     assert_eq!(wait_address(&client, "default", "web").await, "127.240.0.1");
@@ -470,18 +463,74 @@ async fn orphan(client: &kube::Client, name: &str) {
     .await;
 }
 
+/// Services `web` and `old` given their addresses by a controller that then stops, and `old`
+/// orphaned: the provider holding both addresses, and the addresses of `web` and `old`.
+async fn web_and_an_orphaned_old(
+    server: &kube_lb_apiserver::RunningApiServer,
+    client: &kube::Client,
+) -> (Arc<LocalProvider>, String, String) {
+    let provider = Arc::new(local_provider(CallCounter::new()));
+    let running = Running::start(server, provider.clone());
+    svc_lb("default", "web").create(client).await;
+    svc_lb("default", "old").create(client).await;
+    let web = wait_address(client, "default", "web").await;
+    let old = wait_address(client, "default", "old").await;
+    running.stop().await;
+    orphan(client, "old").await;
+    (provider, web, old)
+}
+
+/// The periodic audit of a leading controller, every 50 ms; `delete` as `--audit-delete`.
+struct PeriodicAuditTask {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    /// Keeps the leadership channel open while the audit runs.
+    _leading: watch::Sender<bool>,
+}
+
+impl PeriodicAuditTask {
+    fn spawn(
+        client: &kube::Client,
+        provider: Arc<LocalProvider>,
+        metrics: Arc<Metrics>,
+        delete: bool,
+    ) -> Self {
+        let shutdown = CancellationToken::new();
+        let (leading_tx, leading) = watch::channel(true);
+        let task = tokio::spawn(kube_lb::audit::run_periodic(
+            client.clone(),
+            provider,
+            test_config(),
+            metrics,
+            kube_lb::audit::PeriodicAudit {
+                interval: Duration::from_millis(50),
+                delete,
+            },
+            leading,
+            shutdown.clone(),
+        ));
+        Self {
+            shutdown,
+            task,
+            _leading: leading_tx,
+        }
+    }
+
+    /// Stops the audit and waits for it.
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(CEILING, self.task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn audit_finds_exactly_the_orphan_and_delete_removes_exactly_it() {
     let server = server().await;
     let client = server.client().unwrap();
-    let provider = local_provider(CallCounter::new());
-    let running = Running::start(&server, provider.clone());
-    svc_lb("default", "web").create(&client).await;
-    svc_lb("default", "old").create(&client).await;
-    let web = wait_address(&client, "default", "web").await;
-    let old = wait_address(&client, "default", "old").await;
-    running.stop().await;
-    orphan(&client, "old").await;
+    let (provider, web, old) = web_and_an_orphaned_old(&server, &client).await;
 
     let config = test_config();
     let audit =
@@ -533,27 +582,10 @@ fn last_success(text: &str) -> Option<String> {
 async fn periodic_audit_exports_the_leak_count_and_keeps_it_when_an_audit_fails() {
     let server = server().await;
     let client = server.client().unwrap();
-    let provider = local_provider(CallCounter::new());
-    let running = Running::start(&server, provider.clone());
-    svc_lb("default", "web").create(&client).await;
-    svc_lb("default", "old").create(&client).await;
-    wait_address(&client, "default", "web").await;
-    wait_address(&client, "default", "old").await;
-    running.stop().await;
-    orphan(&client, "old").await;
+    let (provider, _, _) = web_and_an_orphaned_old(&server, &client).await;
 
     let metrics = Arc::new(Metrics::new());
-    let shutdown = CancellationToken::new();
-    let (_leading, leading) = watch::channel(true);
-    let task = tokio::spawn(kube_lb::audit::run_periodic(
-        client.clone(),
-        provider.clone(),
-        test_config(),
-        metrics.clone(),
-        Duration::from_millis(50),
-        leading,
-        shutdown.clone(),
-    ));
+    let audit = PeriodicAuditTask::spawn(&client, provider.clone(), metrics.clone(), false);
     eventually("one leaked address in the gauge", || async {
         (gauge(&metrics.encode().unwrap(), "Address").as_deref() == Some("1")).then_some(())
     })
@@ -596,8 +628,86 @@ async fn periodic_audit_exports_the_leak_count_and_keeps_it_when_an_audit_fails(
         (gauge(&metrics.encode().unwrap(), "Address").as_deref() == Some("0")).then_some(())
     })
     .await;
-    shutdown.cancel();
-    tokio::time::timeout(CEILING, task).await.unwrap().unwrap();
+    audit.stop().await;
+}
+
+/// `--audit-delete`: the leader removes what two audits in a row found leaked because its
+/// Service is gone, and nothing of a live Service.
+#[tokio::test]
+async fn periodic_audit_with_delete_removes_what_a_gone_service_left_and_keeps_the_rest() {
+    let server = server().await;
+    let client = server.client().unwrap();
+    // As a crash leaves it: the Service is gone and nothing will clean up its address.
+    let (provider, _, _) = web_and_an_orphaned_old(&server, &client).await;
+
+    let metrics = Arc::new(Metrics::new());
+    let audit = PeriodicAuditTask::spawn(&client, provider.clone(), metrics.clone(), true);
+    let owned_services = || async {
+        provider
+            .owned_resources()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.service.name)
+            .collect::<Vec<_>>()
+    };
+    eventually("the orphaned address removed", || async {
+        (owned_services().await == ["web"]).then_some(())
+    })
+    .await;
+    let text = metrics.encode().unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l
+                == "kube_lb_audit_deleted_resources_total{provider=\"local\",kind=\"Address\"} 1"),
+        "{text}"
+    );
+    eventually("the gauge back to 0", || async {
+        (gauge(&metrics.encode().unwrap(), "Address").as_deref() == Some("0")).then_some(())
+    })
+    .await;
+    // The live Service keeps its address through further audits.
+    let stamped = last_success(&metrics.encode().unwrap()).unwrap();
+    eventually("another successful audit", || async {
+        (last_success(&metrics.encode().unwrap()).unwrap() != stamped).then_some(())
+    })
+    .await;
+    assert_eq!(owned_services().await, ["web"]);
+    audit.stop().await;
+}
+
+/// Settings that would silently do nothing or never give up are refused before anything
+/// connects, naming the flag.
+#[test]
+fn controller_refuses_audit_delete_without_audits_and_a_zero_provider_timeout() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["--audit-delete"], "give --audit-interval too"),
+        (
+            &["--audit-delete", "--audit-interval", "0s"],
+            "give --audit-interval too",
+        ),
+        (
+            &["--provider-timeout", "0s"],
+            "invalid --provider-timeout 0s",
+        ),
+    ];
+    for (flags, want) in cases {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kube-lb"))
+            .args(["controller", "--cloud", "local"])
+            .args(flags)
+            .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+            .env_remove("KUBE_LB_AUDIT_INTERVAL")
+            .env_remove("KUBE_LB_AUDIT_DELETE")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{flags:?}: {stderr}");
+        assert!(stderr.contains(want), "{flags:?}: {stderr}");
+        assert!(
+            !stderr.contains("nonexistent"),
+            "refused before connecting: {stderr}"
+        );
+    }
 }
 
 #[tokio::test]

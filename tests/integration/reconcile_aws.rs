@@ -7,27 +7,14 @@
 
 use std::path::Path;
 
+use crate::cloud_fixtures::{WEB_SERVICE_YAML, aws_node_docs, elb_security_groups, moto};
 use assert_cmd::Command;
-use kube_lb_mock_aws::MotoServer;
 use serde_json::Value;
 
+/// Writes the cluster (one Node per moto instance, Service `default/web`) to `dir`.
 fn manifests(dir: &Path, instances: &[String]) -> String {
-    let mut docs = Vec::new();
-    for (index, instance) in instances.iter().enumerate() {
-        docs.push(format!(
-            "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{index}}}\n\
-             spec: {{providerID: 'aws:///us-east-1a/{instance}'}}\n\
-             status:\n  conditions: [{{type: Ready, status: 'True'}}]\n  \
-             addresses: [{{type: InternalIP, address: 10.0.1.{}}}]\n",
-            10 + index
-        ));
-    }
-    docs.push(
-        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n\
-         spec:\n  type: LoadBalancer\n  selector: {app: web}\n  \
-         ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]\n"
-            .to_string(),
-    );
+    let mut docs = aws_node_docs(instances);
+    docs.push(WEB_SERVICE_YAML.to_string());
     // Classic ELB only: moto names NLBs like Classic ELBs (`<name>-1.<region>.elb.amazonaws.com`),
     // so on the second run the upstream-compatible type-change check (hostname shape) would
     // reject an NLB Service. The NLB paths are covered in providers/aws/tests/nlb.rs.
@@ -78,9 +65,7 @@ fn hostnames(output: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reconcile_cloud_aws_against_moto() {
-    let moto = MotoServer::start()
-        .await
-        .unwrap_or_else(|e| panic!("AWS tests need moto's server: {e}"));
+    let moto = moto().await;
     let network = moto.cluster_network("demo", 2).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = manifests(dir.path(), &network.instances);
@@ -121,18 +106,9 @@ async fn reconcile_cloud_aws_against_moto() {
         .await
         .unwrap();
     assert_eq!(code, 0, "{deleted}");
-    let clbs = moto
-        .ec2(
-            "DescribeSecurityGroups",
-            &[
-                ("Filter.1.Name", "group-name"),
-                ("Filter.1.Value.1", "k8s-elb-*"),
-            ],
-        )
-        .await
-        .unwrap();
+    let groups = elb_security_groups(&moto).await;
     assert!(
-        !clbs.contains("<groupId>"),
-        "the CLB security group is deleted: {clbs}"
+        groups.is_empty(),
+        "the CLB security group is deleted: {groups:?}"
     );
 }

@@ -248,7 +248,9 @@ mod aws {
     use super::*;
     use kube_lb_mock_aws::{MotoServer, xml_values};
 
-    use crate::cloud_fixtures::{WEB_SERVICE_YAML, aws_env, aws_node_docs, moto};
+    use crate::cloud_fixtures::{
+        WEB_SERVICE_YAML, aws_env, aws_node_docs, elb_security_groups, moto,
+    };
 
     fn env(moto: &MotoServer) -> Vec<(String, String)> {
         aws_env(&moto.endpoint())
@@ -316,18 +318,8 @@ mod aws {
         let deleted = reconcile(env(&moto), delete).await;
         assert_eq!(deleted.code, 0, "{deleted:?}");
         assert_eq!(load_balancers(&moto).await, Vec::<String>::new());
-        let groups = moto
-            .ec2(
-                "DescribeSecurityGroups",
-                &[
-                    ("Filter.1.Name", "group-name"),
-                    ("Filter.1.Value.1", "k8s-elb-*"),
-                ],
-            )
-            .await
-            .unwrap();
         assert_eq!(
-            xml_values(&groups, "groupId"),
+            elb_security_groups(&moto).await,
             Vec::<String>::new(),
             "the CLB security group is left behind"
         );

@@ -15,7 +15,7 @@ use controller_support::*;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube_lb::controller::conditions::CONDITION_TYPE;
 use kube_lb_apiserver::faults::{FaultAction, FaultRule, Verb};
 use serde_json::json;
@@ -48,18 +48,9 @@ async fn wait_reason(client: &kube::Client, ns: &str, name: &str, reason: &str) 
     .await
 }
 
-async fn patch(client: &kube::Client, name: &str, body: serde_json::Value) {
-    Api::<Service>::namespaced(client.clone(), "default")
-        .patch(name, &PatchParams::default(), &Patch::Merge(body))
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn condition_is_ready_then_names_the_bad_annotation_then_goes_with_the_type() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     svc_lb("default", "web")
         .annotate(FOREIGN, "nlb")
         .create(&client)
@@ -89,8 +80,9 @@ async fn condition_is_ready_then_names_the_bad_annotation_then_goes_with_the_typ
     );
 
     // An annotation kube-lb cannot realise: False, naming the annotation; the address stays.
-    patch(
+    merge_patch_svc(
         &client,
+        "default",
         "web",
         json!({"metadata": {"annotations": {TOPOLOGY: "*,kubernetes.io/hostname"}}}),
     )
@@ -115,8 +107,9 @@ async fn condition_is_ready_then_names_the_bad_annotation_then_goes_with_the_typ
     assert!(warnings[0].contains(TOPOLOGY), "{warnings:?}");
 
     // Fixed: ready again.
-    patch(
+    merge_patch_svc(
         &client,
+        "default",
         "web",
         json!({"metadata": {"annotations": {TOPOLOGY: null}}}),
     )
@@ -124,17 +117,7 @@ async fn condition_is_ready_then_names_the_bad_annotation_then_goes_with_the_typ
     wait_reason(&client, "default", "web", "Provisioned").await;
 
     // Not a load balancer any more: the condition goes, with the address and the finalizer.
-    patch(
-        &client,
-        "web",
-        json!({"spec": {
-            "type": "ClusterIP",
-            "externalTrafficPolicy": null,
-            "allocateLoadBalancerNodePorts": null,
-            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
-        }}),
-    )
-    .await;
+    merge_patch_svc(&client, "default", "web", retype_to_cluster_ip()).await;
     let svc = eventually("condition, address and finalizer gone", || async {
         let svc = get_svc(&client, "default", "web").await?;
         (condition(&svc).is_none() && ingress_of(&svc).is_empty() && svc.finalizers().is_empty())
@@ -148,9 +131,7 @@ async fn condition_is_ready_then_names_the_bad_annotation_then_goes_with_the_typ
 /// A Service of another `loadBalancerClass` never gets the condition.
 #[tokio::test]
 async fn other_classes_get_no_condition() {
-    let server = server().await;
-    let client = server.client().unwrap();
-    let running = start_controller(&server, test_config(), true);
+    let (_server, client, running) = server_and_controller().await;
     svc_lb("default", "theirs")
         .class("example.com/other")
         .create(&client)
@@ -460,10 +441,7 @@ async fn a_failing_delete_shows_deleting_and_keeps_the_finalizer() {
     let server = server().await;
     let client = server.client().unwrap();
     let provider = std::sync::Arc::new(FailingDeletes {
-        inner: kube_lb_provider_local::LocalProvider::new(
-            kube_lb_provider_local::Pool::new(vec!["127.240.0.0/16".parse().unwrap()]).unwrap(),
-            kube_lb_provider_core::CallCounter::new(),
-        ),
+        inner: local_provider(kube_lb_provider_core::CallCounter::new()),
         failures_left: std::sync::atomic::AtomicU32::new(0),
         deletes: std::sync::atomic::AtomicU32::new(0),
     });

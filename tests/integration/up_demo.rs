@@ -4,11 +4,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::kubectl_legacy::spawn_reading_stdout;
 
 const CEILING: Duration = Duration::from_secs(30);
 
@@ -27,28 +28,10 @@ fn get(addr: &str) -> Option<String> {
 fn demo_serves_traffic_round_robin_and_stops_on_sigint() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-        .args([
-            "--log",
-            "warn",
-            "up",
-            "--demo",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .arg("--kubeconfig-out")
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let (mut child, rx) = spawn_reading_stdout(
+        &["up", "--demo", "--metrics-addr", "127.0.0.1:0"],
+        &kubeconfig,
+    );
 
     // Wait for the printed curl hint of demo/echo, keeping what was printed before it.
     let deadline = Instant::now() + CEILING;

@@ -11,11 +11,20 @@ use kube_lb_mock_baidu::{ACCESS_KEY_ID, MockBaidu, SECRET_ACCESS_KEY, SUBNET_ID,
 use kube_lb_provider_core::naming::load_balancer_name;
 use serde_json::{Value, json};
 
-use super::{ChaosCloud, Dialect, FaultProxy, Inventory};
+use super::{
+    ChaosCloud, Dialect, FaultProxy, Inventory, TagFields, ready_node, write_cloud_config,
+};
 
 /// The marks kube-lb writes: the Service UID in a BLB's description, and on an EIP's tags.
 const UID_MARK: &str = "kube-lb:";
 const UID_TAG: &str = "kube-lb/service-uid";
+
+/// How the EIP API spells an EIP's tags.
+const EIP_TAGS: TagFields = TagFields {
+    list: "tags",
+    key: "tagKey",
+    value: "tagValue",
+};
 
 /// Baidu: the signing BLB + EIP mock; nodes are two BCC instances.
 pub struct Baidu {
@@ -43,15 +52,6 @@ fn uid_of_desc(desc: &str) -> Option<&str> {
         .find_map(|word| word.strip_prefix(UID_MARK))
 }
 
-/// The value of tag `key` of an EIP as the mock lists it.
-fn tag<'a>(eip: &'a Value, key: &str) -> Option<&'a str> {
-    eip["tags"]
-        .as_array()?
-        .iter()
-        .find(|t| t["tagKey"] == key)
-        .and_then(|t| t["tagValue"].as_str())
-}
-
 #[async_trait]
 impl ChaosCloud for Baidu {
     fn name(&self) -> &'static str {
@@ -77,10 +77,8 @@ impl ChaosCloud for Baidu {
             "Endpoint": endpoint,
             "EIPEndpoint": endpoint,
         });
-        let path = dir.join("baidu-cloud-config.json");
-        std::fs::write(&path, config.to_string()).unwrap();
         (
-            vec!["--cloud-config".into(), path.display().to_string()],
+            write_cloud_config(dir, "baidu-cloud-config.json", &config.to_string()),
             Vec::new(),
         )
     }
@@ -92,16 +90,12 @@ impl ChaosCloud for Baidu {
     fn nodes(&self) -> Vec<Value> {
         (1..=2)
             .map(|i| {
-                json!({
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": format!("node-{i}"), "labels": {"kubernetes.io/hostname": format!("node-{i}")}},
-                    "spec": {"providerID": format!("cce://i-node{i:04}")},
-                    "status": {
-                        "addresses": [{"type": "InternalIP", "address": format!("192.168.0.{}", 100 + i)}],
-                        "conditions": [{"type": "Ready", "status": "True"}]
-                    }
-                })
+                ready_node(
+                    &format!("node-{i}"),
+                    &format!("192.168.0.{}", 100 + i),
+                    Some(&format!("cce://i-node{i:04}")),
+                    None,
+                )
             })
             .collect()
     }
@@ -143,8 +137,9 @@ impl ChaosCloud for Baidu {
         }
         // Every EIP of the account is one kube-lb made (the test seeds none).
         for eip in self.mock.eips() {
-            let owner =
-                tag(&eip, UID_TAG).map_or_else(|| "untagged".to_string(), load_balancer_name);
+            let owner = EIP_TAGS
+                .value_of(&eip, UID_TAG)
+                .map_or_else(|| "untagged".to_string(), load_balancer_name);
             inventory.others.push(format!(
                 "eip/{owner}/{}",
                 eip["eip"].as_str().unwrap_or_default()

@@ -5,9 +5,11 @@
 use std::path::Path;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{ChaosCloud, Dialect, FaultProxy, Inventory};
+#[cfg(any(feature = "gcp", feature = "azure"))]
+use super::cloud_config_args;
+use super::{ChaosCloud, Dialect, FaultProxy, Inventory, ready_node};
 
 /// The embedded default: nothing in a cloud, addresses from the pool.
 pub struct Local;
@@ -39,26 +41,6 @@ impl ChaosCloud for Local {
     fn tweak(&self) -> Option<(&'static str, &'static [&'static str])> {
         None
     }
-}
-
-fn ready_node(name: &str, ip: &str, provider_id: Option<&str>, zone: Option<&str>) -> Value {
-    let mut labels = json!({"kubernetes.io/hostname": name});
-    if let Some(zone) = zone {
-        labels["topology.kubernetes.io/zone"] = json!(zone);
-    }
-    let mut node = json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": ip}],
-            "conditions": [{"type": "Ready", "status": "True"}]
-        }
-    });
-    if let Some(id) = provider_id {
-        node["spec"] = json!({"providerID": id});
-    }
-    node
 }
 
 #[cfg(any(feature = "gcp", feature = "azure"))]
@@ -281,10 +263,7 @@ mod gcp {
                 .map(FaultProxy::url)
                 .unwrap_or_else(|| self.mock.url().to_string());
             let path = crate::cloud_fixtures::write_gce_conf(dir, self.mock.project(), &endpoint);
-            (
-                vec!["--cloud-config".into(), path.display().to_string()],
-                Vec::new(),
-            )
+            (cloud_config_args(&path), Vec::new())
         }
         fn upstream(&self) -> Option<(String, Dialect)> {
             Some((self.mock.url().to_string(), Dialect::Gcp))
@@ -362,10 +341,7 @@ mod azure {
         ) -> (Vec<String>, Vec<(String, String)>) {
             let endpoint = proxy.map(FaultProxy::url).unwrap_or_else(|| self.arm.url());
             let path = crate::cloud_fixtures::write_azure_json(dir, &endpoint, &self.arm.url());
-            (
-                vec!["--cloud-config".into(), path.display().to_string()],
-                Vec::new(),
-            )
+            (cloud_config_args(&path), Vec::new())
         }
         fn upstream(&self) -> Option<(String, Dialect)> {
             Some((self.arm.url(), Dialect::Azure))

@@ -93,6 +93,63 @@ pub trait ChaosCloud: Send + Sync {
     fn tweak(&self) -> Option<(&'static str, &'static [&'static str])>;
 }
 
+/// A Ready Node object named `name` with InternalIP `ip`, its hostname label, and where given
+/// the cloud's provider ID and a zone label: the form every cloud's `nodes` answers in.
+pub fn ready_node(name: &str, ip: &str, provider_id: Option<&str>, zone: Option<&str>) -> Value {
+    let mut labels = json!({"kubernetes.io/hostname": name});
+    if let Some(zone) = zone {
+        labels["topology.kubernetes.io/zone"] = json!(zone);
+    }
+    let mut node = json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": ip}],
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    });
+    if let Some(id) = provider_id {
+        node["spec"] = json!({"providerID": id});
+    }
+    node
+}
+
+/// The `--cloud-config <path>` arguments that point the controller at a config file.
+pub fn cloud_config_args(path: &Path) -> Vec<String> {
+    vec!["--cloud-config".into(), path.display().to_string()]
+}
+
+/// Writes `contents` to `file_name` in the run's directory `dir` and returns the arguments
+/// that point the controller at it.
+pub fn write_cloud_config(dir: &Path, file_name: &str, contents: &str) -> Vec<String> {
+    let path = dir.join(file_name);
+    std::fs::write(&path, contents).unwrap();
+    cloud_config_args(&path)
+}
+
+/// How a cloud's API spells the tags of a resource: the list's field and each entry's key and
+/// value fields (`tags`/`tagKey`/`tagValue` on Baidu, `Tags`/`TagKey`/`TagValue` on Tencent).
+pub struct TagFields {
+    /// The field holding the list of tags.
+    pub list: &'static str,
+    /// The field of an entry naming the tag.
+    pub key: &'static str,
+    /// The field of an entry holding its value.
+    pub value: &'static str,
+}
+
+impl TagFields {
+    /// The value of tag `key` on `resource`, as the mock lists it.
+    pub fn value_of<'a>(&self, resource: &'a Value, key: &str) -> Option<&'a str> {
+        resource[self.list]
+            .as_array()?
+            .iter()
+            .find(|tag| tag[self.key] == key)
+            .and_then(|tag| tag[self.value].as_str())
+    }
+}
+
 /// Length, rates and bounds of one run.
 #[derive(Debug, Clone)]
 pub struct ChaosConfig {
@@ -504,11 +561,7 @@ pub async fn run(cloud: &dyn ChaosCloud, config: ChaosConfig) -> Report {
     let mut next_kill = started + uniform(&mut rng, config.kill_every);
     while started.elapsed() < config.chaos {
         let before = observe(&client).await;
-        let gone: BTreeSet<String> = known_uids
-            .iter()
-            .filter(|uid| !before.values().any(|o| &o.uid == *uid))
-            .cloned()
-            .collect();
+        let gone = gone_uids(&known_uids, &before);
         known_uids.extend(before.values().map(|o| o.uid.clone()));
         if cloud.upstream().is_some() {
             match cloud.inventory().await {
@@ -572,11 +625,7 @@ pub async fn run(cloud: &dyn ChaosCloud, config: ChaosConfig) -> Report {
         } else {
             Inventory::default()
         };
-        let gone: BTreeSet<String> = known_uids
-            .iter()
-            .filter(|uid| !observed.values().any(|o| &o.uid == *uid))
-            .cloned()
-            .collect();
+        let gone = gone_uids(&known_uids, &observed);
         check_invariants(&inventory, &known_uids, &gone, &mut report);
         let mut problems = Vec::new();
         for (name, o) in &observed {
@@ -622,11 +671,7 @@ pub async fn run(cloud: &dyn ChaosCloud, config: ChaosConfig) -> Report {
         } else {
             Inventory::default()
         };
-        let gone: BTreeSet<String> = known_uids
-            .iter()
-            .filter(|uid| !left.values().any(|o| &o.uid == *uid))
-            .cloned()
-            .collect();
+        let gone = gone_uids(&known_uids, &left);
         check_invariants(&inventory, &known_uids, &gone, &mut report);
         if left.is_empty() && inventory.all().is_empty() {
             break;
@@ -651,6 +696,18 @@ pub async fn run(cloud: &dyn ChaosCloud, config: ChaosConfig) -> Report {
         logs.display()
     );
     report
+}
+
+/// The UIDs seen earlier in the run whose Service is missing from `observed`: deleted since.
+fn gone_uids(
+    known_uids: &BTreeSet<String>,
+    observed: &BTreeMap<String, Observed>,
+) -> BTreeSet<String> {
+    known_uids
+        .iter()
+        .filter(|uid| !observed.values().any(|o| &o.uid == *uid))
+        .cloned()
+        .collect()
 }
 
 fn uniform(rng: &mut StdRng, (low, high): (Duration, Duration)) -> Duration {

@@ -14,9 +14,9 @@ use kube_lb_mock_openstack::{
     USERNAME,
 };
 use kube_lb_provider_core::naming::load_balancer_name;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::{ChaosCloud, Dialect, FaultProxy, Inventory};
+use super::{ChaosCloud, Dialect, FaultProxy, Inventory, ready_node, write_cloud_config};
 
 /// How long each change keeps a load balancer `PENDING_*`: long enough that the controller
 /// meets Octavia's 409 "immutable" and is killed mid-wait, short enough for the bounds the
@@ -112,12 +112,7 @@ impl ChaosCloud for OpenStack {
              [LoadBalancer]\nfloating-network-id = {PUBLIC_NETWORK_ID}\n\
              subnet-id = {PRIVATE_SUBNET_ID}\ncreate-monitor = true\n"
         );
-        let path = dir.join("cloud.conf");
-        std::fs::write(&path, conf).unwrap();
-        (
-            vec!["--cloud-config".into(), path.display().to_string()],
-            Vec::new(),
-        )
+        (write_cloud_config(dir, "cloud.conf", &conf), Vec::new())
     }
 
     fn upstream(&self) -> Option<(String, Dialect)> {
@@ -128,16 +123,7 @@ impl ChaosCloud for OpenStack {
         NODES
             .iter()
             .map(|(name, ip, server)| {
-                json!({
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                    "spec": {"providerID": format!("openstack:///{server}")},
-                    "status": {
-                        "addresses": [{"type": "InternalIP", "address": ip}],
-                        "conditions": [{"type": "Ready", "status": "True"}]
-                    }
-                })
+                ready_node(name, ip, Some(&format!("openstack:///{server}")), None)
             })
             .collect()
     }

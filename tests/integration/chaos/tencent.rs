@@ -10,7 +10,9 @@ use kube_lb_mock_tencent::{MockTencent, REGION, SECRET_ID, SECRET_KEY, SUBNET_ID
 use kube_lb_provider_core::naming::load_balancer_name;
 use serde_json::{Value, json};
 
-use super::{ChaosCloud, Dialect, FaultProxy, Inventory};
+use super::{
+    ChaosCloud, Dialect, FaultProxy, Inventory, TagFields, ready_node, write_cloud_config,
+};
 
 /// The cluster name the suite passes (`--cluster-name chaos`): the `tke-clusterId` tag.
 const CLUSTER: &str = "chaos";
@@ -44,13 +46,12 @@ impl Tencent {
     }
 }
 
-fn tag<'a>(lb: &'a Value, key: &str) -> Option<&'a str> {
-    lb["Tags"]
-        .as_array()?
-        .iter()
-        .find(|t| t["TagKey"] == key)
-        .and_then(|t| t["TagValue"].as_str())
-}
+/// How the CLB API spells a load balancer's tags.
+const CLB_TAGS: TagFields = TagFields {
+    list: "Tags",
+    key: "TagKey",
+    value: "TagValue",
+};
 
 #[async_trait]
 impl ChaosCloud for Tencent {
@@ -70,8 +71,7 @@ impl ChaosCloud for Tencent {
             "secretId": SECRET_ID, "secretKey": SECRET_KEY, "region": REGION,
             "vpcId": VPC_ID, "endpoint": endpoint,
         });
-        let path = dir.join("tencent.json");
-        std::fs::write(&path, config.to_string()).unwrap();
+        let args = write_cloud_config(dir, "tencent.json", &config.to_string());
         // Credentials in the environment win over the file: name the mock's, so a developer's
         // own TENCENTCLOUD_* variables never reach it.
         let env = [
@@ -82,10 +82,7 @@ impl ChaosCloud for Tencent {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        (
-            vec!["--cloud-config".into(), path.display().to_string()],
-            env,
-        )
+        (args, env)
     }
 
     fn upstream(&self) -> Option<(String, Dialect)> {
@@ -96,16 +93,12 @@ impl ChaosCloud for Tencent {
         NODES
             .iter()
             .map(|(name, ip, instance)| {
-                json!({
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                    "spec": {"providerID": format!("qcloud:///800002/{instance}")},
-                    "status": {
-                        "addresses": [{"type": "InternalIP", "address": ip}],
-                        "conditions": [{"type": "Ready", "status": "True"}]
-                    }
-                })
+                ready_node(
+                    name,
+                    ip,
+                    Some(&format!("qcloud:///800002/{instance}")),
+                    None,
+                )
             })
             .collect()
     }
@@ -120,9 +113,10 @@ impl ChaosCloud for Tencent {
             let kind = lb["LoadBalancerType"].as_str().unwrap_or_default();
             // Every CLB in this mock is one kube-lb made; one without the ownership tags of a
             // Service is reported as a leak of its own.
-            let uid = (tag(&lb, "tke-createdBy-flag") == Some("yes")
-                && tag(&lb, "tke-clusterId") == Some(CLUSTER))
-            .then(|| tag(&lb, "tke-lb-serviceuuid"))
+            let tag = |key| CLB_TAGS.value_of(&lb, key);
+            let uid = (tag("tke-createdBy-flag") == Some("yes")
+                && tag("tke-clusterId") == Some(CLUSTER))
+            .then(|| tag("tke-lb-serviceuuid"))
             .flatten();
             let Some(uid) = uid else {
                 inventory.others.push(format!("clb/{id}"));

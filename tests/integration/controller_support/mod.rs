@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kube_lb::controller::{ControllerConfig, FINALIZER, LoadBalancerController, Outcomes};
 use kube_lb::metrics::Metrics;
@@ -66,10 +66,23 @@ impl std::fmt::Debug for RecordingProvider {
     }
 }
 
+/// The addresses the tests' local providers hand out.
+pub const TEST_POOL: &str = "127.240.0.0/16";
+
+/// The local provider handing out [`TEST_POOL`], recording its calls on `counter`.
+pub fn local_provider(counter: CallCounter) -> LocalProvider {
+    LocalProvider::new(
+        Pool::new(vec![TEST_POOL.parse().unwrap()]).unwrap(),
+        counter,
+    )
+}
+
 impl RecordingProvider {
-    pub fn new(client: Client, pool: &str, counter: CallCounter) -> Self {
+    /// The local provider on [`TEST_POOL`], recording every call (and what `client` shows of
+    /// the Service's finalizer at that moment).
+    pub fn new(client: Client, counter: CallCounter) -> Self {
         Self {
-            inner: LocalProvider::new(Pool::new(vec![pool.parse().unwrap()]).unwrap(), counter),
+            inner: local_provider(counter),
             client,
             calls: Mutex::new(Vec::new()),
             failures_left: AtomicU32::new(0),
@@ -222,14 +235,12 @@ pub fn start_controller(
 ) -> Running {
     let client = server.client().unwrap();
     let counter = CallCounter::new();
-    let provider = Arc::new(RecordingProvider::new(
-        client.clone(),
-        "127.240.0.0/16",
-        counter.clone(),
-    ));
+    let provider = Arc::new(RecordingProvider::new(client.clone(), counter.clone()));
     start_with_provider(server, config, leading, provider, counter)
 }
 
+/// Starts a controller against `server` acting through `provider` (whose calls `counter`
+/// records).
 pub fn start_with_provider(
     server: &RunningApiServer,
     config: ControllerConfig,
@@ -237,6 +248,19 @@ pub fn start_with_provider(
     provider: Arc<RecordingProvider>,
     counter: CallCounter,
 ) -> Running {
+    start_inspecting(server, config, leading, provider, counter, |_| ()).0
+}
+
+/// [`start_with_provider`], also handing out what `inspect` takes from the controller before
+/// it runs (e.g. its Node trigger's watch).
+pub fn start_inspecting<T>(
+    server: &RunningApiServer,
+    config: ControllerConfig,
+    leading: bool,
+    provider: Arc<RecordingProvider>,
+    counter: CallCounter,
+    inspect: impl FnOnce(&LoadBalancerController) -> T,
+) -> (Running, T) {
     if let Ok(filter) = std::env::var("TEST_LOG") {
         kube_lb::cli::init_logging(&filter, kube_lb::cli::LogFormat::Text);
     }
@@ -244,11 +268,12 @@ pub fn start_with_provider(
     let metrics = Arc::new(Metrics::new());
     metrics.observe_calls(&counter);
     let controller = LoadBalancerController::new(client, provider.clone(), config, metrics.clone());
+    let inspected = inspect(&controller);
     let outcomes = controller.outcomes();
     let (leading_tx, leading_rx) = watch::channel(leading);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(controller.run(leading_rx, shutdown.clone()));
-    Running {
+    let running = Running {
         provider,
         metrics,
         counter,
@@ -256,7 +281,18 @@ pub fn start_with_provider(
         leading: leading_tx,
         shutdown,
         task,
-    }
+    };
+    (running, inspected)
+}
+
+/// A fresh [`server`], a client of it, and a leading controller with [`test_config`] against
+/// it: the start of most controller tests. Keep the server bound (`_server` where unused): it
+/// stops when dropped.
+pub async fn server_and_controller() -> (RunningApiServer, Client, Running) {
+    let server = server().await;
+    let client = server.client().unwrap();
+    let running = start_controller(&server, test_config(), true);
+    (server, client, running)
 }
 
 /// A server with one ready node `n1`.
@@ -373,6 +409,36 @@ where
     }
 }
 
+/// Merge-patches Service `ns/name` with `body`, as `kubectl patch --type merge` would.
+pub async fn merge_patch_svc(client: &Client, ns: &str, name: &str, body: Value) {
+    Api::<Service>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .unwrap();
+}
+
+/// Waits until the last ensure of `service` had exactly `want` as backends.
+pub async fn wait_backends(provider: &RecordingProvider, service: &str, want: &[&str]) {
+    eventually(&format!("{service} backends {want:?}"), || async {
+        match provider.ensures_of(service).last() {
+            Some(Call::Ensure { backends, .. }) if backends == want => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+}
+
+/// The merge patch that makes an [`svc_lb`] Service a ClusterIP one, dropping the fields
+/// only a LoadBalancer may carry (the API server refuses them otherwise) and the node port.
+pub fn retype_to_cluster_ip() -> Value {
+    json!({"spec": {
+        "type": "ClusterIP",
+        "externalTrafficPolicy": null,
+        "allocateLoadBalancerNodePorts": null,
+        "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    }})
+}
+
 /// Reads a Service.
 pub async fn get_svc(client: &Client, ns: &str, name: &str) -> Option<Service> {
     Api::<Service>::namespaced(client.clone(), ns)
@@ -477,11 +543,7 @@ pub fn spawn_elected(
 pub fn start_elected(server: &RunningApiServer, identity: &str) -> (Running, JoinHandle<()>) {
     let client = server.client().unwrap();
     let counter = CallCounter::new();
-    let provider = Arc::new(RecordingProvider::new(
-        client.clone(),
-        "127.240.0.0/16",
-        counter.clone(),
-    ));
+    let provider = Arc::new(RecordingProvider::new(client.clone(), counter.clone()));
     let timings = LeaseTimings {
         lease: Duration::from_secs(2),
         renew: Duration::from_millis(1500),

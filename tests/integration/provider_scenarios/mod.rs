@@ -311,6 +311,18 @@ async fn fails_in_time<H: Harness, T: std::fmt::Debug>(
     error
 }
 
+/// [`fails_in_time`] for `call` made while the cloud has stopped answering: the cloud stalls
+/// first (the call's future sends nothing before it is polled) and answers again after.
+async fn fails_in_time_while_silent<H: Harness, T: std::fmt::Debug>(
+    h: &H,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, ProviderError>>,
+) {
+    h.stall(true);
+    fails_in_time(h, what, call).await;
+    h.stall(false);
+}
+
 async fn a_cloud_that_stops_answering_fails_in_time_then_converges<H: Harness>() {
     let h = H::start_with_request_timeout(STALL_TIMEOUT).await;
     let name = h.provider().name();
@@ -319,15 +331,13 @@ async fn a_cloud_that_stops_answering_fails_in_time_then_converges<H: Harness>()
 
     // A create into a cloud that has stopped answering: set-up is done, so the provider's
     // first request of the ensure is the first one held.
-    h.stall(true);
     let spec = svc.spec(H::CLOUD);
-    fails_in_time(
+    fails_in_time_while_silent(
         &h,
         "the ensure of a new Service",
         provider.ensure(&spec, &h.nodes()),
     )
     .await;
-    h.stall(false);
     let (first, _) = ensure(&h, &svc, &h.nodes()).await;
     assert_has_address(&first, name);
     assert_eq!(
@@ -340,15 +350,13 @@ async fn a_cloud_that_stops_answering_fails_in_time_then_converges<H: Harness>()
     // An update of the existing load balancer, same again: it fails in time and converges on
     // the same load balancer, at the same address.
     let changed = svc.clone().ports(&[(80, 30080), (8443, 30443)]);
-    h.stall(true);
     let spec = changed.spec(H::CLOUD);
-    fails_in_time(
+    fails_in_time_while_silent(
         &h,
         "the ensure of a port change",
         provider.ensure(&spec, &h.nodes()),
     )
     .await;
-    h.stall(false);
     let (status, _) = ensure(&h, &changed, &h.nodes()).await;
     assert_eq!(status, first, "{name}: the address moved");
     assert_eq!(
@@ -360,9 +368,7 @@ async fn a_cloud_that_stops_answering_fails_in_time_then_converges<H: Harness>()
 
     // A delete, same again: once the cloud answers, the next delete removes everything.
     let key = changed.key(H::CLOUD);
-    h.stall(true);
-    fails_in_time(&h, "the delete", provider.delete(&key)).await;
-    h.stall(false);
+    fails_in_time_while_silent(&h, "the delete", provider.delete(&key)).await;
     provider
         .delete(&key)
         .await

@@ -9,7 +9,7 @@ use kube_lb_mock_aws::{ClusterNetwork, FaultPlan, FaultProxy, MotoServer, xml_va
 use kube_lb_provider_aws::{AwsProvider, CloudConfig};
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 
-use super::{Harness, NEVER, UID, eventually};
+use super::{Harness, UID, eventually, stall_latency};
 
 const CLUSTER: &str = "scenario";
 
@@ -33,15 +33,6 @@ fn node(instance: &str) -> BackendNode {
 }
 
 impl Aws {
-    async fn moto() -> MotoServer {
-        MotoServer::start().await.unwrap_or_else(|e| {
-            panic!(
-                "the AWS scenarios need moto's server (pip install 'moto[server]' into .venv, \
-                 or point KUBE_LB_MOTO_SERVER at moto_server): {e}"
-            )
-        })
-    }
-
     /// The SDK configuration for moto (or a proxy in front of it) at `endpoint`.
     async fn sdk(endpoint: &str) -> aws_config::SdkConfig {
         aws_config::defaults(BehaviorVersion::latest())
@@ -79,7 +70,7 @@ impl Harness for Aws {
     const CLOUD: Cloud = Cloud::Aws;
 
     async fn start() -> Aws {
-        let moto = Aws::moto().await;
+        let moto = crate::cloud_fixtures::moto().await;
         let network = moto.cluster_network(CLUSTER, 2).await.unwrap();
         let provider = AwsProvider::new(
             &Aws::sdk(&moto.endpoint()).await,
@@ -197,7 +188,7 @@ impl Harness for Aws {
     }
 
     async fn start_with_request_timeout(timeout: Duration) -> Aws {
-        let moto = Aws::moto().await;
+        let moto = crate::cloud_fixtures::moto().await;
         let network = moto.cluster_network(CLUSTER, 2).await.unwrap();
         // moto cannot be told to stop answering; the proxy (no faults of its own) can, through
         // its latency knob.
@@ -230,7 +221,7 @@ impl Harness for Aws {
             .proxy
             .as_ref()
             .unwrap_or_else(|| panic!("stall needs start_with_request_timeout"));
-        proxy.set_latency(if stalled { NEVER } else { Duration::ZERO });
+        proxy.set_latency(stall_latency(stalled));
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

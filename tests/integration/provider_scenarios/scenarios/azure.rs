@@ -10,7 +10,7 @@ use kube_lb_provider_azure::AzureProvider;
 use kube_lb_provider_azure::ProviderOptions;
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 
-use super::{Harness, NEVER, UID, eventually};
+use super::{Harness, UID, eventually, stall_latency};
 
 /// `providers/azure/tests/support`: the mock with the cluster's network, its `azure.json`, the
 /// provider pointed at it, node and Service builders.
@@ -193,8 +193,7 @@ impl Harness for Azure {
     }
 
     fn stall(&self, stalled: bool) {
-        self.arm
-            .set_latency(if stalled { NEVER } else { Duration::ZERO });
+        self.arm.set_latency(stall_latency(stalled));
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

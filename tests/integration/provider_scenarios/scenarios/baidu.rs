@@ -12,7 +12,7 @@ use kube_lb_provider_core::{
     BackendNode, CallCounter, LoadBalancerProvider, RateLimits, RetryPolicy,
 };
 
-use super::{Harness, NEVER};
+use super::Harness;
 
 /// `providers/baidu/tests/support`: the mock, the provider pointed at it, node and Service
 /// builders, and the hand-built state of cloud-provider-baiducloud.
@@ -39,20 +39,7 @@ pub struct Baidu {
 impl Harness for Baidu {
     const CLOUD: Cloud = Cloud::Baidu;
 
-    async fn start() -> Baidu {
-        Baidu {
-            h: support::harness().await,
-            node_count: 2,
-        }
-    }
-
-    fn provider(&self) -> &dyn LoadBalancerProvider {
-        &self.h.provider
-    }
-
-    fn counter(&self) -> CallCounter {
-        self.h.counter.clone()
-    }
+    harness_through_provider_support!();
 
     fn nodes(&self) -> Vec<BackendNode> {
         support::nodes(2)
@@ -116,10 +103,6 @@ impl Harness for Baidu {
             .collect()
     }
 
-    fn mark(&self) -> usize {
-        self.h.cloud.journal().len()
-    }
-
     async fn start_with_request_timeout(timeout: Duration) -> Baidu {
         let cloud = MockBaidu::builder().start().await.unwrap();
         let counter = CallCounter::new();
@@ -161,12 +144,6 @@ impl Harness for Baidu {
 
     fn retry_policy(&self) -> RetryPolicy {
         STALL_RETRY
-    }
-
-    fn stall(&self, stalled: bool) {
-        self.h
-            .cloud
-            .set_latency(if stalled { NEVER } else { Duration::ZERO });
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

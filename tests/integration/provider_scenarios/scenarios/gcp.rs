@@ -9,7 +9,7 @@ use kube_lb_mock_gce::{JournalEntry, MockGce};
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 use kube_lb_provider_gcp::{CloudConfig, GcpProvider};
 
-use super::{Harness, NEVER, UID, eventually};
+use super::{Harness, UID, eventually, stall_latency};
 
 /// `providers/gcp/tests/support`: the mock with the cluster's VMs, its `gce.conf`, the provider
 /// pointed at it and the VMs' Nodes.
@@ -132,8 +132,7 @@ impl Harness for Gcp {
     }
 
     fn stall(&self, stalled: bool) {
-        self.gce
-            .set_latency(if stalled { NEVER } else { Duration::ZERO });
+        self.gce.set_latency(stall_latency(stalled));
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

@@ -13,6 +13,38 @@ use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 use kube_lb_test_support::ServiceBuilder;
 
+/// The [`Harness`] methods that read alike for every cloud set up through its provider's own
+/// test support module (OpenStack, Tencent, Baidu). Expanded inside `impl Harness for X`, where
+/// `X` keeps that module's `support::Harness` (the mock `cloud`, the `provider`, its call
+/// `counter`) in field `h` and the number of nodes it has handed out in `node_count`, and the
+/// mock keeps a request journal and has a latency knob.
+macro_rules! harness_through_provider_support {
+    () => {
+        async fn start() -> Self {
+            Self {
+                h: support::harness().await,
+                node_count: 2,
+            }
+        }
+
+        fn provider(&self) -> &dyn LoadBalancerProvider {
+            &self.h.provider
+        }
+
+        fn counter(&self) -> CallCounter {
+            self.h.counter.clone()
+        }
+
+        fn mark(&self) -> usize {
+            self.h.cloud.journal().len()
+        }
+
+        fn stall(&self, stalled: bool) {
+            self.h.cloud.set_latency(super::stall_latency(stalled));
+        }
+    };
+}
+
 #[cfg(feature = "aws")]
 pub mod aws;
 #[cfg(feature = "azure")]
@@ -101,6 +133,12 @@ pub trait Harness: Sized {
 
 /// A latency no test waits out: a request delayed this long is, for the test, never answered.
 pub const NEVER: Duration = Duration::from_secs(24 * 3600);
+
+/// The latency a mock's (or proxy's) knob is set to for [`Harness::stall`]: [`NEVER`] while
+/// the cloud is stalled, none once it answers again.
+pub fn stall_latency(stalled: bool) -> Duration {
+    if stalled { NEVER } else { Duration::ZERO }
+}
 
 /// The Service every scenario reconciles; built as the API server stores it.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use kube_lb_mock_openstack::MockOpenStack;
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 use kube_lb_provider_openstack::{CloudConfig, OpenStackProvider, ProviderOptions};
 
-use super::{Harness, NEVER};
+use super::Harness;
 
 /// `providers/openstack/tests/support`: the mock, the provider pointed at it, node and
 /// Service builders, and the hand-built state of cloud-provider-openstack.
@@ -33,20 +33,7 @@ fn node(index: usize) -> BackendNode {
 impl Harness for OpenStack {
     const CLOUD: Cloud = Cloud::Openstack;
 
-    async fn start() -> OpenStack {
-        OpenStack {
-            h: support::harness().await,
-            node_count: 2,
-        }
-    }
-
-    fn provider(&self) -> &dyn LoadBalancerProvider {
-        &self.h.provider
-    }
-
-    fn counter(&self) -> CallCounter {
-        self.h.counter.clone()
-    }
+    harness_through_provider_support!();
 
     fn nodes(&self) -> Vec<BackendNode> {
         (1..=2).map(node).collect()
@@ -98,10 +85,6 @@ impl Harness for OpenStack {
             .collect()
     }
 
-    fn mark(&self) -> usize {
-        self.h.cloud.journal().len()
-    }
-
     async fn remove_load_balancer_out_of_band(&self) {
         support::remove_out_of_band(&self.h.cloud, LB_NAME).await;
     }
@@ -127,12 +110,6 @@ impl Harness for OpenStack {
 
     fn retry_policy(&self) -> RetryPolicy {
         support::fast_options(CallCounter::new()).retry
-    }
-
-    fn stall(&self, stalled: bool) {
-        self.h
-            .cloud
-            .set_latency(if stalled { NEVER } else { Duration::ZERO });
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

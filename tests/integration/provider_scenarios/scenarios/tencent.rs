@@ -9,7 +9,7 @@ use kube_lb_mock_tencent::MockTencent;
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 use kube_lb_provider_tencent::{ProviderOptions, TencentConfig, TencentProvider};
 
-use super::{Harness, NEVER, UID};
+use super::{Harness, UID};
 
 /// `providers/tencent/tests/support`: the mock, the provider pointed at it, node and Service
 /// builders, and the hand-built state of TKE's own service controller.
@@ -34,20 +34,7 @@ impl Tencent {
 impl Harness for Tencent {
     const CLOUD: Cloud = Cloud::Tencent;
 
-    async fn start() -> Tencent {
-        Tencent {
-            h: support::harness().await,
-            node_count: 2,
-        }
-    }
-
-    fn provider(&self) -> &dyn LoadBalancerProvider {
-        &self.h.provider
-    }
-
-    fn counter(&self) -> CallCounter {
-        self.h.counter.clone()
-    }
+    harness_through_provider_support!();
 
     fn nodes(&self) -> Vec<BackendNode> {
         support::nodes(2)
@@ -98,10 +85,6 @@ impl Harness for Tencent {
             .collect()
     }
 
-    fn mark(&self) -> usize {
-        self.h.cloud.journal().len()
-    }
-
     async fn remove_load_balancer_out_of_band(&self) {
         let id = self
             .load_balancer_id()
@@ -131,12 +114,6 @@ impl Harness for Tencent {
 
     fn retry_policy(&self) -> RetryPolicy {
         support::fast_options(CallCounter::new()).retry
-    }
-
-    fn stall(&self, stalled: bool) {
-        self.h
-            .cloud
-            .set_latency(if stalled { NEVER } else { Duration::ZERO });
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {
