@@ -89,6 +89,12 @@ pub trait ChaosCloud: Send + Sync {
     /// An annotation that changes the load balancer's kind (CLB ↔ NLB, internal ↔ external),
     /// with the value that switches it on.
     fn kind_switch(&self) -> Option<(&'static str, &'static str)>;
+    /// Whether that kind is fixed when the load balancer is created (Tencent, as TKE: a later
+    /// switch is refused until the Service's author undoes it), so the suite picks it at
+    /// creation only.
+    fn kind_fixed_at_creation(&self) -> bool {
+        false
+    }
     /// A harmless annotation change (e.g. an idle timeout) with values to pick from.
     fn tweak(&self) -> Option<(&'static str, &'static [&'static str])>;
 }
@@ -397,7 +403,10 @@ async fn operate(
             }
             None => ("annotate", true),
         },
-        4..=5 => match cloud.kind_switch() {
+        4..=5 => match cloud
+            .kind_switch()
+            .filter(|_| !cloud.kind_fixed_at_creation())
+        {
             Some((key, value)) => {
                 let on = rng.random_bool(0.5);
                 let value = if on { json!(value) } else { Value::Null };

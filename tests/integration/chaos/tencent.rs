@@ -145,6 +145,10 @@ impl ChaosCloud for Tencent {
         ))
     }
 
+    fn kind_fixed_at_creation(&self) -> bool {
+        true
+    }
+
     fn tweak(&self) -> Option<(&'static str, &'static [&'static str])> {
         // Every value selects at least one node, so the CLB always has a target; switching
         // between them binds and unbinds targets under faults.
