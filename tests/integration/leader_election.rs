@@ -433,14 +433,8 @@ fn controller_refuses_leader_timings_that_allow_two_leaders() {
         ),
     ];
     for (flags, want) in cases {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-            .args(["controller", "--cloud", "local", "--leader-elect"])
-            .args(flags)
-            .args(["--kubeconfig", "/nonexistent/kubeconfig"])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{flags:?}: {stderr}");
+        let flags = [&["--leader-elect"], &flags[..]].concat();
+        let stderr = crate::controller_support::controller_refusal(&flags);
         assert!(stderr.contains(want), "{flags:?}: {stderr}");
         assert!(
             stderr.contains("--leader-elect-renew-deadline"),

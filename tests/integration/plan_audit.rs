@@ -692,16 +692,7 @@ fn controller_refuses_audit_delete_without_audits_and_a_zero_provider_timeout() 
         ),
     ];
     for (flags, want) in cases {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-            .args(["controller", "--cloud", "local"])
-            .args(flags)
-            .args(["--kubeconfig", "/nonexistent/kubeconfig"])
-            .env_remove("KUBE_LB_AUDIT_INTERVAL")
-            .env_remove("KUBE_LB_AUDIT_DELETE")
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{flags:?}: {stderr}");
+        let stderr = controller_refusal(flags);
         assert!(stderr.contains(want), "{flags:?}: {stderr}");
         assert!(
             !stderr.contains("nonexistent"),

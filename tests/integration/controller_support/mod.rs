@@ -564,3 +564,19 @@ pub fn start_elected(server: &RunningApiServer, identity: &str) -> (Running, Joi
         elected.elector,
     )
 }
+
+/// Runs `kube-lb controller --cloud local <flags>` against a kubeconfig that does not exist,
+/// asserts it failed, and returns its stderr: for settings refused before anything connects.
+pub fn controller_refusal(flags: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_kube-lb"))
+        .args(["controller", "--cloud", "local"])
+        .args(flags)
+        .args(["--kubeconfig", "/nonexistent/kubeconfig"])
+        .env_remove("KUBE_LB_AUDIT_INTERVAL")
+        .env_remove("KUBE_LB_AUDIT_DELETE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "{flags:?}: {stderr}");
+    stderr
+}

@@ -138,16 +138,7 @@ impl OtherClient {
         let answer: Value = response.json().await.unwrap();
         if let Some(url) = operation {
             for _ in 0..20 {
-                let poll: Value = self
-                    .http
-                    .get(&url)
-                    .bearer_auth(&self.token)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
+                let poll = self.get_url(&url).await;
                 match poll["status"].as_str() {
                     Some("InProgress") => continue,
                     Some("Succeeded") => break,
@@ -178,8 +169,14 @@ impl OtherClient {
 
     /// `GET` of the ARM resource `id`.
     pub async fn get(&self, id: &str) -> Value {
+        self.get_url(&format!("{}{id}?api-version=2024-03-01", self.base))
+            .await
+    }
+
+    /// `GET` of a full URL (a resource, or an operation ARM asked us to poll), as JSON.
+    async fn get_url(&self, url: &str) -> Value {
         self.http
-            .get(format!("{}{id}?api-version=2024-03-01", self.base))
+            .get(url)
             .bearer_auth(&self.token)
             .send()
             .await
