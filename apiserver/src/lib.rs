@@ -10,6 +10,10 @@
 //! deleting a CRD deletes its objects). Objects are stored as JSON, so unknown fields of
 //! built-in kinds survive.
 //!
+//! core/v1 and events.k8s.io/v1 Events are one stored object seen through two APIs (upstream's
+//! field conversion and per-API validation), and a CRD version's `selectableFields` are
+//! checked against its schema as apiextensions-apiserver checks them.
+//!
 //! Semantics follow kube-apiserver where clients can tell: one increasing resourceVersion,
 //! optimistic concurrency (409), all four patch types, `/status` subresources, finalizers,
 //! label/field selectors, paging, watches with bookmarks, streaming lists and 410 Gone past a
@@ -36,11 +40,10 @@
 //! - Custom resources: served versions share one storage with conversion strategy `None`
 //!   (webhook conversion is not supported); schema `format`s and CEL
 //!   (`x-kubernetes-validations`) are not evaluated; a CRD's deletion removes its objects at
-//!   once, finalizers on them included; a version's `selectableFields` serve field selectors
-//!   but are not checked against its schema.
-//! - events.k8s.io/v1 Events are mirrored into core/v1 Events (kube-apiserver shares one
-//!   storage), so the mirror has its own resourceVersion; Events written through core/v1 are
-//!   not listed through events.k8s.io/v1.
+//!   once, finalizers on them included.
+//! - Events never expire (kube-apiserver deletes them after `--event-ttl`, 1 h by default);
+//!   fields core/v1 does not define survive in an Event written through core/v1 but are not
+//!   shown through events.k8s.io/v1.
 //! - Seeds ([`RunningApiServer::seed`], [`RunningApiServer::apply_manifests`]) are stored
 //!   state, not requests: a Service that is not a LoadBalancer keeps the ingress points of its
 //!   seeded status (what a cluster stores from before kube 1.29), which a client's write of

@@ -108,6 +108,20 @@ pub fn is_dns1123_subdomain(name: &str) -> bool {
         })
 }
 
+/// What is wrong with `name` as a URL path segment (`path.IsValidPathSegmentName`, the only
+/// rule kube-apiserver applies to the names of kinds without their own, such as core/v1
+/// Events): it may not be `.` or `..`, nor contain `/` or `%`.
+pub fn path_segment_name_problems(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"]
+        .into_iter()
+        .filter(|illegal| name.contains(illegal))
+        .map(|illegal| format!("may not contain '{illegal}'"))
+        .collect()
+}
+
 /// Whether `name` is a DNS-1123 label (namespaces).
 pub fn is_dns1123_label(name: &str) -> bool {
     !name.is_empty() && name.len() <= 63 && !name.contains('.') && is_dns1123_subdomain(name)
@@ -122,6 +136,13 @@ pub fn is_dns1035_label(name: &str) -> bool {
 pub const DNS1123_LABEL_DETAIL: &str = "a lowercase RFC 1123 label must consist of lower case \
     alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. \
     'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+
+/// kube-apiserver's message for a value that is not a DNS-1123 subdomain
+/// (`IsDNS1123Subdomain`).
+pub const DNS1123_SUBDOMAIN_DETAIL: &str = "a lowercase RFC 1123 subdomain must consist of lower \
+    case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
+    character (e.g. 'example.com', regex used for validation is \
+    '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 /// kube-apiserver's message for a value that is not a qualified name (`IsQualifiedName`).
 pub const QUALIFIED_NAME_DETAIL: &str = "name part must consist of alphanumeric characters, \
@@ -190,6 +211,17 @@ mod tests {
 
     /// `IsQualifiedName` (k8s.io/apimachinery/pkg/util/validation), used by ValidateService for
     /// `loadBalancerClass` and `appProtocol` and by the 1.17–1.21 API for `topologyKeys`.
+    #[test]
+    fn path_segment_names() {
+        for (name, problems) in [
+            ("Web_1.ABC", vec![]),
+            ("..", vec!["may not be '..'"]),
+            ("a/b%c", vec!["may not contain '/'", "may not contain '%'"]),
+        ] {
+            assert_eq!(path_segment_name_problems(name), problems, "{name:?}");
+        }
+    }
+
     #[test]
     fn qualified_names() {
         let cases = [

@@ -213,6 +213,12 @@ pub fn namespaces() -> ResourceId {
     NAMESPACES
 }
 
+/// The storage slot of a built-in resource: its own, except events.k8s.io/v1 Events, which
+/// are core/v1 Events seen through another API (one object, as in kube-apiserver's etcd).
+pub fn builtin_storage(id: ResourceId) -> ResourceId {
+    if id == EVENTS_V1 { CORE_EVENTS } else { id }
+}
+
 /// Distinct `(group, version)` pairs, in table order.
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&str, &str)> = Vec::new();
@@ -247,8 +253,9 @@ pub fn intern(name: &str) -> &'static str {
 pub struct Entry {
     /// URL space, scope and behaviour.
     pub def: ResourceDef,
-    /// The slot holding the objects: the entry's own id for built-in kinds; one slot per
-    /// CustomResourceDefinition, shared by all its served versions.
+    /// The slot holding the objects: the entry's own id for built-in kinds (core/v1 Events'
+    /// for events.k8s.io/v1 Events); one slot per CustomResourceDefinition, shared by all its
+    /// served versions.
     pub storage: ResourceId,
     /// Schema and printer columns of a custom resource version; `None` for built-in kinds.
     pub custom: Option<Arc<CustomVersion>>,
@@ -284,7 +291,7 @@ impl Registry {
                 .map(|(id, def)| {
                     Some(Entry {
                         def: *def,
-                        storage: id,
+                        storage: builtin_storage(id),
                         custom: None,
                     })
                 })
@@ -465,6 +472,13 @@ mod tests {
         assert_eq!(get(core_events()).kind, "Event");
         assert_eq!(get(events_v1()).api_version(), "events.k8s.io/v1");
         assert_eq!(get(events_v1()).kind, "Event");
+        // One storage for both Event APIs.
+        let registry = Registry::builtin();
+        assert_eq!(registry.entry(events_v1()).unwrap().storage, core_events());
+        assert_eq!(
+            registry.entry(core_events()).unwrap().storage,
+            core_events()
+        );
         assert_eq!(
             get(custom_resource_definitions()).kind,
             "CustomResourceDefinition"

@@ -70,6 +70,16 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueTooMany` cause (`field.TooMany` with both quantities known).
+    pub fn too_many(field: impl Into<String>, actual: usize, max: usize) -> Self {
+        let items = if max == 1 { "item" } else { "items" };
+        Self {
+            reason: "FieldValueTooMany",
+            message: format!("Too many: {actual}: must have at most {max} {items}"),
+            field: field.into(),
+        }
+    }
+
     /// A `FieldValueForbidden` cause.
     pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
         Self {

@@ -3,10 +3,11 @@
 //! printer columns) the generic machinery needs to serve their custom resources.
 //!
 //! The structural-schema operations on custom objects live in [`schema`]; printer-column
-//! JSONPath in [`jsonpath`].
+//! JSONPath in [`jsonpath`]; the checks of a version's `selectableFields` in [`selectable`].
 
 pub mod jsonpath;
 pub mod schema;
+pub mod selectable;
 
 use std::sync::Arc;
 
@@ -237,6 +238,13 @@ pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<Cause> {
                     "must be a simple json path",
                 ));
             }
+        }
+        if let Some(selectable) = version.get("selectableFields").and_then(Value::as_array) {
+            causes.extend(selectable::validate(
+                selectable,
+                version.pointer("/schema/openAPIV3Schema"),
+                &format!("{field}.selectableFields"),
+            ));
         }
     }
     if !versions.is_empty() && storage != 1 {

@@ -1,6 +1,7 @@
 //! Watch streams: newline-delimited JSON events, bookmarks, initial events and expiry.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -15,7 +16,7 @@ use super::params::{Params, WatchStart};
 use crate::resources::Entry;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
-use crate::store::{Event, EventType, WatchFrom};
+use crate::store::{Event, EventType, WatchFrom, view};
 
 /// Annotation on the bookmark that ends the initial events of a streaming list.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
@@ -51,32 +52,40 @@ impl Filter {
             && self.fields.matches(object)
     }
 
-    /// What the watcher sees of a change: selector watches see an object that stops matching
-    /// as DELETED and one that starts matching as ADDED.
-    fn translate(&self, event: &Event) -> Option<EventType> {
+    /// What the watcher sees of a change, with the object as the watched API shows it
+    /// (selectors read that form: an events.k8s.io/v1 watch selects by `regarding.name`):
+    /// selector watches see an object that stops matching as DELETED and one that starts
+    /// matching as ADDED.
+    fn translate(&self, event: &Event) -> Option<(EventType, Arc<Value>)> {
         if event.resource != self.entry.storage {
             return None;
         }
-        let now = self.matches(&event.object);
-        let before = event.previous.as_deref().is_some_and(|p| self.matches(p));
-        match event.event_type {
+        let shown = view(&self.entry, event.object.clone());
+        let now = self.matches(&shown);
+        let before = || {
+            event
+                .previous
+                .as_ref()
+                .is_some_and(|p| self.matches(&view(&self.entry, p.clone())))
+        };
+        let event_type = match event.event_type {
             EventType::Added => now.then_some(EventType::Added),
-            EventType::Deleted => (now || before).then_some(EventType::Deleted),
-            EventType::Modified => match (before, now) {
+            EventType::Deleted => (now || before()).then_some(EventType::Deleted),
+            EventType::Modified => match (before(), now) {
                 (true, true) => Some(EventType::Modified),
                 (false, true) => Some(EventType::Added),
                 (true, false) => Some(EventType::Deleted),
                 (false, false) => None,
             },
-        }
+        }?;
+        Some((event_type, shown))
     }
 }
 
 impl Filter {
-    /// The event line for an object, as a Table row when the client asked for Tables.
-    fn event_line(&self, event_type: &str, object: &Value, rv: u64) -> Bytes {
-        let shown = crate::store::view(&self.entry, std::sync::Arc::new(object.clone()));
-        let object = shown.as_ref();
+    /// The event line for an object (as the watched API shows it), as a Table row when the
+    /// client asked for Tables.
+    fn event_line(&self, event_type: &str, object: &Arc<Value>, rv: u64) -> Bytes {
         if self.table {
             let key = (
                 crate::meta::namespace(object)
@@ -86,7 +95,7 @@ impl Filter {
             );
             let row = super::table::render(
                 &self.entry,
-                &[(key, std::sync::Arc::new(object.clone()))],
+                &[(key, object.clone())],
                 rv,
                 None,
                 self.include,
@@ -270,9 +279,9 @@ async fn pump(
     }
     for event in &backlog {
         last_rv = last_rv.max(event.resource_version);
-        if let Some(kind) = filter.translate(event)
+        if let Some((kind, shown)) = filter.translate(event)
             && tx
-                .send(filter.event_line(kind.as_str(), &event.object, event.resource_version))
+                .send(filter.event_line(kind.as_str(), &shown, event.resource_version))
                 .await
                 .is_err()
         {
@@ -295,9 +304,9 @@ async fn pump(
             received = live.recv() => match received {
                 Ok(event) => {
                     last_rv = last_rv.max(event.resource_version);
-                    if let Some(kind) = filter.translate(&event)
+                    if let Some((kind, shown)) = filter.translate(&event)
                         && tx
-                .send(filter.event_line(kind.as_str(), &event.object, event.resource_version))
+                .send(filter.event_line(kind.as_str(), &shown, event.resource_version))
                 .await
                 .is_err()
                     {

@@ -17,6 +17,7 @@ use tokio::sync::{broadcast, watch};
 pub use history::{Event, EventType, History, ObjectKey};
 
 use crate::crd;
+use crate::events::{self, EventApi};
 use crate::meta;
 use crate::resources::{self, Entry, Registry, ResourceDef, ResourceId};
 use crate::services::{self, Allocator};
@@ -348,9 +349,6 @@ impl Store {
         // No receivers is fine: nobody is watching.
         let _ = self.live.send(event.clone());
         self.committed.send_replace(rv);
-        if resource == resources::events_v1() {
-            self.mirror_core_event(state, &event);
-        }
         if resource == resources::custom_resource_definitions() {
             self.crd_changed(state, &event);
         }
@@ -382,37 +380,6 @@ impl Store {
                 }
                 Arc::make_mut(&mut state.registry).remove_crd(&name);
                 tracing::info!(crd = %name, "custom resource definition removed with its objects");
-            }
-        }
-    }
-
-    /// Keeps the core/v1 view of an events.k8s.io/v1 Event in step (one storage in
-    /// kube-apiserver; two here, written together under the lock).
-    fn mirror_core_event(&self, state: &mut State, event: &Event) {
-        let core = resources::core_events();
-        let existing = state.objects[core].get(&event.key).cloned();
-        match event.event_type {
-            EventType::Deleted => {
-                if let Some(previous) = existing {
-                    let last = (*previous).clone();
-                    self.commit(
-                        state,
-                        core,
-                        event.key.clone(),
-                        EventType::Deleted,
-                        last,
-                        Some(previous),
-                    );
-                }
-            }
-            EventType::Added | EventType::Modified => {
-                let converted = crate::events::to_core_v1(&event.object);
-                let kind = if existing.is_some() {
-                    EventType::Modified
-                } else {
-                    EventType::Added
-                };
-                self.commit(state, core, event.key.clone(), kind, converted, existing);
             }
         }
     }
@@ -492,6 +459,7 @@ impl Store {
                 meta.remove("generation");
             }
         }
+        let mut object = to_storage(&entry, object);
         prepare_create(&def, &mut object);
         set_type_meta(&entry, &mut object);
         let mut allocator = if dry_run {
@@ -580,7 +548,7 @@ impl Store {
         {
             return Err(ApiError::conflict(&def, name));
         }
-        let mut next = merge_parts(&def, part, &current, proposed);
+        let mut next = merge_parts(&def, part, &current, to_storage(&entry, proposed));
         carry_system_metadata(&current, &mut next);
         if meta::is_deleting(&current) {
             let old: Vec<&str> = meta::finalizers(&current);
@@ -793,13 +761,21 @@ impl Store {
                     "state file names an unknown resource {group_resource}"
                 )));
             };
+            let slot = registry.entry(id).map_or(id, |e| e.storage);
             for item in items {
                 let name = meta::name(&item).unwrap_or_default().to_string();
                 let namespace = meta::namespace(&item).map(str::to_string);
                 if id == resources::services() {
                     allocator.restore(&item);
                 }
-                objects[id].insert(key_for(namespace.as_deref(), &name), item);
+                let key = key_for(namespace.as_deref(), &name);
+                if slot == id {
+                    objects[slot].entry(key).or_insert(item);
+                } else {
+                    // A state file from before Events shared one storage: the events.k8s.io
+                    // original wins over its core/v1 mirror.
+                    objects[slot].insert(key, Arc::new(events::to_core_v1(&item)));
+                }
             }
         }
         state.objects = objects;
@@ -831,26 +807,47 @@ impl State {
 /// version and shown in the version addressed (conversion strategy `None`: only `apiVersion`
 /// changes).
 pub fn view(entry: &Entry, object: Arc<Value>) -> Arc<Value> {
-    if entry.custom.is_none() {
-        return object;
-    }
     let api_version = entry.def.api_version();
     if object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
         return object;
     }
-    let mut shown = (*object).clone();
-    shown["apiVersion"] = json!(api_version);
-    Arc::new(shown)
+    if entry.custom.is_some() {
+        let mut shown = (*object).clone();
+        shown["apiVersion"] = json!(api_version);
+        return Arc::new(shown);
+    }
+    if is_events_v1(entry) {
+        return Arc::new(events::to_events_v1(&object));
+    }
+    object
+}
+
+/// Whether `entry` serves the events.k8s.io/v1 view of the stored core/v1 Events.
+fn is_events_v1(entry: &Entry) -> bool {
+    entry.custom.is_none() && entry.def == *resources::get(resources::events_v1())
+}
+
+/// A request's object in the form its storage slot keeps (the inverse of [`view`]): an
+/// events.k8s.io/v1 Event becomes its core/v1 form; everything else is stored as written
+/// (a custom resource's `apiVersion` is set by [`set_type_meta`]).
+fn to_storage(entry: &Entry, object: Value) -> Value {
+    if is_events_v1(entry) {
+        events::to_core_v1(&object)
+    } else {
+        object
+    }
 }
 
 /// `apiVersion` and `kind` always reflect the resource stored (a custom resource's storage
-/// version).
+/// version, core/v1 for Events).
 fn set_type_meta(entry: &Entry, object: &mut Value) {
     let api_version = match &entry.custom {
         Some(custom) if !custom.storage_api_version.is_empty() => {
             custom.storage_api_version.clone()
         }
-        _ => entry.def.api_version(),
+        Some(_) => entry.def.api_version(),
+        // A built-in resource stored in another's slot is stored in that one's form.
+        None => resources::get(entry.storage).api_version(),
     };
     if let Some(map) = object.as_object_mut() {
         map.insert("apiVersion".into(), json!(api_version));
@@ -982,22 +979,14 @@ fn admit(
 ) -> Result<(), ApiError> {
     let def = &entry.def;
     let name = meta::name(object).unwrap_or_default().to_string();
-    let name_ok = if def.kind == "Namespace" {
-        meta::is_dns1123_label(&name)
-    } else {
-        meta::is_dns1123_subdomain(&name)
-    };
-    if !name_ok {
-        return Err(ApiError::invalid(
-            def,
-            &name,
-            vec![Cause::invalid(
-                "metadata.name",
-                &name,
-                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
-                 characters, '-' or '.', and must start and end with an alphanumeric character",
-            )],
-        ));
+    // Names are checked when objects are created: an update cannot change one
+    // (carry_system_metadata keeps it), and an update through events.k8s.io/v1 must not refuse
+    // the name a core/v1 create accepted.
+    if old.is_none() {
+        let causes = name_causes(resource, def, &name);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(def, &name, causes));
+        }
     }
     default_protocols(def, object);
     if resource == resources::services() {
@@ -1023,6 +1012,28 @@ fn admit(
     if !endpoint_causes.is_empty() {
         return Err(qualified_invalid(def, &name, endpoint_causes));
     }
+    let event_api = if resource == resources::core_events() {
+        Some(EventApi::Core)
+    } else if resource == resources::events_v1() {
+        Some(EventApi::EventsV1)
+    } else {
+        None
+    };
+    if let Some(api) = event_api {
+        let causes = match old {
+            None => events::validate_create(object, api),
+            Some(old) => events::validate_update(object, old, api),
+        };
+        if !causes.is_empty() {
+            // Upstream validates the internal (core) Event, so either API names the core
+            // kind: `Event "x" is invalid`.
+            return Err(ApiError::invalid(
+                resources::get(resources::core_events()),
+                &name,
+                causes,
+            ));
+        }
+    }
     if resource == resources::custom_resource_definitions() {
         crd::apply_defaults(object);
         let causes = crd::validate(object, old);
@@ -1038,6 +1049,32 @@ fn admit(
         }
     }
     Ok(())
+}
+
+/// What is wrong with the name of a new object: Namespaces need a DNS-1123 label, core/v1
+/// Events only a URL path segment (upstream gives them no ObjectMeta validation of their own,
+/// only rest.BeforeCreate's path-segment rule), every other kind a DNS-1123 subdomain.
+fn name_causes(resource: ResourceId, def: &ResourceDef, name: &str) -> Vec<Cause> {
+    if resource == resources::core_events() {
+        return meta::path_segment_name_problems(name)
+            .iter()
+            .map(|problem| Cause::invalid("metadata.name", name, problem))
+            .collect();
+    }
+    let name_ok = if def.kind == "Namespace" {
+        meta::is_dns1123_label(name)
+    } else {
+        meta::is_dns1123_subdomain(name)
+    };
+    if name_ok {
+        return Vec::new();
+    }
+    vec![Cause::invalid(
+        "metadata.name",
+        name,
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
+         characters, '-' or '.', and must start and end with an alphanumeric character",
+    )]
 }
 
 /// 422 naming the kind with its group (`IPPool.kube-lb.io "x" is invalid: ...`), as

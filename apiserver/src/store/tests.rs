@@ -276,15 +276,53 @@ fn dump_and_restore_keep_versions_and_allocations() {
 }
 
 #[test]
-fn events_v1_are_mirrored_into_core_events() {
+fn both_event_apis_see_one_object() {
     let s = store(10);
     let ev = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e1"},
-        "regarding": {"kind": "Service", "name": "web"}, "note": "hello", "reason": "R", "type": "Normal"});
-    s.create(resources::events_v1(), Some("ns"), ev, false)
+        "regarding": {"kind": "Service", "name": "web", "namespace": "ns"}, "note": "hello",
+        "reason": "R", "type": "Normal", "action": "Ensure", "eventTime": "2025-01-01T00:00:00.000000Z",
+        "reportingController": "kube-lb", "reportingInstance": "kube-lb-0"});
+    let created = s
+        .create(resources::events_v1(), Some("ns"), ev, false)
         .unwrap();
+    assert_eq!(created["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(created["note"], "hello");
     let core = s.get(resources::core_events(), Some("ns"), "e1").unwrap();
+    assert_eq!(core["apiVersion"], "v1");
     assert_eq!(core["message"], "hello");
     assert_eq!(core["involvedObject"]["name"], "web");
+    assert_eq!(
+        core["metadata"], created["metadata"],
+        "same uid and resourceVersion"
+    );
+    // An update through core/v1 is seen through events.k8s.io/v1, at the same version.
+    let updated = s
+        .update(
+            resources::core_events(),
+            Some("ns"),
+            "e1",
+            Part::Main,
+            false,
+            |cur| {
+                let mut next = cur.clone();
+                next["message"] = json!("changed");
+                Ok(next)
+            },
+        )
+        .unwrap();
+    let v1 = s.get(resources::events_v1(), Some("ns"), "e1").unwrap();
+    assert_eq!(v1["note"], "changed");
+    assert_eq!(
+        v1["metadata"]["resourceVersion"],
+        updated["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        s.list(resources::events_v1(), Some("ns"), ReadAt::Latest)
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
     s.delete(
         resources::events_v1(),
         Some("ns"),
@@ -294,6 +332,42 @@ fn events_v1_are_mirrored_into_core_events() {
     )
     .unwrap();
     assert!(s.get(resources::core_events(), Some("ns"), "e1").is_err());
+}
+
+#[test]
+fn state_files_from_the_mirroring_days_restore_one_event() {
+    // Before Events shared one storage, a state file held the events.k8s.io/v1 original and
+    // its core/v1 mirror (with another resourceVersion); the original wins.
+    let original = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "e1", "namespace": "ns", "uid": "u1", "resourceVersion": "7"},
+        "regarding": {"kind": "Service", "name": "web", "namespace": "ns"}, "note": "hello"});
+    let mirror = json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "e1", "namespace": "ns", "uid": "u1", "resourceVersion": "8"},
+        "involvedObject": {"kind": "Service", "name": "web", "namespace": "ns"},
+        "message": "hello", "count": 1, "source": {"component": "made-up"}});
+    let dump = Dump {
+        resource_version: 8,
+        objects: [
+            (
+                "events.k8s.io/v1/events".to_string(),
+                vec![Arc::new(original)],
+            ),
+            ("v1/events".to_string(), vec![Arc::new(mirror)]),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    let s = store(10);
+    s.restore(dump).unwrap();
+    let core = s.get(resources::core_events(), Some("ns"), "e1").unwrap();
+    assert_eq!(core["metadata"]["resourceVersion"], "7");
+    assert!(core.get("source").is_none(), "{core}");
+    let v1 = s.get(resources::events_v1(), Some("ns"), "e1").unwrap();
+    assert_eq!(v1["note"], "hello");
+    // Saved again, it is one object.
+    let saved = s.dump();
+    assert_eq!(saved.objects.keys().collect::<Vec<_>>(), ["v1/events"]);
+    assert_eq!(saved.objects["v1/events"].len(), 1);
 }
 
 #[test]

@@ -3,14 +3,14 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 
-use common::lb_service;
+use common::{lb_service, list_version};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use kube_lb_apiserver::ApiServer;
 
 const CREATES: usize = 200;
@@ -27,13 +27,7 @@ async fn concurrent_creates_allocate_unique_addresses_and_ports() {
         .unwrap();
     let client = server.client().unwrap();
     let api: Api<Service> = Api::namespaced(client.clone(), "default");
-    let start = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let start = list_version(&api).await;
     let watch = api
         .watch(&WatchParams::default(), &start)
         .await

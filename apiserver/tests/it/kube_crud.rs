@@ -4,7 +4,7 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 
@@ -13,8 +13,20 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube_lb_apiserver::ApiServer;
+use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use serde_json::json;
+
+/// A fresh server holding the LoadBalancer Service `default/web` (port 80), and its Services
+/// API (valid while the server is kept).
+async fn serving_web() -> (RunningApiServer, Api<Service>) {
+    let server = ApiServer::builder().start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+    services
+        .create(&PostParams::default(), &lb_service("web", 80))
+        .await
+        .unwrap();
+    (server, services)
+}
 
 fn api_error(err: kube::Error) -> kube::core::Status {
     match err {
@@ -109,12 +121,7 @@ async fn create_get_update_delete_service() {
 
 #[tokio::test]
 async fn every_patch_type() {
-    let server = ApiServer::builder().start().await.unwrap();
-    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
-    services
-        .create(&PostParams::default(), &lb_service("web", 80))
-        .await
-        .unwrap();
+    let (_server, services) = serving_web().await;
     let pp = PatchParams::default();
 
     let merged = services
@@ -761,12 +768,7 @@ async fn malformed_requests_get_status_errors() {
 /// refused with 422 naming each bad field otherwise, as kube-apiserver's `ValidateConditions`.
 #[tokio::test]
 async fn service_status_conditions_are_merged_by_type_and_validated() {
-    let server = ApiServer::builder().start().await.unwrap();
-    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
-    services
-        .create(&PostParams::default(), &lb_service("web", 80))
-        .await
-        .unwrap();
+    let (_server, services) = serving_web().await;
     let pp = PatchParams::default();
     let ready = json!({"type": "kube-lb.io/LoadBalancerReady", "status": "True", "reason": "Provisioned",
         "message": "ready", "lastTransitionTime": "2026-01-01T00:00:00Z"});

@@ -6,9 +6,9 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use kube_lb_apiserver::ApiServer;
+use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use serde_json::Value;
 
 /// The project's virtualenv, which carries the `kubernetes` package.
@@ -17,7 +17,7 @@ fn python() -> PathBuf {
 }
 
 /// The interpreter, or `None` (a loud skip) outside CI when it or `kubernetes` is missing.
-async fn python_with_client(test: &str) -> Option<PathBuf> {
+pub async fn python_with_client(test: &str) -> Option<PathBuf> {
     let python = python();
     let has_client = tokio::process::Command::new(&python)
         .args(["-c", "import kubernetes"])
@@ -35,6 +35,27 @@ async fn python_with_client(test: &str) -> Option<PathBuf> {
     assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
     eprintln!("\n\n*** SKIPPING {message} ***\n\n");
     None
+}
+
+/// Runs `script` with the path of a kubeconfig for `server` as its argument; returns its
+/// stdout. A failed run fails the test.
+pub async fn run_script(python: &Path, script: &str, server: &RunningApiServer) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let out = tokio::process::Command::new(python)
+        .args(["-c", script])
+        .arg(&kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 /// Each step prints one JSON line: what the client returned or raised.
@@ -91,21 +112,7 @@ async fn python_client_sees_kube_apiserver_answers() {
         return;
     };
     let server = ApiServer::builder().start().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let out = tokio::process::Command::new(python)
-        .args(["-c", SCRIPT])
-        .arg(&kubeconfig)
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_script(&python, SCRIPT, &server).await;
     let steps: Vec<Value> = stdout
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

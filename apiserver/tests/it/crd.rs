@@ -5,11 +5,11 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{get, kubectl, kubectl_rig, ok, send, state_file_reaches};
+use common::{crash_and_restart, get, kubectl, kubectl_rig, ok, persisting_to, post};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
@@ -327,11 +327,7 @@ async fn custom_resources_through_kube_rs() {
 async fn custom_resources_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.json");
-    let server = ApiServer::builder()
-        .state_file(&state)
-        .start()
-        .await
-        .unwrap();
+    let server = persisting_to(&state).await;
     server.apply_manifests(IPPOOL_CRD).unwrap();
     let pools: Api<DynamicObject> = Api::all_with(server.client().unwrap(), &pools_resource());
     let created = pools
@@ -349,15 +345,7 @@ async fn custom_resources_survive_a_restart() {
         )
         .await
         .unwrap();
-    let version = server.store().current_version();
-    state_file_reaches(&state, version).await;
-    drop(server);
-
-    let again = ApiServer::builder()
-        .state_file(&state)
-        .start()
-        .await
-        .unwrap();
+    let again = crash_and_restart(server, &state).await;
     let pools: Api<DynamicObject> = Api::all_with(again.client().unwrap(), &pools_resource());
     let restored = pools.get("gold").await.unwrap();
     assert_eq!(restored.metadata.uid, created.metadata.uid);
@@ -527,25 +515,17 @@ async fn custom_resource_field_selectors_are_restricted() {
     let server = ApiServer::builder().start().await.unwrap();
     let http = reqwest::Client::new();
     let base = server.url();
-    let post = |url: String, body: Value| {
-        send(
-            http.clone(),
-            reqwest::Method::POST,
-            url,
-            "application/json",
-            body,
-        )
-    };
     let crds = format!("{base}/apis/apiextensions.k8s.io/v1/customresourcedefinitions");
     for text in [GADGET_CRD, IPPOOL_CRD] {
         let crd: Value = serde_yaml_ng::from_str(text).unwrap();
-        let (code, body) = post(crds.clone(), crd).await;
+        let (code, body) = post(&http, &crds, crd).await;
         assert_eq!(code, 201, "{body}");
     }
     let gadgets = format!("{base}/apis/example.com/v1/namespaces/default/gadgets");
     for (name, color, size) in [("a", "red", 1), ("b", "blue", 2), ("c", "red", 3)] {
         let (code, body) = post(
-            gadgets.clone(),
+            &http,
+            &gadgets,
             json!({"apiVersion": "example.com/v1", "kind": "Gadget",
                    "metadata": {"name": name},
                    "spec": {"color": color, "size": size, "shape": "round"}}),
@@ -602,5 +582,75 @@ async fn custom_resource_field_selectors_are_restricted() {
     }
     let (code, body) = get(&http, &format!("{pools}?fieldSelector=metadata.name=gold")).await;
     assert_eq!(code, 200, "{body}");
+    server.shutdown().await;
+}
+
+/// A CRD whose `selectableFields` do not resolve to scalar fields of the version's schema is
+/// refused on create and on update with apiextensions-apiserver's 422: one cause per bad
+/// `jsonPath`, named by its index, and nothing is served.
+#[tokio::test]
+async fn crd_selectable_fields_are_validated_against_the_schema() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let http = reqwest::Client::new();
+    let crds = format!(
+        "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        server.url()
+    );
+    let mut crd: Value = serde_yaml_ng::from_str(GADGET_CRD).unwrap();
+    let good = crd["spec"]["versions"][0]["selectableFields"].clone();
+    crd["spec"]["versions"][0]["selectableFields"] = json!([
+        {"jsonPath": ".spec.color"},
+        {"jsonPath": ".spec.missing"},
+        {"jsonPath": ".metadata.name"},
+        {"jsonPath": "spec.size"},
+        {"jsonPath": ".spec.color"},
+    ]);
+    let (code, refused) = post(&http, &crds, crd.clone()).await;
+    assert_eq!(code, 422, "{refused}");
+    assert_eq!(refused["reason"], "Invalid");
+    assert_eq!(refused["details"]["group"], "apiextensions.k8s.io");
+    let at = "spec.versions[0].selectableFields";
+    assert_eq!(
+        refused["details"]["causes"],
+        json!([
+            {"reason": "FieldValueInvalid", "field": format!("{at}[1].jsonPath"),
+             "message": "Invalid value: \".spec.missing\": is an invalid path: does not refer to a valid field"},
+            {"reason": "FieldValueInvalid", "field": format!("{at}[2].jsonPath"),
+             "message": "Invalid value: \".metadata.name\": is an invalid path: does not refer to a valid field"},
+            {"reason": "FieldValueInvalid", "field": format!("{at}[3].jsonPath"),
+             "message": "Invalid value: \"spec.size\": is an invalid path: expected [ or . but got: spec"},
+            {"reason": "FieldValueDuplicate", "field": format!("{at}[4].jsonPath"),
+             "message": "Duplicate value: \".spec.color\""},
+        ])
+    );
+    let gadgets = format!("{}/apis/example.com/v1/gadgets", server.url());
+    assert_eq!(
+        get(&http, &gadgets).await.0,
+        404,
+        "a refused CRD serves nothing"
+    );
+
+    // Created with valid fields, then updated to select a non-scalar field: refused too.
+    crd["spec"]["versions"][0]["selectableFields"] = good;
+    let (code, body) = post(&http, &crds, crd).await;
+    assert_eq!(code, 201, "{body}");
+    let (code, refused) = common::merge_patch(
+        &http,
+        &format!("{crds}/gadgets.example.com"),
+        json!({"spec": {"versions": [{
+            "name": "v1", "served": true, "storage": true,
+            "selectableFields": [{"jsonPath": ".spec"}],
+            "schema": body["spec"]["versions"][0]["schema"]}]}}),
+    )
+    .await;
+    assert_eq!(code, 422, "{refused}");
+    assert_eq!(
+        refused["details"]["causes"],
+        json!([{"reason": "FieldValueInvalid", "field": format!("{at}[0].jsonPath"),
+                "message": "Invalid value: \".spec\": must point to a field of type string, boolean or integer. Enum string fields and strings with formats are allowed."}])
+    );
+    // The stored CRD still selects by its valid fields.
+    let (code, _) = get(&http, &format!("{gadgets}?fieldSelector=spec.color=red")).await;
+    assert_eq!(code, 200);
     server.shutdown().await;
 }

@@ -4,14 +4,14 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{eventually, lb_service};
+use common::{eventually, lb_service, list_version};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{
@@ -239,13 +239,7 @@ async fn raw_watch_semantics() {
         .await
         .unwrap();
     let api: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
-    let start = api
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let start = list_version(&api).await;
 
     // A selector watch sees an object that stops matching as DELETED.
     let mut labelled = lb_service("sel", 80);

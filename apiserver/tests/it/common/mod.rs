@@ -6,7 +6,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
-use serde_json::json;
+use kube_lb_apiserver::{ApiServer, RunningApiServer};
+use reqwest::Method;
+use serde_json::{Value, json};
 
 /// Waits for `check` to return `Some`, polling every few milliseconds, failing after `ceiling`.
 pub async fn eventually<T, F, Fut>(ceiling: Duration, what: &str, mut check: F) -> T
@@ -25,6 +27,20 @@ where
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The resourceVersion of a list of `api` made now: where a watch of what happens next
+/// starts.
+pub async fn list_version<K>(api: &kube::Api<K>) -> String
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
 }
 
 /// A Service fixture.
@@ -143,16 +159,43 @@ pub async fn get(http: &reqwest::Client, url: &str) -> (u16, serde_json::Value) 
     call(http, reqwest::Method::GET, url, "", None).await
 }
 
-/// Sends `body` as JSON with `method` (an owned client and URL, so the future can outlive the
-/// caller's borrows, as the tests' one-line closures want).
-pub async fn send(
-    http: reqwest::Client,
-    method: reqwest::Method,
-    url: String,
-    content_type: &str,
-    body: serde_json::Value,
-) -> (u16, serde_json::Value) {
-    call(&http, method, &url, content_type, Some(body)).await
+/// A POST of `body` as JSON through [`call`].
+pub async fn post(http: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
+    call(http, Method::POST, url, "application/json", Some(body)).await
+}
+
+/// A PUT of `body` as JSON through [`call`].
+pub async fn put(http: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
+    call(http, Method::PUT, url, "application/json", Some(body)).await
+}
+
+/// The content type of a JSON merge patch (RFC 7386).
+pub const MERGE_PATCH: &str = "application/merge-patch+json";
+
+/// A JSON merge patch of `url` with `body` through [`call`].
+pub async fn merge_patch(http: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
+    call(http, Method::PATCH, url, MERGE_PATCH, Some(body)).await
+}
+
+/// A server keeping its state in the file `state` (and starting from it if it exists).
+pub async fn persisting_to(state: &std::path::Path) -> RunningApiServer {
+    ApiServer::builder()
+        .state_file(state)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Stops `server` abruptly once the state file at `state` records everything it stored:
+/// dropped, not shut down, so there is no final write. Then starts another server from that
+/// file.
+pub async fn crash_and_restart(
+    server: RunningApiServer,
+    state: &std::path::Path,
+) -> RunningApiServer {
+    state_file_reaches(state, server.store().current_version()).await;
+    drop(server);
+    persisting_to(state).await
 }
 
 /// Waits until the state file at `state` records `version` (it is written behind the

@@ -6,9 +6,9 @@
 // Test helpers may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
-use common::{call, get, send};
+use common::{call, get, merge_patch, post, put};
 use kube_lb_apiserver::ApiServer;
 use serde_json::{Value, json};
 
@@ -24,12 +24,10 @@ async fn watch_events(http: &reqwest::Client, url: &str) -> Vec<Value> {
 
 async fn create_config_maps(http: &reqwest::Client, base: &str, names: &[&str]) {
     for name in names {
-        let (code, body) = call(
+        let (code, body) = post(
             http,
-            reqwest::Method::POST,
             &format!("{base}/api/v1/namespaces/default/configmaps"),
-            "application/json",
-            Some(json!({"metadata": {"name": name}, "data": {"k": "v"}})),
+            json!({"metadata": {"name": name}, "data": {"k": "v"}}),
         )
         .await;
         assert_eq!(code, 201, "{body}");
@@ -412,20 +410,11 @@ async fn failed_writes_are_explained_like_kube_apiserver() {
         json!({"metadata": {"name": name},
                "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}})
     };
-    let post = |url: String, body: Value| {
-        send(
-            http.clone(),
-            reqwest::Method::POST,
-            url,
-            "application/json",
-            body,
-        )
-    };
-    let (code, first) = post(services.clone(), node_port("first")).await;
+    let (code, first) = post(&http, &services, node_port("first")).await;
     assert_eq!(code, 201, "{first}");
 
     // Go prints a number without quotes in a field error (field.Error.ErrorBody).
-    let (code, status) = post(services.clone(), node_port("second")).await;
+    let (code, status) = post(&http, &services, node_port("second")).await;
     assert_eq!(code, 422, "{status}");
     assert_eq!(
         status["message"],
@@ -438,12 +427,10 @@ async fn failed_writes_are_explained_like_kube_apiserver() {
     );
 
     // ... and a list of strings as Go source.
-    let (code, status) = call(
+    let (code, status) = merge_patch(
         &http,
-        reqwest::Method::PATCH,
         &format!("{services}/first"),
-        "application/merge-patch+json",
-        Some(json!({"spec": {"clusterIP": "10.96.0.250", "clusterIPs": ["10.96.0.250"]}})),
+        json!({"spec": {"clusterIP": "10.96.0.250", "clusterIPs": ["10.96.0.250"]}}),
     )
     .await;
     assert_eq!(code, 422, "{status}");
@@ -454,7 +441,8 @@ async fn failed_writes_are_explained_like_kube_apiserver() {
 
     // A kind outside the core group is named with its group.
     let (code, status) = post(
-        format!("{base}/apis/coordination.k8s.io/v1/namespaces/default/leases"),
+        &http,
+        &format!("{base}/apis/coordination.k8s.io/v1/namespaces/default/leases"),
         json!({"metadata": {"name": "Not_A_Name"}}),
     )
     .await;
@@ -506,17 +494,9 @@ async fn put_creates_only_where_kube_apiserver_allows_it() {
     let server = ApiServer::builder().start().await.unwrap();
     let http = reqwest::Client::new();
     let base = server.url();
-    let put = |url: String, body: Value| {
-        send(
-            http.clone(),
-            reqwest::Method::PUT,
-            url,
-            "application/json",
-            body,
-        )
-    };
     let (code, created) = put(
-        format!("{base}/api/v1/namespaces/default/services/fresh"),
+        &http,
+        &format!("{base}/api/v1/namespaces/default/services/fresh"),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "fresh"},
                "spec": {"ports": [{"port": 80}]}}),
     )
@@ -524,14 +504,16 @@ async fn put_creates_only_where_kube_apiserver_allows_it() {
     assert_eq!(code, 201, "{created}");
     assert!(created["spec"]["clusterIP"].is_string(), "{created}");
     let (code, lease) = put(
-        format!("{base}/apis/coordination.k8s.io/v1/namespaces/default/leases/lock"),
+        &http,
+        &format!("{base}/apis/coordination.k8s.io/v1/namespaces/default/leases/lock"),
         json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                "metadata": {"name": "lock"}, "spec": {"holderIdentity": "a"}}),
     )
     .await;
     assert_eq!(code, 201, "{lease}");
     let (code, status) = put(
-        format!("{base}/api/v1/namespaces/default/services/other"),
+        &http,
+        &format!("{base}/api/v1/namespaces/default/services/other"),
         json!({"metadata": {"name": "fresh-2"}, "spec": {"ports": [{"port": 80}]}}),
     )
     .await;
@@ -541,7 +523,8 @@ async fn put_creates_only_where_kube_apiserver_allows_it() {
         "{status}"
     );
     let (code, status) = put(
-        format!("{base}/api/v1/namespaces/default/configmaps/missing"),
+        &http,
+        &format!("{base}/api/v1/namespaces/default/configmaps/missing"),
         json!({"metadata": {"name": "missing"}, "data": {"k": "v"}}),
     )
     .await;
@@ -628,29 +611,21 @@ async fn load_balancer_status_addresses_are_validated() {
     let server = ApiServer::builder().start().await.unwrap();
     let http = reqwest::Client::new();
     let services = format!("{}/api/v1/namespaces/default/services", server.url());
-    let (code, body) = call(
+    let (code, body) = post(
         &http,
-        reqwest::Method::POST,
         &services,
-        "application/json",
-        Some(json!({"metadata": {"name": "lb"},
-                    "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})),
+        json!({"metadata": {"name": "lb"},
+               "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
     )
     .await;
     assert_eq!(code, 201, "{body}");
+    let status_url = format!("{services}/lb/status");
     let status = |ingress: Value| {
-        let http = http.clone();
-        let url = format!("{services}/lb/status");
-        async move {
-            call(
-                &http,
-                reqwest::Method::PATCH,
-                &url,
-                "application/merge-patch+json",
-                Some(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
-            )
-            .await
-        }
+        merge_patch(
+            &http,
+            &status_url,
+            json!({"status": {"loadBalancer": {"ingress": ingress}}}),
+        )
     };
     let (code, refused) = status(json!([{"ip": "not-an-ip"}])).await;
     assert_eq!(code, 422, "{refused}");
@@ -669,12 +644,10 @@ async fn load_balancer_status_addresses_are_validated() {
     assert_eq!(code, 200, "{accepted}");
 
     // Turning the LoadBalancer into a ClusterIP Service wipes its ingress points.
-    let (code, changed) = call(
+    let (code, changed) = merge_patch(
         &http,
-        reqwest::Method::PATCH,
         &format!("{services}/lb"),
-        "application/merge-patch+json",
-        Some(json!({"spec": {"type": "ClusterIP"}})),
+        json!({"spec": {"type": "ClusterIP"}}),
     )
     .await;
     assert_eq!(code, 200, "{changed}");
@@ -692,17 +665,6 @@ async fn load_balancer_status_only_on_load_balancers() {
     let server = ApiServer::builder().start().await.unwrap();
     let http = reqwest::Client::new();
     let services = format!("{}/api/v1/namespaces/default/services", server.url());
-    let write = |method: reqwest::Method, url: String, content_type: &'static str, body: Value| {
-        send(http.clone(), method, url, content_type, body)
-    };
-    let merge = |url: String, body: Value| {
-        write(
-            reqwest::Method::PATCH,
-            url,
-            "application/merge-patch+json",
-            body,
-        )
-    };
     let ingress = |ip: &str| json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}});
     let forbidden = "Forbidden: may only be used when `spec.type` is 'LoadBalancer'";
     let assert_forbidden = |code: u16, body: &Value, name: &str| {
@@ -720,40 +682,34 @@ async fn load_balancer_status_only_on_load_balancers() {
         );
     };
     for (name, type_) in [("internal", "ClusterIP"), ("ports", "NodePort")] {
-        let (code, body) = write(
-            reqwest::Method::POST,
-            services.clone(),
-            "application/json",
+        let (code, body) = post(
+            &http,
+            &services,
             json!({"metadata": {"name": name},
                    "spec": {"type": type_, "ports": [{"port": 80}]}}),
         )
         .await;
         assert_eq!(code, 201, "{body}");
         let status_url = format!("{services}/{name}/status");
-        let (code, body) = merge(status_url.clone(), ingress("192.0.2.1")).await;
+        let (code, body) = merge_patch(&http, &status_url, ingress("192.0.2.1")).await;
         assert_forbidden(code, &body, name);
         // An entry that is invalid as well still gets only the Forbidden cause.
-        let (code, body) = merge(status_url.clone(), ingress("not-an-ip")).await;
+        let (code, body) = merge_patch(&http, &status_url, ingress("not-an-ip")).await;
         assert_forbidden(code, &body, name);
         // A PUT of the whole object to /status is judged the same way.
         let (_, mut current) = get(&http, &format!("{services}/{name}")).await;
         current["status"] = ingress("192.0.2.1")["status"].clone();
-        let (code, body) = write(
-            reqwest::Method::PUT,
-            status_url.clone(),
-            "application/json",
-            current,
-        )
-        .await;
+        let (code, body) = put(&http, &status_url, current).await;
         assert_forbidden(code, &body, name);
         // The body cannot make itself a LoadBalancer: /status keeps the stored spec.
         let mut retyped = ingress("192.0.2.1");
         retyped["spec"] = json!({"type": "LoadBalancer"});
-        let (code, body) = merge(status_url.clone(), retyped).await;
+        let (code, body) = merge_patch(&http, &status_url, retyped).await;
         assert_forbidden(code, &body, name);
         // No ingress points, or an empty list, is fine.
-        let (code, body) = merge(
-            status_url,
+        let (code, body) = merge_patch(
+            &http,
+            &status_url,
             json!({"status": {"loadBalancer": {"ingress": []}}}),
         )
         .await;
@@ -762,16 +718,20 @@ async fn load_balancer_status_only_on_load_balancers() {
 
     // A LoadBalancer takes them; once it is retyped, its ingress points are gone and cannot
     // come back through /status.
-    let (code, body) = write(
-        reqwest::Method::POST,
-        services.clone(),
-        "application/json",
+    let (code, body) = post(
+        &http,
+        &services,
         json!({"metadata": {"name": "lb"},
                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}),
     )
     .await;
     assert_eq!(code, 201, "{body}");
-    let (code, body) = merge(format!("{services}/lb/status"), ingress("192.0.2.7")).await;
+    let (code, body) = merge_patch(
+        &http,
+        &format!("{services}/lb/status"),
+        ingress("192.0.2.7"),
+    )
+    .await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(
         body["status"]["loadBalancer"]["ingress"],
@@ -780,17 +740,23 @@ async fn load_balancer_status_only_on_load_balancers() {
     // A status write naming another type changes neither the type nor the verdict.
     let mut retyped = ingress("192.0.2.8");
     retyped["spec"] = json!({"type": "ClusterIP"});
-    let (code, body) = merge(format!("{services}/lb/status"), retyped).await;
+    let (code, body) = merge_patch(&http, &format!("{services}/lb/status"), retyped).await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["spec"]["type"], "LoadBalancer");
-    let (code, body) = merge(
-        format!("{services}/lb"),
+    let (code, body) = merge_patch(
+        &http,
+        &format!("{services}/lb"),
         json!({"spec": {"type": "NodePort"}}),
     )
     .await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["status"]["loadBalancer"], json!({}));
-    let (code, body) = merge(format!("{services}/lb/status"), ingress("192.0.2.7")).await;
+    let (code, body) = merge_patch(
+        &http,
+        &format!("{services}/lb/status"),
+        ingress("192.0.2.7"),
+    )
+    .await;
     assert_forbidden(code, &body, "lb");
 
     // State loaded as given (`kube-lb plan -f`, `kube-lb apiserver -f`): a ClusterIP Service
@@ -807,15 +773,17 @@ async fn load_balancer_status_only_on_load_balancers() {
     );
     // ...but no client write of its status passes while the ingress points stay (no
     // ratcheting upstream either)...
-    let (code, body) = merge(
-        format!("{services}/kept/status"),
+    let (code, body) = merge_patch(
+        &http,
+        &format!("{services}/kept/status"),
         json!({"status": {"conditions": []}}),
     )
     .await;
     assert_forbidden(code, &body, "kept");
     // ...and the next write of its main resource clears them.
-    let (code, body) = merge(
-        format!("{services}/kept"),
+    let (code, body) = merge_patch(
+        &http,
+        &format!("{services}/kept"),
         json!({"metadata": {"labels": {"touched": "yes"}}}),
     )
     .await;
@@ -906,7 +874,11 @@ async fn event_field_selectors_are_restricted_per_api() {
             "regarding.kind=Service,regarding.name=web",
             vec!["by-kube-lb"],
         ),
-        (&v1, "regarding.kind=Pod", vec![]),
+        // ...and the core/v1 Events are events.k8s.io/v1 Events.
+        (&v1, "regarding.kind=Pod", vec!["by-kubelet"]),
+        (&v1, "regarding.kind=Node,type=Warning", vec!["reported"]),
+        // The deprecated source's component first.
+        (&v1, "source=kubelet", vec!["by-kubelet"]),
         (&v1, "reportingController=kube-lb", vec!["by-kube-lb"]),
         // No deprecated source: the reporting controller stands in.
         (&v1, "source=kube-lb", vec!["by-kube-lb"]),
