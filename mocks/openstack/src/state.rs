@@ -470,10 +470,14 @@ pub(crate) fn filter<'a>(
     items: impl Iterator<Item = &'a Value>,
     query: &[(String, String)],
 ) -> Vec<Value> {
+    let fixed_ips = FixedIpFilter::from_query(query);
     items
+        .filter(|item| fixed_ips.as_ref().is_none_or(|f| f.matches(item)))
         .filter(|item| {
             query.iter().all(|(key, wanted)| match key.as_str() {
                 "limit" | "marker" | "fields" | "sort_key" | "sort_dir" | "page_reverse" => true,
+                // Judged as a whole by `FixedIpFilter`.
+                "fixed_ips" => true,
                 "tags" => wanted.split(',').all(|tag| {
                     item["tags"]
                         .as_array()
@@ -493,6 +497,51 @@ pub(crate) fn filter<'a>(
         })
         .map(public)
         .collect()
+}
+
+/// Neutron's `fixed_ips` port filter: each `fixed_ips=ip_address=<ip>` or
+/// `fixed_ips=subnet_id=<id>` adds a value; a port matches when one of its fixed IPs has one
+/// of the addresses (when any is given) on one of the subnets (when any is given). Repeating
+/// the filter widens it, as Neutron's `IN (...)` query does, so one call finds the ports of
+/// many addresses.
+struct FixedIpFilter {
+    addresses: Vec<String>,
+    subnets: Vec<String>,
+    /// A sub-key Neutron would not filter on (`fixed_ips=mac=...`): nothing matches.
+    unknown: bool,
+}
+
+impl FixedIpFilter {
+    fn from_query(query: &[(String, String)]) -> Option<Self> {
+        let mut filter = FixedIpFilter {
+            addresses: Vec::new(),
+            subnets: Vec::new(),
+            unknown: false,
+        };
+        let mut any = false;
+        for (_, value) in query.iter().filter(|(key, _)| key == "fixed_ips") {
+            any = true;
+            match value.split_once('=') {
+                Some(("ip_address", ip)) => filter.addresses.push(ip.to_string()),
+                Some(("subnet_id", subnet)) => filter.subnets.push(subnet.to_string()),
+                _ => filter.unknown = true,
+            }
+        }
+        any.then_some(filter)
+    }
+
+    fn matches(&self, port: &Value) -> bool {
+        let wanted = |list: &[String], value: &Value| {
+            list.is_empty() || value.as_str().is_some_and(|v| list.iter().any(|w| w == v))
+        };
+        !self.unknown
+            && port["fixed_ips"].as_array().is_some_and(|ips| {
+                ips.iter().any(|ip| {
+                    wanted(&self.addresses, &ip["ip_address"])
+                        && wanted(&self.subnets, &ip["subnet_id"])
+                })
+            })
+    }
 }
 
 fn render(value: &Value) -> Option<String> {

@@ -719,3 +719,62 @@ async fn a_lost_response_is_an_error_answer_to_a_call_that_took_effect() {
     assert_eq!(status, 201, "{answer}");
     assert_eq!(cloud.floating_ips().len(), 2);
 }
+
+#[tokio::test]
+async fn the_fixed_ips_port_filter_widens_when_repeated_and_narrows_by_subnet() {
+    const OTHER_NETWORK: &str = "0e100000-0000-4000-8000-0000000000b1";
+    const OTHER_SUBNET: &str = "0e100000-0000-4000-8000-0000000000b2";
+    let private = kube_lb_mock_openstack::PRIVATE_NETWORK_ID;
+    let cloud = MockOpenStack::builder()
+        .network(OTHER_NETWORK, "other", false, OTHER_SUBNET, "10.1.0.0/24")
+        .server_port(private, "server-1", "10.0.0.21")
+        .server_port(private, "server-2", "10.0.0.22")
+        .server_port(OTHER_NETWORK, "server-3", "10.1.0.23")
+        .start()
+        .await
+        .unwrap();
+    let token = token(&cloud).await;
+    // (query, the devices of the ports listed)
+    let cases = [
+        ("fixed_ips=ip_address%3D10.0.0.21", vec!["server-1"]),
+        (
+            "fixed_ips=ip_address%3D10.0.0.21&fixed_ips=ip_address%3D10.1.0.23",
+            vec!["server-1", "server-3"],
+        ),
+        (
+            &*format!(
+                "fixed_ips=ip_address%3D10.0.0.21&fixed_ips=ip_address%3D10.1.0.23&fixed_ips=subnet_id%3D{OTHER_SUBNET}"
+            ),
+            vec!["server-3"],
+        ),
+        (
+            &*format!("fixed_ips=subnet_id%3D{PRIVATE_SUBNET_ID}"),
+            vec!["server-1", "server-2"],
+        ),
+        ("fixed_ips=ip_address%3D10.9.9.9", vec![]),
+        ("fixed_ips=mac_address%3Dfa:16:3e:00:00:02", vec![]),
+        (
+            "fixed_ips=ip_address%3D10.0.0.22&device_id=server-1",
+            vec![],
+        ),
+    ];
+    for (query, devices) in cases {
+        let (status, listed) = call(
+            &cloud,
+            Some(&token),
+            reqwest::Method::GET,
+            &format!("{NEUTRON}/ports?{query}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{query}: {listed}");
+        let mut listed: Vec<&str> = listed["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["device_id"].as_str().unwrap())
+            .collect();
+        listed.sort();
+        assert_eq!(listed, devices, "{query}");
+    }
+}

@@ -12,6 +12,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 mod inventory;
+pub mod member_subnet;
 pub mod model;
 pub mod plan;
 pub mod provider;

@@ -596,6 +596,15 @@ impl Desired {
         self.floating_ip_marks.current(self.keep_floating_ip)
     }
 
+    /// Puts the members on `subnet_id`, found for a Service whose configuration names no
+    /// member subnet (see [`crate::member_subnet`]).
+    pub fn use_member_subnet(&mut self, subnet_id: &str) {
+        self.member_subnet_id = Some(subnet_id.to_string());
+        for member in self.listeners.iter_mut().flat_map(|l| l.members.iter_mut()) {
+            member.subnet_id = Some(subnet_id.to_string());
+        }
+    }
+
     /// True when `lb` carries this Service's name or its legacy name.
     pub fn names(&self, lb: &LoadBalancer) -> bool {
         lb.name == self.name || self.legacy_name.as_deref() == Some(lb.name.as_str())
@@ -684,6 +693,24 @@ pub fn created_with(
                 .filter(|v| !v.is_empty())
                 .map(|v| (*field, v))
         })
+        .collect();
+    json!(recorded).to_string()
+}
+
+/// The address a node's members use (pure): its InternalIP, else its first address.
+pub fn member_address(node: &BackendNode) -> Option<std::net::IpAddr> {
+    node.internal_ip()
+        .or_else(|| node.addresses.first().map(|a| a.ip))
+}
+
+/// The value of [`key::CREATED_WITH`] for a load balancer kube-lb did not create (adopted
+/// with `load-balancer-id`): only the security group it manages for the Service, if any
+/// (pure).
+pub fn recorded_security_group(security_group: Option<&str>) -> String {
+    let recorded: BTreeMap<&str, &str> = security_group
+        .filter(|g| !g.is_empty())
+        .map(|g| ("security_group", g))
+        .into_iter()
         .collect();
     json!(recorded).to_string()
 }
@@ -863,9 +890,7 @@ pub fn desired(
                 let mut members: Vec<DesiredMember> = selected
                     .iter()
                     .filter_map(|node| {
-                        let address = node
-                            .internal_ip()
-                            .or_else(|| node.addresses.first().map(|a| a.ip))?;
+                        let address = member_address(node)?;
                         Some(DesiredMember {
                             name: node.name.clone(),
                             address: address.to_string(),

@@ -19,6 +19,7 @@ use crate::client::OpenStackClient;
 use crate::config::CloudConfig;
 use crate::error::OpenStackError;
 use crate::inventory::Inventory;
+use crate::member_subnet::{self, NodeAddress};
 use crate::model::{FloatingIp, Listener, LoadBalancer, Port, SecurityGroup};
 use crate::plan::{self, AttachedFloatingIp, Desired, FloatingIpRecord, Observed, Ownership, Step};
 use crate::security_group::{self, DesiredSecurityGroup, SecurityGroupStep};
@@ -53,6 +54,10 @@ pub const DEFAULT_LISTING_REFRESH: Duration = Duration::from_secs(30);
 
 /// How many times a change refused with 409 (busy) is retried after waiting for `ACTIVE`.
 const BUSY_RETRIES: usize = 3;
+
+/// How many node addresses one port listing asks for when finding the member subnet (each
+/// adds about 40 characters to the URL).
+const ADDRESSES_PER_PORT_QUERY: usize = 40;
 
 impl OpenStackProvider {
     /// A provider for `config`, naming load balancers for `cluster`.
@@ -729,6 +734,67 @@ impl OpenStackProvider {
             }))
     }
 
+    /// When no configuration names the member subnet, finds it as upstream does, from the
+    /// Neutron ports carrying the backend nodes' addresses ([`member_subnet`] says which
+    /// subnet wins when nodes disagree), and puts the members on it. With
+    /// `manage-security-groups` a subnet is needed (its CIDR goes into the rules), so finding
+    /// none is an error naming the addresses looked for; without, the members go without a
+    /// subnet, as before (Octavia then reaches them from the VIP's).
+    async fn discover_member_subnet(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+        desired: &mut Desired,
+    ) -> Result<(), ProviderError> {
+        if desired.member_subnet_id.is_some() {
+            return Ok(());
+        }
+        let nodes: Vec<NodeAddress> = backends
+            .iter()
+            .filter(|node| self.accepts_node(spec, node))
+            .filter_map(NodeAddress::of)
+            .collect();
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let mut addresses: Vec<&str> = nodes.iter().map(|n| n.address.as_str()).collect();
+        addresses.sort_unstable();
+        addresses.dedup();
+        let mut ports = Vec::new();
+        // One call per batch: Neutron ORs repeated `fixed_ips` filters; batches keep the URL
+        // short whatever the cluster's size.
+        for batch in addresses.chunks(ADDRESSES_PER_PORT_QUERY) {
+            let filters: Vec<String> = batch.iter().map(|a| format!("ip_address={a}")).collect();
+            let query: Vec<(&str, &str)> =
+                filters.iter().map(|f| ("fixed_ips", f.as_str())).collect();
+            ports.extend(self.client.ports(&query).await?);
+        }
+        match member_subnet::discover(&nodes, &ports) {
+            Some(found) => {
+                if !found.elsewhere.is_empty() {
+                    tracing::warn!(service = %spec.service, subnet = %found.subnet_id, nodes_on_it = ?found.on_it, nodes_elsewhere = ?found.elsewhere, "backend nodes are on different subnets; the members go on the subnet of most nodes");
+                }
+                tracing::debug!(service = %spec.service, subnet = %found.subnet_id, nodes_without_port = ?found.without_port, "member subnet found from the nodes' ports");
+                desired.use_member_subnet(&found.subnet_id);
+                Ok(())
+            }
+            None if self.config.load_balancer.manage_security_groups => {
+                Err(ProviderError::environment(
+                    "neutron:ListPorts",
+                    EnvironmentCause::MissingDependency,
+                    format!(
+                        "manage-security-groups needs the member subnet, and no configuration names it; none of the backend nodes' addresses ({}) is the fixed IP of a Neutron port of this project, so it cannot be found from them: set [LoadBalancer] member-subnet-id (or subnet-id) in cloud.conf, or the loadbalancer.openstack.org/member-subnet-id annotation",
+                        addresses.join(", ")
+                    ),
+                ))
+            }
+            None => {
+                tracing::debug!(service = %spec.service, addresses = ?addresses, "no Neutron port carries a backend node's address; members go without a subnet");
+                Ok(())
+            }
+        }
+    }
+
     /// The Service's security group as `manage-security-groups` wants it, and what exists:
     /// ours under its name (the oldest kept, any further one a duplicate), and the ports of
     /// the member network (where members sit), plus those carrying a duplicate.
@@ -737,11 +803,13 @@ impl OpenStackProvider {
         spec: &LoadBalancerSpec,
         desired: &Desired,
     ) -> Result<ObservedSecurityGroup, ProviderError> {
+        // Configured, or found from the nodes' ports (`discover_member_subnet`, which refuses
+        // when it finds none); absent only when the Service has no backend node to look from.
         let subnet_id = desired.member_subnet_id.as_deref().ok_or_else(|| {
             ProviderError::environment(
                 "config",
                 EnvironmentCause::MissingDependency,
-                "manage-security-groups needs the member subnet: set [LoadBalancer] subnet-id or member-subnet-id in cloud.conf, or the loadbalancer.openstack.org/member-subnet-id annotation",
+                "manage-security-groups needs the member subnet, and with no backend node there is no node port to find it from: set [LoadBalancer] member-subnet-id (or subnet-id) in cloud.conf, or the loadbalancer.openstack.org/member-subnet-id annotation",
             )
         })?;
         let subnet = self.client.subnet(subnet_id).await?.ok_or_else(|| {
@@ -752,7 +820,18 @@ impl OpenStackProvider {
             )
         })?;
         let want = security_group::desired_security_group(spec, desired, &self.cluster, &subnet);
-        let mut groups = self.our_security_groups(&spec.service).await?;
+        let (mut groups, foreign) = self.security_groups_named(&spec.service).await?;
+        // Someone else's group under the Service's name (only theirs): refused rather than a
+        // second group of the same name made beside it.
+        if groups.is_empty()
+            && let Some((group, owner)) = foreign.into_iter().next()
+        {
+            return Err(ProviderError::owned_elsewhere(
+                "neutron:ListSecurityGroups",
+                format!("security group {} ({})", group.name, group.id),
+                owner,
+            ));
+        }
         let mut ports = self
             .client
             .ports(&[("network_id", subnet.network_id.as_str())])
@@ -778,16 +857,38 @@ impl OpenStackProvider {
         &self,
         service: &ServiceKey,
     ) -> Result<Vec<SecurityGroup>, ProviderError> {
+        Ok(self.security_groups_named(service).await?.0)
+    }
+
+    /// The security groups under the Service's group name: ours (made by kube-lb, by upstream,
+    /// or by an earlier kube-lb whose records on the Service are lost: adopted by their name
+    /// and marks), oldest first; and the others, each with who owns it in words.
+    async fn security_groups_named(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<(Vec<SecurityGroup>, Vec<(SecurityGroup, String)>), ProviderError> {
         let name = security_group::security_group_name(service);
-        let mut groups: Vec<SecurityGroup> = self
+        let mut ours = Vec::new();
+        let mut foreign = Vec::new();
+        for group in self
             .client
             .security_groups(&[("name", name.as_str())])
             .await?
             .into_iter()
-            .filter(|g| security_group::is_ours(g, &self.cluster, service))
-            .collect();
-        groups.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
-        Ok(groups)
+            // Filtered here too, in case a Neutron ignores the filter.
+            .filter(|g| g.name == name)
+        {
+            match security_group::ownership(&group, &self.cluster, service) {
+                Ownership::Ours => ours.push(group),
+                Ownership::Foreign(owner) => foreign.push((group, owner)),
+            }
+        }
+        ours.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        if !ours.is_empty() && !foreign.is_empty() {
+            let others: Vec<&str> = foreign.iter().map(|(g, _)| g.id.as_str()).collect();
+            tracing::warn!(%service, group = %ours[0].id, others = ?others, "other owners' security groups carry the Service's group name; only kube-lb's is used");
+        }
+        Ok((ours, foreign))
     }
 
     /// The ports that carry `group_id` (filtered here too, in case a Neutron ignores the
@@ -1265,7 +1366,9 @@ impl LoadBalancerProvider for OpenStackProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        let desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
+        let mut desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
+        self.discover_member_subnet(spec, backends, &mut desired)
+            .await?;
         let snapshot = match desired.existing_id {
             None => {
                 self.inventory
@@ -1277,17 +1380,42 @@ impl LoadBalancerProvider for OpenStackProvider {
         // Listed: ours (or someone else's, refused), under its name or else its legacy name.
         // Absent from the listing is checked by name before anything is created, and then
         // nothing is answered from the listing.
+        let mut listing_set_aside = false;
         let listed_lb = match snapshot.as_ref().map(|snap| {
             let found = snap.named(&desired.name);
-            match &desired.legacy_name {
+            let found = match &desired.legacy_name {
                 Some(legacy) if found.is_empty() => snap.named(legacy),
                 _ => found,
-            }
+            };
+            let current = found
+                .iter()
+                .all(|lb| self.inventory.speaks_for(snap, &lb.id));
+            (found, current)
         }) {
-            Some(found) if !found.is_empty() => self.ours_among(found, &spec.service)?,
+            // kube-lb changed a load balancer shown here since the listing was taken (deleted
+            // it, for one: a Service released on a retype and made a load balancer again
+            // would otherwise be converged onto the deleted one): read live.
+            Some((found, false)) if !found.is_empty() => {
+                tracing::debug!(service = %spec.service, "the wave's listing predates a change of this name's load balancer; reading it live");
+                listing_set_aside = true;
+                None
+            }
+            Some((found, _)) if !found.is_empty() => match self.ours_among(found, &spec.service) {
+                Ok(lb) => lb,
+                // A refusal waits for the Service to change, so it never rests on a listing
+                // up to a refresh old (the name may have been freed since, and a Service
+                // recreated under it): the live lookup below confirms it or finds it gone.
+                Err(refusal) => {
+                    tracing::debug!(service = %spec.service, %refusal, "the wave's listing refuses the name; confirming with a live lookup");
+                    listing_set_aside = true;
+                    None
+                }
+            },
             _ => None,
         };
-        let legacy_unlisted = snapshot.is_none();
+        // The legacy name is looked up live unless the listing showed it absent (it is not
+        // consulted when the listing's answer under the name is set aside).
+        let legacy_unlisted = snapshot.is_none() || listing_set_aside;
         let snapshot = snapshot.filter(|_| listed_lb.is_some());
         let located = match listed_lb {
             Some(lb) => Located::Ours(lb),
@@ -1312,9 +1440,20 @@ impl LoadBalancerProvider for OpenStackProvider {
                 self.converge(&lb, &desired, true, None).await?;
                 // Its floating IP (if any) is its owner's business: report it, never change it.
                 let address = self.public_address(&lb).await?;
-                self.converge_or_remove_security_group(spec, &desired)
+                let security_group = self
+                    .converge_or_remove_security_group(spec, &desired)
                     .await?;
-                return Ok(desired.status(&address));
+                let mut status = desired.status(&address);
+                // Only the group is recorded: the load balancer's create-only fields are its
+                // owner's, and recording them would make the annotation parser judge the
+                // Service's VIP annotations against someone else's load balancer.
+                if security_group.is_some() || recorded_security_group(spec) {
+                    status.annotations.insert(
+                        kube_lb_annotations::keys::openstack::CREATED_WITH.into(),
+                        plan::recorded_security_group(security_group.as_deref()),
+                    );
+                }
+                return Ok(status);
             }
             Located::Ours(lb) => {
                 // Answered from this wave's listing while it speaks for this load balancer
@@ -1432,7 +1571,9 @@ impl LoadBalancerProvider for OpenStackProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
-        let desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
+        let mut desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
+        self.discover_member_subnet(spec, backends, &mut desired)
+            .await?;
         let (lb, adopted) = match self.locate(&spec.service, &desired, true).await? {
             Located::Absent => {
                 let mut changes = vec![PlannedChange::new(

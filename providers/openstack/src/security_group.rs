@@ -14,7 +14,7 @@ use kube_lb_provider_core::{ChangeAction, PlannedChange};
 use serde_json::{Value, json};
 
 use crate::model::{Port, SecurityGroup, SecurityGroupRule, Subnet};
-use crate::plan::{Desired, UID_TAG_PREFIX, same_uid};
+use crate::plan::{Desired, Ownership, UID_TAG_PREFIX, same_uid};
 
 /// Neutron names are at most 255 characters.
 const MAX_NAME: usize = 255;
@@ -56,16 +56,37 @@ pub fn recorded_owner(description: &str, cluster: &str) -> Option<ServiceKey> {
     })
 }
 
+/// Whether a security group under the Service's group name is ours to change (pure): made
+/// by kube-lb or upstream for `service` in `cluster` when it carries that description and no
+/// other Service's UID tag (upstream tags none; the name already holds the UID). Anything
+/// else under the name (made by hand, by another cluster, by a Service of the same UID's
+/// leftover) is someone else's, and is neither changed nor duplicated.
+pub fn ownership(group: &SecurityGroup, cluster: &str, service: &ServiceKey) -> Ownership {
+    if group.description != security_group_description(cluster, service) {
+        return Ownership::Foreign(format!(
+            "the owner its description {:?} names (not this cluster's Service)",
+            group.description
+        ));
+    }
+    match group
+        .tags
+        .iter()
+        .filter_map(|t| t.strip_prefix(UID_TAG_PREFIX))
+        .find(|uid| !same_uid(uid, &service.uid))
+    {
+        Some(uid) => Ownership::Foreign(format!(
+            "Service UID {uid}, not {} (its tag {UID_TAG_PREFIX}{uid})",
+            service.uid
+        )),
+        None => Ownership::Ours,
+    }
+}
+
 /// True when `group` is the security group kube-lb (or upstream) made for `service` in
 /// `cluster`: its name and description, and no other Service's UID tag.
 pub fn is_ours(group: &SecurityGroup, cluster: &str, service: &ServiceKey) -> bool {
     group.name == security_group_name(service)
-        && group.description == security_group_description(cluster, service)
-        && group
-            .tags
-            .iter()
-            .filter_map(|t| t.strip_prefix(UID_TAG_PREFIX))
-            .all(|uid| same_uid(uid, &service.uid))
+        && ownership(group, cluster, service) == Ownership::Ours
 }
 
 /// One ingress rule: a node port from the member subnet.
@@ -571,6 +592,21 @@ mod tests {
         ];
         for (group, ours) in cases {
             assert_eq!(is_ours(&group, "c", &service()), ours, "{group:?}");
+        }
+        // A refusal names the owner the marks record.
+        let tagged = SecurityGroup {
+            tags: vec!["kube_lb_uid_u-2".into()],
+            ..group("g", vec![])
+        };
+        let described = SecurityGroup {
+            description: security_group_description("other", &service()),
+            ..group("g", vec![])
+        };
+        for (group, named) in [(tagged, "u-2"), (described, "cluster other")] {
+            match ownership(&group, "c", &service()) {
+                Ownership::Foreign(owner) => assert!(owner.contains(named), "{owner}"),
+                Ownership::Ours => panic!("{group:?} is not ours"),
+            }
         }
     }
 

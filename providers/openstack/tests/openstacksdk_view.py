@@ -1,13 +1,14 @@
 """Lists and shows what the mock holds through the official Python openstacksdk; prints JSON.
 
-Usage: openstacksdk_view.py AUTH_URL USERNAME PASSWORD PROJECT
+Usage: openstacksdk_view.py AUTH_URL USERNAME PASSWORD PROJECT [ADDRESS,...]
 
 Everything goes through the SDK's normal path: Keystone password auth, the catalog, version
 discovery of the load-balancer and network endpoints, then for every resource kind one list
 call and one show call per listed item. The output maps each kind to the shown documents
 (`to_dict(computed=False)`, so exactly what the SDK parsed from the wire), plus the ids the
 list returned, so the caller can check that list and show agree with each other and with the
-mock's own state.
+mock's own state. With ADDRESS,... also the ports the SDK lists with one `fixed_ips` filter per
+address (`ports_by_fixed_ip`), as kube-lb looks up the nodes' ports to find the member subnet.
 """
 import json
 import sys
@@ -58,6 +59,10 @@ for pool_id in out["pools"]["listed"]:
         shown["pool_id"] = pool_id
     out["members"]["listed"] += members["listed"]
     out["members"]["shown"] += members["shown"]
+
+if len(sys.argv) > 5:
+    wanted = [f"ip_address={address}" for address in sys.argv[5].split(",")]
+    out["ports_by_fixed_ip"] = [port.id for port in net_api.ports(fixed_ips=wanted)]
 
 project_id = conn.current_project_id
 out["octavia_quota"] = lb_api.get_quota(project_id).to_dict(computed=False)

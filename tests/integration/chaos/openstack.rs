@@ -1,7 +1,9 @@
 //! OpenStack for the chaos suite: the Keystone + Octavia + Neutron mock, every endpoint the
 //! controller uses (Keystone by `auth-url`, Octavia and Neutron by the catalog) behind the fault
 //! proxy, and Octavia's asynchronous provisioning (`PENDING_*` for a while after each change)
-//! switched on, so kills land while a load balancer is busy.
+//! switched on, so kills land while a load balancer is busy. `manage-security-groups` is on, so
+//! lost answers and kills also land in the security-group paths: each Service's group, its
+//! rules, and the node ports it is attached to.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,8 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kube_lb_annotations::keys::openstack::{INTERNAL, TIMEOUT_CLIENT_DATA};
 use kube_lb_mock_openstack::{
-    DOMAIN, MockOpenStack, PASSWORD, PRIVATE_SUBNET_ID, PROJECT_NAME, PUBLIC_NETWORK_ID, REGION,
-    USERNAME,
+    DOMAIN, MockOpenStack, PASSWORD, PRIVATE_NETWORK_ID, PRIVATE_SUBNET_ID, PROJECT_NAME,
+    PUBLIC_NETWORK_ID, REGION, USERNAME,
 };
 use kube_lb_provider_core::naming::load_balancer_name;
 use serde_json::Value;
@@ -26,7 +28,11 @@ const PROVISIONING: Duration = Duration::from_millis(250);
 /// The tag kube-lb puts on a load balancer with the Service UID it was made for.
 const UID_TAG_PREFIX: &str = "kube_lb_uid_";
 
-/// The nodes: addresses on the mock's private subnet (`10.0.0.0/24`), where members go.
+/// How kube-lb (as upstream) names a Service's security group: `lb-sg-<UID>-<ns>-<name>`.
+const SECURITY_GROUP_PREFIX: &str = "lb-sg-";
+
+/// The nodes: addresses on the mock's private subnet (`10.0.0.0/24`), where members go, each
+/// with its server's port there (where the Services' security groups are attached).
 const NODES: [(&str, &str, &str); 2] = [
     (
         "node-1",
@@ -46,14 +52,21 @@ pub struct OpenStack {
 }
 
 impl OpenStack {
-    /// Starts the mock with its default public and private networks.
+    /// Starts the mock with its default public and private networks and the nodes' ports.
     pub async fn start() -> Self {
-        let mock = MockOpenStack::builder()
-            .provisioning_delay(PROVISIONING)
-            .start()
-            .await
-            .unwrap();
+        let mut builder = MockOpenStack::builder().provisioning_delay(PROVISIONING);
+        for (_, ip, server) in NODES {
+            builder = builder.server_port(PRIVATE_NETWORK_ID, server, ip);
+        }
+        let mock = builder.start().await.unwrap();
         Self { mock }
+    }
+
+    /// True for the nodes' own ports (fixtures, not kube-lb's).
+    fn is_node_port(port: &Value) -> bool {
+        NODES
+            .iter()
+            .any(|(_, _, server)| text(port, "device_id") == *server)
     }
 }
 
@@ -110,7 +123,8 @@ impl ChaosCloud for OpenStack {
              user-domain-name = {DOMAIN}\nproject-name = {PROJECT_NAME}\n\
              project-domain-name = {DOMAIN}\nregion = {REGION}\n\n\
              [LoadBalancer]\nfloating-network-id = {PUBLIC_NETWORK_ID}\n\
-             subnet-id = {PRIVATE_SUBNET_ID}\ncreate-monitor = true\n"
+             subnet-id = {PRIVATE_SUBNET_ID}\ncreate-monitor = true\n\
+             manage-security-groups = true\n"
         );
         (write_cloud_config(dir, "cloud.conf", &conf), Vec::new())
     }
@@ -130,7 +144,10 @@ impl ChaosCloud for OpenStack {
 
     /// Everything kube-lb may have made, each child named with the key of its load balancer so
     /// the suite can tell whose it is. The mock starts with no load-balancer resources, no
-    /// floating IPs and no ports: all of them are kube-lb's (ports are VIP ports).
+    /// floating IPs, no security groups and no ports but the nodes': all the others are
+    /// kube-lb's (ports are VIP ports). A security group is keyed by the Service UID its name
+    /// carries, so one outliving its Service, or left behind, is reported; so is a kube-lb
+    /// group still attached to a node's port.
     async fn inventory(&self) -> Result<Inventory, String> {
         let mut inventory = Inventory::default();
         let mut key_of: BTreeMap<String, String> = BTreeMap::new();
@@ -202,8 +219,33 @@ impl ChaosCloud for OpenStack {
                 text(&fip, "floating_ip_address")
             ));
         }
+        let mut group_key: BTreeMap<String, String> = BTreeMap::new();
+        for group in self.mock.security_groups() {
+            let Some(rest) = text(&group, "name").strip_prefix(SECURITY_GROUP_PREFIX) else {
+                continue;
+            };
+            // A Kubernetes UID is 36 characters; the namespace and name follow it.
+            let key = rest
+                .get(..36)
+                .map(load_balancer_name)
+                .unwrap_or_else(|| rest.to_string());
+            group_key.insert(text(&group, "id").to_string(), key.clone());
+            inventory
+                .others
+                .push(format!("securitygroup/{}@{key}", text(&group, "name")));
+        }
         for port in self.mock.ports() {
             let id = text(&port, "id");
+            if Self::is_node_port(&port) {
+                for group in port["security_groups"].as_array().into_iter().flatten() {
+                    if let Some(key) = group.as_str().and_then(|g| group_key.get(g)) {
+                        inventory
+                            .others
+                            .push(format!("attachment/{}@{key}", text(&port, "device_id")));
+                    }
+                }
+                continue;
+            }
             let on = key_of_port
                 .get(id)
                 .cloned()

@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -30,18 +30,26 @@ fn python() -> PathBuf {
 
 /// Runs `openstacksdk_view.py` against the mock and parses its JSON.
 async fn sdk_view(cloud: &MockOpenStack) -> Value {
+    sdk_view_with_ports_of(cloud, &[]).await
+}
+
+/// The same, plus the ports the SDK finds by a `fixed_ips` filter per address in
+/// `addresses` (`ports_by_fixed_ip`), when any.
+async fn sdk_view_with_ports_of(cloud: &MockOpenStack, addresses: &[&str]) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openstacksdk_view.py");
-    let output = tokio::process::Command::new(python())
+    let mut command = tokio::process::Command::new(python());
+    command
         .arg(script)
-        .args([cloud.auth_url().as_str(), USERNAME, PASSWORD, PROJECT_NAME])
-        .output()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "running {}: {e} (run scripts/setup-venv.sh, or set KUBE_LB_PYTHON)",
-                python().display()
-            )
-        });
+        .args([cloud.auth_url().as_str(), USERNAME, PASSWORD, PROJECT_NAME]);
+    if !addresses.is_empty() {
+        command.arg(addresses.join(","));
+    }
+    let output = command.output().await.unwrap_or_else(|e| {
+        panic!(
+            "running {}: {e} (run scripts/setup-venv.sh, or set KUBE_LB_PYTHON)",
+            python().display()
+        )
+    });
     assert!(
         output.status.success(),
         "openstacksdk failed (run scripts/setup-venv.sh for openstacksdk): {}",
@@ -314,4 +322,95 @@ async fn official_openstacksdk_sees_the_managed_security_group_its_rules_and_por
         .collect();
     carrying.sort();
     assert_eq!(carrying, vec!["10.0.0.101", "10.0.0.102"]);
+}
+
+#[tokio::test]
+async fn official_openstacksdk_sees_the_members_and_group_on_the_subnet_found_from_the_nodes() {
+    use crate::member_subnet::{NODES_SUBNET, network_only_conf, split_cloud, split_nodes};
+    let cloud = split_cloud().await;
+    let config = kube_lb_provider_openstack::CloudConfig::parse(&network_only_conf(
+        &cloud,
+        "manage-security-groups = true\n",
+    ))
+    .unwrap();
+    let h = provider_for(cloud, config);
+    let web = svc("web", "8ae4a1c2-6b2e-11e9-a923-1681be663d3e");
+    h.provider
+        .ensure(&web.spec(), &split_nodes())
+        .await
+        .unwrap();
+
+    let view = sdk_view_with_ports_of(&h.cloud, &["10.1.0.11", "10.0.0.13"]).await;
+    let members: Vec<Value> = h
+        .cloud
+        .pools()
+        .iter()
+        .flat_map(|pool| h.cloud.members(pool["id"].as_str().unwrap()))
+        .collect();
+    let members = shown(&view, "members", &ids(&members));
+    let mut on: Vec<(&str, &str)> = members
+        .iter()
+        .map(|m| {
+            (
+                m["address"].as_str().unwrap(),
+                m["subnet_id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    on.sort();
+    assert_eq!(
+        on,
+        vec![
+            ("10.0.0.13", NODES_SUBNET),
+            ("10.1.0.11", NODES_SUBNET),
+            ("10.1.0.12", NODES_SUBNET)
+        ]
+    );
+    let groups = shown(&view, "security_groups", &ids(&h.cloud.security_groups()));
+    let group = by_name(
+        groups,
+        "lb-sg-8ae4a1c2-6b2e-11e9-a923-1681be663d3e-default-web",
+    );
+    let rules = shown(
+        &view,
+        "security_group_rules",
+        &ids(&h.cloud.security_group_rules()),
+    );
+    let prefixes: BTreeSet<&str> = rules
+        .iter()
+        .filter(|r| r["security_group_id"] == group["id"] && r["direction"] == "ingress")
+        .map(|r| r["remote_ip_prefix"].as_str().unwrap())
+        .collect();
+    assert_eq!(prefixes, BTreeSet::from(["10.1.0.0/24"]));
+    let ports = shown(&view, "ports", &ids(&h.cloud.ports()));
+    let mut carrying: Vec<&str> = ports
+        .iter()
+        .filter(|p| {
+            p["security_group_ids"]
+                .as_array()
+                .is_some_and(|groups| groups.contains(&group["id"]))
+        })
+        .map(|p| p["fixed_ips"][0]["ip_address"].as_str().unwrap())
+        .collect();
+    carrying.sort();
+    assert_eq!(carrying, vec!["10.1.0.11", "10.1.0.12"]);
+
+    // The SDK's own `fixed_ips` filters find the ports of exactly the addresses asked for.
+    let by_address: BTreeSet<String> = view["ports_by_fixed_ip"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    let expected: BTreeSet<String> = h
+        .cloud
+        .ports()
+        .iter()
+        .filter(|p| {
+            ["10.1.0.11", "10.0.0.13"].contains(&p["fixed_ips"][0]["ip_address"].as_str().unwrap())
+        })
+        .map(|p| p["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(by_address.len(), 2);
+    assert_eq!(by_address, expected);
 }

@@ -5,20 +5,20 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod support;
+use crate::support;
 
 use kube_lb_mock_openstack::{Fault, MockOpenStack};
-use kube_lb_provider_core::{ChangeAction, LoadBalancerProvider};
+use kube_lb_provider_core::{ChangeAction, LoadBalancerProvider, ProviderError};
 use serde_json::{Value, json};
 use support::*;
 
-const UID: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
-const GROUP: &str = "lb-sg-8ae4a1c2-6b2e-11e9-a923-1681be663d3e-default-web";
-const MANAGED: &str = "manage-security-groups = true\n";
+pub(crate) const UID: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
+pub(crate) const GROUP: &str = "lb-sg-8ae4a1c2-6b2e-11e9-a923-1681be663d3e-default-web";
+pub(crate) const MANAGED: &str = "manage-security-groups = true\n";
 
 /// A mock whose three node VMs have their port on the private network, and a harness with
 /// `extra` in `[LoadBalancer]`. The first node's port already carries a group of the user's.
-async fn cloud_with_nodes(extra: &str) -> (Harness, String) {
+pub(crate) async fn cloud_with_nodes(extra: &str) -> (Harness, String) {
     let h = harness_with(mock_with_node_ports(3).await, extra).await;
     let token = token(&h.cloud).await;
     let (code, group) = call(
@@ -44,11 +44,11 @@ async fn cloud_with_nodes(extra: &str) -> (Harness, String) {
     (h, users)
 }
 
-fn web() -> Svc {
+pub(crate) fn web() -> Svc {
     svc("web", UID).ports(&[("http", 80, "TCP", 30080), ("dns", 53, "UDP", 30053)])
 }
 
-fn port_of(cloud: &MockOpenStack, ip: &str) -> Value {
+pub(crate) fn port_of(cloud: &MockOpenStack, ip: &str) -> Value {
     cloud
         .ports()
         .into_iter()
@@ -57,7 +57,7 @@ fn port_of(cloud: &MockOpenStack, ip: &str) -> Value {
 }
 
 /// The groups on the port of `ip`.
-fn groups_on(cloud: &MockOpenStack, ip: &str) -> Vec<String> {
+pub(crate) fn groups_on(cloud: &MockOpenStack, ip: &str) -> Vec<String> {
     port_of(cloud, ip)["security_groups"]
         .as_array()
         .unwrap()
@@ -67,7 +67,7 @@ fn groups_on(cloud: &MockOpenStack, ip: &str) -> Vec<String> {
 }
 
 /// The Service's groups in the mock.
-fn managed_groups(cloud: &MockOpenStack) -> Vec<Value> {
+pub(crate) fn managed_groups(cloud: &MockOpenStack) -> Vec<Value> {
     cloud
         .security_groups()
         .into_iter()
@@ -76,7 +76,7 @@ fn managed_groups(cloud: &MockOpenStack) -> Vec<Value> {
 }
 
 /// The ingress rules of `group`: (protocol, port, ethertype, remote prefix or "").
-fn ingress(group: &Value) -> Vec<(String, u64, String, String)> {
+pub(crate) fn ingress(group: &Value) -> Vec<(String, u64, String, String)> {
     let mut rules: Vec<_> = group["security_group_rules"]
         .as_array()
         .unwrap()
@@ -98,7 +98,7 @@ fn ingress(group: &Value) -> Vec<(String, u64, String, String)> {
     rules
 }
 
-fn rule(protocol: &str, port: u64) -> (String, u64, String, String) {
+pub(crate) fn rule(protocol: &str, port: u64) -> (String, u64, String, String) {
     (protocol.into(), port, "IPv4".into(), "10.0.0.0/24".into())
 }
 
@@ -420,4 +420,229 @@ async fn a_failure_at_any_step_then_a_retry_converges_without_duplicates_or_orph
         assert!(groups_on(&h.cloud, "10.0.0.102").is_empty(), "{case}");
         assert!(groups_on(&h.cloud, "10.0.0.103").is_empty(), "{case}");
     }
+}
+
+/// Makes a security group behind the provider's back (upstream, an operator, another
+/// cluster) under `name` with `description` and `tags`, with an upstream-style rule (no
+/// description) opening tcp/30080 to the private subnet, on the port of 10.0.0.101 next to
+/// its other groups. Returns its id.
+async fn group_out_of_band(h: &Harness, name: &str, description: &str, tags: Value) -> String {
+    let token = token(&h.cloud).await;
+    let (code, group) = call(
+        &h.cloud,
+        &token,
+        reqwest::Method::POST,
+        "/networking/v2.0/security-groups",
+        Some(json!({"security_group": {"name": name, "description": description, "tags": tags}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{group}");
+    let id = group["security_group"]["id"].as_str().unwrap().to_string();
+    let (code, answer) = call(
+        &h.cloud,
+        &token,
+        reqwest::Method::POST,
+        "/networking/v2.0/security-group-rules",
+        Some(
+            json!({"security_group_rule": {"security_group_id": id, "direction": "ingress",
+            "ethertype": "IPv4", "protocol": "tcp", "port_range_min": 30080,
+            "port_range_max": 30080, "remote_ip_prefix": "10.0.0.0/24"}}),
+        ),
+    )
+    .await;
+    assert_eq!(code, 201, "{answer}");
+    let port = port_of(&h.cloud, "10.0.0.101");
+    let mut groups = groups_on(&h.cloud, "10.0.0.101");
+    groups.push(id.clone());
+    let (code, answer) = call(
+        &h.cloud,
+        &token,
+        reqwest::Method::PUT,
+        &format!("/networking/v2.0/ports/{}", port["id"].as_str().unwrap()),
+        Some(json!({"port": {"security_groups": groups}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{answer}");
+    id
+}
+
+/// The load balancer as upstream (OCCM) built it for [`web`] on node-1 and node-2.
+async fn occm_load_balancer(h: &Harness) {
+    let mut occm = OccmService::new(
+        "web",
+        vec![
+            ("node-1".into(), "10.0.0.101".into()),
+            ("node-2".into(), "10.0.0.102".into()),
+        ],
+    );
+    occm.ports = vec![("TCP".into(), 80, 30080), ("UDP".into(), 53, 30053)];
+    build_occm_state(&h.cloud, CLUSTER, &occm).await;
+}
+
+#[tokio::test]
+async fn a_group_made_out_of_band_with_our_name_and_marks_is_adopted_not_duplicated() {
+    let upstream = "Security Group for default/web Service LoadBalancer in cluster kubernetes";
+    // (case, tags): upstream tags none; kube-lb's UID tag is as good.
+    let cases = [
+        ("as upstream made it", json!([])),
+        (
+            "with this Service's UID tag",
+            json!([format!("kube_lb_uid_{UID}")]),
+        ),
+    ];
+    for (case, tags) in cases {
+        let (h, users) = cloud_with_nodes(MANAGED).await;
+        occm_load_balancer(&h).await;
+        let id = group_out_of_band(&h, GROUP, upstream, tags).await;
+
+        // A kube-lb with no record of it on the Service (none passed in) takes it over.
+        let status = h.provider.ensure(&web().spec(), &nodes(2)).await.unwrap();
+        let groups = managed_groups(&h.cloud);
+        assert_eq!(
+            groups.len(),
+            1,
+            "{case}: adopted, not duplicated: {groups:#?}"
+        );
+        assert_eq!(groups[0]["id"], json!(id), "{case}");
+        assert_eq!(
+            ingress(&groups[0]),
+            vec![rule("tcp", 30080), rule("udp", 30053)],
+            "{case}: upstream's rule kept (as good as ours), the missing one added"
+        );
+        assert_eq!(
+            groups_on(&h.cloud, "10.0.0.101"),
+            vec![users.clone(), id.clone()],
+            "{case}"
+        );
+        assert_eq!(
+            groups_on(&h.cloud, "10.0.0.102"),
+            vec![id.clone()],
+            "{case}"
+        );
+        let recorded = &status.annotations[kube_lb_annotations::keys::openstack::CREATED_WITH];
+        assert!(recorded.contains(GROUP), "{case}: recorded: {recorded}");
+
+        h.cloud.clear_journal();
+        h.provider.ensure(&web().spec(), &nodes(2)).await.unwrap();
+        assert_eq!(mutations(&h.cloud), Vec::<String>::new(), "{case}");
+
+        // Adopted means ours: it goes with the Service.
+        h.provider.delete(&web().spec().service).await.unwrap();
+        assert!(managed_groups(&h.cloud).is_empty(), "{case}");
+        assert_eq!(groups_on(&h.cloud, "10.0.0.101"), vec![users], "{case}");
+    }
+}
+
+#[tokio::test]
+async fn a_group_under_our_name_with_foreign_marks_is_refused_never_duplicated() {
+    // (case, description, tags, what the refusal names as owner)
+    let cases = [
+        (
+            "made by hand",
+            "opened by the network team",
+            json!([]),
+            "network team",
+        ),
+        (
+            "another cluster's (same Service UID and name)",
+            "Security Group for default/web Service LoadBalancer in cluster other",
+            json!([]),
+            "cluster other",
+        ),
+        (
+            "another Service UID's tag",
+            "Security Group for default/web Service LoadBalancer in cluster kubernetes",
+            json!(["kube_lb_uid_00000000-1111-2222-3333-444444444444"]),
+            "00000000-1111-2222-3333-444444444444",
+        ),
+    ];
+    for (case, description, tags, owner_named) in cases {
+        let (h, users) = cloud_with_nodes(MANAGED).await;
+        let id = group_out_of_band(&h, GROUP, description, tags).await;
+        let before = managed_groups(&h.cloud);
+
+        let error = h
+            .provider
+            .ensure(&web().spec(), &nodes(2))
+            .await
+            .unwrap_err();
+        match &error {
+            ProviderError::OwnedElsewhere {
+                resource, owner, ..
+            } => {
+                assert!(
+                    resource.contains(GROUP) && resource.contains(&id),
+                    "{case}: {error}"
+                );
+                assert!(
+                    owner.contains(owner_named),
+                    "{case}: names the owner: {error}"
+                );
+            }
+            other => panic!("{case}: want OwnedElsewhere, got {other:?}"),
+        }
+        assert_eq!(error.class(), "user", "{case}");
+        assert_eq!(
+            managed_groups(&h.cloud),
+            before,
+            "{case}: no second group, theirs untouched"
+        );
+        assert!(
+            groups_on(&h.cloud, "10.0.0.102").is_empty(),
+            "{case}: no port gets it"
+        );
+        let planned = h.provider.plan_ensure(&web().spec(), &nodes(2)).await;
+        assert!(
+            matches!(planned, Err(ProviderError::OwnedElsewhere { .. })),
+            "{case}: the plan refuses too: {planned:?}"
+        );
+
+        // Deleting the Service leaves their group where it is.
+        h.provider.delete(&web().spec().service).await.unwrap();
+        assert_eq!(managed_groups(&h.cloud), before, "{case}");
+        assert_eq!(groups_on(&h.cloud, "10.0.0.101"), vec![users, id], "{case}");
+    }
+}
+
+#[tokio::test]
+async fn a_load_balancer_adopted_by_id_records_the_group_so_turning_the_option_off_removes_it() {
+    let created_with = kube_lb_annotations::keys::openstack::CREATED_WITH;
+    let (on, users) = cloud_with_nodes(MANAGED).await;
+    let shared = on
+        .provider
+        .client()
+        .create_load_balancer(&json!({"name": "shared",
+            "vip_subnet_id": kube_lb_mock_openstack::PRIVATE_SUBNET_ID}))
+        .await
+        .unwrap();
+    let adopting = || web().annotate("loadbalancer.openstack.org/load-balancer-id", &shared.id);
+    let status = on
+        .provider
+        .ensure(&adopting().spec(), &nodes(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        status.annotations.get(created_with).map(String::as_str),
+        Some(format!(r#"{{"security_group":"{GROUP}"}}"#).as_str()),
+        "only the group: the load balancer's create-only fields are its owner's"
+    );
+    assert_eq!(managed_groups(&on.cloud).len(), 1);
+
+    let config =
+        kube_lb_provider_openstack::CloudConfig::parse(&cloud_conf(&on.cloud, "")).unwrap();
+    let off = provider_for(on.cloud, config);
+    let recorded = adopting().annotate(created_with, &status.annotations[created_with]);
+    let status = off
+        .provider
+        .ensure(&recorded.spec(), &nodes(2))
+        .await
+        .unwrap();
+    assert!(managed_groups(&off.cloud).is_empty());
+    assert_eq!(groups_on(&off.cloud, "10.0.0.101"), vec![users]);
+    assert_eq!(
+        status.annotations.get(created_with).map(String::as_str),
+        Some("{}"),
+        "the record goes with the group"
+    );
+    assert_eq!(off.cloud.load_balancers().len(), 1, "theirs stays");
 }

@@ -73,24 +73,32 @@ pub async fn harness_with(cloud: MockOpenStack, extra_conf: &str) -> Harness {
 
 /// A harness whose in-place retries follow `retry` (the others use short test steps).
 pub async fn harness_retrying(retry: RetryPolicy) -> Harness {
+    harness_with_options(|counter| ProviderOptions {
+        retry,
+        ..fast_options(counter)
+    })
+    .await
+}
+
+/// A harness on a fresh mock whose provider takes the options `options` makes around its call
+/// counter (the others take [`fast_options`]).
+pub async fn harness_with_options(options: impl FnOnce(CallCounter) -> ProviderOptions) -> Harness {
     let cloud = MockOpenStack::builder().start().await.unwrap();
     let config = CloudConfig::parse(&cloud_conf(&cloud, "")).unwrap();
-    let counter = CallCounter::new();
-    let options = ProviderOptions {
-        retry,
-        ..fast_options(counter.clone())
-    };
-    let provider = OpenStackProvider::new(config, CLUSTER, options).unwrap();
-    Harness {
-        cloud,
-        provider,
-        counter,
-    }
+    provider_with(cloud, config, options)
 }
 
 pub fn provider_for(cloud: MockOpenStack, config: CloudConfig) -> Harness {
+    provider_with(cloud, config, fast_options)
+}
+
+fn provider_with(
+    cloud: MockOpenStack,
+    config: CloudConfig,
+    options: impl FnOnce(CallCounter) -> ProviderOptions,
+) -> Harness {
     let counter = CallCounter::new();
-    let provider = OpenStackProvider::new(config, CLUSTER, fast_options(counter.clone())).unwrap();
+    let provider = OpenStackProvider::new(config, CLUSTER, options(counter.clone())).unwrap();
     Harness {
         cloud,
         provider,
