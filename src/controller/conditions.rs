@@ -52,7 +52,7 @@ impl ConditionStatus {
 /// | `Pending` | Unknown | created, no address yet; or the cloud reports a transitional state ([`ProviderError::Pending`]) | wait |
 /// | `Deleting` | False | deleting the load balancer failed (the Service is being deleted or stopped being ours) | see the message; retried |
 /// | `AnnotationInvalid` | False | an annotation or field cannot be realised ([`Error::InvalidService`]) | fix the annotation the message names |
-/// | `CloudRejected` | False | the cloud refused the Service's settings ([`ProviderError::User`]) | change the Service |
+/// | `CloudRejected` | False | the cloud refused the Service's settings ([`ProviderError::User`]), or a change the existing load balancer cannot take in place ([`ProviderError::Refused`]: it keeps serving, the Service keeps showing its address) | change the Service |
 /// | `CloudThrottled` | Unknown | the cloud throttled the controller ([`ProviderError::Throttled`]) | nothing; retried with backoff |
 /// | `CloudError` | Unknown | any other transient or unexpected cloud failure ([`ProviderError::Retryable`], [`ProviderError::Internal`]) | nothing unless it persists; retried |
 /// | `QuotaExceeded` | False | [`EnvironmentCause::Quota`] | raise the quota or free load balancers |
@@ -249,6 +249,26 @@ impl Readiness {
                      Change the Service; kube-lb tries again when it changes."
                 ),
             ),
+            ProviderError::Refused { message, current } => {
+                let serving: Vec<String> = current
+                    .ingress
+                    .iter()
+                    .filter_map(|i| i.ip.map(|ip| ip.to_string()).or_else(|| i.hostname.clone()))
+                    .collect();
+                let serving = if serving.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {}", serving.join(", "))
+                };
+                Self::new(
+                    ReadyReason::CloudRejected,
+                    format!(
+                        "The existing load balancer cannot change as the Service asks: \
+                         {message}. It keeps serving as it is{serving}. Change the Service; \
+                         kube-lb tries again when it changes."
+                    ),
+                )
+            }
             ProviderError::Throttled {
                 operation, message, ..
             } => Self::new(
@@ -485,6 +505,27 @@ mod tests {
                 ReadyReason::CloudRejected,
                 False,
                 &["outside the pool", "Change the Service"],
+            ),
+            // A refused change is rejected like any user error, and says the load balancer
+            // that exists keeps serving, at the address the Service shows.
+            (
+                Error::Provider(ProviderError::refused(
+                    "the CLB is OPEN (public) but the Service now asks for INTERNAL",
+                    kube_lb_provider_core::LoadBalancerStatus::with_ingress(vec![
+                        kube_lb_provider_core::LoadBalancerIngress {
+                            ip: Some(std::net::IpAddr::from([203, 0, 113, 7])),
+                            hostname: None,
+                            ip_mode: None,
+                        },
+                    ]),
+                )),
+                ReadyReason::CloudRejected,
+                False,
+                &[
+                    "asks for INTERNAL",
+                    "keeps serving as it is at 203.0.113.7",
+                    "Change the Service",
+                ],
             ),
             (
                 Error::Provider(ProviderError::throttled(

@@ -120,6 +120,15 @@ mod tests {
                 ErrorClass::User,
                 "user",
             ),
+            // A refused change waits for the Service to change, counted as a user error.
+            (
+                Error::Provider(ProviderError::refused(
+                    "network type is fixed",
+                    kube_lb_provider_core::LoadBalancerStatus::default(),
+                )),
+                ErrorClass::User,
+                "user",
+            ),
             (
                 Error::Provider(ProviderError::retryable("x", "503")),
                 ErrorClass::Retryable,

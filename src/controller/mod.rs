@@ -169,6 +169,9 @@ struct ObjectState {
     retry_in: Option<Duration>,
     /// Fingerprint of the Service when it last failed with a user error.
     user_error: Option<u64>,
+    /// Set with `user_error` when that error was a refused change: the address of the load
+    /// balancer that keeps serving and the condition, shown again if the status is wiped.
+    refused: Option<reconcile::Refusal>,
     /// Fingerprint of the Service whose warnings were last published.
     warned: Option<u64>,
     /// Hashes of (spec, backends) last applied successfully.

@@ -240,7 +240,19 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     let name = ServiceName::of(&service);
     let fingerprint = user_fingerprint(&service);
     if ctx.with_state(&key, |s| s.user_error) == Some(fingerprint) {
-        // Already reported; nothing the user has not changed can succeed now.
+        // Already reported; nothing the user has not changed can succeed now. A refused change
+        // left its load balancer serving: when the Service stopped showing it (its status was
+        // wiped or rewritten meanwhile), it shows it again, without a provider call.
+        if let Some(refusal) = ctx.with_state(&key, |s| s.refused.clone()) {
+            write_status(
+                api,
+                &service,
+                ctx,
+                Some(&refusal.ingress),
+                ConditionChange::Set(&refusal.readiness),
+            )
+            .await?;
+        }
         return Ok(Action::await_change());
     }
     let (parsed, warnings) = match kube_lb_annotations::parse(ctx.config.cloud, &service) {
@@ -270,7 +282,10 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
             ctx.events
                 .publish(&service, Reason::SyncLoadBalancerFailed, text.clone())
                 .await;
-            ctx.with_state(&key, |s| s.user_error = Some(fingerprint));
+            ctx.with_state(&key, |s| {
+                s.user_error = Some(fingerprint);
+                s.refused = None;
+            });
             ctx.set_outcome(&name, Some(Outcome::UserError(text)));
             let readiness = Readiness::invalid(&errors).with_ignored(&warnings);
             report_failure(api, &service, ctx, &readiness, None).await;
@@ -360,8 +375,38 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
                 ctx.events
                     .publish(&service, Reason::SyncLoadBalancerFailed, text)
                     .await;
-                ctx.with_state(&key, |s| s.user_error = Some(fingerprint));
+                // A refusal leaves the load balancer that exists serving: the Service shows
+                // its address along with the condition naming the refusal.
+                let refusal = match (error.current_status(), &readiness) {
+                    (Some(current), Some(readiness)) => Some(Refusal {
+                        ingress: status::ingress(current),
+                        readiness: readiness.clone(),
+                    }),
+                    _ => None,
+                };
+                ctx.with_state(&key, |s| {
+                    s.user_error = Some(fingerprint);
+                    s.refused = refusal.clone();
+                });
                 ctx.set_outcome(&name, Some(Outcome::UserError(error.to_string())));
+                if let Some(refusal) = refusal {
+                    // In one write, as a successful ensure writes them. A failed write fails
+                    // the reconcile (a conflict is retried at once, anything else with
+                    // backoff); the retry finds the refusal recorded and writes it again.
+                    write_status(
+                        api,
+                        &service,
+                        ctx,
+                        Some(&refusal.ingress),
+                        ConditionChange::Set(&refusal.readiness),
+                    )
+                    .await?;
+                    tracing::info!(
+                        addresses = ?addresses(&refusal.ingress),
+                        "change refused; the existing load balancer keeps serving"
+                    );
+                    return Err(Error::Provider(error));
+                }
             }
             if let Some(readiness) = readiness {
                 report_failure(api, &service, ctx, &readiness, backoff).await;
@@ -407,6 +452,7 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     ctx.with_state(&key, |s| {
         s.failures = 0;
         s.user_error = None;
+        s.refused = None;
         s.applied = Some(hashes);
         s.echo = None;
     });
@@ -445,6 +491,16 @@ fn addresses(ingress: &[LoadBalancerIngress]) -> Vec<String> {
         .iter()
         .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
         .collect()
+}
+
+/// A refused change in force ([`ProviderError::Refused`]): what the Service shows until it
+/// changes, so a status wiped meanwhile is written again without asking the provider.
+#[derive(Debug, Clone)]
+pub(super) struct Refusal {
+    /// The ingress of the load balancer that keeps serving.
+    ingress: Vec<LoadBalancerIngress>,
+    /// The condition naming the refusal.
+    readiness: Readiness,
 }
 
 /// A status write this controller made while a retry was pending, and when that retry is due.

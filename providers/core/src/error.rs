@@ -10,6 +10,7 @@
 //! | [`ProviderError::Pending`] | nobody: it passes, but slowly (a dependency being torn down, a resource in a transitional state) | not retried in place; the controller retries with backoff |
 //! | [`ProviderError::Environment`] | the cluster's operator or time (quota, permission, a missing network, an exhausted pool) | not retried in place; the controller retries with capped backoff and a Warning naming the cause |
 //! | [`ProviderError::User`] | only the Service's author | Warning event, then wait for the Service to change |
+//! | [`ProviderError::Refused`] | only the Service's author: it asks for a change the existing load balancer cannot take in place | as `User`; the load balancer keeps serving as it is and the Service keeps showing its address |
 //! | [`ProviderError::OwnedElsewhere`] | a person: a resource with this load balancer's deterministic name belongs to another owner | a user error naming the owner: Warning event, then wait for the Service to change; never adopted, never rewritten |
 //! | [`ProviderError::ImplementedElsewhere`] | nobody: another controller owns it | left alone quietly |
 //! | [`ProviderError::Internal`] | us (an unexpected answer) | retried by the controller with backoff |
@@ -22,6 +23,8 @@
 //! cannot disagree.
 
 use std::fmt;
+
+use crate::types::LoadBalancerStatus;
 
 /// A boxed underlying error.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -218,6 +221,21 @@ pub enum ProviderError {
         /// What the user must change, in words they can act on.
         message: String,
     },
+    /// The Service asks for a change its existing load balancer cannot take in place (TKE
+    /// refuses to switch a CLB between public and internal access): a user error exactly like
+    /// [`ProviderError::User`] (reported, then nothing is retried until the Service changes),
+    /// except that a load balancer exists and keeps serving as it is. `current` is that load
+    /// balancer as a successful ensure would have reported it, so the controller still shows
+    /// its address: only its `ingress` is written; `annotations` and `stale_annotations` are
+    /// not written back on a refusal.
+    #[error("{message}")]
+    Refused {
+        /// What was refused and what the user can do, in words they can act on.
+        message: String,
+        /// The load balancer that exists and keeps serving (boxed: it is rare, and every
+        /// `Result` carrying a `ProviderError` stays small).
+        current: Box<LoadBalancerStatus>,
+    },
     /// A cloud resource with the deterministic name this Service's load balancer needs
     /// exists, and its ownership marks (tags, description) name another owner: another
     /// cluster, another Service, or nobody we know. It is a user error, not an environment
@@ -259,7 +277,9 @@ impl ProviderError {
             ProviderError::Pending { .. }
             | ProviderError::Environment { .. }
             | ProviderError::Internal { .. } => Retry::Backoff,
-            ProviderError::User { .. } | ProviderError::OwnedElsewhere { .. } => Retry::OnChange,
+            ProviderError::User { .. }
+            | ProviderError::Refused { .. }
+            | ProviderError::OwnedElsewhere { .. } => Retry::OnChange,
             ProviderError::ImplementedElsewhere => Retry::Never,
         }
     }
@@ -286,7 +306,9 @@ impl ProviderError {
             | ProviderError::Pending { .. }
             | ProviderError::Throttled { .. } => "retryable",
             ProviderError::Environment { .. } => "environment",
-            ProviderError::User { .. } | ProviderError::OwnedElsewhere { .. } => "user",
+            ProviderError::User { .. }
+            | ProviderError::Refused { .. }
+            | ProviderError::OwnedElsewhere { .. } => "user",
             ProviderError::ImplementedElsewhere => "implemented_elsewhere",
             ProviderError::Internal { .. } => "internal",
         }
@@ -296,6 +318,24 @@ impl ProviderError {
     pub fn user(message: impl Into<String>) -> Self {
         ProviderError::User {
             message: message.into(),
+        }
+    }
+
+    /// A refused change: `message` says what the Service asks for that its load balancer
+    /// cannot take, `current` is that load balancer, which keeps serving as it is.
+    pub fn refused(message: impl Into<String>, current: LoadBalancerStatus) -> Self {
+        ProviderError::Refused {
+            message: message.into(),
+            current: Box::new(current),
+        }
+    }
+
+    /// The load balancer that exists and keeps serving despite the error: `Some` only for
+    /// [`ProviderError::Refused`].
+    pub fn current_status(&self) -> Option<&LoadBalancerStatus> {
+        match self {
+            ProviderError::Refused { current, .. } => Some(current),
+            _ => None,
         }
     }
 
@@ -369,6 +409,34 @@ impl ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::LoadBalancerIngress;
+
+    /// The load balancer a refused change leaves serving.
+    fn refused_status() -> LoadBalancerStatus {
+        LoadBalancerStatus::with_ingress(vec![LoadBalancerIngress {
+            ip: Some(std::net::IpAddr::from([203, 0, 113, 7])),
+            hostname: None,
+            ip_mode: None,
+        }])
+    }
+
+    /// Only a refusal carries the load balancer that keeps serving, and it reads like a user
+    /// error: the user's words, nothing added.
+    #[test]
+    fn only_a_refusal_carries_the_current_load_balancer() {
+        let refused = ProviderError::refused("network type is fixed", refused_status());
+        assert_eq!(refused.current_status(), Some(&refused_status()));
+        assert_eq!(refused.to_string(), "network type is fixed");
+        let others = [
+            ProviderError::user("network type is fixed"),
+            ProviderError::owned_elsewhere("Create", "CLB lb-1", "cluster other"),
+            ProviderError::retryable("Create", "503"),
+            ProviderError::ImplementedElsewhere,
+        ];
+        for error in others {
+            assert_eq!(error.current_status(), None, "{error}");
+        }
+    }
 
     #[test]
     fn classes_decide_retries() {
@@ -402,6 +470,12 @@ mod tests {
                 "environment",
             ),
             (ProviderError::user("bad port"), false, false, "user"),
+            (
+                ProviderError::refused("network type is fixed", refused_status()),
+                false,
+                false,
+                "user",
+            ),
             (
                 ProviderError::owned_elsewhere(
                     "CreateLoadBalancer",
@@ -457,6 +531,10 @@ mod tests {
                 Retry::Backoff,
             ),
             (ProviderError::user("bad port"), Retry::OnChange),
+            (
+                ProviderError::refused("network type is fixed", refused_status()),
+                Retry::OnChange,
+            ),
             (ProviderError::ImplementedElsewhere, Retry::Never),
         ];
         for (error, retry) in cases {

@@ -22,7 +22,9 @@
 //! both refuse with a user error naming the annotation, both kinds and the ways out
 //! ([`plan::network_kind_refusal`]). The CLB is never switched, deleted or half-rebuilt for
 //! it; `ensure` still converges its listeners and targets as the CLB is (so nodes that come
-//! and go during the refusal keep being followed), then returns the refusal.
+//! and go during the refusal keep being followed), then returns the refusal as
+//! [`ProviderError::Refused`] carrying the CLB's addresses, so the Service keeps showing where
+//! it is served while the refusal stands.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -751,8 +753,14 @@ impl LoadBalancerProvider for TencentProvider {
             .any(|l| observed.owns(l, &desired));
         self.apply(lb_id, &steps, &desired).await?;
         if let Some(refusal) = refusal {
-            // Converged as the CLB is; the switch it was asked for is the Service author's to undo.
-            return Err(refusal);
+            // Converged as the CLB is; the switch it was asked for is the Service author's to
+            // undo. The CLB keeps serving at its addresses, which the Service keeps showing.
+            return Err(match refusal {
+                ProviderError::User { message } => {
+                    ProviderError::refused(message, Self::status_of(&lb))
+                }
+                other => other,
+            });
         }
         if desired.selector_matched_nothing {
             // Converged (the CLB has no targets, as TKE does), but never silently.

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -225,7 +225,9 @@ async fn internal_subnet_charge_type_and_bandwidth_reach_create_load_balancer() 
 /// The internal-subnet annotation changed on a Service that has its CLB: TKE refuses to
 /// switch a CLB between public and internal, or to another subnet, and so does kube-lb —
 /// before any write, in `ensure` and in `plan_ensure` alike, naming the annotation, both kinds
-/// and what to do. Setting the annotation back converges with no write.
+/// and what to do. `ensure`'s refusal carries the CLB's addresses as a successful ensure
+/// reports them (the CLB keeps serving, so the Service keeps showing them); the plan's is a
+/// plain user error. Setting the annotation back converges with no write.
 #[tokio::test]
 async fn switching_public_and_internal_is_refused_never_performed_and_plan_shows_it() {
     const SUBNET_KEY: &str = "service.kubernetes.io/qcloud-loadbalancer-internal-subnetid";
@@ -258,7 +260,8 @@ async fn switching_public_and_internal_is_refused_never_performed_and_plan_shows
         ),
     ];
     for (created, asked, named, (kind, subnet)) in cases {
-        h.provider.ensure(&created.spec(), &nodes(1)).await.unwrap();
+        let serving = h.provider.ensure(&created.spec(), &nodes(1)).await.unwrap();
+        assert!(!serving.ingress.is_empty(), "the CLB has an address");
         let before = clbs_for(&h.cloud, UID);
         h.cloud.clear_journal();
         let refused = h
@@ -271,8 +274,16 @@ async fn switching_public_and_internal_is_refused_never_performed_and_plan_shows
             .plan_ensure(&asked.spec(), &nodes(2))
             .await
             .unwrap_err();
+        match &refused {
+            ProviderError::Refused { current, .. } => assert_eq!(
+                current.ingress, serving.ingress,
+                "the refusal shows the CLB's addresses"
+            ),
+            other => panic!("a refusal carrying the CLB wanted, got {other:?}"),
+        }
+        assert_eq!(refused.class(), "user");
+        assert!(matches!(planned, ProviderError::User { .. }), "{planned:?}");
         for error in [&refused, &planned] {
-            assert!(matches!(error, ProviderError::User { .. }), "{error:?}");
             let text = error.to_string();
             for part in named
                 .iter()
@@ -290,10 +301,12 @@ async fn switching_public_and_internal_is_refused_never_performed_and_plan_shows
         );
         assert_eq!(clbs_for(&h.cloud, UID), before, "the CLB is as it was");
         h.cloud.clear_journal();
-        h.provider
+        let again = h
+            .provider
             .ensure(&asked.spec(), &nodes(2))
             .await
             .unwrap_err();
+        assert_eq!(again.current_status(), refused.current_status());
         assert_eq!(
             mutations(&h.cloud),
             Vec::<String>::new(),

@@ -69,9 +69,22 @@ pub async fn harness_with_task_delay(delay: Duration) -> Harness {
 }
 
 pub fn provider_for(cloud: MockTencent) -> Harness {
+    provider_with(cloud, fast_options)
+}
+
+/// A harness on a fresh mock whose provider takes the options `options` makes around its call
+/// counter (the others take [`fast_options`]).
+pub async fn harness_with_options(options: impl FnOnce(CallCounter) -> ProviderOptions) -> Harness {
+    provider_with(MockTencent::builder().start().await.unwrap(), options)
+}
+
+fn provider_with(
+    cloud: MockTencent,
+    options: impl FnOnce(CallCounter) -> ProviderOptions,
+) -> Harness {
     let config = TencentConfig::resolve(Some(&cloud_config(&cloud)), &|_| None).unwrap();
     let counter = CallCounter::new();
-    let provider = TencentProvider::new(config, CLUSTER, fast_options(counter.clone())).unwrap();
+    let provider = TencentProvider::new(config, CLUSTER, options(counter.clone())).unwrap();
     Harness {
         cloud,
         provider,
