@@ -38,6 +38,7 @@ mod reconcile_aws;
 mod reconcile_cli;
 mod reconcile_clouds;
 mod service_conditions;
+mod tencent_refusal;
 mod tencent_writeback;
 mod up_dataplane;
 mod up_demo;

@@ -1,7 +1,7 @@
 //! `kube-lb plan` and `kube-lb audit` with `--cloud baidu`, the binary against the signing BLB +
 //! EIP mock. The cloud state is built by hand, through the signed API, the way the retired
 //! cloud-provider-baiducloud left it (`reference/other-clouds.md` §3.8; see
-//! `providers/baidu/tests/support::build_upstream_state`), so these are the migration checks:
+//! `providers/baidu/tests/it/support::build_upstream_state`), so these are the migration checks:
 //! what adopting its BLBs and EIPs changes, and that planning and auditing make no mutating
 //! call (the mock's own journal says so).
 #![cfg(feature = "baidu")]

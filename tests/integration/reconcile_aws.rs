@@ -17,7 +17,7 @@ fn manifests(dir: &Path, instances: &[String]) -> String {
     docs.push(WEB_SERVICE_YAML.to_string());
     // Classic ELB only: moto names NLBs like Classic ELBs (`<name>-1.<region>.elb.amazonaws.com`),
     // so on the second run the upstream-compatible type-change check (hostname shape) would
-    // reject an NLB Service. The NLB paths are covered in providers/aws/tests/nlb.rs.
+    // reject an NLB Service. The NLB paths are covered in providers/aws/tests/it/nlb.rs.
     let path = dir.join("cluster.yaml");
     std::fs::write(&path, docs.join("---\n")).unwrap();
     path.display().to_string()

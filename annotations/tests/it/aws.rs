@@ -1,7 +1,7 @@
 //! AWS annotations: defaults, valid values, every invalid class, warnings, listener matrix and
 //! health-check resolution (reference aws.md §1, §4.1, §4.4, §4.5).
 
-mod support;
+use crate::support;
 
 use kube_lb_annotations::keys::aws as key;
 use kube_lb_annotations::{

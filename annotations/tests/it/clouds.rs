@@ -1,6 +1,6 @@
 //! GCP, Azure, OpenStack, Tencent TKE and Baidu CCE annotations.
 
-mod support;
+use crate::support;
 
 use kube_lb_annotations::keys::{azure, baidu, gcp, openstack, tencent};
 use kube_lb_annotations::{

@@ -1,7 +1,7 @@
 //! Per-cloud limits known before any cloud call (issue 13, requirement 8) and bounded
 //! diagnostics on adversarial values (requirement 9).
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::core::v1::ServicePort;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;

@@ -1,7 +1,7 @@
 //! Every OpenStack annotation of reference other-clouds.md §1.3: values that parse, upstream's
 //! silent fallbacks (warnings) and values Octavia would refuse (errors naming key and value).
 
-mod support;
+use crate::support;
 
 use kube_lb_annotations::keys::openstack as key;
 use kube_lb_annotations::{

@@ -1,7 +1,7 @@
 //! Property: whatever strings a user writes into the known annotation keys, `parse` neither
 //! panics nor reports a problem without naming where it came from.
 
-mod support;
+use crate::support;
 
 use kube_lb_annotations::keys::{aws, azure, baidu, common, gcp, openstack, tencent};
 use kube_lb_annotations::{Cloud, Location};

@@ -1,6 +1,6 @@
 //! Provider-neutral Service fields (ANNOTATIONS.md "Service spec fields") and topology keys.
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 

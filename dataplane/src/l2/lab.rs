@@ -1,4 +1,4 @@
-//! A Layer-2 rig in network namespaces, shared by `dataplane/tests/l2_*.rs` and
+//! A Layer-2 rig in network namespaces, shared by `dataplane/tests/it/l2_*.rs` and
 //! `bench/l2_failover.rs`: one switch (a bridge, which also holds the API server's address
 //! 10.0.0.1 / fd00::1), `n` nodes on it (10.0.0.1i, fd00::1i, each with a pod bridge
 //! 10.244.i.0/24 + fd01:i::/64) and a client (10.0.0.100, fd00::100). Load-balancer addresses
@@ -44,12 +44,17 @@ pub fn in_netns<T>(ns: &str, f: impl FnOnce() -> T) -> io::Result<T> {
     Ok(result)
 }
 
-/// Runs a command; its stdout on success.
+/// Runs a command; its stdout on success, else an error naming the command and showing what
+/// it wrote.
 pub fn run(args: &[&str]) -> io::Result<String> {
-    let output = Command::new(args[0]).args(&args[1..]).output()?;
+    let output = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("{args:?}: {e}")))?;
     if !output.status.success() {
         return Err(io::Error::other(format!(
-            "{args:?} failed: {}",
+            "{args:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr).trim()
         )));
     }
@@ -72,7 +77,7 @@ pub fn available() -> bool {
 
 /// Network namespaces made under one prefix unique to this process and rig, deleted (last
 /// made first) on drop, and the veth plumbing between them: what every namespace rig needs,
-/// shared by [`L2Lab`] and the dataplane tests' lab (`dataplane/tests/support`).
+/// shared by [`L2Lab`] and the dataplane tests' lab (`dataplane/tests/it/support`).
 #[derive(Debug)]
 pub struct Namespaces {
     prefix: String,
@@ -98,13 +103,32 @@ impl Namespaces {
     }
 
     /// Makes namespace `short` with its loopback up; deleted on drop even if a later step
-    /// fails.
+    /// fails. Interfaces made in it from then on skip IPv6 duplicate address detection: their
+    /// addresses (link-local ones too, which neighbour discovery needs) are usable at once
+    /// instead of tentative for a second or two.
     pub fn add(&mut self, short: &str) -> io::Result<String> {
         let name = self.name(short);
         run(&["ip", "netns", "add", &name])?;
         self.made.push(name.clone());
         run(&["ip", "-n", &name, "link", "set", "lo", "up"])?;
+        self.sysctl(&name, &["net.ipv6.conf.default.accept_dad=0"])?;
         Ok(name)
+    }
+
+    /// Sets each of `settings` (`key=value`) with sysctl inside `ns`.
+    pub fn sysctl(&self, ns: &str, settings: &[&str]) -> io::Result<()> {
+        for setting in settings {
+            run(&["ip", "netns", "exec", ns, "sysctl", "-qw", setting])?;
+        }
+        Ok(())
+    }
+
+    /// Makes bridge `bridge` in `ns` with each of `cidrs` (see [`Namespaces::address`]) and
+    /// brings it up.
+    pub fn bridge(&self, ns: &str, bridge: &str, cidrs: &[&str]) -> io::Result<()> {
+        run(&["ip", "-n", ns, "link", "add", bridge, "type", "bridge"])?;
+        self.address(ns, bridge, cidrs)?;
+        run(&["ip", "-n", ns, "link", "set", bridge, "up"]).map(drop)
     }
 
     /// A veth pair: `port` in `outer`, enslaved to bridge `bridge` there and up, and `eth0` in
@@ -120,18 +144,30 @@ impl Namespaces {
         Ok(())
     }
 
-    /// Gives `eth0` of `ns` each of `cidrs` (IPv6 without duplicate address detection, so it
-    /// is usable at once), then brings it up.
-    pub fn address_eth0(&self, ns: &str, cidrs: &[&str]) -> io::Result<()> {
+    /// Gives `device` of `ns` each of `cidrs` (IPv6 without duplicate address detection, so it
+    /// is usable at once).
+    pub fn address(&self, ns: &str, device: &str, cidrs: &[&str]) -> io::Result<()> {
         for cidr in cidrs {
-            let mut args = vec!["ip", "-n", ns, "addr", "add", cidr, "dev", "eth0"];
+            let mut args = vec!["ip", "-n", ns, "addr", "add", cidr, "dev", device];
             if cidr.contains(':') {
                 args.push("nodad");
             }
             run(&args)?;
         }
-        run(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
         Ok(())
+    }
+
+    /// Gives `eth0` of `ns` each of `cidrs` (see [`Namespaces::address`]), then brings it up.
+    pub fn address_eth0(&self, ns: &str, cidrs: &[&str]) -> io::Result<()> {
+        self.address(ns, "eth0", cidrs)?;
+        run(&["ip", "-n", ns, "link", "set", "eth0", "up"]).map(drop)
+    }
+
+    /// Routes `to` (a prefix, or `default`) in `ns` via gateway `via`, in `via`'s address
+    /// family.
+    pub fn route(&self, ns: &str, to: &str, via: &str) -> io::Result<()> {
+        let family = if via.contains(':') { "-6" } else { "-4" };
+        run(&["ip", "-n", ns, family, "route", "add", to, "via", via]).map(drop)
     }
 }
 
@@ -182,88 +218,33 @@ impl L2Lab {
             nodes,
             stop: Arc::new(AtomicBool::new(false)),
         };
-        let switch = lab.add_ns("sw")?;
-        run(&["ip", "-n", &switch, "link", "add", "br0", "type", "bridge"])?;
-        run(&["ip", "-n", &switch, "link", "set", "br0", "up"])?;
-        run(&[
-            "ip",
-            "-n",
-            &switch,
-            "addr",
-            "add",
-            "10.0.0.1/24",
-            "dev",
-            "br0",
-        ])?;
-        run(&[
-            "ip",
-            "-n",
-            &switch,
-            "addr",
-            "add",
-            "fd00::1/64",
-            "dev",
-            "br0",
-            "nodad",
-        ])?;
+        let switch = lab.namespaces.add("sw")?;
+        lab.namespaces
+            .bridge(&switch, "br0", &["10.0.0.1/24", "fd00::1/64"])?;
         for i in 1..=nodes {
-            let ns = lab.add_ns(&format!("n{i}"))?;
+            let ns = lab.namespaces.add(&format!("n{i}"))?;
             lab.attach(&format!("n{i}"), &ns, &node_v4(i), &node_v6(i))?;
-            for setting in [
-                "net.ipv4.ip_forward=1",
-                "net.ipv6.conf.all.forwarding=1",
-                "net.ipv4.conf.all.send_redirects=0",
-            ] {
-                run(&["ip", "netns", "exec", &ns, "sysctl", "-qw", setting])?;
-            }
-            run(&["ip", "-n", &ns, "link", "add", "cbr0", "type", "bridge"])?;
-            run(&[
-                "ip",
-                "-n",
+            lab.namespaces.sysctl(
                 &ns,
-                "addr",
-                "add",
-                &format!("10.244.{i}.1/24"),
-                "dev",
-                "cbr0",
-            ])?;
-            run(&[
-                "ip",
-                "-n",
+                &[
+                    "net.ipv4.ip_forward=1",
+                    "net.ipv6.conf.all.forwarding=1",
+                    "net.ipv4.conf.all.send_redirects=0",
+                ],
+            )?;
+            lab.namespaces.bridge(
                 &ns,
-                "addr",
-                "add",
-                &format!("fd01:{i}::1/64"),
-                "dev",
                 "cbr0",
-                "nodad",
-            ])?;
-            run(&["ip", "-n", &ns, "link", "set", "cbr0", "up"])?;
+                &[&format!("10.244.{i}.1/24"), &format!("fd01:{i}::1/64")],
+            )?;
             for j in (1..=nodes).filter(|j| *j != i) {
-                run(&[
-                    "ip",
-                    "-n",
-                    &ns,
-                    "route",
-                    "add",
-                    &format!("10.244.{j}.0/24"),
-                    "via",
-                    &node_v4(j),
-                ])?;
-                run(&[
-                    "ip",
-                    "-n",
-                    &ns,
-                    "-6",
-                    "route",
-                    "add",
-                    &format!("fd01:{j}::/64"),
-                    "via",
-                    &node_v6(j),
-                ])?;
+                lab.namespaces
+                    .route(&ns, &format!("10.244.{j}.0/24"), &node_v4(j))?;
+                lab.namespaces
+                    .route(&ns, &format!("fd01:{j}::/64"), &node_v6(j))?;
             }
         }
-        let client = lab.add_ns("c")?;
+        let client = lab.namespaces.add("c")?;
         lab.attach("c", &client, CLIENT_V4, CLIENT_V6)?;
         Ok(lab)
     }
@@ -278,21 +259,6 @@ impl L2Lab {
         self.nodes
     }
 
-    fn add_ns(&mut self, short: &str) -> io::Result<String> {
-        let name = self.namespaces.add(short)?;
-        // Addresses are usable at once; DAD would delay them by a second.
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            &name,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.default.accept_dad=0",
-        ])?;
-        Ok(name)
-    }
-
     /// A veth from switch port `port` into `ns` as `eth0`.
     fn attach(&self, port: &str, ns: &str, v4: &str, v6: &str) -> io::Result<()> {
         self.namespaces.veth(&self.ns("sw"), port, "br0", ns)?;
@@ -303,7 +269,7 @@ impl L2Lab {
     /// Starts pod `name` on node `node` (1-based) as 10.244.node.(10+k) / fd01:node::(10+k).
     pub fn pod(&mut self, name: &str, node: usize, k: usize) -> io::Result<Pod> {
         let node_ns = self.ns(&format!("n{node}"));
-        let ns = self.add_ns(&format!("p{name}"))?;
+        let ns = self.namespaces.add(&format!("p{name}"))?;
         self.namespaces
             .veth(&node_ns, &format!("v{name}"), "cbr0", &ns)?;
         let pod = Pod {
@@ -314,27 +280,10 @@ impl L2Lab {
         };
         self.namespaces
             .address_eth0(&ns, &[&format!("{}/24", pod.v4), &format!("{}/64", pod.v6)])?;
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("10.244.{node}.1"),
-        ])?;
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "-6",
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("fd01:{node}::1"),
-        ])?;
+        self.namespaces
+            .route(&ns, "default", &format!("10.244.{node}.1"))?;
+        self.namespaces
+            .route(&ns, "default", &format!("fd01:{node}::1"))?;
         let listener = in_netns(&ns, || TcpListener::bind("[::]:8080"))??;
         listener.set_nonblocking(true)?;
         let (stop, answer) = (self.stop.clone(), name.to_owned());
@@ -388,30 +337,18 @@ impl L2Lab {
 
     /// Pulls node `i`'s cable: its switch port goes down (the node loses the API server too).
     pub fn cut_link(&self, i: usize) -> io::Result<()> {
-        run(&[
-            "ip",
-            "-n",
-            &self.ns("sw"),
-            "link",
-            "set",
-            &format!("n{i}"),
-            "down",
-        ])
-        .map(drop)
+        self.set_switch_port(i, "down")
     }
 
     /// Plugs node `i`'s cable back in.
     pub fn restore_link(&self, i: usize) -> io::Result<()> {
-        run(&[
-            "ip",
-            "-n",
-            &self.ns("sw"),
-            "link",
-            "set",
-            &format!("n{i}"),
-            "up",
-        ])
-        .map(drop)
+        self.set_switch_port(i, "up")
+    }
+
+    /// Sets node `i`'s switch port `up` or `down`.
+    fn set_switch_port(&self, i: usize, state: &str) -> io::Result<()> {
+        let (switch, port) = (self.ns("sw"), format!("n{i}"));
+        run(&["ip", "-n", &switch, "link", "set", &port, state]).map(drop)
     }
 
     /// Asks the segment who has `ip` from the client (an ARP request for IPv4, a neighbour

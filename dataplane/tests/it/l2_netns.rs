@@ -24,19 +24,6 @@ use kube_lb_dataplane::testing::{node, service, slice};
 
 const API_PORT: u16 = 6443;
 
-macro_rules! require_lab {
-    () => {
-        if !lab::available() {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but this test cannot run: it needs root, ip netns and nft"
-            );
-            eprintln!("SKIPPED: needs root + netns (ip netns, nft)");
-            return;
-        }
-    };
-}
-
 /// The agent of one node, run when this binary is started inside a node namespace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "started by the other tests inside a node namespace"]
@@ -60,7 +47,12 @@ impl Agent {
             .node_command(
                 i,
                 &exe,
-                &["--exact", "l2_node_agent", "--ignored", "--nocapture"],
+                &[
+                    "--exact",
+                    "l2_netns::l2_node_agent",
+                    "--ignored",
+                    "--nocapture",
+                ],
             )
             .env(
                 "KLB_L2_AGENT_API",
@@ -253,7 +245,7 @@ fn served_by(rig: &Rig, addr: SocketAddr, name: &str, ceiling: Duration) -> bool
 
 #[test]
 fn l2_ipv4_one_node_answers_arp_and_another_takes_over_when_its_agent_is_killed() {
-    require_lab!();
+    require_netns!();
     let (mut rig, pods) = Rig::new(&[("x", 1), ("y", 2), ("z", 3)]);
     let web_ip: IpAddr = "10.0.0.50".parse().expect("ip");
     let local_ip: IpAddr = "10.0.0.60".parse().expect("ip");
@@ -335,7 +327,7 @@ fn l2_ipv4_one_node_answers_arp_and_another_takes_over_when_its_agent_is_killed(
 
 #[test]
 fn l2_ipv4_another_node_takes_over_when_the_announcing_node_link_is_cut() {
-    require_lab!();
+    require_netns!();
     let (mut rig, pods) = Rig::new(&[("x", 1), ("y", 2), ("z", 3)]);
     let ip: IpAddr = "10.0.0.70".parse().expect("ip");
     // Local traffic policy with a pod on every node: whichever node announces serves it alone.
@@ -393,7 +385,7 @@ fn l2_ipv4_another_node_takes_over_when_the_announcing_node_link_is_cut() {
 
 #[test]
 fn l2_ipv6_one_node_answers_ndp_and_another_takes_over_when_its_agent_is_killed() {
-    require_lab!();
+    require_netns!();
     let (mut rig, pods) = Rig::new(&[("x", 1), ("y", 2), ("z", 3)]);
     let ip: IpAddr = "fd00::50".parse().expect("ip");
     let mut web = lb_service("web", "fd00:96::10", "fd00::50");

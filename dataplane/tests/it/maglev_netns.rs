@@ -6,7 +6,7 @@
 // Helpers panic on setup failures, as the tests calling them do.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};

@@ -5,7 +5,7 @@
 
 #![allow(unsafe_code)] // setns(2) for the test thread; no safe wrapper among the dependencies
 
-mod support;
+use crate::support;
 
 use std::os::fd::AsRawFd;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! zone/region labels running the backend, and pods running real TCP/UDP servers. The model is
 //! fed directly from Kubernetes objects (the watch layer is tested separately).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 
 #![cfg(feature = "watch")]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -13,12 +13,9 @@ use k8s_openapi::api::core::v1::Endpoints;
 use kube::Api;
 use kube::api::PostParams;
 use kube_lb_apiserver::ApiServer;
-use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
-use kube_lb_dataplane::model::IndexConfig;
-use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
 use kube_lb_dataplane::node_addresses::{self, AddressSource};
 use kube_lb_dataplane::testing::{node, service, slice};
-use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
+use kube_lb_dataplane::watch;
 use support::{Lab, Outcome, eventually, names, node_ip, set};
 
 /// The proxy loop of node 1 with the nftables backend.
@@ -47,24 +44,11 @@ impl NodeProxy {
         )
         .await
         .expect("interface addresses");
-        let health = ProxyHealth::new(Duration::from_secs(60));
-        let proxy = Proxy {
-            index: IndexConfig {
-                node_name: "n1".into(),
-                nodeport_cidrs: Vec::new(),
-                allow_loopback_endpoints: false,
-            },
-            dataplane: Dataplane::Nft(Box::new(NftBackend::new(
-                NftConfig::default(),
-                Commands::in_netns(&lab.ns("n1")),
-            ))),
-            health: health.clone(),
-            service_health: ServiceHealthServers::new(health, Vec::new()),
-            timing: Timing {
-                min_sync_period: Duration::from_millis(50),
-                sync_period: Duration::from_secs(1),
-            },
-        };
+        let (proxy, _health) = support::node_proxy(
+            support::nft_dataplane(&lab.ns("n1")),
+            Duration::from_millis(50),
+            Duration::from_secs(1),
+        );
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(watch::run_with_addresses(
             client.clone(),

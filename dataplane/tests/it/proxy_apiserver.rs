@@ -3,7 +3,7 @@
 
 #![cfg(feature = "watch")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,11 +12,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube_lb_apiserver::ApiServer;
-use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
-use kube_lb_dataplane::model::IndexConfig;
-use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
 use kube_lb_dataplane::testing::{node, service, slice};
-use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
+use kube_lb_dataplane::watch;
 use support::{Lab, Outcome, eventually, names, node_ip};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,24 +50,11 @@ async fn watched_objects_drive_the_node_rules() {
         .await
         .expect("create slice");
 
-    let health = ProxyHealth::new(Duration::from_secs(60));
-    let proxy = Proxy {
-        index: IndexConfig {
-            node_name: "n1".into(),
-            nodeport_cidrs: Vec::new(),
-            allow_loopback_endpoints: false,
-        },
-        dataplane: Dataplane::Nft(Box::new(NftBackend::new(
-            NftConfig::default(),
-            Commands::in_netns(&lab.ns("n1")),
-        ))),
-        health: health.clone(),
-        service_health: ServiceHealthServers::new(health.clone(), Vec::new()),
-        timing: Timing {
-            min_sync_period: Duration::from_millis(100),
-            sync_period: Duration::from_secs(2),
-        },
-    };
+    let (proxy, health) = support::node_proxy(
+        support::nft_dataplane(&lab.ns("n1")),
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+    );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(watch::run(client.clone(), proxy, async {
         let _ = stopped.await;

@@ -5,7 +5,7 @@
 
 #![cfg(feature = "watch")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -15,17 +15,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube_lb_apiserver::ApiServer;
-use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
-use kube_lb_dataplane::model::IndexConfig;
-use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
 use kube_lb_dataplane::testing::{node, slice};
-use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
+use kube_lb_dataplane::watch;
 use support::{Lab, eventually, names, node_ip};
 
 /// Seed 002, "Hanya pada endpoint pada Node lokal" (only endpoints on the local node), with
 /// the cluster IP pinned so the lab's client routes reach it.
 fn seed_manifest() -> String {
-    include_str!("../../annotations/tests/fixtures/seeds/002-topology-hostname-only.yaml")
+    include_str!("../../../annotations/tests/fixtures/seeds/002-topology-hostname-only.yaml")
         .replace(
             "  name: my-service\n",
             "  name: my-service\n  namespace: default\n",
@@ -79,24 +76,11 @@ async fn seed_002_topology_keys_field_routes_traffic() {
         .await
         .expect("create slice");
 
-    let health = ProxyHealth::new(Duration::from_secs(60));
-    let proxy = Proxy {
-        index: IndexConfig {
-            node_name: "n1".into(),
-            nodeport_cidrs: Vec::new(),
-            allow_loopback_endpoints: false,
-        },
-        dataplane: Dataplane::Nft(Box::new(NftBackend::new(
-            NftConfig::default(),
-            Commands::in_netns(&lab.ns("n1")),
-        ))),
-        health: health.clone(),
-        service_health: ServiceHealthServers::new(health.clone(), Vec::new()),
-        timing: Timing {
-            min_sync_period: Duration::from_millis(100),
-            sync_period: Duration::from_secs(2),
-        },
-    };
+    let (proxy, health) = support::node_proxy(
+        support::nft_dataplane(&lab.ns("n1")),
+        Duration::from_millis(100),
+        Duration::from_secs(2),
+    );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(watch::run(client.clone(), proxy, async {
         let _ = stopped.await;

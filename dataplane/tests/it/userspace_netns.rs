@@ -9,7 +9,7 @@
 
 #![cfg(feature = "watch")]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -19,13 +19,11 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use kube::Api;
 use kube_lb_apiserver::ApiServer;
-use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
-use kube_lb_dataplane::model::IndexConfig;
 use kube_lb_dataplane::node_addresses::{self, AddressSource};
 use kube_lb_dataplane::testing::{node, service, slice};
 use kube_lb_dataplane::userspace::capture::CaptureConfig;
 use kube_lb_dataplane::userspace::{UserspaceConfig, UserspaceProxy};
-use kube_lb_dataplane::watch::{self, Dataplane, Proxy, Timing};
+use kube_lb_dataplane::watch::{self, Dataplane};
 use support::{Lab, Outcome, SERVICE_RANGES_V6, eventually, names, node_ip, node_ip6, set};
 
 const TABLE: &str = "kube-lb-userspace";
@@ -47,7 +45,12 @@ impl Agent {
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns])
             .arg(exe)
-            .args(["--exact", "node_agent", "--ignored", "--nocapture"])
+            .args([
+                "--exact",
+                "userspace_netns::node_agent",
+                "--ignored",
+                "--nocapture",
+            ])
             .env("KLB_AGENT", "1")
             .env("KLB_AGENT_CIDRS", cidrs)
             .stdin(Stdio::piped())
@@ -154,14 +157,8 @@ async fn node_agent() {
     let addresses = node_addresses::follow(AddressSource::Local, cidrs, Duration::from_millis(200))
         .await
         .expect("interface addresses");
-    let health = ProxyHealth::new(Duration::from_secs(60));
-    let proxy = Proxy {
-        index: IndexConfig {
-            node_name: "n1".into(),
-            nodeport_cidrs: Vec::new(),
-            allow_loopback_endpoints: false,
-        },
-        dataplane: Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
+    let (proxy, _health) = support::node_proxy(
+        Dataplane::Userspace(UserspaceProxy::new(UserspaceConfig {
             capture: Some(CaptureConfig {
                 table: TABLE.into(),
                 nft: vec!["nft".into()],
@@ -169,13 +166,9 @@ async fn node_agent() {
             workers: std::num::NonZeroUsize::new(2).expect("non-zero"),
             ..UserspaceConfig::default()
         })),
-        health: health.clone(),
-        service_health: ServiceHealthServers::new(health, Vec::new()),
-        timing: Timing {
-            min_sync_period: Duration::from_millis(50),
-            sync_period: Duration::from_secs(1),
-        },
-    };
+        Duration::from_millis(50),
+        Duration::from_secs(1),
+    );
     let mut running = tokio::spawn(watch::run_with_addresses(
         client.clone(),
         proxy,

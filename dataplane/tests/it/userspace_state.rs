@@ -299,7 +299,7 @@ async fn bounded_state_returns_to_its_baseline() {
     let mut process = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "proxy_child",
+            "userspace_state::proxy_child",
             "--ignored",
             "--nocapture",
             "--test-threads=1",

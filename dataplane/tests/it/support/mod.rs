@@ -14,19 +14,9 @@ use kube_lb_dataplane::l2::lab::{self, Namespaces};
 /// The probe binary built with this crate.
 pub const PROBE: &str = env!("CARGO_BIN_EXE_kube-lb-probe");
 
-/// Runs a command, panicking with its output on failure.
+/// Runs a command ([`lab::run`]), panicking with its output on failure.
 pub fn run(args: &[&str]) -> String {
-    let output = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        output.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    lab::run(args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// True when this process may create network namespaces and run nft (root + `ip netns`).
@@ -39,7 +29,7 @@ pub fn have_netns() -> bool {
 #[macro_export]
 macro_rules! require_netns {
     () => {
-        if !support::have_netns() {
+        if !$crate::support::have_netns() {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
                 "CI=true but this test cannot run: it needs root, ip netns and nft"
@@ -55,7 +45,7 @@ macro_rules! require_netns {
 pub struct Server(std::process::Child);
 
 impl Server {
-    /// Starts it and waits for its `ready` line.
+    /// Starts it and waits for its `ready` line (printed once both its sockets are bound).
     pub fn start(ns: &str, name: &str, port: u16) -> Server {
         let mut child = Command::new("ip")
             .args(["netns", "exec", ns, PROBE, "serve", name])
@@ -68,7 +58,7 @@ impl Server {
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut ready)
             .expect("ready line");
-        assert_eq!(ready.trim(), "ready");
+        assert_eq!(ready.trim(), "ready", "server {name} in {ns} did not start");
         Server(child)
     }
 }
@@ -95,12 +85,16 @@ pub struct Pod {
 
 /// The namespaces of one test.
 pub struct Lab {
+    /// The clients' held connections ([`Lab::hold`]).
     children: Vec<Child>,
+    /// The pods' servers.
+    servers: Vec<Server>,
     /// Pods by name.
     pub pods: BTreeMap<String, Pod>,
     /// Whether nodes, clients and pods have IPv6 addresses too ([`Lab::dual_stack`]).
     ipv6: bool,
-    // Last: dropped after `Drop::drop` has stopped the children running in them.
+    // Last: dropped after `Drop::drop` and `servers` have stopped the processes running in
+    // them.
     namespaces: Namespaces,
 }
 
@@ -118,12 +112,9 @@ pub fn node_ip6(i: usize) -> String {
 /// IPs, external IPs.
 pub const SERVICE_RANGES_V6: [&str; 3] = ["fd00:96::/64", "2001:db8:10::/64", "2001:db8:20::/64"];
 
-/// `ip -6 addr add` without duplicate address detection: the address is usable at once, as
-/// the test needs, instead of after a second or two of being tentative.
-fn add_ipv6(ns: &str, cidr: &str, dev: &str) {
-    run(&[
-        "ip", "-n", ns, "-6", "addr", "add", cidr, "dev", dev, "nodad",
-    ]);
+/// The outcome of a lab set-up step in namespace `ns`; a failed step fails the test.
+fn must(ns: &str, step: std::io::Result<()>) {
+    step.unwrap_or_else(|e| panic!("setting up {ns}: {e}"));
 }
 
 impl Lab {
@@ -132,13 +123,13 @@ impl Lab {
     pub fn new(nodes: usize) -> Lab {
         let mut lab = Lab {
             children: Vec::new(),
+            servers: Vec::new(),
             pods: BTreeMap::new(),
             ipv6: false,
             namespaces: Namespaces::new("klb"),
         };
         let switch = lab.add_ns("sw");
-        run(&["ip", "-n", &switch, "link", "add", "br0", "type", "bridge"]);
-        run(&["ip", "-n", &switch, "link", "set", "br0", "up"]);
+        must(&switch, lab.namespaces.bridge(&switch, "br0", &[]));
         for i in 1..=nodes {
             let ns = lab.add_ns(&format!("n{i}"));
             lab.attach(
@@ -149,47 +140,26 @@ impl Lab {
             );
             // Forwarding node; no ICMP redirects (they would use up the per-host ICMP budget
             // the rejects of Services without endpoints need).
-            for setting in [
+            let forwarding = [
                 "net.ipv4.ip_forward=1",
                 "net.ipv4.conf.all.send_redirects=0",
                 "net.ipv4.icmp_ratelimit=0",
-            ] {
-                run(&["ip", "netns", "exec", &ns, "sysctl", "-qw", setting]);
-            }
+            ];
+            must(&ns, lab.namespaces.sysctl(&ns, &forwarding));
             // Like a real node: Service addresses without rules follow the default route.
             run(&["ip", "-n", &ns, "route", "add", "default", "dev", "eth0"]);
-            run(&["ip", "-n", &ns, "link", "add", "cbr0", "type", "bridge"]);
-            run(&[
-                "ip",
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("10.244.{i}.1/24"),
-                "dev",
-                "cbr0",
-            ]);
-            run(&["ip", "-n", &ns, "link", "set", "cbr0", "up"]);
-            for j in 1..=nodes {
-                if j != i {
-                    run(&[
-                        "ip",
-                        "-n",
-                        &ns,
-                        "route",
-                        "add",
-                        &format!("10.244.{j}.0/24"),
-                        "via",
-                        &node_ip(j),
-                    ]);
-                }
+            let pod_gateway = format!("10.244.{i}.1/24");
+            must(&ns, lab.namespaces.bridge(&ns, "cbr0", &[&pod_gateway]));
+            for j in (1..=nodes).filter(|&j| j != i) {
+                let pods_of_j = format!("10.244.{j}.0/24");
+                must(&ns, lab.namespaces.route(&ns, &pods_of_j, &node_ip(j)));
             }
         }
         for (name, address) in [("c", "10.0.0.100"), ("c2", "10.0.0.101")] {
             let ns = lab.add_ns(name);
             lab.attach(&switch, &ns, name, &format!("{address}/24"));
             for range in ["10.96.0.0/16", "192.0.2.0/24", "203.0.113.0/24"] {
-                run(&["ip", "-n", &ns, "route", "add", range, "via", &node_ip(1)]);
+                must(&ns, lab.namespaces.route(&ns, range, &node_ip(1)));
             }
         }
         lab
@@ -201,52 +171,34 @@ impl Lab {
     pub fn dual_stack(nodes: usize) -> Lab {
         let mut lab = Lab::new(nodes);
         lab.ipv6 = true;
+        let plumbing = &lab.namespaces;
         for i in 1..=nodes {
             let ns = lab.ns(&format!("n{i}"));
-            run(&[
-                "ip",
-                "netns",
-                "exec",
+            must(
                 &ns,
-                "sysctl",
-                "-qw",
-                "net.ipv6.conf.all.forwarding=1",
-            ]);
-            add_ipv6(&ns, &format!("{}/64", node_ip6(i)), "eth0");
-            add_ipv6(&ns, &format!("fd00:244:{i}::1/64"), "cbr0");
+                plumbing.sysctl(&ns, &["net.ipv6.conf.all.forwarding=1"]),
+            );
+            let lan = format!("{}/64", node_ip6(i));
+            must(&ns, plumbing.address(&ns, "eth0", &[&lan]));
+            let pod_gateway = format!("fd00:244:{i}::1/64");
+            must(&ns, plumbing.address(&ns, "cbr0", &[&pod_gateway]));
             // Like a real node: Service addresses without rules follow the default route.
             run(&[
                 "ip", "-n", &ns, "-6", "route", "add", "default", "dev", "eth0",
             ]);
             for j in (1..=nodes).filter(|&j| j != i) {
-                run(&[
-                    "ip",
-                    "-n",
-                    &ns,
-                    "-6",
-                    "route",
-                    "add",
-                    &format!("fd00:244:{j}::/64"),
-                    "via",
-                    &node_ip6(j),
-                ]);
+                let pods_of_j = format!("fd00:244:{j}::/64");
+                must(&ns, plumbing.route(&ns, &pods_of_j, &node_ip6(j)));
             }
         }
         for (name, address) in [("c", "fd00:10::100"), ("c2", "fd00:10::101")] {
             let ns = lab.ns(name);
-            add_ipv6(&ns, &format!("{address}/64"), "eth0");
+            must(
+                &ns,
+                plumbing.address(&ns, "eth0", &[&format!("{address}/64")]),
+            );
             for range in SERVICE_RANGES_V6 {
-                run(&[
-                    "ip",
-                    "-n",
-                    &ns,
-                    "-6",
-                    "route",
-                    "add",
-                    range,
-                    "via",
-                    &node_ip6(1),
-                ]);
+                must(&ns, plumbing.route(&ns, range, &node_ip6(1)));
             }
         }
         lab
@@ -257,24 +209,12 @@ impl Lab {
         self.namespaces.name(short)
     }
 
+    /// Makes namespace `short` (interfaces made in it have usable IPv6 addresses at once:
+    /// dual-stack labs need their link-local ones for neighbour discovery).
     fn add_ns(&mut self, short: &str) -> String {
-        let ns = self
-            .namespaces
+        self.namespaces
             .add(short)
-            .unwrap_or_else(|e| panic!("namespace {short}: {e}"));
-        // Interfaces made from now on have usable IPv6 link-local addresses at once: duplicate
-        // address detection would hold them tentative for a second or two, and neighbour
-        // discovery (dual-stack labs) with them.
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            &ns,
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.default.accept_dad=0",
-        ]);
-        ns
+            .unwrap_or_else(|e| panic!("namespace {short}: {e}"))
     }
 
     /// A veth from the switch bridge into `ns` as `eth0` with `cidr`.
@@ -314,49 +254,23 @@ impl Lab {
             "hairpin",
             "on",
         ]);
-        self.namespaces
-            .address_eth0(&ns, &[&format!("{ip}/24")])
-            .unwrap_or_else(|e| panic!("pod {name}: {e}"));
-        run(&[
-            "ip",
-            "-n",
+        let plumbing = &self.namespaces;
+        must(&ns, plumbing.address_eth0(&ns, &[&format!("{ip}/24")]));
+        must(
             &ns,
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("10.244.{node}.1"),
-        ]);
+            plumbing.route(&ns, "default", &format!("10.244.{node}.1")),
+        );
         let ip6 = self
             .ipv6
             .then(|| format!("fd00:244:{node}::{}", 10 + index));
         if let Some(ip6) = &ip6 {
-            add_ipv6(&ns, &format!("{ip6}/64"), "eth0");
-            run(&[
-                "ip",
-                "-n",
+            must(&ns, plumbing.address(&ns, "eth0", &[&format!("{ip6}/64")]));
+            must(
                 &ns,
-                "-6",
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("fd00:244:{node}::1"),
-            ]);
+                plumbing.route(&ns, "default", &format!("fd00:244:{node}::1")),
+            );
         }
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &ns, PROBE, "serve", name, "8080"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start probe server");
-        // The server prints "ready" once both sockets are bound.
-        let mut ready = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut ready)
-            .expect("ready line");
-        assert_eq!(ready.trim(), "ready", "pod {name} did not start");
-        self.children.push(child);
+        self.servers.push(Server::start(&ns, name, 8080));
         let pod = Pod {
             name: name.into(),
             ip,
@@ -483,7 +397,8 @@ impl Drop for Lab {
             let _ = child.kill();
             let _ = child.wait();
         }
-        // The namespaces go when the fields are dropped, after this.
+        // The pods' servers stop, then the namespaces go, when the fields are dropped after
+        // this.
     }
 }
 
@@ -629,4 +544,44 @@ pub fn eventually(ceiling: Duration, mut check: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The proxy of node `n1` (the lab's first node) over `dataplane`, syncing at most every
+/// `min_sync_period` and at least every `sync_period`, and the health it reports to.
+#[cfg(feature = "watch")]
+pub fn node_proxy(
+    dataplane: kube_lb_dataplane::watch::Dataplane,
+    min_sync_period: Duration,
+    sync_period: Duration,
+) -> (
+    kube_lb_dataplane::watch::Proxy,
+    std::sync::Arc<kube_lb_dataplane::health::ProxyHealth>,
+) {
+    use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
+    let health = ProxyHealth::new(Duration::from_secs(60));
+    let proxy = kube_lb_dataplane::watch::Proxy {
+        index: kube_lb_dataplane::model::IndexConfig {
+            node_name: "n1".into(),
+            nodeport_cidrs: Vec::new(),
+            allow_loopback_endpoints: false,
+        },
+        dataplane,
+        health: health.clone(),
+        service_health: ServiceHealthServers::new(health.clone(), Vec::new()),
+        timing: kube_lb_dataplane::watch::Timing {
+            min_sync_period,
+            sync_period,
+        },
+    };
+    (proxy, health)
+}
+
+/// The nftables backend programming the network namespace `ns`.
+#[cfg(feature = "watch")]
+pub fn nft_dataplane(ns: &str) -> kube_lb_dataplane::watch::Dataplane {
+    use kube_lb_dataplane::nft::{Commands, NftBackend, NftConfig};
+    kube_lb_dataplane::watch::Dataplane::Nft(Box::new(NftBackend::new(
+        NftConfig::default(),
+        Commands::in_netns(ns),
+    )))
 }

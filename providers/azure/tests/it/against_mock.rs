@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

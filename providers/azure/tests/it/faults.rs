@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod support;
+use crate::support;
 
 use kube_lb_mock_azure::{ArmError, Fault, MockArm};
 use kube_lb_provider_azure::ProviderOptions;

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

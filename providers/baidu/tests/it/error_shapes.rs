@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a panic is the failure report
 
-mod support;
+use crate::support;
 
 use kube_lb_mock_baidu::{ApiError, Fault, MockBaidu, Quotas};
 use kube_lb_provider_core::{CallCounter, EnvironmentCause, LoadBalancerProvider, ProviderError};

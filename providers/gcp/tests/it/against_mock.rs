@@ -4,7 +4,7 @@
 // Test helpers outside #[test] functions: a failed setup step should panic with its error.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

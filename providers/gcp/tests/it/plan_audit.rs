@@ -8,7 +8,7 @@
 // Test helpers outside #[test] functions: a failed setup step should panic with its error.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 

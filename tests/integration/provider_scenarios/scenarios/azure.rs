@@ -12,9 +12,9 @@ use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, Retr
 
 use super::{Harness, UID, eventually, stall_latency};
 
-/// `providers/azure/tests/support`: the mock with the cluster's network, its `azure.json`, the
+/// `providers/azure/tests/it/support`: the mock with the cluster's network, its `azure.json`, the
 /// provider pointed at it, node and Service builders.
-#[path = "../../../../providers/azure/tests/support/mod.rs"]
+#[path = "../../../../providers/azure/tests/it/support/mod.rs"]
 pub mod support;
 
 use support::{CLUSTER, NSG, RG};

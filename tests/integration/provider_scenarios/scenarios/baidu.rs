@@ -5,30 +5,18 @@
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
-use kube_lb_mock_baidu::{ACCESS_KEY_ID, MockBaidu, SECRET_ACCESS_KEY, SUBNET_ID, VPC_ID};
-use kube_lb_provider_baidu::sign::Credentials;
-use kube_lb_provider_baidu::{BaiduProvider, ProviderOptions, Resolved, WaitSettings};
-use kube_lb_provider_core::{
-    BackendNode, CallCounter, LoadBalancerProvider, RateLimits, RetryPolicy,
-};
+use kube_lb_provider_baidu::ProviderOptions;
+use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
 
 use super::Harness;
 
-/// `providers/baidu/tests/support`: the mock, the provider pointed at it, node and Service
+/// `providers/baidu/tests/it/support`: the mock, the provider pointed at it, node and Service
 /// builders, and the hand-built state of cloud-provider-baiducloud.
-#[path = "../../../../providers/baidu/tests/support/mod.rs"]
+#[path = "../../../../providers/baidu/tests/it/support/mod.rs"]
 pub mod support;
 
 /// The BLB of the scenario Service `default/web` in cluster `c-test01`, upstream's name.
 const BLB_NAME: &str = "CCE/SVC/c-test01/default/web";
-
-/// The in-place retries of the provider the stalled-cloud scenario builds (the support
-/// module's quick steps).
-const STALL_RETRY: RetryPolicy = RetryPolicy {
-    base: Duration::from_millis(5),
-    max: Duration::from_millis(20),
-    max_attempts: 3,
-};
 
 /// The mock plus a Baidu provider pointed at it.
 pub struct Baidu {
@@ -101,49 +89,6 @@ impl Harness for Baidu {
             .filter(|e| e.is_mutation())
             .map(|e| format!("{} {} {}", e.method, e.path, e.status))
             .collect()
-    }
-
-    async fn start_with_request_timeout(timeout: Duration) -> Baidu {
-        let cloud = MockBaidu::builder().start().await.unwrap();
-        let counter = CallCounter::new();
-        // The support module's provider, but with `timeout` (its builder takes no options).
-        let resolved = Resolved {
-            credentials: Credentials {
-                access_key_id: ACCESS_KEY_ID.into(),
-                secret_access_key: SECRET_ACCESS_KEY.into(),
-                session_token: None,
-            },
-            blb_endpoint: cloud.endpoint(),
-            eip_endpoint: cloud.endpoint(),
-            vpc_id: VPC_ID.into(),
-            subnet_id: SUBNET_ID.into(),
-            cluster_id: Some(support::CLUSTER.into()),
-        };
-        let options = ProviderOptions {
-            wait: WaitSettings {
-                first: Duration::from_millis(20),
-                factor: 2.0,
-                max_interval: Duration::from_millis(100),
-                timeout: Duration::from_secs(10),
-            },
-            retry: STALL_RETRY,
-            limits: RateLimits::unlimited(),
-            request_timeout: timeout,
-            counter: counter.clone(),
-        };
-        let provider = BaiduProvider::new(resolved, "ignored", options).unwrap();
-        Baidu {
-            h: support::Harness {
-                cloud,
-                provider,
-                counter,
-            },
-            node_count: 2,
-        }
-    }
-
-    fn retry_policy(&self) -> RetryPolicy {
-        STALL_RETRY
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

@@ -11,9 +11,9 @@ use kube_lb_provider_gcp::{CloudConfig, GcpProvider};
 
 use super::{Harness, UID, eventually, stall_latency};
 
-/// `providers/gcp/tests/support`: the mock with the cluster's VMs, its `gce.conf`, the provider
+/// `providers/gcp/tests/it/support`: the mock with the cluster's VMs, its `gce.conf`, the provider
 /// pointed at it and the VMs' Nodes.
-#[path = "../../../../providers/gcp/tests/support/mod.rs"]
+#[path = "../../../../providers/gcp/tests/it/support/mod.rs"]
 pub mod support;
 
 use support::{OWNED_COLLECTIONS, TAG, ZONE_A, node};

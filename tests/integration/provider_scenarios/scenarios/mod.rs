@@ -16,8 +16,10 @@ use kube_lb_test_support::ServiceBuilder;
 /// The [`Harness`] methods that read alike for every cloud set up through its provider's own
 /// test support module (OpenStack, Tencent, Baidu). Expanded inside `impl Harness for X`, where
 /// `X` keeps that module's `support::Harness` (the mock `cloud`, the `provider`, its call
-/// `counter`) in field `h` and the number of nodes it has handed out in `node_count`, and the
-/// mock keeps a request journal and has a latency knob.
+/// `counter`) in field `h` and the number of nodes it has handed out in `node_count`, the mock
+/// keeps a request journal and has a latency knob, and the module's `harness_with_options`
+/// builds the provider from options its `fast_options` start (`ProviderOptions` being the
+/// provider's).
 macro_rules! harness_through_provider_support {
     () => {
         async fn start() -> Self {
@@ -25,6 +27,19 @@ macro_rules! harness_through_provider_support {
                 h: support::harness().await,
                 node_count: 2,
             }
+        }
+
+        async fn start_with_request_timeout(timeout: Duration) -> Self {
+            let h = support::harness_with_options(|counter| ProviderOptions {
+                request_timeout: timeout,
+                ..support::fast_options(counter)
+            })
+            .await;
+            Self { h, node_count: 2 }
+        }
+
+        fn retry_policy(&self) -> RetryPolicy {
+            support::fast_options(CallCounter::new()).retry
         }
 
         fn provider(&self) -> &dyn LoadBalancerProvider {

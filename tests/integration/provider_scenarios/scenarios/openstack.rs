@@ -6,15 +6,14 @@
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
-use kube_lb_mock_openstack::MockOpenStack;
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
-use kube_lb_provider_openstack::{CloudConfig, OpenStackProvider, ProviderOptions};
+use kube_lb_provider_openstack::ProviderOptions;
 
 use super::Harness;
 
-/// `providers/openstack/tests/support`: the mock, the provider pointed at it, node and
+/// `providers/openstack/tests/it/support`: the mock, the provider pointed at it, node and
 /// Service builders, and the hand-built state of cloud-provider-openstack.
-#[path = "../../../../providers/openstack/tests/support/mod.rs"]
+#[path = "../../../../providers/openstack/tests/it/support/mod.rs"]
 pub mod support;
 
 /// The load balancer of the scenario Service `default/web` in cluster `kubernetes`.
@@ -87,29 +86,6 @@ impl Harness for OpenStack {
 
     async fn remove_load_balancer_out_of_band(&self) {
         support::remove_out_of_band(&self.h.cloud, LB_NAME).await;
-    }
-
-    async fn start_with_request_timeout(timeout: Duration) -> OpenStack {
-        let cloud = MockOpenStack::builder().start().await.unwrap();
-        let config = CloudConfig::parse(&support::cloud_conf(&cloud, "")).unwrap();
-        let counter = CallCounter::new();
-        let options = ProviderOptions {
-            request_timeout: timeout,
-            ..support::fast_options(counter.clone())
-        };
-        let provider = OpenStackProvider::new(config, support::CLUSTER, options).unwrap();
-        OpenStack {
-            h: support::Harness {
-                cloud,
-                provider,
-                counter,
-            },
-            node_count: 2,
-        }
-    }
-
-    fn retry_policy(&self) -> RetryPolicy {
-        support::fast_options(CallCounter::new()).retry
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

@@ -5,15 +5,14 @@
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
-use kube_lb_mock_tencent::MockTencent;
 use kube_lb_provider_core::{BackendNode, CallCounter, LoadBalancerProvider, RetryPolicy};
-use kube_lb_provider_tencent::{ProviderOptions, TencentConfig, TencentProvider};
+use kube_lb_provider_tencent::ProviderOptions;
 
 use super::{Harness, UID};
 
-/// `providers/tencent/tests/support`: the mock, the provider pointed at it, node and Service
+/// `providers/tencent/tests/it/support`: the mock, the provider pointed at it, node and Service
 /// builders, and the hand-built state of TKE's own service controller.
-#[path = "../../../../providers/tencent/tests/support/mod.rs"]
+#[path = "../../../../providers/tencent/tests/it/support/mod.rs"]
 pub mod support;
 
 /// The mock plus a Tencent provider pointed at it.
@@ -90,30 +89,6 @@ impl Harness for Tencent {
             .load_balancer_id()
             .unwrap_or_else(|| panic!("no CLB for the scenario Service"));
         support::remove_out_of_band(&self.h.cloud, &id).await;
-    }
-
-    async fn start_with_request_timeout(timeout: Duration) -> Tencent {
-        let cloud = MockTencent::builder().start().await.unwrap();
-        let config =
-            TencentConfig::resolve(Some(&support::cloud_config(&cloud)), &|_| None).unwrap();
-        let counter = CallCounter::new();
-        let options = ProviderOptions {
-            request_timeout: timeout,
-            ..support::fast_options(counter.clone())
-        };
-        let provider = TencentProvider::new(config, support::CLUSTER, options).unwrap();
-        Tencent {
-            h: support::Harness {
-                cloud,
-                provider,
-                counter,
-            },
-            node_count: 2,
-        }
-    }
-
-    fn retry_policy(&self) -> RetryPolicy {
-        support::fast_options(CallCounter::new()).retry
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

@@ -21,7 +21,31 @@ pub struct Harness {
     pub counter: CallCounter,
 }
 
+/// Options with short waits and retries, so the tests run quickly; calls counted on `counter`.
+pub fn fast_options(counter: CallCounter) -> ProviderOptions {
+    ProviderOptions {
+        wait: WaitSettings {
+            first: Duration::from_millis(20),
+            factor: 2.0,
+            max_interval: Duration::from_millis(100),
+            timeout: Duration::from_secs(10),
+        },
+        retry: RetryPolicy {
+            base: Duration::from_millis(5),
+            max: Duration::from_millis(20),
+            max_attempts: 3,
+        },
+        limits: RateLimits::unlimited(),
+        request_timeout: Duration::from_secs(10),
+        counter,
+    }
+}
+
 pub fn provider_for(cloud: &MockBaidu, counter: CallCounter) -> BaiduProvider {
+    provider_with(cloud, fast_options(counter))
+}
+
+fn provider_with(cloud: &MockBaidu, options: ProviderOptions) -> BaiduProvider {
     let resolved = Resolved {
         credentials: Credentials {
             access_key_id: ACCESS_KEY_ID.into(),
@@ -34,32 +58,22 @@ pub fn provider_for(cloud: &MockBaidu, counter: CallCounter) -> BaiduProvider {
         subnet_id: SUBNET_ID.into(),
         cluster_id: Some(CLUSTER.into()),
     };
-    BaiduProvider::new(
-        resolved,
-        "ignored",
-        ProviderOptions {
-            wait: WaitSettings {
-                first: Duration::from_millis(20),
-                factor: 2.0,
-                max_interval: Duration::from_millis(100),
-                timeout: Duration::from_secs(10),
-            },
-            retry: RetryPolicy {
-                base: Duration::from_millis(5),
-                max: Duration::from_millis(20),
-                max_attempts: 3,
-            },
-            limits: RateLimits::unlimited(),
-            request_timeout: Duration::from_secs(10),
-            counter,
-        },
-    )
-    .unwrap()
+    BaiduProvider::new(resolved, "ignored", options).unwrap()
 }
 
 pub async fn harness_with(cloud: MockBaidu) -> Harness {
+    harness_from(cloud, fast_options)
+}
+
+/// A harness on a fresh mock whose provider takes the options `options` makes around its call
+/// counter (the others take [`fast_options`]).
+pub async fn harness_with_options(options: impl FnOnce(CallCounter) -> ProviderOptions) -> Harness {
+    harness_from(MockBaidu::builder().start().await.unwrap(), options)
+}
+
+fn harness_from(cloud: MockBaidu, options: impl FnOnce(CallCounter) -> ProviderOptions) -> Harness {
     let counter = CallCounter::new();
-    let provider = provider_for(&cloud, counter.clone());
+    let provider = provider_with(&cloud, options(counter.clone()));
     Harness {
         cloud,
         provider,
