@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::OpenStackClient;
 use crate::error::OpenStackError;
-use crate::model::{FloatingIp, HealthMonitor, Listener, LoadBalancer, Member, Pool};
+use crate::model::{FloatingIp, HealthMonitor, Listener, LoadBalancer, Member, Pool, Port};
 use crate::plan::Observed;
 
 /// A listing of the project.
@@ -118,6 +118,17 @@ struct State {
     touched: HashMap<String, Instant>,
     /// Members by pool id, with the sorted member ids they were read under.
     members: HashMap<String, (Vec<String>, Vec<Member>)>,
+    /// The ports last listed for the backend nodes' addresses (member-subnet discovery).
+    node_ports: Option<NodePorts>,
+}
+
+/// Ports listed for a set of node addresses, and when.
+#[derive(Debug)]
+struct NodePorts {
+    /// The addresses asked for, sorted.
+    addresses: Vec<String>,
+    ports: Vec<Port>,
+    taken: Instant,
 }
 
 /// Listings shared by the reconciles of one provider.
@@ -239,6 +250,32 @@ impl Inventory {
     }
 
     /// The cached members of `pool` when its member ids are those they were read under.
+    /// The ports last listed for exactly `addresses` (sorted), while younger than the refresh
+    /// interval: every Service of a resync wave finds its member subnet from the same nodes,
+    /// so one port listing serves the wave instead of one per Service.
+    pub(crate) fn cached_node_ports(&self, addresses: &[&str]) -> Option<Vec<Port>> {
+        if self.refresh_after.is_zero() {
+            return None;
+        }
+        let state = self.state();
+        let cached = state.node_ports.as_ref()?;
+        let same = cached
+            .addresses
+            .iter()
+            .map(String::as_str)
+            .eq(addresses.iter().copied());
+        (same && cached.taken.elapsed() < self.refresh_after).then(|| cached.ports.clone())
+    }
+
+    /// Records the ports just listed for `addresses` (sorted).
+    pub(crate) fn remember_node_ports(&self, addresses: &[&str], ports: &[Port]) {
+        self.state().node_ports = Some(NodePorts {
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            ports: ports.to_vec(),
+            taken: Instant::now(),
+        });
+    }
+
     pub(crate) fn cached_members(&self, pool: &Pool) -> Option<Vec<Member>> {
         let state = self.state();
         let (ids, members) = state.members.get(&pool.id)?;
@@ -337,6 +374,31 @@ mod tests {
         assert_eq!(snapshot.observed("lb3").pools.len(), 0);
         assert_eq!(snapshot.floating_ips_on("vip").len(), 1);
         assert!(snapshot.floating_ips_on("other").is_empty());
+    }
+
+    /// Node ports are answered from the last listing only for the same addresses, and only
+    /// while it is fresh; a zero refresh never caches.
+    #[test]
+    fn node_ports_are_reused_only_for_the_same_addresses_while_fresh() {
+        let port: Port = serde_json::from_value(serde_json::json!({"id": "p-1"})).unwrap();
+        let inventory = Inventory::new(Duration::from_secs(30));
+        assert_eq!(inventory.cached_node_ports(&["10.0.0.1"]), None);
+        inventory.remember_node_ports(&["10.0.0.1", "10.0.0.2"], std::slice::from_ref(&port));
+        assert_eq!(
+            inventory.cached_node_ports(&["10.0.0.1", "10.0.0.2"]),
+            Some(vec![port.clone()])
+        );
+        assert_eq!(inventory.cached_node_ports(&["10.0.0.1"]), None);
+        assert_eq!(inventory.cached_node_ports(&["10.0.0.1", "10.0.0.3"]), None);
+
+        let expired = Inventory::new(Duration::from_millis(1));
+        expired.remember_node_ports(&["10.0.0.1"], std::slice::from_ref(&port));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(expired.cached_node_ports(&["10.0.0.1"]), None);
+
+        let never = Inventory::new(Duration::ZERO);
+        never.remember_node_ports(&["10.0.0.1"], &[port]);
+        assert_eq!(never.cached_node_ports(&["10.0.0.1"]), None);
     }
 
     #[test]

@@ -760,15 +760,23 @@ impl OpenStackProvider {
         let mut addresses: Vec<&str> = nodes.iter().map(|n| n.address.as_str()).collect();
         addresses.sort_unstable();
         addresses.dedup();
-        let mut ports = Vec::new();
-        // One call per batch: Neutron ORs repeated `fixed_ips` filters; batches keep the URL
-        // short whatever the cluster's size.
-        for batch in addresses.chunks(ADDRESSES_PER_PORT_QUERY) {
-            let filters: Vec<String> = batch.iter().map(|a| format!("ip_address={a}")).collect();
-            let query: Vec<(&str, &str)> =
-                filters.iter().map(|f| ("fixed_ips", f.as_str())).collect();
-            ports.extend(self.client.ports(&query).await?);
-        }
+        let ports = match self.inventory.cached_node_ports(&addresses) {
+            Some(ports) => ports,
+            None => {
+                let mut ports = Vec::new();
+                // One call per batch: Neutron ORs repeated `fixed_ips` filters; batches keep
+                // the URL short whatever the cluster's size.
+                for batch in addresses.chunks(ADDRESSES_PER_PORT_QUERY) {
+                    let filters: Vec<String> =
+                        batch.iter().map(|a| format!("ip_address={a}")).collect();
+                    let query: Vec<(&str, &str)> =
+                        filters.iter().map(|f| ("fixed_ips", f.as_str())).collect();
+                    ports.extend(self.client.ports(&query).await?);
+                }
+                self.inventory.remember_node_ports(&addresses, &ports);
+                ports
+            }
+        };
         match member_subnet::discover(&nodes, &ports) {
             Some(found) => {
                 if !found.elsewhere.is_empty() {

@@ -169,3 +169,34 @@ async fn a_legacy_named_load_balancer_is_answered_from_the_listing_too() {
         "no lookup by name, legacy or not"
     );
 }
+
+/// Without a configured member subnet, every Service finds it from the nodes' ports: one port
+/// listing serves a whole wave (the same nodes back every Service), not one per Service.
+#[tokio::test]
+async fn member_subnet_discovery_lists_the_nodes_ports_once_per_wave() {
+    let cloud = mock_with_node_ports(3).await;
+    let conf = crate::member_subnet::network_only_conf(&cloud, "");
+    let h = provider_for(
+        cloud,
+        kube_lb_provider_openstack::CloudConfig::parse(&conf).unwrap(),
+    );
+    let provider = h.provider.clone().with_listing_refresh(REFRESH);
+    let services: Vec<Svc> = (0..4).map(|i| svc(&format!("web-{i}"), &uid(i))).collect();
+    for service in &services {
+        provider.ensure(&service.spec(), &nodes(3)).await.unwrap();
+    }
+    tokio::time::sleep(REFRESH).await;
+
+    h.cloud.clear_journal();
+    for service in &services {
+        provider.ensure(&service.spec(), &nodes(3)).await.unwrap();
+    }
+    let port_listings = h
+        .cloud
+        .journal()
+        .iter()
+        .filter(|e| e.method == "GET" && e.path == "/networking/v2.0/ports")
+        .count();
+    assert_eq!(port_listings, 1, "{:?}", h.cloud.journal());
+    assert_eq!(mutations(&h.cloud), Vec::<String>::new());
+}
