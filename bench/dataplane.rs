@@ -597,9 +597,39 @@ async fn kernel_benchmarks(sizes: &[usize], connects: usize) {
     }
 }
 
-/// Backend for the userspace comparison: line request/response, or `bulk N` streams N bytes.
-async fn backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// Endpoints of the benchmarked Service: one listener of the backend server per endpoint, each
+/// on its own loopback address. A closed connection leaves a TIME_WAIT entry for its address
+/// pair; with one endpoint, every connection a proxy dials shares one source address, one
+/// destination and about 28k ephemeral ports, and at this benchmark's rates each `connect()`
+/// has to hunt for an entry old enough to reuse (`tcp_tw_reuse`, one second), so every target,
+/// the direct one too, ran into the same ceiling and the ratios said little about the proxies.
+const PROXIED_ENDPOINTS: u8 = 8;
+
+/// The backend server's listeners for one target: [`PROXIED_ENDPOINTS`] loopback addresses
+/// `127.0.<group>.1…` on one port.
+async fn backends(group: u8) -> Vec<SocketAddr> {
+    'port: for _ in 0..20 {
+        let first = TcpListener::bind(SocketAddr::from((Ipv4Addr::new(127, 0, group, 1), 0)))
+            .await
+            .unwrap();
+        let port = first.local_addr().unwrap().port();
+        let mut listeners = vec![first];
+        for host in 2..=PROXIED_ENDPOINTS {
+            match TcpListener::bind(SocketAddr::from((Ipv4Addr::new(127, 0, group, host), port)))
+                .await
+            {
+                Ok(listener) => listeners.push(listener),
+                // Taken on that address by someone else: try another port.
+                Err(_) => continue 'port,
+            }
+        }
+        return listeners.into_iter().map(serve).collect();
+    }
+    panic!("no port free on all of 127.0.{group}.1-{PROXIED_ENDPOINTS}");
+}
+
+/// Serves line requests on `listener`: `bulk N` streams N bytes, anything else gets `ok`.
+fn serve(listener: TcpListener) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -631,6 +661,31 @@ async fn backend() -> SocketAddr {
     addr
 }
 
+/// Connects to `target` from `source` (a loopback address of the load generator's own), so
+/// each request loop has its own TIME_WAIT space, as clients on many machines would.
+#[allow(unsafe_code)] // IP_BIND_ADDRESS_NO_PORT has no safe wrapper in the dependencies
+async fn connect_from(source: Ipv4Addr, target: SocketAddr) -> std::io::Result<TcpStream> {
+    use std::os::fd::AsRawFd;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    // The port is picked at connect() for the whole address pair, not reserved at bind().
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket and a c_int option value of the size passed.
+    let result = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&raw const on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if result != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    socket.bind(SocketAddr::from((source, 0)))?;
+    socket.connect(target).await
+}
+
 async fn one_request(stream: &mut BufReader<TcpStream>) -> std::io::Result<()> {
     stream.get_mut().write_all(b"req\n").await?;
     let mut line = String::new();
@@ -639,9 +694,10 @@ async fn one_request(stream: &mut BufReader<TcpStream>) -> std::io::Result<()> {
 }
 
 /// Requests/s with `concurrency` loops for `duration`; `reconnect` opens a connection per request.
-/// Also returns every completed request's latency in µs (connect included when `reconnect`).
+/// Loop `i` connects from `127.1.0.<i+1>` to `targets[i % len]`. Also returns every completed
+/// request's latency in µs (connect included when `reconnect`).
 async fn request_rate(
-    target: SocketAddr,
+    targets: &[SocketAddr],
     concurrency: usize,
     duration: Duration,
     reconnect: bool,
@@ -649,15 +705,17 @@ async fn request_rate(
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
-    for _ in 0..concurrency {
+    for client in 0..concurrency {
         let (done, stop) = (done.clone(), stop.clone());
+        let target = targets[client % targets.len()];
+        let source = Ipv4Addr::new(127, 1, 0, u8::try_from(client + 1).unwrap());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut connection: Option<BufReader<TcpStream>> = None;
             while !stop.load(Ordering::Relaxed) {
                 let started = Instant::now();
                 if connection.is_none() || reconnect {
-                    let Ok(stream) = TcpStream::connect(target).await else {
+                    let Ok(stream) = connect_from(source, target).await else {
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
@@ -887,7 +945,7 @@ fn load_cpu_ns() -> u64 {
 }
 
 /// One measurement slice of `figure` against `target`.
-async fn slice_of(figure: Figure, target: SocketAddr, cpu: &Cpu, slice: Duration) -> Slice {
+async fn slice_of(figure: Figure, target: &[SocketAddr], cpu: &Cpu, slice: Duration) -> Slice {
     let before = cpu.now();
     let load_before = load_cpu_ns();
     let started = Instant::now();
@@ -899,7 +957,7 @@ async fn slice_of(figure: Figure, target: SocketAddr, cpu: &Cpu, slice: Duration
         }
         Figure::Throughput => {
             let bytes = 128 << 20;
-            throughput(target, 1, bytes).await;
+            throughput(target[0], 1, bytes).await;
             (bytes as f64 / 1e6, Vec::new())
         }
     };
@@ -955,27 +1013,27 @@ fn userspace_benchmarks(quick: bool) {
         .enable_all()
         .build()
         .unwrap();
-    // One server program and runtime, one listening port per target: each target's connections
-    // to the backend then have their own TIME_WAIT space, so one target's closed connections do
-    // not slow down another's connect().
+    // One server program and runtime, its own group of endpoint addresses per target: each
+    // target's connections to the backend then have their own TIME_WAIT space, so one target's
+    // closed connections do not slow down another's connect().
     let [
-        direct_backend,
-        userspace_backend,
-        haproxy_backend,
-        epoll_backend,
+        direct_backends,
+        userspace_backends,
+        haproxy_backends,
+        epoll_backends,
     ] = backend_runtime.block_on(async {
         [
-            backend().await,
-            backend().await,
-            backend().await,
-            backend().await,
+            backends(11).await,
+            backends(12).await,
+            backends(13).await,
+            backends(14).await,
         ]
     });
 
     // kube-lb userspace: a ClusterIP-like frontend on 127.0.0.2 with the default engine
     // (io_uring where the kernel allows it), and the same on 127.0.0.4 forced to the epoll
     // engine, so one run shows what the engine changes.
-    let start_proxy = |engine: UserspaceEngine, ip: &str, backend: SocketAddr| {
+    let start_proxy = |engine: UserspaceEngine, ip: &str, backends: &[SocketAddr]| {
         let port = free_port();
         let proxy_config = UserspaceConfig {
             workers: PROXY_THREADS.try_into().unwrap(),
@@ -992,12 +1050,12 @@ fn userspace_benchmarks(quick: bool) {
                 .port("", "TCP", i32::from(port))
                 .build(),
         );
-        index.apply_endpoint_slice(
-            &slice("bench", "web", "web")
-                .port("", "TCP", i32::from(backend.port()))
-                .endpoint("127.0.0.1", "bench")
-                .build(),
-        );
+        let mut endpoints =
+            slice("bench", "web", "web").port("", "TCP", i32::from(backends[0].port()));
+        for backend in backends {
+            endpoints = endpoints.endpoint(&backend.ip().to_string(), "bench");
+        }
+        index.apply_endpoint_slice(&endpoints.build());
         let mut proxy = UserspaceProxy::new(proxy_config);
         let choice = proxy.engine().expect("userspace engine");
         // The threads the proxy starts are its own: their CPU time is charged to it.
@@ -1009,20 +1067,26 @@ fn userspace_benchmarks(quick: bool) {
         (proxy, choice, tids, addr)
     };
     let (proxy, choice, userspace_tids, userspace_addr) =
-        start_proxy(UserspaceEngine::Auto, "127.0.0.2", userspace_backend);
+        start_proxy(UserspaceEngine::Auto, "127.0.0.2", &userspace_backends);
     let (epoll_proxy, _, epoll_tids, epoll_addr) =
-        start_proxy(UserspaceEngine::Epoll, "127.0.0.4", epoll_backend);
+        start_proxy(UserspaceEngine::Epoll, "127.0.0.4", &epoll_backends);
     let defaults = UserspaceConfig::default();
     let described = format!(
         "kube-lb userspace: {PROXY_THREADS} worker threads, scheduler {}, first connect timeout {:?}; engine {} ({}), beside the epoll engine",
         defaults.scheduler, defaults.connect_timeouts[0], choice.engine, choice.reason
     );
 
-    // HAProxy in TCP mode with the same backend, as many threads, no logging, no health checks.
+    // HAProxy in TCP mode with the same backend, as many threads, no logging, no health checks,
+    // round robin over the same number of endpoints as kube-lb's default scheduler.
     let haproxy_port = free_port();
+    let servers: String = haproxy_backends
+        .iter()
+        .enumerate()
+        .map(|(n, backend)| format!("  server s{n} {backend}\n"))
+        .collect();
     let config = format!(
         "global\n  maxconn 4000\n  nbthread {PROXY_THREADS}\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n\
-         listen bench\n  bind 127.0.0.3:{haproxy_port}\n  server s1 {haproxy_backend}\n"
+         listen bench\n  bind 127.0.0.3:{haproxy_port}\n  balance roundrobin\n{servers}"
     );
     let config_path =
         std::env::temp_dir().join(format!("kube-lb-bench-haproxy-{}.cfg", std::process::id()));
@@ -1051,16 +1115,20 @@ fn userspace_benchmarks(quick: bool) {
     });
 
     let targets = [
-        ("direct", direct_backend, Cpu::None),
+        ("direct", direct_backends.clone(), Cpu::None),
         (
             "kube-lb userspace",
-            userspace_addr,
+            vec![userspace_addr],
             Cpu::Tids(userspace_tids.clone(), Some("iou-")),
         ),
-        ("haproxy", haproxy_addr, Cpu::Threads(haproxy.id(), None)),
+        (
+            "haproxy",
+            vec![haproxy_addr],
+            Cpu::Threads(haproxy.id(), None),
+        ),
         (
             "kube-lb epoll",
-            epoll_addr,
+            vec![epoll_addr],
             Cpu::Tids(epoll_tids.clone(), None),
         ),
     ];
@@ -1081,7 +1149,12 @@ fn userspace_benchmarks(quick: bool) {
         config.lines().map(str::trim).collect::<Vec<_>>().join("; ")
     );
     println!(
-        "   same backend server (2 tokio threads, one port per target: {direct_backend}, {userspace_backend}, {haproxy_backend}) and client (2 tokio threads), all on loopback; load {}",
+        "   same backend server (2 tokio threads; {PROXIED_ENDPOINTS} endpoints per target, e.g. {} for haproxy) and client (2 tokio threads, each request loop from its own 127.1.0.x), all on loopback; load {}",
+        haproxy_backends
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
         load_average()
     );
     // `--only-new-connections` measures the new-connection figure alone (the other columns stay
@@ -1109,7 +1182,7 @@ fn userspace_benchmarks(quick: bool) {
             let mut this = [0.0; 4];
             for index in order {
                 let (_, addr, cpu) = &targets[index];
-                let measured = client_runtime.block_on(slice_of(figure, *addr, cpu, slice));
+                let measured = client_runtime.block_on(slice_of(figure, addr, cpu, slice));
                 this[index] = measured.work / measured.seconds;
                 totals[f][index].add(measured);
             }
