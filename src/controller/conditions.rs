@@ -306,7 +306,7 @@ impl Readiness {
             Error::InvalidService(errors) => Some(Self::invalid(errors)),
             Error::Provider(error) => Self::from_provider(error),
             Error::Delete(error) => Some(Self::delete_failed(error)),
-            Error::Kube(_) | Error::MissingField(_) => None,
+            Error::Kube(_) | Error::MissingField(_) | Error::Superseded(_) => None,
         }
     }
 

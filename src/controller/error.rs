@@ -24,6 +24,11 @@ pub enum Error {
     /// The Service lacks a field the API server always sets (name, namespace, uid).
     #[error("Service has no {0}")]
     MissingField(&'static str),
+    /// A write the API server refused because the Service changed after this reconcile read
+    /// it (retyped away from `LoadBalancer`, say, which forbids a load-balancer status). The
+    /// newer version is on its way through the watch; nothing failed.
+    #[error("the Service changed while it was reconciled: {0}")]
+    Superseded(String),
 }
 
 /// The error classes used for metrics and the error policy.
@@ -61,9 +66,12 @@ impl Error {
         }
     }
 
-    /// True for a 409 Conflict from the API server (an optimistic-concurrency loss).
+    /// True when the reconcile lost a race with a newer version of the Service: a 409 Conflict
+    /// from the API server (an optimistic-concurrency loss), or a write refused because the
+    /// Service had changed ([`Error::Superseded`]).
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Kube(kube::Error::Api(status)) if status.code == 409)
+        matches!(self, Error::Superseded(_))
+            || matches!(self, Error::Kube(kube::Error::Api(status)) if status.code == 409)
     }
 
     /// A short label for metrics, never built from `Debug`.
@@ -73,6 +81,7 @@ impl Error {
             Error::Provider(e) | Error::Delete(e) => e.class(),
             Error::Kube(_) => "kube",
             Error::MissingField(_) => "missing_field",
+            Error::Superseded(_) => "superseded",
         }
     }
 }
@@ -166,6 +175,29 @@ mod tests {
         for (error, class, kind) in cases {
             assert_eq!(error.class(), class, "{error}");
             assert_eq!(error.kind(), kind, "{error}");
+        }
+    }
+
+    #[test]
+    fn lost_races_are_conflicts_and_nothing_else_is() {
+        let api = |code: u16| {
+            Error::Kube(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            })))
+        };
+        let cases = [
+            (api(409), true),
+            (
+                Error::Superseded("status.loadBalancer.ingress: Forbidden".into()),
+                true,
+            ),
+            (api(422), false),
+            (api(500), false),
+            (Error::Provider(ProviderError::retryable("x", "503")), false),
+        ];
+        for (error, conflict) in cases {
+            assert_eq!(error.is_conflict(), conflict, "{error}");
         }
     }
 }

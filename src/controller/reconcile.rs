@@ -195,14 +195,15 @@ fn retry_note(what: &str, error: &ProviderError, within: std::time::Duration) ->
 /// (5 s doubling to 300 s by default, with jitter); user errors wait for the Service to change.
 pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> Action {
     let class = error.class();
-    ctx.metrics.error(class, error.kind());
     let key = ObjectRef::from_obj(service.as_ref());
     if error.is_conflict() {
         // Someone wrote the Service since our cache saw it; the newer version is already on
-        // its way through the watch, so retry soon without counting a failure.
+        // its way through the watch, so retry soon without counting a failure (nor an error
+        // for the error-ratio alert).
         tracing::debug!(service = %ServiceName::of(&service), %error, "conflict; retrying soon");
         return Action::requeue(CONFLICT_RETRY);
     }
+    ctx.metrics.error(class, error.kind());
     match class {
         ErrorClass::User => {
             tracing::info!(service = %ServiceName::of(&service), %error, "user error; waiting for the Service to change");
@@ -574,13 +575,20 @@ async fn write_status(
         }
         return Ok(None);
     };
-    let written = api
+    let written = match api
         .patch_status(
             &service.name_any(),
             &PatchParams::default(),
             &Patch::Strategic(patch),
         )
-        .await?;
+        .await
+    {
+        Ok(written) => written,
+        Err(kube::Error::Api(refusal)) if refusal.code == 422 => {
+            return Err(superseded_or(api, service, refusal).await);
+        }
+        Err(error) => return Err(error.into()),
+    };
     if let ConditionChange::Set(readiness) = condition {
         tracing::debug!(
             status = readiness.status().as_str(),
@@ -590,6 +598,33 @@ async fn write_status(
         announce(service, ctx, readiness).await;
     }
     Ok(written.resource_version())
+}
+
+/// What a 422 answer to a status write of `service` means. The patch is built from the version
+/// this reconcile read; when the stored Service is newer (retyped to ClusterIP meanwhile, so a
+/// load-balancer status is forbidden, or deleted), the write lost a race and the newer version
+/// will be reconciled: [`Error::Superseded`], not a failure. Against the same version the
+/// refusal stands as the API error.
+async fn superseded_or(
+    api: &Api<Service>,
+    service: &Service,
+    refusal: Box<kube::core::Status>,
+) -> Error {
+    let stored = match api.get_opt(&service.name_any()).await {
+        Ok(stored) => stored,
+        // Cannot tell: report the refusal as it came.
+        Err(_) => return Error::Kube(kube::Error::Api(refusal)),
+    };
+    let current = stored.as_ref().and_then(|s| s.resource_version());
+    if current.is_none() || current != service.resource_version() {
+        tracing::debug!(
+            service = %ServiceName::of(service),
+            refusal = %refusal.message,
+            "status write refused for a Service that has changed since; the newer version comes next"
+        );
+        return Error::Superseded(refusal.message);
+    }
+    Error::Kube(kube::Error::Api(refusal))
 }
 
 /// Mirrors the condition into an Event (True as Normal `LoadBalancerReady`, False and

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use controller_support::*;
+use kube::ResourceExt;
 use kube_lb::controller::{Outcome, ServiceName};
 
 #[tokio::test]
@@ -183,4 +184,45 @@ async fn with_leader_election_only_one_replica_acts() {
     assert!(!follower.provider.ensures_of("default/late").is_empty());
     follower.stop().await;
     let _ = follower_elector.await;
+}
+
+/// A Service retyped to ClusterIP while its first ensure is in flight: the status write built
+/// from the LoadBalancer version is refused by the API server (a load-balancer status is
+/// forbidden on a ClusterIP Service). That is a lost race, not a failure: no reconcile error
+/// is counted, no failure is reported, and the load balancer the ensure made is released.
+#[tokio::test]
+async fn a_retype_racing_the_status_write_is_not_a_failure() {
+    let (_server, client, running) = server_and_controller().await;
+    let hold = running.provider.hold_next_ensure();
+    svc_lb("default", "web").create(&client).await;
+    tokio::time::timeout(CEILING, hold.entered.notified())
+        .await
+        .expect("the first ensure arrives");
+    merge_patch_svc(&client, "default", "web", retype_to_cluster_ip()).await;
+    hold.release.notify_one();
+
+    // The retype is reconciled: the load balancer goes and the finalizer comes off.
+    eventually("the load balancer released", || async {
+        let released = !running.provider.deletes_of("default/web").is_empty();
+        let finalized = get_svc(&client, "default", "web").await.is_some_and(|s| {
+            s.finalizers()
+                .iter()
+                .any(|f| f == kube_lb::controller::FINALIZER)
+        });
+        (released && !finalized).then_some(())
+    })
+    .await;
+    let service = get_svc(&client, "default", "web").await.unwrap();
+    assert!(ingress_of(&service).is_empty(), "{:?}", service.status);
+    let metrics = running.metrics.encode().unwrap();
+    assert!(
+        !metrics.contains("kube_lb_reconcile_errors_total{"),
+        "the lost race was counted as a failure:\n{metrics}"
+    );
+    let events = events_of(&client, "default", "web").await;
+    assert!(
+        !events.contains_key("SyncLoadBalancerFailed"),
+        "the lost race was reported as a failure: {events:?}"
+    );
+    running.stop().await;
 }

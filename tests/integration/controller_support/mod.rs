@@ -58,6 +58,15 @@ pub struct RecordingProvider {
     failures_left: AtomicU32,
     ensure_hangs_left: AtomicU32,
     delete_hangs_left: AtomicU32,
+    ensure_hold: Mutex<Option<EnsureHold>>,
+}
+
+/// Holds the next `ensure` after it is recorded: `entered` is notified when it arrives, and
+/// it goes on (to the wrapped provider) once `release` is notified.
+#[derive(Clone, Default)]
+pub struct EnsureHold {
+    pub entered: Arc<tokio::sync::Notify>,
+    pub release: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for RecordingProvider {
@@ -88,7 +97,15 @@ impl RecordingProvider {
             failures_left: AtomicU32::new(0),
             ensure_hangs_left: AtomicU32::new(0),
             delete_hangs_left: AtomicU32::new(0),
+            ensure_hold: Mutex::new(None),
         }
+    }
+
+    /// Holds the next ensure until the test releases it (see [`EnsureHold`]).
+    pub fn hold_next_ensure(&self) -> EnsureHold {
+        let hold = EnsureHold::default();
+        *self.ensure_hold.lock().unwrap() = Some(hold.clone());
+        hold
     }
 
     /// The next `n` ensures fail with a retryable error.
@@ -165,6 +182,11 @@ impl LoadBalancerProvider for RecordingProvider {
             finalizer_present,
         });
         Self::hang_if_due(&self.ensure_hangs_left).await;
+        let hold = self.ensure_hold.lock().unwrap().take();
+        if let Some(hold) = hold {
+            hold.entered.notify_one();
+            hold.release.notified().await;
+        }
         let left = self.failures_left.load(Ordering::SeqCst);
         if left > 0 {
             self.failures_left.store(left - 1, Ordering::SeqCst);
