@@ -1295,6 +1295,25 @@ fn userspace_benchmarks(quick: bool) {
         together(2) / together(1),
         together(2) / totals[0][1].load_per()
     );
+    // The same for one bulk stream, with the cores all that CPU kept busy: under 2 the stream
+    // was not CPU-bound, so a cheaper proxy cannot show in MB/s.
+    println!(
+        "\n{:>18} | {:>12} {:>16} {:>12} {:>10}   (CPU µs per MB of one stream)",
+        "target", "proxy", "client + backend", "together", "cores busy"
+    );
+    for (index, (name, _, cpu)) in targets.iter().enumerate() {
+        let totals = &totals[2][index];
+        let proxy = match cpu {
+            Cpu::None => 0.0,
+            Cpu::Threads(..) | Cpu::Tids(..) => totals.cpu_per(),
+        };
+        let together = proxy + totals.load_per();
+        println!(
+            "{name:>18} | {proxy:>12.0} {:>16.0} {together:>12.0} {:>10.2}",
+            totals.load_per(),
+            together * totals.rate() / 1e6
+        );
+    }
     println!(
         "\n{:>18} | {:>22} {:>22}",
         "request latency µs", "p50 / p99 (new conn)", "p50 / p99 (keepalive)"
