@@ -74,6 +74,13 @@ impl Error {
             || matches!(self, Error::Kube(kube::Error::Api(status)) if status.code == 409)
     }
 
+    /// True for a user error that can clear without the Service changing: a resource with the
+    /// load balancer's name owned by someone else, which a person (or `--audit-delete`) may
+    /// remove. The Service is looked at again after the longest backoff, not only on a change.
+    pub fn clears_outside_the_service(&self) -> bool {
+        matches!(self, Error::Provider(error) if error.may_clear_outside_the_service())
+    }
+
     /// A short label for metrics, never built from `Debug`.
     pub fn kind(&self) -> &'static str {
         match self {

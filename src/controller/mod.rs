@@ -169,6 +169,10 @@ struct ObjectState {
     retry_in: Option<Duration>,
     /// Fingerprint of the Service when it last failed with a user error.
     user_error: Option<u64>,
+    /// Set with `user_error` when that error can clear without the Service changing (a name
+    /// held by another owner, which a person or the audit may delete): when the Service is
+    /// looked at again, unchanged, without the provider.
+    recheck_at: Option<tokio::time::Instant>,
     /// Set with `user_error` when that error was a refused change: the address of the load
     /// balancer that keeps serving and the condition, shown again if the status is wiped.
     refused: Option<reconcile::Refusal>,

@@ -205,6 +205,16 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
     }
     ctx.metrics.error(class, error.kind());
     match class {
+        ErrorClass::User if error.clears_outside_the_service() => {
+            let recheck = ctx.config.backoff_max;
+            tracing::info!(
+                service = %ServiceName::of(&service),
+                %error,
+                recheck_in = %humantime::format_duration(recheck),
+                "user error; waiting for the Service to change or for the name to be freed"
+            );
+            Action::requeue(recheck)
+        }
         ErrorClass::User => {
             tracing::info!(service = %ServiceName::of(&service), %error, "user error; waiting for the Service to change");
             Action::await_change()
@@ -240,7 +250,10 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     let key = ObjectRef::from_obj(service.as_ref());
     let name = ServiceName::of(&service);
     let fingerprint = user_fingerprint(&service);
-    if ctx.with_state(&key, |s| s.user_error) == Some(fingerprint) {
+    let (user_error, recheck_at) = ctx.with_state(&key, |s| (s.user_error, s.recheck_at));
+    let now = Instant::now();
+    let recheck_due = recheck_at.is_some_and(|at| at <= now);
+    if user_error == Some(fingerprint) && !recheck_due {
         // Already reported; nothing the user has not changed can succeed now. A refused change
         // left its load balancer serving: when the Service stopped showing it (its status was
         // wiped or rewritten meanwhile), it shows it again, without a provider call.
@@ -254,7 +267,17 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
             )
             .await?;
         }
-        return Ok(Action::await_change());
+        // An error that can clear outside the Service keeps its recheck: this pass (a
+        // resync, an unrelated event) must not cancel it.
+        return Ok(recheck_at.map_or_else(Action::await_change, |at| {
+            Action::requeue(at.saturating_duration_since(now))
+        }));
+    }
+    if user_error == Some(fingerprint) {
+        tracing::info!(
+            service = %name,
+            "Service unchanged since its load balancer's name was found held by another owner; checking again"
+        );
     }
     let (parsed, warnings) = match kube_lb_annotations::parse(ctx.config.cloud, &service) {
         Ok(parsed) => {
@@ -285,6 +308,7 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
                 .await;
             ctx.with_state(&key, |s| {
                 s.user_error = Some(fingerprint);
+                s.recheck_at = None;
                 s.refused = None;
             });
             ctx.set_outcome(&name, Some(Outcome::UserError(text)));
@@ -385,8 +409,12 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
                     }),
                     _ => None,
                 };
+                let recheck_at = error
+                    .may_clear_outside_the_service()
+                    .then(|| Instant::now() + ctx.config.backoff_max);
                 ctx.with_state(&key, |s| {
                     s.user_error = Some(fingerprint);
+                    s.recheck_at = recheck_at;
                     s.refused = refusal.clone();
                 });
                 ctx.set_outcome(&name, Some(Outcome::UserError(error.to_string())));
@@ -453,6 +481,7 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     ctx.with_state(&key, |s| {
         s.failures = 0;
         s.user_error = None;
+        s.recheck_at = None;
         s.refused = None;
         s.applied = Some(hashes);
         s.echo = None;

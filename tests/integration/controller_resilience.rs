@@ -226,3 +226,46 @@ async fn a_retype_racing_the_status_write_is_not_a_failure() {
     );
     running.stop().await;
 }
+
+/// A load balancer name held by another owner is a user error, but one a person can clear
+/// without touching the Service (deleting the leftover, or `--audit-delete` doing it): the
+/// Service is looked at again after the longest backoff (2 s here), unchanged, and gets its
+/// address then; an event meanwhile (a new node) does not cancel that recheck.
+#[tokio::test]
+async fn a_name_held_elsewhere_is_checked_again_without_a_service_change() {
+    let (server, client, running) = server_and_controller().await;
+    running.provider.owned_elsewhere_next(1);
+    let started = Instant::now();
+    svc_lb("default", "web").create(&client).await;
+    let key = ServiceName {
+        namespace: "default".into(),
+        name: "web".into(),
+    };
+    let mut outcomes = running.outcomes.clone();
+    tokio::time::timeout(
+        CEILING,
+        outcomes.wait_for(|o| matches!(o.get(&key), Some(Outcome::UserError(_)))),
+    )
+    .await
+    .expect("the refusal is reported")
+    .unwrap();
+    // A new node re-reconciles the Service, unchanged: the refusal stands and the recheck
+    // stays scheduled.
+    server.seed(node("n2")).unwrap();
+    wait_address(&client, "default", "web").await;
+    let elapsed = started.elapsed();
+    assert_eq!(running.provider.ensures_of("default/web").len(), 2);
+    // Not at once: after the longest backoff (2 s in the test config).
+    assert!(
+        elapsed >= Duration::from_millis(1800),
+        "rechecked after {elapsed:?}"
+    );
+    let events = events_of(&client, "default", "web").await;
+    assert!(
+        events
+            .get("SyncLoadBalancerFailed")
+            .is_some_and(|texts| texts.iter().any(|t| t.contains("a leftover"))),
+        "{events:?}"
+    );
+    running.stop().await;
+}

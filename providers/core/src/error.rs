@@ -11,7 +11,7 @@
 //! | [`ProviderError::Environment`] | the cluster's operator or time (quota, permission, a missing network, an exhausted pool) | not retried in place; the controller retries with capped backoff and a Warning naming the cause |
 //! | [`ProviderError::User`] | only the Service's author | Warning event, then wait for the Service to change |
 //! | [`ProviderError::Refused`] | only the Service's author: it asks for a change the existing load balancer cannot take in place | as `User`; the load balancer keeps serving as it is and the Service keeps showing its address |
-//! | [`ProviderError::OwnedElsewhere`] | a person: a resource with this load balancer's deterministic name belongs to another owner | a user error naming the owner: Warning event, then wait for the Service to change; never adopted, never rewritten |
+//! | [`ProviderError::OwnedElsewhere`] | a person: a resource with this load balancer's deterministic name belongs to another owner | a user error naming the owner: Warning event, then wait for the Service to change, looked at again after the longest backoff (the name may have been freed); never adopted, never rewritten |
 //! | [`ProviderError::ImplementedElsewhere`] | nobody: another controller owns it | left alone quietly |
 //! | [`ProviderError::Internal`] | us (an unexpected answer) | retried by the controller with backoff |
 //!
@@ -239,9 +239,9 @@ pub enum ProviderError {
     /// A cloud resource with the deterministic name this Service's load balancer needs
     /// exists, and its ownership marks (tags, description) name another owner: another
     /// cluster, another Service, or nobody we know. It is a user error, not an environment
-    /// one: kube-lb never adopts or rewrites it, and retrying cannot help, so the Service
-    /// waits for a change (or for a person to delete or re-tag the resource) with a Warning
-    /// naming the owner. A *raw* "name already exists" answer, before ownership is checked,
+    /// one: kube-lb never adopts or rewrites it, and retrying at once cannot help, so the
+    /// Service waits for a change with a Warning naming the owner; the controller also looks
+    /// again after its longest backoff, for when a person (or the audit) deleted the resource. A *raw* "name already exists" answer, before ownership is checked,
     /// is [`EnvironmentCause::NameTaken`] instead: usually our own lost create, adopted on the
     /// next pass.
     #[error("{operation}: {resource} already exists and belongs to {owner}, not to this Service")]
@@ -269,6 +269,14 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// True for an error that waits for the Service to change ([`Retry::OnChange`]) but can
+    /// also clear without it: a resource with the load balancer's name owned by someone else
+    /// ([`ProviderError::OwnedElsewhere`]), which a person or the audit may delete. The
+    /// controller looks at such a Service again after its longest backoff.
+    pub fn may_clear_outside_the_service(&self) -> bool {
+        matches!(self, ProviderError::OwnedElsewhere { .. })
+    }
+
     /// When the failed call may be made again: the one rule behind `CloudApi`'s in-place
     /// retry and the controller's error policy.
     pub fn retry(&self) -> Retry {

@@ -59,6 +59,7 @@ pub struct RecordingProvider {
     ensure_hangs_left: AtomicU32,
     delete_hangs_left: AtomicU32,
     ensure_hold: Mutex<Option<EnsureHold>>,
+    owned_elsewhere_left: AtomicU32,
 }
 
 /// Holds the next `ensure` after it is recorded: `entered` is notified when it arrives, and
@@ -98,7 +99,13 @@ impl RecordingProvider {
             ensure_hangs_left: AtomicU32::new(0),
             delete_hangs_left: AtomicU32::new(0),
             ensure_hold: Mutex::new(None),
+            owned_elsewhere_left: AtomicU32::new(0),
         }
+    }
+
+    /// The next `n` ensures find the load balancer's name held by another owner.
+    pub fn owned_elsewhere_next(&self, n: u32) {
+        self.owned_elsewhere_left.store(n, Ordering::SeqCst);
     }
 
     /// Holds the next ensure until the test releases it (see [`EnsureHold`]).
@@ -186,6 +193,17 @@ impl LoadBalancerProvider for RecordingProvider {
         if let Some(hold) = hold {
             hold.entered.notify_one();
             hold.release.notified().await;
+        }
+        if self
+            .owned_elsewhere_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(ProviderError::owned_elsewhere(
+                "ensure",
+                format!("load balancer {}", spec.service),
+                "Service UID 1234 (a leftover)",
+            ));
         }
         let left = self.failures_left.load(Ordering::SeqCst);
         if left > 0 {
