@@ -103,7 +103,7 @@ use std::path::PathBuf;
 #[cfg(feature = "faults")]
 pub use faults::{FaultAction, FaultRule};
 pub use faults::{Faults, Verb};
-pub use server::{ApiServer, ApiServerBuilder, RunningApiServer};
+pub use server::{ApiServer, ApiServerBuilder, DEFAULT_EVENT_TTL, RunningApiServer};
 pub use status::ApiError;
 
 /// Failures of the library API (starting, seeding, writing files).

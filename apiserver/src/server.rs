@@ -48,7 +48,11 @@ pub struct ApiServerBuilder {
     bookmark_interval: Duration,
     max_watch: Duration,
     fault_seed: u64,
+    event_ttl: Duration,
 }
+
+/// kube-apiserver's default `--event-ttl`.
+pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(3600);
 
 /// Namespace for [`ApiServer::builder`].
 #[derive(Debug)]
@@ -69,6 +73,7 @@ impl ApiServer {
             bookmark_interval: Duration::from_secs(5),
             max_watch: Duration::from_secs(1800),
             fault_seed: 0,
+            event_ttl: DEFAULT_EVENT_TTL,
         }
     }
 }
@@ -129,6 +134,13 @@ impl ApiServerBuilder {
     /// Longest a watch stays open (clients' `timeoutSeconds` are capped by it).
     pub fn max_watch(mut self, duration: Duration) -> Self {
         self.max_watch = duration;
+        self
+    }
+
+    /// How long an Event lives after its last write (kube-apiserver's `--event-ttl`, 1 h by
+    /// default); zero keeps Events until they are deleted.
+    pub fn event_ttl(mut self, ttl: Duration) -> Self {
+        self.event_ttl = ttl;
         self
     }
 
@@ -198,6 +210,14 @@ impl ApiServerBuilder {
                 stop_rx.clone(),
             ))
         });
+        if !self.event_ttl.is_zero() {
+            // Stops with the server (the stop signal, or its sender dropped).
+            tokio::spawn(expire_events(
+                store.clone(),
+                self.event_ttl,
+                stop_rx.clone(),
+            ));
+        }
         tracing::info!(%addr, restored, "in-memory API server listening");
         Ok(RunningApiServer {
             addr,
@@ -239,6 +259,29 @@ async fn accept_loop(listener: TcpListener, router: axum::Router, mut stop: watc
         }
     }
     connections.abort_all();
+}
+
+/// Removes Events older than `ttl` since their last write, checking a quarter of `ttl` apart
+/// (between 10 ms and a minute), until `stop`.
+async fn expire_events(store: Arc<Store>, ttl: Duration, mut stop: watch::Receiver<bool>) {
+    let period = (ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(60));
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {
+                let removed = store.expire_events(ttl);
+                if removed > 0 {
+                    tracing::debug!(removed, ttl = ?ttl, "expired events");
+                }
+            }
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// A started server. Dropping it stops serving (without the final state-file write;

@@ -54,6 +54,11 @@ pub struct Args {
     /// Change events kept for watches to resume from.
     #[arg(long, default_value_t = 1000)]
     pub history: usize,
+
+    /// How long an Event is kept after its last write, as kube-apiserver's `--event-ttl`;
+    /// `0s` keeps Events until something deletes them.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1h")]
+    pub event_ttl: std::time::Duration,
 }
 
 fn parse_port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
@@ -77,6 +82,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut builder = ApiServer::builder()
         .listen(args.listen)
         .history(args.history)
+        .event_ttl(args.event_ttl)
         .service_cidr(args.service_cidr)
         .node_port_range(args.node_port_range.clone());
     if let Some(cidr) = args.secondary_service_cidr {

@@ -126,6 +126,8 @@ struct State {
     objects: Vec<BTreeMap<ObjectKey, Arc<Value>>>,
     history: History,
     allocator: Allocator,
+    /// When each stored Event was last written, for [`Store::expire_events`].
+    event_writes: BTreeMap<ObjectKey, std::time::Instant>,
 }
 
 /// The shared object store.
@@ -163,6 +165,7 @@ impl Store {
                 objects: vec![BTreeMap::new(); Registry::builtin().slots()],
                 history: History::new(config.history, 0),
                 allocator: config.allocator,
+                event_writes: BTreeMap::new(),
             }),
             live,
             committed,
@@ -336,6 +339,16 @@ impl Store {
             state.objects[resource].remove(&key);
         } else {
             state.objects[resource].insert(key.clone(), object.clone());
+        }
+        if resource == resources::core_events() {
+            // Every write restarts an Event's time to live, as kube-apiserver's etcd lease.
+            if event_type == EventType::Deleted {
+                state.event_writes.remove(&key);
+            } else {
+                state
+                    .event_writes
+                    .insert(key.clone(), std::time::Instant::now());
+            }
         }
         let event = Arc::new(Event {
             resource_version: rv,
@@ -683,6 +696,56 @@ impl Store {
             object: view(&entry, object),
             gone: true,
         })
+    }
+
+    /// Deletes every Event not written for `ttl` (kube-apiserver's `--event-ttl`: each write
+    /// of an Event gives it a lease of that length), as ordinary deletions that watchers see.
+    /// An Event loaded from a state file counts as written when this first sees it. Returns
+    /// how many went.
+    pub fn expire_events(&self, ttl: std::time::Duration) -> usize {
+        let now = std::time::Instant::now();
+        // With the resourceVersion seen now: an Event written between this look and its
+        // delete has a fresh lease and must stay (the delete's precondition fails).
+        let expired: Vec<(ObjectKey, String)> = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let stored = &state.objects[resources::core_events()];
+            state.event_writes.retain(|key, _| stored.contains_key(key));
+            for key in stored.keys() {
+                state.event_writes.entry(key.clone()).or_insert(now);
+            }
+            state
+                .event_writes
+                .iter()
+                .filter(|(_, written)| now.saturating_duration_since(**written) >= ttl)
+                .filter_map(|(key, _)| {
+                    let rv = meta::resource_version(stored.get(key)?)?;
+                    Some((key.clone(), rv.to_string()))
+                })
+                .collect()
+        };
+        let mut removed = 0;
+        for ((namespace, name), rv) in expired {
+            let namespace = (!namespace.is_empty()).then_some(namespace.as_str());
+            let preconditions = Preconditions {
+                uid: None,
+                resource_version: Some(rv),
+            };
+            // A failure is a client's write or delete in between, which settles the lease.
+            if self
+                .delete(
+                    resources::core_events(),
+                    namespace,
+                    &name,
+                    &preconditions,
+                    false,
+                )
+                .is_ok()
+            {
+                removed += 1;
+            }
+        }
+        removed
     }
 
     /// Stores an object as given (status included), assigning metadata and allocations like a

@@ -396,3 +396,39 @@ fn port_protocols_default_to_tcp() {
         .unwrap();
     assert_eq!(slice["ports"][0]["protocol"], "TCP");
 }
+
+#[test]
+fn expiry_takes_only_events_older_than_the_ttl_restored_ones_from_first_sight() {
+    let event = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"kind": "Service", "name": "web", "namespace": "ns"},
+            "message": "m", "reason": "R", "type": "Normal"})
+    };
+    let s = store(100);
+    s.create(resources::core_events(), Some("ns"), event("e1"), false)
+        .unwrap();
+    s.create(configmaps(), Some("ns"), cm("c", "1"), false)
+        .unwrap();
+    // Not old enough: nothing goes.
+    assert_eq!(s.expire_events(std::time::Duration::from_secs(3600)), 0);
+    // Everything written is at least zero old: the Event goes, the ConfigMap stays.
+    assert_eq!(s.expire_events(std::time::Duration::ZERO), 1);
+    assert!(s.get(resources::core_events(), Some("ns"), "e1").is_err());
+    assert!(s.get(configmaps(), Some("ns"), "c").is_ok());
+
+    // Events loaded from a dump start their lease when expiry first sees them.
+    s.create(resources::core_events(), Some("ns"), event("e2"), false)
+        .unwrap();
+    let restored = store(100);
+    restored.restore(s.dump()).unwrap();
+    assert_eq!(
+        restored.expire_events(std::time::Duration::from_secs(3600)),
+        0
+    );
+    assert!(
+        restored
+            .get(resources::core_events(), Some("ns"), "e2")
+            .is_ok()
+    );
+    assert_eq!(restored.expire_events(std::time::Duration::ZERO), 1);
+}

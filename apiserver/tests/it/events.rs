@@ -541,3 +541,71 @@ async fn python_client_reads_each_event_through_both_apis() {
     );
     server.shutdown().await;
 }
+
+/// Events expire as with kube-apiserver's `--event-ttl`: an Event is deleted (a DELETED watch
+/// event, seen through both APIs) once it has not been written for the TTL, and every write
+/// renews it. Here the TTL is 2 s: `a` is never written again and goes after 2 s; `b` is
+/// patched after 1 s and outlives `a`, then goes as well; a Service is untouched.
+#[tokio::test]
+async fn events_expire_a_ttl_after_their_last_write() {
+    let ttl = Duration::from_secs(2);
+    let server = ApiServer::builder().event_ttl(ttl).start().await.unwrap();
+    let http = reqwest::Client::new();
+    let client = server.client().unwrap();
+    let v1_api: Api<EventV1> = Api::namespaced(client.clone(), "default");
+    let from = common::list_version(&v1_api).await;
+    let mut watch = v1_api
+        .watch(&WatchParams::default().timeout(30), &from)
+        .await
+        .unwrap()
+        .boxed();
+    let (code, body) = post(
+        &http,
+        &format!("{}/api/v1/namespaces/default/services", server.url()),
+        serde_json::to_value(common::service("web", json!({"ports": [{"port": 80}]}))).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let started = tokio::time::Instant::now();
+    create(&server, V1, recorder_event("a", "web")).await;
+    create(&server, CORE, kubelet_event("b", "web")).await;
+    tokio::time::sleep(ttl / 2).await;
+    let (code, body) = merge_patch(&http, &url(&server, CORE, "b"), json!({"count": 4})).await;
+    assert_eq!(code, 200, "{body}");
+
+    let core_api: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    common::eventually(Duration::from_secs(10), "a expired", || async {
+        core_api.get_opt("a").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(
+        started.elapsed() >= ttl,
+        "a went after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        core_api.get_opt("b").await.unwrap().is_some(),
+        "b was written {:?} after a and must outlive it",
+        ttl / 2
+    );
+    common::eventually(Duration::from_secs(10), "b expired", || async {
+        core_api.get_opt("b").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, "default");
+    assert!(services.get_opt("web").await.unwrap().is_some());
+
+    // The watch saw each go as a deletion.
+    let mut deleted = Vec::new();
+    while deleted.len() < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(10), watch.try_next())
+            .await
+            .expect("watch events")
+            .unwrap()
+            .expect("watch open");
+        if let WatchEvent::Deleted(event) = event {
+            deleted.push(event.metadata.name.unwrap());
+        }
+    }
+    assert_eq!(deleted, ["a", "b"]);
+}
