@@ -250,11 +250,7 @@ impl Readiness {
                 ),
             ),
             ProviderError::Refused { message, current } => {
-                let serving: Vec<String> = current
-                    .ingress
-                    .iter()
-                    .filter_map(|i| i.ip.map(|ip| ip.to_string()).or_else(|| i.hostname.clone()))
-                    .collect();
+                let serving = super::status::addresses(&super::status::ingress(current));
                 let serving = if serving.is_empty() {
                     String::new()
                 } else {

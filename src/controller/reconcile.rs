@@ -333,7 +333,9 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
         // leaves the spec as it was, and someone may have edited the condition.
         tracing::trace!(?next_resync, "load balancer in sync; no ensure");
         let shown = ctx.with_state(&key, |s| {
-            s.synced.as_ref().map(|synced| addresses(&synced.ingress))
+            s.synced
+                .as_ref()
+                .map(|synced| status::addresses(&synced.ingress))
         });
         if let Some(shown) = shown {
             let readiness = Readiness::provisioned(&shown).with_ignored(&warnings);
@@ -431,7 +433,7 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
                     )
                     .await?;
                     tracing::info!(
-                        addresses = ?addresses(&refusal.ingress),
+                        addresses = ?status::addresses(&refusal.ingress),
                         "change refused; the existing load balancer keeps serving"
                     );
                     return Err(Error::Provider(error));
@@ -445,7 +447,7 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     };
     write_annotations(api, &service, &lb_status).await?;
     let ingress = status::ingress(&lb_status);
-    let shown = addresses(&ingress);
+    let shown = status::addresses(&ingress);
     let readiness = if shown.is_empty() {
         Readiness::awaiting_address()
     } else {
@@ -516,13 +518,6 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
 }
 
 /// The addresses of `ingress` (IPs, else host names), as the condition and outcomes name them.
-fn addresses(ingress: &[LoadBalancerIngress]) -> Vec<String> {
-    ingress
-        .iter()
-        .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
-        .collect()
-}
-
 /// A refused change in force ([`ProviderError::Refused`]): what the Service shows until it
 /// changes, so a status wiped meanwhile is written again without asking the provider.
 #[derive(Debug, Clone)]

@@ -27,6 +27,14 @@ pub fn ingress(status: &LoadBalancerStatus) -> Vec<LoadBalancerIngress> {
         .collect()
 }
 
+/// The addresses `ingress` shows, IP or else hostname, as the condition and events name them.
+pub fn addresses(ingress: &[LoadBalancerIngress]) -> Vec<String> {
+    ingress
+        .iter()
+        .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+        .collect()
+}
+
 /// The metadata merge patch that sets the annotations the provider asked to write back
 /// (`wanted`) where the Service does not show them with the same value yet, and removes the
 /// `stale` ones it still shows; `None` when nothing differs. Guarded by the Service's uid, so

@@ -213,7 +213,7 @@ fn describe_network_kind(load_balancer_type: &str, subnet: &str) -> String {
     }
 }
 
-/// The refusal when the Service's CLB `lb` is not of the network kind `body` (the
+/// The refusal's message when the Service's CLB `lb` is not of the network kind `body` (the
 /// `CreateLoadBalancer` request the Service would make now) asks for; `None` when it is, or
 /// when the CLB does not report its kind.
 ///
@@ -221,9 +221,10 @@ fn describe_network_kind(load_balancer_type: &str, subnet: &str) -> String {
 /// TKE's service controller refuses to switch an existing Service between public and internal
 /// access, or to move an internal one to another subnet (its notice on the Service
 /// component's lifecycle rules, doc 457/90598), and so does kube-lb: before any write, with
-/// a user error naming the annotation, both kinds and the ways out. Without it the changed
+/// a message naming the annotation, both kinds and the ways out (the caller returns it as
+/// [`ProviderError::Refused`] with the CLB's addresses). Without it the changed
 /// annotation would silently have no effect.
-pub fn network_kind_refusal(lb: &LoadBalancer, body: &Map<String, Value>) -> Option<ProviderError> {
+pub fn network_kind_refusal(lb: &LoadBalancer, body: &Map<String, Value>) -> Option<String> {
     let field = |key: &str| body.get(key).and_then(Value::as_str).unwrap_or_default();
     let (wanted_type, wanted_subnet) = (field("LoadBalancerType"), field("SubnetId"));
     let (current_type, current_subnet) = (lb.load_balancer_type.as_str(), lb.subnet_id.as_str());
@@ -244,10 +245,10 @@ pub fn network_kind_refusal(lb: &LoadBalancer, body: &Map<String, Value>) -> Opt
         (_, subnet) => format!("set it back to {subnet}"),
     };
     let id = &lb.load_balancer_id;
-    Some(ProviderError::user(format!(
+    Some(format!(
         "{key}: the Service's CLB {id} is {current} but the Service now asks for {wanted}; a CLB's network type and subnet are fixed when it is created and TKE refuses to switch them, so kube-lb changed nothing. To keep CLB {id} and its address, {restore}; to get a {wanted} CLB (with a new address), delete and recreate the Service, or set spec.type to ClusterIP and then back to LoadBalancer",
         key = keys::INTERNAL_SUBNET_ID,
-    )))
+    ))
 }
 
 /// What the Service asks for, from its spec and the backends the controller selected.
@@ -1446,10 +1447,9 @@ mod tests {
                 assert!(refusal.is_none(), "{what}: {refusal:?}");
                 continue;
             }
-            let Some(error @ ProviderError::User { .. }) = refusal else {
-                panic!("{what}: a user error wanted, got {refusal:?}");
+            let Some(text) = refusal else {
+                panic!("{what}: a refusal wanted");
             };
-            let text = error.to_string();
             for part in named.iter().chain(&[
                 keys::INTERNAL_SUBNET_ID,
                 "CLB lb-1",

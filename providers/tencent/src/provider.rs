@@ -440,7 +440,7 @@ impl TencentProvider {
     async fn target_load_balancer(
         &self,
         desired: &Desired,
-    ) -> Result<(LoadBalancer, bool, Option<ProviderError>), ProviderError> {
+    ) -> Result<(LoadBalancer, bool, Option<String>), ProviderError> {
         let owned = self.owned(&desired.service).await?;
         match &desired.placement {
             Placement::Existing(id) => {
@@ -755,12 +755,7 @@ impl LoadBalancerProvider for TencentProvider {
         if let Some(refusal) = refusal {
             // Converged as the CLB is; the switch it was asked for is the Service author's to
             // undo. The CLB keeps serving at its addresses, which the Service keeps showing.
-            return Err(match refusal {
-                ProviderError::User { message } => {
-                    ProviderError::refused(message, Self::status_of(&lb))
-                }
-                other => other,
-            });
+            return Err(ProviderError::refused(refusal, Self::status_of(&lb)));
         }
         if desired.selector_matched_nothing {
             // Converged (the CLB has no targets, as TKE does), but never silently.
@@ -863,7 +858,7 @@ impl LoadBalancerProvider for TencentProvider {
             Placement::Owned(body) => match owned.into_iter().next() {
                 // The same refusal `ensure` makes: the plan shows it instead of changes.
                 Some(lb) => match plan::network_kind_refusal(&lb, body) {
-                    Some(refusal) => return Err(refusal),
+                    Some(refusal) => return Err(ProviderError::user(refusal)),
                     None => Some(lb),
                 },
                 None => {
