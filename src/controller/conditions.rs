@@ -237,9 +237,9 @@ impl Readiness {
                     "{operation}: {resource} already exists and belongs to {owner}, not to this \
                      Service. kube-lb never adopts or changes another owner's resource: delete \
                      or re-tag it (or recreate the Service, which gives its load balancer a new \
-                     name), then change the Service (any label will do, e.g. `kubectl label svc \
-                     NAME kube-lb.io/retry=1 --overwrite`): kube-lb tries again when the Service \
-                     changes."
+                     name). kube-lb looks again within the longest retry delay (--backoff-max, \
+                     5m by default), or at once when the Service changes (any label will do, \
+                     e.g. `kubectl label svc NAME kube-lb.io/retry=1 --overwrite`)."
                 ),
             ),
             ProviderError::User { message } => Self::new(
