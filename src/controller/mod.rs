@@ -170,8 +170,8 @@ struct ObjectState {
     /// Fingerprint of the Service when it last failed with a user error.
     user_error: Option<u64>,
     /// Set with `user_error` when that error can clear without the Service changing (a name
-    /// held by another owner, which a person or the audit may delete): when the Service is
-    /// looked at again, unchanged, without the provider.
+    /// held by another owner, which a person or the audit may delete): when the provider is
+    /// asked again although the Service is unchanged. The error policy's requeue reads it.
     recheck_at: Option<tokio::time::Instant>,
     /// Set with `user_error` when that error was a refused change: the address of the load
     /// balancer that keeps serving and the condition, shown again if the status is wiped.

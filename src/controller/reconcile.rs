@@ -206,7 +206,12 @@ pub fn error_policy(service: Arc<Service>, error: &Error, ctx: Arc<Context>) -> 
     ctx.metrics.error(class, error.kind());
     match class {
         ErrorClass::User if error.clears_outside_the_service() => {
-            let recheck = ctx.config.backoff_max;
+            // Chosen by the failure path (`recheck_at`), as a retryable failure's delay is.
+            let recheck = ctx
+                .with_state(&key, |s| s.recheck_at)
+                .map_or(ctx.config.backoff_max, |at| {
+                    at.saturating_duration_since(Instant::now())
+                });
             tracing::info!(
                 service = %ServiceName::of(&service),
                 %error,
@@ -517,7 +522,6 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
     Ok(Action::requeue(ctx.config.resync))
 }
 
-/// The addresses of `ingress` (IPs, else host names), as the condition and outcomes name them.
 /// A refused change in force ([`ProviderError::Refused`]): what the Service shows until it
 /// changes, so a status wiped meanwhile is written again without asking the provider.
 #[derive(Debug, Clone)]

@@ -42,13 +42,7 @@ async fn retryable_failures_back_off_then_succeed() {
         elapsed >= Duration::from_millis(700),
         "retried too fast: {elapsed:?}"
     );
-    let events = events_of(&client, "default", "web").await;
-    assert!(
-        events
-            .get("SyncLoadBalancerFailed")
-            .is_some_and(|n| n.iter().any(|t| t.contains("injected throttling"))),
-        "{events:?}"
-    );
+    assert_failure_reported(&client, "web", "injected throttling").await;
     running.stop().await;
 }
 
@@ -69,15 +63,7 @@ async fn a_provider_call_that_never_answers_is_abandoned_and_retried() {
         "the hung ensure was retried: {:?}",
         running.provider.calls()
     );
-    let events = events_of(&client, "default", "web").await;
-    assert!(
-        events
-            .get("SyncLoadBalancerFailed")
-            .is_some_and(|texts| texts
-                .iter()
-                .any(|t| t.contains("no answer from the provider within 500ms"))),
-        "the abandoned ensure is reported: {events:?}"
-    );
+    assert_failure_reported(&client, "web", "no answer from the provider within 500ms").await;
 
     running.provider.hang_next_deletes(1);
     let api: kube::Api<k8s_openapi::api::core::v1::Service> =
@@ -260,12 +246,17 @@ async fn a_name_held_elsewhere_is_checked_again_without_a_service_change() {
         elapsed >= Duration::from_millis(1800),
         "rechecked after {elapsed:?}"
     );
-    let events = events_of(&client, "default", "web").await;
+    assert_failure_reported(&client, "web", "a leftover").await;
+    running.stop().await;
+}
+
+/// Asserts that a `SyncLoadBalancerFailed` event of `default/<service>` mentions `text`.
+async fn assert_failure_reported(client: &kube::Client, service: &str, text: &str) {
+    let events = events_of(client, "default", service).await;
     assert!(
         events
             .get("SyncLoadBalancerFailed")
-            .is_some_and(|texts| texts.iter().any(|t| t.contains("a leftover"))),
-        "{events:?}"
+            .is_some_and(|texts| texts.iter().any(|t| t.contains(text))),
+        "a SyncLoadBalancerFailed event mentioning {text:?}: {events:?}"
     );
-    running.stop().await;
 }

@@ -241,8 +241,9 @@ pub enum ProviderError {
     /// cluster, another Service, or nobody we know. It is a user error, not an environment
     /// one: kube-lb never adopts or rewrites it, and retrying at once cannot help, so the
     /// Service waits for a change with a Warning naming the owner; the controller also looks
-    /// again after its longest backoff, for when a person (or the audit) deleted the resource. A *raw* "name already exists" answer, before ownership is checked,
-    /// is [`EnvironmentCause::NameTaken`] instead: usually our own lost create, adopted on the
+    /// again after its longest backoff, for when a person (or the audit) deleted the resource.
+    /// A *raw* "name already exists" answer, before ownership is checked, is
+    /// [`EnvironmentCause::NameTaken`] instead: usually our own lost create, adopted on the
     /// next pass.
     #[error("{operation}: {resource} already exists and belongs to {owner}, not to this Service")]
     OwnedElsewhere {

@@ -249,7 +249,6 @@ impl Inventory {
             .insert(lb_id.to_string(), Instant::now());
     }
 
-    /// The cached members of `pool` when its member ids are those they were read under.
     /// The ports last listed for exactly `addresses` (sorted), while younger than the refresh
     /// interval: every Service of a resync wave finds its member subnet from the same nodes,
     /// so one port listing serves the wave instead of one per Service.
@@ -276,6 +275,7 @@ impl Inventory {
         });
     }
 
+    /// The cached members of `pool` when its member ids are those they were read under.
     pub(crate) fn cached_members(&self, pool: &Pool) -> Option<Vec<Member>> {
         let state = self.state();
         let (ids, members) = state.members.get(&pool.id)?;
