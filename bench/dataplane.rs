@@ -987,7 +987,7 @@ const PROXY_THREADS: usize = 2;
 /// measured in short slices, rotating the order of the targets from one slice to the next, and a
 /// target's figure is its total over all its slices: a load change hits every target alike.
 /// `--rounds N` sets the slices per figure (default 10 of 0.5 s; 2 with `--quick`);
-/// `--only-new-connections` measures the new-connection figure alone.
+/// `--only-new-connections` measures the new-connection figure alone, `--only-stream` the one-stream one.
 fn userspace_benchmarks(quick: bool) {
     let rounds: usize = std::env::args()
         .skip_while(|arg| arg != "--rounds")
@@ -1160,13 +1160,17 @@ fn userspace_benchmarks(quick: bool) {
     // `--only-new-connections` measures the new-connection figure alone (the other columns stay
     // empty): quicker repeats when only the connection path changed.
     let only_new = std::env::args().any(|arg| arg == "--only-new-connections");
+    // `--only-stream` likewise measures the one-stream figure alone.
+    let only_stream = std::env::args().any(|arg| arg == "--only-stream");
     let figures = [Figure::NewConnection, Figure::KeepAlive, Figure::Throughput];
     let mut totals: [[Totals; 4]; 3] = Default::default();
     // Per-slice userspace/haproxy ratios.
     let mut spreads: [Vec<f64>; 3] = Default::default();
     for (f, figure) in figures.into_iter().enumerate() {
         // Bulk transfers take long enough per slice that fewer of them do.
-        let slices = if only_new && figure != Figure::NewConnection {
+        let slices = if (only_new && figure != Figure::NewConnection)
+            || (only_stream && figure != Figure::Throughput)
+        {
             0
         } else if figure == Figure::Throughput {
             rounds.div_ceil(2)
