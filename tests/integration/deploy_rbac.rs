@@ -426,7 +426,7 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
     );
 
     // A full lifecycle: create, change (a second Ensuring event patches the event series),
-    // delete (finalizer removal).
+    // retype to ClusterIP (release), and create then delete another (finalizer removal).
     let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
     services
         .create(&PostParams::default(), &lb_service("web", 80))
@@ -457,12 +457,33 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
             .contains(&permission("coordination.k8s.io", "leases", "update"))
     })
     .await;
+    // Retyped away from LoadBalancer: the load balancer is released and the finalizer goes
+    // (the Service is read back before that). Then a second Service is deleted outright.
+    let retype = json!({"spec": {"type": "ClusterIP"}});
     services
-        .delete("web", &DeleteParams::default())
+        .patch("web", &PatchParams::default(), &Patch::Merge(&retype))
         .await
         .unwrap();
-    wait_for("web to be gone", ceiling, || async {
-        matches!(services.get_opt("web").await, Ok(None))
+    wait_for("web's finalizer to go", ceiling, || async {
+        services.get("web").await.is_ok_and(|s| {
+            s.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) && !has_ingress(&s)
+        })
+    })
+    .await;
+    services
+        .create(&PostParams::default(), &lb_service("api", 81))
+        .await
+        .unwrap();
+    wait_for("api to get an address", ceiling, || async {
+        services.get("api").await.is_ok_and(|s| has_ingress(&s))
+    })
+    .await;
+    services
+        .delete("api", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("api to be gone", ceiling, || async {
+        matches!(services.get_opt("api").await, Ok(None))
     })
     .await;
 
