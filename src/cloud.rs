@@ -57,9 +57,68 @@ pub struct CloudArgs {
     #[arg(long, env = "KUBE_LB_CLUSTER_NAME", default_value = "kubernetes")]
     pub cluster_name: String,
 
+    /// Identity of this cluster, tagged on the load balancers of providers that name them
+    /// after the Service's namespace/name (OpenStack): with it, a load balancer that a deleted
+    /// Service left behind is removed when a new Service of that namespace/name comes, and
+    /// one of another cluster with the same --cluster-name is still refused. Default: the UID
+    /// of the cluster's kube-system namespace, read at start (not from the embedded API
+    /// server of -f manifests, whose namespace is new every run).
+    #[arg(long, env = "KUBE_LB_CLUSTER_ID", value_parser = parse_cluster_id)]
+    pub cluster_id: Option<String>,
+
     /// Address ranges of the `local` provider: CIDRs or FIRST-LAST, comma separated.
     #[arg(long, env = "KUBE_LB_LOCAL_POOL", value_delimiter = ',', default_value = DEFAULT_POOL)]
     pub local_pool: Vec<IpRange>,
+}
+
+/// How long the start waits for the kube-system namespace (the cluster's identity).
+const IDENTITY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Accepts a `--cluster-id`: 1 to 63 letters, digits, `-`, `_` or `.` (it goes into cloud
+/// tags, which reject `,` and `/`).
+fn parse_cluster_id(value: &str) -> Result<String, String> {
+    let valid = (1..=63).contains(&value.len())
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(value.to_string())
+    } else {
+        Err(format!(
+            "{value:?} is not a cluster identity: 1 to 63 letters, digits, '-', '_' or '.'"
+        ))
+    }
+}
+
+impl CloudArgs {
+    /// These arguments with `cluster_id` read from the cluster behind `client` (the UID of
+    /// its kube-system namespace) when `--cluster-id` gave none. When it cannot be read
+    /// (a ClusterRole without `get` on that namespace, say), it stays unknown, with a
+    /// warning that says what that costs.
+    pub async fn with_cluster_identity(&self, client: &kube::Client) -> CloudArgs {
+        let mut args = self.clone();
+        if args.cluster_id.is_none() {
+            let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+                kube::Api::all(client.clone());
+            // Bounded: an API server that hangs here must not hold up the start.
+            let read = tokio::time::timeout(IDENTITY_READ_TIMEOUT, namespaces.get("kube-system"));
+            match read.await.unwrap_or_else(|_| {
+                Err(kube::Error::Service(
+                    format!("no answer within {IDENTITY_READ_TIMEOUT:?}").into(),
+                ))
+            }) {
+                Ok(namespace) => args.cluster_id = namespace.metadata.uid,
+                Err(error) => tracing::warn!(
+                    %error,
+                    "cannot read the kube-system namespace's UID, the cluster's identity: a load balancer a deleted Service left behind under a namespace/name (OpenStack) will need a person to remove it; give --cluster-id to set the identity"
+                ),
+            }
+        }
+        if let Some(id) = &args.cluster_id {
+            tracing::info!(cluster = %args.cluster_name, cluster_id = %id, "cluster identity");
+        }
+        args
+    }
 }
 
 /// A built provider, plus the concrete `local` one when that was chosen (its address set
@@ -171,7 +230,8 @@ async fn openstack(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Pro
         counter,
     )
     .await
-    .context("configuring the OpenStack provider")?;
+    .context("configuring the OpenStack provider")?
+    .with_cluster_id(args.cluster_id.as_deref());
     Ok(cloud_provider(Arc::new(provider)))
 }
 
@@ -212,4 +272,30 @@ async fn tencent(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provi
 #[cfg(not(feature = "tencent"))]
 async fn tencent(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
     anyhow::bail!("--cloud tencent: this kube-lb was built without the `tencent` cargo feature")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_ids_go_into_cloud_tags_unchanged_or_are_refused() {
+        let uid = "3f2c9d8e-1b7a-4c5e-9f00-123456789abc";
+        for (value, ok) in [
+            (uid, true),
+            ("prod.eu-1_a", true),
+            ("", false),
+            ("a/b", false),
+            ("a,b", false),
+            ("with space", false),
+            (&*"x".repeat(64), false),
+        ] {
+            let parsed = parse_cluster_id(value);
+            assert_eq!(parsed.is_ok(), ok, "{value:?}: {parsed:?}");
+            match parsed {
+                Ok(id) => assert_eq!(id, value),
+                Err(message) => assert!(message.contains("cluster identity"), "{message}"),
+            }
+        }
+    }
 }

@@ -298,7 +298,8 @@ async fn execute(args: &Args) -> anyhow::Result<u8> {
     let cluster = Cluster::connect(&args.cluster).await?;
     let config = args.cluster.controller_config(args.cloud.cloud);
     let result = async {
-        let provider = cloud::build(&args.cloud, CallCounter::new()).await?;
+        let provider =
+            cloud::build(&cluster.cloud_args(&args.cloud).await, CallCounter::new()).await?;
         audit(
             cluster.client.clone(),
             provider.provider.as_ref(),

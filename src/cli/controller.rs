@@ -177,7 +177,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let counter = CallCounter::new();
     let metrics = Arc::new(Metrics::new());
     metrics.observe_calls(&counter);
-    let provider = cloud::build(&args.cloud, counter).await?;
+    let provider = cloud::build(&args.cloud.with_cluster_identity(&client).await, counter).await?;
 
     let mut config = ControllerConfig::new(args.cloud.cloud.annotations_cloud());
     config.default_class = args

@@ -71,6 +71,8 @@ pub(crate) struct Cluster {
     pub client: Client,
     /// Services of the manifests that the embedded API server could not take, with why.
     pub refused: Vec<(ServiceName, String)>,
+    /// A cluster reached by kubeconfig, not the embedded API server of manifests.
+    pub live: bool,
     #[cfg(feature = "apiserver")]
     server: Option<kube_lb_apiserver::RunningApiServer>,
 }
@@ -91,6 +93,7 @@ impl Cluster {
             return Ok(Self {
                 client,
                 refused: Vec::new(),
+                live: true,
                 #[cfg(feature = "apiserver")]
                 server: None,
             });
@@ -121,6 +124,7 @@ impl Cluster {
         Ok(Self {
             client,
             refused,
+            live: false,
             server: Some(server),
         })
     }
@@ -131,6 +135,16 @@ impl Cluster {
             "-f needs the embedded API server, and this binary was built without the \
              `apiserver` feature; use --kubeconfig"
         )
+    }
+
+    /// `cloud` with the cluster's identity filled in (`--cluster-id`, else a live cluster's
+    /// kube-system UID; manifests' embedded API server has none that lasts).
+    pub async fn cloud_args(&self, cloud: &CloudArgs) -> CloudArgs {
+        if self.live {
+            cloud.with_cluster_identity(&self.client).await
+        } else {
+            cloud.clone()
+        }
     }
 
     /// Stops the embedded API server, if one runs.
@@ -546,7 +560,8 @@ async fn execute(args: &Args) -> anyhow::Result<u8> {
     let cluster = Cluster::connect(&args.cluster).await?;
     let config = args.cluster.controller_config(args.cloud.cloud);
     let result = async {
-        let provider = cloud::build(&args.cloud, CallCounter::new()).await?;
+        let provider =
+            cloud::build(&cluster.cloud_args(&args.cloud).await, CallCounter::new()).await?;
         plan(
             cluster.client.clone(),
             provider.provider.as_ref(),

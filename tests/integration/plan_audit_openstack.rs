@@ -435,6 +435,22 @@ async fn legacy_in_tree_load_balancer_is_planned_as_adopted_and_audited_by_uid()
         "{report:#}"
     );
     let changes = only_service(&report)["changes"].as_array().unwrap();
+    // The tags name this cluster by its kube-system namespace's UID (--cluster-id's default).
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(server.client().unwrap());
+    let cluster_id = namespaces
+        .get("kube-system")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let tags = changes[0]["fields"][0]["new"].as_str().unwrap_or_default();
+    assert!(
+        tags.split(',')
+            .any(|tag| tag == format!("kube_lb_cluster_{cluster_id}")),
+        "{report:#}"
+    );
     assert_eq!(
         changes[2]["fields"][0]["new"],
         "Floating IP for Kubernetes external service default/web from cluster kubernetes",

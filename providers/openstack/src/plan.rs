@@ -23,6 +23,28 @@ const MAX_NAME: usize = 255;
 /// clusters sharing a `--cluster-name` (upstream's most reported bug) never take over each
 /// other's load balancers.
 pub const UID_TAG_PREFIX: &str = "kube_lb_uid_";
+/// The tag prefix recording the identity of the cluster a load balancer was made in
+/// (`--cluster-id`, by default the UID of its kube-system namespace). With it, a load balancer
+/// that an earlier Service of the same namespace/name left behind is told from one of another
+/// cluster that shares the `--cluster-name`.
+pub const CLUSTER_TAG_PREFIX: &str = "kube_lb_cluster_";
+
+/// The tag naming cluster identity `id`.
+pub fn cluster_tag(id: &str) -> String {
+    format!("{CLUSTER_TAG_PREFIX}{id}")
+}
+
+/// True when `tags` name another cluster's identity and not this one's `ours` (pure): such a
+/// load balancer belongs to another cluster with the same `--cluster-name`, whatever its
+/// description says. Unknown (`ours` is `None`) or untagged is not known to be another's.
+pub fn another_clusters(tags: &[String], ours: Option<&str>) -> bool {
+    let Some(ours) = ours else {
+        return false;
+    };
+    let mut clusters = tags.iter().filter(|t| t.starts_with(CLUSTER_TAG_PREFIX));
+    let first = clusters.next();
+    first.is_some() && first.into_iter().chain(clusters).all(|t| t != ours)
+}
 
 fn cut(name: String) -> String {
     name.chars().take(MAX_NAME).collect()
@@ -245,14 +267,26 @@ pub fn attached_floating_ip(description: &str, desired: &Desired) -> AttachedFlo
 pub enum Ownership {
     /// Made for this Service (or by upstream for it: same description, no UID tag yet).
     Ours,
+    /// Made in this cluster (it carries this cluster's identity tag) for an earlier Service
+    /// of the same namespace/name, the one named here by its UID. That Service is gone (a
+    /// namespace/name belongs to one Service at a time) and was deleted without its load
+    /// balancer (its finalizer removed by hand, say): the ensure removes it as that
+    /// Service's delete would have, and then makes this Service's own.
+    Leftover(ServiceKey),
     /// Someone else's: a different description, or another Service UID's tag. Holds who
     /// owns it, in words for the Warning.
     Foreign(String),
 }
 
-/// Decides ownership from the description and the UID tag (pure). A load balancer under the
-/// legacy name is ours when it carries the in-tree provider's description for that name.
-pub fn ownership(lb: &LoadBalancer, cluster: &str, service: &ServiceKey) -> Ownership {
+/// Decides ownership from the description, the UID tag and, when the cluster's identity is
+/// known (`cluster_tag`), the cluster tag (pure). A load balancer under the legacy name is ours
+/// when it carries the in-tree provider's description for that name.
+pub fn ownership(
+    lb: &LoadBalancer,
+    cluster: &str,
+    cluster_tag: Option<&str>,
+    service: &ServiceKey,
+) -> Ownership {
     let legacy = legacy_load_balancer_name(service)
         .filter(|name| *name == lb.name)
         .is_some_and(|name| lb.description == legacy_load_balancer_description(cluster, &name));
@@ -262,13 +296,29 @@ pub fn ownership(lb: &LoadBalancer, cluster: &str, service: &ServiceKey) -> Owne
             lb.description
         ));
     }
-    match lb.tags.iter().find_map(|t| t.strip_prefix(UID_TAG_PREFIX)) {
-        Some(uid) if !same_uid(uid, &service.uid) => Ownership::Foreign(format!(
-            "Service UID {uid}, not {} (another cluster with the same --cluster-name, or a leftover of a deleted Service: delete it to let kube-lb create a new one)",
-            service.uid
-        )),
-        _ => Ownership::Ours,
+    let Some(uid) = lb
+        .tags
+        .iter()
+        .find_map(|t| t.strip_prefix(UID_TAG_PREFIX))
+        .filter(|uid| !same_uid(uid, &service.uid))
+    else {
+        return Ownership::Ours;
+    };
+    let this_cluster = cluster_tag.is_some_and(|tag| lb.tags.iter().any(|t| t == tag));
+    if this_cluster && !legacy && !service.uid.is_empty() {
+        return Ownership::Leftover(ServiceKey {
+            uid: uid.to_string(),
+            ..service.clone()
+        });
     }
+    let why = match cluster_tag {
+        None => "kube-lb does not know this cluster's identity (--cluster-id), so it cannot tell a leftover of a deleted Service of this cluster from another cluster's with the same --cluster-name".to_string(),
+        Some(tag) => format!("it lacks this cluster's tag {tag}: another cluster's with the same --cluster-name, or a leftover from before kube-lb tagged its cluster"),
+    };
+    Ownership::Foreign(format!(
+        "Service UID {uid}, not {} ({why}; delete it to let kube-lb create a new one)",
+        service.uid
+    ))
 }
 
 /// A member the pool should have.
@@ -1636,7 +1686,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                ownership(&lb, "c", &key()) == Ownership::Ours,
+                ownership(&lb, "c", None, &key()) == Ownership::Ours,
                 want,
                 "{lb:?}"
             );
@@ -1653,11 +1703,117 @@ mod tests {
         ];
         for (lb, want) in cases {
             assert_eq!(
-                ownership(&lb, "c", &key()) == Ownership::Ours,
+                ownership(&lb, "c", None, &key()) == Ownership::Ours,
                 want,
                 "{lb:?}"
             );
         }
+    }
+
+    #[test]
+    fn another_clusters_tag_without_ours_marks_another_cluster() {
+        let tags = |t: &[&str]| t.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let ours = Some("kube_lb_cluster_k1");
+        // (case, tags, this cluster's tag, want)
+        let cases = [
+            ("ours", tags(&["x", "kube_lb_cluster_k1"]), ours, false),
+            ("another's", tags(&["x", "kube_lb_cluster_k2"]), ours, true),
+            (
+                "both",
+                tags(&["kube_lb_cluster_k2", "kube_lb_cluster_k1"]),
+                ours,
+                false,
+            ),
+            ("untagged", tags(&["x"]), ours, false),
+            ("ours unknown", tags(&["kube_lb_cluster_k2"]), None, false),
+        ];
+        for (case, tags, ours, want) in cases {
+            assert_eq!(another_clusters(&tags, ours), want, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_leftover_needs_this_clusters_tag_our_description_and_another_uid() {
+        let ours = load_balancer_description("c", &key());
+        let lb = |description: &str, tags: &[&str]| LoadBalancer {
+            description: description.into(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            ..lb_fixture()
+        };
+        let this = cluster_tag("k1");
+        let previous = ServiceKey {
+            uid: "u-0".into(),
+            ..key()
+        };
+        let unnamed = ServiceKey {
+            uid: String::new(),
+            ..key()
+        };
+        // (case, load balancer, known identity, Service, want)
+        let cases = [
+            (
+                "this cluster's, an earlier Service's UID",
+                lb(&ours, &["kube_lb_uid_u-0", &this]),
+                Some(this.as_str()),
+                key(),
+                Some(Ownership::Leftover(previous)),
+            ),
+            (
+                "this Service's own",
+                lb(&ours, &["kube_lb_uid_u-1", &this]),
+                Some(this.as_str()),
+                key(),
+                Some(Ownership::Ours),
+            ),
+            (
+                "another cluster with the same name",
+                lb(&ours, &["kube_lb_uid_u-0", "kube_lb_cluster_k2"]),
+                Some(this.as_str()),
+                key(),
+                None,
+            ),
+            (
+                "no cluster tag (made before kube-lb tagged clusters)",
+                lb(&ours, &["kube_lb_uid_u-0"]),
+                Some(this.as_str()),
+                key(),
+                None,
+            ),
+            (
+                "this cluster's identity unknown",
+                lb(&ours, &["kube_lb_uid_u-0", &this]),
+                None,
+                key(),
+                None,
+            ),
+            (
+                "another description",
+                lb("made by hand", &["kube_lb_uid_u-0", &this]),
+                Some(this.as_str()),
+                key(),
+                None,
+            ),
+            (
+                "a Service without a UID cannot judge",
+                lb(&ours, &["kube_lb_uid_u-0", &this]),
+                Some(this.as_str()),
+                unnamed,
+                None,
+            ),
+        ];
+        for (case, lb, tag, service, want) in cases {
+            let got = ownership(&lb, "c", tag, &service);
+            match want {
+                Some(want) => assert_eq!(got, want, "{case}"),
+                None => assert!(matches!(got, Ownership::Foreign(_)), "{case}: {got:?}"),
+            }
+        }
+        let Ownership::Foreign(unknown) =
+            ownership(&lb(&ours, &["kube_lb_uid_u-0"]), "c", None, &key())
+        else {
+            panic!("foreign");
+        };
+        assert!(unknown.contains("--cluster-id"), "{unknown}");
     }
 
     fn parsed(

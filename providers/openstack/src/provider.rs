@@ -45,6 +45,8 @@ pub struct OpenStackProvider {
     client: Arc<OpenStackClient>,
     config: Arc<CloudConfig>,
     cluster: String,
+    /// The tag naming this cluster's identity (`--cluster-id`), when it is known.
+    cluster_tag: Option<String>,
     wait: WaitSettings,
     inventory: Arc<Inventory>,
 }
@@ -72,6 +74,7 @@ impl OpenStackProvider {
             client: Arc::new(client),
             config: Arc::new(config),
             cluster: cluster.to_string(),
+            cluster_tag: None,
             wait: options.wait,
             inventory: Arc::new(Inventory::new(DEFAULT_LISTING_REFRESH)),
         })
@@ -80,6 +83,16 @@ impl OpenStackProvider {
     /// The production options: OpenStack's waiting pace and the shared client defaults.
     pub fn default_options() -> ProviderOptions {
         ProviderOptions::new(DEFAULT_WAIT)
+    }
+
+    /// Tags the load balancers it makes with this cluster's identity `id` (`--cluster-id`, by
+    /// default the UID of the kube-system namespace), and so can tell a load balancer that a
+    /// deleted Service of this cluster left behind under a namespace/name from another
+    /// cluster's with the same `--cluster-name`: the first is removed when a new Service of
+    /// that namespace/name is ensured, the second refused. `None` (unknown) refuses both.
+    pub fn with_cluster_id(mut self, id: Option<&str>) -> Self {
+        self.cluster_tag = id.filter(|id| !id.is_empty()).map(plan::cluster_tag);
+        self
     }
 
     /// Reuses one project listing for `refresh` across the Services of a resync wave
@@ -130,9 +143,13 @@ impl OpenStackProvider {
         &self,
         service: &ServiceKey,
         legacy: bool,
+        leftovers: Leftovers,
     ) -> Result<Option<LoadBalancer>, ProviderError> {
         let name = plan::load_balancer_name(&self.cluster, service);
-        let found = self.client.load_balancers_named(&name).await?;
+        let mut found = self.client.load_balancers_named(&name).await?;
+        if leftovers == Leftovers::Remove {
+            found = self.remove_leftovers(found, service).await?;
+        }
         if let Some(lb) = self.ours_among(found, service)? {
             return Ok(Some(lb));
         }
@@ -145,6 +162,66 @@ impl OpenStackProvider {
             tracing::info!(%service, lb = %lb.id, name = %lb.name, "found the Service's load balancer under its legacy in-tree name");
         }
         Ok(lb)
+    }
+
+    /// Removes those of `found` that an earlier Service of this namespace/name left behind in
+    /// this cluster ([`Ownership::Leftover`]) as that Service's delete would have (its
+    /// floating IP and security group too), and returns the others.
+    async fn remove_leftovers(
+        &self,
+        found: Vec<LoadBalancer>,
+        service: &ServiceKey,
+    ) -> Result<Vec<LoadBalancer>, ProviderError> {
+        let mut others = Vec::new();
+        for lb in found {
+            match self.ownership(&lb, service) {
+                Ownership::Leftover(previous) if is_live(&lb) => {
+                    tracing::warn!(%service, lb = %lb.id, name = %lb.name, previous_uid = %previous.uid, "removing the load balancer a deleted Service of the same namespace/name left behind in this cluster");
+                    LoadBalancerProvider::delete(self, &previous).await?;
+                }
+                _ => others.push(lb),
+            }
+        }
+        Ok(others)
+    }
+
+    /// The Service's load balancer as it should be ([`plan::desired`]), tagged with this
+    /// cluster's identity when that is known and the load balancer is kube-lb's own (not one
+    /// that `load-balancer-id` names).
+    fn desired(
+        &self,
+        spec: &LoadBalancerSpec,
+        backends: &[BackendNode],
+    ) -> Result<Desired, ProviderError> {
+        let mut desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
+        if desired.existing_id.is_none() {
+            desired.tags.extend(self.cluster_tag.clone());
+        }
+        Ok(desired)
+    }
+
+    /// What `ensure` would remove before making the Service's load balancer: those an
+    /// earlier Service of its namespace/name left behind in this cluster, with their floating
+    /// IPs and security groups.
+    async fn planned_leftover_removal(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        let name = plan::load_balancer_name(&self.cluster, service);
+        let mut changes = Vec::new();
+        for lb in self.client.load_balancers_named(&name).await? {
+            if let (Ownership::Leftover(previous), true) =
+                (self.ownership(&lb, service), is_live(&lb))
+            {
+                changes.extend(self.plan_delete(&previous).await?);
+            }
+        }
+        Ok(changes)
+    }
+
+    /// What `lb` is to `service` ([`plan::ownership`] with this provider's cluster marks).
+    fn ownership(&self, lb: &LoadBalancer, service: &ServiceKey) -> Ownership {
+        plan::ownership(lb, &self.cluster, self.cluster_tag.as_deref(), service)
     }
 
     /// Every live load balancer under the Service's name (or its legacy in-tree name) whose
@@ -165,15 +242,8 @@ impl OpenStackProvider {
                     .load_balancers_named(&name)
                     .await?
                     .into_iter()
-                    .filter(|lb| {
-                        !matches!(
-                            lb.provisioning_status.as_str(),
-                            "DELETED" | "PENDING_DELETE"
-                        )
-                    })
-                    .filter(|lb| {
-                        matches!(plan::ownership(lb, &self.cluster, service), Ownership::Ours)
-                    }),
+                    .filter(is_live)
+                    .filter(|lb| matches!(self.ownership(lb, service), Ownership::Ours)),
             );
         }
         Ok(owned)
@@ -224,15 +294,7 @@ impl OpenStackProvider {
         found: Vec<LoadBalancer>,
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancer>, ProviderError> {
-        let mut found: Vec<LoadBalancer> = found
-            .into_iter()
-            .filter(|lb| {
-                !matches!(
-                    lb.provisioning_status.as_str(),
-                    "DELETED" | "PENDING_DELETE"
-                )
-            })
-            .collect();
+        let mut found: Vec<LoadBalancer> = found.into_iter().filter(is_live).collect();
         if found.len() > 1 {
             return Err(ProviderError::environment(
                 "octavia:ListLoadBalancers",
@@ -247,8 +309,10 @@ impl OpenStackProvider {
         let Some(lb) = found.pop() else {
             return Ok(None);
         };
-        match plan::ownership(&lb, &self.cluster, service) {
+        match self.ownership(&lb, service) {
             Ownership::Ours => Ok(Some(lb)),
+            // Not this Service's: its ensure removes it (see `remove_leftovers`).
+            Ownership::Leftover(_) => Ok(None),
             Ownership::Foreign(owner) => Err(ProviderError::owned_elsewhere(
                 "octavia:ListLoadBalancers",
                 format!("load balancer {} ({})", lb.name, lb.id),
@@ -259,16 +323,18 @@ impl OpenStackProvider {
 
     /// The load balancer a Service uses: the one `load-balancer-id` names (ours when it
     /// carries our name and description, else adopted: only our listeners on it are
-    /// touched), or ours by name. `legacy`: whether to look up the legacy name too (not when a fresh project listing
-    /// already showed it absent: kube-lb never creates legacy names, so none can appear).
+    /// touched), or ours by name. `legacy`: whether to look up the legacy name too (not when a
+    /// fresh project listing already showed it absent: kube-lb never creates legacy names, so
+    /// none can appear). `leftovers`: what to do with an earlier Service's under the name.
     async fn locate(
         &self,
         service: &ServiceKey,
         desired: &Desired,
         legacy: bool,
+        leftovers: Leftovers,
     ) -> Result<Located, ProviderError> {
         let Some(id) = &desired.existing_id else {
-            return Ok(match self.find(service, legacy).await? {
+            return Ok(match self.find(service, legacy, leftovers).await? {
                 Some(lb) => Located::Ours(lb),
                 None => Located::Absent,
             });
@@ -288,8 +354,7 @@ impl OpenStackProvider {
                     ),
                 )
             })?;
-        let ours =
-            desired.names(&lb) && plan::ownership(&lb, &self.cluster, service) == Ownership::Ours;
+        let ours = desired.names(&lb) && self.ownership(&lb, service) == Ownership::Ours;
         Ok(if ours {
             Located::Ours(lb)
         } else {
@@ -889,6 +954,10 @@ impl OpenStackProvider {
             match security_group::ownership(&group, &self.cluster, service) {
                 Ownership::Ours => ours.push(group),
                 Ownership::Foreign(owner) => foreign.push((group, owner)),
+                // A group's name holds its Service's UID: never another Service's leftover.
+                Ownership::Leftover(previous) => {
+                    foreign.push((group, format!("Service {previous}")))
+                }
             }
         }
         ours.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
@@ -1191,6 +1260,24 @@ fn recorded_security_group(spec: &LoadBalancerSpec) -> bool {
     }
 }
 
+/// What a look-up does with a load balancer an earlier Service of the same namespace/name left
+/// behind in this cluster ([`Ownership::Leftover`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leftovers {
+    /// Removes it (an ensure, which then makes the Service's own).
+    Remove,
+    /// Leaves it, as not the Service's (reads, plans).
+    Keep,
+}
+
+/// True unless `lb` is being deleted or gone.
+fn is_live(lb: &LoadBalancer) -> bool {
+    !matches!(
+        lb.provisioning_status.as_str(),
+        "DELETED" | "PENDING_DELETE"
+    )
+}
+
 /// Where a Service's load balancer is.
 #[derive(Debug)]
 enum Located {
@@ -1374,7 +1461,7 @@ impl LoadBalancerProvider for OpenStackProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        let mut desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
+        let mut desired = self.desired(spec, backends)?;
         self.discover_member_subnet(spec, backends, &mut desired)
             .await?;
         let snapshot = match desired.existing_id {
@@ -1428,7 +1515,7 @@ impl LoadBalancerProvider for OpenStackProvider {
         let located = match listed_lb {
             Some(lb) => Located::Ours(lb),
             None => {
-                self.locate(&spec.service, &desired, legacy_unlisted)
+                self.locate(&spec.service, &desired, legacy_unlisted, Leftovers::Remove)
                     .await?
             }
         };
@@ -1555,7 +1642,7 @@ impl LoadBalancerProvider for OpenStackProvider {
         &self,
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
-        let Some(lb) = self.find(service, true).await? else {
+        let Some(lb) = self.find(service, true, Leftovers::Keep).await? else {
             return Ok(None);
         };
         let address = self.public_address(&lb).await?;
@@ -1579,17 +1666,21 @@ impl LoadBalancerProvider for OpenStackProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
-        let mut desired = plan::desired(spec, backends, &self.cluster, &self.config.load_balancer)?;
+        let mut desired = self.desired(spec, backends)?;
         self.discover_member_subnet(spec, backends, &mut desired)
             .await?;
-        let (lb, adopted) = match self.locate(&spec.service, &desired, true).await? {
+        let (lb, adopted) = match self
+            .locate(&spec.service, &desired, true, Leftovers::Keep)
+            .await?
+        {
             Located::Absent => {
-                let mut changes = vec![PlannedChange::new(
+                let mut changes = self.planned_leftover_removal(&spec.service).await?;
+                changes.push(PlannedChange::new(
                     ChangeAction::Create,
                     "LoadBalancer",
                     &desired.name,
                     "POST loadbalancers",
-                )];
+                ));
                 changes.extend(self.planned_security_group(spec, &desired).await?);
                 return Ok(changes);
             }
@@ -1672,6 +1763,11 @@ impl LoadBalancerProvider for OpenStackProvider {
     async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
         let mut owned = Vec::new();
         for lb in self.client.load_balancers().await? {
+            if plan::another_clusters(&lb.tags, self.cluster_tag.as_deref()) {
+                // Another cluster's with the same --cluster-name: never reported as this
+                // cluster's leak, so never deleted by `audit --delete`.
+                continue;
+            }
             if let Some(mut service) = plan::recorded_owner(
                 &lb.description,
                 plan::LOAD_BALANCER_PHRASE,

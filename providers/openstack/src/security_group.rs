@@ -605,7 +605,7 @@ mod tests {
         for (group, named) in [(tagged, "u-2"), (described, "cluster other")] {
             match ownership(&group, "c", &service()) {
                 Ownership::Foreign(owner) => assert!(owner.contains(named), "{owner}"),
-                Ownership::Ours => panic!("{group:?} is not ours"),
+                other => panic!("{group:?} is someone else's, not {other:?}"),
             }
         }
     }

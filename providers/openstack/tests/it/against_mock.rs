@@ -430,6 +430,115 @@ async fn load_balancer_of_another_service_uid_is_not_touched() {
     );
 }
 
+/// A Service deleted without its load balancer (its finalizer removed by hand), then made again
+/// under the same namespace/name. With this cluster's identity known (its tag on the load
+/// balancer), the new Service's ensure removes the leftover and its floating IP, as the first
+/// Service's delete would have, and makes its own; a plan says so first. A load balancer of
+/// another cluster with the same `--cluster-name` under that name stays refused and untouched.
+#[tokio::test]
+async fn a_leftover_of_this_cluster_is_replaced_and_another_clusters_is_refused() {
+    let Harness {
+        cloud, provider, ..
+    } = harness().await;
+    let provider = provider.with_cluster_id(Some("k1"));
+    let name = "kube_service_kubernetes_default_web";
+    provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap();
+    let first = lb_named(&cloud, name);
+    assert!(
+        first["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "kube_lb_cluster_k1"),
+        "tagged with the cluster's identity: {first}"
+    );
+    let first_fip = cloud.floating_ips()[0]["id"].clone();
+
+    // UID_A's Service is gone without a delete; UID_B's takes its namespace/name.
+    let planned = provider
+        .plan_ensure(&svc("web", UID_B).spec(), &nodes(1))
+        .await
+        .unwrap();
+    let kinds: Vec<_> = planned
+        .iter()
+        .map(|c| format!("{:?} {}", c.action, c.kind))
+        .collect();
+    assert!(
+        kinds.contains(&"Delete LoadBalancer".to_string())
+            && kinds.contains(&"Create LoadBalancer".to_string()),
+        "the plan removes the leftover and makes a new one: {kinds:?}"
+    );
+    assert_eq!(
+        lb_named(&cloud, name)["id"],
+        first["id"],
+        "a plan changes nothing"
+    );
+
+    provider
+        .ensure(&svc("web", UID_B).spec(), &nodes(2))
+        .await
+        .unwrap();
+    let live: Vec<_> = cloud
+        .load_balancers()
+        .into_iter()
+        .filter(|lb| lb["provisioning_status"] != "DELETED")
+        .collect();
+    assert_eq!(live.len(), 1, "the leftover is gone, one is left: {live:?}");
+    assert_ne!(live[0]["id"], first["id"]);
+    assert!(
+        live[0]["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| *t == format!("kube_lb_uid_{UID_B}")),
+        "the new one is UID_B's: {}",
+        live[0]
+    );
+    let fips = cloud.floating_ips();
+    assert_eq!(
+        fips.len(),
+        1,
+        "the leftover's floating IP was released: {fips:?}"
+    );
+    assert_ne!(fips[0]["id"], first_fip);
+    assert_eq!(fips[0]["port_id"], live[0]["vip_port_id"]);
+
+    // Another cluster sharing the cluster name, with a Service of the same namespace/name.
+    let config = CloudConfig::parse(&cloud_conf(&cloud, "")).unwrap();
+    let other = kube_lb_provider_openstack::OpenStackProvider::new(
+        config,
+        CLUSTER,
+        fast_options(kube_lb_provider_core::CallCounter::new()),
+    )
+    .unwrap()
+    .with_cluster_id(Some("k2"));
+    cloud.clear_journal();
+    let error = other
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .unwrap_err();
+    match &error {
+        ProviderError::OwnedElsewhere { owner, .. } => {
+            assert!(owner.contains(UID_B), "names the owner: {error}");
+            assert!(owner.contains("kube_lb_cluster_k2"), "says why: {error}");
+        }
+        other => panic!("want OwnedElsewhere, got {other:?}"),
+    }
+    assert!(mutations(&cloud).is_empty(), "{:?}", mutations(&cloud));
+    // And its audit never counts this cluster's load balancer as its own leak.
+    let lbs = |owned: Vec<kube_lb_provider_core::OwnedResource>| {
+        owned
+            .into_iter()
+            .filter(|r| r.kind == "LoadBalancer")
+            .count()
+    };
+    assert_eq!(lbs(provider.owned_resources().await.unwrap()), 1);
+    assert_eq!(lbs(other.owned_resources().await.unwrap()), 0);
+}
+
 /// Two load balancers of one Service under its name (a lost create's answer that the look-up
 /// did not find in time, then a restart): the delete removes both, so none outlives the
 /// Service and blocks the next Service of the same namespace/name; another owner's one under
