@@ -22,8 +22,24 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube_lb_apiserver::{ApiServer, RunningApiServer};
 use serde_json::json;
 
-/// One RBAC permission: (apiGroup, resource[/subresource], verb).
+/// One RBAC permission: (apiGroup, resource[/subresource], verb). A rule restricted by
+/// `resourceNames` grants `resource#name` for each name.
 type Permission = (String, String, String);
+
+/// One request the recorder saw: the permission it needs, and the object it names (if any).
+type Seen = (Permission, Option<String>);
+
+/// Whether the granted permission `grant` allows `request`: same group, resource and verb,
+/// either for every object or for the one the request names.
+fn allows(grant: &Permission, request: &Seen) -> bool {
+    let ((group, resource, verb), name) = request;
+    grant.0 == *group
+        && grant.2 == *verb
+        && (grant.1 == *resource
+            || name
+                .as_ref()
+                .is_some_and(|name| grant.1 == format!("{resource}#{name}")))
+}
 
 /// The permission to `verb` `resource` of API group `group` ("" for the core group).
 fn permission(group: &str, resource: &str, verb: &str) -> Permission {
@@ -74,6 +90,51 @@ fn permission_for(method: &str, path: &str, query: &str) -> Option<Permission> {
         None => resource.to_string(),
     };
     Some(permission(group, &resource, verb))
+}
+
+/// The object a request path names (`…/namespaces/kube-system`, `…/services/web/status`).
+fn object_name(path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match parts.as_slice() {
+        ["api", "v1", rest @ ..] | ["apis", _, _, rest @ ..] => rest,
+        _ => return None,
+    };
+    let rest = match rest {
+        ["namespaces", _ns, resource, tail @ ..] => [&[*resource][..], tail].concat(),
+        other => other.to_vec(),
+    };
+    rest.get(1).map(ToString::to_string)
+}
+
+#[test]
+fn requests_name_their_object_and_resource_names_restrict_grants() {
+    for (path, want) in [
+        ("/api/v1/namespaces/kube-system", Some("kube-system")),
+        ("/api/v1/namespaces", None),
+        ("/api/v1/namespaces/d/services", None),
+        ("/api/v1/namespaces/d/services/web/status", Some("web")),
+        (
+            "/apis/coordination.k8s.io/v1/namespaces/s/leases/l",
+            Some("l"),
+        ),
+        ("/version", None),
+    ] {
+        assert_eq!(object_name(path).as_deref(), want, "{path}");
+    }
+    let get = |name: Option<&str>| {
+        (
+            permission("", "namespaces", "get"),
+            name.map(ToString::to_string),
+        )
+    };
+    let only_kube_system = permission("", "namespaces#kube-system", "get");
+    assert!(allows(&only_kube_system, &get(Some("kube-system"))));
+    assert!(!allows(&only_kube_system, &get(Some("default"))));
+    assert!(!allows(&only_kube_system, &get(None)));
+    assert!(allows(
+        &permission("", "namespaces", "get"),
+        &get(Some("default"))
+    ));
 }
 
 #[test]
@@ -182,6 +243,14 @@ fn granted(files: &[&str], service_account: &str) -> BTreeSet<Permission> {
                     .map(|v| v.as_str().unwrap().to_string())
                     .collect()
             };
+            let names = if rule.get("resourceNames").is_some() {
+                strings("resourceNames")
+                    .into_iter()
+                    .map(|name| format!("#{name}"))
+                    .collect()
+            } else {
+                vec![String::new()]
+            };
             for group in strings("apiGroups") {
                 for resource in strings("resources") {
                     for verb in strings("verbs") {
@@ -189,7 +258,13 @@ fn granted(files: &[&str], service_account: &str) -> BTreeSet<Permission> {
                             !group.contains('*') && !resource.contains('*') && !verb.contains('*'),
                             "no wildcards in RBAC ({group} {resource} {verb})"
                         );
-                        permissions.insert((group.clone(), resource.clone(), verb));
+                        for name in &names {
+                            permissions.insert((
+                                group.clone(),
+                                format!("{resource}{name}"),
+                                verb.clone(),
+                            ));
+                        }
                     }
                 }
             }
@@ -201,7 +276,7 @@ fn granted(files: &[&str], service_account: &str) -> BTreeSet<Permission> {
 /// A recording reverse proxy in front of the API server.
 struct Recorder {
     addr: SocketAddr,
-    seen: Arc<Mutex<BTreeSet<Permission>>>,
+    seen: Arc<Mutex<BTreeSet<Seen>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -235,7 +310,16 @@ impl Recorder {
         )
     }
 
+    /// The permissions the requests so far needed.
     fn seen(&self) -> BTreeSet<Permission> {
+        self.requests()
+            .into_iter()
+            .map(|(permission, _)| permission)
+            .collect()
+    }
+
+    /// The requests so far: permission and named object.
+    fn requests(&self) -> BTreeSet<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
@@ -252,7 +336,7 @@ impl Recorder {
     }
 }
 
-type ProxyState = (String, reqwest::Client, Arc<Mutex<BTreeSet<Permission>>>);
+type ProxyState = (String, reqwest::Client, Arc<Mutex<BTreeSet<Seen>>>);
 
 async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Response {
     let (upstream, client, seen) = &*state;
@@ -260,7 +344,9 @@ async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Resp
     let path = request.uri().path().to_string();
     let query = request.uri().query().unwrap_or_default().to_string();
     if let Some(permission) = permission_for(&method, &path, &query) {
-        seen.lock().unwrap().insert(permission);
+        seen.lock()
+            .unwrap()
+            .insert((permission, object_name(&path)));
     }
     let url = if query.is_empty() {
         format!("{upstream}{path}")
@@ -289,18 +375,22 @@ async fn forward(State(state): State<Arc<ProxyState>>, request: Request) -> Resp
 /// Every permission `who` used is granted and every granted one was used, except those in
 /// `may_go_unused` (granted for what one short run does not produce).
 fn assert_used_exactly(
-    used: &BTreeSet<Permission>,
+    used: &BTreeSet<Seen>,
     granted: &BTreeSet<Permission>,
     who: &str,
     may_go_unused: &[Permission],
 ) {
-    let missing: Vec<_> = used.difference(granted).collect();
+    let missing: Vec<_> = used
+        .iter()
+        .filter(|request| !granted.iter().any(|grant| allows(grant, request)))
+        .collect();
     assert!(
         missing.is_empty(),
         "{who} needs RBAC it is not granted: {missing:?}"
     );
     let unused: Vec<_> = granted
-        .difference(used)
+        .iter()
+        .filter(|grant| !used.iter().any(|request| allows(grant, request)))
         .filter(|p| !may_go_unused.contains(p))
         .collect();
     assert!(
@@ -488,7 +578,7 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
     .await;
 
     let granted = granted(&["deploy/base/rbac-controller.yaml"], "kube-lb-controller");
-    assert_used_exactly(&recorder.seen(), &granted, "the controller", &[]);
+    assert_used_exactly(&recorder.requests(), &granted, "the controller", &[]);
     recorder.task.abort();
 }
 
@@ -535,7 +625,7 @@ async fn proxy_rbac_is_exactly_what_the_proxy_uses() {
             >= granted.iter().filter(|p| p.2 == "watch").count()
     })
     .await;
-    assert_used_exactly(&recorder.seen(), &granted, "the proxy", &[]);
+    assert_used_exactly(&recorder.requests(), &granted, "the proxy", &[]);
     recorder.task.abort();
 }
 
@@ -632,7 +722,7 @@ async fn proxy_l2_announce_rbac_is_exactly_base_plus_the_l2_component() {
     // `events patch` is granted for a repeated event (the same node taking the same address
     // again), which one short run does not produce; everything else must be used.
     assert_used_exactly(
-        &recorder.seen(),
+        &recorder.requests(),
         &granted,
         "the proxy with --l2-announce",
         &[permission("events.k8s.io", "events", "patch")],
