@@ -183,11 +183,41 @@ pub fn desired_security_group(
     } else {
         "IPv4"
     };
-    let rule = |protocol, port| NodePortRule {
+    let from_subnet = (member_subnet.cidr.clone(), ethertype);
+    // Octavia's OVN provider keeps the client's address, so the nodes see the clients, not
+    // the member subnet: the node ports open to the Service's source ranges (everyone without
+    // loadBalancerSourceRanges), as upstream opens them. Health checks still come from the
+    // member subnet.
+    let sources: Vec<(String, &'static str)> = if desired.provider.as_deref() == Some("ovn") {
+        if spec.source_ranges.allows_all() {
+            let everyone = if ethertype == "IPv6" {
+                "::/0"
+            } else {
+                "0.0.0.0/0"
+            };
+            vec![(everyone.to_string(), ethertype)]
+        } else {
+            spec.source_ranges
+                .cidrs
+                .iter()
+                .map(|cidr| {
+                    let family = if cidr.addr().is_ipv6() {
+                        "IPv6"
+                    } else {
+                        "IPv4"
+                    };
+                    (cidr.to_string(), family)
+                })
+                .collect()
+        }
+    } else {
+        vec![from_subnet.clone()]
+    };
+    let rule = |protocol, port, (prefix, ethertype): &(String, &'static str)| NodePortRule {
         protocol,
         port,
         ethertype,
-        remote_ip_prefix: member_subnet.cidr.clone(),
+        remote_ip_prefix: prefix.clone(),
     };
     let mut rules: BTreeSet<NodePortRule> = spec
         .ports
@@ -198,14 +228,19 @@ pub fn desired_security_group(
                 Protocol::Udp => "udp",
                 Protocol::Sctp => "sctp",
             };
-            port.node_port.map(|node_port| rule(protocol, node_port))
+            port.node_port.map(|node_port| (protocol, node_port))
+        })
+        .flat_map(|(protocol, node_port)| {
+            sources
+                .iter()
+                .map(move |source| rule(protocol, node_port, source))
         })
         .collect();
     if let TrafficPolicy::Local {
         health_check_node_port: Some(port),
     } = spec.traffic_policy
     {
-        rules.insert(rule("tcp", port));
+        rules.insert(rule("tcp", port, &from_subnet));
     }
     DesiredSecurityGroup {
         name: security_group_name(&spec.service),
@@ -369,9 +404,35 @@ pub fn addresses_without_port<'a>(
         .collect()
 }
 
+/// Kubernetes' default node-port range (`--service-node-port-range`).
+const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
+
+/// True when `rule` has the shape of the node-port rules upstream (cloud-provider-openstack)
+/// puts in a Service's group: ingress to one TCP, UDP or SCTP node port from one of the
+/// sources the Service's rules use (`sources`: the member subnet, or with OVN its source
+/// ranges), with no description. Upstream removes every rule of the group it does not want;
+/// kube-lb removes only its own and these, so a group adopted from upstream does not keep a
+/// node port open after the Service stops using it, while a rule someone described, or made
+/// for another port or source, stays.
+fn upstream_shaped(rule: &SecurityGroupRule, sources: &BTreeSet<&str>) -> bool {
+    rule.direction == "ingress"
+        && rule.description.is_empty()
+        && matches!(rule.protocol.as_deref(), Some("tcp" | "udp" | "sctp"))
+        && rule
+            .port_range_min
+            .is_some_and(|port| NODE_PORTS.contains(&port))
+        && rule.port_range_min == rule.port_range_max
+        && rule
+            .remote_ip_prefix
+            .as_deref()
+            .is_some_and(|prefix| sources.contains(prefix))
+        && rule.remote_group_id.is_none()
+}
+
 /// The steps that make `group` (ours, observed with its rules) and the observed `ports` what
-/// `desired` says (pure): missing rules added, rules of ours no longer wanted removed (a rule
-/// someone else made that lets in the same is as good, and is never removed); the group put
+/// `desired` says (pure): missing rules added, rules of ours (and upstream-shaped ones, see
+/// [`upstream_shaped`]) no longer wanted removed (another rule that lets in the same is as
+/// good, and is never removed); the group put
 /// on the member-subnet port of each member and taken off every other port; `duplicates`
 /// (further groups of ours under the same name, from a create whose answer was lost) taken
 /// off every port and deleted.
@@ -381,6 +442,11 @@ pub fn plan(
     ports: &[Port],
     desired: &DesiredSecurityGroup,
 ) -> Vec<SecurityGroupStep> {
+    let sources: BTreeSet<&str> = desired
+        .rules
+        .iter()
+        .map(|rule| rule.remote_ip_prefix.as_str())
+        .collect();
     let mut steps: Vec<SecurityGroupStep> = desired
         .rules
         .iter()
@@ -393,7 +459,7 @@ pub fn plan(
             .security_group_rules
             .iter()
             .filter(|r| {
-                r.description == desired.rule_description
+                (r.description == desired.rule_description || upstream_shaped(r, &sources))
                     && !desired.rules.iter().any(|want| want.matches(r))
             })
             .map(|r| SecurityGroupStep::DeleteRule {
@@ -696,6 +762,36 @@ mod tests {
                 }],
             ),
             (
+                "upstream's rule for a node port no longer used goes; described or other ones stay",
+                group(
+                    "sg",
+                    vec![
+                        egress("e"),
+                        observed("occm-old", &rule("tcp", 30099), false),
+                        SecurityGroupRule {
+                            description: "opened by hand".into(),
+                            ..observed("described", &rule("tcp", 30098), false)
+                        },
+                        observed(
+                            "elsewhere",
+                            &NodePortRule {
+                                remote_ip_prefix: "192.0.2.0/24".into(),
+                                ..rule("tcp", 30097)
+                            },
+                            false,
+                        ),
+                        observed("theirs", &rule("tcp", 22), false),
+                        observed("occm", &http, false),
+                    ],
+                ),
+                member_ports(),
+                want(vec![http.clone()], &["10.0.0.1", "10.0.0.2"]),
+                vec![SecurityGroupStep::DeleteRule {
+                    id: "occm-old".into(),
+                    label: "tcp/30099 from 10.0.0.0/24".into(),
+                }],
+            ),
+            (
                 "ports elsewhere, or without port security, are left without it",
                 in_sync_group(),
                 vec![
@@ -874,6 +970,69 @@ mod tests {
             );
             assert_eq!(group.name, "lb-sg-u-1-prod-web");
             assert_eq!(group.subnet_id, SUBNET);
+        }
+    }
+
+    #[test]
+    fn with_ovn_node_ports_open_to_the_source_ranges_and_health_checks_to_the_subnet() {
+        let config = crate::config::LoadBalancerConfig {
+            network: crate::config::LoadBalancerClass {
+                subnet_id: Some(SUBNET.into()),
+                ..Default::default()
+            },
+            lb_provider: Some("ovn".into()),
+            ..Default::default()
+        };
+        let subnet = Subnet {
+            id: SUBNET.into(),
+            name: String::new(),
+            network_id: "net".into(),
+            ip_version: 4,
+            tags: Vec::new(),
+            cidr: CIDR.into(),
+        };
+        let from = |prefix: &str, ethertype, port| NodePortRule {
+            ethertype,
+            remote_ip_prefix: prefix.into(),
+            ..rule("tcp", port)
+        };
+        let ports =
+            serde_json::json!([{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}]);
+        // (case, loadBalancerSourceRanges, want)
+        let cases = [
+            (
+                "everyone",
+                None,
+                vec![from("0.0.0.0/0", "IPv4", 30080), from(CIDR, "IPv4", 32000)],
+            ),
+            (
+                "the source ranges, each by its family",
+                Some(serde_json::json!(["198.51.100.0/24", "2001:db8::/32"])),
+                vec![
+                    from(CIDR, "IPv4", 32000),
+                    from("198.51.100.0/24", "IPv4", 30080),
+                    from("2001:db8::/32", "IPv6", 30080),
+                ],
+            ),
+        ];
+        for (case, ranges, mut want) in cases {
+            let mut body = serde_json::json!({"type": "LoadBalancer", "ports": ports,
+                "externalTrafficPolicy": "Local", "healthCheckNodePort": 32000});
+            if let Some(ranges) = ranges {
+                body["loadBalancerSourceRanges"] = ranges;
+            }
+            let service: k8s_openapi::api::core::v1::Service =
+                serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "prod", "uid": "u-1"}, "spec": body}))
+                .expect("service");
+            let spec = kube_lb_annotations::parse(kube_lb_annotations::Cloud::Openstack, &service)
+                .expect("annotations")
+                .spec;
+            let desired =
+                crate::plan::desired(&spec, &nodes(&["10.0.0.1"]), "c", &config).expect("desired");
+            let group = desired_security_group(&spec, &desired, "c", &subnet);
+            want.sort();
+            assert_eq!(group.rules.into_iter().collect::<Vec<_>>(), want, "{case}");
         }
     }
 }
