@@ -177,6 +177,10 @@ impl OpenStackProvider {
             match self.ownership(&lb, service) {
                 Ownership::Leftover(previous) if is_live(&lb) => {
                     tracing::warn!(%service, lb = %lb.id, name = %lb.name, previous_uid = %previous.uid, "removing the load balancer a deleted Service of the same namespace/name left behind in this cluster");
+                    // Its security group first: the load balancer is what finds the leftover
+                    // again, so it goes last, and a removal cut short is taken up again by the
+                    // next ensure instead of leaving the rest behind for good.
+                    self.remove_security_groups(&previous).await?;
                     LoadBalancerProvider::delete(self, &previous).await?;
                 }
                 _ => others.push(lb),

@@ -646,3 +646,64 @@ async fn a_load_balancer_adopted_by_id_records_the_group_so_turning_the_option_o
     );
     assert_eq!(off.cloud.load_balancers().len(), 1, "theirs stays");
 }
+
+/// A Service deleted without its load balancer, then made again under the same name, with the
+/// removal of the leftover cut short (its security group's delete refused once): the first
+/// ensure fails with the leftover's load balancer still there (it goes last, being what finds
+/// the leftover again), so the next one finds it and finishes the removal. Nothing of the
+/// first Service stays: neither its load balancer, nor its floating IP, nor its group.
+#[tokio::test]
+async fn a_leftover_removal_cut_short_is_finished_by_the_next_ensure() {
+    let (h, _users) = cloud_with_nodes(MANAGED).await;
+    let Harness {
+        cloud, provider, ..
+    } = h;
+    let provider = provider.with_cluster_id(Some("k1"));
+    provider.ensure(&web().spec(), &nodes(2)).await.unwrap();
+    let first_lb = lb_named(&cloud, "kube_service_kubernetes_default_web")["id"].clone();
+    assert_eq!(managed_groups(&cloud).len(), 1);
+
+    let again =
+        svc("web", "22222222-3333-4444-5555-666666666666").ports(&[("http", 80, "TCP", 30081)]);
+    cloud.inject(Fault::respond(
+        "DELETE",
+        "/security-groups/",
+        403,
+        "Policy does not allow this request to be performed.",
+        1,
+    ));
+    let error = provider.ensure(&again.spec(), &nodes(2)).await.unwrap_err();
+    assert!(
+        !matches!(error, ProviderError::OwnedElsewhere { .. }),
+        "{error}"
+    );
+    assert_eq!(
+        lb_named(&cloud, "kube_service_kubernetes_default_web")["id"],
+        first_lb,
+        "the leftover's load balancer is still there to be found"
+    );
+
+    provider.ensure(&again.spec(), &nodes(2)).await.unwrap();
+    let live: Vec<_> = cloud
+        .load_balancers()
+        .into_iter()
+        .filter(|lb| lb["provisioning_status"] != "DELETED")
+        .collect();
+    assert_eq!(live.len(), 1, "{live:#?}");
+    assert_ne!(live[0]["id"], first_lb);
+    assert_eq!(cloud.floating_ips().len(), 1, "{:#?}", cloud.floating_ips());
+    assert_eq!(cloud.floating_ips()[0]["port_id"], live[0]["vip_port_id"]);
+    let groups: Vec<_> = cloud
+        .security_groups()
+        .into_iter()
+        .filter(|g| g["name"].as_str().is_some_and(|n| n.starts_with("lb-sg-")))
+        .collect();
+    assert_eq!(groups.len(), 1, "only the new Service's group: {groups:#?}");
+    assert!(
+        groups[0]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("lb-sg-22222222-"),
+        "{groups:#?}"
+    );
+}
