@@ -41,8 +41,10 @@
 //!   (webhook conversion is not supported); schema `format`s and CEL
 //!   (`x-kubernetes-validations`) are not evaluated; a CRD's deletion removes its objects at
 //!   once, finalizers on them included.
-//! - Events never expire (kube-apiserver deletes them after `--event-ttl`, 1 h by default);
-//!   fields core/v1 does not define survive in an Event written through core/v1 but are not
+//! - Events expire a TTL after their last write (`ApiServerBuilder::event_ttl`, as
+//!   kube-apiserver's `--event-ttl`, 1 h by default). kube-apiserver keeps that lease in etcd;
+//!   here an Event restored from a state file has its lease counted from its last write as its
+//!   own timestamps tell it. Fields core/v1 does not define survive in an Event written through core/v1 but are not
 //!   shown through events.k8s.io/v1.
 //! - Seeds ([`RunningApiServer::seed`], [`RunningApiServer::apply_manifests`]) are stored
 //!   state, not requests: a Service that is not a LoadBalancer keeps the ingress points of its

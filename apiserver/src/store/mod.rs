@@ -711,8 +711,11 @@ impl Store {
             let state = &mut *state;
             let stored = &state.objects[resources::core_events()];
             state.event_writes.retain(|key, _| stored.contains_key(key));
-            for key in stored.keys() {
-                state.event_writes.entry(key.clone()).or_insert(now);
+            for (key, event) in stored {
+                state
+                    .event_writes
+                    .entry(key.clone())
+                    .or_insert_with(|| lease_start(event, now, ttl));
             }
             state
                 .event_writes
@@ -1183,3 +1186,35 @@ fn release(resource: ResourceId, object: &Value, allocator: &mut Allocator) {
 
 #[cfg(test)]
 mod tests;
+
+/// Where the lease of an Event that expiry sees for the first time without having seen it
+/// written (one loaded from a state file) starts: at its last write as the Event itself tells
+/// it, the latest of its timestamps and of its managers' write times, as kube-apiserver's
+/// etcd lease started at that write and outlived a restart. An Event older than `ttl` expires
+/// at once; one with no readable time (or a time ahead of this clock) starts its lease `now`.
+fn lease_start(
+    event: &Value,
+    now: std::time::Instant,
+    ttl: std::time::Duration,
+) -> std::time::Instant {
+    let managers = event["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|entry| &entry["time"]);
+    let written = [
+        &event["metadata"]["creationTimestamp"],
+        &event["lastTimestamp"],
+        &event["eventTime"],
+        &event["series"]["lastObservedTime"],
+    ]
+    .into_iter()
+    .chain(managers)
+    .filter_map(Value::as_str)
+    .filter_map(|time| humantime::parse_rfc3339_weak(time).ok())
+    .max();
+    let age = written
+        .and_then(|written| std::time::SystemTime::now().duration_since(written).ok())
+        .unwrap_or_default();
+    now.checked_sub(age.min(ttl)).unwrap_or(now)
+}

@@ -398,7 +398,7 @@ fn port_protocols_default_to_tcp() {
 }
 
 #[test]
-fn expiry_takes_only_events_older_than_the_ttl_restored_ones_from_first_sight() {
+fn expiry_takes_only_events_older_than_the_ttl_restored_ones_from_their_last_write() {
     let event = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
             "involvedObject": {"kind": "Service", "name": "web", "namespace": "ns"},
@@ -431,4 +431,59 @@ fn expiry_takes_only_events_older_than_the_ttl_restored_ones_from_first_sight() 
             .is_ok()
     );
     assert_eq!(restored.expire_events(std::time::Duration::ZERO), 1);
+
+    // Restored Events keep the lease their last write started, as the Event tells it: one
+    // last written two hours ago is past an hour's TTL at once, one written now is not.
+    let written = |name: &str, ago: std::time::Duration| {
+        let at = humantime::format_rfc3339_micros(std::time::SystemTime::now() - ago).to_string();
+        let mut e = event(name);
+        e["lastTimestamp"] = json!(at);
+        e["metadata"]["managedFields"] =
+            json!([{"manager": "kube-lb", "operation": "Update", "time": at}]);
+        e
+    };
+    let dumped = store(100);
+    dumped
+        .create(
+            resources::core_events(),
+            Some("ns"),
+            written("old", std::time::Duration::from_secs(7200)),
+            false,
+        )
+        .unwrap();
+    dumped
+        .create(
+            resources::core_events(),
+            Some("ns"),
+            written("new", std::time::Duration::ZERO),
+            false,
+        )
+        .unwrap();
+    // As a state file written two hours after "old" was made holds it.
+    let mut dump = dumped.dump();
+    for events in dump.objects.values_mut() {
+        for stored in events.iter_mut() {
+            if stored["metadata"]["name"] == "old" {
+                let mut old = (**stored).clone();
+                old["metadata"]["creationTimestamp"] = old["lastTimestamp"].clone();
+                *stored = std::sync::Arc::new(old);
+            }
+        }
+    }
+    let restored = store(100);
+    restored.restore(dump).unwrap();
+    assert_eq!(
+        restored.expire_events(std::time::Duration::from_secs(3600)),
+        1
+    );
+    assert!(
+        restored
+            .get(resources::core_events(), Some("ns"), "old")
+            .is_err()
+    );
+    assert!(
+        restored
+            .get(resources::core_events(), Some("ns"), "new")
+            .is_ok()
+    );
 }
