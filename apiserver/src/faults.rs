@@ -2,7 +2,7 @@
 //! they reach the store.
 //!
 //! Rules can only be added with the test-only `faults` feature. Without it [`Faults`] is an
-//! empty value whose hook in the request path ([`Faults::inject`]) always lets the request
+//! empty value whose hook in the request path (`Faults::inject`) always lets the request
 //! through, so a product build carries no way to make the server misbehave on purpose.
 
 #[cfg(feature = "faults")]
