@@ -101,13 +101,20 @@ impl CloudArgs {
             let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
                 kube::Api::all(client.clone());
             // Bounded: an API server that hangs here must not hold up the start.
-            let read = tokio::time::timeout(IDENTITY_READ_TIMEOUT, namespaces.get("kube-system"));
-            match read.await.unwrap_or_else(|_| {
-                Err(kube::Error::Service(
-                    format!("no answer within {IDENTITY_READ_TIMEOUT:?}").into(),
-                ))
-            }) {
-                Ok(namespace) => args.cluster_id = namespace.metadata.uid,
+            let read =
+                tokio::time::timeout(IDENTITY_READ_TIMEOUT, namespaces.get("kube-system")).await;
+            let uid = match read {
+                Ok(Ok(namespace)) => namespace
+                    .metadata
+                    .uid
+                    .ok_or_else(|| "the namespace has no UID".to_string()),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(_) => Err(format!("no answer within {IDENTITY_READ_TIMEOUT:?}")),
+            }
+            // Checked like a --cluster-id: it goes into cloud tags.
+            .and_then(|uid| parse_cluster_id(&uid));
+            match uid {
+                Ok(id) => args.cluster_id = Some(id),
                 Err(error) => tracing::warn!(
                     %error,
                     "cannot read the kube-system namespace's UID, the cluster's identity: a load balancer a deleted Service left behind under a namespace/name (OpenStack) will need a person to remove it; give --cluster-id to set the identity"
