@@ -842,6 +842,16 @@ async fn openstack() {
     assert_clean(&report);
 }
 
+/// OpenStack with the member subnet found from the nodes' ports (`cloud.conf` names only the
+/// VIP network), so faults and kills also land in that look-up.
+#[cfg(feature = "openstack")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openstack_discovering_the_member_subnet() {
+    let cloud = openstack::OpenStack::start_discovering_the_member_subnet().await;
+    let report = run(&cloud, ChaosConfig::from_env()).await;
+    assert_clean(&report);
+}
+
 #[cfg(feature = "baidu")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baidu() {

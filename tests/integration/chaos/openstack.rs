@@ -49,17 +49,33 @@ const NODES: [(&str, &str, &str); 2] = [
 /// The mock, started with a provisioning delay.
 pub struct OpenStack {
     mock: MockOpenStack,
+    /// `cloud.conf` names only the VIP network, so every Service's member subnet is found from
+    /// the nodes' Neutron ports (and lost answers and kills land in that look-up too).
+    discovers_member_subnet: bool,
 }
 
 impl OpenStack {
-    /// Starts the mock with its default public and private networks and the nodes' ports.
+    /// Starts the mock with its default public and private networks and the nodes' ports;
+    /// `cloud.conf` names the subnet.
     pub async fn start() -> Self {
+        Self::started(false).await
+    }
+
+    /// The same, with `cloud.conf` naming only the VIP network: the member subnet is discovered.
+    pub async fn start_discovering_the_member_subnet() -> Self {
+        Self::started(true).await
+    }
+
+    async fn started(discovers_member_subnet: bool) -> Self {
         let mut builder = MockOpenStack::builder().provisioning_delay(PROVISIONING);
         for (_, ip, server) in NODES {
             builder = builder.server_port(PRIVATE_NETWORK_ID, server, ip);
         }
         let mock = builder.start().await.unwrap();
-        Self { mock }
+        Self {
+            mock,
+            discovers_member_subnet,
+        }
     }
 
     /// True for the nodes' own ports (fixtures, not kube-lb's).
@@ -118,12 +134,17 @@ impl ChaosCloud for OpenStack {
             }
             None => self.mock.url(),
         };
+        let vip = if self.discovers_member_subnet {
+            format!("network-id = {PRIVATE_NETWORK_ID}")
+        } else {
+            format!("subnet-id = {PRIVATE_SUBNET_ID}")
+        };
         let conf = format!(
             "[Global]\nauth-url = {endpoint}/v3\nusername = {USERNAME}\npassword = {PASSWORD}\n\
              user-domain-name = {DOMAIN}\nproject-name = {PROJECT_NAME}\n\
              project-domain-name = {DOMAIN}\nregion = {REGION}\n\n\
              [LoadBalancer]\nfloating-network-id = {PUBLIC_NETWORK_ID}\n\
-             subnet-id = {PRIVATE_SUBNET_ID}\ncreate-monitor = true\n\
+             {vip}\ncreate-monitor = true\n\
              manage-security-groups = true\n"
         );
         (write_cloud_config(dir, "cloud.conf", &conf), Vec::new())
