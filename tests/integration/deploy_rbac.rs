@@ -46,9 +46,9 @@ fn permission(group: &str, resource: &str, verb: &str) -> Permission {
     (group.to_string(), resource.to_string(), verb.to_string())
 }
 
-/// Maps a Kubernetes API request to the permission it needs; `None` for non-resource URLs
-/// (discovery, /version), which every authenticated user may read.
-fn permission_for(method: &str, path: &str, query: &str) -> Option<Permission> {
+/// A resource path's API group and what follows the namespace: `[resource, name?, sub?]`;
+/// `None` for non-resource URLs (discovery, /version).
+fn resource_path(path: &str) -> Option<(&str, Vec<&str>)> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, rest) = match parts.as_slice() {
         ["api", "v1", rest @ ..] => ("", rest),
@@ -58,13 +58,16 @@ fn permission_for(method: &str, path: &str, query: &str) -> Option<Permission> {
     // Namespaced paths start with namespaces/<ns>/<resource>; `namespaces/<name>` alone is the
     // Namespace object itself.
     let rest = match rest {
-        ["namespaces", _ns, resource, tail @ ..] => {
-            let mut v = vec![*resource];
-            v.extend_from_slice(tail);
-            v
-        }
+        ["namespaces", _ns, resource, tail @ ..] => [&[*resource][..], tail].concat(),
         other => other.to_vec(),
     };
+    Some((group, rest))
+}
+
+/// Maps a Kubernetes API request to the permission it needs; `None` for non-resource URLs
+/// (discovery, /version), which every authenticated user may read.
+fn permission_for(method: &str, path: &str, query: &str) -> Option<Permission> {
+    let (group, rest) = resource_path(path)?;
     let (resource, name, subresource) = match rest.as_slice() {
         [] => return None,
         [resource] => (*resource, None, None),
@@ -94,15 +97,7 @@ fn permission_for(method: &str, path: &str, query: &str) -> Option<Permission> {
 
 /// The object a request path names (`…/namespaces/kube-system`, `…/services/web/status`).
 fn object_name(path: &str) -> Option<String> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let rest = match parts.as_slice() {
-        ["api", "v1", rest @ ..] | ["apis", _, _, rest @ ..] => rest,
-        _ => return None,
-    };
-    let rest = match rest {
-        ["namespaces", _ns, resource, tail @ ..] => [&[*resource][..], tail].concat(),
-        other => other.to_vec(),
-    };
+    let (_, rest) = resource_path(path)?;
     rest.get(1).map(ToString::to_string)
 }
 

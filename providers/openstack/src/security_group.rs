@@ -184,32 +184,8 @@ pub fn desired_security_group(
         "IPv4"
     };
     let from_subnet = (member_subnet.cidr.clone(), ethertype);
-    // Octavia's OVN provider keeps the client's address, so the nodes see the clients, not
-    // the member subnet: the node ports open to the Service's source ranges (everyone without
-    // loadBalancerSourceRanges), as upstream opens them. Health checks still come from the
-    // member subnet.
-    let sources: Vec<(String, &'static str)> = if desired.provider.as_deref() == Some("ovn") {
-        if spec.source_ranges.allows_all() {
-            let everyone = if ethertype == "IPv6" {
-                "::/0"
-            } else {
-                "0.0.0.0/0"
-            };
-            vec![(everyone.to_string(), ethertype)]
-        } else {
-            spec.source_ranges
-                .cidrs
-                .iter()
-                .map(|cidr| {
-                    let family = if cidr.addr().is_ipv6() {
-                        "IPv6"
-                    } else {
-                        "IPv4"
-                    };
-                    (cidr.to_string(), family)
-                })
-                .collect()
-        }
+    let sources = if desired.provider.as_deref() == Some("ovn") {
+        client_sources(spec, ethertype)
     } else {
         vec![from_subnet.clone()]
     };
@@ -254,6 +230,34 @@ pub fn desired_security_group(
             .flat_map(|l| l.members.iter().map(|m| m.address.clone()))
             .collect(),
     }
+}
+
+/// Where clients reach the node ports from behind Octavia's OVN provider, which keeps their
+/// address (so the nodes see the clients, not the member subnet): the Service's source ranges,
+/// each with its family, or everyone of the member subnet's family without
+/// `loadBalancerSourceRanges`, as upstream opens them. Health checks still come from the member
+/// subnet.
+fn client_sources(spec: &LoadBalancerSpec, ethertype: &'static str) -> Vec<(String, &'static str)> {
+    if spec.source_ranges.allows_all() {
+        let everyone = if ethertype == "IPv6" {
+            "::/0"
+        } else {
+            "0.0.0.0/0"
+        };
+        return vec![(everyone.to_string(), ethertype)];
+    }
+    spec.source_ranges
+        .cidrs
+        .iter()
+        .map(|cidr| {
+            let family = if cidr.addr().is_ipv6() {
+                "IPv6"
+            } else {
+                "IPv4"
+            };
+            (cidr.to_string(), family)
+        })
+        .collect()
 }
 
 /// One change to a Service's security group, in the order applied.
@@ -432,8 +436,8 @@ fn upstream_shaped(rule: &SecurityGroupRule, sources: &BTreeSet<&str>) -> bool {
 /// The steps that make `group` (ours, observed with its rules) and the observed `ports` what
 /// `desired` says (pure): missing rules added, rules of ours (and upstream-shaped ones, see
 /// [`upstream_shaped`]) no longer wanted removed (another rule that lets in the same is as
-/// good, and is never removed); the group put
-/// on the member-subnet port of each member and taken off every other port; `duplicates`
+/// good, and is never removed); the group put on the member-subnet port of each member and
+/// taken off every other port; `duplicates`
 /// (further groups of ours under the same name, from a create whose answer was lost) taken
 /// off every port and deleted.
 pub fn plan(
