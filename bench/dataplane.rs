@@ -1096,13 +1096,17 @@ fn userspace_benchmarks(quick: bool) {
         .next()
         .unwrap_or("")
         .to_owned();
-    let mut haproxy = Command::new("haproxy")
+    let mut haproxy = Command::new("haproxy");
+    haproxy
         .arg("-f")
         .arg(&config_path)
         .arg("-db")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("haproxy");
+        .stdout(Stdio::null());
+    let haproxy = ChildGuard(
+        dies_with_this_process(&mut haproxy)
+            .spawn()
+            .expect("haproxy"),
+    );
     let haproxy_addr: SocketAddr = format!("127.0.0.3:{haproxy_port}").parse().unwrap();
     client_runtime.block_on(async {
         for _ in 0..100 {
@@ -1113,6 +1117,8 @@ fn userspace_benchmarks(quick: bool) {
         }
         panic!("haproxy did not start");
     });
+    // Read at start: the file is not left behind, however the run ends.
+    let _ = std::fs::remove_file(&config_path);
 
     let targets = [
         ("direct", direct_backends.clone(), Cpu::None),
@@ -1124,7 +1130,7 @@ fn userspace_benchmarks(quick: bool) {
         (
             "haproxy",
             vec![haproxy_addr],
-            Cpu::Threads(haproxy.id(), None),
+            Cpu::Threads(haproxy.0.id(), None),
         ),
         (
             "kube-lb epoll",
@@ -1142,7 +1148,7 @@ fn userspace_benchmarks(quick: bool) {
         "   {described}; threads (from /proc): {} started by the default-engine proxy ({uring_threads} io_uring workers, the rest idle tokio workers kept for UDP and affinity sweeping), {} by the epoll one, {} haproxy",
         userspace_tids.len(),
         epoll_tids.len(),
-        threads_of(haproxy.id(), None).len()
+        threads_of(haproxy.0.id(), None).len()
     );
     println!(
         "   {haproxy_version}: {}",
@@ -1336,14 +1342,53 @@ fn userspace_benchmarks(quick: bool) {
             format!("{} / {}", keep_alive.latency(0.5), keep_alive.latency(0.99)),
         );
     }
-    let _ = haproxy.kill();
-    let _ = haproxy.wait();
-    let _ = std::fs::remove_file(config_path);
+    drop(haproxy);
     drop(proxy);
     drop(epoll_proxy);
 }
 
+/// A child process killed (and reaped) when the benchmark lets go of it, a panic included.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `command`, set up so its process is killed when this one dies without unwinding (a signal,
+/// a closed pipe under `| head`): no HAProxy is left listening after an interrupted run.
+#[allow(unsafe_code)] // prctl(PR_SET_PDEATHSIG) in the child between fork and exec
+fn dies_with_this_process(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        })
+    }
+}
+
+/// What `--help` prints.
+const USAGE: &str = "dataplane benchmark (needs root, ip netns, nft, iptables-restore, haproxy)
+
+  --quick                   1k Services only, short runs
+  --kernel-only             nftables vs iptables-restore, Maglev, connection setup time
+  --userspace-only          the userspace proxy vs HAProxy and a direct connection
+  --only-new-connections    (userspace) the new-connection figure alone
+  --only-stream             (userspace) the one-stream figure alone
+  --rounds N                (userspace) slices per figure (default 10, 2 with --quick)";
+
 fn main() -> ExitCode {
+    if std::env::args().any(|arg| arg == "--help" || arg == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let quick = std::env::args().any(|arg| arg == "--quick");
     let root = Command::new("id")
         .arg("-u")
