@@ -57,8 +57,8 @@ pub struct CloudArgs {
     #[arg(long, env = "KUBE_LB_CLUSTER_NAME", default_value = "kubernetes")]
     pub cluster_name: String,
 
-    /// Identity of this cluster, tagged on the load balancers of providers that name them
-    /// after the Service's namespace/name (OpenStack): with it, a load balancer that a deleted
+    /// Identity of this cluster, marked on the load balancers of providers that name them
+    /// after the Service's namespace/name (OpenStack's tags, Baidu's descriptions): with it, a load balancer that a deleted
     /// Service left behind is removed when a new Service of that namespace/name comes, and
     /// one of another cluster with the same --cluster-name is still refused. Default: the UID
     /// of the cluster's kube-system namespace, read at start (not from the embedded API
@@ -255,7 +255,8 @@ async fn baidu(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provide
         counter,
     )
     .await
-    .context("configuring the Baidu provider")?;
+    .context("configuring the Baidu provider")?
+    .with_cluster_id(args.cluster_id.as_deref());
     Ok(cloud_provider(Arc::new(provider)))
 }
 

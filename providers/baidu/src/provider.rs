@@ -40,6 +40,8 @@ const DEFAULT_WAIT: WaitSettings = WaitSettings {
 pub struct BaiduProvider {
     client: Arc<BaiduClient>,
     cluster: String,
+    /// The description word naming this cluster's identity (`--cluster-id`), when known.
+    cluster_mark: Option<String>,
     vpc_id: String,
     subnet_id: String,
     wait: WaitSettings,
@@ -47,6 +49,16 @@ pub struct BaiduProvider {
 
 /// How many times a change refused as busy is retried after waiting.
 const BUSY_RETRIES: usize = 3;
+
+/// What a look-up does with a BLB an earlier Service of the same namespace/name left behind in
+/// this cluster ([`plan::leftover_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leftovers {
+    /// Removes it (an ensure, which then makes the Service's own).
+    Remove,
+    /// Leaves it, as not the Service's (reads, plans, deletes of the new Service).
+    Keep,
+}
 
 /// A description change that removes the EIP mark (the Service no longer wants an EIP of ours).
 fn drops_eip_mark(step: &Step) -> bool {
@@ -116,10 +128,21 @@ impl BaiduProvider {
         Ok(BaiduProvider {
             client: Arc::new(client),
             cluster: config.cluster_id.unwrap_or_else(|| cluster.to_string()),
+            cluster_mark: None,
             vpc_id: config.vpc_id,
             subnet_id: config.subnet_id,
             wait: options.wait,
         })
+    }
+
+    /// Marks the BLBs it makes with this cluster's identity `id` (`--cluster-id`, by default
+    /// the UID of the kube-system namespace), and so can tell a BLB that a deleted Service of
+    /// this cluster left behind under its namespace/name from another cluster's: the first is
+    /// removed when a new Service of that namespace/name is ensured, the second refused.
+    /// `None` (unknown) refuses both.
+    pub fn with_cluster_id(mut self, id: Option<&str>) -> Self {
+        self.cluster_mark = id.filter(|id| !id.is_empty()).map(plan::cluster_mark);
+        self
     }
 
     /// The production options: Baidu's waiting pace and the shared client defaults.
@@ -166,6 +189,16 @@ impl BaiduProvider {
         &self.cluster
     }
 
+    /// The earlier Service whose leftover `blb` is ([`plan::leftover_of`]).
+    fn leftover_of(&self, blb: &Blb, service: &ServiceKey) -> Option<ServiceKey> {
+        plan::leftover_of(
+            &blb.desc,
+            &self.cluster,
+            self.cluster_mark.as_deref(),
+            service,
+        )
+    }
+
     fn is_ours(&self, blb: &Blb, service: &ServiceKey) -> bool {
         blb.desc
             .contains(&format!("{}{}", plan::DESC_PREFIX, self.cluster))
@@ -175,7 +208,11 @@ impl BaiduProvider {
 
     /// The Service's BLB: the `exist-id` one, or ours by name. `Err` when the name is taken by
     /// someone else's BLB.
-    async fn find(&self, desired: &Desired) -> Result<Option<(Blb, bool)>, ProviderError> {
+    async fn find(
+        &self,
+        desired: &Desired,
+        leftovers: Leftovers,
+    ) -> Result<Option<(Blb, bool)>, ProviderError> {
         if let Some(id) = &desired.exist_id {
             return match self.client.blb(id).await? {
                 Some(blb) => Ok(Some((blb, false))),
@@ -186,7 +223,7 @@ impl BaiduProvider {
                 )),
             };
         }
-        self.find_owned(&desired.name, &desired.service)
+        self.find_owned(&desired.name, &desired.service, leftovers)
             .await
             .map(|b| b.map(|b| (b, true)))
     }
@@ -195,8 +232,19 @@ impl BaiduProvider {
         &self,
         name: &str,
         service: &ServiceKey,
+        leftovers: Leftovers,
     ) -> Result<Option<Blb>, ProviderError> {
         let mut found = self.client.blbs_named(name).await?;
+        if let [blb] = found.as_slice()
+            && let Some(previous) = self.leftover_of(blb, service)
+        {
+            if leftovers == Leftovers::Remove {
+                tracing::warn!(%service, blb = %blb.blb_id, %name, previous_uid = %previous.uid, "removing the BLB a deleted Service of the same namespace/name left behind in this cluster");
+                LoadBalancerProvider::delete(self, &previous).await?;
+            }
+            // Not this Service's: gone now, or going at its ensure.
+            return Ok(None);
+        }
         if found.len() > 1 {
             return Err(ProviderError::environment(
                 "blb:DescribeLoadBalancers",
@@ -592,7 +640,15 @@ impl BaiduProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<Desired, ProviderError> {
-        let desired = plan::desired(spec, backends, &self.cluster, &self.vpc_id, &self.subnet_id)?;
+        let mut desired =
+            plan::desired(spec, backends, &self.cluster, &self.vpc_id, &self.subnet_id)?;
+        if let Some(mark) = &self.cluster_mark
+            && desired.exist_id.is_none()
+            && desired.desc.chars().count() + 1 + mark.len() <= plan::MAX_DESC
+        {
+            desired.desc.push(' ');
+            desired.desc.push_str(mark);
+        }
         if !desired.skipped_nodes.is_empty() {
             tracing::warn!(service = %spec.service, nodes = ?desired.skipped_nodes, "nodes without a BCC instance id (spec.providerID cce://i-…) are not backends");
         }
@@ -612,7 +668,7 @@ impl LoadBalancerProvider for BaiduProvider {
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let desired = self.parse_desired(spec, backends)?;
-        let found = self.find(&desired).await?;
+        let found = self.find(&desired, Leftovers::Remove).await?;
         self.check_requested_eip(&desired, found.as_ref().map(|(blb, _)| blb))
             .await?;
         let (blb, owned) = match found {
@@ -691,7 +747,7 @@ impl LoadBalancerProvider for BaiduProvider {
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
         let name = plan::blb_name(&self.cluster, service);
-        let blb = match self.find_owned(&name, service).await? {
+        let blb = match self.find_owned(&name, service, Leftovers::Keep).await? {
             Some(blb) => blb,
             None => match self.renamed_blb(service).await? {
                 Some(blb) => blb,
@@ -713,7 +769,7 @@ impl LoadBalancerProvider for BaiduProvider {
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
         let desired = self.parse_desired(spec, backends)?;
-        let found = self.find(&desired).await?;
+        let found = self.find(&desired, Leftovers::Keep).await?;
         self.check_requested_eip(&desired, found.as_ref().map(|(blb, _)| blb))
             .await?;
         let eip_name = desired
@@ -784,7 +840,11 @@ impl LoadBalancerProvider for BaiduProvider {
         // are bound to (its description has upstream's EIP mark), and belong to its Service.
         let mut upstream_eips = std::collections::BTreeMap::new();
         for blb in self.client.blbs().await? {
-            if !blb.desc.contains(&mark) {
+            // Another cluster's with the same cluster id: never reported as this cluster's
+            // leak, so never deleted by `audit --delete`.
+            if !blb.desc.contains(&mark)
+                || plan::another_clusters(&blb.desc, self.cluster_mark.as_deref())
+            {
                 continue;
             }
             let (namespace, name) =
@@ -866,7 +926,7 @@ impl BaiduProvider {
     /// (made by whatever means) goes with the Service instead of outliving its finalizer.
     async fn blbs_to_delete(&self, service: &ServiceKey) -> Result<Vec<Blb>, ProviderError> {
         let name = plan::blb_name(&self.cluster, service);
-        match self.find_owned(&name, service).await {
+        match self.find_owned(&name, service, Leftovers::Keep).await {
             Ok(Some(blb)) => Ok(vec![blb]),
             Ok(None) => self.renamed_blbs(service).await,
             Err(ProviderError::Environment {

@@ -738,3 +738,64 @@ async fn a_users_eip_under_a_blb_upstream_marked_is_only_unbound() {
     let web = web_spec(UID);
     delete_keeping_the_users_eip(&h, &web.service, &users).await;
 }
+
+/// A Service deleted without its BLB (its finalizer removed by hand), then made again under the
+/// same namespace/name. With this cluster's identity known (its mark in the description), the
+/// new Service's ensure removes the leftover and its EIP, as the first Service's delete would
+/// have, and makes its own; another cluster with the same cluster id is still refused, and its
+/// audit never counts this cluster's BLB as a leak.
+#[tokio::test]
+async fn a_leftover_of_this_cluster_is_replaced_and_another_clusters_is_refused() {
+    let Harness {
+        cloud, provider, ..
+    } = harness().await;
+    let provider = provider.with_cluster_id(Some("k1"));
+    provider.ensure(&web_spec(UID), &nodes(1)).await.unwrap();
+    let first = cloud.blbs();
+    assert_eq!(first.len(), 1);
+    let desc = first[0]["desc"].as_str().unwrap().to_string();
+    assert!(
+        desc.split_whitespace().any(|w| w == "kube-lb-cluster:k1"),
+        "{desc}"
+    );
+    let first_eips: Vec<_> = cloud.eips().iter().map(|e| e["eip"].clone()).collect();
+    assert_eq!(first_eips.len(), 1, "a public BLB with an EIP of kube-lb's");
+
+    // UID's Service is gone without a delete; another takes its namespace/name.
+    const AGAIN: &str = "22222222-3333-4444-5555-666666666666";
+    provider.ensure(&web_spec(AGAIN), &nodes(1)).await.unwrap();
+    let blbs = cloud.blbs();
+    assert_eq!(
+        blbs.len(),
+        1,
+        "the leftover is gone, one is left: {blbs:#?}"
+    );
+    assert_ne!(blbs[0]["blbId"], first[0]["blbId"]);
+    assert!(
+        blbs[0]["desc"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("kube-lb:{AGAIN}")),
+        "{blbs:#?}"
+    );
+    let eips = cloud.eips();
+    assert_eq!(
+        eips.len(),
+        first_eips.len(),
+        "the leftover's EIP was released: {eips:#?}"
+    );
+
+    // Another cluster with the same cluster id, and a Service of the same namespace/name.
+    let other = provider_for(&cloud, CallCounter::new()).with_cluster_id(Some("k2"));
+    let error = other
+        .ensure(&web_spec("33333333-4444-5555-6666-777777777777"), &nodes(1))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("not this cluster's"), "{error}");
+    assert_eq!(cloud.blbs().len(), 1);
+    let lbs = |owned: Vec<kube_lb_provider_core::OwnedResource>| {
+        owned.iter().filter(|r| r.kind == "LoadBalancer").count()
+    };
+    assert_eq!(lbs(provider.owned_resources().await.unwrap()), 1);
+    assert_eq!(lbs(other.owned_resources().await.unwrap()), 0);
+}
