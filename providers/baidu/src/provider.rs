@@ -189,6 +189,24 @@ impl BaiduProvider {
         &self.cluster
     }
 
+    /// What `ensure` would remove before making the Service's BLB: the one an earlier Service
+    /// of its namespace/name left behind in this cluster, with its EIP.
+    async fn planned_leftover_removal(
+        &self,
+        desired: &Desired,
+    ) -> Result<Vec<PlannedChange>, ProviderError> {
+        if desired.exist_id.is_some() {
+            return Ok(Vec::new());
+        }
+        match self.client.blbs_named(&desired.name).await?.as_slice() {
+            [blb] => match self.leftover_of(blb, &desired.service) {
+                Some(previous) => self.plan_delete(&previous).await,
+                None => Ok(Vec::new()),
+            },
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// The earlier Service whose leftover `blb` is ([`plan::leftover_of`]).
     fn leftover_of(&self, blb: &Blb, service: &ServiceKey) -> Option<ServiceKey> {
         plan::leftover_of(
@@ -777,12 +795,13 @@ impl LoadBalancerProvider for BaiduProvider {
             .as_ref()
             .map_or_else(|| desired.name.clone(), |e| e.name.clone());
         let Some((blb, owned)) = found else {
-            let mut changes = vec![PlannedChange::new(
+            let mut changes = self.planned_leftover_removal(&desired).await?;
+            changes.push(PlannedChange::new(
                 ChangeAction::Create,
                 "LoadBalancer",
                 &desired.name,
                 "blb:CreateLoadBalancer",
-            )];
+            ));
             for l in desired.listeners.values() {
                 changes.push(Step::CreateListener(l.clone()).planned(&desired.name));
             }

@@ -761,8 +761,26 @@ async fn a_leftover_of_this_cluster_is_replaced_and_another_clusters_is_refused(
     let first_eips: Vec<_> = cloud.eips().iter().map(|e| e["eip"].clone()).collect();
     assert_eq!(first_eips.len(), 1, "a public BLB with an EIP of kube-lb's");
 
-    // UID's Service is gone without a delete; another takes its namespace/name.
+    // UID's Service is gone without a delete; another takes its namespace/name. A plan says
+    // what the ensure will do, and changes nothing.
     const AGAIN: &str = "22222222-3333-4444-5555-666666666666";
+    let planned: Vec<_> = provider
+        .plan_ensure(&web_spec(AGAIN), &nodes(1))
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| format!("{:?} {}", c.action, c.kind))
+        .collect();
+    assert!(
+        planned.contains(&"Delete LoadBalancer".to_string())
+            && planned.contains(&"Create LoadBalancer".to_string()),
+        "{planned:?}"
+    );
+    assert_eq!(
+        cloud.blbs()[0]["blbId"],
+        first[0]["blbId"],
+        "a plan changes nothing"
+    );
     provider.ensure(&web_spec(AGAIN), &nodes(1)).await.unwrap();
     let blbs = cloud.blbs();
     assert_eq!(
