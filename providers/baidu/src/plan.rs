@@ -95,14 +95,11 @@ pub fn leftover_of(
 /// True when `desc` marks another cluster's identity and not this one's `ours` (pure).
 /// Unknown (`ours` is `None`) or unmarked is not known to be another's.
 pub fn another_clusters(desc: &str, ours: Option<&str>) -> bool {
-    let Some(ours) = ours else {
-        return false;
-    };
-    let mut marks = desc
-        .split_whitespace()
-        .filter(|word| word.starts_with(CLUSTER_MARK))
-        .peekable();
-    marks.peek().is_some() && marks.all(|word| word != ours)
+    kube_lb_provider_core::naming::marks_another_cluster(
+        desc.split_whitespace(),
+        CLUSTER_MARK,
+        ours,
+    )
 }
 
 /// The UID a BLB description records, if kube-lb wrote one.

@@ -35,6 +35,25 @@ pub fn ownership_tags(cluster: &str, service: &ServiceKey) -> BTreeMap<String, S
     ])
 }
 
+/// True when `marks` (a resource's tags, or the words of its description) name some
+/// cluster's identity (they start with `prefix`) but never this cluster's `ours` (pure): the
+/// resource is another cluster's, whatever else its marks share with ours (such as a
+/// `--cluster-name`). Unknown (`ours` is `None`) or unmarked is not known to be another's.
+pub fn marks_another_cluster<'a>(
+    marks: impl IntoIterator<Item = &'a str>,
+    prefix: &str,
+    ours: Option<&str>,
+) -> bool {
+    let Some(ours) = ours else {
+        return false;
+    };
+    let mut identities = marks
+        .into_iter()
+        .filter(|mark| mark.starts_with(prefix))
+        .peekable();
+    identities.peek().is_some() && identities.all(|mark| mark != ours)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

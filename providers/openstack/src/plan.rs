@@ -38,12 +38,11 @@ pub fn cluster_tag(id: &str) -> String {
 /// load balancer belongs to another cluster with the same `--cluster-name`, whatever its
 /// description says. Unknown (`ours` is `None`) or untagged is not known to be another's.
 pub fn another_clusters(tags: &[String], ours: Option<&str>) -> bool {
-    let Some(ours) = ours else {
-        return false;
-    };
-    let mut clusters = tags.iter().filter(|t| t.starts_with(CLUSTER_TAG_PREFIX));
-    let first = clusters.next();
-    first.is_some() && first.into_iter().chain(clusters).all(|t| t != ours)
+    kube_lb_provider_core::naming::marks_another_cluster(
+        tags.iter().map(String::as_str),
+        CLUSTER_TAG_PREFIX,
+        ours,
+    )
 }
 
 fn cut(name: String) -> String {
