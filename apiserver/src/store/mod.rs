@@ -921,6 +921,26 @@ fn set_type_meta(entry: &Entry, object: &mut Value) {
     }
 }
 
+/// The label every namespace carries with its own name (`kubernetes.io/metadata.name`), set on
+/// every write whatever the client sent, as kube-apiserver's namespace strategy canonicalises it:
+/// selectors (NetworkPolicy `namespaceSelector`, webhooks) rely on it being there and true.
+fn label_namespace_name(object: &mut Value, name: &str) {
+    let meta = meta::metadata_mut(object);
+    match meta.get_mut("labels") {
+        Some(Value::Object(labels)) => {
+            labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+        }
+        None | Some(Value::Null) => {
+            meta.insert(
+                "labels".into(),
+                json!({"kubernetes.io/metadata.name": name}),
+            );
+        }
+        // Not a map: the schema check refuses it before it gets here.
+        Some(_) => {}
+    }
+}
+
 /// Per-kind create-time resets kube-apiserver performs.
 fn prepare_create(def: &ResourceDef, object: &mut Value) {
     match def.kind {
@@ -1055,6 +1075,9 @@ fn admit(
         }
     }
     default_protocols(def, object);
+    if resource == resources::namespaces() {
+        label_namespace_name(object, &name);
+    }
     if resource == resources::services() {
         let admitted = match (write.part, old) {
             (Part::Status, Some(_)) => {

@@ -487,3 +487,40 @@ fn expiry_takes_only_events_older_than_the_ttl_restored_ones_from_their_last_wri
             .is_ok()
     );
 }
+
+#[test]
+fn namespaces_always_carry_their_name_label() {
+    let s = store(10);
+    let namespace = |labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": labels}});
+    let created = s
+        .create(resources::namespaces(), None, namespace(Value::Null), false)
+        .unwrap();
+    assert_eq!(
+        created["metadata"]["labels"],
+        json!({"kubernetes.io/metadata.name": "team-a"})
+    );
+    // A client cannot drop or forge it; its other labels stay.
+    for labels in [
+        json!({"tier": "front"}),
+        json!({"tier": "front", "kubernetes.io/metadata.name": "team-b"}),
+    ] {
+        let updated = s
+            .update(
+                resources::namespaces(),
+                None,
+                "team-a",
+                Part::Main,
+                false,
+                |cur| {
+                    let mut next = cur.clone();
+                    next["metadata"]["labels"] = labels.clone();
+                    Ok(next)
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            updated["metadata"]["labels"],
+            json!({"tier": "front", "kubernetes.io/metadata.name": "team-a"})
+        );
+    }
+}
