@@ -22,8 +22,11 @@
 //!
 //! Deliberate differences from kube-apiserver (each keeps the server small; none is visible to
 //! the controller or the dataplane):
-//! - No authentication, authorisation or admission webhooks; objects in JSON only (protobuf
-//!   only for the `/openapi/v2` document older kubectl asks for).
+//! - No authentication, authorisation or admission webhooks. Objects are stored and answered in
+//!   JSON; request bodies may also be YAML, or Kubernetes protobuf for built-in kinds (kubectl
+//!   1.32+ and client-go typed clients send them so), which is decoded into the JSON the same
+//!   client would have sent. Protobuf is answered only for the `/openapi/v2` document older
+//!   kubectl asks for; a client that prefers protobuf responses gets JSON, which client-go reads.
 //! - `/openapi/v2` describes every served kind with the fields, required fields and patch
 //!   strategies kubectl's client-side validation and `apply` use, but leaves structures this
 //!   server does not model (a Pod's spec, a CRD's spec) untyped, so kubectl before 1.27 does

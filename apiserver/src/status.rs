@@ -262,6 +262,11 @@ impl ApiError {
         Self::new(405, "MethodNotAllowed", message)
     }
 
+    /// 415 for a body in an encoding the server does not take for this kind.
+    pub fn unsupported_body(message: impl Into<String>) -> Self {
+        Self::new(415, "UnsupportedMediaType", message)
+    }
+
     /// 415 for a patch content type the server does not know.
     pub fn unsupported_media_type(content_type: &str) -> Self {
         Self::new(

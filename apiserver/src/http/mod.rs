@@ -4,6 +4,7 @@ pub(crate) mod decode;
 mod discovery;
 mod openapi;
 mod params;
+mod proto;
 mod route;
 mod schema;
 mod table;
@@ -206,7 +207,7 @@ async fn dispatch(
                     Ok(json_response(StatusCode::CREATED, &created))
                 }
                 Method::DELETE => {
-                    delete_collection(app, &entry, resource, namespace, &params, body)
+                    delete_collection(app, &entry, resource, namespace, &params, body, headers)
                 }
                 _ => Err(ApiError::method_not_allowed(format!(
                     "{method} is not supported on a collection"
@@ -305,9 +306,14 @@ async fn dispatch(
                 Method::PATCH => patch_object(
                     app, &entry, resource, namespace, &name, part, &params, headers, body,
                 ),
-                Method::DELETE => {
-                    delete_object(app, registry, resource, namespace, &name, &params, body)
-                }
+                Method::DELETE => delete_object(
+                    app,
+                    registry,
+                    resource,
+                    namespace,
+                    &name,
+                    delete_options(body, headers, &params)?,
+                ),
                 _ => Err(ApiError::method_not_allowed(format!(
                     "{method} is not supported on an object"
                 ))),
@@ -357,7 +363,9 @@ fn content_type(headers: &HeaderMap) -> &str {
 }
 
 fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
-    let value: Value = if content_type(headers).contains("yaml") {
+    let value: Value = if proto::is_protobuf(content_type(headers)) {
+        proto::decode(body)?
+    } else if content_type(headers).contains("yaml") {
         decode::yaml_value(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
     } else {
@@ -641,14 +649,28 @@ fn patch_object(
 
 /// Reads `DeleteOptions` from the query and the body and checks them as kube-apiserver's
 /// `ValidateDeleteOptions` does (422 `DeleteOptions.meta.k8s.io "" is invalid`).
-fn delete_options(body: &Bytes, params: &Params) -> Result<(Preconditions, bool), ApiError> {
+fn delete_options(
+    body: &Bytes,
+    headers: &HeaderMap,
+    params: &Params,
+) -> Result<(Preconditions, bool), ApiError> {
     let mut preconditions = Preconditions::default();
     let mut dry_run = params.dry_run;
     let mut policy = params.propagation_policy.clone();
     let mut dry_run_values: Vec<String> = params.dry_run_values.clone();
     if !body.is_empty() {
-        let options: Value = serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?;
+        let options: Value = if proto::is_protobuf(content_type(headers)) {
+            let options = proto::decode(body)?;
+            if options.get("kind").and_then(Value::as_str) != Some("DeleteOptions") {
+                return Err(ApiError::bad_request(
+                    "invalid DeleteOptions: the protobuf body holds another kind",
+                ));
+            }
+            options
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("invalid DeleteOptions: {e}")))?
+        };
         preconditions.uid = options
             .pointer("/preconditions/uid")
             .and_then(Value::as_str)
@@ -681,10 +703,8 @@ fn delete_object(
     resource: ResourceId,
     namespace: Option<&str>,
     name: &str,
-    params: &Params,
-    body: &Bytes,
+    (preconditions, dry_run): (Preconditions, bool),
 ) -> Result<Response, ApiError> {
-    let (preconditions, dry_run) = delete_options(body, params)?;
     let deleted = app
         .store
         .delete(resource, namespace, name, &preconditions, dry_run)?;
@@ -740,8 +760,9 @@ fn delete_collection(
     namespace: Option<&str>,
     params: &Params,
     body: &Bytes,
+    headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (_, dry_run) = delete_options(body, params)?;
+    let (_, dry_run) = delete_options(body, headers, params)?;
     params.validate_list_options(false)?;
     let snapshot = app
         .store

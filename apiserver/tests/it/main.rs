@@ -10,6 +10,7 @@ mod faults;
 mod fuzz;
 mod kube_crud;
 mod kubectl;
+mod kubectl_protobuf;
 mod kubectl_tables;
 mod openapi_v2;
 mod persistence;
