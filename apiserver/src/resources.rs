@@ -27,6 +27,8 @@ pub struct ResourceDef {
     pub sets_generation: bool,
     /// Short names reported in discovery (used by kubectl, e.g. `svc`).
     pub short_names: &'static [&'static str],
+    /// Categories reported in discovery: `kubectl get all` lists the resources in `all`.
+    pub categories: &'static [&'static str],
 }
 
 impl ResourceDef {
@@ -93,6 +95,7 @@ const fn def(
         has_status: false,
         sets_generation: false,
         short_names,
+        categories: &[],
     }
 }
 
@@ -104,6 +107,12 @@ impl ResourceDef {
 
     const fn with_status(mut self) -> Self {
         self.has_status = true;
+        self
+    }
+
+    /// In the `all` category, as kube-apiserver puts Pods and Services (`kubectl get all`).
+    const fn in_all(mut self) -> Self {
+        self.categories = &["all"];
         self
     }
 
@@ -124,12 +133,16 @@ pub const RESOURCES: &[ResourceDef] = &[
     def(CORE, "namespaces", "namespace", "Namespace", &["ns"])
         .cluster_scoped()
         .with_status(),
-    def(CORE, "services", "service", "Service", &["svc"]).with_status(),
+    def(CORE, "services", "service", "Service", &["svc"])
+        .with_status()
+        .in_all(),
     def(CORE, "endpoints", "endpoints", "Endpoints", &["ep"]),
     def(CORE, "nodes", "node", "Node", &["no"])
         .cluster_scoped()
         .with_status(),
-    def(CORE, "pods", "pod", "Pod", &["po"]).with_status(),
+    def(CORE, "pods", "pod", "Pod", &["po"])
+        .with_status()
+        .in_all(),
     def(CORE, "events", "event", "Event", &["ev"]),
     def(CORE, "configmaps", "configmap", "ConfigMap", &["cm"]),
     def(
@@ -498,6 +511,7 @@ mod tests {
             has_status: true,
             sets_generation: true,
             short_names: &[],
+            categories: &[],
         };
         let custom = Arc::new(CustomVersion::default());
         let slot = registry.install_crd(

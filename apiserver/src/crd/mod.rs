@@ -324,6 +324,24 @@ pub fn status(crd: &Value, previous: Option<&Value>) -> Value {
     })
 }
 
+/// A list of names in the CRD (short names, categories), interned: it lives as long as the
+/// names it points to.
+fn interned_names(crd: &Value, pointer: &str) -> &'static [&'static str] {
+    let names: Vec<&'static str> = crd
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(intern)
+        .collect();
+    if names.is_empty() {
+        &[]
+    } else {
+        intern_list(names)
+    }
+}
+
 /// The served versions of a (validated) CRD as resource definitions, and the persistence key
 /// of its storage version (`group/version/plural`).
 pub fn served_versions(crd: &Value) -> (Vec<(ResourceDef, Arc<CustomVersion>)>, String) {
@@ -335,20 +353,8 @@ pub fn served_versions(crd: &Value) -> (Vec<(ResourceDef, Arc<CustomVersion>)>, 
         "" => intern(&kind.to_lowercase()),
         s => intern(s),
     };
-    let short: Vec<&'static str> = crd
-        .pointer("/spec/names/shortNames")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .map(intern)
-        .collect();
-    // The short-name list lives as long as the interned names it points to.
-    let short_names: &'static [&'static str] = if short.is_empty() {
-        &[]
-    } else {
-        intern_list(short)
-    };
+    let short_names = interned_names(crd, "/spec/names/shortNames");
+    let categories = interned_names(crd, "/spec/names/categories");
     let namespaced = str_at(crd, "/spec/scope") != "Cluster";
     let versions = crd
         .pointer("/spec/versions")
@@ -377,6 +383,7 @@ pub fn served_versions(crd: &Value) -> (Vec<(ResourceDef, Arc<CustomVersion>)>, 
                     .is_some_and(Value::is_object),
                 sets_generation: true,
                 short_names,
+                categories,
             };
             let printer_columns = v
                 .get("additionalPrinterColumns")

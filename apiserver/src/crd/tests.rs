@@ -12,7 +12,7 @@ fn ippool_crd() -> Value {
         "spec": {
             "group": "kube-lb.io",
             "scope": "Cluster",
-            "names": {"plural": "ippools", "kind": "IPPool", "shortNames": ["ipp"]},
+            "names": {"plural": "ippools", "kind": "IPPool", "shortNames": ["ipp"], "categories": ["all", "kube-lb"]},
             "versions": [{
                 "name": "v1alpha1", "served": true, "storage": true,
                 "subresources": {"status": {}},
@@ -72,6 +72,7 @@ fn crd_defaults_status_and_versions() {
     assert_eq!(def.api_version(), "kube-lb.io/v1alpha1");
     assert!(!def.namespaced && def.has_status && def.sets_generation);
     assert_eq!(def.short_names, &["ipp"]);
+    assert_eq!(def.categories, &["all", "kube-lb"]);
     assert_eq!(custom.printer_columns.len(), 3);
     assert_eq!(custom.storage_api_version, "kube-lb.io/v1alpha1");
 }

@@ -129,6 +129,9 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Value {
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);
         }
+        if !r.categories.is_empty() {
+            entry["categories"] = json!(r.categories);
+        }
         list.push(entry);
         if r.has_status {
             list.push(json!({
@@ -167,6 +170,18 @@ mod tests {
             .iter()
             .map(|r| r["name"].as_str().unwrap())
             .collect();
+        let categories = |name: &str| {
+            core["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == name)
+                .map(|r| r["categories"].clone())
+        };
+        // `kubectl get all` lists what is in `all`: Pods and Services, as kube-apiserver says.
+        assert_eq!(categories("pods"), Some(json!(["all"])));
+        assert_eq!(categories("services"), Some(json!(["all"])));
+        assert_eq!(categories("configmaps"), Some(Value::Null));
         for want in [
             "services",
             "services/status",

@@ -1,6 +1,7 @@
 //! OpenAPI documents.
 //!
-//! v3 (`/openapi/v3`): a minimal index and per-group-version documents. kubectl 1.27+
+//! v3 (`/openapi/v3`): an index and per-group-version documents with every served kind's schema
+//! (the v2 definitions, references moved), which `kubectl explain` reads. kubectl 1.27+
 //! downloads these to decide how to validate: when every PATCH operation lists the
 //! `fieldValidation` query parameter it leaves validation to the server and needs no schemas.
 //!
@@ -198,8 +199,39 @@ pub fn group_version(registry: &Registry, path: &str) -> Option<Value> {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": format!("v{MAJOR}.{MINOR}.0")},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": v3_schemas(registry)},
     }))
+}
+
+/// The schemas of every served kind in v3 form: the v2 definitions (with their group-version-kind
+/// and patch extensions) with references moved to `#/components/schemas/`. `kubectl explain`
+/// (1.27+) reads only these; without them it fails with "GVK … not found in OpenAPI schema".
+fn v3_schemas(registry: &Registry) -> Value {
+    let mut definitions = v2_document(registry)
+        .get_mut("definitions")
+        .map(Value::take)
+        .unwrap_or_else(|| json!({}));
+    move_refs(&mut definitions);
+    definitions
+}
+
+fn move_refs(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map.iter_mut() {
+                match inner {
+                    Value::String(target) if key == "$ref" => {
+                        if let Some(name) = target.strip_prefix("#/definitions/") {
+                            *target = format!("#/components/schemas/{name}");
+                        }
+                    }
+                    _ => move_refs(inner),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(move_refs),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -285,5 +317,20 @@ mod tests {
                 .any(|p| p["name"] == "fieldValidation")
         );
         assert!(doc["paths"]["/api/v1/nodes/{name}"]["patch"].is_object());
+    }
+
+    #[test]
+    fn v3_documents_carry_the_kinds_schemas_with_v3_references() {
+        let doc = group_version(&Registry::builtin(), "api/v1").unwrap();
+        let service = &doc["components"]["schemas"]["io.k8s.api.core.v1.Service"];
+        assert_eq!(
+            service["x-kubernetes-group-version-kind"][0]["kind"], "Service",
+            "{service}"
+        );
+        assert_eq!(
+            service["properties"]["spec"]["$ref"],
+            "#/components/schemas/io.k8s.api.core.v1.ServiceSpec"
+        );
+        assert!(!doc.to_string().contains("#/definitions/"));
     }
 }

@@ -291,3 +291,40 @@ async fn kubectl_event_field_selectors() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn kubectl_get_all_lists_pods_and_services() {
+    let Some(rig) = kubectl_rig("kubectl_get_all_lists_pods_and_services").await else {
+        return;
+    };
+    let kc = rig.kubeconfig.as_path();
+    let manifest = rig.dir.path().join("all.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: cache\nspec:\n  containers:\n  - name: cache\n    image: redis\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: cache\nspec:\n  ports:\n  - port: 6379\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n",
+    )
+    .unwrap();
+    ok(kc, &["apply", "-f", manifest.to_str().unwrap()]).await;
+    let listed = ok(kc, &["get", "all", "-o", "name"]).await;
+    let mut names: Vec<&str> = listed.lines().collect();
+    names.sort_unstable();
+    // The ConfigMap is not in `all`, as on any cluster.
+    assert_eq!(names, ["pod/cache", "service/cache"], "{listed}");
+}
+
+#[tokio::test]
+async fn kubectl_explain_describes_served_kinds() {
+    let Some(rig) = kubectl_rig("kubectl_explain_describes_served_kinds").await else {
+        return;
+    };
+    let kc = rig.kubeconfig.as_path();
+    let ports = ok(kc, &["explain", "services.spec.ports"]).await;
+    assert!(ports.contains("FIELD: ports <[]ServicePort>"), "{ports}");
+    assert!(ports.contains("port\t<integer> -required-"), "{ports}");
+    let slices = ok(kc, &["explain", "endpointslices"]).await;
+    assert!(slices.contains("GROUP:      discovery.k8s.io"), "{slices}");
+    assert!(
+        slices.contains("addressType\t<string> -required-"),
+        "{slices}"
+    );
+}

@@ -411,6 +411,7 @@ mod tests {
             has_status: true,
             sets_generation: true,
             short_names: &[],
+            categories: &[],
         };
         let schema = json!({
             "type": "object",
