@@ -70,6 +70,8 @@ ROOTS = [
     "events.v1.Event",
     "coordination.v1.Lease",
     "meta.v1.DeleteOptions",
+    "authorization.v1.SelfSubjectAccessReview",
+    "authorization.v1.SelfSubjectRulesReview",
 ]
 
 

@@ -22,7 +22,8 @@
 //!
 //! Deliberate differences from kube-apiserver (each keeps the server small; none is visible to
 //! the controller or the dataplane):
-//! - No authentication, authorisation or admission webhooks. Objects are stored and answered in
+//! - No authentication, authorisation or admission webhooks: `kubectl auth can-i` gets the
+//!   answers of `--authorization-mode=AlwaysAllow` (self access and rules reviews). Objects are stored and answered in
 //!   JSON; request bodies may also be YAML, or Kubernetes protobuf for built-in kinds (kubectl
 //!   1.32+ and client-go typed clients send them so), which is decoded into the JSON the same
 //!   client would have sent. Protobuf is answered only for the `/openapi/v2` document older

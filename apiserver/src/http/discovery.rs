@@ -2,6 +2,7 @@
 
 use serde_json::{Value, json};
 
+use super::review;
 use crate::resources::Registry;
 
 /// The Kubernetes version this server claims to be.
@@ -85,16 +86,22 @@ pub fn groups(registry: &Registry) -> Value {
             names.push(entry.def.group);
         }
     }
+    let mut groups: Vec<Value> = names.into_iter().map(|g| group_doc(registry, g)).collect();
+    groups.push(review::group_doc());
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": names.into_iter().map(|g| group_doc(registry, g)).collect::<Vec<_>>(),
+        "groups": groups,
     })
 }
 
 /// `/apis/<group>`.
 pub fn group(registry: &Registry, name: &str) -> Value {
-    let mut doc = group_doc(registry, name);
+    let mut doc = if name == review::GROUP {
+        review::group_doc()
+    } else {
+        group_doc(registry, name)
+    };
     doc["kind"] = json!("APIGroup");
     doc["apiVersion"] = json!("v1");
     doc
@@ -113,7 +120,11 @@ const VERBS: &[&str] = &[
 
 /// `/api/v1`, `/apis/<group>/<version>`.
 pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Value {
-    let mut list = Vec::new();
+    let mut list = if (group, version) == (review::GROUP, review::VERSION) {
+        review::resources()
+    } else {
+        Vec::new()
+    };
     for r in registry
         .entries()
         .map(|(_, e)| &e.def)
@@ -207,7 +218,8 @@ mod tests {
                 "discovery.k8s.io",
                 "coordination.k8s.io",
                 "events.k8s.io",
-                "apiextensions.k8s.io"
+                "apiextensions.k8s.io",
+                "authorization.k8s.io"
             ]
         );
         assert_eq!(

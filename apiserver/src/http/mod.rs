@@ -5,6 +5,7 @@ mod discovery;
 mod openapi;
 mod params;
 mod proto;
+mod review;
 mod route;
 mod schema;
 mod table;
@@ -171,6 +172,12 @@ async fn dispatch(
             }
         }
         Route::Groups => get_only(discovery::groups(registry)),
+        Route::Review(kind) if *method == Method::POST => {
+            params.validate_write_options("CreateOptions")?;
+            let answered = review::answer(kind, decode_body(body, headers)?)?;
+            Ok(json_response(StatusCode::CREATED, &answered))
+        }
+        Route::Review(_) => Err(ApiError::method_not_allowed("only POST is served here")),
         Route::Group(name) => get_only(discovery::group(registry, &name)),
         Route::Resources { group, version } => {
             get_only(discovery::resource_list(registry, &group, &version))

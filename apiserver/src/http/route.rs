@@ -1,5 +1,6 @@
 //! Maps request paths to what they address, without touching the store.
 
+use super::review;
 use crate::resources::{self, Registry, ResourceId};
 
 /// What a request path names.
@@ -37,6 +38,8 @@ pub enum Route {
         /// Reached through the legacy `/watch/` prefix.
         legacy_watch: bool,
     },
+    /// A self review of `authorization.k8s.io/v1`, answered and never stored.
+    Review(super::review::Review),
     /// One object, or one of its subresources.
     Object {
         /// The resource.
@@ -63,9 +66,15 @@ pub fn parse(path: &str, registry: &Registry) -> Option<Route> {
         ["openapi", "v3"] => Some(Route::OpenApiIndex),
         ["openapi", "v3", rest @ ..] => Some(Route::OpenApiDocument(rest.join("/"))),
         ["apis"] => Some(Route::Groups),
-        ["apis", group] => registry
-            .has_group(group)
+        ["apis", group] => (registry.has_group(group) || *group == review::GROUP)
             .then(|| Route::Group((*group).to_string())),
+        ["apis", review::GROUP, review::VERSION] => Some(Route::Resources {
+            group: review::GROUP.to_string(),
+            version: review::VERSION.to_string(),
+        }),
+        ["apis", review::GROUP, review::VERSION, rest @ ..] => {
+            review::Review::from_path(rest).map(Route::Review)
+        }
         ["api", version, rest @ ..] => resource_route(registry, "", version, rest),
         ["apis", group, version, rest @ ..] => resource_route(registry, group, version, rest),
         _ => None,

@@ -176,3 +176,31 @@ async fn objects_kubectl_sends_as_protobuf_land_as_their_json_would() {
     let pods = get_json(kc, &["-n", "team-a", "get", "pods"]).await;
     assert_eq!(pods["items"], json!([]));
 }
+
+#[tokio::test]
+async fn kubectl_auth_can_i_gets_answers() {
+    let Some(rig) = kubectl_rig("kubectl_auth_can_i_gets_answers").await else {
+        return;
+    };
+    let kc = rig.kubeconfig.as_path();
+    // kubectl 1.32 posts its SelfSubjectAccessReview as protobuf.
+    ok_in_protobuf(kc, &["auth", "can-i", "create", "services"]).await;
+    assert_eq!(
+        ok(
+            kc,
+            &[
+                "auth",
+                "can-i",
+                "patch",
+                "services/status",
+                "-n",
+                "kube-system"
+            ]
+        )
+        .await,
+        "yes\n"
+    );
+    assert_eq!(ok(kc, &["auth", "can-i", "get", "/healthz"]).await, "yes\n");
+    let rules = ok(kc, &["auth", "can-i", "--list"]).await;
+    assert!(rules.lines().any(|line| line.starts_with("*.*")), "{rules}");
+}

@@ -5,6 +5,104 @@
 
 use super::{Card, Field, Message, Ty};
 
+pub(super) static AUTHORIZATION_V1_FIELD_SELECTOR_ATTRIBUTES: Message = Message {
+    name: "authorization.v1.FieldSelectorAttributes",
+    fields: &[
+        Field { number: 1, json: "rawSelector", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "requirements", ty: Ty::Message(&META_V1_FIELD_SELECTOR_REQUIREMENT), card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_LABEL_SELECTOR_ATTRIBUTES: Message = Message {
+    name: "authorization.v1.LabelSelectorAttributes",
+    fields: &[
+        Field { number: 1, json: "rawSelector", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "requirements", ty: Ty::Message(&META_V1_LABEL_SELECTOR_REQUIREMENT), card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES: Message = Message {
+    name: "authorization.v1.NonResourceAttributes",
+    fields: &[
+        Field { number: 1, json: "path", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "verb", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_NON_RESOURCE_RULE: Message = Message {
+    name: "authorization.v1.NonResourceRule",
+    fields: &[
+        Field { number: 1, json: "verbs", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: false, inline: false },
+        Field { number: 2, json: "nonResourceURLs", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_RESOURCE_ATTRIBUTES: Message = Message {
+    name: "authorization.v1.ResourceAttributes",
+    fields: &[
+        Field { number: 1, json: "namespace", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "verb", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 3, json: "group", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 4, json: "version", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 5, json: "resource", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 6, json: "subresource", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 7, json: "name", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 8, json: "fieldSelector", ty: Ty::Message(&AUTHORIZATION_V1_FIELD_SELECTOR_ATTRIBUTES), card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 9, json: "labelSelector", ty: Ty::Message(&AUTHORIZATION_V1_LABEL_SELECTOR_ATTRIBUTES), card: Card::One, pointer: true, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_RESOURCE_RULE: Message = Message {
+    name: "authorization.v1.ResourceRule",
+    fields: &[
+        Field { number: 1, json: "verbs", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: false, inline: false },
+        Field { number: 2, json: "apiGroups", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+        Field { number: 3, json: "resources", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+        Field { number: 4, json: "resourceNames", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW: Message = Message {
+    name: "authorization.v1.SelfSubjectAccessReview",
+    fields: &[
+        Field { number: 1, json: "metadata", ty: Ty::Message(&META_V1_OBJECT_META), card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "spec", ty: Ty::Message(&AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC), card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 3, json: "status", ty: Ty::Message(&AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS), card: Card::One, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC: Message = Message {
+    name: "authorization.v1.SelfSubjectAccessReviewSpec",
+    fields: &[
+        Field { number: 1, json: "resourceAttributes", ty: Ty::Message(&AUTHORIZATION_V1_RESOURCE_ATTRIBUTES), card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 2, json: "nonResourceAttributes", ty: Ty::Message(&AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES), card: Card::One, pointer: true, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW: Message = Message {
+    name: "authorization.v1.SelfSubjectRulesReview",
+    fields: &[
+        Field { number: 1, json: "metadata", ty: Ty::Message(&META_V1_OBJECT_META), card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "spec", ty: Ty::Message(&AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC), card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 3, json: "status", ty: Ty::Message(&AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS), card: Card::One, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC: Message = Message {
+    name: "authorization.v1.SelfSubjectRulesReviewSpec",
+    fields: &[
+        Field { number: 1, json: "namespace", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS: Message = Message {
+    name: "authorization.v1.SubjectAccessReviewStatus",
+    fields: &[
+        Field { number: 1, json: "allowed", ty: Ty::Bool, card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 4, json: "denied", ty: Ty::Bool, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "reason", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 3, json: "evaluationError", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS: Message = Message {
+    name: "authorization.v1.SubjectRulesReviewStatus",
+    fields: &[
+        Field { number: 1, json: "resourceRules", ty: Ty::Message(&AUTHORIZATION_V1_RESOURCE_RULE), card: Card::Repeated, pointer: false, omitempty: false, inline: false },
+        Field { number: 2, json: "nonResourceRules", ty: Ty::Message(&AUTHORIZATION_V1_NON_RESOURCE_RULE), card: Card::Repeated, pointer: false, omitempty: false, inline: false },
+        Field { number: 3, json: "incomplete", ty: Ty::Bool, card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 4, json: "evaluationError", ty: Ty::String, card: Card::One, pointer: false, omitempty: true, inline: false },
+    ],
+};
 pub(super) static COORDINATION_V1_LEASE: Message = Message {
     name: "coordination.v1.Lease",
     fields: &[
@@ -1767,6 +1865,14 @@ pub(super) static META_V1_DELETE_OPTIONS: Message = Message {
         Field { number: 6, json: "ignoreStoreReadErrorWithClusterBreakingPotential", ty: Ty::Bool, card: Card::One, pointer: true, omitempty: true, inline: false },
     ],
 };
+pub(super) static META_V1_FIELD_SELECTOR_REQUIREMENT: Message = Message {
+    name: "meta.v1.FieldSelectorRequirement",
+    fields: &[
+        Field { number: 1, json: "key", ty: Ty::String, card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 2, json: "operator", ty: Ty::String, card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 3, json: "values", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+    ],
+};
 pub(super) static META_V1_LABEL_SELECTOR: Message = Message {
     name: "meta.v1.LabelSelector",
     fields: &[
@@ -1846,4 +1952,6 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("events.k8s.io/v1", "Event", &EVENTS_V1_EVENT),
     ("coordination.k8s.io/v1", "Lease", &COORDINATION_V1_LEASE),
     ("meta.k8s.io/v1", "DeleteOptions", &META_V1_DELETE_OPTIONS),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview", &AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview", &AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW),
 ];
