@@ -335,6 +335,41 @@ pub struct Proxy {
     pub service_health: ServiceHealthServers,
     /// Sync pacing.
     pub timing: Timing,
+    /// The hand-off with a provider in the same process (`kube-lb up`); `None` on a node.
+    pub handoff: Option<Handoff>,
+}
+
+/// Load-balancer addresses a provider in the same process assigned, by Service, before the
+/// Services' status shows them.
+pub type AssignedIngress = std::collections::HashMap<ServiceKey, Vec<std::net::IpAddr>>;
+
+/// The load-balancer frontends (address, port, protocol) the last successful sync programmed.
+pub type ServedFrontends = BTreeSet<(std::net::IpAddr, u16, crate::model::Protocol)>;
+
+/// What `kube-lb up`'s provider and dataplane tell each other, so a Service's status shows an
+/// address only once connections to it are forwarded: the provider's assignments come in
+/// ([`crate::model::Index::set_assigned_ingress`]), and after every successful sync the
+/// frontends programmed go out, which the provider waits for before it reports the address.
+#[derive(Debug)]
+pub struct Handoff {
+    /// Assignments, as the provider publishes them.
+    pub assigned: tokio::sync::watch::Receiver<AssignedIngress>,
+    /// What the rules serve.
+    pub served: tokio::sync::watch::Sender<ServedFrontends>,
+}
+
+/// The load-balancer frontends of `snapshot`.
+fn served_frontends(snapshot: &crate::model::Snapshot) -> ServedFrontends {
+    snapshot
+        .ports
+        .values()
+        .flat_map(|model| {
+            model
+                .load_balancer_ips
+                .iter()
+                .map(|ip| (*ip, model.key.port, model.key.protocol))
+        })
+        .collect()
 }
 
 /// Runs the proxy until `shutdown` resolves. Rules are only written once Services, EndpointSlices
@@ -360,6 +395,9 @@ pub async fn run_with_addresses(
     let node_name = proxy.index.node_name.clone();
     let restrict_health_bind = !proxy.index.nodeport_cidrs.is_empty();
     let mut index = Index::new(proxy.index.clone());
+    if let Some(handoff) = proxy.handoff.as_mut() {
+        index.set_assigned_ingress(handoff.assigned.borrow_and_update().clone());
+    }
     let not_ours = format!("!{HEADLESS_LABEL},!{SERVICE_PROXY_NAME_LABEL}");
     let mut changes = futures::stream::select_all([
         watch(
@@ -412,6 +450,19 @@ pub async fn run_with_addresses(
             () = &mut shutdown => {
                 proxy.dataplane.shutdown().await;
                 return Ok(());
+            }
+            changed = async { proxy.handoff.as_mut()?.assigned.changed().await.ok() }, if proxy.handoff.is_some() => {
+                match (changed, proxy.handoff.as_mut()) {
+                    (Some(()), Some(handoff)) => {
+                        let assigned = handoff.assigned.borrow_and_update().clone();
+                        if index.set_assigned_ingress(assigned) && !dirty {
+                            dirty = true;
+                            proxy.health.queued_update();
+                        }
+                    }
+                    // The provider is gone (shutting down): serve what the status shows.
+                    _ => proxy.handoff = None,
+                }
             }
             changed = async { nodeport_addresses.as_mut()?.changed().await.ok() }, if nodeport_addresses.is_some() => {
                 if changed.is_none() {
@@ -491,6 +542,9 @@ pub async fn run_with_addresses(
                         proxy.health.updated();
                         unsynced = Some(SnapshotChanges::default());
                         next_sync = Instant::now() + proxy.timing.min_sync_period;
+                        if let Some(handoff) = &proxy.handoff {
+                            handoff.served.send_replace(served_frontends(snapshot));
+                        }
                     }
                     Err(error) => {
                         // The transaction was refused as a whole: the kernel still holds the

@@ -11,6 +11,8 @@ pub mod proxy;
 pub mod reconcile;
 #[cfg(feature = "apiserver")]
 pub mod up;
+#[cfg(feature = "apiserver")]
+mod up_handoff;
 
 use tracing_subscriber::EnvFilter;
 

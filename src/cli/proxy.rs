@@ -307,6 +307,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             min_sync_period: args.min_sync_period.into(),
             sync_period,
         },
+        handoff: None,
     };
     // The userspace sockets live in this process's namespace; `--netns` only moves nft there.
     let address_source = match (&args.netns, args.mode) {

@@ -283,10 +283,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!("metrics:     http://{metrics_addr}/metrics");
     println!("Press Ctrl-C to stop.\n");
 
+    // Before the controller runs: no address is reported before the dataplane forwards it.
+    let (handoff, handoff_task) = crate::cli::up_handoff::connect(&local, shutdown.clone());
     let controller_task = tokio::spawn(controller.run(leading, shutdown.clone()));
     let dataplane_task = tokio::spawn(run_dataplane(
         client,
         chosen.nftables.then(|| args.nft_table.clone()),
+        handoff,
         shutdown.clone(),
     ));
     let printer = tokio::spawn(print_changes(local.subscribe(), outcomes, shutdown.clone()));
@@ -304,6 +307,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         remove_nft_tables(&args.nft_table).await;
     }
     let _ = printer.await;
+    let _ = handoff_task.await;
     let _ = pools_task.await;
     let _ = metrics_server.await;
     server.shutdown().await;
@@ -383,6 +387,7 @@ async fn print_changes(
 async fn run_dataplane(
     client: kube::Client,
     nft_table: Option<String>,
+    handoff: kube_lb_dataplane::watch::Handoff,
     shutdown: CancellationToken,
 ) -> Result<(), kube_lb_dataplane::watch::WatchError> {
     use kube_lb_dataplane::health::{ProxyHealth, ServiceHealthServers};
@@ -415,7 +420,14 @@ async fn run_dataplane(
         dataplane: Dataplane::NoNodePorts(Box::new(backend)),
         health: health.clone(),
         service_health: ServiceHealthServers::new(health, Vec::new()),
-        timing: Timing::default(),
+        // No batching: here the dataplane is the load balancer, and the provider waits for its
+        // sync before it reports an address (the hand-off). One machine's few Services make
+        // every sync cheap.
+        timing: Timing {
+            min_sync_period: std::time::Duration::ZERO,
+            ..Timing::default()
+        },
+        handoff: Some(handoff),
     };
     dataplane_watch::run(client, proxy, shutdown.cancelled_owned()).await
 }

@@ -1,7 +1,9 @@
 //! `kube-lb up` picks its dataplane: the nftables backend as root with a working `nft`, the
 //! userspace backend when `nft` is not on the PATH or `--dataplane userspace` asks for it. It says
 //! which on stdout, traffic to the load-balancer address reaches the demo's real TCP backends
-//! either way, and the nftables table is gone once `up` stops.
+//! either way, and the nftables table is gone once `up` stops. A Service's status shows its
+//! address only once the dataplane forwards it: a client that connects the moment it appears is
+//! never refused.
 //!
 //! Each run also times requests (one new connection each) through the load-balancer address and
 //! straight to a backend and prints both; `KUBE_LB_UP_REQUESTS=N` sets how many (default 200),
@@ -180,6 +182,60 @@ fn served(addr: SocketAddr) -> String {
     }
 }
 
+/// Creates LoadBalancer Services one after another (each with a slice to the demo backend),
+/// polls each one's status as fast as a client can and connects the moment it shows an address:
+/// the status must never show an address the dataplane does not forward yet.
+fn status_shows_only_forwarded_addresses(up: &mut Up, backend: SocketAddr, rounds: u16) {
+    let api = up.line("API server:");
+    let api = api.trim_start_matches("API server:").trim().to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        for round in 0..rounds {
+            let (name, port) = (format!("race-{round}"), 9100 + round);
+            let service = serde_json::json!({
+                "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": port, "targetPort": backend.port()}]},
+            });
+            let slice = serde_json::json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": name, "labels": {"kubernetes.io/service-name": name}},
+                "addressType": "IPv4",
+                "ports": [{"name": "http", "port": backend.port(), "protocol": "TCP"}],
+                "endpoints": [{"addresses": [backend.ip().to_string()], "conditions": {"ready": true}}],
+            });
+            for (path, body) in [
+                ("/api/v1/namespaces/demo/services", service),
+                ("/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices", slice),
+            ] {
+                let response = http.post(format!("{api}{path}")).json(&body).send().await.unwrap();
+                assert!(response.status().is_success(), "{path}: {}", response.status());
+            }
+            let deadline = Instant::now() + CEILING;
+            let address = loop {
+                let service: serde_json::Value = http
+                    .get(format!("{api}/api/v1/namespaces/demo/services/{name}"))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                if let Some(ip) = service.pointer("/status/loadBalancer/ingress/0/ip") {
+                    break SocketAddr::new(ip.as_str().unwrap().parse().unwrap(), port);
+                }
+                assert!(Instant::now() < deadline, "{name} got no address");
+            };
+            if let Err(error) = tokio::net::TcpStream::connect(address).await {
+                panic!("round {round}: {address} shown in the status but not forwarded: {error}");
+            }
+        }
+    });
+}
+
 /// Median and p99 in µs of `count` requests, each on a new connection.
 fn latency(addr: SocketAddr, count: usize) -> (f64, f64) {
     let mut samples: Vec<Duration> = (0..count)
@@ -246,6 +302,7 @@ fn as_root_with_nft_up_forwards_through_nftables_and_removes_its_table() {
     );
     let (lb, backend) = up.addresses();
     assert!(!served(lb).is_empty());
+    status_shows_only_forwarded_addresses(&mut up, backend, 20);
     let rules = Command::new("nft")
         .args(["list", "table", "ip", &table])
         .output()
@@ -277,6 +334,7 @@ fn without_nft_up_falls_back_to_userspace() {
     );
     let (lb, backend) = up.addresses();
     assert!(!served(lb).is_empty());
+    status_shows_only_forwarded_addresses(&mut up, backend, 20);
     measure("userspace", lb, backend);
     up.stop();
 }

@@ -542,6 +542,7 @@ pub async fn run_agent(api_url: &str, node_name: &str) -> Result<(), Box<dyn std
             min_sync_period: Duration::from_millis(50),
             sync_period: Duration::from_secs(5),
         },
+        handoff: None,
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let (stop, stopped) = tokio::sync::watch::channel(false);

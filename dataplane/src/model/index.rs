@@ -55,6 +55,8 @@ struct ServiceInfo {
     cluster_ips: Vec<IpAddr>,
     external_ips: Vec<IpAddr>,
     load_balancer_ips: Vec<IpAddr>,
+    /// `type: LoadBalancer`: only these take addresses from [`Index::set_assigned_ingress`].
+    is_load_balancer: bool,
     source_ranges: Vec<IpNet>,
     affinity_timeout: Option<Duration>,
     external_policy: TrafficPolicy,
@@ -121,6 +123,9 @@ pub struct Index {
     /// NodePort addresses set by the caller instead of the own Node's (see
     /// [`Index::set_nodeport_addresses`]).
     nodeport_override: Option<Vec<IpAddr>>,
+    /// Load-balancer addresses assigned in-process, ahead of the Services' status (see
+    /// [`Index::set_assigned_ingress`]).
+    assigned_ingress: HashMap<ServiceKey, Vec<IpAddr>>,
 }
 
 /// What an [`Index::refresh`] changed in its snapshot.
@@ -405,6 +410,38 @@ impl Index {
         self.nodeport_override = addresses;
     }
 
+    /// Serves `assigned` load-balancer addresses of `type: LoadBalancer` Services beside those
+    /// their status shows, from the next [`Index::refresh`] on. For `kube-lb up`, whose provider
+    /// runs in the same process: the address is forwarded before the status reports it, so a
+    /// client that waited for the status is never refused. Returns whether anything changed.
+    pub fn set_assigned_ingress(&mut self, assigned: HashMap<ServiceKey, Vec<IpAddr>>) -> bool {
+        let changed: Vec<ServiceKey> = self
+            .assigned_ingress
+            .keys()
+            .chain(assigned.keys())
+            .filter(|key| self.assigned_ingress.get(*key) != assigned.get(*key))
+            .cloned()
+            .collect();
+        self.assigned_ingress = assigned;
+        for key in &changed {
+            self.touch(key);
+        }
+        !changed.is_empty()
+    }
+
+    /// A Service's load-balancer addresses: its status's, then any assigned in-process.
+    fn load_balancer_ips(&self, key: &ServiceKey, service: &ServiceInfo) -> Vec<IpAddr> {
+        let mut ips = service.load_balancer_ips.clone();
+        if service.is_load_balancer {
+            for ip in self.assigned_ingress.get(key).into_iter().flatten() {
+                if !ips.contains(ip) {
+                    ips.push(*ip);
+                }
+            }
+        }
+        ips
+    }
+
     /// Brings the kept snapshot up to date and returns it with what changed: only Services
     /// touched since the last refresh are recomputed (all of them after a Node change), so one
     /// endpoint change costs one Service, not the cluster. Equal to [`Index::snapshot`] (with
@@ -586,7 +623,7 @@ impl Index {
             cluster_ips: service.cluster_ips.clone(),
             node_port: port.node_port,
             external_ips: service.external_ips.clone(),
-            load_balancer_ips: service.load_balancer_ips.clone(),
+            load_balancer_ips: self.load_balancer_ips(key, service),
             source_ranges: service.source_ranges.clone(),
             affinity_timeout: service.affinity_timeout,
             external_policy: service.external_policy,
@@ -776,6 +813,7 @@ fn normalise_service(service: &Service) -> Result<Option<ServiceInfo>, String> {
         cluster_ips,
         external_ips: parse_ips(spec.external_ips.iter().flatten()),
         load_balancer_ips,
+        is_load_balancer: is_lb,
         source_ranges,
         affinity_timeout,
         external_policy,

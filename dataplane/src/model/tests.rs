@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -736,4 +737,67 @@ fn refresh_keeps_the_snapshot_a_full_rebuild_would_compute() {
     let (snapshot, changes) = index.refresh();
     assert_eq!(snapshot.nodeport_addresses, [ip("10.9.9.9")]);
     assert!(changes.nodeport_addresses && changes.ports.is_empty());
+}
+
+#[test]
+fn assigned_load_balancer_addresses_are_served_before_the_status_shows_them() {
+    let mut index = index("n1", &[]);
+    index.apply_service(
+        &service("default", "web", "10.96.0.10")
+            .port("http", "TCP", 80)
+            .type_("LoadBalancer")
+            .build(),
+    );
+    index.apply_service(
+        &service("default", "internal", "10.96.0.11")
+            .port("http", "TCP", 80)
+            .build(),
+    );
+    index.refresh();
+    let assigned = |pairs: &[(&str, &str)]| -> HashMap<ServiceKey, Vec<IpAddr>> {
+        pairs
+            .iter()
+            .map(|(name, address)| (ServiceKey::new("default", *name), vec![ip(address)]))
+            .collect()
+    };
+    // A ClusterIP Service never takes an address, whatever a provider's table says.
+    assert!(index.set_assigned_ingress(assigned(&[
+        ("web", "127.240.0.2"),
+        ("internal", "127.240.0.3"),
+    ])));
+    let (snapshot, changes) = index.refresh();
+    assert_eq!(
+        port_of(snapshot, "web", 80, Protocol::Tcp).load_balancer_ips,
+        vec![ip("127.240.0.2")]
+    );
+    assert!(
+        port_of(snapshot, "internal", 80, Protocol::Tcp)
+            .load_balancer_ips
+            .is_empty()
+    );
+    // Only web's port model changed.
+    assert_eq!(changes.ports.len(), 1, "{changes:?}");
+    // The same table again changes nothing.
+    assert!(!index.set_assigned_ingress(assigned(&[
+        ("web", "127.240.0.2"),
+        ("internal", "127.240.0.3"),
+    ])));
+    // Once the status shows the address, it is served once; released, only the status's stays.
+    index.apply_service(
+        &service("default", "web", "10.96.0.10")
+            .port("http", "TCP", 80)
+            .load_balancer(&["127.240.0.2"])
+            .build(),
+    );
+    assert!(index.set_assigned_ingress(HashMap::new()));
+    let (snapshot, _) = index.refresh();
+    assert_eq!(
+        port_of(snapshot, "web", 80, Protocol::Tcp).load_balancer_ips,
+        vec![ip("127.240.0.2")]
+    );
+    assert_eq!(
+        index.snapshot(),
+        *index.refresh().0,
+        "refresh agrees with a full snapshot"
+    );
 }

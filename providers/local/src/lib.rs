@@ -13,8 +13,10 @@ pub mod ippool;
 pub mod pool;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::net::IpAddr;
-use std::sync::{Mutex, PoisonError};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use ipnet::IpNet;
@@ -143,6 +145,31 @@ pub struct LocalProvider {
     /// [`LocalProvider::observe_all`]: no address is handed out before every address the
     /// Services show is known to be taken.
     services_known: watch::Sender<bool>,
+    /// When set, `ensure` reports a load balancer only once it is served.
+    served: Gate,
+}
+
+/// Waits until a published load balancer is served: `Ok` once traffic to every address and
+/// port flows, `Err` with what is still missing when it gave up. Set by `kube-lb up`, whose
+/// in-process dataplane serves what this provider publishes ([`LocalProvider::gate_on_served`]).
+pub type ServedGate = Arc<
+    dyn Fn(LocalLoadBalancer) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The optional [`ServedGate`] (a closure has no `Debug`).
+#[derive(Default)]
+struct Gate(OnceLock<ServedGate>);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "Gate(set)"
+        } else {
+            "Gate(none)"
+        })
+    }
 }
 
 /// How long an `ensure` waits for the pools to be read before it fails as pending.
@@ -166,6 +193,25 @@ impl LocalProvider {
             changes: watch::Sender::new(0),
             pools_known: watch::Sender::new(true),
             services_known: watch::Sender::new(true),
+            served: Gate::default(),
+        }
+    }
+
+    /// Makes `ensure` wait, after publishing a load balancer, until `gate` says
+    /// it is served, and fail as pending (retried) when it is not: the Service's status then
+    /// shows an address only once connections to it are forwarded, as a cloud's load balancer
+    /// is ready when its address is reported. Set once; a later call changes nothing.
+    pub fn gate_on_served(&self, gate: ServedGate) {
+        let _ = self.served.0.set(gate);
+    }
+
+    /// Waits for the [`ServedGate`], if any.
+    async fn until_served(&self, lb: &LocalLoadBalancer) -> Result<(), ProviderError> {
+        match self.served.0.get() {
+            Some(gate) => gate(lb.clone())
+                .await
+                .map_err(|missing| ProviderError::pending("serve", missing)),
+            None => Ok(()),
         }
     }
 
@@ -575,7 +621,12 @@ impl LoadBalancerProvider for LocalProvider {
             }
         };
         match step {
-            Step::InSync(lb) => return Ok(lb.status()),
+            Step::InSync(lb) => {
+                // Also here: an ensure that gave up waiting left the address published, and
+                // its retry finds it in sync.
+                self.until_served(&lb).await?;
+                return Ok(lb.status());
+            }
             Step::Republish(lb) => {
                 // Adopted from the Service's status (at start-up, or as shown): the addresses
                 // are the Service's already, so a restart's first pass changes nothing and
@@ -585,6 +636,7 @@ impl LoadBalancerProvider for LocalProvider {
                     self.bump();
                 }
                 self.publish(service, Some(lb.clone()));
+                self.until_served(&lb).await?;
                 return Ok(lb.status());
             }
             Step::Allocate(_) => {}
@@ -616,6 +668,7 @@ impl LoadBalancerProvider for LocalProvider {
             pool = lb.pool.as_deref().unwrap_or_default(),
             "local load balancer ensured"
         );
+        self.until_served(&lb).await?;
         Ok(lb.status())
     }
 
@@ -781,6 +834,46 @@ mod tests {
             1
         );
         assert_eq!(rx.borrow().values().next().unwrap().ports[0].port, 8080);
+    }
+
+    #[tokio::test]
+    async fn a_served_gate_holds_the_status_until_it_opens_and_a_closed_one_is_pending() {
+        let p = provider("127.0.0.10-127.0.0.20");
+        let (open_tx, open) = watch::channel(false);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let seen_by_gate = seen.clone();
+        p.gate_on_served(Arc::new(move |lb| {
+            seen_by_gate
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(lb.ip);
+            let mut open = open.clone();
+            Box::pin(async move {
+                tokio::select! {
+                    opened = open.wait_for(|open| *open) => opened.map(drop).map_err(|e| e.to_string()),
+                    () = tokio::time::sleep(std::time::Duration::from_millis(50)) => {
+                        Err("127.0.0.10:80/Tcp not forwarded".to_string())
+                    }
+                }
+            })
+        }));
+        // Closed: the address is published (the dataplane can take it) but not reported.
+        let rx = p.subscribe();
+        let err = p.ensure(&spec("web", 80), &[]).await.unwrap_err();
+        assert_eq!(err.class(), "retryable", "{err}");
+        assert!(err.to_string().contains("not forwarded"), "{err}");
+        assert_eq!(rx.borrow().len(), 1);
+        // Open: the retry, in sync with what was published, is reported.
+        open_tx.send_replace(true);
+        let status = p.ensure(&spec("web", 80), &[]).await.unwrap();
+        assert_eq!(ip_of(&status).to_string(), "127.0.0.10");
+        let asked: Vec<String> = seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(asked, ["127.0.0.10", "127.0.0.10"]);
     }
 
     #[tokio::test]

@@ -572,6 +572,7 @@ pub fn node_proxy(
             min_sync_period,
             sync_period,
         },
+        handoff: None,
     };
     (proxy, health)
 }
