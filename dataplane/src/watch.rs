@@ -44,11 +44,13 @@ pub enum Dataplane {
 impl Dataplane {
     /// Programs `snapshot`. `changed`: the ports that may differ from the last successful
     /// sync (`None`: any may), so the nftables backend compares and renders only those.
+    /// Says what of it the backend could not serve.
     pub async fn sync(
         &mut self,
         snapshot: &Snapshot,
         changed: Option<&BTreeSet<PortKey>>,
-    ) -> Result<(), NftError> {
+    ) -> Result<Synced, NftError> {
+        let mut synced = Synced::default();
         match self {
             Dataplane::Nft(backend) => {
                 let report = backend.sync_changed(snapshot, changed).await?;
@@ -74,9 +76,23 @@ impl Dataplane {
                 }
                 for key in &report.skipped_sctp {
                     tracing::warn!(service = %key, "SCTP is not proxied by the userspace backend");
+                    for ip in snapshot
+                        .ports
+                        .get(key)
+                        .into_iter()
+                        .flat_map(|m| &m.load_balancer_ips)
+                    {
+                        synced.not_served.insert((*ip, key.port, key.protocol));
+                    }
                 }
                 for (frontend, error) in &report.failed {
                     tracing::warn!(%frontend, %error, "cannot listen");
+                    synced.not_served.insert((
+                        frontend.addr.ip(),
+                        frontend.addr.port(),
+                        frontend.protocol,
+                    ));
+                    synced.retry = true;
                 }
                 tracing::info!(
                     opened = report.opened.len(),
@@ -87,10 +103,10 @@ impl Dataplane {
                 );
             }
             Dataplane::NoNodePorts(inner) => {
-                Box::pin(inner.sync(&without_node_ports(snapshot), changed)).await?;
+                synced = Box::pin(inner.sync(&without_node_ports(snapshot), changed)).await?;
             }
         }
-        Ok(())
+        Ok(synced)
     }
 
     /// Removes what the backend added to the node that would outlive the process: the
@@ -107,6 +123,17 @@ impl Dataplane {
             Dataplane::NoNodePorts(inner) => Box::pin(inner.shutdown()).await,
         }
     }
+}
+
+/// What a successful sync could not do.
+#[derive(Debug, Default)]
+pub struct Synced {
+    /// Load-balancer frontends not served (a userspace listener whose port is taken, SCTP in
+    /// userspace mode); the hand-off does not report them as served.
+    pub not_served: ServedFrontends,
+    /// Something may work on a later try (a port that was taken): sync again after the retry
+    /// interval even if nothing changes.
+    pub retry: bool,
 }
 
 /// `snapshot` without NodePorts, externalIPs and health-check node ports.
@@ -436,6 +463,9 @@ pub async fn run_with_addresses(
         Relist::default(),
     );
     let mut dirty = false;
+    // When the last sync left something to retry (see [`Synced::retry`]): then the snapshot is
+    // applied again even if nothing changed.
+    let mut retry_at: Option<Instant> = None;
     let mut next_sync = Instant::now();
     // What changed since the last successful sync (`None`: nothing was synced yet). The index
     // keeps the snapshot itself; only the changed ports are compared and rendered.
@@ -445,7 +475,12 @@ pub async fn run_with_addresses(
     tokio::pin!(shutdown);
 
     loop {
-        let sync_due = dirty && services.synced && slices.synced && nodes.synced;
+        let sync_due =
+            (dirty || retry_at.is_some()) && services.synced && slices.synced && nodes.synced;
+        let wake = match retry_at {
+            Some(at) if !dirty => at,
+            _ => next_sync,
+        };
         tokio::select! {
             () = &mut shutdown => {
                 proxy.dataplane.shutdown().await;
@@ -499,7 +534,7 @@ pub async fn run_with_addresses(
                     proxy.health.queued_update();
                 }
             }
-            () = tokio::time::sleep_until(next_sync), if sync_due => {
+            () = tokio::time::sleep_until(wake), if sync_due => {
                 for (service, warning) in index.warnings() {
                     tracing::warn!(%service, %warning, "service not proxied");
                 }
@@ -524,14 +559,14 @@ pub async fn run_with_addresses(
                 let first = unsynced.is_none();
                 let pending = unsynced.get_or_insert_with(SnapshotChanges::default);
                 pending.extend(changes);
-                if !first && pending.is_empty() {
+                if !first && pending.is_empty() && retry_at.is_none() {
                     // Changes that cancel out, or touch fields the dataplane ignores, cost nothing.
                     dirty = false;
                     proxy.health.updated();
                     continue;
                 }
                 match proxy.dataplane.sync(snapshot, (!first).then_some(&pending.ports)).await {
-                    Ok(()) => {
+                    Ok(synced) => {
                         if restrict_health_bind {
                             proxy.service_health.set_bind_ips(snapshot.nodeport_addresses.clone());
                         }
@@ -543,8 +578,14 @@ pub async fn run_with_addresses(
                         unsynced = Some(SnapshotChanges::default());
                         next_sync = Instant::now() + proxy.timing.min_sync_period;
                         if let Some(handoff) = &proxy.handoff {
-                            handoff.served.send_replace(served_frontends(snapshot));
+                            let mut served = served_frontends(snapshot);
+                            served.retain(|frontend| !synced.not_served.contains(frontend));
+                            handoff.served.send_replace(served);
                         }
+                        // Not a pending change: health stays as this sync left it.
+                        retry_at = synced
+                            .retry
+                            .then(|| Instant::now() + proxy.timing.sync_period);
                     }
                     Err(error) => {
                         // The transaction was refused as a whole: the kernel still holds the

@@ -423,9 +423,10 @@ async fn run_dataplane(
         // No batching: here the dataplane is the load balancer, and the provider waits for its
         // sync before it reports an address (the hand-off). One machine's few Services make
         // every sync cheap.
+        // A listener whose port was taken is tried again after `sync_period`.
         timing: Timing {
             min_sync_period: std::time::Duration::ZERO,
-            ..Timing::default()
+            sync_period: std::time::Duration::from_secs(5),
         },
         handoff: Some(handoff),
     };

@@ -236,6 +236,84 @@ fn status_shows_only_forwarded_addresses(up: &mut Up, backend: SocketAddr, round
     });
 }
 
+/// In userspace mode a Service port that another program holds on every address cannot be
+/// listened on: the Service gets no address (it would reach that program, not the Service) until
+/// the port is free, then it does, and is forwarded.
+fn a_taken_port_gets_no_address_until_it_is_free(up: &mut Up, backend: SocketAddr) {
+    let blocker = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = blocker.local_addr().unwrap().port();
+    let api = up.line("API server:");
+    let api = api.trim_start_matches("API server:").trim().to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let service = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken"},
+            "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": port, "targetPort": backend.port()}]},
+        });
+        let slice = serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "taken", "labels": {"kubernetes.io/service-name": "taken"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": backend.port(), "protocol": "TCP"}],
+            "endpoints": [{"addresses": [backend.ip().to_string()], "conditions": {"ready": true}}],
+        });
+        for (path, body) in [
+            ("/api/v1/namespaces/demo/services", service),
+            ("/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices", slice),
+        ] {
+            let response = http.post(format!("{api}{path}")).json(&body).send().await.unwrap();
+            assert!(response.status().is_success(), "{path}: {}", response.status());
+        }
+        let address = || async {
+            let service: serde_json::Value = http
+                .get(format!("{api}/api/v1/namespaces/demo/services/taken"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            service
+                .pointer("/status/loadBalancer/ingress/0/ip")
+                .and_then(|ip| ip.as_str()?.parse::<std::net::IpAddr>().ok())
+        };
+        // The event says why; the status stays empty while the port is held.
+        let deadline = Instant::now() + CEILING;
+        loop {
+            let events: serde_json::Value = http
+                .get(format!("{api}/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=taken"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if events.to_string().contains("does not forward") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no event about the taken port: {events}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(address().await, None, "an address shown while its port is taken");
+        drop(blocker);
+        let deadline = Instant::now() + CEILING;
+        let ip = loop {
+            if let Some(ip) = address().await {
+                break ip;
+            }
+            assert!(Instant::now() < deadline, "no address once the port was free");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        tokio::net::TcpStream::connect(SocketAddr::new(ip, port))
+            .await
+            .unwrap();
+    });
+}
+
 /// Median and p99 in µs of `count` requests, each on a new connection.
 fn latency(addr: SocketAddr, count: usize) -> (f64, f64) {
     let mut samples: Vec<Duration> = (0..count)
@@ -345,8 +423,9 @@ fn dataplane_flag_userspace_wins_over_a_usable_nft() {
     let mut up = Up::start(&pool(243), &table, &["--dataplane", "userspace"], None);
     let dataplane = up.line("dataplane:");
     assert_eq!(dataplane, "dataplane:   userspace (--dataplane userspace)");
-    let (lb, _) = up.addresses();
+    let (lb, backend) = up.addresses();
     assert!(!served(lb).is_empty());
+    a_taken_port_gets_no_address_until_it_is_free(&mut up, backend);
     up.stop();
     assert!(!nft_table_exists(&table), "userspace mode made no table");
 }
