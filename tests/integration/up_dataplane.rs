@@ -182,53 +182,92 @@ fn served(addr: SocketAddr) -> String {
     }
 }
 
-/// Creates LoadBalancer Services one after another (each with a slice to the demo backend),
-/// polls each one's status as fast as a client can and connects the moment it shows an address:
-/// the status must never show an address the dataplane does not forward yet.
-fn status_shows_only_forwarded_addresses(up: &mut Up, backend: SocketAddr, rounds: u16) {
-    let api = up.line("API server:");
-    let api = api.trim_start_matches("API server:").trim().to_string();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// `up`'s API server over plain HTTP, for the tests that write Services while it runs.
+struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    fn of(up: &mut Up) -> Api {
+        let line = up.line("API server:");
+        Api {
+            http: reqwest::Client::new(),
+            base: line.trim_start_matches("API server:").trim().to_string(),
+        }
+    }
+
+    async fn get(&self, path: &str) -> serde_json::Value {
+        let response = self.http.get(format!("{}{path}", self.base)).send().await;
+        response.unwrap().json().await.unwrap()
+    }
+
+    /// A LoadBalancer Service `demo/<name>` on `port` with a slice to `backend`.
+    async fn service_to(&self, name: &str, port: u16, backend: SocketAddr) {
+        let service = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": port, "targetPort": backend.port()}]},
+        });
+        let slice = serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": backend.port(), "protocol": "TCP"}],
+            "endpoints": [{"addresses": [backend.ip().to_string()], "conditions": {"ready": true}}],
+        });
+        for (path, body) in [
+            ("/api/v1/namespaces/demo/services", service),
+            (
+                "/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices",
+                slice,
+            ),
+        ] {
+            let url = format!("{}{path}", self.base);
+            let response = self.http.post(url).json(&body).send().await.unwrap();
+            assert!(
+                response.status().is_success(),
+                "{path}: {}",
+                response.status()
+            );
+        }
+    }
+
+    /// The address `demo/<name>`'s status shows, if any.
+    async fn address(&self, name: &str) -> Option<std::net::IpAddr> {
+        let service = self
+            .get(&format!("/api/v1/namespaces/demo/services/{name}"))
+            .await;
+        service
+            .pointer("/status/loadBalancer/ingress/0/ip")
+            .and_then(|ip| ip.as_str()?.parse().ok())
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    runtime.block_on(async {
-        let http = reqwest::Client::new();
+        .unwrap()
+        .block_on(future)
+}
+
+/// Creates LoadBalancer Services one after another, polls each one's status as fast as a client
+/// can and connects the moment it shows an address: the status must never show an address the
+/// dataplane does not forward yet.
+fn status_shows_only_forwarded_addresses(up: &mut Up, backend: SocketAddr, rounds: u16) {
+    let api = Api::of(up);
+    block_on(async {
         for round in 0..rounds {
             let (name, port) = (format!("race-{round}"), 9100 + round);
-            let service = serde_json::json!({
-                "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-                "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": port, "targetPort": backend.port()}]},
-            });
-            let slice = serde_json::json!({
-                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": name, "labels": {"kubernetes.io/service-name": name}},
-                "addressType": "IPv4",
-                "ports": [{"name": "http", "port": backend.port(), "protocol": "TCP"}],
-                "endpoints": [{"addresses": [backend.ip().to_string()], "conditions": {"ready": true}}],
-            });
-            for (path, body) in [
-                ("/api/v1/namespaces/demo/services", service),
-                ("/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices", slice),
-            ] {
-                let response = http.post(format!("{api}{path}")).json(&body).send().await.unwrap();
-                assert!(response.status().is_success(), "{path}: {}", response.status());
-            }
+            api.service_to(&name, port, backend).await;
             let deadline = Instant::now() + CEILING;
-            let address = loop {
-                let service: serde_json::Value = http
-                    .get(format!("{api}/api/v1/namespaces/demo/services/{name}"))
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                if let Some(ip) = service.pointer("/status/loadBalancer/ingress/0/ip") {
-                    break SocketAddr::new(ip.as_str().unwrap().parse().unwrap(), port);
+            let ip = loop {
+                if let Some(ip) = api.address(&name).await {
+                    break ip;
                 }
                 assert!(Instant::now() < deadline, "{name} got no address");
             };
+            let address = SocketAddr::new(ip, port);
             if let Err(error) = tokio::net::TcpStream::connect(address).await {
                 panic!("round {round}: {address} shown in the status but not forwarded: {error}");
             }
@@ -242,70 +281,39 @@ fn status_shows_only_forwarded_addresses(up: &mut Up, backend: SocketAddr, round
 fn a_taken_port_gets_no_address_until_it_is_free(up: &mut Up, backend: SocketAddr) {
     let blocker = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = blocker.local_addr().unwrap().port();
-    let api = up.line("API server:");
-    let api = api.trim_start_matches("API server:").trim().to_string();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let http = reqwest::Client::new();
-        let service = serde_json::json!({
-            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "taken"},
-            "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": port, "targetPort": backend.port()}]},
-        });
-        let slice = serde_json::json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": "taken", "labels": {"kubernetes.io/service-name": "taken"}},
-            "addressType": "IPv4",
-            "ports": [{"name": "http", "port": backend.port(), "protocol": "TCP"}],
-            "endpoints": [{"addresses": [backend.ip().to_string()], "conditions": {"ready": true}}],
-        });
-        for (path, body) in [
-            ("/api/v1/namespaces/demo/services", service),
-            ("/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices", slice),
-        ] {
-            let response = http.post(format!("{api}{path}")).json(&body).send().await.unwrap();
-            assert!(response.status().is_success(), "{path}: {}", response.status());
-        }
-        let address = || async {
-            let service: serde_json::Value = http
-                .get(format!("{api}/api/v1/namespaces/demo/services/taken"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            service
-                .pointer("/status/loadBalancer/ingress/0/ip")
-                .and_then(|ip| ip.as_str()?.parse::<std::net::IpAddr>().ok())
-        };
+    let api = Api::of(up);
+    block_on(async {
+        api.service_to("taken", port, backend).await;
         // The event says why; the status stays empty while the port is held.
         let deadline = Instant::now() + CEILING;
         loop {
-            let events: serde_json::Value = http
-                .get(format!("{api}/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=taken"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let events = api
+                .get("/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name=taken")
+                .await;
             if events.to_string().contains("does not forward") {
                 break;
             }
-            assert!(Instant::now() < deadline, "no event about the taken port: {events}");
+            assert!(
+                Instant::now() < deadline,
+                "no event about the taken port: {events}"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        assert_eq!(address().await, None, "an address shown while its port is taken");
+        assert_eq!(
+            api.address("taken").await,
+            None,
+            "an address shown while its port is taken"
+        );
         drop(blocker);
         let deadline = Instant::now() + CEILING;
         let ip = loop {
-            if let Some(ip) = address().await {
+            if let Some(ip) = api.address("taken").await {
                 break ip;
             }
-            assert!(Instant::now() < deadline, "no address once the port was free");
+            assert!(
+                Instant::now() < deadline,
+                "no address once the port was free"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         tokio::net::TcpStream::connect(SocketAddr::new(ip, port))

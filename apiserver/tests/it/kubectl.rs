@@ -7,15 +7,8 @@ use crate::common;
 
 use std::path::Path;
 
-use common::{KUBECTL, kubectl, ok};
+use common::{KUBECTL, get_json, kubectl, ok};
 use kube_lb_apiserver::ApiServer;
-use serde_json::Value;
-
-async fn get_json(kubeconfig: &Path, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    serde_json::from_str(&ok(kubeconfig, &all).await).unwrap()
-}
 
 const MANIFEST_V1: &str = r#"apiVersion: v1
 kind: Service

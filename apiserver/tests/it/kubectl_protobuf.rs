@@ -10,16 +10,10 @@ use crate::common;
 
 use std::path::Path;
 
-use common::{kubectl, kubectl_rig, ok};
+use common::{get_json, kubectl, kubectl_rig, ok};
 use serde_json::{Value, json};
 
 const PROTOBUF: &str = "Content-Type: application/vnd.kubernetes.protobuf";
-
-async fn get_json(kubeconfig: &Path, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    serde_json::from_str(&ok(kubeconfig, &all).await).unwrap()
-}
 
 /// Runs kubectl at `-v=8` and checks that it sent a protobuf body, so this test keeps testing
 /// what it says if a kubectl release changes encodings.

@@ -101,6 +101,13 @@ pub async fn ok(kubeconfig: &std::path::Path, args: &[&str]) -> String {
     stdout
 }
 
+/// Runs kubectl with `-o json` and parses what it printed; a failure fails the test.
+pub async fn get_json(kubeconfig: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&ok(kubeconfig, &all).await).unwrap()
+}
+
 /// A server, and a kubeconfig in a temporary directory (which lives as long as this) that
 /// points kubectl at it.
 pub struct KubectlRig {
