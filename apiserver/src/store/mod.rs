@@ -941,6 +941,28 @@ fn label_namespace_name(object: &mut Value, name: &str) {
     }
 }
 
+/// A namespace's `spec.finalizers`: `[kubernetes]` when it is created, whatever the client sent,
+/// and unchanged by updates (kube-apiserver's namespace strategy; only the namespace controller
+/// changes them, through `/finalize`). This server deletes a namespace's contents at once and
+/// does not wait for them.
+fn keep_namespace_finalizers(old: Option<&Value>, object: &mut Value) {
+    let finalizers = match old {
+        None => Some(json!(["kubernetes"])),
+        Some(old) => old.pointer("/spec/finalizers").cloned(),
+    };
+    if !object.get("spec").is_some_and(Value::is_object) {
+        object["spec"] = json!({});
+    }
+    match finalizers {
+        Some(finalizers) => object["spec"]["finalizers"] = finalizers,
+        None => {
+            if let Some(spec) = object["spec"].as_object_mut() {
+                spec.remove("finalizers");
+            }
+        }
+    }
+}
+
 /// Per-kind create-time resets kube-apiserver performs.
 fn prepare_create(def: &ResourceDef, object: &mut Value) {
     match def.kind {
@@ -1077,6 +1099,7 @@ fn admit(
     default_protocols(def, object);
     if resource == resources::namespaces() {
         label_namespace_name(object, &name);
+        keep_namespace_finalizers(old, object);
     }
     if resource == resources::services() {
         let admitted = match (write.part, old) {

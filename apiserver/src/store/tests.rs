@@ -489,7 +489,7 @@ fn expiry_takes_only_events_older_than_the_ttl_restored_ones_from_their_last_wri
 }
 
 #[test]
-fn namespaces_always_carry_their_name_label() {
+fn namespaces_always_carry_their_name_label_and_the_kubernetes_finalizer() {
     let s = store(10);
     let namespace = |labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": labels}});
     let created = s
@@ -499,6 +499,7 @@ fn namespaces_always_carry_their_name_label() {
         created["metadata"]["labels"],
         json!({"kubernetes.io/metadata.name": "team-a"})
     );
+    assert_eq!(created["spec"], json!({"finalizers": ["kubernetes"]}));
     // A client cannot drop or forge it; its other labels stay.
     for labels in [
         json!({"tier": "front"}),
@@ -522,5 +523,6 @@ fn namespaces_always_carry_their_name_label() {
             updated["metadata"]["labels"],
             json!({"tier": "front", "kubernetes.io/metadata.name": "team-a"})
         );
+        assert_eq!(updated["spec"], json!({"finalizers": ["kubernetes"]}));
     }
 }
