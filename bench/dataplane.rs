@@ -988,7 +988,20 @@ const PROXY_THREADS: usize = 2;
 /// target's figure is its total over all its slices: a load change hits every target alike.
 /// `--rounds N` sets the slices per figure (default 10 of 0.5 s; 2 with `--quick`);
 /// `--only-new-connections` measures the new-connection figure alone, `--only-stream` the one-stream one.
+/// nftables tables on this machine: any NAT table makes the kernel track every connection, and
+/// at these rates the conntrack table fills and new connections are dropped (the run stalls).
+fn warn_about_nft_tables() {
+    let tables = sh(&["nft", "list", "tables"]);
+    if !tables.trim().is_empty() {
+        println!(
+            "\nWARNING: nftables tables exist here ({}); a NAT table among them makes the kernel track every connection, and this benchmark's rates fill the conntrack table (new connections dropped, the run stalls). Remove leftovers first.",
+            tables.lines().map(str::trim).collect::<Vec<_>>().join(", ")
+        );
+    }
+}
+
 fn userspace_benchmarks(quick: bool) {
+    warn_about_nft_tables();
     let rounds: usize = std::env::args()
         .skip_while(|arg| arg != "--rounds")
         .nth(1)

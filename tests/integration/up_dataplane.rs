@@ -55,6 +55,8 @@ struct Up {
     lines: mpsc::Receiver<String>,
     /// Lines read so far.
     seen: Vec<String>,
+    /// Its nftables table, removed by [`Drop`] if a failed test left it.
+    table: String,
 }
 
 impl Up {
@@ -91,6 +93,7 @@ impl Up {
             child,
             lines,
             seen: Vec::new(),
+            table: table.to_string(),
         }
     }
 
@@ -147,9 +150,18 @@ impl Up {
 }
 
 impl Drop for Up {
+    /// A test that failed still leaves the machine clean: `up` killed outright keeps its NAT
+    /// table, and any NAT table makes the kernel track every connection of the machine, which a
+    /// later load test (the userspace bench) fills until new connections are dropped.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for family in ["ip", "ip6"] {
+            let _ = Command::new("nft")
+                .args(["delete", "table", family, &self.table])
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
