@@ -222,8 +222,7 @@ impl ApiError {
         Self::invalid_kind("meta.k8s.io", kind, None, causes)
     }
 
-    /// 422 with field causes for an object of any kind, served or not (an access review).
-    pub fn invalid_kind(group: &str, kind: &str, name: Option<&str>, causes: Vec<Cause>) -> Self {
+    fn invalid_kind(group: &str, kind: &str, name: Option<&str>, causes: Vec<Cause>) -> Self {
         let rendered = causes
             .iter()
             .map(Cause::render)

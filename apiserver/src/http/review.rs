@@ -8,6 +8,7 @@
 
 use serde_json::{Value, json};
 
+use crate::resources::ResourceDef;
 use crate::status::{ApiError, Cause};
 
 /// The API group and version of the reviews.
@@ -41,6 +42,30 @@ impl Review {
         }
     }
 
+    fn singular(self) -> &'static str {
+        match self {
+            Review::Access => "selfsubjectaccessreview",
+            Review::Rules => "selfsubjectrulesreview",
+        }
+    }
+
+    /// The review as a resource (never stored, so never in the registry): what the shared type
+    /// check and validation errors name.
+    fn def(self) -> ResourceDef {
+        ResourceDef {
+            group: GROUP,
+            version: VERSION,
+            plural: self.plural(),
+            singular: self.singular(),
+            kind: self.kind(),
+            namespaced: false,
+            has_status: false,
+            sets_generation: false,
+            short_names: &[],
+            categories: &[],
+        }
+    }
+
     /// The review a path under `/apis/authorization.k8s.io/v1/` names.
     pub fn from_path(rest: &[&str]) -> Option<Review> {
         match rest {
@@ -61,11 +86,12 @@ pub fn resources() -> Vec<Value> {
     Review::ALL
         .into_iter()
         .map(|review| {
+            let def = review.def();
             json!({
-                "name": review.plural(),
-                "singularName": review.kind().to_lowercase(),
-                "namespaced": false,
-                "kind": review.kind(),
+                "name": def.plural,
+                "singularName": def.singular,
+                "namespaced": def.namespaced,
+                "kind": def.kind,
                 "verbs": ["create"],
             })
         })
@@ -74,17 +100,8 @@ pub fn resources() -> Vec<Value> {
 
 /// The answer to a posted review (201 with the review and its status), or why it is refused.
 pub fn answer(review: Review, mut object: Value) -> Result<Value, ApiError> {
-    let api_version = format!("{GROUP}/{VERSION}");
-    let kind = object.get("kind").and_then(Value::as_str);
-    let sent_version = object.get("apiVersion").and_then(Value::as_str);
-    if kind.is_some_and(|k| k != review.kind()) || sent_version.is_some_and(|v| v != api_version) {
-        return Err(ApiError::bad_request(format!(
-            "the body is a {} {} but the request is for {api_version} {}",
-            sent_version.unwrap_or_default(),
-            kind.unwrap_or_default(),
-            review.kind()
-        )));
-    }
+    let def = review.def();
+    super::check_type(&def, &object)?;
     let spec = object.get("spec").cloned().unwrap_or(Value::Null);
     let status = match review {
         Review::Access => {
@@ -103,12 +120,7 @@ pub fn answer(review: Review, mut object: Value) -> Result<Value, ApiError> {
                 _ => Vec::new(),
             };
             if !causes.is_empty() {
-                return Err(ApiError::invalid_kind(
-                    GROUP,
-                    review.kind(),
-                    Some(""),
-                    causes,
-                ));
+                return Err(ApiError::invalid(&def, "", causes));
             }
             json!({
                 "allowed": true,
@@ -121,8 +133,8 @@ pub fn answer(review: Review, mut object: Value) -> Result<Value, ApiError> {
             "incomplete": false,
         }),
     };
-    object["apiVersion"] = json!(api_version);
-    object["kind"] = json!(review.kind());
+    object["apiVersion"] = json!(def.api_version());
+    object["kind"] = json!(def.kind);
     if !object.get("metadata").is_some_and(Value::is_object) {
         object["metadata"] = json!({});
     }
