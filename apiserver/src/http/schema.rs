@@ -389,10 +389,12 @@ fn mismatch(path: &str, expected: &'static str, value: &Value) -> Problem {
     }
 }
 
-/// kube-apiserver (Go) writes RFC 3339 with `Z` or a numeric offset.
+/// What Go's `time.Parse(time.RFC3339, …)` takes (and typed clients such as kube-rs read back):
+/// `T` between date and time, any fraction of a second, and `Z` or a numeric offset — never a
+/// time without its zone.
 fn is_rfc3339(text: &str) -> bool {
-    if humantime::parse_rfc3339_weak(text).is_ok() {
-        return true;
+    if text.ends_with('Z') {
+        return humantime::parse_rfc3339(text).is_ok();
     }
     // `…+02:00` / `…-05:30`: check the time part with `Z`, then the offset's shape.
     let Some(split) = text.len().checked_sub(6) else {
@@ -408,7 +410,7 @@ fn is_rfc3339(text: &str) -> bool {
                 && b[3] == b':'
                 && b[4].is_ascii_digit()
                 && b[5].is_ascii_digit()
-                && humantime::parse_rfc3339_weak(&format!("{time}Z")).is_ok()
+                && humantime::parse_rfc3339(&format!("{time}Z")).is_ok()
         }
         _ => false,
     }
@@ -566,6 +568,27 @@ mod tests {
 
     use super::*;
     use crate::resources;
+
+    /// Times as Go's RFC 3339 parser takes them: a zone is required (a fuzzed Lease with
+    /// `renewTime: 2024-01-01T00:00:00.0` was stored, and kube-rs could not read it back).
+    #[test]
+    fn times_need_a_t_and_a_zone() {
+        for (text, ok) in [
+            ("2024-01-01T00:00:00Z", true),
+            ("2024-01-01T00:00:00.123456Z", true),
+            ("2024-01-01T00:00:00.1Z", true),
+            ("2024-01-01T02:00:00+02:00", true),
+            ("2024-01-01T02:00:00.5-05:30", true),
+            ("2024-01-01T00:00:00.0", false),
+            ("2024-01-01T00:00:00", false),
+            ("2024-01-01 00:00:00Z", false),
+            ("2024-01-01T00:00:00+0200", false),
+            ("2024-13-01T00:00:00Z", false),
+            ("", false),
+        ] {
+            assert_eq!(is_rfc3339(text), ok, "{text:?}");
+        }
+    }
 
     fn def(kind: &str) -> &'static ResourceDef {
         let id = match kind {
