@@ -96,8 +96,12 @@ pub fn is_deleting(object: &Value) -> bool {
 
 /// Whether `name` is a DNS-1123 subdomain (the general rule for object names).
 pub fn is_dns1123_subdomain(name: &str) -> bool {
+    name.len() <= 253 && matches_subdomain_pattern(name)
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`, whatever the length.
+fn matches_subdomain_pattern(name: &str) -> bool {
     !name.is_empty()
-        && name.len() <= 253
         && name.split('.').all(|label| {
             !label.is_empty()
                 && label
@@ -127,11 +131,6 @@ pub fn is_dns1123_label(name: &str) -> bool {
     !name.is_empty() && name.len() <= 63 && !name.contains('.') && is_dns1123_subdomain(name)
 }
 
-/// Whether `name` is a DNS-1035 label (Service names: must start with a letter).
-pub fn is_dns1035_label(name: &str) -> bool {
-    is_dns1123_label(name) && name.starts_with(|c: char| c.is_ascii_lowercase())
-}
-
 /// kube-apiserver's message for a value that is not a DNS-1123 label (`IsDNS1123Label`).
 pub const DNS1123_LABEL_DETAIL: &str = "a lowercase RFC 1123 label must consist of lower case \
     alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. \
@@ -159,15 +158,127 @@ pub fn is_qualified_name(value: &str) -> bool {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, value),
     };
+    name.len() <= 63 && matches_name_pattern(name) && prefix.is_none_or(is_dns1123_subdomain)
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, the pattern of a qualified name's name part and
+/// of a non-empty label value.
+fn matches_name_pattern(name: &str) -> bool {
     let bytes = name.as_bytes();
-    let name_ok = !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+    bytes.first().is_some_and(u8::is_ascii_alphanumeric)
         && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
         && bytes
             .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    name_ok && prefix.is_none_or(is_dns1123_subdomain)
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// `IsQualifiedName`'s messages for `value`, word for word (k8s.io/apimachinery
+/// pkg/util/validation, v0.33): one per broken rule, empty when `value` is a qualified name.
+pub fn qualified_name_problems(value: &str) -> Vec<String> {
+    const NAME_RULE: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must \
+        start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
+        '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    let mut problems = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                problems.push("prefix part must be non-empty".to_string());
+            } else {
+                problems.extend(
+                    dns1123_subdomain_problems(prefix)
+                        .into_iter()
+                        .map(|problem| format!("prefix part {problem}")),
+                );
+            }
+            *name
+        }
+        _ => {
+            return vec![format!(
+                "a qualified name {NAME_RULE} with an optional DNS subdomain prefix and '/' (e.g. \
+                 'example.com/MyName')"
+            )];
+        }
+    };
+    if name.is_empty() {
+        problems.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        problems.push("name part must be no more than 63 characters".to_string());
+    }
+    if !matches_name_pattern(name) {
+        problems.push(format!("name part {NAME_RULE}"));
+    }
+    problems
+}
+
+/// `IsDNS1123Subdomain`'s messages for `value`, word for word.
+pub fn dns1123_subdomain_problems(value: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if value.len() > 253 {
+        problems.push("must be no more than 253 characters".to_string());
+    }
+    if !matches_subdomain_pattern(value) {
+        problems.push(DNS1123_SUBDOMAIN_DETAIL.to_string());
+    }
+    problems
+}
+
+/// kube-apiserver's message for a value that is not a DNS-1035 label (`IsDNS1035Label`).
+pub const DNS1035_LABEL_DETAIL: &str = "a DNS-1035 label must consist of lower case alphanumeric \
+    characters or '-', start with an alphabetic character, and end with an alphanumeric character \
+    (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+
+/// `IsDNS1123Label`'s messages for `value`, word for word (namespace names).
+pub fn dns1123_label_problems(value: &str) -> Vec<String> {
+    label_problems(
+        value,
+        matches_subdomain_pattern(value) && !value.contains('.'),
+        DNS1123_LABEL_DETAIL,
+    )
+}
+
+/// `IsDNS1035Label`'s messages for `value`, word for word (Service names).
+pub fn dns1035_label_problems(value: &str) -> Vec<String> {
+    let pattern_ok = matches_subdomain_pattern(value)
+        && !value.contains('.')
+        && value.starts_with(|c: char| c.is_ascii_lowercase());
+    label_problems(value, pattern_ok, DNS1035_LABEL_DETAIL)
+}
+
+fn label_problems(value: &str, pattern_ok: bool, detail: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if value.len() > 63 {
+        problems.push("must be no more than 63 characters".to_string());
+    }
+    if !pattern_ok {
+        problems.push(detail.to_string());
+    }
+    problems
+}
+
+/// Whether `value` is a valid label value: empty, or up to 63 alphanumerics, `-`, `_` or `.`,
+/// alphanumeric at both ends.
+pub fn is_label_value(value: &str) -> bool {
+    value.is_empty() || (value.len() <= 63 && matches_name_pattern(value))
+}
+
+/// kube-apiserver's message for a value that is not a label value (`IsValidLabelValue`).
+pub const LABEL_VALUE_DETAIL: &str = "a valid label must be an empty string or consist of \
+    alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric \
+    character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is \
+    '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+
+/// `IsValidLabelValue`'s messages for `value`, word for word.
+pub fn label_value_problems(value: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if value.len() > 63 {
+        problems.push("must be no more than 63 characters".to_string());
+    }
+    if !value.is_empty() && !matches_name_pattern(value) {
+        problems.push(LABEL_VALUE_DETAIL.to_string());
+    }
+    problems
 }
 
 #[cfg(test)]
@@ -188,6 +299,45 @@ mod tests {
         assert!(ts.ends_with('Z') && ts.len() == 20, "{ts}");
     }
 
+    /// The name rules' messages, word for word as kube-apiserver 1.33 words them.
+    #[test]
+    fn name_messages() {
+        let long = "a".repeat(64);
+        let too_long = "must be no more than 63 characters";
+        assert_eq!(dns1123_label_problems("web-1"), Vec::<String>::new());
+        assert_eq!(dns1123_label_problems("a.b"), [DNS1123_LABEL_DETAIL]);
+        assert_eq!(dns1123_label_problems(&long), [too_long]);
+        assert_eq!(
+            dns1035_label_problems(&format!("1{long}")),
+            [too_long, DNS1035_LABEL_DETAIL]
+        );
+        assert!(DNS1035_LABEL_DETAIL.ends_with("(e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"));
+        assert_eq!(
+            dns1123_subdomain_problems("example.com"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            dns1123_subdomain_problems("Example.com"),
+            [DNS1123_SUBDOMAIN_DETAIL]
+        );
+        assert_eq!(
+            dns1123_subdomain_problems(&format!("{}.a", "a".repeat(252))),
+            ["must be no more than 253 characters"]
+        );
+        assert_eq!(label_value_problems(""), Vec::<String>::new());
+        assert_eq!(label_value_problems("x_y.Z-1"), Vec::<String>::new());
+        assert_eq!(label_value_problems("-x"), [LABEL_VALUE_DETAIL]);
+        assert_eq!(
+            qualified_name_problems(&long),
+            ["name part must be no more than 63 characters"]
+        );
+        assert_eq!(
+            qualified_name_problems("example.com/").len(),
+            2,
+            "empty name part: empty and pattern"
+        );
+    }
+
     #[test]
     fn name_rules() {
         let cases: &[(&str, bool, bool, bool)] = &[
@@ -204,7 +354,7 @@ mod tests {
         for (name, sub, label, d1035) in cases {
             assert_eq!(is_dns1123_subdomain(name), *sub, "{name}");
             assert_eq!(is_dns1123_label(name), *label, "{name}");
-            assert_eq!(is_dns1035_label(name), *d1035, "{name}");
+            assert_eq!(dns1035_label_problems(name).is_empty(), *d1035, "{name}");
         }
         assert!(!is_dns1123_label(&"a".repeat(64)));
     }

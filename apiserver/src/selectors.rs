@@ -140,24 +140,6 @@ fn parse_requirement(req: &str) -> Result<LabelRequirement, SelectorError> {
     Err(SelectorError::MissingValues(req.to_string()))
 }
 
-/// Whether `value` may be a label value (`IsValidLabelValue`): empty, or up to 63
-/// alphanumerics, `-`, `_` and `.` that start and end alphanumeric.
-fn is_label_value(value: &str) -> bool {
-    let bytes = value.as_bytes();
-    bytes.is_empty()
-        || (bytes.len() <= 63
-            && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-            && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-            && bytes
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
-}
-
-const LABEL_VALUE_DETAIL: &str = "a valid label must be an empty string or consist of \
-    alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric \
-    character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is \
-    '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
-
 /// Checks a requirement's key and values as labels.Parse does
 /// (k8s.io/apimachinery/pkg/labels/selector.go `validateLabelKey`, `validateLabelValue`).
 fn validate_requirement(req: &LabelRequirement) -> Result<(), SelectorError> {
@@ -173,9 +155,10 @@ fn validate_requirement(req: &LabelRequirement) -> Result<(), SelectorError> {
         )));
     }
     for (i, value) in values.iter().enumerate() {
-        if !is_label_value(value) {
+        if !crate::meta::is_label_value(value) {
             return Err(SelectorError::InvalidLabel(format!(
-                "values[{i}][{key}]: Invalid value: {value:?}: {LABEL_VALUE_DETAIL}"
+                "values[{i}][{key}]: Invalid value: {value:?}: {}",
+                crate::meta::LABEL_VALUE_DETAIL
             )));
         }
     }

@@ -642,15 +642,8 @@ fn validate_load_balancer_status(causes: &mut Vec<Cause>, service: &Value, gate:
             (None, None) => {}
         }
         if let Some(hostname) = str_field(entry, "hostname").filter(|h| !h.is_empty()) {
-            if !meta::is_dns1123_subdomain(hostname) {
-                causes.push(Cause::invalid(
-                    at("hostname"),
-                    hostname,
-                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
-                     characters, '-' or '.', and must start and end with an alphanumeric \
-                     character (e.g. 'example.com', regex used for validation is \
-                     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
-                ));
+            for problem in meta::dns1123_subdomain_problems(hostname) {
+                causes.push(Cause::invalid(at("hostname"), hostname, &problem));
             }
             if is_ip_sloppy(hostname) {
                 causes.push(Cause::invalid(
@@ -714,16 +707,6 @@ fn go_strings(list: &[String]) -> String {
 /// first.
 pub fn validate(service: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
-    if let Some(name) = str_field(&service["metadata"], "name")
-        && !meta::is_dns1035_label(name)
-    {
-        causes.push(Cause::invalid(
-            "metadata.name",
-            name,
-            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', \
-             start with an alphabetic character, and end with an alphanumeric character",
-        ));
-    }
     if let (Some(mode), Some(hints)) = (
         annotation(service, TOPOLOGY_MODE_ANNOTATION),
         annotation(service, TOPOLOGY_HINTS_ANNOTATION),
@@ -774,13 +757,10 @@ pub fn validate(service: &Value) -> Vec<Cause> {
                 .trim_end_matches('.');
             if cname.is_empty() {
                 causes.push(Cause::required("spec.externalName"));
-            } else if !meta::is_dns1123_subdomain(cname) {
-                causes.push(Cause::invalid(
-                    "spec.externalName",
-                    cname,
-                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
-                     characters, '-' or '.', and must start and end with an alphanumeric character",
-                ));
+            } else {
+                for problem in meta::dns1123_subdomain_problems(cname) {
+                    causes.push(Cause::invalid("spec.externalName", cname, &problem));
+                }
             }
         }
         _ => {}
@@ -789,6 +769,10 @@ pub fn validate(service: &Value) -> Vec<Cause> {
     for (i, port) in port_list.iter().enumerate() {
         validate_port(&mut causes, port, port_list.len() > 1, &mut names, i);
     }
+    causes.extend(crate::validation::validate_labels(
+        "spec.selector",
+        spec.get("selector"),
+    ));
     match str_field(spec, "sessionAffinity") {
         None => causes.push(Cause::required("spec.sessionAffinity")),
         Some(affinity) => check_enum(
@@ -897,12 +881,8 @@ fn validate_port(
         None if require_name => causes.push(Cause::required(format!("{field}.name"))),
         None => {}
         Some(name) => {
-            if !meta::is_dns1123_label(name) {
-                causes.push(Cause::invalid(
-                    format!("{field}.name"),
-                    name,
-                    meta::DNS1123_LABEL_DETAIL,
-                ));
+            for problem in meta::dns1123_label_problems(name) {
+                causes.push(Cause::invalid(format!("{field}.name"), name, &problem));
             }
             if !names.insert(name.to_string()) {
                 causes.push(Cause::duplicate(format!("{field}.name"), name));

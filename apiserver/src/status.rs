@@ -80,6 +80,15 @@ impl Cause {
         }
     }
 
+    /// A `FieldValueTooLong` cause (`field.TooLong`, which leaves the value out).
+    pub fn too_long(field: impl Into<String>, max_bytes: usize) -> Self {
+        Self {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: may not be more than {max_bytes} bytes"),
+            field: field.into(),
+        }
+    }
+
     /// A `FieldValueForbidden` cause.
     pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
         Self {
@@ -215,6 +224,22 @@ impl ApiError {
         Self::invalid_kind(def.group, def.kind, Some(name), causes)
     }
 
+    /// The same 422 with `causes` listed before its own (kube-apiserver checks metadata before
+    /// a kind's fields and reports both in one error); other errors are returned unchanged.
+    pub fn with_causes_first(self, mut causes: Vec<Cause>) -> Self {
+        if self.code != 422 || self.details.causes.is_empty() {
+            return self;
+        }
+        let details = *self.details;
+        causes.extend(details.causes);
+        Self::invalid_kind(
+            details.group.as_deref().unwrap_or_default(),
+            details.kind.as_deref().unwrap_or_default(),
+            Some(details.name.as_deref().unwrap_or_default()),
+            causes,
+        )
+    }
+
     /// 422 for invalid request options (`ListOptions`, `PatchOptions`, `DeleteOptions`):
     /// kube-apiserver reports them as an invalid object of group `meta.k8s.io` with an empty
     /// name (`ListOptions.meta.k8s.io "" is invalid: ...`; handlers/get.go, handlers/patch.go).
@@ -283,6 +308,17 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// 500 for a create whose object names a resourceVersion: etcd3 storage refuses it (the
+    /// object was most likely copied from a read), and kube-apiserver passes that on as an
+    /// error of no known reason.
+    pub fn resource_version_on_create() -> Self {
+        Self::new(
+            500,
+            "",
+            "resourceVersion should not be set on objects to be created",
+        )
+    }
+
     /// 429 (fault injection).
     pub fn too_many_requests() -> Self {
         let mut err = Self::new(
@@ -321,6 +357,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            // metav1.StatusReasonUnknown is "", which Go leaves out.
+            if let Some(fields) = status.as_object_mut() {
+                fields.remove("reason");
+            }
+        }
         let mut details = serde_json::Map::new();
         let d = &self.details;
         if let Some(name) = &d.name {

@@ -253,11 +253,10 @@ fn check_string(s: &str, schema: &Value, path: &str, causes: &mut Vec<Cause>) {
     if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
         && length as u64 > max
     {
-        causes.push(Cause {
-            reason: "FieldValueTooLong",
-            message: format!("Too long: may not be more than {max} bytes"),
-            field: path.to_string(),
-        });
+        causes.push(Cause::too_long(
+            path,
+            usize::try_from(max).unwrap_or(usize::MAX),
+        ));
     }
     if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
         && (length as u64) < min

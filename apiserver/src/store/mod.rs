@@ -406,6 +406,15 @@ impl Store {
         mut object: Value,
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
+        // Storage's own check, which a dry run never reaches; `0` and versions that are not
+        // numbers pass it, as they do upstream.
+        if !dry_run
+            && meta::resource_version(&object)
+                .and_then(|version| version.parse::<u64>().ok())
+                .is_some_and(|version| version != 0)
+        {
+            return Err(ApiError::resource_version_on_create());
+        }
         let mut state = self.lock();
         let entry = state.entry(resource)?;
         let def = entry.def;
@@ -761,7 +770,9 @@ impl Store {
     /// such a Service: written while `AllowServiceLBStatusOnNonLB` was on (the default before
     /// kube 1.29), it stays in storage as it is until something writes it again. Client writes
     /// of `/status` get kube 1.33's Forbidden.
-    pub fn seed(&self, resource: ResourceId, object: Value) -> Result<Arc<Value>, ApiError> {
+    pub fn seed(&self, resource: ResourceId, mut object: Value) -> Result<Arc<Value>, ApiError> {
+        // A recorded object carries the version it had there; it gets one of this store's.
+        meta::metadata_mut(&mut object).remove("resourceVersion");
         let status = object.get("status").cloned();
         let namespace = meta::namespace(&object).map(str::to_string);
         let created = self.create(resource, namespace.as_deref(), object, false)?;
@@ -1076,7 +1087,9 @@ impl Write {
     }
 }
 
-/// Resource-specific validation and allocation (`old` is `None` on create).
+/// Validation and allocation (`old` is `None` on create): the metadata rules every kind meets,
+/// then the kind's own ([`admit_kind`]), reported together in one 422 with the metadata's
+/// causes first, as kube-apiserver's strategies do.
 fn admit(
     resource: ResourceId,
     entry: &Entry,
@@ -1090,12 +1103,46 @@ fn admit(
     // Names are checked when objects are created: an update cannot change one
     // (carry_system_metadata keeps it), and an update through events.k8s.io/v1 must not refuse
     // the name a core/v1 create accepted.
-    if old.is_none() {
-        let causes = name_causes(resource, def, &name);
-        if !causes.is_empty() {
-            return Err(ApiError::invalid(def, &name, causes));
+    let mut meta_causes = match old {
+        None => name_causes(resource, object),
+        Some(_) => Vec::new(),
+    };
+    if resource == resources::core_events() {
+        // Upstream's core/v1 Event strategy has no metadata rules: rest.BeforeCreate and
+        // BeforeUpdate apply the generic ones after the kind's own, as an error of their own.
+        if !meta_causes.is_empty() {
+            return Err(ApiError::invalid(def, &name, meta_causes));
         }
+        admit_kind(resource, entry, old, write, object, allocator)?;
+        let causes = validation::validate_object_meta(object, old.is_none());
+        if causes.is_empty() {
+            return Ok(());
+        }
+        return Err(ApiError::invalid(def, &name, causes));
     }
+    meta_causes.extend(validation::validate_object_meta(object, old.is_none()));
+    if meta_causes.is_empty() {
+        return admit_kind(resource, entry, old, write, object, allocator);
+    }
+    // The request fails whatever the kind's rules say: what they would allocate is thrown away.
+    let mut scratch = allocator.clone();
+    match admit_kind(resource, entry, old, write, object, &mut scratch) {
+        Err(error) if error.code == 422 => Err(error.with_causes_first(meta_causes)),
+        _ => Err(ApiError::invalid(def, &name, meta_causes)),
+    }
+}
+
+/// The kind's own validation, defaulting and allocation.
+fn admit_kind(
+    resource: ResourceId,
+    entry: &Entry,
+    old: Option<&Value>,
+    write: Write,
+    object: &mut Value,
+    allocator: &mut Allocator,
+) -> Result<(), ApiError> {
+    let def = &entry.def;
+    let name = meta::name(object).unwrap_or_default().to_string();
     default_protocols(def, object);
     if resource == resources::namespaces() {
         label_namespace_name(object, &name);
@@ -1163,30 +1210,37 @@ fn admit(
     Ok(())
 }
 
-/// What is wrong with the name of a new object: Namespaces need a DNS-1123 label, core/v1
-/// Events only a URL path segment (upstream gives them no ObjectMeta validation of their own,
-/// only rest.BeforeCreate's path-segment rule), every other kind a DNS-1123 subdomain.
-fn name_causes(resource: ResourceId, def: &ResourceDef, name: &str) -> Vec<Cause> {
-    if resource == resources::core_events() {
-        return meta::path_segment_name_problems(name)
-            .iter()
-            .map(|problem| Cause::invalid("metadata.name", name, problem))
-            .collect();
-    }
-    let name_ok = if def.kind == "Namespace" {
-        meta::is_dns1123_label(name)
+/// What is wrong with the name (and `generateName`) of a new object, in kube-apiserver's words:
+/// Namespaces need a DNS-1123 label, Services a DNS-1035 label, core/v1 Events only a URL path
+/// segment (upstream gives them no ObjectMeta validation of their own, only rest.BeforeCreate's
+/// path-segment rule), every other kind a DNS-1123 subdomain. A `generateName` is checked as a
+/// prefix: a trailing `-` is allowed.
+fn name_causes(resource: ResourceId, object: &Value) -> Vec<Cause> {
+    let problems: fn(&str) -> Vec<String> = if resource == resources::core_events() {
+        meta::path_segment_name_problems
+    } else if resource == resources::namespaces() {
+        meta::dns1123_label_problems
+    } else if resource == resources::services() {
+        meta::dns1035_label_problems
     } else {
-        meta::is_dns1123_subdomain(name)
+        meta::dns1123_subdomain_problems
     };
-    if name_ok {
-        return Vec::new();
+    let mut causes = Vec::new();
+    if let Some(prefix) = meta::meta_str(object, "generateName") {
+        // maskTrailingDash: `web-` stands for `web-` plus a suffix.
+        let masked = match prefix.strip_suffix('-') {
+            Some(head) if !head.is_empty() => format!("{head}a"),
+            _ => prefix.to_string(),
+        };
+        for problem in problems(&masked) {
+            causes.push(Cause::invalid("metadata.generateName", prefix, &problem));
+        }
     }
-    vec![Cause::invalid(
-        "metadata.name",
-        name,
-        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
-         characters, '-' or '.', and must start and end with an alphanumeric character",
-    )]
+    let name = meta::name(object).unwrap_or_default();
+    for problem in problems(name) {
+        causes.push(Cause::invalid("metadata.name", name, &problem));
+    }
+    causes
 }
 
 /// 422 naming the kind with its group (`IPPool.kube-lb.io "x" is invalid: ...`), as

@@ -87,11 +87,11 @@ pub fn validate_conditions(conditions: Option<&Value>, path: &str) -> Vec<Cause>
                 causes.push(Cause::invalid(at("reason"), reason, REASON_DETAIL));
             }
             if reason.len() > MAX_REASON_BYTES {
-                causes.push(too_long(at("reason"), MAX_REASON_BYTES));
+                causes.push(Cause::too_long(at("reason"), MAX_REASON_BYTES));
             }
         }
         if text("message").len() > MAX_MESSAGE_BYTES {
-            causes.push(too_long(at("message"), MAX_MESSAGE_BYTES));
+            causes.push(Cause::too_long(at("message"), MAX_MESSAGE_BYTES));
         }
     }
     causes
@@ -106,14 +106,6 @@ fn is_condition_reason(reason: &str) -> bool {
             .last()
             .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
         && bytes.iter().all(inner)
-}
-
-fn too_long(field: String, max: usize) -> Cause {
-    Cause {
-        reason: "FieldValueTooLong",
-        message: format!("Too long: may not be more than {max} bytes"),
-        field,
-    }
 }
 
 #[cfg(test)]

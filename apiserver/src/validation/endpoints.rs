@@ -51,19 +51,14 @@ fn address_rules(field: &str, text: &str, ip: IpAddr, allocator: &Allocator) -> 
 }
 
 fn check_dns_label(causes: &mut Vec<Cause>, field: String, value: &str) {
-    if !meta::is_dns1123_label(value) {
-        causes.push(Cause::invalid(field, value, meta::DNS1123_LABEL_DETAIL));
+    for problem in meta::dns1123_label_problems(value) {
+        causes.push(Cause::invalid(field.clone(), value, &problem));
     }
 }
 
 fn check_node_name(causes: &mut Vec<Cause>, field: String, value: &str) {
-    if !meta::is_dns1123_subdomain(value) {
-        causes.push(Cause::invalid(
-            field,
-            value,
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \
-             '-' or '.', and must start and end with an alphanumeric character",
-        ));
+    for problem in meta::dns1123_subdomain_problems(value) {
+        causes.push(Cause::invalid(field.clone(), value, &problem));
     }
 }
 

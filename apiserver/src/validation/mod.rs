@@ -1,16 +1,19 @@
 //! Validation of the endpoint resources, as kube-apiserver 1.33 does it: `ValidateEndpoints`
 //! (pkg/apis/core/validation/validation.go) and `ValidateEndpointSlice`
 //! (pkg/apis/discovery/validation/validation.go), and `metav1.Condition` lists
-//! ([`validate_conditions`]). Service validation lives with Service allocation in
+//! ([`validate_conditions`]), and the metadata rules every kind meets
+//! ([`validate_object_meta`]). Service validation lives with Service allocation in
 //! [`crate::services`].
 
 mod conditions;
 mod endpoints;
+mod object_meta;
 
 use std::net::IpAddr;
 
 pub use conditions::validate_conditions;
 pub use endpoints::{validate_endpoint_slice, validate_endpoints};
+pub use object_meta::{ANNOTATIONS_MAX_BYTES, validate_labels, validate_object_meta};
 
 use crate::status::Cause;
 

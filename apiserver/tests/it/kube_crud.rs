@@ -861,3 +861,197 @@ async fn service_status_conditions_are_merged_by_type_and_validated() {
     let after = services.get("web").await.unwrap();
     assert_eq!(types(after), ["example.com/Other"]);
 }
+
+/// Every kind's metadata is checked as kube-apiserver's ObjectMeta validation does: label keys
+/// and values, annotation keys, owner references and finalizer names, on create and on update
+/// (a Service's selector by the label rules too). Metadata causes come first in the same 422
+/// as the kind's own, and a refused create keeps nothing it would have allocated.
+#[tokio::test]
+async fn metadata_is_validated_like_kube_apiserver() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let client = server.client().unwrap();
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let causes = |status: &kube::core::Status| -> Vec<String> {
+        status
+            .details
+            .as_ref()
+            .map(|details| details.causes.iter().map(|c| c.field.clone()).collect())
+            .unwrap_or_default()
+    };
+
+    // A bad label and a bad port: one 422 naming both, the label first.
+    let bad_label = || Some([("bad label".to_string(), "x".to_string())].into());
+    let mut bad = service(
+        "web",
+        json!({"selector": {"app": "web"}, "ports": [{"port": 0}, {"name": "b", "port": 81}]}),
+    );
+    bad.metadata.labels = bad_label();
+    let error = api_error(
+        services
+            .create(&PostParams::default(), &bad)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (error.code, error.reason.as_str()),
+        (422, "Invalid"),
+        "{error:?}"
+    );
+    assert_eq!(causes(&error)[0], "metadata.labels", "{error:?}");
+    assert!(
+        causes(&error).contains(&"spec.ports[0].port".to_string()),
+        "{error:?}"
+    );
+    assert!(
+        error.message.contains(
+            "Invalid value: \"bad label\": name part must consist of alphanumeric characters"
+        ),
+        "{}",
+        error.message
+    );
+    // A bad label on an otherwise valid NodePort Service: refused, and its node port is not
+    // kept allocated.
+    let node_port = || {
+        service(
+            "web",
+            json!({"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80, "nodePort": 30555}]}),
+        )
+    };
+    let mut bad = node_port();
+    bad.metadata.labels = bad_label();
+    let error = api_error(
+        services
+            .create(&PostParams::default(), &bad)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(causes(&error), ["metadata.labels"], "{error:?}");
+    services
+        .create(&PostParams::default(), &node_port())
+        .await
+        .unwrap();
+
+    // The selector follows the label rules.
+    let selector = service(
+        "sel",
+        json!({"selector": {"app": "not a value"}, "ports": [{"port": 80}]}),
+    );
+    let error = api_error(
+        services
+            .create(&PostParams::default(), &selector)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(causes(&error), ["spec.selector"], "{error:?}");
+
+    // Updates: a label value, an annotation key, an owner reference without a uid.
+    for (patch, field) in [
+        (
+            json!({"metadata": {"labels": {"tier": "-front"}}}),
+            "metadata.labels",
+        ),
+        (
+            json!({"metadata": {"annotations": {"no spaces": "x"}}}),
+            "metadata.annotations",
+        ),
+        (
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": ""}]}}),
+            "metadata.ownerReferences.uid",
+        ),
+    ] {
+        let error = api_error(
+            services
+                .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(causes(&error), [field], "{patch}: {error:?}");
+    }
+    let stored = services.get("web").await.unwrap();
+    assert!(stored.metadata.annotations.is_none() && stored.metadata.owner_references.is_none());
+    // Valid metadata still goes through.
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"example.com/tier": "front_1"},
+                                             "annotations": {"Example.com/Note": "any text"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    // Other kinds: a finalizer name on create, and a core/v1 Event (whose own rules say nothing
+    // about labels) still gets the generic ones.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let lease: Lease = serde_json::from_value(
+        json!({"metadata": {"name": "l", "finalizers": ["bad finalizer"]}, "spec": {}}),
+    )
+    .unwrap();
+    let error = api_error(
+        leases
+            .create(&PostParams::default(), &lease)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(causes(&error), ["metadata.finalizers"], "{error:?}");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, "default");
+    let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "e", "labels": {"k": "bad value!"}},
+        "involvedObject": {"kind": "Service", "name": "web", "namespace": "default"},
+        "reason": "Test", "message": "m", "type": "Normal", "source": {"component": "test"},
+    }))
+    .unwrap();
+    let error = api_error(
+        events
+            .create(&PostParams::default(), &event)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(causes(&error), ["metadata.labels"], "{error:?}");
+}
+
+/// An object copied from a read (it names a resourceVersion) is refused on create with the
+/// plain 500 kube-apiserver's storage gives; `0`, a dry run and seeded manifests pass.
+#[tokio::test]
+async fn a_create_naming_a_resource_version_is_refused() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let services: Api<Service> = Api::namespaced(server.client().unwrap(), "default");
+    let with_version = |name: &str, version: &str| {
+        let mut object = lb_service(name, 80);
+        object.metadata.resource_version = Some(version.to_string());
+        object
+    };
+    let error = api_error(
+        services
+            .create(&PostParams::default(), &with_version("copied", "5"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(error.code, 500, "{error:?}");
+    assert_eq!(error.reason, "", "{error:?}");
+    assert_eq!(
+        error.message,
+        "resourceVersion should not be set on objects to be created"
+    );
+    assert!(services.get_opt("copied").await.unwrap().is_none());
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    services
+        .create(&dry_run, &with_version("copied", "5"))
+        .await
+        .unwrap();
+    let created = services
+        .create(&PostParams::default(), &with_version("zero", "0"))
+        .await
+        .unwrap();
+    assert_ne!(created.metadata.resource_version.as_deref(), Some("0"));
+    let mut recorded = serde_json::to_value(with_version("recorded", "12345")).unwrap();
+    recorded["apiVersion"] = json!("v1");
+    recorded["kind"] = json!("Service");
+    server.seed(recorded).unwrap();
+    assert!(services.get_opt("recorded").await.unwrap().is_some());
+}
