@@ -862,6 +862,18 @@ async fn service_status_conditions_are_merged_by_type_and_validated() {
     assert_eq!(types(after), ["example.com/Other"]);
 }
 
+/// The Status of a create that must be refused.
+async fn refused_create<K>(api: &Api<K>, object: &K) -> kube::core::Status
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    api_error(
+        api.create(&PostParams::default(), object)
+            .await
+            .unwrap_err(),
+    )
+}
+
 /// Every kind's metadata is checked as kube-apiserver's ObjectMeta validation does: label keys
 /// and values, annotation keys, owner references and finalizer names, on create and on update
 /// (a Service's selector by the label rules too). Metadata causes come first in the same 422
@@ -886,12 +898,7 @@ async fn metadata_is_validated_like_kube_apiserver() {
         json!({"selector": {"app": "web"}, "ports": [{"port": 0}, {"name": "b", "port": 81}]}),
     );
     bad.metadata.labels = bad_label();
-    let error = api_error(
-        services
-            .create(&PostParams::default(), &bad)
-            .await
-            .unwrap_err(),
-    );
+    let error = refused_create(&services, &bad).await;
     assert_eq!(
         (error.code, error.reason.as_str()),
         (422, "Invalid"),
@@ -919,12 +926,7 @@ async fn metadata_is_validated_like_kube_apiserver() {
     };
     let mut bad = node_port();
     bad.metadata.labels = bad_label();
-    let error = api_error(
-        services
-            .create(&PostParams::default(), &bad)
-            .await
-            .unwrap_err(),
-    );
+    let error = refused_create(&services, &bad).await;
     assert_eq!(causes(&error), ["metadata.labels"], "{error:?}");
     services
         .create(&PostParams::default(), &node_port())
@@ -936,12 +938,7 @@ async fn metadata_is_validated_like_kube_apiserver() {
         "sel",
         json!({"selector": {"app": "not a value"}, "ports": [{"port": 80}]}),
     );
-    let error = api_error(
-        services
-            .create(&PostParams::default(), &selector)
-            .await
-            .unwrap_err(),
-    );
+    let error = refused_create(&services, &selector).await;
     assert_eq!(causes(&error), ["spec.selector"], "{error:?}");
 
     // Updates: a label value, an annotation key, an owner reference without a uid.
@@ -989,12 +986,7 @@ async fn metadata_is_validated_like_kube_apiserver() {
         json!({"metadata": {"name": "l", "finalizers": ["bad finalizer"]}, "spec": {}}),
     )
     .unwrap();
-    let error = api_error(
-        leases
-            .create(&PostParams::default(), &lease)
-            .await
-            .unwrap_err(),
-    );
+    let error = refused_create(&leases, &lease).await;
     assert_eq!(causes(&error), ["metadata.finalizers"], "{error:?}");
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, "default");
     let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
@@ -1003,12 +995,7 @@ async fn metadata_is_validated_like_kube_apiserver() {
         "reason": "Test", "message": "m", "type": "Normal", "source": {"component": "test"},
     }))
     .unwrap();
-    let error = api_error(
-        events
-            .create(&PostParams::default(), &event)
-            .await
-            .unwrap_err(),
-    );
+    let error = refused_create(&events, &event).await;
     assert_eq!(causes(&error), ["metadata.labels"], "{error:?}");
 }
 
@@ -1023,12 +1010,7 @@ async fn a_create_naming_a_resource_version_is_refused() {
         object.metadata.resource_version = Some(version.to_string());
         object
     };
-    let error = api_error(
-        services
-            .create(&PostParams::default(), &with_version("copied", "5"))
-            .await
-            .unwrap_err(),
-    );
+    let error = refused_create(&services, &with_version("copied", "5")).await;
     assert_eq!(error.code, 500, "{error:?}");
     assert_eq!(error.reason, "", "{error:?}");
     assert_eq!(
