@@ -248,6 +248,89 @@ async fn delete_after_the_load_balancer_vanished_succeeds<H: Harness>() {
     );
 }
 
+/// Tampering: the load balancer is deleted behind the provider's back (an operator in the
+/// console, a cleanup script). The next resync that reads the cloud finds it gone and makes it
+/// again, one of it, with an address; the resync after that is a no-op, and a delete leaves
+/// nothing.
+async fn ensure_after_the_load_balancer_vanished_makes_it_again<H: Harness>() {
+    let h = H::start_without_read_cache().await;
+    let (created, _) = ensure(&h, &Svc::new(h.annotations()), &h.nodes()).await;
+    let name = h.provider().name();
+    // The ids the Service now carries (TKE's, CCE's) name a load balancer that will be gone.
+    let svc = written_back(&h, &created);
+    let key = svc.key(H::CLOUD);
+
+    h.remove_load_balancer_out_of_band().await;
+    let (status, mutations) = ensure(&h, &svc, &h.nodes()).await;
+    assert!(
+        !mutations.is_empty(),
+        "{name}: the resync after an out-of-band removal made no calls"
+    );
+    assert_has_address(&status, name);
+    assert_eq!(
+        h.load_balancers_of_the_service().await,
+        1,
+        "{name}: load balancers for the Service after it was made again"
+    );
+    assert_noop_resync(
+        &h,
+        &svc,
+        &h.nodes(),
+        "after the load balancer was made again",
+    )
+    .await;
+    h.provider()
+        .delete(&key)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: delete failed: {e}"));
+    assert_eq!(h.owned().await, Vec::<String>::new(), "{name}: left behind");
+}
+
+/// Tampering, in part: one port of the load balancer is closed behind the provider's back (its
+/// listener deleted, its rule removed, its firewall entry dropped). The next resync that reads
+/// the cloud opens it again at the same address, and the one after is a no-op.
+async fn a_port_closed_behind_the_providers_back_is_opened_again<H: Harness>() {
+    let h = H::start_without_read_cache().await;
+    let both = svc_ports(&[80, 8443]);
+    let ports = [(80, 30080), (8443, 30443)];
+    let (first, _) = ensure(&h, &Svc::new(h.annotations()).ports(&ports), &h.nodes()).await;
+    let name = h.provider().name();
+    assert_eq!(h.ports_open().await, both, "{name}: after create");
+    let svc = written_back(&h, &first).ports(&ports);
+
+    h.close_port_out_of_band(8443).await;
+    assert_eq!(
+        h.ports_open().await,
+        svc_ports(&[80]),
+        "{name}: the tamper landed"
+    );
+    let (status, mutations) = ensure(&h, &svc, &h.nodes()).await;
+    assert!(
+        !mutations.is_empty(),
+        "{name}: the resync after a port was closed made no calls"
+    );
+    assert_eq!(status.ingress, first.ingress, "{name}: the address moved");
+    assert_eq!(
+        h.ports_open().await,
+        both,
+        "{name}: the port was not opened again"
+    );
+    assert_noop_resync(&h, &svc, &h.nodes(), "after the port was opened again").await;
+}
+
+/// The scenario Service as the controller leaves it after an ensure that returned `status`:
+/// with the annotations the provider asked to record on it (TKE's and CCE's load-balancer ids,
+/// the parameters a CLB was made with).
+fn written_back<H: Harness>(h: &H, status: &LoadBalancerStatus) -> Svc {
+    let mut annotations = h.annotations();
+    annotations.extend(status.annotations.clone());
+    Svc::new(annotations)
+}
+
+fn svc_ports(ports: &[u16]) -> BTreeSet<u16> {
+    ports.iter().copied().collect()
+}
+
 /// The request timeout the stalled-cloud scenario builds each provider with: short, yet long
 /// enough for moto on a loaded machine to answer a create once the cloud answers again.
 const STALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -418,6 +501,8 @@ scenario_table! {
         local_cluster_switch_converges,
         delete_removes_everything_and_repeats_freely,
         delete_after_the_load_balancer_vanished_succeeds,
+        ensure_after_the_load_balancer_vanished_makes_it_again,
+        a_port_closed_behind_the_providers_back_is_opened_again,
         a_cloud_that_stops_answering_fails_in_time_then_converges,
     ]
 }

@@ -1,5 +1,6 @@
 //! AWS: moto's server (one per test) with a cluster network, the Classic ELB default.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
@@ -183,6 +184,41 @@ impl Harness for Aws {
             .unwrap();
         eventually("the CLB is gone", Duration::from_secs(30), || async {
             !self.load_balancer_names().await.contains(&Aws::lb_name())
+        })
+        .await;
+    }
+
+    async fn ports_open(&self) -> BTreeSet<u16> {
+        let described = self
+            .provider
+            .clients()
+            .elb
+            .describe_load_balancers()
+            .load_balancer_names(Aws::lb_name())
+            .send()
+            .await
+            .unwrap();
+        described
+            .load_balancer_descriptions()
+            .iter()
+            .flat_map(|lb| lb.listener_descriptions())
+            .filter_map(|d| d.listener().map(|l| l.load_balancer_port()))
+            .map(|port| u16::try_from(port).unwrap())
+            .collect()
+    }
+
+    async fn close_port_out_of_band(&self, port: u16) {
+        self.provider
+            .clients()
+            .elb
+            .delete_load_balancer_listeners()
+            .load_balancer_name(Aws::lb_name())
+            .load_balancer_ports(i32::from(port))
+            .send()
+            .await
+            .unwrap();
+        eventually("the listener is gone", Duration::from_secs(30), || async {
+            !self.ports_open().await.contains(&port)
         })
         .await;
     }

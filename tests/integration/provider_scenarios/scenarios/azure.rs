@@ -2,6 +2,7 @@
 //! default. Set up through the provider's own test support module, compiled here from its one
 //! place, so the provider tests and this table cannot drift apart.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
@@ -173,6 +174,101 @@ impl Harness for Azure {
             },
         )
         .await;
+    }
+
+    async fn ports_open(&self) -> BTreeSet<u16> {
+        let prefix = support::prefix(UID);
+        self.arm
+            .load_balancers()
+            .iter()
+            .flat_map(|lb| {
+                lb["properties"]["loadBalancingRules"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter(|rule| {
+                rule["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(&prefix))
+            })
+            .map(|rule| {
+                u16::try_from(rule["properties"]["frontendPort"].as_u64().unwrap()).unwrap()
+            })
+            .collect()
+    }
+
+    async fn close_port_out_of_band(&self, port: u16) {
+        let prefix = support::prefix(UID);
+        let mut lb = self.arm.load_balancer(RG, CLUSTER).unwrap();
+        lb.as_object_mut().unwrap().remove("etag");
+        lb["properties"]["loadBalancingRules"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|rule| {
+                !(rule["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(&prefix))
+                    && rule["properties"]["frontendPort"] == port)
+            });
+        let http = reqwest::Client::new();
+        let bearer = support::token(&self.arm).await;
+        let url = format!(
+            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/\
+             Microsoft.Network/loadBalancers/{CLUSTER}?api-version=2024-03-01",
+            self.arm.url()
+        );
+        let response = http
+            .put(&url)
+            .bearer_auth(&bearer)
+            .json(&lb)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "out-of-band update of the shared LB: {}",
+            response.status()
+        );
+        // The operator's client polls its operation to the end, as `az` does.
+        let operation = response
+            .headers()
+            .get("azure-asyncoperation")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        eventually("the update finished", Duration::from_secs(10), || async {
+            let Some(operation) = &operation else {
+                return true;
+            };
+            let polled: serde_json::Value = http
+                .get(operation)
+                .bearer_auth(&bearer)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            polled["status"] != "InProgress"
+        })
+        .await;
+        assert!(
+            !self.ports_open().await.contains(&port),
+            "the rule is still there"
+        );
+    }
+
+    async fn start_without_read_cache() -> Azure {
+        let support::Harness { arm, provider, .. } = support::harness_with(ProviderOptions {
+            cache_ttl: Duration::ZERO,
+            ..support::fast_options()
+        })
+        .await;
+        Azure {
+            arm,
+            provider,
+            node_count: 2,
+        }
     }
 
     async fn start_with_request_timeout(timeout: Duration) -> Azure {

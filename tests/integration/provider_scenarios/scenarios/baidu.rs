@@ -2,6 +2,7 @@
 //! Set up through the provider's own test support module, compiled here from its one place, so
 //! the provider tests and this table cannot drift apart.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
@@ -89,6 +90,21 @@ impl Harness for Baidu {
             .filter(|e| e.is_mutation())
             .map(|e| format!("{} {} {}", e.method, e.path, e.status))
             .collect()
+    }
+
+    async fn ports_open(&self) -> BTreeSet<u16> {
+        let cloud = &self.h.cloud;
+        cloud
+            .blbs()
+            .iter()
+            .filter(|blb| blb["name"] == BLB_NAME)
+            .flat_map(|blb| cloud.listeners(blb["blbId"].as_str().unwrap_or_default()))
+            .map(|l| u16::try_from(l["listenerPort"].as_u64().unwrap()).unwrap())
+            .collect()
+    }
+
+    async fn close_port_out_of_band(&self, port: u16) {
+        support::delete_listener_out_of_band(&self.h.cloud, BLB_NAME, port).await;
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

@@ -2,6 +2,7 @@
 //! provider's own test support module, compiled here from its one place, so the provider tests
 //! and this table cannot drift apart.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
@@ -23,6 +24,16 @@ pub struct Gcp {
     gce: MockGce,
     provider: GcpProvider,
     added: usize,
+}
+
+impl Gcp {
+    /// The scenario Service's firewall (`k8s-fw-<load balancer>`, as upstream names it).
+    fn firewall_name() -> String {
+        format!(
+            "k8s-fw-{}",
+            kube_lb_provider_core::naming::load_balancer_name(UID)
+        )
+    }
 }
 
 impl Harness for Gcp {
@@ -104,6 +115,52 @@ impl Harness for Gcp {
             Duration::from_secs(10),
             || async { self.gce.resource("forwardingRules", &lb).is_none() },
         )
+        .await;
+    }
+
+    async fn ports_open(&self) -> BTreeSet<u16> {
+        let Some(firewall) = self.gce.resource("firewalls", &Gcp::firewall_name()) else {
+            return BTreeSet::new();
+        };
+        let mut open = BTreeSet::new();
+        for allowed in firewall["allowed"].as_array().into_iter().flatten() {
+            for entry in allowed["ports"].as_array().into_iter().flatten() {
+                let entry = entry.as_str().unwrap();
+                let (low, high) = entry.split_once('-').unwrap_or((entry, entry));
+                open.extend(low.parse::<u16>().unwrap()..=high.parse::<u16>().unwrap());
+            }
+        }
+        open
+    }
+
+    async fn close_port_out_of_band(&self, port: u16) {
+        let name = Gcp::firewall_name();
+        let firewall = self.gce.resource("firewalls", &name).unwrap();
+        let mut allowed = firewall["allowed"].clone();
+        for entry in allowed.as_array_mut().unwrap() {
+            if let Some(ports) = entry["ports"].as_array_mut() {
+                ports.retain(|p| p.as_str() != Some(port.to_string().as_str()));
+            }
+        }
+        let url = format!(
+            "{}/compute/v1/projects/{}/global/firewalls/{name}",
+            self.gce.url(),
+            self.gce.project(),
+        );
+        let response = reqwest::Client::new()
+            .patch(&url)
+            .json(&serde_json::json!({"allowed": allowed}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "out-of-band patch of {url}: {}",
+            response.status()
+        );
+        eventually("the port is closed", Duration::from_secs(10), || async {
+            !self.ports_open().await.contains(&port)
+        })
         .await;
     }
 

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -126,6 +126,24 @@ pub trait Harness: Sized {
     /// Removes the Service's load balancer behind the provider's back, as an operator
     /// deleting it in the console would, and waits until the cloud no longer shows it.
     fn remove_load_balancer_out_of_band(&self) -> impl Future<Output = ()>;
+
+    /// The Service ports the cloud lets through, as the cloud itself shows them: the load
+    /// balancer's listeners (AWS, OpenStack, Baidu, Tencent), its load-balancing rules for the
+    /// Service's frontend (Azure), or the Service's firewall (GCP, whose forwarding rule takes
+    /// every port).
+    fn ports_open(&self) -> impl Future<Output = BTreeSet<u16>>;
+
+    /// Takes `port` away behind the provider's back, as an operator editing the load balancer
+    /// in the console would: its listener, its rule, its firewall entry. Waits until the cloud
+    /// shows the change.
+    fn close_port_out_of_band(&self, port: u16) -> impl Future<Output = ()>;
+
+    /// Starts like [`Harness::start`], with a provider that keeps no read of the cloud from
+    /// one sync to the next where it otherwise would (Azure's shared-object cache, whose TTL is
+    /// how soon drift behind its back is seen): "the next sync" then means the next one.
+    fn start_without_read_cache() -> impl Future<Output = Self> {
+        Self::start()
+    }
 
     /// Starts like [`Harness::start`], with a provider that gives up one attempt of any cloud
     /// request after `timeout` (each provider's own request-timeout setting) and can have its

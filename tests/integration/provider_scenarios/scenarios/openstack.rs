@@ -3,6 +3,7 @@
 //! test support module, compiled here from its one place, so the provider tests and this table
 //! cannot drift apart.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
@@ -86,6 +87,47 @@ impl Harness for OpenStack {
 
     async fn remove_load_balancer_out_of_band(&self) {
         support::remove_out_of_band(&self.h.cloud, LB_NAME).await;
+    }
+
+    async fn ports_open(&self) -> BTreeSet<u16> {
+        let cloud = &self.h.cloud;
+        let Some(lb) = cloud
+            .load_balancers()
+            .into_iter()
+            .find(|lb| lb["name"] == LB_NAME)
+        else {
+            return BTreeSet::new();
+        };
+        support::listeners_of(cloud, lb["id"].as_str().unwrap())
+            .iter()
+            .map(|l| u16::try_from(l["protocol_port"].as_u64().unwrap()).unwrap())
+            .collect()
+    }
+
+    async fn close_port_out_of_band(&self, port: u16) {
+        let cloud = &self.h.cloud;
+        let lb_id = support::lb_named(cloud, LB_NAME)["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let listener = support::listeners_of(cloud, &lb_id)
+            .into_iter()
+            .find(|l| l["protocol_port"] == port)
+            .unwrap();
+        let token = support::token(cloud).await;
+        let (status, body) = support::call(
+            cloud,
+            &token,
+            reqwest::Method::DELETE,
+            &format!(
+                "/load-balancer/v2/lbaas/listeners/{}",
+                listener["id"].as_str().unwrap()
+            ),
+            None,
+        )
+        .await;
+        assert_eq!(status, 204, "out-of-band listener delete: {body}");
+        support::settle(cloud, &token, &lb_id).await;
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

@@ -2,6 +2,7 @@
 //! CLB by default. Set up through the provider's own test support module, compiled here from
 //! its one place, so the provider tests and this table cannot drift apart.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube_lb_annotations::Cloud;
@@ -89,6 +90,25 @@ impl Harness for Tencent {
             .load_balancer_id()
             .unwrap_or_else(|| panic!("no CLB for the scenario Service"));
         support::remove_out_of_band(&self.h.cloud, &id).await;
+    }
+
+    async fn ports_open(&self) -> BTreeSet<u16> {
+        let Some(id) = self.load_balancer_id() else {
+            return BTreeSet::new();
+        };
+        self.h
+            .cloud
+            .listeners(&id)
+            .iter()
+            .map(|l| u16::try_from(l["Port"].as_u64().unwrap()).unwrap())
+            .collect()
+    }
+
+    async fn close_port_out_of_band(&self, port: u16) {
+        let id = self
+            .load_balancer_id()
+            .unwrap_or_else(|| panic!("no CLB for the scenario Service"));
+        support::delete_listener_out_of_band(&self.h.cloud, &id, port).await;
     }
 
     async fn load_balancers_of_the_service(&self) -> usize {

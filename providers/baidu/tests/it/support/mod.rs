@@ -195,6 +195,39 @@ pub fn remove_out_of_band(cloud: &MockBaidu, name: &str) {
     }
 }
 
+/// Deletes the listener on `port` of the BLB named `name` as an operator would (its own
+/// credentials and client, not the provider's counter).
+pub async fn delete_listener_out_of_band(cloud: &MockBaidu, name: &str, port: u16) {
+    let blb = cloud
+        .blbs()
+        .into_iter()
+        .find(|b| b["name"] == name)
+        .unwrap();
+    let credentials = Credentials {
+        access_key_id: ACCESS_KEY_ID.into(),
+        secret_access_key: SECRET_ACCESS_KEY.into(),
+        session_token: None,
+    };
+    let api = kube_lb_provider_core::CloudApi::new(
+        "operator",
+        CallCounter::new(),
+        RateLimits::unlimited(),
+        RetryPolicy::default(),
+    );
+    let client = kube_lb_provider_baidu::BaiduClient::new(
+        credentials,
+        &cloud.endpoint(),
+        &cloud.endpoint(),
+        api,
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    client
+        .delete_listeners(blb["blbId"].as_str().unwrap(), &[port])
+        .await
+        .unwrap();
+}
+
 /// The EIP with address `ip`, as the mock lists it.
 pub fn eip_at(cloud: &MockBaidu, ip: &str) -> Option<serde_json::Value> {
     cloud.eips().into_iter().find(|e| e["eip"] == ip)

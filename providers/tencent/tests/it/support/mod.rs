@@ -200,6 +200,34 @@ pub async fn remove_out_of_band(cloud: &MockTencent, lb_id: &str) {
     }
 }
 
+/// Deletes the listener on `port` of CLB `lb_id` as an operator would in the console (its own
+/// credentials and client), and waits until the mock no longer shows it.
+pub async fn delete_listener_out_of_band(cloud: &MockTencent, lb_id: &str, port: u16) {
+    let config = TencentConfig::resolve(Some(&cloud_config(cloud)), &|_| None).unwrap();
+    let api = CloudApi::new(
+        "operator",
+        CallCounter::new(),
+        RateLimits::unlimited(),
+        RetryPolicy::default(),
+    );
+    let client = ClbClient::new(config, api, Duration::from_secs(10)).unwrap();
+    let listener = cloud
+        .listeners(lb_id)
+        .into_iter()
+        .find(|l| l["Port"] == port)
+        .unwrap();
+    let id = listener["ListenerId"].as_str().unwrap().to_string();
+    client.delete_listeners(lb_id, &[id]).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cloud.listeners(lb_id).iter().any(|l| l["Port"] == port) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "listener {port} of {lb_id} still there after an out-of-band delete"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A CLB as TKE's own service controller leaves it for Service `uid` in `cluster`
 /// (reference other-clouds.md §2.2): tags `tke-createdBy-flag=yes`, `tke-clusterId`,
 /// `tke-lb-serviceuuid`, one `TKE-DEDICATED-LISTENER` per port, each node bound by its CVM
