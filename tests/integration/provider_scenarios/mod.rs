@@ -327,6 +327,43 @@ fn written_back<H: Harness>(h: &H, status: &LoadBalancerStatus) -> Svc {
     Svc::new(annotations)
 }
 
+/// Tampering with registration: one backend is removed behind the provider's back (an
+/// instance deregistered, a pool member or a listener's target deleted, a pool address
+/// dropped). The next resync that reads the cloud registers it again, and the one after is a
+/// no-op.
+async fn a_backend_removed_behind_the_providers_back_is_registered_again<H: Harness>() {
+    let h = H::start_without_read_cache().await;
+    let (first, _) = ensure(&h, &Svc::new(h.annotations()), &h.nodes()).await;
+    let name = h.provider().name();
+    let svc = written_back(&h, &first);
+    let registered = h.backends().await;
+    assert!(!registered.is_empty(), "{name}: nothing registered");
+
+    let removed = registered.iter().next().unwrap().clone();
+    h.remove_backend_out_of_band(&removed).await;
+    assert!(
+        !h.backends().await.contains(&removed),
+        "{name}: the tamper landed"
+    );
+    let (_, mutations) = ensure(&h, &svc, &h.nodes()).await;
+    assert!(
+        !mutations.is_empty(),
+        "{name}: the resync after {removed} was removed made no calls"
+    );
+    assert_eq!(
+        h.backends().await,
+        registered,
+        "{name}: {removed} was not registered again"
+    );
+    assert_noop_resync(
+        &h,
+        &svc,
+        &h.nodes(),
+        "after the backend was registered again",
+    )
+    .await;
+}
+
 fn svc_ports(ports: &[u16]) -> BTreeSet<u16> {
     ports.iter().copied().collect()
 }
@@ -503,6 +540,7 @@ scenario_table! {
         delete_after_the_load_balancer_vanished_succeeds,
         ensure_after_the_load_balancer_vanished_makes_it_again,
         a_port_closed_behind_the_providers_back_is_opened_again,
+        a_backend_removed_behind_the_providers_back_is_registered_again,
         a_cloud_that_stops_answering_fails_in_time_then_converges,
     ]
 }

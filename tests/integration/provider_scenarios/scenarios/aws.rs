@@ -50,6 +50,22 @@ impl Aws {
         kube_lb_provider_core::naming::load_balancer_name(UID)
     }
 
+    /// The scenario Service's CLB as the cloud describes it (none once it is gone).
+    async fn own_load_balancer(
+        &self,
+    ) -> Vec<aws_sdk_elasticloadbalancing::types::LoadBalancerDescription> {
+        let described = self
+            .provider
+            .clients()
+            .elb
+            .describe_load_balancers()
+            .load_balancer_names(Aws::lb_name())
+            .send()
+            .await
+            .unwrap();
+        described.load_balancer_descriptions().to_vec()
+    }
+
     async fn load_balancer_names(&self) -> Vec<String> {
         let described = self
             .provider
@@ -189,17 +205,8 @@ impl Harness for Aws {
     }
 
     async fn ports_open(&self) -> BTreeSet<u16> {
-        let described = self
-            .provider
-            .clients()
-            .elb
-            .describe_load_balancers()
-            .load_balancer_names(Aws::lb_name())
-            .send()
+        self.own_load_balancer()
             .await
-            .unwrap();
-        described
-            .load_balancer_descriptions()
             .iter()
             .flat_map(|lb| lb.listener_descriptions())
             .filter_map(|d| d.listener().map(|l| l.load_balancer_port()))
@@ -220,6 +227,36 @@ impl Harness for Aws {
         eventually("the listener is gone", Duration::from_secs(30), || async {
             !self.ports_open().await.contains(&port)
         })
+        .await;
+    }
+
+    async fn backends(&self) -> BTreeSet<String> {
+        self.own_load_balancer()
+            .await
+            .iter()
+            .flat_map(|lb| lb.instances())
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect()
+    }
+
+    async fn remove_backend_out_of_band(&self, backend: &str) {
+        let instance = aws_sdk_elasticloadbalancing::types::Instance::builder()
+            .instance_id(backend)
+            .build();
+        self.provider
+            .clients()
+            .elb
+            .deregister_instances_from_load_balancer()
+            .load_balancer_name(Aws::lb_name())
+            .instances(instance)
+            .send()
+            .await
+            .unwrap();
+        eventually(
+            "the instance is deregistered",
+            Duration::from_secs(30),
+            || async { !self.backends().await.contains(backend) },
+        )
         .await;
     }
 

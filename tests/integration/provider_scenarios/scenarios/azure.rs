@@ -28,6 +28,57 @@ pub struct Azure {
 }
 
 impl Azure {
+    /// Deletes (`None`) or rewrites (`Some`) the cluster's load balancer with an operator's own
+    /// client, and polls the operation to its end as `az` does (ARM finishes an accepted write
+    /// as its operation is polled).
+    async fn write_load_balancer_out_of_band(&self, body: Option<serde_json::Value>) {
+        let http = reqwest::Client::new();
+        let bearer = support::token(&self.arm).await;
+        let url = format!(
+            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/\
+             Microsoft.Network/loadBalancers/{CLUSTER}?api-version=2024-03-01",
+            self.arm.url()
+        );
+        let request = match body {
+            Some(mut lb) => {
+                lb.as_object_mut().unwrap().remove("etag");
+                http.put(&url).json(&lb)
+            }
+            None => http.delete(&url),
+        };
+        let response = request.bearer_auth(&bearer).send().await.unwrap();
+        assert!(
+            response.status().is_success(),
+            "out-of-band write of the shared LB: {}",
+            response.status()
+        );
+        let operation = response
+            .headers()
+            .get("azure-asyncoperation")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        eventually(
+            "the operation finished",
+            Duration::from_secs(10),
+            || async {
+                let Some(operation) = &operation else {
+                    return true;
+                };
+                let polled: serde_json::Value = http
+                    .get(operation)
+                    .bearer_auth(&bearer)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                polled["status"] != "InProgress"
+            },
+        )
+        .await;
+    }
+
     /// The Service's frontends on the cluster's load balancers (one per Service and IP
     /// family; a second one would be a duplicate).
     fn frontends_of_the_service(&self) -> Vec<String> {
@@ -140,40 +191,11 @@ impl Harness for Azure {
     }
 
     async fn remove_load_balancer_out_of_band(&self) {
-        let http = reqwest::Client::new();
-        let bearer = support::token(&self.arm).await;
-        let url = format!(
-            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/\
-             Microsoft.Network/loadBalancers/{CLUSTER}?api-version=2024-03-01",
-            self.arm.url()
-        );
-        let response = http.delete(&url).bearer_auth(&bearer).send().await.unwrap();
+        self.write_load_balancer_out_of_band(None).await;
         assert!(
-            response.status().is_success(),
-            "out-of-band delete of the shared LB: {}",
-            response.status()
+            self.arm.load_balancer(RG, CLUSTER).is_none(),
+            "the shared LB is still there"
         );
-        // ARM finishes an accepted DELETE as its operation is polled, as a client would.
-        let operation = response
-            .headers()
-            .get("azure-asyncoperation")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        eventually(
-            "the shared load balancer is gone",
-            Duration::from_secs(10),
-            || async {
-                if let Some(operation) = &operation {
-                    http.get(operation)
-                        .bearer_auth(&bearer)
-                        .send()
-                        .await
-                        .unwrap();
-                }
-                self.arm.load_balancer(RG, CLUSTER).is_none()
-            },
-        )
-        .await;
     }
 
     async fn ports_open(&self) -> BTreeSet<u16> {
@@ -201,7 +223,6 @@ impl Harness for Azure {
     async fn close_port_out_of_band(&self, port: u16) {
         let prefix = support::prefix(UID);
         let mut lb = self.arm.load_balancer(RG, CLUSTER).unwrap();
-        lb.as_object_mut().unwrap().remove("etag");
         lb["properties"]["loadBalancingRules"]
             .as_array_mut()
             .unwrap()
@@ -211,50 +232,49 @@ impl Harness for Azure {
                     .is_some_and(|n| n.starts_with(&prefix))
                     && rule["properties"]["frontendPort"] == port)
             });
-        let http = reqwest::Client::new();
-        let bearer = support::token(&self.arm).await;
-        let url = format!(
-            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/\
-             Microsoft.Network/loadBalancers/{CLUSTER}?api-version=2024-03-01",
-            self.arm.url()
-        );
-        let response = http
-            .put(&url)
-            .bearer_auth(&bearer)
-            .json(&lb)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "out-of-band update of the shared LB: {}",
-            response.status()
-        );
-        // The operator's client polls its operation to the end, as `az` does.
-        let operation = response
-            .headers()
-            .get("azure-asyncoperation")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        eventually("the update finished", Duration::from_secs(10), || async {
-            let Some(operation) = &operation else {
-                return true;
-            };
-            let polled: serde_json::Value = http
-                .get(operation)
-                .bearer_auth(&bearer)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            polled["status"] != "InProgress"
-        })
-        .await;
+        self.write_load_balancer_out_of_band(Some(lb)).await;
         assert!(
             !self.ports_open().await.contains(&port),
             "the rule is still there"
+        );
+    }
+
+    async fn backends(&self) -> BTreeSet<String> {
+        self.arm
+            .load_balancer(RG, CLUSTER)
+            .map(|lb| {
+                lb["properties"]["backendAddressPools"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|pool| {
+                        pool["properties"]["loadBalancerBackendAddresses"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .filter_map(|a| a["properties"]["ipAddress"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    async fn remove_backend_out_of_band(&self, backend: &str) {
+        let mut lb = self.arm.load_balancer(RG, CLUSTER).unwrap();
+        for pool in lb["properties"]["backendAddressPools"]
+            .as_array_mut()
+            .unwrap()
+        {
+            if let Some(addresses) =
+                pool["properties"]["loadBalancerBackendAddresses"].as_array_mut()
+            {
+                addresses.retain(|a| a["properties"]["ipAddress"] != backend);
+            }
+        }
+        self.write_load_balancer_out_of_band(Some(lb)).await;
+        assert!(
+            !self.backends().await.contains(backend),
+            "{backend} is still in the pool"
         );
     }
 

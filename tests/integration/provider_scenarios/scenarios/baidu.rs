@@ -107,6 +107,20 @@ impl Harness for Baidu {
         support::delete_listener_out_of_band(&self.h.cloud, BLB_NAME, port).await;
     }
 
+    async fn backends(&self) -> BTreeSet<String> {
+        let cloud = &self.h.cloud;
+        cloud
+            .blbs()
+            .iter()
+            .filter(|blb| blb["name"] == BLB_NAME)
+            .flat_map(|blb| cloud.backends(blb["blbId"].as_str().unwrap_or_default()))
+            .collect()
+    }
+
+    async fn remove_backend_out_of_band(&self, backend: &str) {
+        support::remove_backend_out_of_band(&self.h.cloud, BLB_NAME, backend).await;
+    }
+
     async fn load_balancers_of_the_service(&self) -> usize {
         // Every BLB in the mock: a create whose answer never came could leave one under
         // another id.

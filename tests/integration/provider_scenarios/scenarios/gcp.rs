@@ -164,6 +164,48 @@ impl Harness for Gcp {
         .await;
     }
 
+    async fn backends(&self) -> BTreeSet<String> {
+        let lb = kube_lb_provider_core::naming::load_balancer_name(UID);
+        self.gce
+            .resource("targetPools", &lb)
+            .map(|pool| {
+                pool["instances"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    async fn remove_backend_out_of_band(&self, backend: &str) {
+        let lb = kube_lb_provider_core::naming::load_balancer_name(UID);
+        let url = format!(
+            "{}/compute/v1/projects/{}/regions/{}/targetPools/{lb}/removeInstance",
+            self.gce.url(),
+            self.gce.project(),
+            self.gce.region()
+        );
+        let response = reqwest::Client::new()
+            .post(&url)
+            .json(&serde_json::json!({"instances": [{"instance": backend}]}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "out-of-band removeInstance: {}",
+            response.status()
+        );
+        eventually(
+            "the instance is removed",
+            Duration::from_secs(10),
+            || async { !self.backends().await.contains(backend) },
+        )
+        .await;
+    }
+
     async fn start_with_request_timeout(timeout: Duration) -> Gcp {
         let gce = support::two_node_mock().await;
         // Through the `gce.conf` key, as an operator sets it.

@@ -138,6 +138,16 @@ pub trait Harness: Sized {
     /// shows the change.
     fn close_port_out_of_band(&self, port: u16) -> impl Future<Output = ()>;
 
+    /// Where the cloud sends the Service's traffic, as the cloud itself shows it: one entry per
+    /// registration (an instance of the CLB or the target pool, a member of a pool, a target of
+    /// a listener, an address of the backend pool).
+    fn backends(&self) -> impl Future<Output = BTreeSet<String>>;
+
+    /// Removes registration `backend` (one of [`Harness::backends`]) behind the provider's
+    /// back, as an operator or a script deregistering a node would, and waits until the cloud
+    /// shows it gone.
+    fn remove_backend_out_of_band(&self, backend: &str) -> impl Future<Output = ()>;
+
     /// Starts like [`Harness::start`], with a provider that keeps no read of the cloud from
     /// one sync to the next where it otherwise would (Azure's shared-object cache, whose TTL is
     /// how soon drift behind its back is seen): "the next sync" then means the next one.

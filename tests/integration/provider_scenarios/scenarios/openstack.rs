@@ -26,6 +26,18 @@ pub struct OpenStack {
     node_count: usize,
 }
 
+impl OpenStack {
+    /// The id of the scenario Service's load balancer, while it exists.
+    fn lb_id(&self) -> Option<String> {
+        self.h
+            .cloud
+            .load_balancers()
+            .into_iter()
+            .find(|lb| lb["name"] == LB_NAME)
+            .and_then(|lb| lb["id"].as_str().map(str::to_string))
+    }
+}
+
 fn node(index: usize) -> BackendNode {
     support::node(&format!("node-{index}"), &format!("10.0.0.{}", 100 + index))
 }
@@ -91,14 +103,10 @@ impl Harness for OpenStack {
 
     async fn ports_open(&self) -> BTreeSet<u16> {
         let cloud = &self.h.cloud;
-        let Some(lb) = cloud
-            .load_balancers()
-            .into_iter()
-            .find(|lb| lb["name"] == LB_NAME)
-        else {
+        let Some(lb_id) = self.lb_id() else {
             return BTreeSet::new();
         };
-        support::listeners_of(cloud, lb["id"].as_str().unwrap())
+        support::listeners_of(cloud, &lb_id)
             .iter()
             .map(|l| u16::try_from(l["protocol_port"].as_u64().unwrap()).unwrap())
             .collect()
@@ -106,10 +114,7 @@ impl Harness for OpenStack {
 
     async fn close_port_out_of_band(&self, port: u16) {
         let cloud = &self.h.cloud;
-        let lb_id = support::lb_named(cloud, LB_NAME)["id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let lb_id = self.lb_id().unwrap();
         let listener = support::listeners_of(cloud, &lb_id)
             .into_iter()
             .find(|l| l["protocol_port"] == port)
@@ -127,6 +132,49 @@ impl Harness for OpenStack {
         )
         .await;
         assert_eq!(status, 204, "out-of-band listener delete: {body}");
+        support::settle(cloud, &token, &lb_id).await;
+    }
+
+    async fn backends(&self) -> BTreeSet<String> {
+        let cloud = &self.h.cloud;
+        let Some(lb_id) = self.lb_id() else {
+            return BTreeSet::new();
+        };
+        cloud
+            .pools()
+            .iter()
+            .filter(|pool| pool["loadbalancers"][0]["id"] == lb_id.as_str())
+            .flat_map(|pool| {
+                let pool_id = pool["id"].as_str().unwrap().to_string();
+                // By address: a member registered again gets a new id.
+                cloud
+                    .members(&pool_id)
+                    .into_iter()
+                    .map(move |member| format!("{pool_id}/{}", member["address"].as_str().unwrap()))
+            })
+            .collect()
+    }
+
+    async fn remove_backend_out_of_band(&self, backend: &str) {
+        let cloud = &self.h.cloud;
+        let (pool_id, address) = backend.split_once('/').unwrap();
+        let member = cloud
+            .members(pool_id)
+            .into_iter()
+            .find(|m| m["address"] == address)
+            .unwrap();
+        let member_id = member["id"].as_str().unwrap();
+        let lb_id = self.lb_id().unwrap();
+        let token = support::token(cloud).await;
+        let (status, body) = support::call(
+            cloud,
+            &token,
+            reqwest::Method::DELETE,
+            &format!("/load-balancer/v2/lbaas/pools/{pool_id}/members/{member_id}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 204, "out-of-band member delete: {body}");
         support::settle(cloud, &token, &lb_id).await;
     }
 

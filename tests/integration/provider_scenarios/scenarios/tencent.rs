@@ -111,6 +111,23 @@ impl Harness for Tencent {
         support::delete_listener_out_of_band(&self.h.cloud, &id, port).await;
     }
 
+    async fn backends(&self) -> BTreeSet<String> {
+        self.load_balancer_id()
+            .map(|id| {
+                support::targets_of(&self.h.cloud, &id)
+                    .into_iter()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    async fn remove_backend_out_of_band(&self, backend: &str) {
+        let id = self
+            .load_balancer_id()
+            .unwrap_or_else(|| panic!("no CLB for the scenario Service"));
+        support::unbind_target_out_of_band(&self.h.cloud, &id, backend).await;
+    }
+
     async fn load_balancers_of_the_service(&self) -> usize {
         // Every CLB in the mock, not only those tagged for the Service: a create whose answer
         // never came could leave one the tags do not name.

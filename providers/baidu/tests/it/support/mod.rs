@@ -195,14 +195,9 @@ pub fn remove_out_of_band(cloud: &MockBaidu, name: &str) {
     }
 }
 
-/// Deletes the listener on `port` of the BLB named `name` as an operator would (its own
-/// credentials and client, not the provider's counter).
-pub async fn delete_listener_out_of_band(cloud: &MockBaidu, name: &str, port: u16) {
-    let blb = cloud
-        .blbs()
-        .into_iter()
-        .find(|b| b["name"] == name)
-        .unwrap();
+/// A client of the mock with the operator's own credentials and counter (not the provider's),
+/// for changes made behind the provider's back.
+fn operator_client(cloud: &MockBaidu) -> kube_lb_provider_baidu::BaiduClient {
     let credentials = Credentials {
         access_key_id: ACCESS_KEY_ID.into(),
         secret_access_key: SECRET_ACCESS_KEY.into(),
@@ -214,16 +209,40 @@ pub async fn delete_listener_out_of_band(cloud: &MockBaidu, name: &str, port: u1
         RateLimits::unlimited(),
         RetryPolicy::default(),
     );
-    let client = kube_lb_provider_baidu::BaiduClient::new(
+    kube_lb_provider_baidu::BaiduClient::new(
         credentials,
         &cloud.endpoint(),
         &cloud.endpoint(),
         api,
         Duration::from_secs(10),
     )
-    .unwrap();
-    client
-        .delete_listeners(blb["blbId"].as_str().unwrap(), &[port])
+    .unwrap()
+}
+
+/// The id of the BLB named `name`.
+fn blb_id_named(cloud: &MockBaidu, name: &str) -> String {
+    let blb = cloud
+        .blbs()
+        .into_iter()
+        .find(|b| b["name"] == name)
+        .unwrap();
+    blb["blbId"].as_str().unwrap().to_string()
+}
+
+/// Deletes the listener on `port` of the BLB named `name` as an operator would.
+pub async fn delete_listener_out_of_band(cloud: &MockBaidu, name: &str, port: u16) {
+    let id = blb_id_named(cloud, name);
+    operator_client(cloud)
+        .delete_listeners(&id, &[port])
+        .await
+        .unwrap();
+}
+
+/// Removes backend server `instance` from the BLB named `name` as an operator would.
+pub async fn remove_backend_out_of_band(cloud: &MockBaidu, name: &str, instance: &str) {
+    let id = blb_id_named(cloud, name);
+    operator_client(cloud)
+        .remove_backends(&id, &[instance.to_string()])
         .await
         .unwrap();
 }

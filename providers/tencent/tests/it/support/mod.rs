@@ -174,9 +174,9 @@ pub fn bindings(cloud: &MockTencent, lb_id: &str) -> BTreeMap<String, Vec<String
         .collect()
 }
 
-/// Deletes CLB `lb_id` as an operator would in the console (its own credentials and client,
-/// not the provider's counter), and waits until the mock no longer shows it.
-pub async fn remove_out_of_band(cloud: &MockTencent, lb_id: &str) {
+/// A client of the mock with the operator's own credentials and counter (not the provider's),
+/// for changes made behind the provider's back.
+fn operator_client(cloud: &MockTencent) -> ClbClient {
     let config = TencentConfig::resolve(Some(&cloud_config(cloud)), &|_| None).unwrap();
     let api = CloudApi::new(
         "operator",
@@ -184,48 +184,102 @@ pub async fn remove_out_of_band(cloud: &MockTencent, lb_id: &str) {
         RateLimits::unlimited(),
         RetryPolicy::default(),
     );
-    let client = ClbClient::new(config, api, Duration::from_secs(10)).unwrap();
-    client.delete_load_balancer(lb_id).await.unwrap();
+    ClbClient::new(config, api, Duration::from_secs(10)).unwrap()
+}
+
+/// Waits until `gone` holds for the mock (its tasks run on their own), at most 10 s.
+async fn wait_until(what: &str, gone: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while cloud
-        .load_balancers()
-        .iter()
-        .any(|lb| lb["LoadBalancerId"] == lb_id)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{lb_id} still there after an out-of-band delete"
-        );
+    while !gone() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
-/// Deletes the listener on `port` of CLB `lb_id` as an operator would in the console (its own
-/// credentials and client), and waits until the mock no longer shows it.
+/// Deletes CLB `lb_id` as an operator would in the console (its own credentials and client,
+/// not the provider's counter), and waits until the mock no longer shows it.
+pub async fn remove_out_of_band(cloud: &MockTencent, lb_id: &str) {
+    operator_client(cloud)
+        .delete_load_balancer(lb_id)
+        .await
+        .unwrap();
+    wait_until(
+        &format!("{lb_id} still there after an out-of-band delete"),
+        || {
+            !cloud
+                .load_balancers()
+                .iter()
+                .any(|lb| lb["LoadBalancerId"] == lb_id)
+        },
+    )
+    .await;
+}
+
+/// Deletes the listener on `port` of CLB `lb_id` as an operator would in the console, and
+/// waits until the mock no longer shows it.
 pub async fn delete_listener_out_of_band(cloud: &MockTencent, lb_id: &str, port: u16) {
-    let config = TencentConfig::resolve(Some(&cloud_config(cloud)), &|_| None).unwrap();
-    let api = CloudApi::new(
-        "operator",
-        CallCounter::new(),
-        RateLimits::unlimited(),
-        RetryPolicy::default(),
-    );
-    let client = ClbClient::new(config, api, Duration::from_secs(10)).unwrap();
     let listener = cloud
         .listeners(lb_id)
         .into_iter()
         .find(|l| l["Port"] == port)
         .unwrap();
     let id = listener["ListenerId"].as_str().unwrap().to_string();
-    client.delete_listeners(lb_id, &[id]).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while cloud.listeners(lb_id).iter().any(|l| l["Port"] == port) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "listener {port} of {lb_id} still there after an out-of-band delete"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    operator_client(cloud)
+        .delete_listeners(lb_id, &[id])
+        .await
+        .unwrap();
+    wait_until(
+        &format!("listener {port} of {lb_id} still there after an out-of-band delete"),
+        || !cloud.listeners(lb_id).iter().any(|l| l["Port"] == port),
+    )
+    .await;
+}
+
+/// The targets bound to CLB `lb_id`, as `<listener port>/<EniIp>:<port>`.
+pub fn targets_of(cloud: &MockTencent, lb_id: &str) -> Vec<String> {
+    cloud
+        .listeners(lb_id)
+        .iter()
+        .flat_map(|l| {
+            let port = l["Port"].clone();
+            l["Targets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |t| {
+                    format!(
+                        "{port}/{}:{}",
+                        t["EniIp"].as_str().unwrap_or_default(),
+                        t["Port"]
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Unbinds `target` (one of [`targets_of`]) from CLB `lb_id` as an operator would in the
+/// console, and waits until the mock no longer shows it.
+pub async fn unbind_target_out_of_band(cloud: &MockTencent, lb_id: &str, target: &str) {
+    let (listener_port, address) = target.split_once('/').unwrap();
+    let (ip, port) = address.rsplit_once(':').unwrap();
+    let listener = cloud
+        .listeners(lb_id)
+        .into_iter()
+        .find(|l| l["Port"].as_u64() == listener_port.parse().ok())
+        .unwrap();
+    let body = json!({"ListenerId": listener["ListenerId"], "EniIp": ip,
+        "Port": port.parse::<u16>().unwrap()});
+    let failed = operator_client(cloud)
+        .batch_targets(lb_id, &[body], false)
+        .await
+        .unwrap();
+    assert!(failed.is_empty(), "unbind refused for {failed:?}");
+    wait_until(
+        &format!("{target} still bound after an out-of-band unbind"),
+        || !targets_of(cloud, lb_id).iter().any(|t| t == target),
+    )
+    .await;
 }
 
 /// A CLB as TKE's own service controller leaves it for Service `uid` in `cluster`
