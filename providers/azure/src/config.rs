@@ -74,6 +74,35 @@ pub struct AzureConfig {
     pub rate_limit_bucket_write: Option<u32>,
     /// Upper bound for any wait the server asks for with `Retry-After` (seconds; default 60).
     pub max_retry_after_seconds: Option<u64>,
+    /// How long a read load balancer is trusted (upstream's key; see [`AzureConfig::cache_ttl`]).
+    #[serde(rename = "loadBalancerCacheTTLInSeconds")]
+    pub load_balancer_cache_ttl_in_seconds: Option<u64>,
+    /// How long a read security group is trusted (upstream's key).
+    #[serde(rename = "nsgCacheTTLInSeconds")]
+    pub nsg_cache_ttl_in_seconds: Option<u64>,
+    /// How long a read list of public IPs is trusted (upstream's key).
+    #[serde(rename = "publicIPCacheTTLInSeconds")]
+    pub public_ip_cache_ttl_in_seconds: Option<u64>,
+}
+
+impl AzureConfig {
+    /// How long the provider trusts a read of the shared objects ([`crate::cache`]), which is
+    /// also how soon it sees drift no write of its own runs into: the shortest of upstream's
+    /// `loadBalancerCacheTTLInSeconds`, `nsgCacheTTLInSeconds` and `publicIPCacheTTLInSeconds`
+    /// that the file sets (one cache serves all three kinds, and none may be trusted longer
+    /// than its operator asked), [`crate::cache::DEFAULT_TTL`] when it sets none; `0` reads
+    /// afresh on every sync.
+    pub fn cache_ttl(&self) -> std::time::Duration {
+        [
+            self.load_balancer_cache_ttl_in_seconds,
+            self.nsg_cache_ttl_in_seconds,
+            self.public_ip_cache_ttl_in_seconds,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map_or(crate::cache::DEFAULT_TTL, std::time::Duration::from_secs)
+    }
 }
 
 impl fmt::Debug for AzureConfig {
@@ -213,6 +242,7 @@ impl AzureConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const UPSTREAM: &str = r#"{
         "cloud": "AzurePublicCloud",
@@ -239,6 +269,31 @@ mod tests {
         assert_eq!(config.resource_manager(), DEFAULT_RESOURCE_MANAGER);
         let debug = format!("{config:?}");
         assert!(!debug.contains("very-secret"), "{debug}");
+    }
+
+    /// Upstream's cache keys set the TTL; the shortest one given wins, none gives the default.
+    #[test]
+    fn cache_ttl_follows_upstreams_keys() {
+        let ttl = |extra: &str| {
+            let text = format!(
+                r#"{{"subscriptionId": "s", "resourceGroup": "rg", "location": "l",
+                    "vnetName": "v", "subnetName": "n", "securityGroupName": "g",
+                    "tenantId": "t", "aadClientId": "c", "aadClientSecret": "x"{extra}}}"#
+            );
+            serde_json::from_str::<AzureConfig>(&text)
+                .unwrap()
+                .cache_ttl()
+        };
+        assert_eq!(ttl(""), crate::cache::DEFAULT_TTL);
+        assert_eq!(
+            ttl(r#", "loadBalancerCacheTTLInSeconds": 120"#),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            ttl(r#", "loadBalancerCacheTTLInSeconds": 120, "nsgCacheTTLInSeconds": 30"#),
+            Duration::from_secs(30)
+        );
+        assert_eq!(ttl(r#", "publicIPCacheTTLInSeconds": 0"#), Duration::ZERO);
     }
 
     #[test]

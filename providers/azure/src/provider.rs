@@ -84,6 +84,7 @@ impl AzureProvider {
         let config = AzureConfig::load(path)?;
         let mut options = ProviderOptions {
             counter,
+            cache_ttl: config.cache_ttl(),
             ..ProviderOptions::default()
         };
         if let (Some(qps), Some(bucket)) =

@@ -834,6 +834,34 @@ async fn from_cloud_config_reads_azure_json_with_an_endpoint_override() {
     assert!(error.to_string().contains("cloud config"), "{error}");
 }
 
+/// azure.json's cache keys reach the provider: with `loadBalancerCacheTTLInSeconds: 0` a sync
+/// right after another reads ARM again (so it sees drift at once), with no key it is served
+/// from the cache.
+#[tokio::test]
+async fn the_cache_ttl_comes_from_azure_json() {
+    let arm = mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("azure.json");
+    for (ttl, rereads) in [(None, false), (Some(0), true)] {
+        let mut config = config_json(&arm.url());
+        if let Some(ttl) = ttl {
+            config["loadBalancerCacheTTLInSeconds"] = serde_json::json!(ttl);
+        }
+        std::fs::write(&path, config.to_string()).unwrap();
+        let counter = CallCounter::new();
+        let provider = AzureProvider::from_cloud_config(Some(&path), CLUSTER, counter.clone())
+            .await
+            .unwrap();
+        let spec = svc("web", UID_A).spec();
+        provider.ensure(&spec, &nodes(1)).await.unwrap();
+        let before = counter.snapshot();
+        provider.ensure(&spec, &nodes(1)).await.unwrap();
+        let calls = counter.snapshot().since(&before);
+        assert_eq!(calls.mutations(), 0, "{ttl:?}: {calls:?}");
+        assert_eq!(calls.reads() > 0, rereads, "{ttl:?}: {calls:?}");
+    }
+}
+
 /// After a controller restart (a fresh provider, nothing cached) the first pass over Services
 /// that are in sync mutates nothing and reads the shared objects once for all Services: the
 /// public and internal load balancers, the resource group's public IPs (one page here), the
