@@ -1161,15 +1161,21 @@ fn admit_kind(
         };
         admitted.map_err(|causes| ApiError::invalid(def, &name, causes))?;
     }
-    let endpoint_causes = match (def.group, def.kind) {
+    let kind_causes = match (def.group, def.kind) {
         ("", "Endpoints") => validation::validate_endpoints(object, allocator),
         ("discovery.k8s.io", "EndpointSlice") => {
             validation::validate_endpoint_slice(old, object, allocator)
         }
+        ("", "ConfigMap") => validation::validate_config_map(old, object),
+        ("", "Node") => {
+            validation::sync_pod_cidrs(object);
+            validation::validate_node(object)
+        }
+        ("coordination.k8s.io", "Lease") => validation::validate_lease(object),
         _ => Vec::new(),
     };
-    if !endpoint_causes.is_empty() {
-        return Err(qualified_invalid(def, &name, endpoint_causes));
+    if !kind_causes.is_empty() {
+        return Err(qualified_invalid(def, &name, kind_causes));
     }
     let event_api = if resource == resources::core_events() {
         Some(EventApi::Core)

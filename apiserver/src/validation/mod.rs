@@ -1,17 +1,22 @@
 //! Validation of the endpoint resources, as kube-apiserver 1.33 does it: `ValidateEndpoints`
 //! (pkg/apis/core/validation/validation.go) and `ValidateEndpointSlice`
 //! (pkg/apis/discovery/validation/validation.go), and `metav1.Condition` lists
-//! ([`validate_conditions`]), and the metadata rules every kind meets
-//! ([`validate_object_meta`]). Service validation lives with Service allocation in
+//! ([`validate_conditions`]), the metadata rules every kind meets ([`validate_object_meta`]),
+//! and ConfigMaps, Nodes and Leases ([`validate_config_map`], [`validate_node`],
+//! [`validate_lease`]). Service validation lives with Service allocation in
 //! [`crate::services`].
 
 mod conditions;
+mod core_kinds;
 mod endpoints;
 mod object_meta;
 
 use std::net::IpAddr;
 
 pub use conditions::validate_conditions;
+pub use core_kinds::{
+    CONFIG_MAP_MAX_BYTES, sync_pod_cidrs, validate_config_map, validate_lease, validate_node,
+};
 pub use endpoints::{validate_endpoint_slice, validate_endpoints};
 pub use object_meta::{ANNOTATIONS_MAX_BYTES, validate_labels, validate_object_meta};
 

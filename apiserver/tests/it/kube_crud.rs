@@ -1037,3 +1037,49 @@ async fn a_create_naming_a_resource_version_is_refused() {
     server.seed(recorded).unwrap();
     assert!(services.get_opt("recorded").await.unwrap().is_some());
 }
+
+/// ConfigMaps, Nodes and Leases are checked as kube-apiserver checks them (config keys, taints
+/// and pod CIDRs, lease durations), and a Node given only `podCIDR` gets `podCIDRs` too.
+#[tokio::test]
+async fn config_maps_nodes_and_leases_are_validated() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let server = ApiServer::builder().start().await.unwrap();
+    let client = server.client().unwrap();
+    let fields = |status: &kube::core::Status| -> Vec<String> {
+        status
+            .details
+            .as_ref()
+            .map(|d| d.causes.iter().map(|c| c.field.clone()).collect())
+            .unwrap_or_default()
+    };
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let bad: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"a b": "x"}})).unwrap();
+    let error = refused_create(&config_maps, &bad).await;
+    assert_eq!(fields(&error), ["data[a b]"], "{error:?}");
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let bad: Node = serde_json::from_value(json!({"metadata": {"name": "n1"},
+        "spec": {"taints": [{"key": "dedicated", "effect": "Sometimes"}]}}))
+    .unwrap();
+    let error = refused_create(&nodes, &bad).await;
+    assert_eq!(fields(&error), ["metadata.taints[0].effect"], "{error:?}");
+    let node: Node = serde_json::from_value(
+        json!({"metadata": {"name": "n1"}, "spec": {"podCIDR": "10.244.1.0/24"}}),
+    )
+    .unwrap();
+    let created = nodes.create(&PostParams::default(), &node).await.unwrap();
+    assert_eq!(
+        created.spec.unwrap().pod_cidrs,
+        Some(vec!["10.244.1.0/24".to_string()])
+    );
+
+    let leases: Api<Lease> = Api::namespaced(client, "default");
+    let bad: Lease = serde_json::from_value(
+        json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}}),
+    )
+    .unwrap();
+    let error = refused_create(&leases, &bad).await;
+    assert_eq!(fields(&error), ["spec.leaseDurationSeconds"], "{error:?}");
+}
