@@ -47,6 +47,21 @@ fn config_key_problems(key: &str) -> Vec<String> {
 /// values; an immutable ConfigMap keeps its data and stays immutable.
 pub fn validate_config_map(old: Option<&Value>, config_map: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
+    // ValidateConfigMapUpdate reports these before the ConfigMap's own rules.
+    if let Some(old) = old.filter(|old| old["immutable"] == json!(true)) {
+        const IMMUTABLE: &str = "field is immutable when `immutable` is set";
+        if config_map["immutable"] != json!(true) {
+            causes.push(Cause::forbidden("immutable", IMMUTABLE));
+        }
+        for field in ["data", "binaryData"] {
+            let unset = |v: &Value| v.is_null() || v.as_object().is_some_and(|m| m.is_empty());
+            let same = old[field] == config_map[field]
+                || (unset(&old[field]) && unset(&config_map[field]));
+            if !same {
+                causes.push(Cause::forbidden(field, IMMUTABLE));
+            }
+        }
+    }
     let empty = serde_json::Map::new();
     let data = config_map["data"].as_object().unwrap_or(&empty);
     let binary = config_map["binaryData"].as_object().unwrap_or(&empty);
@@ -77,20 +92,6 @@ pub fn validate_config_map(old: Option<&Value>, config_map: &Value) -> Vec<Cause
     }
     if total > CONFIG_MAP_MAX_BYTES {
         causes.push(Cause::too_long("", CONFIG_MAP_MAX_BYTES));
-    }
-    if let Some(old) = old.filter(|old| old["immutable"] == json!(true)) {
-        const IMMUTABLE: &str = "field is immutable when `immutable` is set";
-        if config_map["immutable"] != json!(true) {
-            causes.push(Cause::forbidden("immutable", IMMUTABLE));
-        }
-        for field in ["data", "binaryData"] {
-            let unset = |v: &Value| v.is_null() || v.as_object().is_some_and(|m| m.is_empty());
-            let same = old[field] == config_map[field]
-                || (unset(&old[field]) && unset(&config_map[field]));
-            if !same {
-                causes.push(Cause::forbidden(field, IMMUTABLE));
-            }
-        }
     }
     causes
 }
