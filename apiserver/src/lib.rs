@@ -32,8 +32,10 @@
 //!   strategies kubectl's client-side validation and `apply` use, but leaves structures this
 //!   server does not model (a Pod's spec, a CRD's spec) untyped, so kubectl before 1.27 does
 //!   not validate those client side.
-//! - Objects may be created in namespaces that do not exist; deleting a namespace deletes its
-//!   contents at once (finalizers on those objects are still honoured).
+//! - New content needs an existing namespace (404, as the NamespaceLifecycle admission plugin
+//!   answers) and `default`, `kube-system` and `kube-public` may not be deleted; manifests loaded
+//!   as seeds get their namespaces made. Deleting a namespace deletes its contents at once
+//!   (finalizers on those objects are still honoured) instead of holding it `Terminating`.
 //! - Pods are deleted immediately (no kubelet to drain them); `gracePeriodSeconds` and
 //!   `propagationPolicy` are accepted and otherwise ignored (no garbage collector).
 //! - Server-side apply merges like a strategic merge patch and removes the fields the same

@@ -308,6 +308,20 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// 403 for a namespace that may not be deleted (the NamespaceLifecycle admission plugin's
+    /// answer for `default`, `kube-system` and `kube-public`).
+    pub fn immortal_namespace(def: &ResourceDef, name: &str) -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{} \"{name}\" is forbidden: this namespace may not be deleted",
+                def.plural
+            ),
+        )
+        .about(def, name)
+    }
+
     /// 500 for a create whose object names a resourceVersion: etcd3 storage refuses it (the
     /// object was most likely copied from a read), and kube-apiserver passes that on as an
     /// error of no known reason.

@@ -208,6 +208,7 @@ async fn dispatch(
                     let mut object = decode_body(body, headers)?;
                     check_type(&entry.def, &object)?;
                     schema::check(&entry.def, &mut object)?;
+                    admit_namespace(app, &entry.def, namespace, &object)?;
                     let created = app
                         .store
                         .create(resource, namespace, object, params.dry_run)?;
@@ -302,6 +303,7 @@ async fn dispatch(
                                     crate::meta::name(&object).unwrap_or_default()
                                 )));
                             }
+                            admit_namespace(app, &entry.def, namespace, &object)?;
                             let created =
                                 app.store
                                     .create(resource, namespace, object, params.dry_run)?;
@@ -618,6 +620,7 @@ fn patch_object(
                     .map_err(patch_error)?;
             crate::meta::metadata_mut(&mut object).insert("name".into(), json!(name));
             schema::check(def, &mut object)?;
+            admit_namespace(app, def, namespace, &object)?;
             let created = app
                 .store
                 .create(resource, namespace, object, params.dry_run)?;
@@ -712,6 +715,12 @@ fn delete_object(
     name: &str,
     (preconditions, dry_run): (Preconditions, bool),
 ) -> Result<Response, ApiError> {
+    if resource == resources::namespaces() && IMMORTAL_NAMESPACES.contains(&name) {
+        return Err(ApiError::immortal_namespace(
+            resources::get(resources::namespaces()),
+            name,
+        ));
+    }
     let deleted = app
         .store
         .delete(resource, namespace, name, &preconditions, dry_run)?;
@@ -732,6 +741,33 @@ fn delete_object(
     });
     Ok(json_response(StatusCode::OK, &success))
 }
+
+/// The NamespaceLifecycle admission plugin's rule for a create: new content needs an existing
+/// namespace (404 for the namespace otherwise, as kube-apiserver answers).
+fn admit_namespace(
+    app: &AppState,
+    def: &resources::ResourceDef,
+    namespace: Option<&str>,
+    object: &Value,
+) -> Result<(), ApiError> {
+    if !def.namespaced {
+        return Ok(());
+    }
+    let namespace = namespace
+        .or_else(|| crate::meta::namespace(object))
+        .unwrap_or("default");
+    match app.store.get(resources::namespaces(), None, namespace) {
+        Ok(_) => Ok(()),
+        Err(error) if error.code == 404 => Err(ApiError::not_found(
+            resources::get(resources::namespaces()),
+            namespace,
+        )),
+        Err(error) => Err(error),
+    }
+}
+
+/// The namespaces the NamespaceLifecycle admission plugin never lets go.
+const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
 
 /// Deleting a namespace deletes what it contains (finalizers still hold objects that have
 /// them).

@@ -775,6 +775,17 @@ impl Store {
         meta::metadata_mut(&mut object).remove("resourceVersion");
         let status = object.get("status").cloned();
         let namespace = meta::namespace(&object).map(str::to_string);
+        // Manifests often leave their namespaces out; the cluster they record had them.
+        let namespaced = self.registry().def(resource).is_some_and(|d| d.namespaced);
+        if let Some(ns) = namespace.as_deref().filter(|_| namespaced) {
+            let namespace_object =
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            match self.create(resources::namespaces(), None, namespace_object, false) {
+                Ok(_) => {}
+                Err(error) if error.code == 409 => {}
+                Err(error) => return Err(error),
+            }
+        }
         let created = self.create(resource, namespace.as_deref(), object, false)?;
         match status {
             Some(status) if self.registry().def(resource).is_some_and(|d| d.has_status) => {

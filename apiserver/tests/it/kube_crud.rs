@@ -1083,3 +1083,75 @@ async fn config_maps_nodes_and_leases_are_validated() {
     let error = refused_create(&leases, &bad).await;
     assert_eq!(fields(&error), ["spec.leaseDurationSeconds"], "{error:?}");
 }
+
+/// The NamespaceLifecycle admission plugin's rules: new content needs an existing namespace
+/// (404 naming it, by create, by server-side apply and by a PUT that creates), and `default`,
+/// `kube-system` and `kube-public` may not be deleted (403).
+#[tokio::test]
+async fn namespaces_must_exist_for_new_content_and_the_system_ones_stay() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    let server = ApiServer::builder().start().await.unwrap();
+    let client = server.client().unwrap();
+    let config_map: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "c"}, "data": {"k": "v"}})).unwrap();
+
+    let missing: Api<ConfigMap> = Api::namespaced(client.clone(), "nowhere");
+    let error = refused_create(&missing, &config_map).await;
+    assert_eq!(
+        (error.code, error.reason.as_str()),
+        (404, "NotFound"),
+        "{error:?}"
+    );
+    assert_eq!(error.message, "namespaces \"nowhere\" not found");
+    let applied = missing
+        .patch(
+            "c",
+            &PatchParams::apply("test"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_error(applied).code, 404);
+    assert!(
+        missing
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // Once the namespace exists, the same create goes through.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "nowhere"}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    missing
+        .create(&PostParams::default(), &config_map)
+        .await
+        .unwrap();
+
+    for name in ["default", "kube-system", "kube-public"] {
+        let error = api_error(
+            namespaces
+                .delete(name, &DeleteParams::default())
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(
+            (error.code, error.reason.as_str()),
+            (403, "Forbidden"),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.message,
+            format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted")
+        );
+        assert!(namespaces.get(name).await.is_ok());
+    }
+}

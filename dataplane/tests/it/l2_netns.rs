@@ -116,6 +116,11 @@ impl Rig {
         })
         .expect("setns")
         .expect("api server");
+        // The agents' leases live here, as in deploy/base.
+        server
+            .seed(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "kube-lb-system"}}))
+            .expect("seed namespace");
         for i in 1..=3 {
             server
                 .seed(node(&format!("n{i}"), "za", "r1", &[&lab::node_v4(i)]))
