@@ -257,6 +257,15 @@ fn label_problems(value: &str, pattern_ok: bool, detail: &str) -> Vec<String> {
     problems
 }
 
+/// Go's rendering of a string list in messages (`%#v`): `[]string{"a", "b"}`.
+pub fn go_strings<S: AsRef<str>>(list: &[S]) -> String {
+    let inner: Vec<String> = list.iter().map(|s| format!("{:?}", s.as_ref())).collect();
+    format!("[]string{{{}}}", inner.join(", "))
+}
+
+/// kube-apiserver's message for a value that is not a CIDR (`IsValidCIDR`).
+pub const CIDR_DETAIL: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
+
 /// Whether `value` is a valid label value: empty, or up to 63 alphanumerics, `-`, `_` or `.`,
 /// alphanumeric at both ends.
 pub fn is_label_value(value: &str) -> bool {

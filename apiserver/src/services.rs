@@ -68,7 +68,6 @@ const PORT_RANGE_DETAIL: &str = "must be between 1 and 65535, inclusive";
 const IANA_DETAIL: &str = "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)\
     , must contain at least one letter (a-z), must not contain consecutive hyphens (--), must not \
     begin or end with a hyphen (-) and must be no more than 15 characters";
-const CIDR_DETAIL: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
 const IP_DETAIL: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
 
 /// One service IP range and where the next search for a free address starts.
@@ -697,12 +696,6 @@ pub(crate) fn too_many(field: impl Into<String>, actual: usize, max: usize) -> C
     }
 }
 
-/// Go's rendering of a string list in messages: `[]string{"a", "b"}`.
-fn go_strings(list: &[String]) -> String {
-    let inner: Vec<String> = list.iter().map(|s| format!("{s:?}")).collect();
-    format!("[]string{{{}}}", inner.join(", "))
-}
-
 /// Validates a defaulted Service (`ValidateService`); every problem is returned, not just the
 /// first.
 pub fn validate(service: &Value) -> Vec<Cause> {
@@ -963,14 +956,14 @@ fn validate_cluster_ip_fields(causes: &mut Vec<Cause>, spec: &Value) {
             } else if ips[0] != ip {
                 causes.push(Cause::invalid_literal(
                     "spec.clusterIPs",
-                    &go_strings(&ips),
+                    &meta::go_strings(&ips),
                     "first value must match `clusterIP`",
                 ));
             }
         }
         None if !ips.is_empty() => causes.push(Cause::invalid_literal(
             "spec.clusterIPs",
-            &go_strings(&ips),
+            &meta::go_strings(&ips),
             "must be empty when `clusterIP` is not specified",
         )),
         None => {}
@@ -999,7 +992,7 @@ fn validate_cluster_ip_fields(causes: &mut Vec<Cause>, spec: &Value) {
                 invalid = true;
                 causes.push(Cause::invalid_literal(
                     "spec.clusterIPs",
-                    &go_strings(&ips),
+                    &meta::go_strings(&ips),
                     "'None' must be the first and only value",
                 ));
             }
@@ -1020,7 +1013,7 @@ fn validate_cluster_ip_fields(causes: &mut Vec<Cause>, spec: &Value) {
     if ips.len() > 2 {
         causes.push(Cause::invalid_literal(
             "spec.clusterIPs",
-            &go_strings(&ips),
+            &meta::go_strings(&ips),
             "may only hold up to 2 values",
         ));
     }
@@ -1031,7 +1024,7 @@ fn validate_cluster_ip_fields(causes: &mut Vec<Cause>, spec: &Value) {
     if parsed.len() == 2 && family_of(parsed[0]) == family_of(parsed[1]) {
         causes.push(Cause::invalid_literal(
             "spec.clusterIPs",
-            &go_strings(&ips),
+            &meta::go_strings(&ips),
             "may specify no more than one IP for each IP family",
         ));
     }
@@ -1065,7 +1058,11 @@ fn validate_source_ranges(causes: &mut Vec<Cause>, service: &Value, ty: &str) {
             // Space padding is a historical allowance from the annotation days.
             let range = range.trim();
             if range.parse::<IpNet>().is_err() {
-                causes.push(Cause::invalid(format!("{field}[{i}]"), range, CIDR_DETAIL));
+                causes.push(Cause::invalid(
+                    format!("{field}[{i}]"),
+                    range,
+                    meta::CIDR_DETAIL,
+                ));
             }
         }
     } else if let Some(value) = annotation(service, SOURCE_RANGES_ANNOTATION) {
@@ -1080,7 +1077,7 @@ fn validate_source_ranges(causes: &mut Vec<Cause>, service: &Value, ty: &str) {
         if !value.is_empty() {
             for range in value.split(',').map(str::trim) {
                 if range.parse::<IpNet>().is_err() {
-                    causes.push(Cause::invalid(field.clone(), range, CIDR_DETAIL));
+                    causes.push(Cause::invalid(field.clone(), range, meta::CIDR_DETAIL));
                 }
             }
         }
@@ -1229,7 +1226,7 @@ fn validate_upgrade_downgrade_cluster_ips(causes: &mut Vec<Cause>, old: &Value, 
         return;
     }
     let (before, after) = (str_list(old, "clusterIPs"), str_list(new, "clusterIPs"));
-    let shown = go_strings(&after);
+    let shown = meta::go_strings(&after);
     let changed = |i: usize| {
         Cause::invalid_literal(
             format!("spec.clusterIPs[{i}]"),
@@ -1284,7 +1281,7 @@ fn validate_upgrade_downgrade_families(causes: &mut Vec<Cause>, old: &Value, new
     }
     let (before, after) = (str_list(old, "ipFamilies"), str_list(new, "ipFamilies"));
     // The internal type's name, as Go's `%#v` prints it.
-    let shown = go_strings(&after).replacen("[]string", "[]core.IPFamily", 1);
+    let shown = meta::go_strings(&after).replacen("[]string", "[]core.IPFamily", 1);
     match before.len().cmp(&after.len()) {
         std::cmp::Ordering::Equal => {
             if before != after {
@@ -1737,7 +1734,7 @@ fn allocate(
                     Ok(()) => reserved.ips.push(ip),
                     Err(msg) => causes.push(Cause::invalid_literal(
                         "spec.clusterIPs",
-                        &go_strings(&ips),
+                        &meta::go_strings(&ips),
                         &msg,
                     )),
                 },

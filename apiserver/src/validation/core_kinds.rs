@@ -18,8 +18,6 @@ const CONFIG_KEY_DETAIL: &str = "a valid config key must consist of alphanumeric
     '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation \
     is '[-._a-zA-Z0-9]+')";
 
-const CIDR_DETAIL: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
-
 /// `IsConfigMapKey`'s messages for `key`.
 fn config_key_problems(key: &str) -> Vec<String> {
     let mut problems = Vec::new();
@@ -161,7 +159,7 @@ pub fn validate_node(node: &Value) -> Vec<Cause> {
             Err(_) => causes.push(Cause::invalid(
                 format!("spec.podCIDRs[{i}]"),
                 cidr,
-                CIDR_DETAIL,
+                meta::CIDR_DETAIL,
             )),
         }
     }
@@ -171,10 +169,9 @@ pub fn validate_node(node: &Value) -> Vec<Cause> {
             (IpNet::V4(_), IpNet::V6(_)) | (IpNet::V6(_), IpNet::V4(_))
         );
     if cidrs.len() > 1 && parsed.len() == cidrs.len() && !dual_stack_pair {
-        let listed: Vec<String> = cidrs.iter().map(|c| format!("{c:?}")).collect();
         causes.push(Cause::invalid_literal(
             "spec.podCIDRs",
-            &format!("[]string{{{}}}", listed.join(", ")),
+            &meta::go_strings(&cidrs),
             "may specify no more than one CIDR for each IP family",
         ));
     }

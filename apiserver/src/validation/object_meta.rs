@@ -184,10 +184,9 @@ fn validate_finalizers(finalizers: Option<&Value>) -> Vec<Cause> {
         }
     }
     if names.contains(&"orphan") && names.contains(&"foregroundDeletion") {
-        let listed: Vec<String> = names.iter().map(|name| format!("{name:?}")).collect();
         causes.push(Cause::invalid_literal(
             FIELD,
-            &format!("[]string{{{}}}", listed.join(", ")),
+            &meta::go_strings(&names),
             "finalizer orphan and foregroundDeletion cannot be both set",
         ));
     }

@@ -862,6 +862,15 @@ async fn service_status_conditions_are_merged_by_type_and_validated() {
     assert_eq!(types(after), ["example.com/Other"]);
 }
 
+/// The fields a 422's causes name, in order.
+fn cause_fields(status: &kube::core::Status) -> Vec<String> {
+    status
+        .details
+        .as_ref()
+        .map(|details| details.causes.iter().map(|c| c.field.clone()).collect())
+        .unwrap_or_default()
+}
+
 /// The Status of a create that must be refused.
 async fn refused_create<K>(api: &Api<K>, object: &K) -> kube::core::Status
 where
@@ -883,13 +892,7 @@ async fn metadata_is_validated_like_kube_apiserver() {
     let server = ApiServer::builder().start().await.unwrap();
     let client = server.client().unwrap();
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let causes = |status: &kube::core::Status| -> Vec<String> {
-        status
-            .details
-            .as_ref()
-            .map(|details| details.causes.iter().map(|c| c.field.clone()).collect())
-            .unwrap_or_default()
-    };
+    let causes = cause_fields;
 
     // A bad label and a bad port: one 422 naming both, the label first.
     let bad_label = || Some([("bad label".to_string(), "x".to_string())].into());
@@ -1045,13 +1048,7 @@ async fn config_maps_nodes_and_leases_are_validated() {
     use k8s_openapi::api::core::v1::ConfigMap;
     let server = ApiServer::builder().start().await.unwrap();
     let client = server.client().unwrap();
-    let fields = |status: &kube::core::Status| -> Vec<String> {
-        status
-            .details
-            .as_ref()
-            .map(|d| d.causes.iter().map(|c| c.field.clone()).collect())
-            .unwrap_or_default()
-    };
+    let fields = cause_fields;
 
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let bad: ConfigMap =
