@@ -34,8 +34,11 @@
 //!   not validate those client side.
 //! - New content needs an existing namespace (404, as the NamespaceLifecycle admission plugin
 //!   answers) and `default`, `kube-system` and `kube-public` may not be deleted; manifests loaded
-//!   as seeds get their namespaces made. Deleting a namespace deletes its contents at once
-//!   (finalizers on those objects are still honoured) instead of holding it `Terminating`.
+//!   as seeds get their namespaces made. A deleted namespace is `Terminating` (creates in it
+//!   get 403) until the server's own namespace lifecycle, standing in for
+//!   kube-controller-manager's namespace controller, has deleted its contents and finalized it;
+//!   objects held by finalizers keep it, and its conditions say which. The lifecycle runs at
+//!   once after the delete and again after every change, not on a controller's resync period.
 //! - Pods are deleted immediately (no kubelet to drain them); `gracePeriodSeconds` and
 //!   `propagationPolicy` are accepted and otherwise ignored (no garbage collector).
 //! - Server-side apply merges like a strategic merge patch and removes the fields the same
@@ -95,6 +98,7 @@ pub mod faults;
 pub mod http;
 pub mod managed;
 pub mod meta;
+pub mod namespace_lifecycle;
 pub mod patch;
 pub mod persistence;
 pub mod resources;

@@ -17,6 +17,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::Error;
 use crate::faults::Faults;
 use crate::http::{self, AppState};
+use crate::namespace_lifecycle;
 use crate::persistence;
 use crate::resources;
 use crate::services::{self, Allocator};
@@ -218,6 +219,8 @@ impl ApiServerBuilder {
                 stop_rx.clone(),
             ));
         }
+        // Stops with the server, like the Event expiry.
+        tokio::spawn(finish_namespaces(store.clone(), stop_rx.clone()));
         tracing::info!(%addr, restored, "in-memory API server listening");
         Ok(RunningApiServer {
             addr,
@@ -281,6 +284,33 @@ async fn expire_events(store: Arc<Store>, ttl: Duration, mut stop: watch::Receiv
                 }
             }
         }
+    }
+}
+
+/// Moves Terminating namespaces on ([`namespace_lifecycle::sync_all`]) after changes (an object
+/// whose finalizer goes may be the last thing a namespace waits for), until `stop`. A burst of
+/// writes is looked at once, a little after it began, not once per write.
+async fn finish_namespaces(store: Arc<Store>, mut stop: watch::Receiver<bool>) {
+    const SETTLE: Duration = Duration::from_millis(20);
+    let mut committed = store.committed();
+    // A state file may hold namespaces that were Terminating when it was written.
+    namespace_lifecycle::sync_all(&store);
+    loop {
+        tokio::select! {
+            changed = committed.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(SETTLE).await;
+        committed.borrow_and_update();
+        namespace_lifecycle::sync_all(&store);
     }
 }
 

@@ -322,6 +322,32 @@ impl ApiError {
         .about(def, name)
     }
 
+    /// 403 for new content in a Terminating namespace (the NamespaceLifecycle admission plugin),
+    /// with its `NamespaceTerminating` cause. `name` is empty for a create by `generateName`
+    /// (admission runs before the name is made), and then the message names no object.
+    pub fn namespace_terminating(def: &ResourceDef, name: &str, namespace: &str) -> Self {
+        let subject = if name.is_empty() {
+            def.group_resource()
+        } else {
+            format!("{} \"{name}\"", def.group_resource())
+        };
+        let mut err = Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "{subject} is forbidden: unable to create new content in namespace {namespace} \
+                 because it is being terminated"
+            ),
+        )
+        .about(def, name);
+        err.details.causes.push(Cause {
+            reason: "NamespaceTerminating",
+            message: format!("namespace {namespace} is being terminated"),
+            field: "metadata.namespace".into(),
+        });
+        err
+    }
+
     /// 500 for a create whose object names a resourceVersion: etcd3 storage refuses it (the
     /// object was most likely copied from a read), and kube-apiserver passes that on as an
     /// error of no known reason.
@@ -379,7 +405,8 @@ impl ApiError {
         }
         let mut details = serde_json::Map::new();
         let d = &self.details;
-        if let Some(name) = &d.name {
+        // Go leaves an empty name out (omitempty), as it does the group.
+        if let Some(name) = d.name.as_ref().filter(|n| !n.is_empty()) {
             details.insert("name".into(), json!(name));
         }
         if let Some(group) = d.group.as_ref().filter(|g| !g.is_empty()) {

@@ -285,6 +285,70 @@ async fn delete_runs_provider_delete_then_removes_finalizer_then_object_is_gone(
 }
 
 #[tokio::test]
+async fn deleting_a_namespace_releases_its_load_balancers_before_the_namespace_goes() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::PostParams;
+    use kube::runtime::wait::{await_condition, conditions};
+
+    let (_server, client, running) = server_and_controller().await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let team = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    svc_lb("team", "a").create(&client).await;
+    svc_lb("team", "b").create(&client).await;
+    let addresses = [
+        wait_address(&client, "team", "a").await,
+        wait_address(&client, "team", "b").await,
+    ];
+
+    namespaces
+        .delete("team", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The Services' finalizer holds the namespace until the provider has released both.
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        await_condition(
+            namespaces.clone(),
+            "team",
+            conditions::is_deleted(&team.uid().unwrap()),
+        ),
+    )
+    .await
+    .expect("the namespace goes once its load balancers are released")
+    .unwrap();
+    for name in ["team/a", "team/b"] {
+        let deletes = running.provider.deletes_of(name);
+        assert_eq!(deletes.len(), 1, "{name}: {deletes:?}");
+        assert!(
+            matches!(
+                deletes[0],
+                Call::Delete {
+                    finalizer_present: true,
+                    ..
+                }
+            ),
+            "{name}: released after its Service was gone"
+        );
+    }
+    // The addresses went back to the pool: the next Service gets the lower of the two.
+    let lowest = addresses
+        .iter()
+        .map(|a| a.parse::<std::net::IpAddr>().unwrap())
+        .min()
+        .unwrap();
+    svc_lb("default", "next").create(&client).await;
+    let reused = wait_address(&client, "default", "next").await;
+    assert_eq!(reused, lowest.to_string(), "{addresses:?}");
+    running.stop().await;
+}
+
+#[tokio::test]
 async fn services_of_another_load_balancer_class_are_ignored() {
     let server = server().await;
     let client = server.client().unwrap();

@@ -234,6 +234,15 @@ async fn dispatch(
             let part = match subresource.as_deref() {
                 None => Part::Main,
                 Some("status") if def.has_status => Part::Status,
+                // kube-apiserver serves `/finalize` for updates only.
+                Some("finalize") if resource == resources::namespaces() => {
+                    if *method != Method::PUT {
+                        return Err(ApiError::method_not_allowed(format!(
+                            "{method} is not supported on namespaces/finalize"
+                        )));
+                    }
+                    Part::Finalize
+                }
                 Some(other) => {
                     return Err(ApiError::no_route(&format!(
                         "{}/{other}",
@@ -724,8 +733,12 @@ fn delete_object(
     let deleted = app
         .store
         .delete(resource, namespace, name, &preconditions, dry_run)?;
-    if deleted.gone && resource == resources::namespaces() {
-        delete_namespace_contents(app, registry, name);
+    if resource == resources::namespaces() && !dry_run {
+        // The namespace controller's work, begun at once: a namespace whose contents nothing
+        // holds is gone when this answers (with the Terminating namespace, as upstream does).
+        if let Err(error) = crate::namespace_lifecycle::sync(&app.store, name) {
+            tracing::debug!(namespace = name, %error, "namespace deletion not finished yet");
+        }
     }
     if !deleted.gone {
         // Still held by finalizers (or a dry run): kube-apiserver answers with the object.
@@ -743,7 +756,8 @@ fn delete_object(
 }
 
 /// The NamespaceLifecycle admission plugin's rule for a create: new content needs an existing
-/// namespace (404 for the namespace otherwise, as kube-apiserver answers).
+/// namespace (404 for the namespace otherwise, as kube-apiserver answers) that is not being
+/// deleted (403).
 fn admit_namespace(
     app: &AppState,
     def: &resources::ResourceDef,
@@ -757,6 +771,16 @@ fn admit_namespace(
         .or_else(|| crate::meta::namespace(object))
         .unwrap_or("default");
     match app.store.get(resources::namespaces(), None, namespace) {
+        Ok(found)
+            if found.pointer("/status/phase").and_then(Value::as_str)
+                == Some(crate::store::NAMESPACE_TERMINATING) =>
+        {
+            Err(ApiError::namespace_terminating(
+                def,
+                crate::meta::name(object).unwrap_or_default(),
+                namespace,
+            ))
+        }
         Ok(_) => Ok(()),
         Err(error) if error.code == 404 => Err(ApiError::not_found(
             resources::get(resources::namespaces()),
@@ -768,33 +792,6 @@ fn admit_namespace(
 
 /// The namespaces the NamespaceLifecycle admission plugin never lets go.
 const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
-
-/// Deleting a namespace deletes what it contains (finalizers still hold objects that have
-/// them).
-fn delete_namespace_contents(app: &AppState, registry: &Registry, namespace: &str) {
-    let mut slots_done = Vec::new();
-    for (id, entry) in registry.entries() {
-        // One pass per storage slot: the versions of a custom resource share their objects.
-        if !entry.def.namespaced || slots_done.contains(&entry.storage) {
-            continue;
-        }
-        slots_done.push(entry.storage);
-        let Ok(snapshot) = app
-            .store
-            .list(id, Some(namespace), crate::store::ReadAt::Latest)
-        else {
-            continue;
-        };
-        for ((_, name), _) in snapshot.items {
-            if let Err(error) =
-                app.store
-                    .delete(id, Some(namespace), &name, &Preconditions::default(), false)
-            {
-                tracing::debug!(namespace, name, %error, "namespace cleanup skipped an object");
-            }
-        }
-    }
-}
 
 fn delete_collection(
     app: &AppState,

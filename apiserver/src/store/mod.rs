@@ -57,6 +57,9 @@ pub enum Part {
     Main,
     /// The `/status` subresource: only `status`.
     Status,
+    /// A Namespace's `/finalize` subresource: everything but `status`, `spec.finalizers`
+    /// included (the main resource keeps those as they are).
+    Finalize,
 }
 
 /// A consistent list result.
@@ -614,7 +617,10 @@ impl Store {
                 current_view
             });
         }
-        let event_type = if meta::is_deleting(&next) && meta::finalizers(&next).is_empty() {
+        let event_type = if meta::is_deleting(&next)
+            && meta::finalizers(&next).is_empty()
+            && (resource != resources::namespaces() || namespace_finalized(&next))
+        {
             release(resource, &next, &mut state.allocator);
             EventType::Deleted
         } else {
@@ -661,6 +667,36 @@ impl Store {
         };
         if let Some(failed) = failed {
             return Err(ApiError::precondition_failed(&def, name, &failed));
+        }
+        // A namespace is first only marked Terminating; it goes once its contents are gone and
+        // its spec.finalizers are done (kube-apiserver's namespace storage). Emptying it is
+        // the namespace lifecycle's work.
+        if resource == resources::namespaces() && !namespace_finalized(&current) {
+            if meta::is_deleting(&current) {
+                return Ok(Deleted {
+                    object: view(&entry, current),
+                    gone: false,
+                });
+            }
+            let mut marked = (*current).clone();
+            meta::metadata_mut(&mut marked).insert("deletionTimestamp".into(), json!(meta::now()));
+            marked["status"]["phase"] = json!(NAMESPACE_TERMINATING);
+            let object = if dry_run {
+                Arc::new(marked)
+            } else {
+                self.commit(
+                    &mut state,
+                    slot,
+                    key,
+                    EventType::Modified,
+                    marked,
+                    Some(current),
+                )
+            };
+            return Ok(Deleted {
+                object: view(&entry, object),
+                gone: false,
+            });
         }
         if dry_run {
             return Ok(Deleted {
@@ -964,9 +1000,8 @@ fn label_namespace_name(object: &mut Value, name: &str) {
 }
 
 /// A namespace's `spec.finalizers`: `[kubernetes]` when it is created, whatever the client sent,
-/// and unchanged by updates (kube-apiserver's namespace strategy; only the namespace controller
-/// changes them, through `/finalize`). This server deletes a namespace's contents at once and
-/// does not wait for them.
+/// and unchanged by updates of the main resource (kube-apiserver's namespace strategy; the
+/// namespace lifecycle changes them through `/finalize`).
 fn keep_namespace_finalizers(old: Option<&Value>, object: &mut Value) {
     let finalizers = match old {
         None => Some(json!(["kubernetes"])),
@@ -983,6 +1018,18 @@ fn keep_namespace_finalizers(old: Option<&Value>, object: &mut Value) {
             }
         }
     }
+}
+
+/// A Namespace's `status.phase` from its first delete on.
+pub const NAMESPACE_TERMINATING: &str = "Terminating";
+
+/// Whether a Namespace's `spec.finalizers` are all done (none left), so that a delete or an
+/// update of a Terminating namespace removes it (`ShouldDeleteNamespaceDuringUpdate`).
+pub fn namespace_finalized(namespace: &Value) -> bool {
+    namespace
+        .pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
 }
 
 /// Per-kind create-time resets kube-apiserver performs.
@@ -1029,7 +1076,7 @@ fn merge_parts(def: &ResourceDef, part: Part, current: &Value, proposed: Value) 
             }
             next
         }
-        Part::Main if def.has_status => {
+        Part::Main | Part::Finalize if def.has_status => {
             let mut next = proposed;
             if let Some(map) = next.as_object_mut() {
                 match current.get("status") {
@@ -1039,7 +1086,7 @@ fn merge_parts(def: &ResourceDef, part: Part, current: &Value, proposed: Value) 
             }
             next
         }
-        Part::Main => proposed,
+        Part::Main | Part::Finalize => proposed,
     }
 }
 
@@ -1157,7 +1204,9 @@ fn admit_kind(
     default_protocols(def, object);
     if resource == resources::namespaces() {
         label_namespace_name(object, &name);
-        keep_namespace_finalizers(old, object);
+        if write.part != Part::Finalize {
+            keep_namespace_finalizers(old, object);
+        }
     }
     if resource == resources::services() {
         let admitted = match (write.part, old) {
@@ -1183,6 +1232,7 @@ fn admit_kind(
             validation::validate_node(object)
         }
         ("coordination.k8s.io", "Lease") => validation::validate_lease(object),
+        ("", "Namespace") => validation::validate_namespace_finalizers(object),
         _ => Vec::new(),
     };
     if !kind_causes.is_empty() {

@@ -1,7 +1,8 @@
 //! The rules of the smaller kinds this server keeps, as kube-apiserver 1.33 checks them:
 //! `ValidateConfigMap` and `ValidateConfigMapUpdate`, `ValidateNode` / `ValidateNodeUpdate`
 //! (taints and pod CIDRs; pkg/apis/core/validation) and `ValidateLeaseSpec`
-//! (pkg/apis/coordination/validation). Node's `podCIDR` and `podCIDRs` are kept in step as the
+//! (pkg/apis/coordination/validation), and a Namespace's `spec.finalizers` as its `/finalize`
+//! subresource checks them. Node's `podCIDR` and `podCIDRs` are kept in step as the
 //! v1 conversion does ([`sync_pod_cidrs`]).
 
 use base64::Engine as _;
@@ -111,6 +112,36 @@ pub fn validate_lease(lease: &Value) -> Vec<Cause> {
             &transitions.to_string(),
             "must be greater than or equal to 0",
         ));
+    }
+    causes
+}
+
+/// Finalizer names without a `/` that need no domain (`IsStandardFinalizerName`).
+const STANDARD_FINALIZERS: [&str; 3] = ["kubernetes", "orphan", "foregroundDeletion"];
+
+/// A Namespace's `spec.finalizers` (`validateFinalizerName`, as `/finalize` checks them): each a
+/// qualified name, and one without a domain must be a standard finalizer.
+pub fn validate_namespace_finalizers(namespace: &Value) -> Vec<Cause> {
+    let Some(finalizers) = namespace
+        .pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    let mut causes = Vec::new();
+    for (index, name) in finalizers.iter().enumerate() {
+        let Some(name) = name.as_str() else { continue };
+        let field = format!("spec.finalizers[{index}]");
+        for problem in meta::qualified_name_problems(name) {
+            causes.push(Cause::invalid(field.clone(), name, &problem));
+        }
+        if !name.contains('/') && !STANDARD_FINALIZERS.contains(&name) {
+            causes.push(Cause::invalid(
+                field,
+                name,
+                "name is neither a standard finalizer name nor is it fully qualified",
+            ));
+        }
     }
     causes
 }

@@ -15,7 +15,8 @@ use std::net::IpAddr;
 
 pub use conditions::validate_conditions;
 pub use core_kinds::{
-    CONFIG_MAP_MAX_BYTES, sync_pod_cidrs, validate_config_map, validate_lease, validate_node,
+    CONFIG_MAP_MAX_BYTES, sync_pod_cidrs, validate_config_map, validate_lease,
+    validate_namespace_finalizers, validate_node,
 };
 pub use endpoints::{validate_endpoint_slice, validate_endpoints};
 pub use object_meta::{ANNOTATIONS_MAX_BYTES, validate_labels, validate_object_meta};

@@ -12,6 +12,7 @@ mod kube_crud;
 mod kubectl;
 mod kubectl_protobuf;
 mod kubectl_tables;
+mod namespaces;
 mod openapi_v2;
 mod persistence;
 mod python_client;
