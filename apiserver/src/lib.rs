@@ -7,8 +7,11 @@
 //! events.k8s.io/v1 events; apiextensions.k8s.io/v1 CustomResourceDefinitions and the custom
 //! resources they define (registered at run time: discovery, list/watch with selectors, the
 //! status subresource, structural-schema pruning, defaults and validation, printer columns;
-//! deleting a CRD deletes its objects). Objects are stored as JSON, so unknown fields of
-//! built-in kinds survive.
+//! deleting a CRD deletes its objects). Objects are stored as JSON; fields a built-in kind's Go
+//! type does not have are handled as kube-apiserver's field validation does (dropped with a
+//! `Warning` by default, refused with `fieldValidation=Strict`, kubectl's default, and always by
+//! server-side apply), except `spec.topologyKeys` of a Service, which the seeds' Service
+//! Topology document writes and the dataplane reads.
 //!
 //! core/v1 and events.k8s.io/v1 Events are one stored object seen through two APIs (upstream's
 //! field conversion and per-API validation), and a CRD version's `selectableFields` are
@@ -39,8 +42,11 @@
 //!   kube-controller-manager's namespace controller, has deleted its contents and finalized it;
 //!   objects held by finalizers keep it, and its conditions say which. The lifecycle runs at
 //!   once after the delete and again after every change, not on a controller's resync period.
-//! - Pods are deleted immediately (no kubelet to drain them); `gracePeriodSeconds` and
-//!   `propagationPolicy` are accepted and otherwise ignored (no garbage collector).
+//! - Pods are deleted immediately (no kubelet to drain them; `gracePeriodSeconds` is accepted
+//!   and otherwise ignored). `propagationPolicy` is honoured by the server's own garbage
+//!   collector, standing in for kube-controller-manager's: it acts on every change at once,
+//!   not on a resync period, and owners of kinds this server does not serve are never
+//!   considered gone.
 //! - Server-side apply merges like a strategic merge patch and removes the fields the same
 //!   manager stopped applying (unless another manager owns them); a field another manager
 //!   applied with a different value is a 409 conflict unless `force=true`. Ownership is
@@ -95,6 +101,7 @@
 pub mod crd;
 pub mod events;
 pub mod faults;
+pub mod garbage_collector;
 pub mod http;
 pub mod managed;
 pub mod meta;

@@ -16,6 +16,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::Error;
 use crate::faults::Faults;
+use crate::garbage_collector;
 use crate::http::{self, AppState};
 use crate::namespace_lifecycle;
 use crate::persistence;
@@ -219,8 +220,9 @@ impl ApiServerBuilder {
                 stop_rx.clone(),
             ));
         }
-        // Stops with the server, like the Event expiry.
+        // Stop with the server, like the Event expiry.
         tokio::spawn(finish_namespaces(store.clone(), stop_rx.clone()));
+        tokio::spawn(garbage_collector::run(store.clone(), stop_rx.clone()));
         tracing::info!(%addr, restored, "in-memory API server listening");
         Ok(RunningApiServer {
             addr,
@@ -377,7 +379,9 @@ impl RunningApiServer {
     /// (k8s-openapi types, `serde_json::Value`, ...). The status is stored state, not a
     /// request: see [`Store::seed`](crate::store::Store::seed) for the one rule that differs.
     pub fn seed(&self, object: impl serde::Serialize) -> Result<Value, Error> {
-        let value = serde_json::to_value(object).map_err(Error::Serialize)?;
+        let mut value = serde_json::to_value(object).map_err(Error::Serialize)?;
+        // Stored state holds only what the kind's type has, as etcd behind kube-apiserver does.
+        http::drop_unknown_fields(&mut value);
         let resource = resource_of(&self.store.registry(), &value)?;
         Ok((*self.store.seed(resource, value)?).clone())
     }
@@ -400,7 +404,16 @@ impl RunningApiServer {
             } else {
                 vec![value]
             };
-            for item in items {
+            for mut item in items {
+                let dropped = http::drop_unknown_fields(&mut item);
+                if !dropped.is_empty() {
+                    tracing::warn!(
+                        kind = item.get("kind").and_then(serde_json::Value::as_str).unwrap_or_default(),
+                        name = crate::meta::name(&item).unwrap_or_default(),
+                        fields = ?dropped,
+                        "manifest fields dropped: the kind has no such fields"
+                    );
+                }
                 out.push(self.create_or_replace(item)?);
             }
         }

@@ -352,10 +352,27 @@ impl ApiError {
     /// object was most likely copied from a read), and kube-apiserver passes that on as an
     /// error of no known reason.
     pub fn resource_version_on_create() -> Self {
-        Self::new(
-            500,
+        Self::unknown("resourceVersion should not be set on objects to be created")
+    }
+
+    /// A plain 500 with no reason: what kube-apiserver answers for an error that is not an API
+    /// status of its own (`StatusReasonUnknown`, which Go leaves out).
+    pub fn unknown(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
+    /// The patch handler's 422 for a patched object it cannot take: no kind and no name, one
+    /// cause on `patch` holding what was patched (`shown`, quoted as Go's `%q` does).
+    pub fn invalid_patch(shown: &str, detail: &str) -> Self {
+        Self::invalid_kind(
             "",
-            "resourceVersion should not be set on objects to be created",
+            "",
+            Some(""),
+            vec![Cause::invalid_literal(
+                "patch",
+                &format!("{shown:?}"),
+                detail,
+            )],
         )
     }
 
@@ -412,7 +429,7 @@ impl ApiError {
         if let Some(group) = d.group.as_ref().filter(|g| !g.is_empty()) {
             details.insert("group".into(), json!(group));
         }
-        if let Some(kind) = &d.kind {
+        if let Some(kind) = d.kind.as_ref().filter(|k| !k.is_empty()) {
             details.insert("kind".into(), json!(kind));
         }
         if !d.causes.is_empty() {

@@ -33,6 +33,25 @@ const ALWAYS_KEPT: &[&str] = &["apiVersion", "kind", "metadata"];
 /// Removes fields the schema does not specify, except under
 /// `x-kubernetes-preserve-unknown-fields`. `root` keeps `apiVersion`, `kind`, `metadata`.
 pub fn prune(value: &mut Value, schema: &Value, root: bool) {
+    prune_at(value, schema, root, "", &mut Vec::new());
+}
+
+/// [`prune`] of a whole object, returning the paths of what it removed (`spec.items[0].x`), as
+/// kube-apiserver's field validation names the unknown fields of a custom resource.
+pub fn pruned_fields(object: &mut Value, schema: &Value) -> Vec<String> {
+    let mut removed = Vec::new();
+    prune_at(object, schema, true, "", &mut removed);
+    removed
+}
+
+fn prune_at(value: &mut Value, schema: &Value, root: bool, path: &str, removed: &mut Vec<String>) {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
     match value {
         Value::Object(map) => {
             let properties = schema.get("properties").and_then(Value::as_object);
@@ -41,29 +60,37 @@ pub fn prune(value: &mut Value, schema: &Value, root: bool) {
                 preserves_unknown(schema) || additional.and_then(Value::as_bool) == Some(true);
             let keeps_meta = root || embedded(schema);
             map.retain(|key, _| {
-                keep_unknown
+                let kept = keep_unknown
                     || properties.is_some_and(|p| p.contains_key(key))
                     || additional.is_some_and(Value::is_object)
-                    || (keeps_meta && ALWAYS_KEPT.contains(&key.as_str()))
+                    || (keeps_meta && ALWAYS_KEPT.contains(&key.as_str()));
+                if !kept {
+                    removed.push(join(key));
+                }
+                kept
             });
             for (key, child) in map.iter_mut() {
                 if keeps_meta && ALWAYS_KEPT.contains(&key.as_str()) {
                     continue;
                 }
-                match properties.and_then(|p| p.get(key)) {
-                    Some(child_schema) => prune(child, child_schema, false),
-                    None => {
-                        if let Some(child_schema) = additional.filter(|a| a.is_object()) {
-                            prune(child, child_schema, false);
-                        }
-                    }
+                let child_schema = properties
+                    .and_then(|p| p.get(key))
+                    .or_else(|| additional.filter(|a| a.is_object()));
+                if let Some(child_schema) = child_schema {
+                    prune_at(child, child_schema, false, &join(key), removed);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
-                for item in items {
-                    prune(item, item_schema, false);
+                for (index, item) in items.iter_mut().enumerate() {
+                    prune_at(
+                        item,
+                        item_schema,
+                        false,
+                        &format!("{path}[{index}]"),
+                        removed,
+                    );
                 }
             }
         }

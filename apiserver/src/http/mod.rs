@@ -2,6 +2,7 @@
 
 pub(crate) mod decode;
 mod discovery;
+mod field_validation;
 mod openapi;
 mod params;
 mod proto;
@@ -27,7 +28,7 @@ use crate::managed;
 use crate::patch::{self, PatchKind};
 use crate::resources::{self, Entry, Registry, ResourceId};
 use crate::status::{self, ApiError};
-use crate::store::{Part, Preconditions, Snapshot, Store};
+use crate::store::{Part, Preconditions, Propagation, Snapshot, Store};
 pub use discovery::{MAJOR, MINOR};
 use params::{ContinueToken, Params};
 use route::Route;
@@ -207,12 +208,19 @@ async fn dispatch(
                     params.validate_write_options("CreateOptions")?;
                     let mut object = decode_body(body, headers)?;
                     check_type(&entry.def, &object)?;
-                    schema::check(&entry.def, &mut object)?;
+                    let warnings = field_validation::check_body(
+                        &entry,
+                        &mut object,
+                        params.field_directive(),
+                    )?;
                     admit_namespace(app, &entry.def, namespace, &object)?;
                     let created = app
                         .store
                         .create(resource, namespace, object, params.dry_run)?;
-                    Ok(json_response(StatusCode::CREATED, &created))
+                    Ok(field_validation::with_warnings(
+                        json_response(StatusCode::CREATED, &created),
+                        &warnings,
+                    ))
                 }
                 Method::DELETE => {
                     delete_collection(app, &entry, resource, namespace, &params, body, headers)
@@ -292,7 +300,11 @@ async fn dispatch(
                     params.validate_write_options("UpdateOptions")?;
                     let mut object = decode_body(body, headers)?;
                     check_type(def, &object)?;
-                    schema::check(def, &mut object)?;
+                    let warnings = field_validation::check_body(
+                        &entry,
+                        &mut object,
+                        params.field_directive(),
+                    )?;
                     let create_instead =
                         (part == Part::Main && creates_on_update(def)).then(|| object.clone());
                     let updated = app.store.update(
@@ -303,7 +315,7 @@ async fn dispatch(
                         params.dry_run,
                         move |_| Ok(object),
                     );
-                    match (updated, create_instead) {
+                    let answered = match (updated, create_instead) {
                         (Ok(updated), _) => Ok(json_response(StatusCode::OK, &updated)),
                         (Err(missing), Some(object)) if missing.code == 404 => {
                             if crate::meta::name(&object) != Some(name.as_str()) {
@@ -319,7 +331,8 @@ async fn dispatch(
                             Ok(json_response(StatusCode::CREATED, &created))
                         }
                         (Err(error), _) => Err(error),
-                    }
+                    };
+                    answered.map(|response| field_validation::with_warnings(response, &warnings))
                 }
                 Method::PATCH => patch_object(
                     app, &entry, resource, namespace, &name, part, &params, headers, body,
@@ -394,6 +407,21 @@ fn decode_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     }
     Ok(value)
+}
+
+/// Removes the fields `object`'s built-in kind does not have, as kube-apiserver's decoder
+/// drops them (for state loaded without a request); returns their paths. Custom resources are
+/// left to their schema's pruning.
+pub fn drop_unknown_fields(object: &mut Value) -> Vec<String> {
+    let type_of = |field: &str| {
+        object
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (api_version, kind) = (type_of("apiVersion"), type_of("kind"));
+    proto::unknown_fields(&api_version, &kind, object).unwrap_or_default()
 }
 
 /// A body naming another type than the URL is a client mistake (400), not a conversion.
@@ -602,6 +630,7 @@ fn patch_object(
         // An apply configuration is a partial object: type it before merging, as kube-apiserver
         // decodes it into the Go type first, so a wrong type is named where it was written.
         schema::check_partial(def, &patch_doc)?;
+        field_validation::check_apply(entry, &patch_doc)?;
         // structuredMergeManager.Apply (k8s.io/apiserver/pkg/util/managedfields/internal/
         // structuredmerge.go): the configuration must name the served version and carry no
         // managedFields (checked after typing, so a wrong-typed apiVersion is named as such).
@@ -636,6 +665,7 @@ fn patch_object(
             return Ok(json_response(StatusCode::CREATED, &created));
         }
     }
+    let mut warnings = Vec::new();
     let updated = app
         .store
         .update(resource, namespace, name, part, params.dry_run, |current| {
@@ -658,12 +688,30 @@ fn patch_object(
             }
             .map_err(patch_error)
             .and_then(|mut patched| {
-                // A patch may produce what no body could carry: type it like a body.
-                schema::check(def, &mut patched)?;
+                // A patch may produce what no body could carry: type it like a body, and drop
+                // (or refuse) fields the kind does not have. Applies were checked above.
+                if kind == PatchKind::Apply {
+                    schema::check(def, &mut patched)?;
+                } else {
+                    warnings = field_validation::check_patched(
+                        entry,
+                        &mut patched,
+                        params.field_directive(),
+                        // Upstream shows a strategic patch as Go prints the decoded patch,
+                        // and the result of any other as its JSON.
+                        |before| match kind {
+                            PatchKind::Strategic => field_validation::go_value_text(&patch_doc),
+                            _ => before.to_string(),
+                        },
+                    )?;
+                }
                 Ok(patched)
             })
         })?;
-    Ok(json_response(StatusCode::OK, &updated))
+    Ok(field_validation::with_warnings(
+        json_response(StatusCode::OK, &updated),
+        &warnings,
+    ))
 }
 
 /// Reads `DeleteOptions` from the query and the body and checks them as kube-apiserver's
@@ -672,7 +720,7 @@ fn delete_options(
     body: &Bytes,
     headers: &HeaderMap,
     params: &Params,
-) -> Result<(Preconditions, bool), ApiError> {
+) -> Result<DeleteRequest, ApiError> {
     let mut preconditions = Preconditions::default();
     let mut dry_run = params.dry_run;
     let mut policy = params.propagation_policy.clone();
@@ -713,7 +761,24 @@ fn delete_options(
     if !causes.is_empty() {
         return Err(ApiError::invalid_options("DeleteOptions", causes));
     }
-    Ok((preconditions, dry_run))
+    let propagation = match policy.as_deref() {
+        Some("Orphan") => Some(Propagation::Orphan),
+        Some("Foreground") => Some(Propagation::Foreground),
+        Some("Background") => Some(Propagation::Background),
+        _ => None,
+    };
+    Ok(DeleteRequest {
+        preconditions,
+        propagation,
+        dry_run,
+    })
+}
+
+/// What a DELETE asks for.
+struct DeleteRequest {
+    preconditions: Preconditions,
+    propagation: Option<Propagation>,
+    dry_run: bool,
 }
 
 fn delete_object(
@@ -722,17 +787,27 @@ fn delete_object(
     resource: ResourceId,
     namespace: Option<&str>,
     name: &str,
-    (preconditions, dry_run): (Preconditions, bool),
+    request: DeleteRequest,
 ) -> Result<Response, ApiError> {
+    let DeleteRequest {
+        preconditions,
+        propagation,
+        dry_run,
+    } = request;
     if resource == resources::namespaces() && IMMORTAL_NAMESPACES.contains(&name) {
         return Err(ApiError::immortal_namespace(
             resources::get(resources::namespaces()),
             name,
         ));
     }
-    let deleted = app
-        .store
-        .delete(resource, namespace, name, &preconditions, dry_run)?;
+    let deleted = app.store.delete_propagating(
+        resource,
+        namespace,
+        name,
+        &preconditions,
+        propagation,
+        dry_run,
+    )?;
     if resource == resources::namespaces() && !dry_run {
         // The namespace controller's work, begun at once: a namespace whose contents nothing
         // holds is gone when this answers (with the Terminating namespace, as upstream does).
@@ -802,7 +877,7 @@ fn delete_collection(
     body: &Bytes,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (_, dry_run) = delete_options(body, headers, params)?;
+    let request = delete_options(body, headers, params)?;
     params.validate_list_options(false)?;
     let snapshot = app
         .store
@@ -813,12 +888,13 @@ fn delete_collection(
             continue;
         }
         let ns = (!ns.is_empty()).then_some(ns);
-        match app.store.delete(
+        match app.store.delete_propagating(
             resource,
             ns.as_deref(),
             &name,
             &Preconditions::default(),
-            dry_run,
+            request.propagation,
+            request.dry_run,
         ) {
             Ok(outcome) => deleted.push((*outcome.object).clone()),
             // Deleted concurrently: nothing left to do for it.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::field_validation::Directive;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status::{ApiError, Cause};
 use crate::store::{ObjectKey, ReadAt, WatchFrom};
@@ -43,6 +44,8 @@ pub struct Params {
     pub field_manager: Option<String>,
     /// `includeObject` (Table rows).
     pub include_object: super::table::IncludeObject,
+    /// `fieldValidation`, as sent (checked by the write options' validation).
+    pub field_validation: Option<String>,
 }
 
 /// Where a paginated list continues: the version it is pinned to and the last key returned.
@@ -156,6 +159,7 @@ impl Params {
                     params.force_given = true;
                 }
                 "fieldManager" => params.field_manager = Some(value.clone()),
+                "fieldValidation" => params.field_validation = Some(value.clone()),
                 "includeObject" => {
                     params.include_object = super::table::IncludeObject::parse(value)?;
                 }
@@ -321,14 +325,32 @@ pub fn propagation_policy_causes(policy: Option<&str>) -> Vec<Cause> {
 }
 
 impl Params {
-    /// Checks `CreateOptions` / `UpdateOptions` (`kind`): a bad `dryRun` is a 422 before
-    /// anything is written (handlers/create.go, handlers/update.go).
+    /// Checks `CreateOptions` / `UpdateOptions` (`kind`): a bad `dryRun` or `fieldValidation`
+    /// is a 422 before anything is written (handlers/create.go, handlers/update.go).
     pub fn validate_write_options(&self, kind: &str) -> Result<(), ApiError> {
-        let causes = dry_run_causes(self.dry_run_values.iter().map(String::as_str));
+        let mut causes = dry_run_causes(self.dry_run_values.iter().map(String::as_str));
+        causes.extend(self.field_validation_causes());
         if causes.is_empty() {
             Ok(())
         } else {
             Err(ApiError::invalid_options(kind, causes))
+        }
+    }
+
+    /// What to do with fields the kind does not have (`fieldValidation`; Warn by default).
+    pub fn field_directive(&self) -> Directive {
+        self.field_validation
+            .as_deref()
+            .and_then(Directive::parse)
+            .unwrap_or_default()
+    }
+
+    fn field_validation_causes(&self) -> Vec<Cause> {
+        match self.field_validation.as_deref() {
+            Some(value) if Directive::parse(value).is_none() => {
+                vec![super::field_validation::unsupported(value)]
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -352,6 +374,7 @@ impl Params {
         causes.extend(dry_run_causes(
             self.dry_run_values.iter().map(String::as_str),
         ));
+        causes.extend(self.field_validation_causes());
         if causes.is_empty() {
             Ok(())
         } else {

@@ -19,8 +19,11 @@
 //! Kinds without a schema here (custom resources, CRDs) are answered 415, as kube-apiserver
 //! answers protobuf for custom resources.
 
+mod known_fields;
 #[rustfmt::skip]
 mod schema;
+
+pub use known_fields::unknown_fields;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

@@ -5,9 +5,9 @@
 //! fails the whole list or watch event). kube-apiserver refuses such a body with 400
 //! `BadRequest` ("… cannot be handled as a Service: … spec.ports.port of type int32"); here the
 //! message and a cause name the exact field path. Only the fields of the kinds kube-lb reads and
-//! writes (Service, EndpointSlice, Node, Lease, and `metadata` of every kind) are typed; unknown
-//! fields are accepted as kube-apiserver accepts them (strict field validation is off by
-//! default for clients that do not ask), and `null` means "unset" as in Go.
+//! writes (Service, EndpointSlice, Node, Lease, and `metadata` of every kind) are typed here; fields a
+//! kind does not have are the field validation's (`field_validation`), and `null` means "unset"
+//! as in Go.
 //!
 //! A stored object must also decode in typed clients, which are stricter than Go about `null`
 //! and absent fields: a `null` list item or map value becomes the element's zero value (`{}`,

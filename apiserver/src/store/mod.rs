@@ -102,6 +102,52 @@ pub struct Preconditions {
     pub resource_version: Option<String>,
 }
 
+/// How a delete treats the objects that name the deleted one as their owner
+/// (`DeleteOptions.propagationPolicy`): the garbage collector acts on the finalizer it leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// Dependents lose their reference and stay (finalizer `orphan`).
+    Orphan,
+    /// The object goes at once; the collector deletes its dependents afterwards.
+    Background,
+    /// The object stays (finalizer `foregroundDeletion`) until its blocking dependents are gone.
+    Foreground,
+}
+
+/// The finalizer that makes the collector orphan an object's dependents.
+pub const ORPHAN_FINALIZER: &str = "orphan";
+/// The finalizer that keeps an object until the collector has deleted its dependents.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// The finalizers `current` keeps when deleted with `propagation`, as the generic registry's
+/// `deletionFinalizersForGarbageCollection` computes them: an explicit policy decides, else a GC
+/// finalizer already there, else neither (the default for every kind served here).
+fn finalizers_for_deletion(current: &Value, propagation: Option<Propagation>) -> Vec<String> {
+    let existing = meta::finalizers(current);
+    let has = |name: &str| existing.contains(&name);
+    let (orphan, foreground) = match propagation {
+        Some(Propagation::Orphan) => (true, false),
+        Some(Propagation::Foreground) => (false, true),
+        Some(Propagation::Background) => (false, false),
+        None => (
+            has(ORPHAN_FINALIZER),
+            !has(ORPHAN_FINALIZER) && has(FOREGROUND_FINALIZER),
+        ),
+    };
+    let mut kept: Vec<String> = existing
+        .iter()
+        .filter(|f| **f != ORPHAN_FINALIZER && **f != FOREGROUND_FINALIZER)
+        .map(|f| f.to_string())
+        .collect();
+    if orphan {
+        kept.push(ORPHAN_FINALIZER.to_string());
+    }
+    if foreground {
+        kept.push(FOREGROUND_FINALIZER.to_string());
+    }
+    kept
+}
+
 /// Everything the server persists; allocations are derived from the Services on load.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Dump {
@@ -189,6 +235,12 @@ impl Store {
     /// Follows the committed version (the persistence writer waits on it).
     pub fn committed(&self) -> watch::Receiver<u64> {
         self.committed.subscribe()
+    }
+
+    /// Every change from now on, of every resource (events name storage slots). A receiver that
+    /// falls too far behind gets `Lagged` and must look at the whole store again.
+    pub fn changes(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.live.subscribe()
     }
 
     /// The resources served right now.
@@ -640,6 +692,20 @@ impl Store {
         preconditions: &Preconditions,
         dry_run: bool,
     ) -> Result<Deleted, ApiError> {
+        self.delete_propagating(resource, namespace, name, preconditions, None, dry_run)
+    }
+
+    /// [`Store::delete`] with a propagation policy: `Orphan` and `Foreground` leave the object
+    /// with the garbage collector's finalizer, `Background` takes those finalizers off.
+    pub fn delete_propagating(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+        preconditions: &Preconditions,
+        propagation: Option<Propagation>,
+        dry_run: bool,
+    ) -> Result<Deleted, ApiError> {
         let mut state = self.lock();
         let entry = state.entry(resource)?;
         let def = entry.def;
@@ -704,8 +770,11 @@ impl Store {
                 gone: false,
             });
         }
-        if !meta::finalizers(&current).is_empty() {
-            if meta::is_deleting(&current) {
+        let finalizers = finalizers_for_deletion(&current, propagation);
+        if !finalizers.is_empty() {
+            let unchanged = finalizers.iter().map(String::as_str).collect::<Vec<_>>()
+                == meta::finalizers(&current);
+            if meta::is_deleting(&current) && unchanged {
                 return Ok(Deleted {
                     object: view(&entry, current),
                     gone: false,
@@ -713,8 +782,11 @@ impl Store {
             }
             let mut marked = (*current).clone();
             let meta = meta::metadata_mut(&mut marked);
-            meta.insert("deletionTimestamp".into(), json!(meta::now()));
-            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            meta.insert("finalizers".into(), json!(finalizers));
+            if !meta.contains_key("deletionTimestamp") {
+                meta.insert("deletionTimestamp".into(), json!(meta::now()));
+                meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            }
             let object = self.commit(
                 &mut state,
                 slot,

@@ -526,3 +526,31 @@ fn namespaces_always_carry_their_name_label_and_the_kubernetes_finalizer() {
         assert_eq!(updated["spec"], json!({"finalizers": ["kubernetes"]}));
     }
 }
+
+#[test]
+fn a_deletes_policy_decides_the_collectors_finalizers() {
+    use super::Propagation::{Background, Foreground, Orphan};
+    let with = |finalizers: &[&str]| json!({"metadata": {"finalizers": finalizers}});
+    let cases: [(&[&str], Option<Propagation>, &[&str]); 8] = [
+        (&[], None, &[]),
+        (&["example.com/x"], None, &["example.com/x"]),
+        (&[], Some(Orphan), &["orphan"]),
+        (&[], Some(Foreground), &["foregroundDeletion"]),
+        (&["orphan"], Some(Foreground), &["foregroundDeletion"]),
+        (
+            &["example.com/x", "orphan"],
+            Some(Background),
+            &["example.com/x"],
+        ),
+        // Without a policy, a collector's finalizer already there decides (orphan first).
+        (&["foregroundDeletion"], None, &["foregroundDeletion"]),
+        (&["orphan", "foregroundDeletion"], None, &["orphan"]),
+    ];
+    for (existing, policy, expected) in cases {
+        assert_eq!(
+            finalizers_for_deletion(&with(existing), policy),
+            expected,
+            "{existing:?} {policy:?}"
+        );
+    }
+}

@@ -654,3 +654,39 @@ async fn crd_selectable_fields_are_validated_against_the_schema() {
     assert_eq!(code, 200);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn custom_resources_get_field_validation_from_their_schema() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let client = server.client().unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    crds.create(&PostParams::default(), &crd_from_yaml(IPPOOL_CRD))
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let pools = format!("{}/apis/kube-lb.io/v1alpha1/ippools", server.url());
+    let body = json!({
+        "apiVersion": "kube-lb.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "a"},
+        "spec": {"cidrs": ["10.0.0.0/24"], "cidr": "typo", "extra": {"free": {"form": 1}}},
+    });
+    let (code, answer) = post(
+        &http,
+        &format!("{pools}?fieldValidation=Strict"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(code, 400, "{answer}");
+    assert_eq!(
+        answer["message"],
+        "IPPool in version \"v1alpha1\" cannot be handled as a IPPool: strict decoding error: \
+         unknown field \"spec.cidr\""
+    );
+    // By default the field is pruned with a warning; what the schema preserves stays.
+    let response = http.post(&pools).json(&body).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let warning = response.headers()["warning"].to_str().unwrap().to_string();
+    assert_eq!(warning, "299 - \"unknown field \\\"spec.cidr\\\"\"");
+    let stored: Value = response.json().await.unwrap();
+    assert!(stored["spec"].get("cidr").is_none(), "{stored}");
+    assert_eq!(stored["spec"]["extra"], json!({"free": {"form": 1}}));
+}
