@@ -398,15 +398,15 @@ impl Collector {
             Part::Main,
             false,
             |current| {
-                let mut next = current.clone();
-                if let Some(refs) = next
-                    .pointer_mut("/metadata/ownerReferences")
-                    .and_then(Value::as_array_mut)
+                let mut next = meta::retaining(current, "/metadata/ownerReferences", |r| {
+                    !uids.iter().any(|uid| r["uid"] == json!(uid))
+                });
+                if next
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(Vec::is_empty)
                 {
-                    refs.retain(|r| !uids.iter().any(|uid| r["uid"] == json!(uid)));
-                    if refs.is_empty() {
-                        meta::metadata_mut(&mut next).remove("ownerReferences");
-                    }
+                    meta::metadata_mut(&mut next).remove("ownerReferences");
                 }
                 Ok(next)
             },
@@ -422,14 +422,9 @@ impl Collector {
             Part::Main,
             false,
             |current| {
-                let mut next = current.clone();
-                if let Some(list) = next
-                    .pointer_mut("/metadata/finalizers")
-                    .and_then(Value::as_array_mut)
-                {
-                    list.retain(|f| f != finalizer);
-                }
-                Ok(next)
+                Ok(meta::retaining(current, "/metadata/finalizers", |f| {
+                    f != finalizer
+                }))
             },
         );
         if let Err(error) = updated.map(|_| ()).or_else(ignore_gone) {

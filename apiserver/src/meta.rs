@@ -36,6 +36,16 @@ pub fn name_suffix() -> String {
         .collect()
 }
 
+/// A copy of `object` keeping, of the list at `pointer` (`/metadata/finalizers`), only the
+/// items `keep` accepts; an absent list stays absent.
+pub fn retaining(object: &Value, pointer: &str, keep: impl FnMut(&Value) -> bool) -> Value {
+    let mut next = object.clone();
+    if let Some(items) = next.pointer_mut(pointer).and_then(Value::as_array_mut) {
+        items.retain(keep);
+    }
+    next
+}
+
 /// `metadata` of an object as a mutable map, created if missing or not an object.
 pub fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object.is_object() {

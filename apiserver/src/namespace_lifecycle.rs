@@ -308,14 +308,9 @@ fn finalize(store: &Store, name: &str) -> Result<(), ApiError> {
         Part::Finalize,
         false,
         |current| {
-            let mut next = current.clone();
-            if let Some(finalizers) = next
-                .pointer_mut("/spec/finalizers")
-                .and_then(Value::as_array_mut)
-            {
-                finalizers.retain(|f| f != FINALIZER);
-            }
-            Ok(next)
+            Ok(meta::retaining(current, "/spec/finalizers", |f| {
+                f != FINALIZER
+            }))
         },
     );
     match updated {

@@ -739,46 +739,33 @@ impl Store {
         // the namespace lifecycle's work.
         if resource == resources::namespaces() && !namespace_finalized(&current) {
             if meta::is_deleting(&current) {
-                return Ok(Deleted {
-                    object: view(&entry, current),
-                    gone: false,
-                });
+                return Ok(held(&entry, current));
             }
             let mut marked = (*current).clone();
             meta::metadata_mut(&mut marked).insert("deletionTimestamp".into(), json!(meta::now()));
             marked["status"]["phase"] = json!(NAMESPACE_TERMINATING);
-            let object = if dry_run {
-                Arc::new(marked)
-            } else {
-                self.commit(
-                    &mut state,
-                    slot,
-                    key,
-                    EventType::Modified,
-                    marked,
-                    Some(current),
-                )
-            };
-            return Ok(Deleted {
-                object: view(&entry, object),
-                gone: false,
-            });
+            if dry_run {
+                return Ok(held(&entry, Arc::new(marked)));
+            }
+            let object = self.commit(
+                &mut state,
+                slot,
+                key,
+                EventType::Modified,
+                marked,
+                Some(current),
+            );
+            return Ok(held(&entry, object));
         }
         if dry_run {
-            return Ok(Deleted {
-                object: view(&entry, current),
-                gone: false,
-            });
+            return Ok(held(&entry, current));
         }
         let finalizers = finalizers_for_deletion(&current, propagation);
         if !finalizers.is_empty() {
             let unchanged = finalizers.iter().map(String::as_str).collect::<Vec<_>>()
                 == meta::finalizers(&current);
             if meta::is_deleting(&current) && unchanged {
-                return Ok(Deleted {
-                    object: view(&entry, current),
-                    gone: false,
-                });
+                return Ok(held(&entry, current));
             }
             let mut marked = (*current).clone();
             let meta = meta::metadata_mut(&mut marked);
@@ -795,10 +782,7 @@ impl Store {
                 marked,
                 Some(current),
             );
-            return Ok(Deleted {
-                object: view(&entry, object),
-                gone: false,
-            });
+            return Ok(held(&entry, object));
         }
         release(resource, &current, &mut state.allocator);
         let object = self.commit(
@@ -1089,6 +1073,14 @@ fn keep_namespace_finalizers(old: Option<&Value>, object: &mut Value) {
                 spec.remove("finalizers");
             }
         }
+    }
+}
+
+/// A delete's answer for an object that stays (finalizers hold it, or a dry run).
+fn held(entry: &Entry, object: Arc<Value>) -> Deleted {
+    Deleted {
+        object: view(entry, object),
+        gone: false,
     }
 }
 
