@@ -27,6 +27,10 @@ use serde_json::{Value, json};
 use crate::meta;
 use crate::status::Cause;
 
+mod warnings;
+
+pub use warnings::warnings;
+
 /// Default service CIDR of kube-apiserver (`--service-cluster-ip-range`).
 pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
 /// [`DEFAULT_SERVICE_CIDR`] as a value.

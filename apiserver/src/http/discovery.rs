@@ -130,12 +130,20 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Value {
         .map(|(_, e)| &e.def)
         .filter(|r| r.group == group && r.version == version)
     {
+        // Namespaces are deleted one by one (kube-apiserver serves no deletecollection for
+        // them) and have a finalize subresource.
+        let is_namespaces = r.group.is_empty() && r.plural == "namespaces";
+        let verbs: Vec<&str> = VERBS
+            .iter()
+            .copied()
+            .filter(|verb| !(is_namespaces && *verb == "deletecollection"))
+            .collect();
         let mut entry = json!({
             "name": r.plural,
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": VERBS,
+            "verbs": verbs,
         });
         if !r.short_names.is_empty() {
             entry["shortNames"] = json!(r.short_names);
@@ -144,6 +152,15 @@ pub fn resource_list(registry: &Registry, group: &str, version: &str) -> Value {
             entry["categories"] = json!(r.categories);
         }
         list.push(entry);
+        if is_namespaces {
+            list.push(json!({
+                "name": "namespaces/finalize",
+                "singularName": "",
+                "namespaced": false,
+                "kind": r.kind,
+                "verbs": ["update"],
+            }));
+        }
         if r.has_status {
             list.push(json!({
                 "name": format!("{}/status", r.plural),

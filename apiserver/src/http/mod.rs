@@ -208,7 +208,7 @@ async fn dispatch(
                     params.validate_write_options("CreateOptions")?;
                     let mut object = decode_body(body, headers)?;
                     check_type(&entry.def, &object)?;
-                    let warnings = field_validation::check_body(
+                    let mut warnings = field_validation::check_body(
                         &entry,
                         &mut object,
                         params.field_directive(),
@@ -217,9 +217,16 @@ async fn dispatch(
                     let created = app
                         .store
                         .create(resource, namespace, object, params.dry_run)?;
+                    warnings.extend(strategy_warnings(resource, Part::Main, &created));
                     Ok(field_validation::with_warnings(
                         json_response(StatusCode::CREATED, &created),
                         &warnings,
+                    ))
+                }
+                // kube-apiserver's namespace storage has no collection delete.
+                Method::DELETE if resource == resources::namespaces() => {
+                    Err(ApiError::method_not_allowed(
+                        "the server does not allow this method on the requested resource",
                     ))
                 }
                 Method::DELETE => {
@@ -300,7 +307,7 @@ async fn dispatch(
                     params.validate_write_options("UpdateOptions")?;
                     let mut object = decode_body(body, headers)?;
                     check_type(def, &object)?;
-                    let warnings = field_validation::check_body(
+                    let mut warnings = field_validation::check_body(
                         &entry,
                         &mut object,
                         params.field_directive(),
@@ -316,7 +323,10 @@ async fn dispatch(
                         move |_| Ok(object),
                     );
                     let answered = match (updated, create_instead) {
-                        (Ok(updated), _) => Ok(json_response(StatusCode::OK, &updated)),
+                        (Ok(updated), _) => {
+                            warnings.extend(strategy_warnings(resource, part, &updated));
+                            Ok(json_response(StatusCode::OK, &updated))
+                        }
                         (Err(missing), Some(object)) if missing.code == 404 => {
                             if crate::meta::name(&object) != Some(name.as_str()) {
                                 return Err(ApiError::bad_request(format!(
@@ -328,6 +338,7 @@ async fn dispatch(
                             let created =
                                 app.store
                                     .create(resource, namespace, object, params.dry_run)?;
+                            warnings.extend(strategy_warnings(resource, Part::Main, &created));
                             Ok(json_response(StatusCode::CREATED, &created))
                         }
                         (Err(error), _) => Err(error),
@@ -662,7 +673,10 @@ fn patch_object(
             let created = app
                 .store
                 .create(resource, namespace, object, params.dry_run)?;
-            return Ok(json_response(StatusCode::CREATED, &created));
+            return Ok(field_validation::with_warnings(
+                json_response(StatusCode::CREATED, &created),
+                &strategy_warnings(resource, part, &created),
+            ));
         }
     }
     let mut warnings = Vec::new();
@@ -708,10 +722,21 @@ fn patch_object(
                 Ok(patched)
             })
         })?;
+    warnings.extend(strategy_warnings(resource, part, &updated));
     Ok(field_validation::with_warnings(
         json_response(StatusCode::OK, &updated),
         &warnings,
     ))
+}
+
+/// What a kind's strategy warns about in an object it accepted (`WarningsOnCreate` /
+/// `WarningsOnUpdate`; a Service's, for writes of the main resource).
+fn strategy_warnings(resource: ResourceId, part: Part, stored: &Value) -> Vec<String> {
+    if resource == resources::services() && part == Part::Main {
+        crate::services::warnings(stored)
+    } else {
+        Vec::new()
+    }
 }
 
 /// Reads `DeleteOptions` from the query and the body and checks them as kube-apiserver's

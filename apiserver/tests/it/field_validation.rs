@@ -213,3 +213,42 @@ async fn kubectl_refuses_a_manifest_with_a_typo_and_warns_when_told_to() {
     let stored = common::get_json(&rig.kubeconfig, &["get", "svc", "web"]).await;
     assert!(stored["spec"].get("loadBalancerSourceRange").is_none());
 }
+
+#[tokio::test]
+async fn a_service_gets_kube_apiservers_warnings() {
+    let server = kube_lb_apiserver::ApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let services = format!("{}/api/v1/namespaces/default/services", server.url());
+    let service = json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "edge"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 443}],
+                 "loadBalancerSourceRanges": ["203.0.113.7/24"]},
+    });
+    let (code, warnings, body) =
+        send(&http, Method::POST, &services, "application/json", &service).await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        warnings,
+        [
+            "299 - \"spec.loadBalancerSourceRanges[0]: CIDR value \\\"203.0.113.7/24\\\" is \
+          ambiguous in this context (should be \\\"203.0.113.0/24\\\" or \\\"203.0.113.7/32\\\"?)\""
+        ]
+    );
+    // The same on an update of the main resource; none on a status write.
+    let patch = json!({"spec": {"externalName": "db.example.com"}});
+    let url = format!("{services}/edge");
+    let (code, warnings, _) = send(&http, Method::PATCH, &url, common::MERGE_PATCH, &patch).await;
+    assert_eq!(code, 200);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[1].contains("spec.externalName is ignored when spec.type is not"),
+        "{warnings:?}"
+    );
+    let status = json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}});
+    let url = format!("{services}/edge/status");
+    let (code, warnings, _) = send(&http, Method::PATCH, &url, common::MERGE_PATCH, &status).await;
+    assert_eq!((code, warnings.len()), (200, 0), "{warnings:?}");
+}

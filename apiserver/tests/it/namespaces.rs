@@ -275,3 +275,43 @@ async fn the_finalize_subresource_sets_spec_finalizers() {
     assert_eq!(code, 200, "{body}");
     assert!(namespaces.get_opt("stuck").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn namespaces_are_deleted_one_at_a_time() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let http = reqwest::Client::new();
+    let url = format!("{}/api/v1/namespaces", server.url());
+    let (code, body) = common::call(&http, reqwest::Method::DELETE, &url, "", None).await;
+    assert_eq!(code, 405, "{body}");
+    assert_eq!(body["reason"], "MethodNotAllowed");
+    let (code, _) = common::get(&http, &format!("{url}/default")).await;
+    assert_eq!(code, 200, "the collection delete touched nothing");
+    // Discovery says so, and names the finalize subresource.
+    let (_, resources) = common::get(&http, &format!("{}/api/v1", server.url())).await;
+    let find = |name: &str| {
+        resources["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {resources}"))
+    };
+    let verbs = find("namespaces")["verbs"].clone();
+    assert!(
+        !verbs
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == "deletecollection"),
+        "{verbs}"
+    );
+    assert_eq!(find("namespaces/finalize")["verbs"], json!(["update"]));
+    assert!(
+        find("services")["verbs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == "deletecollection")
+    );
+}
