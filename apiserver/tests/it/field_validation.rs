@@ -46,14 +46,19 @@ async fn send(
     (code, warnings, response.json().await.unwrap())
 }
 
-#[tokio::test]
-async fn unknown_fields_are_dropped_warned_or_refused_as_asked() {
+/// A server (keep it bound), a client, and the URL of its default namespace's Services.
+async fn services_rig() -> (kube_lb_apiserver::RunningApiServer, reqwest::Client, String) {
     let server = kube_lb_apiserver::ApiServer::builder()
         .start()
         .await
         .unwrap();
-    let http = reqwest::Client::new();
     let services = format!("{}/api/v1/namespaces/default/services", server.url());
+    (server, reqwest::Client::new(), services)
+}
+
+#[tokio::test]
+async fn unknown_fields_are_dropped_warned_or_refused_as_asked() {
+    let (_server, http, services) = services_rig().await;
     let json = "application/json";
 
     // The default (Warn): created without them, one warning each.
@@ -216,12 +221,7 @@ async fn kubectl_refuses_a_manifest_with_a_typo_and_warns_when_told_to() {
 
 #[tokio::test]
 async fn a_service_gets_kube_apiservers_warnings() {
-    let server = kube_lb_apiserver::ApiServer::builder()
-        .start()
-        .await
-        .unwrap();
-    let http = reqwest::Client::new();
-    let services = format!("{}/api/v1/namespaces/default/services", server.url());
+    let (_server, http, services) = services_rig().await;
     let service = json!({
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "edge"},
         "spec": {"type": "LoadBalancer", "ports": [{"port": 443}],
