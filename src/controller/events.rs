@@ -284,14 +284,37 @@ impl Events {
         } else {
             self.recorder.publish(&event, &reference).await
         };
-        if let Err(error) = result {
-            tracing::warn!(
+        match result {
+            Ok(()) => {}
+            // The Service's namespace is being deleted: no Event can be made there any more,
+            // and the release of its load balancer goes on. client-go's recorder says this at
+            // debug level too.
+            Err(error) if namespace_terminating(&error) => tracing::debug!(
+                service = %name,
+                reason = reason.as_str(),
+                "namespace being deleted; event not recorded"
+            ),
+            Err(error) => tracing::warn!(
                 service = %name,
                 reason = reason.as_str(),
                 %error,
                 "could not publish event"
-            );
+            ),
         }
+    }
+}
+
+/// Whether `error` is the API server refusing new content in a namespace being deleted (the
+/// NamespaceLifecycle plugin's `NamespaceTerminating` cause).
+fn namespace_terminating(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.details.as_ref().is_some_and(|details| {
+            details
+                .causes
+                .iter()
+                .any(|cause| cause.reason == "NamespaceTerminating")
+        }),
+        _ => false,
     }
 }
 
@@ -412,6 +435,27 @@ mod tests {
                 "{uid} {reason:?} {note:?} at {at}s"
             );
         }
+    }
+
+    #[test]
+    fn a_refusal_in_a_terminating_namespace_is_told_apart() {
+        let refusal = |causes: serde_json::Value| {
+            let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+                "code": 403, "reason": "Forbidden", "message": "forbidden",
+                "details": {"causes": causes},
+            }))
+            .expect("a Status");
+            kube::Error::Api(Box::new(status))
+        };
+        assert!(namespace_terminating(&refusal(serde_json::json!([{
+            "reason": "NamespaceTerminating",
+            "message": "namespace team is being terminated",
+            "field": "metadata.namespace",
+        }]))));
+        assert!(!namespace_terminating(&refusal(serde_json::json!([]))));
+        assert!(!namespace_terminating(
+            &kube::Error::LinesCodecMaxLineLengthExceeded
+        ));
     }
 
     #[tokio::test]
