@@ -69,6 +69,16 @@ enum OwnerState {
     Waiting,
 }
 
+/// What an owner reference leads to.
+enum Lookup {
+    /// A kind this server does not serve.
+    Unserved,
+    /// No object of that name with that uid.
+    Absent,
+    /// The owner, with its id.
+    Found(ObjectId, Arc<Value>),
+}
+
 /// What to do with a dependent, from the states of its owners ([`OwnerState`]) and whether it
 /// has dependents of its own: upstream's `attemptToDeleteItem`, as a pure decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,13 +171,8 @@ impl Collector {
         self.dependents.clear();
         self.references.clear();
         let registry = self.store.registry();
-        let mut slots = Vec::new();
         let mut objects = Vec::new();
-        for (_, entry) in registry.entries() {
-            if slots.contains(&entry.storage) {
-                continue;
-            }
-            slots.push(entry.storage);
+        for (_, entry) in registry.slot_entries() {
             let Ok(snapshot) = self.store.list(entry.storage, None, ReadAt::Latest) else {
                 continue;
             };
@@ -227,7 +232,7 @@ impl Collector {
                 }
                 // An owner waiting in the foreground may have lost its last blocking dependent.
                 for owner in refs {
-                    if let Some((owner_id, object)) = self.owner(&id, &owner)
+                    if let Lookup::Found(owner_id, object) = self.lookup(&id, &owner)
                         && meta::is_deleting(&object)
                     {
                         self.act_on(&owner_id, &object);
@@ -261,47 +266,47 @@ impl Collector {
         }
     }
 
-    /// The object `reference` names, seen from dependent `from`, when it exists with that uid.
-    fn owner(&self, from: &ObjectId, reference: &OwnerRef) -> Option<(ObjectId, Arc<Value>)> {
+    /// The object `reference` names, seen from dependent `from` (a namespaced owner lives in
+    /// the dependent's namespace), and whether it exists with the referenced uid.
+    fn lookup(&self, from: &ObjectId, reference: &OwnerRef) -> Lookup {
         let registry = self.store.registry();
-        let resource = registry.find_by_kind(&reference.api_version, &reference.kind)?;
-        let def = registry.def(resource)?;
-        let slot = registry.entry(resource)?.storage;
-        let namespace = if def.namespaced { from.1.as_str() } else { "" };
-        let object = self
-            .store
-            .get(
-                resource,
-                (!namespace.is_empty()).then_some(namespace),
-                &reference.name,
-            )
-            .ok()?;
-        (meta::meta_str(&object, "uid") == Some(reference.uid.as_str())).then(|| {
-            (
-                (slot, namespace.to_string(), reference.name.clone()),
-                object,
-            )
-        })
+        let Some(resource) = registry.find_by_kind(&reference.api_version, &reference.kind) else {
+            return Lookup::Unserved;
+        };
+        let Some(entry) = registry.entry(resource) else {
+            return Lookup::Unserved;
+        };
+        let namespace = if entry.def.namespaced {
+            from.1.as_str()
+        } else {
+            ""
+        };
+        let found = self.store.get(
+            resource,
+            (!namespace.is_empty()).then_some(namespace),
+            &reference.name,
+        );
+        match found {
+            Ok(object) if meta::meta_str(&object, "uid") == Some(reference.uid.as_str()) => {
+                let id = (entry.storage, namespace.to_string(), reference.name.clone());
+                Lookup::Found(id, object)
+            }
+            _ => Lookup::Absent,
+        }
     }
 
     fn owner_state(&self, from: &ObjectId, reference: &OwnerRef) -> OwnerState {
-        let registry = self.store.registry();
-        if registry
-            .find_by_kind(&reference.api_version, &reference.kind)
-            .is_none()
-        {
+        match self.lookup(from, reference) {
             // A kind this server does not serve cannot be checked: never a reason to delete.
-            return OwnerState::Solid;
-        }
-        match self.owner(from, reference) {
-            None => OwnerState::Dangling,
-            Some((_, owner))
+            Lookup::Unserved => OwnerState::Solid,
+            Lookup::Absent => OwnerState::Dangling,
+            Lookup::Found(_, owner)
                 if meta::is_deleting(&owner)
                     && meta::finalizers(&owner).contains(&FOREGROUND_FINALIZER) =>
             {
                 OwnerState::Waiting
             }
-            Some(_) => OwnerState::Solid,
+            Lookup::Found(..) => OwnerState::Solid,
         }
     }
 
@@ -390,44 +395,41 @@ impl Collector {
         self.store.get(id.0, namespace_of(id), &id.2).ok()
     }
 
+    /// Writes object `id` as `change` makes it from what is stored.
+    fn rewrite(&self, id: &ObjectId, change: impl FnOnce(&Value) -> Value) -> Result<(), ApiError> {
+        self.store
+            .update(
+                id.0,
+                namespace_of(id),
+                &id.2,
+                Part::Main,
+                false,
+                |current| Ok(change(current)),
+            )
+            .map(|_| ())
+    }
+
     fn drop_references(&self, id: &ObjectId, uids: &[String]) -> Result<(), ApiError> {
-        self.store.update(
-            id.0,
-            namespace_of(id),
-            &id.2,
-            Part::Main,
-            false,
-            |current| {
-                let mut next = meta::retaining(current, "/metadata/ownerReferences", |r| {
-                    !uids.iter().any(|uid| r["uid"] == json!(uid))
-                });
-                if next
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .is_some_and(Vec::is_empty)
-                {
-                    meta::metadata_mut(&mut next).remove("ownerReferences");
-                }
-                Ok(next)
-            },
-        )?;
-        Ok(())
+        self.rewrite(id, |current| {
+            let mut next = meta::retaining(current, "/metadata/ownerReferences", |r| {
+                !uids.iter().any(|uid| r["uid"] == json!(uid))
+            });
+            if next
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+            {
+                meta::metadata_mut(&mut next).remove("ownerReferences");
+            }
+            next
+        })
     }
 
     fn remove_finalizer(&self, id: &ObjectId, finalizer: &str) {
-        let updated = self.store.update(
-            id.0,
-            namespace_of(id),
-            &id.2,
-            Part::Main,
-            false,
-            |current| {
-                Ok(meta::retaining(current, "/metadata/finalizers", |f| {
-                    f != finalizer
-                }))
-            },
-        );
-        if let Err(error) = updated.map(|_| ()).or_else(ignore_gone) {
+        let removed = self.rewrite(id, |current| {
+            meta::retaining(current, "/metadata/finalizers", |f| f != finalizer)
+        });
+        if let Err(error) = removed.or_else(ignore_gone) {
             tracing::debug!(object = %id.2, %error, "garbage collector could not finish a deletion");
         }
     }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use crate::meta;
-use crate::resources::{self, ResourceId};
+use crate::resources;
 use crate::status::ApiError;
 use crate::store::{self, Part, Preconditions, ReadAt, Store};
 
@@ -221,15 +221,11 @@ pub fn sync(store: &Store, name: &str) -> Result<Progress, ApiError> {
 /// Deletes every object in `namespace` not already being deleted, and counts what is left.
 fn delete_contents(store: &Store, namespace: &str) -> Remaining {
     let registry = store.registry();
-    let mut slots_done: Vec<ResourceId> = Vec::new();
     let mut remaining = Remaining::default();
-    for (id, entry) in registry.entries() {
-        // One pass per storage slot: the versions of a custom resource, and the two Event
-        // APIs, share their objects.
-        if !entry.def.namespaced || slots_done.contains(&entry.storage) {
+    for (id, entry) in registry.slot_entries() {
+        if !entry.def.namespaced {
             continue;
         }
-        slots_done.push(entry.storage);
         let Ok(snapshot) = store.list(id, Some(namespace), ReadAt::Latest) else {
             continue;
         };

@@ -337,6 +337,20 @@ impl Registry {
             .filter_map(|(id, e)| e.as_ref().map(|e| (id, e)))
     }
 
+    /// One served resource per storage slot (the first by id): the versions of a custom
+    /// resource, and the two Event APIs, share their objects, so a walk over every stored
+    /// object visits each slot once.
+    pub fn slot_entries(&self) -> Vec<(ResourceId, &Entry)> {
+        let mut seen = Vec::new();
+        self.entries()
+            .filter(|(_, entry)| {
+                let first = !seen.contains(&entry.storage);
+                seen.push(entry.storage);
+                first
+            })
+            .collect()
+    }
+
     /// Looks up a served resource by group, version and plural name.
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<ResourceId> {
         self.entries()

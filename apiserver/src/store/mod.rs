@@ -747,15 +747,7 @@ impl Store {
             if dry_run {
                 return Ok(held(&entry, Arc::new(marked)));
             }
-            let object = self.commit(
-                &mut state,
-                slot,
-                key,
-                EventType::Modified,
-                marked,
-                Some(current),
-            );
-            return Ok(held(&entry, object));
+            return Ok(self.keep_marked(&mut state, &entry, key, marked, current));
         }
         if dry_run {
             return Ok(held(&entry, current));
@@ -774,15 +766,7 @@ impl Store {
                 meta.insert("deletionTimestamp".into(), json!(meta::now()));
                 meta.insert("deletionGracePeriodSeconds".into(), json!(0));
             }
-            let object = self.commit(
-                &mut state,
-                slot,
-                key,
-                EventType::Modified,
-                marked,
-                Some(current),
-            );
-            return Ok(held(&entry, object));
+            return Ok(self.keep_marked(&mut state, &entry, key, marked, current));
         }
         release(resource, &current, &mut state.allocator);
         let object = self.commit(
@@ -797,6 +781,27 @@ impl Store {
             object: view(&entry, object),
             gone: true,
         })
+    }
+
+    /// Stores `marked` (an object a delete leaves in place, marked for deletion) over
+    /// `current`, and answers with it.
+    fn keep_marked(
+        &self,
+        state: &mut State,
+        entry: &Entry,
+        key: ObjectKey,
+        marked: Value,
+        current: Arc<Value>,
+    ) -> Deleted {
+        let stored = self.commit(
+            state,
+            entry.storage,
+            key,
+            EventType::Modified,
+            marked,
+            Some(current),
+        );
+        held(entry, stored)
     }
 
     /// Deletes every Event not written for `ttl` (kube-apiserver's `--event-ttl`: each write

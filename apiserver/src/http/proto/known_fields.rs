@@ -31,14 +31,7 @@ pub fn unknown_fields(api_version: &str, kind: &str, object: &mut Value) -> Opti
 
 /// Whether `message` (or a struct inlined in it) has a field called `name`.
 fn has_field(message: &Message, name: &str) -> bool {
-    message
-        .fields
-        .iter()
-        .any(|field| match (field.inline, &field.ty) {
-            (true, Ty::Message(inner)) => has_field(inner, name),
-            _ => field.json == name,
-        })
-        || EXTRA.contains(&(message.name, name))
+    field_type(message, name).is_some() || EXTRA.contains(&(message.name, name))
 }
 
 /// The field called `name`, looking into inlined structs.
