@@ -394,6 +394,28 @@ pub struct Audit {
     pub leaks: Vec<Leak>,
     /// Services that did not decode (their resources were counted as in use).
     pub undecodable: Vec<DecodeError>,
+    /// Load balancers of this controller that no owned resource names as its Service: new, or
+    /// (on manifests read without their UIDs) the owner under a new UID of a resource that
+    /// records only the old one.
+    pub unowned_services: Vec<ServiceKey>,
+}
+
+/// The in-use Services among `services` that no resource of `owned` belongs to.
+pub fn unowned_services(owned: &[OwnedResource], services: &[ServiceView]) -> Vec<ServiceKey> {
+    services
+        .iter()
+        .filter(|s| s.state == ServiceState::InUse)
+        .filter(|s| {
+            !owned
+                .iter()
+                .any(|r| owner(std::slice::from_ref(*s), &r.service).is_some())
+        })
+        .map(|s| ServiceKey {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            uid: s.uid.clone(),
+        })
+        .collect()
 }
 
 /// Reads the provider's resources, then the Services, and classifies.
@@ -417,6 +439,7 @@ pub async fn find_leaks(
         owned: owned.len(),
         leaks: classify(&owned, &views),
         undecodable: errors,
+        unowned_services: unowned_services(&owned, &views),
     })
 }
 

@@ -26,6 +26,13 @@ pub fn new_uid() -> String {
     )
 }
 
+/// Whether `uid` can be kept as a recorded object's UID: 1 to 64 ASCII letters, digits and
+/// dashes. Clusters write UUIDs; the bound keeps names derived from it (cloud load-balancer
+/// names, tags) within what every cloud accepts.
+pub fn plausible_uid(uid: &str) -> bool {
+    (1..=64).contains(&uid.len()) && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
 /// The random suffix kube-apiserver appends to `generateName` (5 characters from an alphabet
 /// without vowels, so no words are spelled by accident).
 pub fn name_suffix() -> String {

@@ -47,6 +47,8 @@ pub struct ApiServerBuilder {
     allow_loopback_endpoints: bool,
     node_ports: RangeInclusive<u16>,
     state_file: Option<PathBuf>,
+    /// Whether changes are written back to `state_file` (false: it is only read at start).
+    persist: bool,
     bookmark_interval: Duration,
     max_watch: Duration,
     fault_seed: u64,
@@ -72,6 +74,7 @@ impl ApiServer {
             allow_loopback_endpoints: false,
             node_ports: services::DEFAULT_NODE_PORT_RANGE,
             state_file: None,
+            persist: false,
             bookmark_interval: Duration::from_secs(5),
             max_watch: Duration::from_secs(1800),
             fault_seed: 0,
@@ -124,6 +127,17 @@ impl ApiServerBuilder {
     /// Persist objects to this JSON file and load them from it at start.
     pub fn state_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.state_file = Some(path.into());
+        self.persist = true;
+        self
+    }
+
+    /// Load objects from this JSON file at start (as [`ApiServerBuilder::state_file`] does)
+    /// but never write it: for read-only commands (`kube-lb plan`, `kube-lb audit`) that must
+    /// see the Services, with their UIDs, of the run that wrote it, and leave the file as it
+    /// was. A missing file is an error here, since nothing would be seen.
+    pub fn state_file_read_only(mut self, path: impl Into<PathBuf>) -> Self {
+        self.state_file = Some(path.into());
+        self.persist = false;
         self
     }
 
@@ -181,6 +195,13 @@ impl ApiServerBuilder {
                     store.restore(dump)?;
                     true
                 }
+                None if !self.persist => {
+                    return Err(Error::Config(format!(
+                        "state file {} does not exist (it is written by `kube-lb reconcile \
+                         --state-file`)",
+                        path.display()
+                    )));
+                }
                 None => false,
             },
             None => false,
@@ -205,13 +226,17 @@ impl ApiServerBuilder {
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let serve = tokio::spawn(accept_loop(listener, http::router(app), stop_rx.clone()));
-        let writer = self.state_file.clone().map(|path| {
-            tokio::spawn(persistence::run_writer(
-                store.clone(),
-                path,
-                stop_rx.clone(),
-            ))
-        });
+        let writer = self
+            .state_file
+            .clone()
+            .filter(|_| self.persist)
+            .map(|path| {
+                tokio::spawn(persistence::run_writer(
+                    store.clone(),
+                    path,
+                    stop_rx.clone(),
+                ))
+            });
         if !self.event_ttl.is_zero() {
             // Stops with the server (the stop signal, or its sender dropped).
             tokio::spawn(expire_events(
@@ -231,7 +256,7 @@ impl ApiServerBuilder {
             stop: stop_tx,
             serve: Some(serve),
             writer,
-            state_file: self.state_file,
+            state_file: self.state_file.filter(|_| self.persist),
         })
     }
 }
@@ -444,10 +469,18 @@ impl RunningApiServer {
                 &name,
                 crate::store::Part::Main,
                 false,
-                |_| {
+                |current| {
                     let mut next = object.clone();
                     if let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) {
                         meta.remove("resourceVersion");
+                        // As `kubectl apply` leaves what the manifest does not name: the
+                        // finalizers controllers set (kube-lb's own, on a Service restored
+                        // from a state file) stay unless the manifest lists its own.
+                        if !meta.contains_key("finalizers")
+                            && let Some(finalizers) = current["metadata"].get("finalizers")
+                        {
+                            meta.insert("finalizers".into(), finalizers.clone());
+                        }
                     }
                     Ok(next)
                 },

@@ -39,7 +39,15 @@ finds leaks of Services that still exist (retyped, reclassed); the controller's 
 JSON (-o json): {\"provider\", \"owned\": N, \"leaked\": [{\"kind\", \"name\", \"service\": \
 {\"namespace\", \"name\", \"uid\"}, \"created\", \"ageSeconds\", \"shared\", \"reason\", \
 \"reasonCode\": \"ServiceDeleted\"|\"DeletingWithoutFinalizer\"|\"NotLoadBalancer\"|\"OtherClass\"|\
-\"SharedUnused\", \"deleted\"?, \"error\"?}], \"unjudgedServices\": [...]}.
+\"SharedUnused\", \"deleted\"?, \"error\"?, \"kept\"?}], \"unjudgedServices\": [...]}.
+
+A resource whose Service is gone by UID while a Service of the same namespace/name exists \
+(reason \"Service deleted (a Service of that name exists with another UID)\") is listed but \
+kept by --delete unless --force is given: that is what a Service deleted and created again \
+leaves, but also what every Service of manifests read without the UIDs they were built with \
+looks like (each run of the embedded API server gives new UIDs to objects that carry none). \
+Run with --state-file (the file `reconcile --state-file` wrote) or --kubeconfig to see the \
+Services as they were built, or put metadata.uid in the manifests.
 
 Examples:
   kube-lb audit --cloud gcp --cloud-config gce.conf
@@ -67,7 +75,23 @@ pub struct Args {
     /// what was removed.
     #[arg(long)]
     pub delete: bool,
+
+    /// With --delete, also delete resources of a Service that exists by namespace/name with
+    /// another UID (see above); without it they are kept and reported.
+    #[arg(long, requires = "delete")]
+    pub force: bool,
 }
+
+/// Why `--delete` without `--force` keeps a resource of a recreated Service.
+pub const KEPT_OTHER_UID: &str = "Service exists with another UID: run with --state-file or \
+     --kubeconfig to audit the Services it was built for (or --force to delete it)";
+
+/// Why `--delete` without `--force` keeps, on manifests read without a state file, a resource
+/// that records only its Service's UID: whether that Service is among the manifests' (under a
+/// new UID) cannot be told.
+pub const KEPT_UID_ONLY: &str = "its Service is known only by UID, and these manifests' \
+     Services have new UIDs: run with --state-file or --kubeconfig to audit the Services it was \
+     built for (or --force to delete it)";
 
 /// One printed leaked resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -95,10 +119,18 @@ pub struct LeakRow {
     /// With `--delete`: why removing it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// With `--delete`: why it was kept instead ([`KEPT_OTHER_UID`], [`KEPT_UID_ONLY`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<&'static str>,
+    /// Why the audit cannot confirm that the Service is gone ([`KEPT_OTHER_UID`],
+    /// [`KEPT_UID_ONLY`]): `--delete` keeps such a resource unless `--force`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unconfirmed: Option<&'static str>,
 }
 
 impl LeakRow {
-    fn of(leak: &Leak, now: Timestamp) -> Self {
+    /// The row of `leak`; `uid_unknown` as in [`unconfirmed`].
+    fn of(leak: &Leak, now: Timestamp, uid_unknown: bool) -> Self {
         let resource = &leak.resource;
         Self {
             kind: resource.kind.clone(),
@@ -111,7 +143,26 @@ impl LeakRow {
             reason_code: leak.reason.code(),
             deleted: None,
             error: None,
+            kept: None,
+            unconfirmed: unconfirmed(leak, uid_unknown),
         }
+    }
+}
+
+/// Why `leak` may not be a leak at all: its Service exists by namespace/name with another UID,
+/// or it records only a UID while the owner may be among the Services under a new one
+/// (`uid_unknown`: the Services' UIDs are not the ones the cloud state was built for —
+/// manifests without a state file — and some load balancer Service owns nothing yet).
+pub(crate) fn unconfirmed(leak: &Leak, uid_unknown: bool) -> Option<&'static str> {
+    let service = &leak.resource.service;
+    match leak.reason {
+        audit::LeakReason::ServiceDeleted { recreated: true } => Some(KEPT_OTHER_UID),
+        audit::LeakReason::ServiceDeleted { recreated: false }
+            if uid_unknown && service.name.is_empty() && !service.uid.is_empty() =>
+        {
+            Some(KEPT_UID_ONLY)
+        }
+        _ => None,
     }
 }
 
@@ -130,11 +181,14 @@ pub struct AuditReport {
 }
 
 impl AuditReport {
-    /// 0 nothing leaked or all deleted; 2 leaks found without `--delete`; 1 a failed delete.
+    /// 0 nothing leaked or all deleted; 2 leaks found without `--delete`, or kept by it; 1 a
+    /// failed delete.
     pub fn exit_code(&self, deleting: bool) -> u8 {
         if self.leaked.iter().any(|l| l.error.is_some()) {
             1
-        } else if !deleting && !self.leaked.is_empty() {
+        } else if (!deleting && !self.leaked.is_empty())
+            || self.leaked.iter().any(|l| l.kept.is_some())
+        {
             2
         } else {
             0
@@ -194,6 +248,13 @@ pub fn table(report: &AuditReport, deleting: bool) -> String {
     if deleting {
         for row in &report.leaked {
             match (&row.deleted, &row.error) {
+                _ if row.kept.is_some() => out.push_str(&format!(
+                    "kept: {} {} (Service {}): {}\n",
+                    row.kind,
+                    row.name,
+                    service_column(&row.service),
+                    row.kept.unwrap_or_default()
+                )),
                 (_, Some(error)) => out.push_str(&format!(
                     "not deleted: {} {} (Service {}): {error}\n",
                     row.kind,
@@ -218,9 +279,15 @@ pub fn table(report: &AuditReport, deleting: bool) -> String {
         ));
     } else if deleting {
         let failed = report.leaked.iter().filter(|l| l.error.is_some()).count();
+        let kept = report.leaked.iter().filter(|l| l.kept.is_some()).count();
+        let kept_text = if kept > 0 {
+            format!("; {kept} kept")
+        } else {
+            String::new()
+        };
         out.push_str(&format!(
-            "{} of {leaked} leaked resource(s) deleted; {failed} failed.\n",
-            leaked - failed
+            "{} of {leaked} leaked resource(s) deleted; {failed} failed{kept_text}.\n",
+            leaked - failed - kept
         ));
     } else {
         out.push_str(&format!(
@@ -228,14 +295,42 @@ pub fn table(report: &AuditReport, deleting: bool) -> String {
             report.owned
         ));
     }
+    let unconfirmed = report
+        .leaked
+        .iter()
+        .filter(|l| l.unconfirmed.is_some())
+        .count();
+    if unconfirmed > 0 {
+        out.push_str(&format!(
+            "{unconfirmed} of them may belong to a Service listed here under another UID: \
+             deleted and created again, or manifests read without the UIDs the load balancers \
+             were built for (use --state-file or --kubeconfig); --delete keeps them unless \
+             --force is given.\n"
+        ));
+    }
     out
+}
+
+/// Marks the rows `--delete` must keep, unless `force`: those [`unconfirmed`] found.
+fn keep_unconfirmed(rows: &mut [LeakRow], force: bool) {
+    if force {
+        return;
+    }
+    for row in rows.iter_mut().filter(|row| row.unconfirmed.is_some()) {
+        row.kept = row.unconfirmed;
+        row.deleted = Some(false);
+    }
 }
 
 /// Deletes the leaked resources, one provider `delete` per Service, recording the outcome on
 /// each row.
 async fn delete_leaked(provider: &dyn LoadBalancerProvider, rows: &mut [LeakRow]) {
     let mut by_service: BTreeMap<ServiceKey, Vec<usize>> = BTreeMap::new();
-    for (i, row) in rows.iter().enumerate() {
+    for (i, row) in rows
+        .iter()
+        .enumerate()
+        .filter(|(_, row)| row.kept.is_none())
+    {
         by_service.entry(row.service.clone()).or_default().push(i);
     }
     for (service, indexes) in by_service {
@@ -269,12 +364,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Audits what `provider` owns against the Services of `client`: first re-adopts the
 /// addresses recorded in Service statuses (as the controller does at start), then classifies,
-/// then with `delete` removes the leaked resources through the provider's delete.
+/// then with `options.delete` removes the leaked resources through the provider's delete.
 pub async fn audit(
     client: kube::Client,
     provider: &dyn LoadBalancerProvider,
     config: &crate::controller::ControllerConfig,
-    delete: bool,
+    options: AuditOptions,
 ) -> anyhow::Result<AuditReport> {
     let (services, _) = audit::list_services(client.clone())
         .await
@@ -282,16 +377,34 @@ pub async fn audit(
     controller::adopt_statuses(provider, &services).await;
     let found = audit::find_leaks(client, provider, config).await?;
     let now = Timestamp::now();
+    let uid_unknown = !options.lasting && !found.unowned_services.is_empty();
     let mut report = AuditReport {
         provider: provider.name(),
         owned: found.owned,
-        leaked: found.leaks.iter().map(|l| LeakRow::of(l, now)).collect(),
+        leaked: found
+            .leaks
+            .iter()
+            .map(|l| LeakRow::of(l, now, uid_unknown))
+            .collect(),
         unjudged_services: found.undecodable.iter().map(ToString::to_string).collect(),
     };
-    if delete {
+    if options.delete {
+        keep_unconfirmed(&mut report.leaked, options.force);
         delete_leaked(provider, &mut report.leaked).await;
     }
     Ok(report)
+}
+
+/// How [`audit`] judges and what it does with the leaked resources it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// Delete them (`--delete`), but keep the [`unconfirmed`] ones.
+    pub delete: bool,
+    /// Delete the unconfirmed ones too (`--force`).
+    pub force: bool,
+    /// The Services' UIDs are the cluster's own (a live cluster, a state file), not new ones
+    /// given to manifests.
+    pub lasting: bool,
 }
 
 async fn execute(args: &Args) -> anyhow::Result<u8> {
@@ -304,7 +417,11 @@ async fn execute(args: &Args) -> anyhow::Result<u8> {
             cluster.client.clone(),
             provider.provider.as_ref(),
             &config,
-            args.delete,
+            AuditOptions {
+                delete: args.delete,
+                force: args.force,
+                lasting: cluster.lasting,
+            },
         )
         .await
     }
@@ -341,6 +458,8 @@ mod tests {
             reason_code: "ServiceDeleted",
             deleted,
             error: error.map(String::from),
+            kept: None,
+            unconfirmed: None,
         }
     }
 
@@ -379,6 +498,45 @@ mod tests {
         for (case, rows, deleting, want) in cases {
             assert_eq!(report(rows).exit_code(deleting), want, "{case}");
         }
+    }
+
+    #[test]
+    fn delete_keeps_what_may_belong_to_a_listed_service_unless_forced() {
+        let mut unconfirmed = row("10.0.0.9", None, None);
+        unconfirmed.unconfirmed = Some(KEPT_UID_ONLY);
+        let leaked = vec![row("127.240.0.3", None, None), unconfirmed];
+        // (case, --force, kept per row)
+        let cases = [
+            ("without --force", false, vec![None, Some(KEPT_UID_ONLY)]),
+            ("with --force", true, vec![None, None]),
+        ];
+        for (case, force, want) in cases {
+            let mut rows = leaked.clone();
+            keep_unconfirmed(&mut rows, force);
+            let kept: Vec<_> = rows.iter().map(|r| r.kept).collect();
+            assert_eq!(kept, want, "{case}");
+        }
+        let mut rows = leaked.clone();
+        keep_unconfirmed(&mut rows, false);
+        rows[0].deleted = Some(true);
+        let report = report(rows);
+        assert_eq!(
+            report.exit_code(true),
+            2,
+            "a kept resource is not 'all removed'"
+        );
+        let text = table(&report, true);
+        assert!(
+            text.contains(&format!(
+                "kept: Address 10.0.0.9 (Service default/old): {KEPT_UID_ONLY}\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 of 2 leaked resource(s) deleted; 0 failed; 1 kept.\n"),
+            "{text}"
+        );
+        assert!(text.contains("--force"), "{text}");
     }
 
     #[test]

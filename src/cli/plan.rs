@@ -11,7 +11,7 @@
 //! Any read that fails makes the whole answer incomplete: it is reported, naming the Service
 //! and the call, and the exit status is 1 — never "no changes".
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube_lb_provider_core::{
-    CallCounter, ChangeAction, LoadBalancerProvider, PlannedChange, ProviderError,
+    CallCounter, ChangeAction, LoadBalancerProvider, PlannedChange, ProviderError, ServiceKey,
 };
 use serde::Serialize;
 
@@ -40,6 +40,14 @@ pub struct ClusterArgs {
     /// directory, repeatable, `-` reads stdin), loaded into an embedded API server.
     #[arg(short = 'f', long = "filename", value_name = "FILE|DIR|-")]
     pub files: Vec<String>,
+
+    /// The state file a `kube-lb reconcile --state-file` run wrote: its Services, with the
+    /// UIDs their load balancers were named and tagged after, are what is planned or audited
+    /// (the `-f` manifests, if any, are applied over them). Read, never written. Without it,
+    /// manifests' Services keep the `metadata.uid` they carry, or get a new one, which matches
+    /// no load balancer built before.
+    #[arg(long, value_name = "FILE", conflicts_with = "kubeconfig")]
+    pub state_file: Option<PathBuf>,
 
     /// The `spec.loadBalancerClass` the controller handles (as `controller
     /// --load-balancer-class`).
@@ -71,8 +79,10 @@ pub(crate) struct Cluster {
     pub client: Client,
     /// Services of the manifests that the embedded API server could not take, with why.
     pub refused: Vec<(ServiceName, String)>,
-    /// A cluster reached by kubeconfig, not the embedded API server of manifests.
-    pub live: bool,
+    /// The embedded API server holds a state file's objects: its kube-system namespace, and
+    /// so the cluster's identity, is the one the run that wrote the file had. True for a live
+    /// cluster too.
+    pub lasting: bool,
     #[cfg(feature = "apiserver")]
     server: Option<kube_lb_apiserver::RunningApiServer>,
 }
@@ -88,23 +98,27 @@ impl std::fmt::Debug for Cluster {
 impl Cluster {
     /// Connects as `args` say.
     pub async fn connect(args: &ClusterArgs) -> anyhow::Result<Self> {
-        if args.files.is_empty() {
+        if args.files.is_empty() && args.state_file.is_none() {
             let client = crate::cli::controller::client(args.kubeconfig.as_deref()).await?;
             return Ok(Self {
                 client,
                 refused: Vec::new(),
-                live: true,
+                lasting: true,
                 #[cfg(feature = "apiserver")]
                 server: None,
             });
         }
-        Self::embedded(&args.files).await
+        Self::embedded(&args.files, args.state_file.as_deref()).await
     }
 
     #[cfg(feature = "apiserver")]
-    async fn embedded(files: &[String]) -> anyhow::Result<Self> {
+    async fn embedded(files: &[String], state_file: Option<&Path>) -> anyhow::Result<Self> {
         let texts = crate::manifests::read(files)?;
-        let server = kube_lb_apiserver::ApiServer::builder()
+        let mut builder = kube_lb_apiserver::ApiServer::builder();
+        if let Some(path) = state_file {
+            builder = builder.state_file_read_only(path);
+        }
+        let server = builder
             .start()
             .await
             .context("starting the embedded API server")?;
@@ -124,23 +138,23 @@ impl Cluster {
         Ok(Self {
             client,
             refused,
-            live: false,
+            lasting: state_file.is_some(),
             server: Some(server),
         })
     }
 
     #[cfg(not(feature = "apiserver"))]
-    async fn embedded(_files: &[String]) -> anyhow::Result<Self> {
+    async fn embedded(_files: &[String], _state_file: Option<&Path>) -> anyhow::Result<Self> {
         anyhow::bail!(
-            "-f needs the embedded API server, and this binary was built without the \
-             `apiserver` feature; use --kubeconfig"
+            "-f and --state-file need the embedded API server, and this binary was built \
+             without the `apiserver` feature; use --kubeconfig"
         )
     }
 
-    /// `cloud` with the cluster's identity filled in (`--cluster-id`, else a live cluster's
-    /// kube-system UID; manifests' embedded API server has none that lasts).
+    /// `cloud` with the cluster's identity filled in (`--cluster-id`, else the kube-system UID
+    /// of a live cluster or of a state file; manifests alone have none that lasts).
     pub async fn cloud_args(&self, cloud: &CloudArgs) -> CloudArgs {
-        if self.live {
+        if self.lasting {
             cloud.with_cluster_identity(&self.client).await
         } else {
             cloud.clone()
@@ -338,6 +352,10 @@ pub struct PlanReport {
     pub services: Vec<ServicePlan>,
     /// Totals.
     pub summary: Summary,
+    /// What a reader must know before trusting the plan (load balancers that belong to a
+    /// Service of the same namespace/name with another UID).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl PlanReport {
@@ -364,6 +382,7 @@ impl PlanReport {
             provider,
             services,
             summary,
+            warnings: Vec::new(),
         }
     }
 
@@ -556,19 +575,74 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Warnings for the cloud resources that may belong to these Services under other UIDs: a
+/// Service of the same namespace/name with another UID, or, while some Service owns nothing,
+/// a resource that records only a UID. On manifests without a state file that is every
+/// load balancer built before (each run gives new UIDs to objects that carry none), and the
+/// plan then builds them a second time.
+async fn other_uid_warnings(
+    client: Client,
+    provider: &dyn LoadBalancerProvider,
+    config: &ControllerConfig,
+) -> Vec<String> {
+    let found = match audit::find_leaks(client, provider, config).await {
+        Ok(found) => found,
+        Err(error) => {
+            tracing::debug!(%error, "listing owned resources for the identity check failed");
+            return Vec::new();
+        }
+    };
+    let uid_unknown = !found.unowned_services.is_empty();
+    let mut by_service: std::collections::BTreeMap<&ServiceKey, Vec<String>> =
+        std::collections::BTreeMap::new();
+    for leak in &found.leaks {
+        if crate::cli::audit::unconfirmed(leak, uid_unknown).is_some() {
+            let resource = &leak.resource;
+            by_service
+                .entry(&resource.service)
+                .or_default()
+                .push(format!("{} {}", resource.kind, resource.name));
+        }
+    }
+    by_service
+        .into_iter()
+        .map(|(service, resources)| {
+            let built_for = if service.name.is_empty() {
+                format!("a Service with UID {}", service.uid)
+            } else {
+                format!("{service} with UID {}", service.uid)
+            };
+            format!(
+                "{} cloud resource(s) ({}) were built for {built_for}, which none of these \
+                 Services is by UID: the plan may build a load balancer beside them. Manifests' \
+                 Services get new UIDs unless they carry metadata.uid; run with --state-file \
+                 (the file `reconcile --state-file` wrote) or --kubeconfig",
+                resources.len(),
+                resources.join(", "),
+            )
+        })
+        .collect()
+}
+
 async fn execute(args: &Args) -> anyhow::Result<u8> {
     let cluster = Cluster::connect(&args.cluster).await?;
     let config = args.cluster.controller_config(args.cloud.cloud);
     let result = async {
         let provider =
             cloud::build(&cluster.cloud_args(&args.cloud).await, CallCounter::new()).await?;
-        plan(
+        let mut report = plan(
             cluster.client.clone(),
             provider.provider.as_ref(),
             &config,
             args.node_ready_grace,
         )
-        .await
+        .await?;
+        if !cluster.lasting {
+            report.warnings =
+                other_uid_warnings(cluster.client.clone(), provider.provider.as_ref(), &config)
+                    .await;
+        }
+        anyhow::Ok(report)
     }
     .await;
     let refused = cluster.refused.clone();
@@ -581,7 +655,12 @@ async fn execute(args: &Args) -> anyhow::Result<u8> {
                 .into_iter()
                 .map(|(name, why)| ServicePlan::failed(name, Operation::Ensure, why)),
         );
+        let warnings = report.warnings;
         report = PlanReport::new(report.provider, services);
+        report.warnings = warnings;
+    }
+    for warning in &report.warnings {
+        eprintln!("warning: {warning}");
     }
     match args.output {
         Output::Table => print!("{}", table(&report)),

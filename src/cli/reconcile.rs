@@ -284,7 +284,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let counter = CallCounter::new();
     let metrics = Arc::new(Metrics::new());
     metrics.observe_calls(&counter);
-    let provider = cloud::build(&args.cloud, counter).await?;
+    // With a state file the embedded kube-system namespace lasts from run to run, and with it
+    // the cluster's identity, as on a real cluster; `plan` and `audit --state-file` read the
+    // same one. Without it there is none that lasts.
+    let cloud_args = match &args.state_file {
+        Some(_) => args.cloud.with_cluster_identity(&client).await,
+        None => args.cloud.clone(),
+    };
+    let provider = cloud::build(&cloud_args, counter).await?;
     if let Some(local) = &provider.local {
         let pools: Api<kube::api::DynamicObject> =
             Api::all_with(client.clone(), &crate::controller::pools::ippool_resource());

@@ -27,6 +27,7 @@ mod kubectl_legacy;
 mod leader_election;
 mod lint;
 mod local_pools;
+mod manifest_identity;
 mod monitoring;
 mod plan_audit;
 mod plan_audit_baidu;

@@ -16,6 +16,7 @@ use assert_cmd::Command;
 use controller_support::*;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube_lb::cli::audit::AuditOptions;
 use kube_lb::cli::plan::{Operation, PlanStatus};
 use kube_lb::controller::LoadBalancerController;
 use kube_lb::metrics::Metrics;
@@ -533,8 +534,14 @@ async fn audit_finds_exactly_the_orphan_and_delete_removes_exactly_it() {
     let (provider, web, old) = web_and_an_orphaned_old(&server, &client).await;
 
     let config = test_config();
-    let audit =
-        |delete| kube_lb::cli::audit::audit(client.clone(), provider.as_ref(), &config, delete);
+    let audit = |delete: bool| {
+        let options = AuditOptions {
+            delete,
+            force: false,
+            lasting: true,
+        };
+        kube_lb::cli::audit::audit(client.clone(), provider.as_ref(), &config, options)
+    };
     let report = audit(false).await.unwrap();
     let listed: Vec<(&str, &str, &str)> = report
         .leaked

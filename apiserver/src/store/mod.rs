@@ -458,8 +458,21 @@ impl Store {
         &self,
         resource: ResourceId,
         namespace: Option<&str>,
+        object: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        self.create_as(resource, namespace, object, dry_run, None)
+    }
+
+    /// [`Store::create`], with `uid` as the new object's `metadata.uid` instead of a fresh one
+    /// (for seeded objects that recorded theirs).
+    fn create_as(
+        &self,
+        resource: ResourceId,
+        namespace: Option<&str>,
         mut object: Value,
         dry_run: bool,
+        uid: Option<String>,
     ) -> Result<Arc<Value>, ApiError> {
         // Storage's own check, which a dry run never reaches; `0` and versions that are not
         // numbers pass it, as they do upstream.
@@ -520,7 +533,7 @@ impl Store {
                 Some(ns) => meta.insert("namespace".into(), json!(ns)),
                 None => meta.remove("namespace"),
             };
-            meta.insert("uid".into(), json!(meta::new_uid()));
+            meta.insert("uid".into(), json!(uid.unwrap_or_else(meta::new_uid)));
             meta.insert("creationTimestamp".into(), json!(meta::now()));
             for field in [
                 "deletionTimestamp",
@@ -883,7 +896,8 @@ impl Store {
                 Err(error) => return Err(error),
             }
         }
-        let created = self.create(resource, namespace.as_deref(), object, false)?;
+        let uid = self.recorded_uid(resource, &object)?;
+        let created = self.create_as(resource, namespace.as_deref(), object, false, uid)?;
         match status {
             Some(status) if self.registry().def(resource).is_some_and(|d| d.has_status) => {
                 let name = meta::name(&created).unwrap_or_default().to_string();
@@ -899,6 +913,53 @@ impl Store {
             }
             _ => Ok(created),
         }
+    }
+
+    /// The `metadata.uid` a seeded object recorded, kept so that what was built for the object
+    /// in the cluster it came from (cloud load balancers are named and tagged after their
+    /// Service's UID) is recognised as its own. Refused when it is not a plausible UID or when
+    /// another object of the kind already holds it: two objects with one identity would make
+    /// each other's cloud resources look like theirs.
+    fn recorded_uid(
+        &self,
+        resource: ResourceId,
+        object: &Value,
+    ) -> Result<Option<String>, ApiError> {
+        let Some(uid) = meta::meta_str(object, "uid").filter(|uid| !uid.is_empty()) else {
+            return Ok(None);
+        };
+        let state = self.lock();
+        let entry = state.entry(resource)?;
+        if !meta::plausible_uid(uid) {
+            return Err(ApiError::invalid(
+                &entry.def,
+                meta::name(object).unwrap_or_default(),
+                vec![Cause::invalid(
+                    "metadata.uid",
+                    uid,
+                    "a recorded UID is 1 to 64 letters, digits and dashes",
+                )],
+            ));
+        }
+        let holder = state.objects[entry.storage]
+            .values()
+            .find(|other| meta::meta_str(other, "uid") == Some(uid));
+        if let Some(holder) = holder {
+            let holder = match meta::namespace(holder) {
+                Some(ns) => format!("{ns}/{}", meta::name(holder).unwrap_or_default()),
+                None => meta::name(holder).unwrap_or_default().to_string(),
+            };
+            return Err(ApiError::invalid(
+                &entry.def,
+                meta::name(object).unwrap_or_default(),
+                vec![Cause::invalid(
+                    "metadata.uid",
+                    uid,
+                    &format!("already the UID of {holder}"),
+                )],
+            ));
+        }
+        Ok(Some(uid.to_string()))
     }
 
     /// Everything, for persistence. Cheap under the lock: objects are shared, not copied.

@@ -49,6 +49,11 @@ pub struct OpenStackProvider {
     cluster_tag: Option<String>,
     wait: WaitSettings,
     inventory: Arc<Inventory>,
+    /// Held while a port's security-group list is read and rewritten. A port of a node is
+    /// shared by every Service's group, and `PUT ports/{id}` replaces the whole list: two
+    /// Services converging at once would each write the list they read, and one group would
+    /// be lost (seen: a node port left without one Service's group after a reconcile of two).
+    port_groups: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// How long one project listing serves a resync wave (see [`crate::inventory`]).
@@ -77,6 +82,7 @@ impl OpenStackProvider {
             cluster_tag: None,
             wait: options.wait,
             inventory: Arc::new(Inventory::new(DEFAULT_LISTING_REFRESH)),
+            port_groups: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
@@ -1078,15 +1084,44 @@ impl OpenStackProvider {
                 SecurityGroupStep::DeleteRule { id, .. } => {
                     self.client.delete_security_group_rule(id).await?
                 }
-                SecurityGroupStep::SetPortGroups { port_id, after, .. } => self
-                    .client
-                    .set_port_security_groups(port_id, after)
-                    .await
-                    .map(drop)?,
+                SecurityGroupStep::SetPortGroups {
+                    port_id,
+                    before,
+                    after,
+                    ..
+                } => self.set_port_groups(port_id, before, after).await?,
                 SecurityGroupStep::DeleteGroup { id, .. } => {
                     self.client.delete_security_group(id).await?
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Applies the change `before` → `after` (groups added, groups removed) to the port's list
+    /// as it is now, read again under [`OpenStackProvider::port_groups`], so a group another
+    /// Service added since this one observed the port is kept. Writes nothing when the list
+    /// already is as wanted.
+    async fn set_port_groups(
+        &self,
+        port_id: &str,
+        before: &[String],
+        after: &[String],
+    ) -> Result<(), ProviderError> {
+        let _held = self.port_groups.lock().await;
+        let current = self
+            .client
+            .ports(&[("id", port_id)])
+            .await?
+            .into_iter()
+            .next()
+            .map(|port| port.security_groups)
+            .unwrap_or_else(|| before.to_vec());
+        let wanted = security_group::rebase_port_groups(&current, before, after);
+        if wanted != current {
+            self.client
+                .set_port_security_groups(port_id, &wanted)
+                .await?;
         }
         Ok(())
     }

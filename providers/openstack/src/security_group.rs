@@ -515,10 +515,74 @@ pub fn teardown(groups: &[SecurityGroup], ports: &[Port]) -> Vec<SecurityGroupSt
     steps
 }
 
+/// The group list a port should get when `before` → `after` was planned but the port now
+/// holds `current`: the groups the plan removed are taken out and the ones it added put in,
+/// every other group of `current` kept in its order (another Service's, added meanwhile).
+pub fn rebase_port_groups(current: &[String], before: &[String], after: &[String]) -> Vec<String> {
+    let removed = |g: &String| before.contains(g) && !after.contains(g);
+    let mut groups: Vec<String> = current.iter().filter(|g| !removed(g)).cloned().collect();
+    for added in after.iter().filter(|g| !before.contains(g)) {
+        if !groups.contains(added) {
+            groups.push(added.clone());
+        }
+    }
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::FixedIp;
+
+    #[test]
+    fn a_port_rewrite_keeps_groups_added_since_it_was_planned() {
+        let v = |items: &[&str]| items.iter().map(ToString::to_string).collect::<Vec<_>>();
+        // (case, current, before, after, wanted)
+        let cases = [
+            (
+                "as planned",
+                v(&["a"]),
+                v(&["a"]),
+                v(&["a", "b"]),
+                v(&["a", "b"]),
+            ),
+            (
+                "another Service's group came meanwhile",
+                v(&["a", "c"]),
+                v(&["a"]),
+                v(&["a", "b"]),
+                v(&["a", "c", "b"]),
+            ),
+            (
+                "removal keeps the newcomer",
+                v(&["a", "b", "c"]),
+                v(&["a", "b"]),
+                v(&["a"]),
+                v(&["a", "c"]),
+            ),
+            (
+                "already there",
+                v(&["a", "b"]),
+                v(&["a"]),
+                v(&["a", "b"]),
+                v(&["a", "b"]),
+            ),
+            (
+                "already gone",
+                v(&["a"]),
+                v(&["a", "b"]),
+                v(&["a"]),
+                v(&["a"]),
+            ),
+        ];
+        for (case, current, before, after, wanted) in cases {
+            assert_eq!(
+                rebase_port_groups(&current, &before, &after),
+                wanted,
+                "{case}"
+            );
+        }
+    }
 
     const SUBNET: &str = "member-subnet";
     const CIDR: &str = "10.0.0.0/24";

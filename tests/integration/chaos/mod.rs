@@ -20,13 +20,13 @@
 #![allow(clippy::unwrap_used)]
 
 #[cfg(feature = "baidu")]
-mod baidu;
-mod clouds;
+pub(crate) mod baidu;
+pub(crate) mod clouds;
 #[cfg(feature = "openstack")]
-mod openstack;
+pub(crate) mod openstack;
 mod proxy;
 #[cfg(feature = "tencent")]
-mod tencent;
+pub(crate) mod tencent;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
