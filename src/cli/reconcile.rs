@@ -245,9 +245,43 @@ pub fn table(rows: &[Row]) -> String {
 fn managed_names(services: &[Service], config: &ControllerConfig) -> Vec<ServiceName> {
     services
         .iter()
-        .filter(|s| config.manages(s))
+        .filter(|s| config.manages(s) && s.metadata.deletion_timestamp.is_none())
         .map(ServiceName::of)
         .collect()
+}
+
+/// The managed Services already being deleted (a state file that recorded a delete in
+/// progress): settled when they are gone, not when they have an address.
+fn deleting(services: &[Service], config: &ControllerConfig) -> Vec<Service> {
+    services
+        .iter()
+        .filter(|s| config.manages(s) && s.metadata.deletion_timestamp.is_some())
+        .cloned()
+        .collect()
+}
+
+/// Waits until every one of `services` is gone (its cleanup done, the finalizer off), by
+/// watching each.
+async fn wait_gone(client: &kube::Client, services: &[Service]) -> bool {
+    for service in services {
+        let api: Api<Service> = Api::namespaced(
+            client.clone(),
+            service.metadata.namespace.as_deref().unwrap_or("default"),
+        );
+        let uid = service.metadata.uid.clone().unwrap_or_default();
+        let name = service.metadata.name.clone().unwrap_or_default();
+        if kube::runtime::wait::await_condition(
+            api,
+            &name,
+            kube::runtime::wait::conditions::is_deleted(&uid),
+        )
+        .await
+        .is_err()
+        {
+            return false;
+        }
+    }
+    true
 }
 
 /// True when every managed Service is settled: an address, a user error, or left to another
@@ -316,6 +350,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let services_api: Api<Service> = Api::all(client.clone());
     let services = services_api.list(&ListParams::default()).await?.items;
     let names = managed_names(&services, &config);
+    let deleting = deleting(&services, &config);
 
     let controller = LoadBalancerController::new(
         client.clone(),
@@ -329,9 +364,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let task = tokio::spawn(controller.run(leading, shutdown.clone()));
 
     let deadline = tokio::time::Instant::now() + args.timeout;
-    let converged = tokio::time::timeout_at(deadline, outcomes.wait_for(|o| settled(&names, o)))
-        .await
-        .is_ok_and(|r| r.is_ok());
+    let converged = tokio::time::timeout_at(deadline, async {
+        outcomes.wait_for(|o| settled(&names, o)).await.is_ok()
+            && wait_gone(&client, &deleting).await
+    })
+    .await
+    .unwrap_or(false);
     let final_outcomes = outcomes.borrow().clone();
     let services = services_api.list(&ListParams::default()).await?.items;
     let mut rows = rows(&services, &final_outcomes, |s| config.manages(s));

@@ -209,7 +209,9 @@ fn lint_verdicts(files: &[&str]) -> std::collections::BTreeMap<String, String> {
     let mut cmd = Command::cargo_bin("kube-lb").unwrap();
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_remove("KUBE_LB_CLOUD")
-        .args(["lint", "--cloud", "local", "-o", "json"]);
+        .args(["lint", "--cloud", "local", "-o", "json"])
+        // The pool reconcile gets below: lint judges the pinned addresses against it too.
+        .args(["--local-pool", "127.240.0.0/16,127.0.0.240-127.0.0.243"]);
     for file in files {
         cmd.args(["-f", file]);
     }
@@ -283,4 +285,60 @@ fn lint_and_reconcile_give_the_same_verdict_per_service() {
     assert!(disagreements.is_empty(), "{disagreements:#?}\n{stderr}");
     // Every Service reconcile printed was judged by lint too.
     assert_eq!(rows.len(), lint.len(), "{rows:#?}");
+}
+
+/// A state file that recorded a delete in progress (a Service marked for deletion, its
+/// finalizer still on): the next run releases it and is settled when it is gone. Before, it
+/// waited for that Service to get an address, and exited 2 ("timed out") although the delete
+/// had finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_being_deleted_in_the_state_file_settles_when_it_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "good.yaml", GOOD);
+    let state = dir.path().join("state.json").display().to_string();
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            reconcile(&args)
+        })
+    };
+    let args = |file: &str| {
+        vec![
+            "-f".to_string(),
+            file.to_string(),
+            "--state-file".to_string(),
+            state.clone(),
+        ]
+    };
+    let (code, _, stderr) = run(args(&file)).await.unwrap();
+    assert_eq!(code, 0, "{stderr}");
+
+    // Delete prod/api as a client would: its finalizer keeps it, marked, in the state file.
+    let server = kube_lb_apiserver::ApiServer::builder()
+        .state_file(&state)
+        .start()
+        .await
+        .unwrap();
+    let api: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(server.client().unwrap(), "prod");
+    api.delete("api", &Default::default()).await.unwrap();
+    let marked = api.get("api").await.unwrap();
+    assert!(
+        marked.metadata.deletion_timestamp.is_some(),
+        "held by the finalizer"
+    );
+    server.shutdown().await;
+
+    let web_only = write(
+        dir.path(),
+        "web.yaml",
+        GOOD.split("\n---\n").next().unwrap(),
+    );
+    let (code, rows, stderr) = run(args(&web_only)).await.unwrap();
+    assert_eq!(code, 0, "settled once prod/api is gone: {stderr}");
+    assert_eq!(row(&rows, "web")["status"], "Ready");
+    assert!(
+        rows.iter().all(|r| r["name"] != "api"),
+        "prod/api is gone: {rows:?}"
+    );
 }
