@@ -298,14 +298,17 @@ pub struct LoadBalancerSpec {
 
 impl LoadBalancerSpec {
     /// Under `externalTrafficPolicy: Local`, whether the load balancer is given only the nodes
-    /// that run a ready endpoint. True for every cloud but TKE, whose default binds every node
-    /// and lets the CLB health check on the health-check node port decide, unless
-    /// `service.kubernetes.io/local-svc-only-bind-node-with-pod: "true"` asks for the narrow set
-    /// (binding every node means an endpoint moving between nodes changes no target).
+    /// that run a ready endpoint. False everywhere by default, as the upstream providers do it
+    /// (cloud-provider-aws, -gcp, -azure, OCCM, the retired cloud-provider-baiducloud and TKE
+    /// all register every eligible node): the load balancer's health check on the
+    /// health-check node port takes the nodes without an endpoint out, so an endpoint moving
+    /// between nodes changes no target and makes no cloud call. True only on TKE with
+    /// `service.kubernetes.io/local-svc-only-bind-node-with-pod: "true"`, which asks for the
+    /// narrow set.
     pub fn local_binds_only_nodes_with_endpoints(&self) -> bool {
         match &self.provider {
             ProviderSpec::Tencent(tencent) => tencent.local_svc_only_bind_node_with_pod,
-            _ => true,
+            _ => false,
         }
     }
 }

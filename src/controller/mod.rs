@@ -460,7 +460,8 @@ impl LoadBalancerController {
             self.config.node_ready_grace,
             self.node_sync.clone(),
         );
-        let slice_resyncs = slice_trigger(slice_events, slices.clone(), services);
+        let slice_resyncs =
+            slice_trigger(slice_events, slices.clone(), services, self.config.cloud);
 
         let stores_ready = stores_ready(nodes.clone(), slices.clone());
         let ctx = Arc::new(Context {
@@ -711,6 +712,8 @@ struct SliceTrigger {
         futures::stream::BoxStream<'static, Result<watcher::Event<EndpointSlice>, watcher::Error>>,
     slices: Store<EndpointSlice>,
     services: Store<Service>,
+    /// Whose annotations say whether a Service's backends follow its endpoints.
+    cloud: Cloud,
     /// The nodes with a ready endpoint, per Service; an absent entry is the empty set.
     last: HashMap<ObjectRef<Service>, BTreeSet<String>>,
     /// Whether a complete list has set the baseline.
@@ -734,12 +737,8 @@ impl SliceTrigger {
             return None;
         }
         let service = self.services.get(&key)?;
-        let local = service
-            .spec
-            .as_ref()
-            .and_then(|s| s.external_traffic_policy.as_deref())
-            == Some("Local");
-        (local && is_load_balancer(&service)).then_some(key)
+        (is_load_balancer(&service) && nodes::backends_follow_endpoints(&service, self.cloud))
+            .then_some(key)
     }
 
     /// After an Apply or Delete of `slice` (already in the store): its Service, if it changed.
@@ -793,11 +792,13 @@ fn slice_trigger(
     + 'static,
     slices: Store<EndpointSlice>,
     services: Store<Service>,
+    cloud: Cloud,
 ) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
     let state = SliceTrigger {
         events: events.boxed(),
         slices,
         services,
+        cloud,
         last: HashMap::new(),
         listed: false,
     };

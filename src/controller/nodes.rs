@@ -365,8 +365,26 @@ pub fn ready_endpoint_nodes_by_service<'a>(
     out
 }
 
-/// The backends for `spec`: every eligible node, or for `externalTrafficPolicy: Local` only
-/// those with a ready local endpoint, then narrowed by the provider's own filter.
+/// Whether where `service`'s endpoints run decides its backends on `cloud`: a Local Service
+/// whose load balancer is given only the nodes with a ready endpoint
+/// ([`LoadBalancerSpec::local_binds_only_nodes_with_endpoints`]). Only then does an endpoint
+/// moving between nodes call for a sync; otherwise the health check on the health-check node
+/// port follows it and the cloud is not touched. A Service that does not parse is not synced
+/// for its endpoints (its sync has already reported why).
+pub fn backends_follow_endpoints(service: &Service, cloud: Cloud) -> bool {
+    let local = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.external_traffic_policy.as_deref())
+        == Some("Local");
+    local
+        && kube_lb_annotations::parse(cloud, service)
+            .is_ok_and(|parsed| parsed.spec.local_binds_only_nodes_with_endpoints())
+}
+
+/// The backends for `spec`: every eligible node, or for `externalTrafficPolicy: Local` where
+/// the cloud binds only nodes with endpoints, those with a ready local endpoint; then narrowed
+/// by the provider's own filter.
 pub fn select_backends<'a>(
     spec: &LoadBalancerSpec,
     eligible: &[BackendNode],
@@ -889,9 +907,11 @@ mod tests {
             slice("other", &[("b", Some(true))]),
         ];
         let cluster = spec_for("web", false);
+        // Local as upstream registers it: every eligible node, the health-check node port
+        // takes the ones without an endpoint out (only TKE's opt-in narrows it, below).
         let local = spec_for("web", true);
         let cases: [(&LoadBalancerSpec, Vec<&str>); 2] =
-            [(&cluster, vec!["a", "b"]), (&local, vec!["a"])];
+            [(&cluster, vec!["a", "b"]), (&local, vec!["a", "b"])];
         for (spec, want) in cases {
             let got = select_backends(spec, &nodes, &slices, |_| true);
             assert_eq!(names(&got), want, "{:?}", spec.traffic_policy);

@@ -190,17 +190,39 @@ fn slice(service: &str, endpoints: &[(&str, bool)]) -> EndpointSlice {
     .unwrap()
 }
 
-#[tokio::test]
-async fn slice_trigger_resyncs_local_services_only_when_their_ready_nodes_change() {
+/// `name` of type LoadBalancer, Local, with its node ports as the API server allocates them.
+fn local_with_node_ports(name: &str) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": {
+            "type": "LoadBalancer",
+            "externalTrafficPolicy": "Local",
+            "healthCheckNodePort": 32000,
+            "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}]
+        }
+    }))
+    .unwrap()
+}
+
+/// `name` of type LoadBalancer, Local, with TKE's `local-svc-only-bind-node-with-pod`: its
+/// backends are the nodes with a ready endpoint.
+fn bound_to_pods(name: &str) -> Service {
+    let mut svc = local_with_node_ports(name);
+    svc.metadata.annotations = Some(
+        [(
+            "service.kubernetes.io/local-svc-only-bind-node-with-pod".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    svc
+}
+
+/// The endpoint moves of [`slice_trigger_resyncs_local_services_only_when_their_ready_nodes_change`],
+/// with the Services re-synced when `web`'s backends follow its endpoints.
+fn endpoint_moves() -> Vec<Step<EndpointSlice>> {
     use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
-    let (slices, writer) = reflector::store::<EndpointSlice>();
-    let (tx, rx) = mpsc::unbounded();
-    let svcs = services(&[
-        service("web", "LoadBalancer", true),
-        service("cluster", "LoadBalancer", false),
-    ]);
-    let mut trigger = Box::pin(slice_trigger(rx.reflect(writer), slices, svcs));
-    let steps: Vec<Step<EndpointSlice>> = vec![
+    vec![
         (
             "the first list only sets the baseline",
             vec![
@@ -254,9 +276,56 @@ async fn slice_trigger_resyncs_local_services_only_when_their_ready_nodes_change
             ],
             vec![],
         ),
-    ];
-    for (what, events, want) in steps {
+    ]
+}
+
+#[tokio::test]
+async fn slice_trigger_resyncs_local_services_only_when_their_ready_nodes_change() {
+    // TKE with `local-svc-only-bind-node-with-pod`: the backends are the nodes with a ready
+    // endpoint, so a change of that set is a sync.
+    let (slices, writer) = reflector::store::<EndpointSlice>();
+    let (tx, rx) = mpsc::unbounded();
+    let svcs = services(&[
+        bound_to_pods("web"),
+        service("cluster", "LoadBalancer", false),
+    ]);
+    let mut trigger = Box::pin(slice_trigger(
+        rx.reflect(writer),
+        slices,
+        svcs,
+        Cloud::Tencent,
+    ));
+    for (what, events, want) in endpoint_moves() {
         send(&tx, events);
         assert_eq!(drain(&mut trigger), refs(&want), "{what}");
+    }
+}
+
+#[tokio::test]
+async fn endpoint_moves_of_a_local_service_sync_nothing_where_every_node_is_registered() {
+    // Everywhere else (and on TKE by default) every eligible node is registered and the
+    // health-check node port follows the endpoints: no move is a sync, on any cloud.
+    for cloud in [
+        Cloud::Aws,
+        Cloud::Gcp,
+        Cloud::Azure,
+        Cloud::Openstack,
+        Cloud::Baidu,
+        Cloud::Tencent,
+        Cloud::Local,
+    ] {
+        let web = local_with_node_ports("web");
+        assert!(
+            kube_lb_annotations::parse(cloud, &web).is_ok(),
+            "{cloud:?}: the Service must parse, or the test shows nothing"
+        );
+        let (slices, writer) = reflector::store::<EndpointSlice>();
+        let (tx, rx) = mpsc::unbounded();
+        let svcs = services(&[web, service("cluster", "LoadBalancer", false)]);
+        let mut trigger = Box::pin(slice_trigger(rx.reflect(writer), slices, svcs, cloud));
+        for (what, events, _) in endpoint_moves() {
+            send(&tx, events);
+            assert_eq!(drain(&mut trigger), refs(&[]), "{cloud:?}: {what}");
+        }
     }
 }

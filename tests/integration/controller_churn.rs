@@ -391,9 +391,23 @@ async fn local_service_churns_only_when_its_set_of_nodes_with_ready_endpoints_ch
         .seed(slice("default", "marker", &[(&n0, true)]))
         .unwrap();
     let client = server.client().unwrap();
-    let (running, _node_sync) = start(&server, test_config());
-    svc_lb("default", "web").local().create(&client).await;
-    svc_lb("default", "marker").local().create(&client).await;
+    // The backends follow the endpoints only where the load balancer is given just the nodes
+    // with one: TKE's `local-svc-only-bind-node-with-pod` (everywhere else every eligible node
+    // is registered, and no endpoint change is a sync: controller_backends.rs).
+    let mut config = test_config();
+    config.cloud = kube_lb_annotations::Cloud::Tencent;
+    let (running, _node_sync) = start(&server, config);
+    let bound = "service.kubernetes.io/local-svc-only-bind-node-with-pod";
+    svc_lb("default", "web")
+        .local()
+        .annotate(bound, "true")
+        .create(&client)
+        .await;
+    svc_lb("default", "marker")
+        .local()
+        .annotate(bound, "true")
+        .create(&client)
+        .await;
     wait_ready(&running, 2).await;
     assert_eq!(running.provider.ensures_of("default/web").len(), 1);
     let before = running.counter.snapshot();
