@@ -12,6 +12,15 @@ for overlay in deploy/overlays/*/; do
   if ! kubectl kustomize "$overlay" > "$out/$name.yaml"; then
     echo "deploy: overlay $name does not render"; status=1; continue
   fi
+  # Least privilege: the IPPool and Namespace grants (components/local-pools) belong to the
+  # overlays running the local provider only; tests/integration/deploy_rbac.rs checks every
+  # overlay's controller grants against what the controller requests with that --cloud.
+  case "$name" in
+    local|bare-metal) ;;
+    *) if grep -q 'kube-lb-controller-local-pools' "$out/$name.yaml"; then
+         echo "deploy: overlay $name grants the local provider's IPPool/Namespace access"; status=1; continue
+       fi ;;
+  esac
   if ! .venv/bin/kubernetes-validate --quiet --strict -k "$K8S_VERSION" "$out/$name.yaml"; then
     echo "deploy: overlay $name fails schema validation"; status=1; continue
   fi

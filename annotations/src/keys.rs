@@ -283,17 +283,21 @@ pub mod openstack {
     /// Barbican TLS container for TERMINATED_HTTPS listeners.
     pub const DEFAULT_TLS_CONTAINER_REF: &str =
         "loadbalancer.openstack.org/default-tls-container-ref";
-    /// An existing load balancer to use.
+    /// An existing load balancer to use. Written back after every ensure (by
+    /// cloud-provider-openstack, and by kube-lb, which also records the id in
+    /// [`CREATED_WITH`] so that its own load balancer's id is not read as one to use).
     pub const LOAD_BALANCER_ID: &str = "loadbalancer.openstack.org/load-balancer-id";
     /// Hostname reported in status.
     pub const HOSTNAME: &str = "loadbalancer.openstack.org/hostname";
-    /// Written by cloud-provider-openstack: the address behind `hostname` (read-only here).
+    /// Written back after every ensure (by cloud-provider-openstack, and by kube-lb): the
+    /// address the Service is reached at, its floating IP or, without one, its VIP (read-only).
     pub const LOAD_BALANCER_ADDRESS: &str = "loadbalancer.openstack.org/load-balancer-address";
     /// Member node label selector.
     pub const NODE_SELECTOR: &str = "loadbalancer.openstack.org/node-selector";
     /// Written back by kube-lb: the create-only settings of the Service's load balancer as
     /// Octavia reports them (JSON: `flavor_id`, `availability_zone`, `vip_subnet_id`,
-    /// `vip_network_id`, `vip_port_id`); a later annotation change is reported, not applied.
+    /// `vip_network_id`, `vip_port_id`) and its id (`load_balancer_id`); a later annotation
+    /// change is reported, not applied.
     pub const CREATED_WITH: &str = "kube-lb.io/openstack-created-with";
 }
 

@@ -1,7 +1,10 @@
-//! The RBAC rules in `deploy/base/` are exactly what the code uses: the controller and the proxy
+//! The RBAC rules in `deploy/` are exactly what the code uses: the controller and the proxy
 //! binaries run against the in-memory API server through a recording HTTP proxy, every request
 //! is turned into an RBAC (apiGroup, resource, verb), and that set must equal the rules granted
-//! to each ServiceAccount — nothing missing (the pod would fail) and nothing unused.
+//! to each ServiceAccount — nothing missing (the pod would fail) and nothing unused. The
+//! controller is run once per `--cloud`, against that cloud's mock, and compared with what the
+//! overlay of that cloud grants as `kubectl kustomize` renders it: the `local` provider's
+//! IPPool and Namespace access (`deploy/components/local-pools`) only where it runs.
 
 #![allow(clippy::unwrap_used)] // test set-up: a failed unwrap is a failed test
 
@@ -195,12 +198,42 @@ fn request_mapping_follows_the_rbac_rules_of_kube_apiserver() {
 
 /// The permissions granted to `service_account` by the RBAC objects in `files`.
 fn granted(files: &[&str], service_account: &str) -> BTreeSet<Permission> {
+    let texts: Vec<String> = files
+        .iter()
+        .map(|file| {
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap()
+        })
+        .collect();
+    granted_in(&texts, service_account)
+}
+
+/// What `kubectl kustomize deploy/overlays/<overlay>` renders (kubectl's built-in kustomize,
+/// as `scripts/validate-deploy.sh` and `kubectl apply -k` use it). Without kubectl the test
+/// fails: the overlays are what users apply, so they are what is checked.
+fn rendered_overlay(overlay: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/overlays")
+        .join(overlay);
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .unwrap_or_else(|e| panic!("this test needs kubectl (with its built-in kustomize): {e}"));
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The permissions granted to `service_account` by the RBAC objects in the YAML `texts`.
+fn granted_in(texts: &[String], service_account: &str) -> BTreeSet<Permission> {
     let mut roles = std::collections::BTreeMap::new();
     let mut bound = BTreeSet::new();
-    for file in files {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
-        let text = std::fs::read_to_string(&path).unwrap();
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+    for text in texts {
+        for doc in serde_yaml_ng::Deserializer::from_str(text) {
             let obj: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
             let kind = obj["kind"].as_str().unwrap_or_default();
             let name = obj["metadata"]["name"]
@@ -418,18 +451,6 @@ impl Drop for ChildGuard {
     }
 }
 
-fn spawn(args: &[&str], envs: &[(&str, &str)]) -> ChildGuard {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kube-lb"));
-    command
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    for (k, v) in envs {
-        command.env(k, v);
-    }
-    ChildGuard(command.spawn().unwrap())
-}
-
 /// Polls `check` until it returns true, failing the test after `ceiling`.
 async fn wait_for<F, Fut>(what: &str, ceiling: Duration, mut check: F)
 where
@@ -443,9 +464,11 @@ where
     }
 }
 
-async fn seed_cluster(server: &RunningApiServer) {
-    // The local provider's address pools: the CRD from deploy/ and one pool, so the
-    // controller watches IPPools and namespaces and writes a pool status.
+/// The local provider's address pools: the CRD from deploy/ and one pool, and a namespace, so
+/// a controller that reads pools watches IPPools and namespaces and writes a pool status. Every
+/// cloud's cluster has them too: a cloud provider's controller must leave them alone even when
+/// they are there.
+fn seed_pools(server: &RunningApiServer) {
     server
         .apply_manifests(kube_lb::controller::pools::IPPOOL_CRD)
         .unwrap();
@@ -459,6 +482,10 @@ async fn seed_cluster(server: &RunningApiServer) {
     server
         .seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-lb-system"}}))
         .ok();
+}
+
+async fn seed_cluster(server: &RunningApiServer) {
+    seed_pools(server);
     server
         .seed(json!({
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
@@ -488,27 +515,186 @@ fn has_ingress(svc: &Service) -> bool {
         .is_some_and(|i| !i.is_empty())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controller_rbac_is_exactly_what_the_controller_uses() {
+/// How long one step of a controller's lifecycle may take through the binary (process start,
+/// informer sync, a cloud mock's calls and waits, the first backoff if a mock is slow).
+const STEP_CEILING: Duration = Duration::from_secs(120);
+
+/// Variables the controller binary must not inherit from the developer's shell: its own
+/// settings and real cloud credentials (each rig sets what its cloud needs).
+const ENV_REMOVE: &[&str] = &[
+    "KUBE_LB_CLOUD",
+    "KUBE_LB_CLOUD_CONFIG",
+    "KUBE_LB_CLUSTER_NAME",
+    "BCE_ACCESS_KEY_ID",
+    "BCE_SECRET_ACCESS_KEY",
+    "BCE_SESSION_TOKEN",
+    "TENCENTCLOUD_SECRET_ID",
+    "TENCENTCLOUD_SECRET_KEY",
+    "TENCENTCLOUD_SESSION_TOKEN",
+];
+
+/// How `kube-lb controller` is run for one `--cloud` in the RBAC check: the overlay users
+/// apply for that cloud, the flags and environment pointing it at the cloud's mock, the Nodes
+/// of its cluster (YAML), and what must outlive the run (the mock, its cloud-config's dir).
+struct CloudRig {
+    overlay: &'static str,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    nodes: String,
+    _keep: Vec<Box<dyn std::any::Any>>,
+}
+
+impl CloudRig {
+    /// A rig for `overlay` running the binary with `args` on a cluster of `nodes`.
+    fn new(overlay: &'static str, args: &[String], nodes: String) -> CloudRig {
+        CloudRig {
+            overlay,
+            args: args.to_vec(),
+            env: Vec::new(),
+            nodes,
+            _keep: Vec::new(),
+        }
+    }
+
+    /// Keeps `value` alive until the rig is dropped.
+    #[cfg_attr(
+        not(any(
+            feature = "aws",
+            feature = "gcp",
+            feature = "azure",
+            feature = "openstack",
+            feature = "tencent",
+            feature = "baidu"
+        )),
+        allow(dead_code)
+    )]
+    fn keeping(mut self, value: impl std::any::Any) -> CloudRig {
+        self._keep.push(Box::new(value));
+        self
+    }
+
+    /// `--cloud=<cloud>` and `--cloud-config` naming `file`, written into a temp dir the rig
+    /// keeps.
+    #[cfg_attr(
+        not(any(
+            feature = "aws",
+            feature = "gcp",
+            feature = "azure",
+            feature = "openstack",
+            feature = "tencent",
+            feature = "baidu"
+        )),
+        allow(dead_code)
+    )]
+    fn with_config(
+        overlay: &'static str,
+        cloud: &str,
+        file: &str,
+        config: String,
+        nodes: String,
+    ) -> CloudRig {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(file);
+        std::fs::write(&path, config).unwrap();
+        let args = [
+            format!("--cloud={cloud}"),
+            format!("--cloud-config={}", path.display()),
+        ];
+        CloudRig::new(overlay, &args, nodes).keeping(dir)
+    }
+}
+
+/// Ready Nodes `node-<i>` (YAML) at `addresses`, with `provider_id(i)` when given.
+fn node_docs(addresses: &[&str], provider_id: impl Fn(usize) -> Option<String>) -> String {
+    addresses
+        .iter()
+        .enumerate()
+        .map(|(i, address)| {
+            let spec = provider_id(i + 1)
+                .map(|id| format!("spec: {{providerID: '{id}'}}\n"))
+                .unwrap_or_default();
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata: {{name: node-{}}}\n{spec}\
+                 status:\n  conditions: [{{type: Ready, status: 'True'}}]\n  \
+                 addresses: [{{type: InternalIP, address: {address}}}]\n",
+                i + 1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// The Nodes of a `tests/fixtures/clouds` file (its Service left out).
+#[cfg(any(feature = "gcp", feature = "azure"))]
+fn fixture_nodes(name: &str) -> String {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/clouds")
+            .join(name),
+    )
+    .unwrap();
+    text.split("\n---\n")
+        .filter(|doc| doc.contains("kind: Node"))
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// Starts `kube-lb controller` with `args`, logging to `log`, its environment cleared of
+/// [`ENV_REMOVE`] and set to `env`.
+fn spawn_controller(args: &[String], env: &[(String, String)], log: &Path) -> ChildGuard {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kube-lb"));
+    for name in ENV_REMOVE {
+        command.env_remove(name);
+    }
+    command
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .args(["--log", "info"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    ChildGuard(command.spawn().unwrap())
+}
+
+/// Runs `kube-lb controller` for `rig` through the recorder over two Services' whole lives
+/// and asserts that it used exactly what the rig's overlay, as rendered, grants the
+/// controller's ServiceAccount: nothing missing and nothing unused.
+async fn controller_uses_exactly_its_overlays_rbac(rig: CloudRig) {
     let server = ApiServer::builder().start().await.unwrap();
-    seed_cluster(&server).await;
+    seed_pools(&server);
+    server.apply_manifests(&rig.nodes).unwrap();
     let recorder = Recorder::start(server.url()).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = recorder.kubeconfig(dir.path(), "controller.kubeconfig");
-    let _controller = spawn(
-        &[
-            "controller",
-            "--cloud=local",
-            "--leader-elect",
-            "--metrics-addr=127.0.0.1:0",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-        ],
-        &[
-            ("POD_NAMESPACE", "kube-lb-system"),
-            ("POD_NAME", "controller-0"),
-        ],
-    );
+    let log = dir.path().join("controller.log");
+    let mut args: Vec<String> = [
+        "controller",
+        "--leader-elect",
+        "--metrics-addr=127.0.0.1:0",
+        "--backoff-base=200ms",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(rig.args.iter().cloned());
+    let mut env = rig.env.clone();
+    env.extend([
+        ("POD_NAMESPACE".to_string(), "kube-lb-system".to_string()),
+        ("POD_NAME".to_string(), "controller-0".to_string()),
+    ]);
+    let _controller = spawn_controller(&args, &env, &log);
+    let wait = |what: &'static str| {
+        let log = log.clone();
+        move |done: bool, start: Instant| {
+            assert!(
+                done || start.elapsed() < STEP_CEILING,
+                "{}: timed out waiting for {what}; controller log:\n{}",
+                rig.overlay,
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            done
+        }
+    };
 
     // A full lifecycle: create, change (a second Ensuring event patches the event series),
     // retype to ClusterIP (release), and create then delete another (finalizer removal).
@@ -517,8 +703,7 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
         .create(&PostParams::default(), &lb_service("web", 80))
         .await
         .unwrap();
-    let ceiling = Duration::from_secs(60);
-    wait_for("web to get an address", ceiling, || async {
+    poll(wait("web to get an address"), || async {
         services.get("web").await.is_ok_and(|s| has_ingress(&s))
     })
     .await;
@@ -529,14 +714,14 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
         .unwrap();
     // One change only: a change and its undo in quick succession may reach the controller as
     // one unchanged Service, which it rightly leaves alone (no second Ensuring event).
-    wait_for("the event series to be patched", ceiling, || async {
+    poll(wait("the event series to be patched"), || async {
         recorder
             .seen()
             .contains(&permission("events.k8s.io", "events", "patch"))
     })
     .await;
     // The leader renews its Lease every retry period (2 s by default).
-    wait_for("the Lease to be renewed", ceiling, || async {
+    poll(wait("the Lease to be renewed"), || async {
         recorder
             .seen()
             .contains(&permission("coordination.k8s.io", "leases", "update"))
@@ -549,7 +734,7 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
         .patch("web", &PatchParams::default(), &Patch::Merge(&retype))
         .await
         .unwrap();
-    wait_for("web's finalizer to go", ceiling, || async {
+    poll(wait("web's finalizer to go"), || async {
         services.get("web").await.is_ok_and(|s| {
             s.metadata.finalizers.as_ref().is_none_or(Vec::is_empty) && !has_ingress(&s)
         })
@@ -559,7 +744,7 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
         .create(&PostParams::default(), &lb_service("api", 81))
         .await
         .unwrap();
-    wait_for("api to get an address", ceiling, || async {
+    poll(wait("api to get an address"), || async {
         services.get("api").await.is_ok_and(|s| has_ingress(&s))
     })
     .await;
@@ -567,14 +752,146 @@ async fn controller_rbac_is_exactly_what_the_controller_uses() {
         .delete("api", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("api to be gone", ceiling, || async {
+    poll(wait("api to be gone"), || async {
         matches!(services.get_opt("api").await, Ok(None))
     })
     .await;
 
-    let granted = granted(&["deploy/base/rbac-controller.yaml"], "kube-lb-controller");
-    assert_used_exactly(&recorder.requests(), &granted, "the controller", &[]);
+    let granted = granted_in(&[rendered_overlay(rig.overlay)], "kube-lb-controller");
+    let who = format!("the controller of overlays/{}", rig.overlay);
+    assert_used_exactly(&recorder.requests(), &granted, &who, &[]);
     recorder.task.abort();
+}
+
+/// Polls `check` every 50 ms until `verdict(result, start)` (which fails the test once a
+/// ceiling has passed) says it is done.
+async fn poll<V, F, Fut>(verdict: V, mut check: F)
+where
+    V: Fn(bool, Instant) -> bool,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !verdict(check().await, start) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The `local` provider reads IPPools and namespace labels: the local and bare-metal overlays
+/// grant exactly that on top of the base, and the same to the controller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_rbac_is_exactly_what_the_controller_uses() {
+    assert_eq!(
+        granted_in(&[rendered_overlay("local")], "kube-lb-controller"),
+        granted_in(&[rendered_overlay("bare-metal")], "kube-lb-controller"),
+        "both overlays run the local provider"
+    );
+    let nodes = node_docs(&["127.0.0.1"], |_| None);
+    controller_uses_exactly_its_overlays_rbac(CloudRig::new(
+        "local",
+        &["--cloud=local".to_string()],
+        nodes,
+    ))
+    .await;
+}
+
+#[cfg(feature = "aws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_rbac_on_aws_is_exactly_what_the_controller_uses() {
+    use crate::cloud_fixtures::{aws_env, aws_node_docs, moto};
+    let moto = moto().await;
+    let network = moto.cluster_network("kubernetes", 2).await.unwrap();
+    let nodes = aws_node_docs(&network.instances).join("---\n");
+    let mut rig = CloudRig::new("aws", &["--cloud=aws".to_string()], nodes);
+    rig.env = aws_env(&moto.endpoint());
+    controller_uses_exactly_its_overlays_rbac(rig.keeping(moto)).await;
+}
+
+#[cfg(feature = "gcp")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_rbac_on_gcp_is_exactly_what_the_controller_uses() {
+    use crate::provider_scenarios::scenarios::gcp::support::{TAG, gce_conf};
+    let gce = crate::cloud_fixtures::gce().await;
+    let conf = gce_conf(gce.project(), gce.url(), &format!("node-tags = {TAG}\n"));
+    let rig = CloudRig::with_config("gcp", "gcp", "gce.conf", conf, fixture_nodes("gcp.yaml"));
+    controller_uses_exactly_its_overlays_rbac(rig.keeping(gce)).await;
+}
+
+#[cfg(feature = "azure")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_rbac_on_azure_is_exactly_what_the_controller_uses() {
+    use crate::provider_scenarios::scenarios::azure::support;
+    let arm = crate::cloud_fixtures::arm().await;
+    let config = support::config_json_for(&arm.url(), &arm.url());
+    let rig = CloudRig::with_config(
+        "azure",
+        "azure",
+        "azure.json",
+        serde_json::to_string_pretty(&config).unwrap(),
+        fixture_nodes("azure.yaml"),
+    );
+    controller_uses_exactly_its_overlays_rbac(rig.keeping(arm)).await;
+}
+
+#[cfg(feature = "openstack")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_rbac_on_openstack_is_exactly_what_the_controller_uses() {
+    use crate::provider_scenarios::scenarios::openstack::support::cloud_conf;
+    let cloud = kube_lb_mock_openstack::MockOpenStack::builder()
+        .start()
+        .await
+        .unwrap();
+    let rig = CloudRig::with_config(
+        "openstack",
+        "openstack",
+        "cloud.conf",
+        cloud_conf(&cloud, ""),
+        node_docs(&["10.0.0.11", "10.0.0.12"], |_| None),
+    );
+    controller_uses_exactly_its_overlays_rbac(rig.keeping(cloud)).await;
+}
+
+#[cfg(feature = "tencent")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_rbac_on_tencent_is_exactly_what_the_controller_uses() {
+    use crate::provider_scenarios::scenarios::tencent::support::{CLUSTER, cloud_config};
+    let cloud = kube_lb_mock_tencent::MockTencent::builder()
+        .start()
+        .await
+        .unwrap();
+    let nodes = node_docs(&["10.0.0.11", "10.0.0.12"], |i| {
+        Some(format!("qcloud:///800002/ins-0000000{i}"))
+    });
+    let mut rig = CloudRig::with_config(
+        "tencent",
+        "tencent",
+        "tencent.json",
+        cloud_config(&cloud),
+        nodes,
+    );
+    rig.args.push(format!("--cluster-name={CLUSTER}"));
+    controller_uses_exactly_its_overlays_rbac(rig.keeping(cloud)).await;
+}
+
+#[cfg(feature = "baidu")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_rbac_on_baidu_is_exactly_what_the_controller_uses() {
+    use crate::provider_scenarios::scenarios::baidu::support::cloud_config;
+    let cloud = kube_lb_mock_baidu::MockBaidu::builder()
+        .start()
+        .await
+        .unwrap();
+    let nodes = node_docs(&["192.168.0.101", "192.168.0.102"], |i| {
+        Some(format!("cce://i-node{i:04}"))
+    });
+    let rig = CloudRig::with_config(
+        "baidu",
+        "baidu",
+        "cloud-config.json",
+        cloud_config(&cloud),
+        nodes,
+    );
+    controller_uses_exactly_its_overlays_rbac(rig.keeping(cloud)).await;
 }
 
 /// The proxy runs as on a node, in a network namespace this test creates: its capture table,

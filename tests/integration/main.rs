@@ -29,6 +29,7 @@ mod lint;
 mod local_pools;
 mod manifest_identity;
 mod monitoring;
+mod openstack_writeback;
 mod plan_audit;
 mod plan_audit_baidu;
 mod plan_audit_openstack;

@@ -424,7 +424,12 @@ pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (OpenstackSpec, Sch
             "applies to TCP ports only; UDP ports stay UDP",
         );
     }
-    let load_balancer_id = uuid(reader, key::LOAD_BALANCER_ID);
+    // kube-lb writes `load-balancer-id` back after every ensure, as OCCM does, and records the
+    // same id in CREATED_WITH: that value names the load balancer made for this Service under
+    // its name, not an existing one to use instead, so the Service is read as if it had none
+    // (found by name, its create-only annotations checked against the record).
+    let load_balancer_id =
+        uuid(reader, key::LOAD_BALANCER_ID).filter(|id| !is_written_back_id(reader, id));
     if load_balancer_id.is_some() {
         for k in [
             key::SUBNET_ID,
@@ -516,6 +521,22 @@ pub(crate) fn parse(reader: &mut Reader<'_>, core: &Core) -> (OpenstackSpec, Sch
         Scheme::External
     };
     (spec, scheme)
+}
+
+/// Whether `id` is the load balancer id kube-lb recorded for the one it created for the
+/// Service (field `load_balancer_id` of [`key::CREATED_WITH`]).
+fn is_written_back_id(reader: &Reader<'_>, id: &str) -> bool {
+    reader
+        .all()
+        .get(key::CREATED_WITH)
+        .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw).ok())
+        .and_then(|recorded| {
+            recorded
+                .get("load_balancer_id")?
+                .as_str()
+                .map(str::to_owned)
+        })
+        .is_some_and(|recorded| recorded.eq_ignore_ascii_case(id))
 }
 
 /// The create-only annotations and the Octavia field of [`key::CREATED_WITH`] each is
@@ -655,6 +676,8 @@ mod tests {
             r#"{{"availability_zone":"az1","flavor_id":"{F1}","vip_port_id":"0e100000-0000-4000-8000-0000000000b1","vip_subnet_id":"{S1}"}}"#
         );
         let created = (key::CREATED_WITH, recorded.as_str());
+        let recorded_own = format!(r#"{{"flavor_id":"{F1}","load_balancer_id":"{LB}"}}"#);
+        let own = (key::CREATED_WITH, recorded_own.as_str());
         let upper_f1 = F1.to_uppercase();
         /// (annotations, the annotations warned about)
         type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>);
@@ -678,6 +701,11 @@ mod tests {
             (
                 vec![created, (key::LOAD_BALANCER_ID, LB), (key::FLAVOR_ID, F2)],
                 vec![],
+            ),
+            // The id kube-lb wrote back for the load balancer it made: checked as before.
+            (
+                vec![own, (key::LOAD_BALANCER_ID, LB), (key::FLAVOR_ID, F2)],
+                vec![key::FLAVOR_ID],
             ),
             (vec![(key::CREATED_WITH, "flavor")], vec![key::CREATED_WITH]),
         ];

@@ -136,7 +136,9 @@ pub struct OpenstackSpec {
     /// (`TERMINATED_HTTPS`) with this Barbican container or secret.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_tls_container_ref: Option<String>,
-    /// `loadbalancer.openstack.org/load-balancer-id`: use this existing load balancer.
+    /// `loadbalancer.openstack.org/load-balancer-id`: use this existing load balancer. `None`
+    /// when the value is the id kube-lb wrote back for the load balancer it made for the
+    /// Service (recorded in `kube-lb.io/openstack-created-with`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_balancer_id: Option<String>,
     /// `loadbalancer.openstack.org/hostname`: reported in status instead of the address.

@@ -397,3 +397,34 @@ fn lint_prints_the_typed_openstack_spec() {
         "unset fields are left out: {json}"
     );
 }
+
+/// kube-lb writes `load-balancer-id` back as OCCM does, and records the id in
+/// `kube-lb.io/openstack-created-with`: that id is the Service's own load balancer, not an
+/// existing one to use (no "has no effect" warnings, found by name as before). Any other id,
+/// or one without the record (OCCM's), still names a load balancer to use.
+#[test]
+fn the_written_back_id_of_the_services_own_load_balancer_names_no_existing_one() {
+    const LB: &str = "0e100000-0000-4000-8000-0000000000c1";
+    let record = format!(r#"{{"load_balancer_id":"{LB}","vip_subnet_id":"{SUBNET}"}}"#);
+    let own = svc_lb("ns", "web")
+        .annotate(key::CREATED_WITH, &record)
+        .annotate(key::LOAD_BALANCER_ID, LB)
+        .annotate(key::SUBNET_ID, SUBNET);
+    assert_eq!(openstack(&own).load_balancer_id, None);
+    let warnings = own.ok(Cloud::Openstack).warnings;
+    assert!(
+        warnings.iter().all(|w| !w.detail.contains("has no effect")),
+        "{warnings:?}"
+    );
+    let uppercase = svc_lb("ns", "web")
+        .annotate(key::CREATED_WITH, &record)
+        .annotate(key::LOAD_BALANCER_ID, &LB.to_uppercase());
+    assert_eq!(openstack(&uppercase).load_balancer_id, None);
+
+    let occm = svc_lb("ns", "web").annotate(key::LOAD_BALANCER_ID, LB);
+    assert_eq!(openstack(&occm).load_balancer_id.as_deref(), Some(LB));
+    let other = svc_lb("ns", "web")
+        .annotate(key::CREATED_WITH, &record)
+        .annotate(key::LOAD_BALANCER_ID, NET);
+    assert_eq!(openstack(&other).load_balancer_id.as_deref(), Some(NET));
+}

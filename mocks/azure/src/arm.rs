@@ -417,11 +417,11 @@ fn resource(
             .map(|r| Reply::json(StatusCode::OK, r.body.clone()))
             .ok_or_else(|| ArmError::not_found(kind.collection(), name)),
         "PUT" => {
-            if kind == Kind::VirtualNetwork {
+            if kind.is_fixture() {
                 return Err(ArmError::new(
                     StatusCode::METHOD_NOT_ALLOWED,
                     "MethodNotAllowed",
-                    "virtual networks are fixtures in this mock",
+                    format!("{} are fixtures in this mock", kind.collection()),
                 ));
             }
             validate::name(kind.collection(), name)?;
@@ -445,7 +445,7 @@ fn resource(
                     validate::security_group(&body)?;
                     integrity::security_group(state, &id, &mut body, existing.as_ref());
                 }
-                Kind::VirtualNetwork => {}
+                Kind::VirtualNetwork | Kind::NetworkInterface => {}
             }
             let etag = state.new_etag();
             let guid = existing
@@ -478,11 +478,11 @@ fn resource(
             ))
         }
         "DELETE" => {
-            if kind == Kind::VirtualNetwork {
+            if kind.is_fixture() {
                 return Err(ArmError::new(
                     StatusCode::METHOD_NOT_ALLOWED,
                     "MethodNotAllowed",
-                    "virtual networks are fixtures in this mock",
+                    format!("{} are fixtures in this mock", kind.collection()),
                 ));
             }
             let Some(existing) = state.resources.get(&key).cloned() else {
@@ -746,6 +746,7 @@ fn child_resource(
         (Kind::LoadBalancer, "probes", false),
         (Kind::SecurityGroup, "securityRules", true),
         (Kind::VirtualNetwork, "subnets", false),
+        (Kind::NetworkInterface, "ipConfigurations", false),
     ];
     let Some(&(_, collection, writable)) = CHILDREN
         .iter()

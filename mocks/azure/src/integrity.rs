@@ -126,7 +126,8 @@ pub fn load_balancer(
         .filter_map(|f| Some((lower(str_at(f, &["name"])?), f.clone())))
         .collect();
     let mut used_pips = BTreeSet::new();
-    // Addresses held by other load balancers, plus those this body's frontends take in order.
+    // Addresses held by NICs and other load balancers (with who holds each), plus those this
+    // body's frontends take in order.
     let mut taken = private_ips_in_use(state, id);
     // Dynamic allocation must not hand out an address a later frontend asks for statically.
     let requested_static: BTreeSet<IpAddr> = frontends
@@ -200,11 +201,19 @@ pub fn load_balancer(
                         ),
                     ));
                 }
-                if taken.contains(&address) {
+                if is_reserved(prefix, address) {
+                    return Err(ArmError::bad_request(
+                        "PrivateIPAddressInReservedRange",
+                        format!(
+                            "Private static IP address {address} falls within reserved IP range of subnet prefix {prefix}."
+                        ),
+                    ));
+                }
+                if let Some(holder) = taken.get(&address) {
                     return Err(ArmError::bad_request(
                         "PrivateIPAddressIsAllocated",
                         format!(
-                            "IP configuration {fe_id} is using the private IP address {address} which is already allocated to another resource."
+                            "IP configuration {fe_id} is using the private IP address {address} which is already allocated to resource {holder}."
                         ),
                     ));
                 }
@@ -222,9 +231,8 @@ pub fn load_balancer(
                         })
                         .flatten()
                 });
-                match previous.or_else(|| {
-                    first_free(prefix, &taken.union(&requested_static).copied().collect())
-                }) {
+                let held = |a: &IpAddr| taken.contains_key(a) || requested_static.contains(a);
+                match previous.or_else(|| first_free(prefix, held)) {
                     Some(a) => a,
                     None => {
                         return Err(ArmError::bad_request(
@@ -234,7 +242,7 @@ pub fn load_balancer(
                     }
                 }
             };
-            taken.insert(address);
+            taken.insert(address, fe_id.clone());
             if let Some(props) = fe.get_mut("properties").and_then(Value::as_object_mut) {
                 props.insert("privateIPAddress".into(), json!(address.to_string()));
                 props.insert("privateIPAllocationMethod".into(), json!(method));
@@ -327,22 +335,53 @@ fn subnet_prefix(state: &State, subnet_id: &str) -> Option<IpNet> {
         .and_then(|p| p.parse().ok())
 }
 
-fn private_ips_in_use(state: &State, except_lb: &str) -> BTreeSet<IpAddr> {
-    state
+/// Every private address held outside load balancer `except_lb`, with the IP configuration
+/// holding it: the NICs' IP configurations and the other load balancers' frontends (Azure
+/// allocates an address to one IP configuration of a virtual network at a time).
+fn private_ips_in_use(state: &State, except_lb: &str) -> BTreeMap<IpAddr, String> {
+    let frontends = state
         .of_kind(Kind::LoadBalancer)
         .filter(|lb| str_at(&lb.body, &["id"]).is_none_or(|i| !i.eq_ignore_ascii_case(except_lb)))
-        .flat_map(|lb| array_at(&lb.body, &["properties", "frontendIPConfigurations"]).to_vec())
-        .filter_map(|fe| {
-            str_at(&fe, &["properties", "privateIPAddress"])?
+        .flat_map(|lb| array_at(&lb.body, &["properties", "frontendIPConfigurations"]).to_vec());
+    let nic_configurations = state
+        .of_kind(Kind::NetworkInterface)
+        .flat_map(|nic| array_at(&nic.body, &["properties", "ipConfigurations"]).to_vec());
+    frontends
+        .chain(nic_configurations)
+        .filter_map(|configuration| {
+            let address = str_at(&configuration, &["properties", "privateIPAddress"])?
                 .parse()
-                .ok()
+                .ok()?;
+            let holder = str_at(&configuration, &["id"]).unwrap_or_default();
+            Some((address, holder.to_string()))
         })
         .collect()
 }
 
-/// Azure reserves the first four addresses and the last one of every subnet.
-fn first_free(prefix: IpNet, taken: &BTreeSet<IpAddr>) -> Option<IpAddr> {
-    prefix.hosts().skip(3).find(|a| !taken.contains(a))
+/// Whether Azure reserves `address` in subnet `prefix`: its first four addresses (the network
+/// address, the default gateway, two for Azure DNS) and its last one.
+fn is_reserved(prefix: IpNet, address: IpAddr) -> bool {
+    let offset = |a: IpAddr| -> Option<u128> {
+        match (a, prefix.network()) {
+            (IpAddr::V4(a), IpAddr::V4(n)) => {
+                u32::from(a).checked_sub(u32::from(n)).map(u128::from)
+            }
+            (IpAddr::V6(a), IpAddr::V6(n)) => u128::from(a).checked_sub(u128::from(n)),
+            _ => None,
+        }
+    };
+    match (offset(address), offset(prefix.broadcast())) {
+        (Some(at), Some(last)) => at < 4 || at == last,
+        _ => false,
+    }
+}
+
+/// The lowest address of `prefix` that Azure does not reserve and `held` does not claim: what
+/// dynamic allocation hands out.
+fn first_free(prefix: IpNet, held: impl Fn(&IpAddr) -> bool) -> Option<IpAddr> {
+    prefix
+        .hosts()
+        .find(|a| !is_reserved(prefix, *a) && !held(a))
 }
 
 /// Checks a public IP body, keeps or allocates its address, applies the quota and DNS rules.

@@ -1,7 +1,7 @@
 //! A stateful mock of Azure Resource Manager for the Microsoft.Network resources kube-lb uses:
 //! load balancers (and their backend pools), public IP addresses, network security groups (and
-//! their rules), virtual networks and subnets (fixtures), plus the Entra ID client-credentials
-//! token endpoint.
+//! their rules), virtual networks and subnets and the nodes' network interfaces (fixtures), plus
+//! the Entra ID client-credentials token endpoint.
 //!
 //! It enforces what ARM enforces for these resources: `api-version` and a bearer token on every
 //! call, request-body rules from the public REST reference (required fields, enum values, name
@@ -64,8 +64,19 @@ pub struct MockArmBuilder {
     config: Config,
     resource_groups: Vec<String>,
     subnets: Vec<(String, String, IpNet, String, IpNet)>,
+    network_interfaces: Vec<NetworkInterface>,
     security_groups: Vec<(String, String)>,
     listen: SocketAddr,
+}
+
+/// A network interface fixture: one IP configuration holding `address` in a subnet.
+#[derive(Debug)]
+struct NetworkInterface {
+    rg: String,
+    name: String,
+    vnet: String,
+    subnet: String,
+    address: String,
 }
 
 impl MockArmBuilder {
@@ -109,6 +120,29 @@ impl MockArmBuilder {
             subnet.to_string(),
             parse(prefix),
         ));
+        self
+    }
+
+    /// Adds a network interface `name` in `rg` (a node's NIC) whose primary IP configuration
+    /// `ipconfig1` holds `address` in subnet `subnet` of virtual network `vnet` (in `rg`), as
+    /// Azure gave it dynamically: a frontend never gets that address, and asking for it
+    /// statically fails with `PrivateIPAddressIsAllocated`.
+    pub fn network_interface(
+        mut self,
+        rg: &str,
+        name: &str,
+        vnet: &str,
+        subnet: &str,
+        address: &str,
+    ) -> Self {
+        self.resource_groups.push(rg.to_string());
+        self.network_interfaces.push(NetworkInterface {
+            rg: rg.to_string(),
+            name: name.to_string(),
+            vnet: vnet.to_string(),
+            subnet: subnet.to_string(),
+            address: address.to_string(),
+        });
         self
     }
 
@@ -215,6 +249,30 @@ impl MockArmBuilder {
                 },
             );
         }
+        for nic in self.network_interfaces {
+            let id = state.resource_id(&nic.rg, Kind::NetworkInterface, &nic.name);
+            let subnet_id = format!(
+                "{}/subnets/{}",
+                state.resource_id(&nic.rg, Kind::VirtualNetwork, &nic.vnet),
+                nic.subnet
+            );
+            let etag = state.new_etag();
+            let body = json!({"id": id, "name": nic.name, "type": Kind::NetworkInterface.type_name(),
+                "location": state.config.locations[0], "etag": etag,
+                "properties": {"provisioningState": "Succeeded", "ipConfigurations": [{
+                    "name": "ipconfig1", "id": format!("{id}/ipConfigurations/ipconfig1"),
+                    "properties": {"provisioningState": "Succeeded", "primary": true,
+                        "privateIPAddress": nic.address, "privateIPAllocationMethod": "Dynamic",
+                        "privateIPAddressVersion": "IPv4", "subnet": {"id": subnet_id}}}]}});
+            state.resources.insert(
+                id.to_ascii_lowercase(),
+                Stored {
+                    kind: Kind::NetworkInterface,
+                    resource_group: nic.rg,
+                    body,
+                },
+            );
+        }
         for (rg, name) in self.security_groups {
             let id = state.resource_id(&rg, Kind::SecurityGroup, &name);
             let etag = state.new_etag();
@@ -266,6 +324,7 @@ impl MockArm {
             },
             resource_groups: Vec::new(),
             subnets: Vec::new(),
+            network_interfaces: Vec::new(),
             security_groups: Vec::new(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         }

@@ -68,9 +68,18 @@ pub enum Kind {
     SecurityGroup,
     /// `virtualNetworks` (fixtures; read-only).
     VirtualNetwork,
+    /// `networkInterfaces` (fixtures; read-only): the nodes' NICs, whose IP configurations
+    /// hold their private addresses.
+    NetworkInterface,
 }
 
 impl Kind {
+    /// Whether resources of this kind are fixtures the builder creates (ARM's other
+    /// resource providers own them), so PUT and DELETE are refused.
+    pub fn is_fixture(self) -> bool {
+        matches!(self, Kind::VirtualNetwork | Kind::NetworkInterface)
+    }
+
     /// The collection segment in resource IDs.
     pub fn collection(self) -> &'static str {
         match self {
@@ -78,6 +87,7 @@ impl Kind {
             Kind::PublicIp => "publicIPAddresses",
             Kind::SecurityGroup => "networkSecurityGroups",
             Kind::VirtualNetwork => "virtualNetworks",
+            Kind::NetworkInterface => "networkInterfaces",
         }
     }
 
@@ -88,6 +98,7 @@ impl Kind {
             Kind::PublicIp,
             Kind::SecurityGroup,
             Kind::VirtualNetwork,
+            Kind::NetworkInterface,
         ]
         .into_iter()
         .find(|k| k.collection().eq_ignore_ascii_case(segment))

@@ -716,9 +716,11 @@ impl Desired {
 /// reports them, so the annotation parser can tell a later change of flavor, zone or VIP
 /// annotations (which Octavia cannot apply) from the values the load balancer has; with the
 /// floating IP on its VIP (`floating_ip`), which kube-lb, as upstream, never moves to another
-/// `loadBalancerIP` once attached; and the security group kube-lb manages for the Service
+/// `loadBalancerIP` once attached; the security group kube-lb manages for the Service
 /// (`security_group`), so turning `manage-security-groups` off removes it without a lookup on
-/// every resync of Services that never had one.
+/// every resync of Services that never had one; and its id (`load_balancer_id`), which tells
+/// the parser that the `load-balancer-id` kube-lb writes back ([`occm_written_back`]) names
+/// this load balancer, not an existing one to use.
 pub fn created_with(
     lb: &LoadBalancer,
     floating_ip: Option<&str>,
@@ -728,6 +730,7 @@ pub fn created_with(
         ("availability_zone", &lb.availability_zone),
         ("flavor_id", &lb.flavor_id),
         ("floating_ip_address", &floating_ip.map(str::to_string)),
+        ("load_balancer_id", &Some(lb.id.clone())),
         ("security_group", &security_group.map(str::to_string)),
         ("vip_address", &Some(lb.vip_address.clone())),
         ("vip_network_id", &lb.vip_network_id),
@@ -744,6 +747,17 @@ pub fn created_with(
         })
         .collect();
     json!(recorded).to_string()
+}
+
+/// What cloud-provider-openstack writes back on the Service after every ensure, so a cluster
+/// going back to OCCM, or a tool reading them, finds them (pure): the load balancer's id
+/// (`load-balancer-id`) and the address the Service is reached at (`load-balancer-address`),
+/// the floating IP or, without one, the VIP, as OCCM's `ensureFloatingIP` returns it.
+pub fn occm_written_back(lb_id: &str, address: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (key::LOAD_BALANCER_ID.to_string(), lb_id.to_string()),
+        (key::LOAD_BALANCER_ADDRESS.to_string(), address.to_string()),
+    ])
 }
 
 /// The address a node's members use (pure): its InternalIP, else its first address.
@@ -1644,7 +1658,7 @@ mod tests {
         };
         assert_eq!(
             created_with(&lb, None, None),
-            r#"{"availability_zone":"az1","vip_port_id":"port","vip_subnet_id":"subnet"}"#
+            r#"{"availability_zone":"az1","load_balancer_id":"lb","vip_port_id":"port","vip_subnet_id":"subnet"}"#
         );
         let lb = LoadBalancer {
             vip_address: "10.0.0.9".into(),
@@ -1652,8 +1666,31 @@ mod tests {
         };
         assert_eq!(
             created_with(&lb, Some("203.0.113.7"), None),
-            r#"{"availability_zone":"az1","floating_ip_address":"203.0.113.7","vip_address":"10.0.0.9","vip_port_id":"port","vip_subnet_id":"subnet"}"#
+            r#"{"availability_zone":"az1","floating_ip_address":"203.0.113.7","load_balancer_id":"lb","vip_address":"10.0.0.9","vip_port_id":"port","vip_subnet_id":"subnet"}"#
         );
+    }
+
+    #[test]
+    fn occm_writes_back_the_id_and_the_address_the_service_is_reached_at() {
+        let written = occm_written_back("lb-1", "203.0.113.7");
+        assert_eq!(
+            written,
+            BTreeMap::from([
+                (key::LOAD_BALANCER_ID.to_string(), "lb-1".to_string()),
+                (
+                    key::LOAD_BALANCER_ADDRESS.to_string(),
+                    "203.0.113.7".to_string()
+                ),
+            ])
+        );
+        // The id written back is the one recorded, so the parser reads it as this Service's
+        // own load balancer.
+        let lb = LoadBalancer {
+            id: "lb-1".into(),
+            ..lb_fixture()
+        };
+        let recorded: Value = serde_json::from_str(&created_with(&lb, None, None)).unwrap();
+        assert_eq!(recorded["load_balancer_id"], written[key::LOAD_BALANCER_ID]);
     }
 
     #[test]

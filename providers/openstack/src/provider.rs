@@ -1578,6 +1578,9 @@ impl LoadBalancerProvider for OpenStackProvider {
                     .converge_or_remove_security_group(spec, &desired)
                     .await?;
                 let mut status = desired.status(&address);
+                status
+                    .annotations
+                    .extend(plan::occm_written_back(&lb.id, &address));
                 // Only the group is recorded: the load balancer's create-only fields are its
                 // owner's, and recording them would make the annotation parser judge the
                 // Service's VIP annotations against someone else's load balancer.
@@ -1612,6 +1615,11 @@ impl LoadBalancerProvider for OpenStackProvider {
             .await?;
         let address = floating_ip.as_deref().unwrap_or(&lb.vip_address);
         let mut status = desired.status(address);
+        // From what this ensure read or made anyway: no extra call, and the controller
+        // patches the Service only when a value differs from what it shows.
+        status
+            .annotations
+            .extend(plan::occm_written_back(&lb.id, address));
         status.annotations.insert(
             kube_lb_annotations::keys::openstack::CREATED_WITH.into(),
             plan::created_with(&lb, floating_ip.as_deref(), security_group.as_deref()),

@@ -475,6 +475,95 @@ async fn internal_frontends_get_addresses_from_their_subnet() {
     assert_eq!(missing_subnet.code(), "InvalidResourceReference");
 }
 
+/// Azure hands a dynamic frontend the lowest address of its subnet that nothing holds: not
+/// the five it reserves, not a NIC's (the nodes behind the load balancer have theirs there),
+/// not another frontend's. A static request for a held address fails as ARM fails it.
+#[tokio::test]
+async fn dynamic_frontends_skip_nic_and_frontend_addresses_and_static_ones_are_refused() {
+    let builder = MockArm::builder()
+        .lro_polls(0)
+        .network_interface(RG, "node-0-nic", "vnet", "nodes", "10.0.1.4")
+        .network_interface(RG, "node-1-nic", "vnet", "nodes", "10.0.1.5");
+    let (arm, c) = setup(builder).await;
+    let subnet = format!(
+        "/subscriptions/{SUBSCRIPTION}/resourceGroups/{RG}/providers/Microsoft.Network/virtualNetworks/vnet/subnets/nodes"
+    );
+    let nic = c.get(&path("networkInterfaces", "node-0-nic")).await;
+    assert_eq!(nic.status, StatusCode::OK, "{}", nic.body);
+    let config = &nic.body["properties"]["ipConfigurations"][0];
+    assert_eq!(config["properties"]["privateIPAddress"], "10.0.1.4");
+    let fixture = c
+        .put(&path("networkInterfaces", "mine"), nic.body.clone())
+        .await;
+    assert_eq!(fixture.status, StatusCode::METHOD_NOT_ALLOWED);
+
+    let lb = |ip: Option<&str>| {
+        let mut props = json!({"subnet": {"id": subnet}, "privateIPAllocationMethod": if ip.is_some() { "Static" } else { "Dynamic" }});
+        if let Some(ip) = ip {
+            props["privateIPAddress"] = json!(ip);
+        }
+        json!({"location": "eastus", "sku": {"name": "Standard"},
+            "properties": {"frontendIPConfigurations": [{"name": "fe", "properties": props}]}})
+    };
+    let address = |name: &str| {
+        arm.load_balancer(RG, name).unwrap()["properties"]["frontendIPConfigurations"][0]
+            ["properties"]["privateIPAddress"]
+            .clone()
+    };
+    let first = c.put(&path("loadBalancers", "first"), lb(None)).await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    assert_eq!(
+        address("first"),
+        "10.0.1.6",
+        "past the reserved .0-.3 and both NICs"
+    );
+    let second = c.put(&path("loadBalancers", "second"), lb(None)).await;
+    assert_eq!(second.status, StatusCode::CREATED, "{}", second.body);
+    assert_eq!(
+        address("second"),
+        "10.0.1.7",
+        "past the first load balancer's frontend"
+    );
+
+    let nic_address = c
+        .put(&path("loadBalancers", "static"), lb(Some("10.0.1.4")))
+        .await;
+    assert_eq!(
+        (nic_address.status, nic_address.code()),
+        (StatusCode::BAD_REQUEST, "PrivateIPAddressIsAllocated"),
+        "{}",
+        nic_address.body
+    );
+    let holder = config["id"].as_str().unwrap();
+    assert!(
+        nic_address.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("already allocated to resource {holder}.")),
+        "{}",
+        nic_address.body
+    );
+    let frontend_address = c
+        .put(&path("loadBalancers", "static"), lb(Some("10.0.1.7")))
+        .await;
+    assert_eq!(frontend_address.code(), "PrivateIPAddressIsAllocated");
+    for reserved in ["10.0.1.0", "10.0.1.1", "10.0.1.3", "10.0.1.255"] {
+        let answer = c
+            .put(&path("loadBalancers", "static"), lb(Some(reserved)))
+            .await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::BAD_REQUEST, "PrivateIPAddressInReservedRange"),
+            "{reserved}: {}",
+            answer.body
+        );
+    }
+    let free = c
+        .put(&path("loadBalancers", "static"), lb(Some("10.0.1.254")))
+        .await;
+    assert_eq!(free.status, StatusCode::CREATED, "{}", free.body);
+}
+
 #[tokio::test]
 async fn quotas_throttling_and_failed_operations() {
     let (arm, c) = setup(MockArm::builder().lro_polls(0).quotas(Quotas {
