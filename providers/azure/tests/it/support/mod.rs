@@ -73,13 +73,19 @@ pub fn fast_options() -> ProviderOptions {
 /// The ARM mock with the cluster's network: VNet [`VNET`] with subnets `nodes`
 /// (10.224.0.0/16) and `apps` (10.225.0.0/24), and the NSG [`NSG`], all in [`RG`].
 pub async fn mock() -> MockArm {
-    MockArm::builder()
+    let mut builder = MockArm::builder()
         .subnet(RG, VNET, "10.224.0.0/12", "nodes", "10.224.0.0/16")
         .subnet(RG, VNET, "10.224.0.0/12", "apps", "10.225.0.0/24")
-        .security_group(RG, NSG)
-        .start()
-        .await
-        .unwrap()
+        .security_group(RG, NSG);
+    // The nodes' NICs hold their addresses, as on Azure: no frontend may be given one. Those
+    // of `nodes` (10.224.0.11 on) and of `tests/fixtures/clouds/azure.yaml` (10.224.0.4, .5).
+    let addresses = (11..=14)
+        .map(|i| format!("10.224.0.{i}"))
+        .chain(["10.224.0.4".to_string(), "10.224.0.5".to_string()]);
+    for (i, address) in addresses.enumerate() {
+        builder = builder.network_interface(RG, &format!("node-nic-{i}"), VNET, "nodes", &address);
+    }
+    builder.start().await.unwrap()
 }
 
 /// A bearer token from the mock's Entra ID endpoint for the default client, as another ARM
