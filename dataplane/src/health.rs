@@ -3,7 +3,9 @@
 //!   any path with 200 when the node has local ready endpoints (and the proxy is healthy), 503
 //!   otherwise, so cloud load balancers only send traffic to nodes that can serve it;
 //! - the node's `/healthz` and `/livez`, failing when a queued rule update has been pending longer
-//!   than the health timeout (rules are stale).
+//!   than the health timeout (rules are stale), when a sync was refused, and while the kernel's
+//!   rules were found to differ from what the proxy wrote, until a repair is confirmed and one
+//!   verification period more (issue 37). A failing answer's body says why (`reason`).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -34,9 +36,25 @@ pub struct ProxyHealth {
     refused_udp_sessions: Arc<std::sync::atomic::AtomicU64>,
     syncs: std::sync::atomic::AtomicU64,
     sync_errors: std::sync::atomic::AtomicU64,
+    /// Repairs of the kernel's rules by reason label (`kube_lb_dataplane_repairs_total`).
+    repairs: Mutex<BTreeMap<&'static str, u64>>,
+    /// Restores the kernel refused.
+    repair_failures: std::sync::atomic::AtomicU64,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// The kernel's rules were found to differ from what the proxy wrote.
+#[derive(Debug, Clone)]
+struct Repair {
+    /// What was found, in words.
+    found: String,
+    /// When health may return: one verification period after the restore was confirmed;
+    /// `None` while it is not.
+    healthy_at: Option<Instant>,
+    /// The last restore was refused by the kernel, and why.
+    refused: Option<String>,
+}
+
+#[derive(Debug, Clone)]
 struct HealthState {
     last_updated: SystemTime,
     /// The last successful sync; `None` before the first (`last_updated` then holds the start).
@@ -45,6 +63,8 @@ struct HealthState {
     /// The last sync was refused; cleared by the next successful one.
     failed: bool,
     node_eligible: bool,
+    /// The rules differ, or did until less than a verification period ago.
+    repair: Option<Repair>,
 }
 
 /// A point-in-time view of [`ProxyHealth`].
@@ -74,12 +94,103 @@ impl ProxyHealth {
                 pending_since: None,
                 failed: false,
                 node_eligible: true,
+                repair: None,
             }),
             rejected_endpoints: std::sync::atomic::AtomicU64::new(0),
             refused_udp_sessions: Arc::default(),
             syncs: std::sync::atomic::AtomicU64::new(0),
             sync_errors: std::sync::atomic::AtomicU64::new(0),
+            repairs: Mutex::new(BTreeMap::new()),
+            repair_failures: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The kernel's rules were seen to differ from what the proxy last wrote (`found` says
+    /// how): unhealthy at once, until [`ProxyHealth::repair_confirmed`] and its hold passed.
+    pub fn rules_differ(&self, found: String) {
+        self.state().repair = Some(Repair {
+            found,
+            healthy_at: None,
+            refused: None,
+        });
+    }
+
+    /// A restore of the rules was committed; `reason` is the label it is counted under.
+    pub fn repaired(&self, reason: &'static str) {
+        *self
+            .repairs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// The kernel refused the restored rules (`error`, of which the first lines are kept):
+    /// health keeps failing and says so.
+    pub fn repair_refused(&self, error: String) {
+        let error = first_lines(&error, 3);
+        self.repair_failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(repair) = &mut self.state().repair {
+            repair.refused = Some(error);
+            repair.healthy_at = None;
+        }
+    }
+
+    /// A check found the rules as written again: health returns after `hold` (one
+    /// verification period, so that a prober polling every few hundred milliseconds sees the
+    /// failure however fast the repair was).
+    pub fn repair_confirmed(&self, hold: Duration) {
+        if let Some(repair) = &mut self.state().repair
+            && repair.healthy_at.is_none()
+        {
+            repair.healthy_at = Some(Instant::now() + hold);
+            repair.refused = None;
+        }
+    }
+
+    /// True while a difference was found and its repair is not yet confirmed.
+    pub fn repair_pending(&self) -> bool {
+        self.state()
+            .repair
+            .as_ref()
+            .is_some_and(|repair| repair.healthy_at.is_none())
+    }
+
+    /// Why `/healthz` fails right now, in words; `None` when it does not.
+    pub fn unhealthy_reason(&self) -> Option<String> {
+        let state = self.state().clone();
+        let now = Instant::now();
+        if let Some(repair) = state.repair.as_ref().filter(|r| repairing(r, now)) {
+            return Some(match (&repair.refused, repair.healthy_at) {
+                (Some(error), _) => format!(
+                    "nftables rules differ from what the proxy wrote ({}); the kernel refused the restore: {error}",
+                    repair.found
+                ),
+                (None, None) => format!(
+                    "nftables rules differ from what the proxy wrote ({}); restoring",
+                    repair.found
+                ),
+                (None, Some(at)) => format!(
+                    "nftables rules differed from what the proxy wrote ({}); restored, healthy again in {:.1}s if they stay so",
+                    repair.found,
+                    at.saturating_duration_since(now).as_secs_f64()
+                ),
+            });
+        }
+        if state.failed {
+            return Some("the last sync of the rules was refused; retrying".into());
+        }
+        if !is_healthy(state.pending_since, now, self.timeout) {
+            return Some(format!(
+                "a change has waited more than {}s to be programmed",
+                self.timeout.as_secs()
+            ));
+        }
+        if !state.node_eligible {
+            return Some("the node is being deleted".into());
+        }
+        None
     }
 
     /// Counts endpoint addresses left out because no endpoint may have them (each distinct
@@ -108,7 +219,7 @@ impl ProxyHealth {
         let syncs = self.syncs.load(std::sync::atomic::Ordering::Relaxed);
         let sync_errors = self.sync_errors.load(std::sync::atomic::Ordering::Relaxed);
         let healthy = u8::from(self.status().healthy);
-        let state = *self.state();
+        let state = self.state().clone();
         let last_success = state
             .last_success
             .and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok())
@@ -145,8 +256,39 @@ impl ProxyHealth {
              # HELP kube_lb_proxy_udp_sessions_refused_total UDP datagrams dropped (userspace \
              mode) because they would open a session beyond the Service's session cap.\n\
              # TYPE kube_lb_proxy_udp_sessions_refused_total counter\n\
-             kube_lb_proxy_udp_sessions_refused_total {refused}\n"
+             kube_lb_proxy_udp_sessions_refused_total {refused}\n{}",
+            self.repair_metrics()
         )
+    }
+
+    /// `kube_lb_dataplane_repairs_total{reason}` and the refused restores.
+    fn repair_metrics(&self) -> String {
+        let mut out = String::from(
+            "# HELP kube_lb_dataplane_repairs_total Restores of the node's rules after they were \
+             found to differ from what the proxy wrote (deleted table or chain, flushed chain, \
+             missing or foreign elements), by what was found.\n\
+             # TYPE kube_lb_dataplane_repairs_total counter\n",
+        );
+        let repairs = self
+            .repairs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for (reason, count) in repairs {
+            out.push_str(&format!(
+                "kube_lb_dataplane_repairs_total{{reason=\"{reason}\"}} {count}\n"
+            ));
+        }
+        let failures = self
+            .repair_failures
+            .load(std::sync::atomic::Ordering::Relaxed);
+        out.push_str(&format!(
+            "# HELP kube_lb_dataplane_repair_failures_total Restores of the node's rules the \
+             kernel refused (/healthz keeps failing).\n\
+             # TYPE kube_lb_dataplane_repair_failures_total counter\n\
+             kube_lb_dataplane_repair_failures_total {failures}\n"
+        ));
+        out
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
@@ -189,13 +331,35 @@ impl ProxyHealth {
 
     /// Current status.
     pub fn status(&self) -> HealthStatus {
-        let state = *self.state();
+        let mut state = self.state();
+        let now = Instant::now();
+        if state.repair.as_ref().is_some_and(|r| !repairing(r, now)) {
+            state.repair = None;
+        }
         HealthStatus {
-            healthy: !state.failed && is_healthy(state.pending_since, Instant::now(), self.timeout),
+            healthy: !state.failed
+                && state.repair.is_none()
+                && is_healthy(state.pending_since, now, self.timeout),
             node_eligible: state.node_eligible,
             last_updated: state.last_updated,
         }
     }
+}
+
+/// The first `count` lines of `text` (nft repeats every refused line of a transaction), and how
+/// many more there were.
+pub fn first_lines(text: &str, count: usize) -> String {
+    let total = text.lines().count();
+    let mut kept = text.lines().take(count).collect::<Vec<_>>().join("\n");
+    if total > count {
+        kept.push_str(&format!("\n… ({} more lines)", total - count));
+    }
+    kept
+}
+
+/// True while `repair` keeps health failing at `now`.
+fn repairing(repair: &Repair, now: Instant) -> bool {
+    repair.healthy_at.is_none_or(|at| now < at)
 }
 
 fn json_response(status: StatusCode, body: String, weight: Option<usize>) -> Response {
@@ -259,25 +423,33 @@ pub fn service_health(
     (status, String::from_utf8_lossy(&out).into_owned())
 }
 
-/// Status and body of the node's `/healthz` (`eligibility = true`) or `/livez`.
+/// Status and body of the node's `/healthz` (`eligibility = true`) or `/livez`. A failing
+/// answer carries `reason` (why, in words) after kube-proxy's fields.
 pub fn node_health(
     status: HealthStatus,
     now: SystemTime,
     eligibility: bool,
+    reason: Option<&str>,
 ) -> (StatusCode, String) {
     let ok = status.healthy && (!eligibility || status.node_eligible);
     // Like kube-proxy, a healthy answer reports "now" as the last update.
     let last = if ok { now } else { status.last_updated };
     let last = humantime::format_rfc3339_nanos(last);
     let now = humantime::format_rfc3339_nanos(now);
-    let body = if eligibility {
+    let mut body = if eligibility {
         format!(
-            "{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now}\", \"nodeEligible\": {}}}",
+            "{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now}\", \"nodeEligible\": {}",
             status.node_eligible
         )
     } else {
-        format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now}\"}}")
+        format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now}\"")
     };
+    if let Some(reason) = reason.filter(|_| !ok) {
+        // A JSON string of any text cannot fail to serialise.
+        let reason = serde_json::to_string(reason).unwrap_or_default();
+        body.push_str(&format!(", \"reason\": {reason}"));
+    }
+    body.push('}');
     (
         if ok {
             StatusCode::OK
@@ -315,7 +487,9 @@ pub async fn serve_node_health(
             axum::routing::get(move || {
                 let health = healthz.clone();
                 async move {
-                    let (status, body) = node_health(health.status(), SystemTime::now(), true);
+                    let reason = health.unhealthy_reason();
+                    let (status, body) =
+                        node_health(health.status(), SystemTime::now(), true, reason.as_deref());
                     json_response(status, body, None)
                 }
             }),
@@ -325,7 +499,9 @@ pub async fn serve_node_health(
             axum::routing::get(move || {
                 let health = health.clone();
                 async move {
-                    let (status, body) = node_health(health.status(), SystemTime::now(), false);
+                    let reason = health.unhealthy_reason();
+                    let (status, body) =
+                        node_health(health.status(), SystemTime::now(), false, reason.as_deref());
                     json_response(status, body, None)
                 }
             }),
@@ -509,23 +685,26 @@ mod tests {
             node_eligible,
             last_updated: now,
         };
-        assert_eq!(node_health(status(true, true), now, true).0, StatusCode::OK);
         assert_eq!(
-            node_health(status(true, false), now, true).0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-        assert_eq!(
-            node_health(status(true, false), now, false).0,
+            node_health(status(true, true), now, true, None).0,
             StatusCode::OK
         );
         assert_eq!(
-            node_health(status(false, true), now, false).0,
+            node_health(status(true, false), now, true, None).0,
             StatusCode::SERVICE_UNAVAILABLE
         );
-        let (_, body) = node_health(status(true, true), now, true);
+        assert_eq!(
+            node_health(status(true, false), now, false, None).0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            node_health(status(false, true), now, false, None).0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let (_, body) = node_health(status(true, true), now, true, None);
         let parsed: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert!(parsed.get("lastUpdated").is_some() && parsed["nodeEligible"] == true);
-        let (_, body) = node_health(status(true, true), now, false);
+        let (_, body) = node_health(status(true, true), now, false, None);
         assert!(
             serde_json::from_str::<serde_json::Value>(&body)
                 .unwrap()
@@ -556,6 +735,72 @@ mod tests {
         assert!(!health.status().healthy);
         health.updated();
         assert!(health.status().healthy);
+    }
+
+    /// Issue 37: failing from the moment a difference is seen, through a refused restore, until
+    /// one hold period after the confirmed restore; counted by reason.
+    #[tokio::test(start_paused = true)]
+    async fn a_repair_fails_health_until_one_period_after_it_is_confirmed() {
+        let health = ProxyHealth::new(Duration::from_secs(60));
+        assert_eq!(health.unhealthy_reason(), None);
+        health.rules_differ("ip table_missing: table ip kube-lb".into());
+        assert!(!health.status().healthy);
+        let reason = health.unhealthy_reason().expect("a reason");
+        assert!(
+            reason.contains("table ip kube-lb") && reason.contains("restoring"),
+            "{reason}"
+        );
+        health.repair_refused("Operation not permitted\nline 2\nline 3\nline 4".into());
+        let reason = health.unhealthy_reason().expect("a reason");
+        assert!(
+            reason.contains("refused the restore: Operation not permitted"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("(1 more lines)") && !reason.contains("line 4"),
+            "{reason}"
+        );
+        health.updated();
+        assert!(
+            !health.status().healthy,
+            "a sync alone does not confirm the repair"
+        );
+        health.repaired("table_missing");
+        health.repair_confirmed(Duration::from_secs(30));
+        assert!(!health.repair_pending());
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert!(!health.status().healthy, "held for the period");
+        assert!(
+            health
+                .unhealthy_reason()
+                .expect("a reason")
+                .contains("restored")
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(health.status().healthy);
+        assert_eq!(health.unhealthy_reason(), None);
+        let text = health.metrics_text();
+        assert!(
+            text.contains("kube_lb_dataplane_repairs_total{reason=\"table_missing\"} 1\n"),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "kube_lb_dataplane_repair_failures_total"),
+            1.0
+        );
+        let (status, body) = node_health(health.status(), SystemTime::now(), true, Some("why"));
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            !body.contains("reason"),
+            "only a failing answer says why: {body}"
+        );
+        let failing = HealthStatus {
+            healthy: false,
+            ..health.status()
+        };
+        let (_, body) = node_health(failing, SystemTime::now(), true, Some("rules \"gone\""));
+        let parsed: serde_json::Value = serde_json::from_str(&body).expect("JSON body");
+        assert_eq!(parsed["reason"], "rules \"gone\"");
     }
 
     /// The value of the unlabelled sample `name` in `text`.

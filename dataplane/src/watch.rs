@@ -1,6 +1,14 @@
 //! The proxy loop (feature `watch`): kube-rs watchers for Services, EndpointSlices, Endpoints and
 //! Nodes feed the [`Index`]; a real change schedules one sync of the backend and the health
 //! servers, at most once per `min_sync_period`. Relists that change nothing cost nothing.
+//!
+//! The loop also keeps the kernel's rules as it wrote them (issue 37): every `sync_period`, and
+//! at once when `nft monitor` reports someone else's change to the tables, the nftables backend
+//! (or the userspace backend, for its capture table) compares the kernel's table with what it
+//! committed ([`crate::nft::verify`]); a difference is
+//! restored from what was committed, `/healthz` fails from the moment it is seen until one
+//! `sync_period` after the restore was confirmed, and the repair is counted
+//! (`kube_lb_dataplane_repairs_total`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -18,7 +26,7 @@ use crate::model::{
     HEADLESS_LABEL, Index, IndexConfig, PortKey, SERVICE_PROXY_NAME_LABEL, ServiceKey, Snapshot,
     SnapshotChanges,
 };
-use crate::nft::{NftBackend, NftError};
+use crate::nft::{ChangeMonitor, Family, Finding, NftBackend, NftError};
 use crate::userspace::UserspaceProxy;
 
 /// Errors of the proxy loop.
@@ -109,6 +117,62 @@ impl Dataplane {
         Ok(synced)
     }
 
+    /// Starts the change notifications of the backend's kernel state: its nftables tables, or
+    /// the userspace backend's capture table.
+    pub fn monitor(&self) -> Option<ChangeMonitor> {
+        match self {
+            Dataplane::Nft(backend) => Some(backend.monitor()),
+            Dataplane::Userspace(proxy) => proxy.capture_monitor(),
+            Dataplane::NoNodePorts(inner) => inner.monitor(),
+        }
+    }
+
+    /// True when the backend holds committed kernel state it can check ([`Dataplane::verify`]).
+    pub fn verifiable(&self) -> bool {
+        match self {
+            Dataplane::Nft(backend) => backend.verifiable(),
+            Dataplane::Userspace(proxy) => proxy.capture_verifiable(),
+            Dataplane::NoNodePorts(inner) => inner.verifiable(),
+        }
+    }
+
+    /// What of the kernel's state differs from what the backend last wrote. `full`: compare
+    /// every rule and element; otherwise only the tables' chains where that is cheaper (see
+    /// [`crate::nft::verify`]).
+    pub async fn verify(&mut self, full: bool) -> Result<Vec<Finding>, NftError> {
+        match self {
+            Dataplane::Nft(backend) if full => backend.verify().await,
+            Dataplane::Nft(backend) => backend.verify_chains().await,
+            // A few elements per Service: always the full check.
+            Dataplane::Userspace(proxy) => proxy.verify_capture().await,
+            Dataplane::NoNodePorts(inner) => Box::pin(inner.verify(full)).await,
+        }
+    }
+
+    /// How many periods apart the full checks may be: one per 20,000 elements of the tables,
+    /// at most ten (see [`crate::nft::verify`]).
+    pub fn full_check_periods(&self) -> u32 {
+        const ELEMENTS_PER_PERIOD: usize = 20_000;
+        match self {
+            Dataplane::Nft(backend) => {
+                let periods = backend.committed_elements() / ELEMENTS_PER_PERIOD;
+                u32::try_from(periods.clamp(1, 10)).unwrap_or(10)
+            }
+            Dataplane::Userspace(_) => 1,
+            Dataplane::NoNodePorts(inner) => inner.full_check_periods(),
+        }
+    }
+
+    /// Writes the state of `families` again as the backend last committed it.
+    pub async fn restore(&mut self, families: &[Family]) -> Result<(), NftError> {
+        match self {
+            Dataplane::Nft(backend) => backend.restore(families).await,
+            // One table, family inet: `families` does not apply.
+            Dataplane::Userspace(proxy) => proxy.restore_capture().await,
+            Dataplane::NoNodePorts(inner) => Box::pin(inner.restore(families)).await,
+        }
+    }
+
     /// Removes what the backend added to the node that would outlive the process: the
     /// userspace backend's listeners and capture table. nftables rules stay, so a restarted
     /// proxy finds the node still forwarding.
@@ -153,7 +217,8 @@ fn without_node_ports(snapshot: &Snapshot) -> Snapshot {
 pub struct Timing {
     /// Minimum time between two syncs.
     pub min_sync_period: Duration,
-    /// Retry interval after a failed sync.
+    /// Retry interval after a failed sync, and the period of the checks of the kernel's
+    /// rules (kube-proxy's `--sync-period`).
     pub sync_period: Duration,
 }
 
@@ -383,13 +448,31 @@ pub struct Handoff {
     pub assigned: tokio::sync::watch::Receiver<AssignedIngress>,
     /// What the rules serve.
     pub served: tokio::sync::watch::Sender<ServedFrontends>,
+    /// What the rules serve and forward to at least one endpoint (the others are refused, as
+    /// kube-proxy refuses a Service without endpoints): a Service created just before its
+    /// EndpointSlice is programmed first without endpoints.
+    pub forwarded: tokio::sync::watch::Sender<ServedFrontends>,
 }
 
 /// The load-balancer frontends of `snapshot`.
 fn served_frontends(snapshot: &crate::model::Snapshot) -> ServedFrontends {
+    frontends_where(snapshot, |_| true)
+}
+
+/// The load-balancer frontends of `snapshot` that have endpoints.
+fn forwarded_frontends(snapshot: &crate::model::Snapshot) -> ServedFrontends {
+    frontends_where(snapshot, |model| model.has_endpoints)
+}
+
+/// The load-balancer frontends of the ports of `snapshot` that `keep` keeps.
+fn frontends_where(
+    snapshot: &crate::model::Snapshot,
+    keep: impl Fn(&crate::model::ServicePortModel) -> bool,
+) -> ServedFrontends {
     snapshot
         .ports
         .values()
+        .filter(|model| keep(model))
         .flat_map(|model| {
             model
                 .load_balancer_ips
@@ -472,6 +555,14 @@ pub async fn run_with_addresses(
     let mut unsynced: Option<SnapshotChanges> = None;
     let mut reported_rejections: std::collections::BTreeSet<(ServiceKey, std::net::IpAddr)> =
         std::collections::BTreeSet::new();
+    // Someone else's changes to the backend's tables, reported as they happen.
+    let mut monitor = proxy.dataplane.monitor();
+    // The next check of the kernel's rules; `None` until a sync committed something to check.
+    let mut verify_at: Option<Instant> = None;
+    // Restores in a row that a check did not yet find intact.
+    let mut restores = 0u32;
+    // When the next check must be a full one (every rule and element), not the chains only.
+    let mut full_check_at = Instant::now();
     tokio::pin!(shutdown);
 
     loop {
@@ -497,6 +588,31 @@ pub async fn run_with_addresses(
                     }
                     // The provider is gone (shutting down): serve what the status shows.
                     _ => proxy.handoff = None,
+                }
+            }
+            change = async { monitor.as_mut()?.next().await }, if monitor.is_some() => {
+                match change {
+                    None => monitor = None,
+                    Some(change) if verify_at.is_some() => {
+                        tracing::debug!(event = %change.event, pid = ?change.pid, "nftables rules changed by someone else; checking them");
+                        verify_at = Some(Instant::now());
+                        full_check_at = Instant::now();
+                    }
+                    Some(_) => {}
+                }
+            }
+            () = tokio::time::sleep_until(verify_at.unwrap_or_else(Instant::now)), if verify_at.is_some() => {
+                let full = Instant::now() >= full_check_at || proxy.health.repair_pending();
+                let checked = check_rules(&mut proxy, &mut restores, full).await;
+                if full {
+                    let periods = proxy.dataplane.full_check_periods();
+                    full_check_at = Instant::now() + proxy.timing.sync_period * periods;
+                }
+                verify_at = Some(checked.next);
+                if checked.resync {
+                    // The restore was refused: the backend recreates every table from the
+                    // Services at the next sync.
+                    retry_at = Some(Instant::now() + proxy.timing.sync_period);
                 }
             }
             changed = async { nodeport_addresses.as_mut()?.changed().await.ok() }, if nodeport_addresses.is_some() => {
@@ -580,12 +696,24 @@ pub async fn run_with_addresses(
                         if let Some(handoff) = &proxy.handoff {
                             let mut served = served_frontends(snapshot);
                             served.retain(|frontend| !synced.not_served.contains(frontend));
+                            let mut forwarded = forwarded_frontends(snapshot);
+                            forwarded.retain(|frontend| served.contains(frontend));
                             handoff.served.send_replace(served);
+                            handoff.forwarded.send_replace(forwarded);
                         }
                         // Not a pending change: health stays as this sync left it.
                         retry_at = synced
                             .retry
                             .then(|| Instant::now() + proxy.timing.sync_period);
+                        if proxy.dataplane.verifiable() {
+                            let period = proxy.timing.sync_period;
+                            if proxy.health.repair_pending() {
+                                // A repair waits for a check of what this sync wrote.
+                                verify_at = Some(Instant::now());
+                            } else {
+                                verify_at.get_or_insert_with(|| Instant::now() + period);
+                            }
+                        }
                     }
                     Err(error) => {
                         // The transaction was refused as a whole: the kernel still holds the
@@ -604,6 +732,100 @@ pub async fn run_with_addresses(
                     }
                 }
             }
+        }
+    }
+}
+
+/// What a check of the kernel's rules decided.
+struct Checked {
+    /// When to check next.
+    next: Instant,
+    /// The backend forgot what it committed (a restore was refused): sync from the Services.
+    resync: bool,
+}
+
+/// Compares the kernel's rules with what the backend last wrote and restores them where they
+/// differ; keeps `/healthz` failing from the difference until a check confirms the restore,
+/// and for one `sync_period` after. `restores`: restores in a row not yet confirmed; `full`:
+/// compare every rule and element, not only the chains.
+async fn check_rules(proxy: &mut Proxy, restores: &mut u32, full: bool) -> Checked {
+    let period = proxy.timing.sync_period;
+    let later = |resync| Checked {
+        next: Instant::now() + period,
+        resync,
+    };
+    if !proxy.dataplane.verifiable() {
+        return later(false);
+    }
+    let findings = match proxy.dataplane.verify(full).await {
+        Ok(findings) => findings,
+        Err(error) => {
+            tracing::warn!(%error, "cannot check the nftables rules; checking again later");
+            return later(false);
+        }
+    };
+    if findings.is_empty() {
+        if proxy.health.repair_pending() {
+            tracing::info!(
+                healthy_in = ?period,
+                "nftables rules restored and confirmed; /healthz recovers after one sync period"
+            );
+            proxy.health.repair_confirmed(period);
+        }
+        *restores = 0;
+        return later(false);
+    }
+    let mut found = Vec::new();
+    for finding in &findings {
+        let missing = finding.details.join("; ");
+        tracing::warn!(
+            table = %finding.table,
+            reason = %finding.reason,
+            %missing,
+            "nftables rules differ from what the proxy wrote; restoring them"
+        );
+        found.push(format!("{} {}: {missing}", finding.table, finding.reason));
+    }
+    proxy.health.rules_differ(found.join("; "));
+    let families: Vec<Family> = findings.iter().map(|finding| finding.family).collect();
+    let started = Instant::now();
+    match proxy.dataplane.restore(&families).await {
+        Ok(()) => {
+            for finding in &findings {
+                proxy.health.repaired(finding.reason.label());
+            }
+            tracing::info!(
+                restore_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "nftables rules restored; checking them"
+            );
+            *restores += 1;
+            // Confirm at once. A table that differs again at once (someone keeps deleting it,
+            // or a difference no restore removes) is restored less and less often: after
+            // min_sync_period, twice that, … up to once per sync period.
+            let backoff = proxy
+                .timing
+                .min_sync_period
+                .saturating_mul(1 << (*restores - 1).min(16))
+                .min(period);
+            let next = if *restores == 1 {
+                Instant::now()
+            } else {
+                Instant::now() + backoff
+            };
+            Checked {
+                next,
+                resync: false,
+            }
+        }
+        Err(error) => {
+            let error = crate::health::first_lines(&error.to_string(), 3);
+            tracing::error!(
+                %error,
+                "the kernel refused the restored nftables rules; /healthz keeps failing; \
+                 recreating them from the Services after the sync period"
+            );
+            proxy.health.repair_refused(error);
+            later(true)
         }
     }
 }

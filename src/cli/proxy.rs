@@ -85,6 +85,10 @@ pub struct Args {
     pub min_sync_period: humantime::Duration,
 
     /// Retry interval after a failed sync; health fails after twice this with pending changes.
+    /// Also the period of the checks that the kernel still holds the rules the proxy wrote
+    /// (nftables mode; `nft monitor` triggers one at once when someone else changes them): a
+    /// difference is restored, counted in kube_lb_dataplane_repairs_total{reason}, and fails
+    /// /healthz until one period after the restore was confirmed.
     #[arg(long, default_value = "30s")]
     pub sync_period: humantime::Duration,
 

@@ -3,6 +3,12 @@
 //! reports the address (which the controller writes into the Service's status) only once the
 //! dataplane's rules forward it. Without it, a client that waited for the status and connected
 //! at once was refused until the dataplane's next sync, up to a second later.
+//!
+//! "Forward" means to an endpoint: a Service is often created just before its EndpointSlice,
+//! and under load the dataplane may program its address before it has seen the slice, which
+//! refuses connections as kube-proxy refuses a Service without endpoints. So the address is
+//! reported once it is programmed with endpoints, or, for a Service that has none, once it has
+//! been programmed for [`ENDPOINT_GRACE`] without any appearing.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -18,6 +24,10 @@ use tokio_util::sync::CancellationToken;
 /// How long `ensure` waits for the rules before it fails as pending (and is retried).
 const SERVE_WAIT: Duration = Duration::from_secs(10);
 
+/// How long a programmed address waits for endpoints before it is reported without them (a
+/// Service whose pods are not there yet still gets its address, as on a cluster).
+pub const ENDPOINT_GRACE: Duration = Duration::from_secs(3);
+
 /// Connects `local` to a dataplane: returns the dataplane's side of the hand-off and the task
 /// that passes the provider's assignments on until `shutdown`.
 pub fn connect(
@@ -26,9 +36,11 @@ pub fn connect(
 ) -> (Handoff, tokio::task::JoinHandle<()>) {
     let (assigned_tx, assigned) = watch::channel(AssignedIngress::new());
     let (served, served_rx) = watch::channel(ServedFrontends::new());
+    let (forwarded, forwarded_rx) = watch::channel(ServedFrontends::new());
     local.gate_on_served(Arc::new(move |lb| {
         let served = served_rx.clone();
-        Box::pin(until_served(served, lb))
+        let forwarded = forwarded_rx.clone();
+        Box::pin(until_served(served, forwarded, lb))
     }));
     let mut published = local.subscribe();
     let forward = tokio::spawn(async move {
@@ -40,7 +52,14 @@ pub fn connect(
             }
         }
     });
-    (Handoff { assigned, served }, forward)
+    (
+        Handoff {
+            assigned,
+            served,
+            forwarded,
+        },
+        forward,
+    )
 }
 
 /// The provider's table as the dataplane's index takes it.
@@ -73,17 +92,23 @@ fn frontends(lb: &LocalLoadBalancer) -> Vec<(IpAddr, u16, DataplaneProtocol)> {
         .collect()
 }
 
-/// Waits until the dataplane's last sync forwards every frontend of `lb`.
+/// Waits until the dataplane's last sync forwards every frontend of `lb` to endpoints, or has
+/// served them all for [`ENDPOINT_GRACE`] without endpoints.
 async fn until_served(
     mut served: watch::Receiver<ServedFrontends>,
+    mut forwarded: watch::Receiver<ServedFrontends>,
     lb: LocalLoadBalancer,
 ) -> Result<(), String> {
     let wanted = frontends(&lb);
+    let all_in = |set: &ServedFrontends| wanted.iter().all(|frontend| set.contains(frontend));
     let waited = tokio::time::timeout(SERVE_WAIT, async {
-        served
-            .wait_for(|served| wanted.iter().all(|frontend| served.contains(frontend)))
-            .await
-            .map(drop)
+        // Programmed at all first: only then does the grace for endpoints start.
+        served.wait_for(|s| all_in(s)).await.map(drop)?;
+        match tokio::time::timeout(ENDPOINT_GRACE, forwarded.wait_for(|f| all_in(f))).await {
+            Ok(result) => result.map(drop),
+            // No endpoints within the grace: the address is reported all the same.
+            Err(_) => Ok(()),
+        }
     })
     .await;
     match waited {

@@ -216,10 +216,21 @@ impl Api {
 
     /// A LoadBalancer Service `demo/<name>` on `port` with a slice to `backend`.
     async fn service_to(&self, name: &str, port: u16, backend: SocketAddr) {
+        self.service_only(name, port, backend).await;
+        self.slice_only(name, backend).await;
+    }
+
+    /// The Service of [`Api::service_to`] without its EndpointSlice.
+    async fn service_only(&self, name: &str, port: u16, backend: SocketAddr) {
         let service = serde_json::json!({
             "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
             "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": port, "targetPort": backend.port()}]},
         });
+        self.post("/api/v1/namespaces/demo/services", service).await;
+    }
+
+    /// The EndpointSlice of [`Api::service_to`]: one ready endpoint, `backend`.
+    async fn slice_only(&self, name: &str, backend: SocketAddr) {
         let slice = serde_json::json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": name, "labels": {"kubernetes.io/service-name": name}},
@@ -227,21 +238,21 @@ impl Api {
             "ports": [{"name": "http", "port": backend.port(), "protocol": "TCP"}],
             "endpoints": [{"addresses": [backend.ip().to_string()], "conditions": {"ready": true}}],
         });
-        for (path, body) in [
-            ("/api/v1/namespaces/demo/services", service),
-            (
-                "/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices",
-                slice,
-            ),
-        ] {
-            let url = format!("{}{path}", self.base);
-            let response = self.http.post(url).json(&body).send().await.unwrap();
-            assert!(
-                response.status().is_success(),
-                "{path}: {}",
-                response.status()
-            );
-        }
+        self.post(
+            "/apis/discovery.k8s.io/v1/namespaces/demo/endpointslices",
+            slice,
+        )
+        .await;
+    }
+
+    async fn post(&self, path: &str, body: serde_json::Value) {
+        let url = format!("{}{path}", self.base);
+        let response = self.http.post(url).json(&body).send().await.unwrap();
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
     }
 
     /// The address `demo/<name>`'s status shows, if any.
@@ -448,4 +459,98 @@ fn dataplane_flag_userspace_wins_over_a_usable_nft() {
     a_taken_port_gets_no_address_until_it_is_free(&mut up, backend);
     up.stop();
     assert!(!nft_table_exists(&table), "userspace mode made no table");
+}
+
+/// Busy threads on every core until dropped: the contention under which the status once
+/// showed an address before its endpoints were programmed.
+struct CpuHogs {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl CpuHogs {
+    fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let threads = (0..cores)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x: u64 = 1;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The stress form: the same rounds with a busy thread on every core. Each Service is created
+/// just before its EndpointSlice, so under load the dataplane may program the address before it
+/// has seen the slice; the status must still show the address only once connections reach the
+/// endpoint.
+#[test]
+fn as_root_with_nft_the_status_promise_holds_with_cpu_hogs_on_every_core() {
+    if !nft_usable() {
+        return;
+    }
+    let table = format!("klb-up-test-hogs-{}", std::process::id());
+    let mut up = Up::start(&pool(244), &table, &[], None);
+    let (_, backend) = up.addresses();
+    let hogs = CpuHogs::start();
+    status_shows_only_forwarded_addresses(&mut up, backend, 20);
+    drop(hogs);
+    up.stop();
+    assert!(!nft_table_exists(&table), "table {table} removed on exit");
+}
+
+/// A Service whose EndpointSlice comes a second after it (its pods starting): the status shows
+/// the address only once the endpoint is programmed, so a client that connects the moment it
+/// sees the address is forwarded, never refused. Before, the address was reported as soon as
+/// the frontend was programmed, without endpoints, and the first connection was refused.
+#[test]
+fn as_root_with_nft_the_status_waits_for_a_late_endpoint_slice() {
+    if !nft_usable() {
+        return;
+    }
+    let table = format!("klb-up-test-late-{}", std::process::id());
+    let mut up = Up::start(&pool(245), &table, &[], None);
+    let (_, backend) = up.addresses();
+    let api = Api::of(&mut up);
+    block_on(async {
+        api.service_only("late", 9300, backend).await;
+        // The slice's delay is the scenario, well inside the provider's grace for endpoints.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            api.address("late").await.is_none(),
+            "an address shown before its Service had any endpoint"
+        );
+        api.slice_only("late", backend).await;
+        let deadline = Instant::now() + CEILING;
+        let ip = loop {
+            if let Some(ip) = api.address("late").await {
+                break ip;
+            }
+            assert!(Instant::now() < deadline, "late got no address");
+        };
+        let address = SocketAddr::new(ip, 9300);
+        tokio::net::TcpStream::connect(address)
+            .await
+            .unwrap_or_else(|e| panic!("{address} shown in the status but not forwarded: {e}"));
+    });
+    up.stop();
+    assert!(!nft_table_exists(&table), "table {table} removed on exit");
 }

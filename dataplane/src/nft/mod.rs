@@ -2,8 +2,10 @@
 //! per sync into `nft -f -`, remembering what it committed so the next sync is a diff.
 
 mod libnft;
+pub mod monitor;
 pub mod render;
 mod state;
+pub mod verify;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -13,7 +15,9 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+pub use monitor::{ChangeMonitor, ForeignChange};
 pub use render::{Family, GroupIds, NftConfig, NftScheduler, Ruleset};
+pub use verify::{Finding, RepairReason};
 
 use crate::model::{PortKey, ServicePortModel, Snapshot};
 use state::{Change, FamilyTable, UdpEndpoints};
@@ -35,6 +39,12 @@ pub enum NftError {
     Rejected {
         /// What nft printed.
         stderr: String,
+    },
+    /// The kernel's table could not be listed or the listing not read (a check, not a write).
+    #[error("listing the nftables table: {detail}")]
+    Listing {
+        /// What went wrong.
+        detail: String,
     },
 }
 
@@ -101,6 +111,9 @@ struct FamilyState {
     ids: GroupIds,
     /// `None`: the next sync recreates the table.
     committed: Option<FamilyTable>,
+    /// Hash of the kernel's listing at the last check that found the table intact, when the
+    /// backend wrote nothing since ([`verify`]); `None` after every write.
+    fingerprint: Option<u64>,
 }
 
 /// The nftables dataplane of one node: one table per family.
@@ -122,6 +135,9 @@ pub struct NftBackend {
     context: Option<libnft::Context>,
     /// libnftables could not be loaded: every transaction runs the `nft` program.
     no_library: bool,
+    /// The `nft` children this backend started, so the change monitor can tell its writes
+    /// from someone else's.
+    writers: monitor::Writers,
 }
 
 /// Incremental transactions up to this size run in the kept libnftables context. Full syncs
@@ -208,6 +224,7 @@ impl NftBackend {
             route_localnet: false,
             context: None,
             no_library: false,
+            writers: monitor::Writers::default(),
         }
     }
 
@@ -215,6 +232,7 @@ impl NftBackend {
     pub fn force_full_sync(&mut self) {
         for (_, state) in &mut self.families {
             state.committed = None;
+            state.fingerprint = None;
         }
     }
 
@@ -346,11 +364,17 @@ impl NftBackend {
         }
         report.commands = text.lines().count();
         if report.commands > 0 {
+            // The kernel's listing changes with this write: the next check takes a new
+            // fingerprint.
+            for (_, state) in &mut self.families {
+                state.fingerprint = None;
+            }
             let started = Instant::now();
             let run = run_transaction(
                 &mut self.context,
                 &mut self.no_library,
                 &self.commands.nft,
+                &self.writers,
                 &text,
                 report.full,
             );
@@ -429,6 +453,143 @@ impl NftBackend {
         }
     }
 
+    /// Starts an `nft monitor` that reports changes someone else makes to this backend's
+    /// tables ([`monitor`]). Must be called inside a tokio runtime.
+    pub fn monitor(&self) -> ChangeMonitor {
+        let table = &self.config.table;
+        ChangeMonitor::start(
+            self.commands.nft.clone(),
+            vec![("ip", table.clone()), ("ip6", table.clone())],
+            self.writers.clone(),
+        )
+    }
+
+    /// True once a sync committed a table this backend can check ([`NftBackend::verify`]).
+    pub fn verifiable(&self) -> bool {
+        self.families
+            .iter()
+            .any(|(_, state)| state.committed.is_some())
+    }
+
+    /// Elements the committed tables hold (what a full check lists).
+    pub fn committed_elements(&self) -> usize {
+        self.families
+            .iter()
+            .filter_map(|(_, state)| state.committed.as_ref())
+            .map(|table| {
+                table
+                    .ruleset()
+                    .elements
+                    .values()
+                    .map(BTreeMap::len)
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
+    /// The cheap check ([`verify`]): each family's table still has the chains this backend
+    /// last committed, and no other. `nft -j list chains` lists no rule and no element, so it
+    /// costs the same at any number of Services.
+    pub async fn verify_chains(&mut self) -> Result<Vec<Finding>, NftError> {
+        let mut findings = Vec::new();
+        for (family, state) in &self.families {
+            let Some(table) = &state.committed else {
+                continue;
+            };
+            let prefix = format!("{} {}", family.keyword(), self.config.table);
+            let json = list_chains(&self.commands.nft, family.keyword()).await?;
+            let listed =
+                verify::chains(&json, &self.config.table).map_err(|error| NftError::Listing {
+                    detail: format!("unreadable nft -j output: {error}"),
+                })?;
+            let skeleton = render::skeleton(*family, &self.config, table.capacities());
+            let expected = verify::Expected::new(&skeleton, &prefix, table.ruleset());
+            findings.extend(verify::compare_chains(*family, &prefix, &expected, &listed));
+        }
+        Ok(findings)
+    }
+
+    /// Compares each family's table in the kernel with what this backend last committed
+    /// ([`verify`]); returns what differs. A family whose last sync failed (nothing known to
+    /// be committed) is not checked: its retry recreates the table anyway.
+    pub async fn verify(&mut self) -> Result<Vec<Finding>, NftError> {
+        let mut findings = Vec::new();
+        for (family, state) in &mut self.families {
+            let Some(table) = &state.committed else {
+                continue;
+            };
+            let prefix = format!("{} {}", family.keyword(), self.config.table);
+            let json = list_table(&self.commands.nft, family.keyword(), &self.config.table).await?;
+            let listing = match json.as_deref().map(verify::parse).transpose() {
+                Ok(listing) => listing,
+                Err(error) => {
+                    // nft listed the table but cannot print it as JSON: it holds something this
+                    // backend never writes (nft 1.0.6 breaks on a table `flags owner`).
+                    state.fingerprint = None;
+                    findings.push(Finding {
+                        table: prefix.clone(),
+                        family: *family,
+                        reason: RepairReason::Changed,
+                        details: vec![format!("nft -j lists the table as invalid JSON: {error}")],
+                    });
+                    continue;
+                }
+            };
+            let skeleton = render::skeleton(*family, &self.config, table.capacities());
+            let expected = verify::Expected::new(&skeleton, &prefix, table.ruleset());
+            match verify::compare(
+                *family,
+                &prefix,
+                &expected,
+                listing.as_ref(),
+                state.fingerprint,
+            ) {
+                Some(finding) => {
+                    state.fingerprint = None;
+                    findings.push(finding);
+                }
+                None => state.fingerprint = listing.map(|listing| listing.fingerprint),
+            }
+        }
+        Ok(findings)
+    }
+
+    /// Writes again, in one transaction that recreates them, the tables of `families` as this
+    /// backend last committed them: nothing is rendered from the Services. On error the
+    /// next sync recreates every table from the Services.
+    pub async fn restore(&mut self, families: &[Family]) -> Result<(), NftError> {
+        let mut text = String::new();
+        for (family, state) in &mut self.families {
+            let Some(table) = state
+                .committed
+                .as_mut()
+                .filter(|_| families.contains(family))
+            else {
+                continue;
+            };
+            table.redeclare();
+            text.push_str(&render::diff(None, table.ruleset(), *family, &self.config));
+            state.fingerprint = None;
+        }
+        if text.is_empty() {
+            return Ok(());
+        }
+        let run = run_transaction(
+            &mut self.context,
+            &mut self.no_library,
+            &self.commands.nft,
+            &self.writers,
+            &text,
+            true,
+        );
+        if let Err(error) = run.await {
+            self.force_full_sync();
+            self.compare_all = true;
+            return Err(error);
+        }
+        Ok(())
+    }
+
     /// Deletes UDP conntrack entries that point at endpoints that went away, and the entries of
     /// frontends that just got endpoints (created while traffic was rejected). Failures are
     /// logged: conntrack exits 1 when nothing matched.
@@ -487,6 +648,7 @@ async fn run_transaction(
     context: &mut Option<libnft::Context>,
     no_library: &mut bool,
     nft: &[String],
+    writers: &monitor::Writers,
     text: &str,
     full: bool,
 ) -> Result<(), NftError> {
@@ -501,16 +663,83 @@ async fn run_transaction(
                 .map_err(|stderr| NftError::Rejected { stderr });
         }
     }
-    run_script(nft, text).await
+    run_script_as(nft, text, Some(writers)).await
+}
+
+/// `nft -j list chains <family>`: the chains of every table of the family, without rules.
+async fn list_chains(nft: &[String], family: &str) -> Result<String, NftError> {
+    let (program, args) = split(nft);
+    let output = Command::new(program)
+        .args(args)
+        .args(["-j", "list", "chains", family])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|source| NftError::Spawn {
+            program: program.to_owned(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(NftError::Listing {
+            detail: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    String::from_utf8(output.stdout).map_err(|_| NftError::Listing {
+        detail: "nft -j list printed invalid UTF-8".into(),
+    })
+}
+
+/// `nft -j list table <family> <table>`; `None` when the table does not exist.
+pub(crate) async fn list_table(
+    nft: &[String],
+    family: &str,
+    table: &str,
+) -> Result<Option<String>, NftError> {
+    let (program, args) = split(nft);
+    let output = Command::new(program)
+        .args(args)
+        .args(["-j", "list", "table", family, table])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|source| NftError::Spawn {
+            program: program.to_owned(),
+            source,
+        })?;
+    if output.status.success() {
+        return String::from_utf8(output.stdout)
+            .map(Some)
+            .map_err(|_| NftError::Listing {
+                detail: "nft -j list printed invalid UTF-8".into(),
+            });
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+    // What nft says for a table that does not exist (ENOENT from the kernel).
+    if stderr.contains("No such file or directory") {
+        return Ok(None);
+    }
+    Err(NftError::Listing { detail: stderr })
 }
 
 fn family_flag(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { "ipv4" } else { "ipv6" }
 }
 
-/// Runs `text` as one `nft -f -` transaction with the command prefix `nft` (empty: `nft`).
-/// Shared by the nftables backend and the userspace backend's capture table.
-pub(crate) async fn run_script(nft: &[String], text: &str) -> Result<(), NftError> {
+/// Runs `text` as one `nft -f -` transaction with the command prefix `nft` (empty: `nft`),
+/// recording the child in `writers` before it is given the transaction (so the change monitor
+/// knows the write for its own). Shared by the nftables backend and the userspace backend's
+/// capture table.
+pub(crate) async fn run_script_as(
+    nft: &[String],
+    text: &str,
+    writers: Option<&monitor::Writers>,
+) -> Result<(), NftError> {
     let (program, args) = split(nft);
     let spawn_error = |source| NftError::Spawn {
         program: program.to_owned(),
@@ -525,6 +754,9 @@ pub(crate) async fn run_script(nft: &[String], text: &str) -> Result<(), NftErro
         .kill_on_drop(true)
         .spawn()
         .map_err(spawn_error)?;
+    if let (Some(writers), Some(pid)) = (writers, child.id()) {
+        writers.record(pid);
+    }
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(text.as_bytes())

@@ -31,7 +31,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::Frontend;
 use crate::model::{Protocol, Snapshot};
-use crate::nft::NftError;
+use crate::nft::monitor::Writers;
+use crate::nft::verify::{self, Expected};
+use crate::nft::{ChangeMonitor, Family, Finding, NftError, Ruleset};
 
 /// Default name of the capture table (family `inet`).
 pub const DEFAULT_TABLE: &str = "kube-lb-userspace";
@@ -260,6 +262,11 @@ pub struct Capture {
     /// `None` until the table was created, and after a failed transaction (the next sync
     /// recreates it).
     committed: Option<CaptureState>,
+    /// The `nft` children that wrote the table (see [`crate::nft::monitor`]).
+    writers: Writers,
+    /// Hash of the listing at the last check that found the table intact, when nothing was
+    /// written since ([`crate::nft::verify`]).
+    fingerprint: Option<u64>,
 }
 
 impl Capture {
@@ -268,7 +275,90 @@ impl Capture {
         Capture {
             config,
             committed: None,
+            writers: Writers::default(),
+            fingerprint: None,
         }
+    }
+
+    /// Starts an `nft monitor` reporting someone else's changes to the table.
+    pub fn monitor(&self) -> ChangeMonitor {
+        ChangeMonitor::start(
+            self.config.nft.clone(),
+            vec![("inet", self.config.table.clone())],
+            self.writers.clone(),
+        )
+    }
+
+    /// True once the table was written: [`Capture::verify`] has something to compare.
+    pub fn verifiable(&self) -> bool {
+        self.committed.is_some()
+    }
+
+    /// Compares the kernel's table with what was last written: its chains and rules (those of
+    /// [`table_script`]) and the elements of its maps and sets; `None` when it is intact.
+    pub async fn verify(&mut self) -> Result<Option<Finding>, NftError> {
+        let Some(committed) = &self.committed else {
+            return Ok(None);
+        };
+        let table = &self.config.table;
+        let name = format!("inet {table}");
+        let json = crate::nft::list_table(&self.config.nft, "inet", table).await?;
+        let listing = match json.as_deref().map(verify::parse).transpose() {
+            Ok(listing) => listing,
+            Err(error) => {
+                self.fingerprint = None;
+                return Ok(Some(Finding {
+                    table: name,
+                    family: Family::V4,
+                    reason: verify::RepairReason::Changed,
+                    details: vec![format!("nft -j lists the table as invalid JSON: {error}")],
+                }));
+            }
+        };
+        let mut expected = Expected::new(&table_script(table), &name, &Ruleset::default());
+        for suffix in ["v4", "v6"] {
+            let count = |frontends: &mut dyn Iterator<Item = &Frontend>| {
+                frontends
+                    .filter(|frontend| self::suffix(frontend.addr) == suffix)
+                    .count()
+            };
+            expected.set_elements(
+                &format!("redirects-{suffix}"),
+                count(&mut committed.redirects.keys()),
+            );
+            expected.set_elements(
+                &format!("rejects-{suffix}"),
+                count(&mut committed.rejects.iter()),
+            );
+        }
+        expected.set_elements("proxy-ports", committed.proxy_ports().len());
+        let finding = verify::compare(
+            Family::V4,
+            &name,
+            &expected,
+            listing.as_ref(),
+            self.fingerprint,
+        );
+        self.fingerprint = match (&finding, listing) {
+            (None, Some(listing)) => Some(listing.fingerprint),
+            _ => None,
+        };
+        Ok(finding)
+    }
+
+    /// Recreates the table as it was last written, in one transaction.
+    pub async fn restore(&mut self) -> Result<(), CaptureError> {
+        let Some(committed) = &self.committed else {
+            return Ok(());
+        };
+        let table = &self.config.table;
+        let text = table_script(table) + &diff_script(table, &CaptureState::default(), committed);
+        self.fingerprint = None;
+        if let Err(error) = run_nft(&self.config.nft, &text, &self.writers).await {
+            self.committed = None;
+            return Err(error);
+        }
+        Ok(())
     }
 
     /// Table name.
@@ -285,8 +375,11 @@ impl Capture {
             None => table_script(table) + &diff_script(table, &CaptureState::default(), desired),
         };
         let lines = text.lines().count();
+        if lines > 0 {
+            self.fingerprint = None;
+        }
         if lines > 0
-            && let Err(error) = run_nft(&self.config.nft, &text).await
+            && let Err(error) = run_nft(&self.config.nft, &text, &self.writers).await
         {
             self.committed = None;
             return Err(error);
@@ -299,16 +392,23 @@ impl Capture {
     /// never synced.
     pub async fn remove(&mut self) -> Result<(), CaptureError> {
         self.committed = None;
-        run_nft(&self.config.nft, &delete_script(&self.config.table)).await
+        let writers = self.writers.clone();
+        run_nft(
+            &self.config.nft,
+            &delete_script(&self.config.table),
+            &writers,
+        )
+        .await
     }
 }
 
-async fn run_nft(prefix: &[String], text: &str) -> Result<(), CaptureError> {
-    crate::nft::run_script(prefix, text)
+async fn run_nft(prefix: &[String], text: &str, writers: &Writers) -> Result<(), CaptureError> {
+    crate::nft::run_script_as(prefix, text, Some(writers))
         .await
         .map_err(|error| match error {
             NftError::Spawn { program, source } => CaptureError::Spawn { program, source },
             NftError::Rejected { stderr } => CaptureError::Rejected { stderr },
+            NftError::Listing { detail } => CaptureError::Rejected { stderr: detail },
         })
 }
 

@@ -434,6 +434,41 @@ impl UserspaceProxy {
         counts
     }
 
+    /// Change notifications of the capture table, when there is one.
+    pub fn capture_monitor(&self) -> Option<crate::nft::ChangeMonitor> {
+        self.capture.as_ref().map(capture::Capture::monitor)
+    }
+
+    /// True once capture rules were written ([`UserspaceProxy::verify_capture`]).
+    pub fn capture_verifiable(&self) -> bool {
+        self.capture
+            .as_ref()
+            .is_some_and(capture::Capture::verifiable)
+    }
+
+    /// What of the capture table differs from what was last written.
+    pub async fn verify_capture(
+        &mut self,
+    ) -> Result<Vec<crate::nft::Finding>, crate::nft::NftError> {
+        match &mut self.capture {
+            Some(capture) => Ok(capture.verify().await?.into_iter().collect()),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Writes the capture table again as it was last written.
+    pub async fn restore_capture(&mut self) -> Result<(), crate::nft::NftError> {
+        let Some(capture) = &mut self.capture else {
+            return Ok(());
+        };
+        capture.restore().await.map_err(|error| match error {
+            capture::CaptureError::Spawn { program, source } => {
+                crate::nft::NftError::Spawn { program, source }
+            }
+            capture::CaptureError::Rejected { stderr } => crate::nft::NftError::Rejected { stderr },
+        })
+    }
+
     /// Closes every listener and deletes the capture table: the node keeps nothing of this
     /// proxy (the proxy is stopping).
     pub async fn shutdown(&mut self) -> Result<(), capture::CaptureError> {

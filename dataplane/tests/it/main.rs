@@ -9,6 +9,7 @@ mod maglev_netns;
 mod nft_in_process;
 mod nft_netns;
 mod nft_node_netns;
+mod nft_repair_netns;
 mod proxy_apiserver;
 mod topology_field;
 mod userspace;
