@@ -33,10 +33,16 @@
 //!   values are cut to [`MAX_VALUE_BYTES`] (UTF-8 safe), and each location lists at most
 //!   [`MAX_PER_LOCATION`] errors and as many warnings, then one "… and N more" line.
 //! - Per-cloud protocol limits are errors here, before any cloud call: SCTP on AWS, GCP and
-//!   Azure; mixed protocols (TCP and UDP in one Service) on AWS and GCP.
+//!   Azure; mixed protocols (TCP and UDP in one Service) on AWS and GCP. Baidu and Tencent
+//!   build listeners on node ports: their limits (SCTP, a port without a node port once
+//!   `allocateLoadBalancerNodePorts` is false, and on Baidu TCP and UDP on one port) are in
+//!   [`port_limits`], which their providers call too.
+//! - A headless Service (`clusterIP: None`) cannot be `type: LoadBalancer`: an error in the API
+//!   server's words, since the API server refuses it before any controller sees it.
 
 mod diagnostics;
 pub mod keys;
+mod limits;
 mod parse;
 pub mod spec;
 mod value;
@@ -45,6 +51,7 @@ pub use diagnostics::{
     ErrorKind, Location, MAX_DETAIL_BYTES, MAX_PER_LOCATION, MAX_VALUE_BYTES, ParseError,
     ParseErrors, Warning, truncate,
 };
+pub use limits::{port_limits, source_ranges_on_existing, source_ranges_restrict};
 pub use parse::{
     InvalidTopologyKey, MAX_TOPOLOGY_KEYS, Parsed, TopologyKeysError, TopologyLiftError,
     check_topology_keys, lift_topology_keys, parse, parse_label_selector,

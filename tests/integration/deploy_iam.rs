@@ -280,14 +280,14 @@ fn openstack_overlay_cloud_conf_is_read_by_the_provider() {
     assert_eq!(config.global.region.as_deref(), Some("RegionOne"));
 }
 
-/// Every `"blb:…"` / `"eip:…"` operation name in the Baidu provider's source.
+/// Every `"blb:…"` / `"eip:…"` / `"bcc:…"` operation name in the Baidu provider's source.
 #[cfg(feature = "baidu")]
 fn baidu_operations() -> BTreeSet<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("providers/baidu/src");
     let mut operations = BTreeSet::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let source = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for service in ["blb", "eip"] {
+        for service in ["blb", "eip", "bcc"] {
             for (at, _) in source.match_indices(&format!("\"{service}:")) {
                 let name: String = source[at + 1..]
                     .chars()

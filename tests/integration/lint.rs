@@ -20,6 +20,9 @@ fn lint(args: &[&str]) -> assert_cmd::assert::Assert {
     let mut cmd = Command::cargo_bin("kube-lb").expect("kube-lb binary");
     cmd.current_dir(root())
         .env_remove("KUBE_LB_CLOUD")
+        .env_remove("KUBE_LB_LOCAL_POOL")
+        .env_remove("KUBE_LB_LOAD_BALANCER_CLASS")
+        .env_remove("KUBE_LB_DEFAULT_CLASS")
         .env("NO_COLOR", "1")
         .arg("lint")
         .args(args);
@@ -67,9 +70,16 @@ fn golden(name: &str, args: &[&str]) {
     }
 }
 
+/// The pool `kube-lb up` and the reconcile tests give the local provider (the default pool and
+/// a loopback range beside it).
+const EXAMPLES_POOL: &str = "127.240.0.0/16,127.0.0.240-127.0.0.243";
+
 #[test]
 fn golden_examples_local() {
-    golden("lint-examples-local", &["-f", "examples/"]);
+    golden(
+        "lint-examples-local",
+        &["-f", "examples/", "--local-pool", EXAMPLES_POOL],
+    );
 }
 
 #[test]
@@ -108,7 +118,14 @@ fn golden_invalid_collects_every_error() {
 fn golden_json_output() {
     golden(
         "lint-demo-json",
-        &["-f", "examples/local/demo.yaml", "-o", "json"],
+        &[
+            "-f",
+            "examples/local/demo.yaml",
+            "-o",
+            "json",
+            "--local-pool",
+            EXAMPLES_POOL,
+        ],
     );
 }
 
@@ -119,13 +136,35 @@ fn golden_judgement_fixtures_name_object_and_field() {
 }
 
 #[test]
+fn golden_judgement_fixtures_on_node_port_clouds() {
+    // The same fixtures, judged as `reconcile_clouds::judgement` replays them on each mock.
+    for cloud in ["tencent", "baidu"] {
+        golden(
+            &format!("lint-judgement-{cloud}"),
+            &[
+                "-f",
+                "tests/fixtures/judgement/clouds.yaml",
+                "--cloud",
+                cloud,
+            ],
+        );
+    }
+}
+
+#[test]
 fn golden_yaml_syntax_error_exits_2() {
     golden("lint-broken", &["-f", "tests/fixtures/broken.yaml"]);
 }
 
 #[test]
 fn exit_status_follows_the_worst_object() {
-    lint(&["-f", "examples/"]).code(0);
+    lint(&["-f", "examples/local", "--local-pool", EXAMPLES_POOL]).code(0);
+    // demo.yaml pins an address of the default pool.
+    lint(&["-f", "examples/local"]).code(0);
+    // Outside the pool given, the local provider refuses it, and so does lint.
+    lint(&["-f", "examples/local", "--local-pool", "127.241.0.0/16"]).code(1);
+    // The GCP and Azure examples pin their clouds' internal addresses: refused as local ones.
+    lint(&["-f", "examples/", "--local-pool", EXAMPLES_POOL]).code(1);
     lint(&["-f", "examples/aws", "--cloud", "aws"]).code(0);
     lint(&["-f", "tests/fixtures/invalid", "--cloud", "aws"]).code(1);
     // An unreadable input wins over invalid objects.
@@ -224,6 +263,10 @@ fn help_explains_every_flag() {
         "--cloud",
         "--output",
         "-o",
+        "--local-pool",
+        "IPPool",
+        "--load-balancer-class",
+        "--default-class",
         "local",
         "aws",
         "gcp",
@@ -431,6 +474,39 @@ fn per_cloud_protocol_limits_are_lint_errors() {
         ("azure", &mixed, 0, "status: ok"),
         ("aws", &sctp, 1, "a Classic ELB accepts TCP only"),
         ("aws", &mixed, 1, "mixed protocols are not supported on AWS"),
+        // Baidu and Tencent: the words of `port_limits`, which their providers call too.
+        (
+            "baidu",
+            &sctp,
+            1,
+            "spec.ports[0].protocol = \"SCTP\": BLB listeners are TCP or UDP, not SCTP",
+        ),
+        (
+            "baidu",
+            &mixed,
+            1,
+            "spec.ports[1].port = \"53\": listed twice (TCP and UDP on one port): a BLB has one \
+             listener per port",
+        ),
+        (
+            "baidu",
+            &no_node_ports,
+            1,
+            "spec.ports[0].nodePort: a BLB forwards to node ports and this port has none",
+        ),
+        (
+            "tencent",
+            &sctp,
+            1,
+            "spec.ports[0].protocol = \"SCTP\": protocol SCTP is not supported by Tencent CLB",
+        ),
+        ("tencent", &mixed, 0, "status: ok"),
+        (
+            "tencent",
+            &no_node_ports,
+            1,
+            "spec.ports[0].nodePort: no nodePort; the Tencent provider binds NodePorts",
+        ),
     ];
     for (cloud, manifest, exit, needle) in cases {
         let (_dir, file) = fixture("svc.yaml", manifest);
@@ -438,4 +514,142 @@ fn per_cloud_protocol_limits_are_lint_errors() {
         let stdout = text(&assert.get_output().stdout);
         assert!(stdout.contains(needle), "{cloud}: {stdout}");
     }
+}
+
+#[test]
+fn a_headless_load_balancer_is_an_error_on_every_cloud() {
+    let headless = service_yaml("headless", "", "  clusterIP: None\n  ports: [{port: 80}]");
+    let (_dir, file) = fixture("svc.yaml", &headless);
+    for cloud in [
+        "local",
+        "aws",
+        "gcp",
+        "azure",
+        "openstack",
+        "tencent",
+        "baidu",
+    ] {
+        let assert = lint(&["-f", &file, "--cloud", cloud, "-o", "json"]).code(1);
+        let reports: serde_json::Value =
+            serde_json::from_slice(&assert.get_output().stdout).expect("json");
+        // The API server's words (its 422 says `spec.clusterIPs[0]: Invalid value: "None": …`).
+        assert_eq!(
+            reports[0]["errors"],
+            serde_json::json!([
+                "spec.clusterIPs[0] = \"None\": may not be set to 'None' for LoadBalancer services"
+            ]),
+            "{cloud}"
+        );
+    }
+}
+
+#[test]
+fn a_local_load_balancer_ip_is_checked_against_the_pools() {
+    let pinned = service_yaml(
+        "pinned",
+        "",
+        "  loadBalancerIP: 10.9.0.7\n  ports: [{port: 80}]",
+    );
+    let (dir, file) = fixture("svc.yaml", &pinned);
+    // The default pool, then --local-pool as the controller reads it (CIDR or range, comma
+    // separated or repeated).
+    let outside = lint(&["-f", &file, "-o", "json"]).code(1);
+    let reports: serde_json::Value =
+        serde_json::from_slice(&outside.get_output().stdout).expect("json");
+    assert_eq!(
+        reports[0]["errors"][0],
+        "loadBalancerIP 10.9.0.7 is not in the local address pool (--local-pool)"
+    );
+    lint(&["-f", &file, "--local-pool", "10.9.0.0/24"]).code(0);
+    lint(&["-f", &file, "--local-pool", "10.8.0.0/24,10.9.0.5-10.9.0.9"]).code(0);
+    lint(&[
+        "-f",
+        &file,
+        "--local-pool",
+        "10.8.0.0/24",
+        "--local-pool",
+        "10.9.0.7-10.9.0.7",
+    ])
+    .code(0);
+    lint(&["-f", &file, "--local-pool", "10.8.0.0/24"]).code(1);
+    // Other clouds have no local pool.
+    lint(&["-f", &file, "--cloud", "openstack"]).code(0);
+
+    // IPPools among the inputs replace the --local-pool ranges, as in the controller: an
+    // address outside every pool is then not the author's error (a pool may be added), so the
+    // controller keeps the Service pending, and lint says so in a warning.
+    let pools = |ranges: &str| {
+        format!(
+            "apiVersion: kube-lb.io/v1alpha1\nkind: IPPool\nmetadata: {{name: lab}}\n\
+             spec: {{addresses: [\"{ranges}\"]}}\n"
+        )
+    };
+    let holding = dir.path().join("holding.yaml");
+    std::fs::write(&holding, pools("10.9.0.0/28")).expect("write");
+    let holding = holding.to_str().expect("utf-8");
+    let ok = lint(&["-f", &file, "-f", holding, "-o", "json"]).code(0);
+    let reports: serde_json::Value = serde_json::from_slice(&ok.get_output().stdout).expect("json");
+    assert_eq!(reports[0]["status"], "ok", "{reports:#}");
+    assert_eq!(reports[1]["object"], "IPPool default/lab", "{reports:#}");
+    let elsewhere = dir.path().join("elsewhere.yaml");
+    std::fs::write(&elsewhere, pools("10.7.0.0/28")).expect("write");
+    let elsewhere = elsewhere.to_str().expect("utf-8");
+    let pending = lint(&["-f", elsewhere, "-f", &file, "-o", "json"]).code(0);
+    let reports: serde_json::Value =
+        serde_json::from_slice(&pending.get_output().stdout).expect("json");
+    let warnings = reports[1]["warnings"].to_string();
+    assert!(
+        warnings.contains("requested address 10.9.0.7 is outside every address pool")
+            && warnings.contains("pending"),
+        "{reports:#}"
+    );
+}
+
+#[test]
+fn a_service_of_another_class_is_reported_as_not_handled() {
+    let classed = service_yaml(
+        "classed",
+        "",
+        "  loadBalancerClass: example.com/other\n  ports: [{port: 80}]",
+    );
+    let plain = service_yaml("plain", "", "  ports: [{port: 80}]");
+    let (_dir, file) = fixture("svc.yaml", &format!("{classed}{plain}"));
+    let statuses = |args: &[&str]| {
+        let mut all = vec!["-f", file.as_str(), "-o", "json"];
+        all.extend_from_slice(args);
+        let out = lint(&all).code(0).get_output().stdout.clone();
+        let reports: serde_json::Value = serde_json::from_slice(&out).expect("json");
+        reports
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|r| {
+                (
+                    r["status"].as_str().unwrap_or_default().to_owned(),
+                    r["warnings"].to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let default = statuses(&[]);
+    assert_eq!(default[0].0, "skipped");
+    assert!(
+        default[0]
+            .1
+            .contains("spec.loadBalancerClass = \\\"example.com/other\\\": not handled"),
+        "{default:?}"
+    );
+    assert_eq!(default[1].0, "ok");
+    // As the controller of that class (which then leaves unclassed Services alone, unless
+    // --default-class says otherwise).
+    let classed_controller = statuses(&["--load-balancer-class", "example.com/other"]);
+    assert_eq!(classed_controller[0].0, "ok", "{classed_controller:?}");
+    assert_eq!(classed_controller[1].0, "skipped", "{classed_controller:?}");
+    let both = statuses(&[
+        "--load-balancer-class",
+        "example.com/other",
+        "--default-class",
+        "true",
+    ]);
+    assert_eq!((both[0].0.as_str(), both[1].0.as_str()), ("ok", "ok"));
 }

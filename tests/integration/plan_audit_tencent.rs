@@ -295,3 +295,37 @@ async fn audit_finds_exactly_the_orphaned_clb_and_delete_removes_exactly_it() {
         "No leaked resources: 1 owned by this cluster, all in use.\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn source_ranges_on_an_adopted_clb_plan_its_security_group_and_mutate_nothing() {
+    // TKE's CLB had no security group: restricting it to the ranges is planned as the three
+    // calls ensure makes (before any listener change), and planning makes none of them.
+    let s = Setup::start().await;
+    let (uid, lb) = s
+        .tke_service(
+            "web",
+            json!({"loadBalancerSourceRanges": ["143.231.0.0/16"]}),
+        )
+        .await;
+    let mark = s.cloud.journal().len();
+    let (code, stdout, stderr) = s
+        .kube_lb(&["plan", "-o", "json", "--detailed-exitcode"])
+        .await;
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let lines: Vec<String> = changes_of_only_service(&report)
+        .iter()
+        .map(change_line)
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            format!("create SecurityGroup kube-lb-{uid} (CreateSecurityGroup)"),
+            format!("modify SecurityGroup kube-lb-{uid} (ModifySecurityGroupPolicies)"),
+            format!("modify LoadBalancer {lb} (SetLoadBalancerSecurityGroups)"),
+        ],
+        "{report:#}"
+    );
+    assert_eq!(s.mutations_since(mark), Vec::<String>::new());
+    assert!(s.cloud.security_groups().is_empty());
+}

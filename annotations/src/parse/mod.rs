@@ -97,6 +97,25 @@ pub fn parse(cloud: Cloud, service: &Service) -> Result<Parsed, ParseErrors> {
             (ProviderSpec::Baidu(baidu), scheme)
         }
     };
+    let existing_lb = match &provider {
+        ProviderSpec::Tencent(tencent) => tencent.existed_lb_id.as_deref(),
+        ProviderSpec::Baidu(baidu) => baidu.exist_id.as_deref(),
+        _ => None,
+    };
+    let ranges_on_existing = existing_lb.and_then(|id| {
+        crate::limits::source_ranges_on_existing_error(cloud, &core.source_ranges, id)
+    });
+    for limit in crate::limits::port_limits(cloud, &core.ports, core.allocate_node_ports)
+        .into_iter()
+        .chain(ranges_on_existing)
+    {
+        reader.diag.error(
+            limit.location,
+            limit.value.as_deref(),
+            limit.kind,
+            limit.detail,
+        );
+    }
     warn_foreign_annotations(&mut reader, cloud);
 
     let Reader { diag, .. } = reader;

@@ -70,6 +70,7 @@ pub(crate) fn parse_core(reader: &mut Reader<'_>, service: &Service) -> Core {
         );
     }
 
+    refuse_headless(reader, spec);
     let ports = parse_ports(reader, spec.ports.as_deref().unwrap_or_default());
     let requested_ip = spec
         .load_balancer_ip
@@ -107,6 +108,25 @@ pub(crate) fn parse_core(reader: &mut Reader<'_>, service: &Service) -> Core {
         external_ips,
         topology_keys,
         extra_tags: BTreeMap::new(),
+    }
+}
+
+/// A headless Service (`clusterIP: None`) has no cluster IP for a load balancer to forward to;
+/// the API server refuses it as `type: LoadBalancer` (`ValidateService`), in these words, with
+/// `clusterIP` normalised into `clusterIPs` first.
+fn refuse_headless(reader: &mut Reader<'_>, spec: &k8s_openapi::api::core::v1::ServiceSpec) {
+    // `isHeadlessService`: exactly `clusterIPs: [None]`, or only `clusterIP: None` given.
+    let headless = match spec.cluster_ips.as_deref() {
+        Some(list) if !list.is_empty() => matches!(list, [only] if only == "None"),
+        _ => spec.cluster_ip.as_deref() == Some("None"),
+    };
+    if headless {
+        reader.diag.error(
+            Location::field("spec.clusterIPs[0]"),
+            Some("None"),
+            ErrorKind::Invalid,
+            "may not be set to 'None' for LoadBalancer services",
+        );
     }
 }
 

@@ -12,9 +12,16 @@ use crate::spec::{
     TencentSpec,
 };
 
-/// Largest `internet-max-bandwidth-out` (Mbps): the current TKE docs and the CLB API allow
-/// 2048 (older docs said 2000).
-const MAX_BANDWIDTH_OUT: i64 = 2048;
+/// Largest `internet-max-bandwidth-out` (Mbps): the seed's range is [1, 2000]. Newer TKE docs
+/// say 2048, but what an account may buy above 2000 depends on it; the seed is the contract.
+const MAX_BANDWIDTH_OUT: i64 = 2000;
+
+/// Why `loadbalance-type: classic` is refused: what kube-lb builds, and why a classic CLB
+/// cannot be it (reference other-clouds.md §0.1 item 3 and the annotation table).
+const CLASSIC_REFUSED: &str = "kube-lb builds application CLBs only (CreateLoadBalancer with \
+Forward=1, one listener per port with the Service's NodePorts bound as targets); the CLB API no \
+longer creates classic CLBs (it accepts only Forward=1), and a classic CLB cannot carry the \
+listener and target model the provider uses. Remove the annotation or set it to application";
 
 /// Tags kube-lb (like TKE) writes on the CLBs it creates, and finds them by; extensiveParameters
 /// may add tags but never these.
@@ -44,13 +51,15 @@ fn warn_ip_ignored(reader: &mut Reader<'_>, core: &Core, cloud: &str) {
 /// - existed lbid must look like `lb-…` (early);
 /// - extensive/listener parameters must be a JSON object (empty = unset, as in the seed);
 ///   `LoadBalancerType` there contradicting the internal-subnet annotation is an error;
-/// - loadbalance-type `classic` warns: new classic CLBs cannot be created any more;
+/// - loadbalance-type `classic` is an error: kube-lb builds application CLBs only, and new
+///   classic CLBs cannot be created any more;
 /// - charge type is one of two words (error otherwise);
 /// - extensiveParameters may not touch ownership: `Tags` naming an ownership tag, `Number`
 ///   other than 1, `Forward` other than 1, a `SubnetId` contradicting the internal-subnet
 ///   annotation are errors naming the key; listenerParameters may not set the listener's
 ///   identity (`LoadBalancerId`, `Ports`, `Protocol`, `ListenerNames`);
-/// - bandwidth 1–2048 Mbps (error otherwise), public CLBs only (warn on internal);
+/// - bandwidth 1–2000 Mbps, the seed's range (error otherwise), public CLBs only (warn on
+///   internal);
 /// - local-svc-only-bind-node-with-pod is a Go bool; it only matters with `Local` (warn).
 pub(crate) fn parse_tencent(reader: &mut Reader<'_>, core: &Core) -> (TencentSpec, Scheme) {
     warn_ip_ignored(reader, core, "tencent");
@@ -171,12 +180,13 @@ pub(crate) fn parse_tencent(reader: &mut Reader<'_>, core: &Core) -> (TencentSpe
     let load_balance_type = reader.non_empty(tencent::LOADBALANCE_TYPE).and_then(|raw| {
         match raw.parse::<TencentLoadBalanceType>() {
             Ok(TencentLoadBalanceType::Classic) => {
-                reader.diag.warn(
+                reader.diag.error(
                     Location::annotation(tencent::LOADBALANCE_TYPE),
                     Some(raw),
-                    "classic CLBs can no longer be created (the API accepts only application CLBs); deprecated upstream",
+                    ErrorKind::Unsupported,
+                    CLASSIC_REFUSED,
                 );
-                Some(TencentLoadBalanceType::Classic)
+                None
             }
             Ok(t) => Some(t),
             Err(error) => {

@@ -185,6 +185,13 @@ pub enum TopologyLiftError {
     /// An entry contains a comma, which the annotation form cannot carry.
     #[error("spec.topologyKeys entry {0:?} contains a comma")]
     Comma(String),
+    /// An entry with white space around it. The API server checks every entry as written
+    /// (`ValidateService`: `"*"` or a qualified name), so it refuses this one; the annotation
+    /// form, which is split at commas, is read trimmed.
+    #[error(
+        "spec.topologyKeys entry {0:?} has white space around it; the API server refuses it (each key is \"*\" or a label key, written without spaces)"
+    )]
+    Spaces(String),
     /// The annotation is already set to something else.
     #[error(
         "spec.topologyKeys ({field}) disagrees with annotation {TOPOLOGY_KEYS} ({annotation}); keep one"
@@ -230,6 +237,9 @@ pub fn lift_topology_keys(manifest: &mut Value) -> Result<bool, TopologyLiftErro
     };
     if let Some(bad) = entries.iter().find(|e| e.contains(',')) {
         return Err(TopologyLiftError::Comma(bad.clone()));
+    }
+    if let Some(spaced) = entries.iter().find(|e| e.trim() != e.as_str()) {
+        return Err(TopologyLiftError::Spaces(spaced.clone()));
     }
     spec.remove("topologyKeys");
     if entries.is_empty() {

@@ -81,7 +81,8 @@ pub struct TencentSpec {
     /// `service.kubernetes.io/qcloud-loadbalancer-internet-charge-type`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internet_charge_type: Option<InternetChargeType>,
-    /// `service.kubernetes.io/qcloud-loadbalancer-internet-max-bandwidth-out`, Mbps 1–2048.
+    /// `service.kubernetes.io/qcloud-loadbalancer-internet-max-bandwidth-out`, Mbps 1–2000 (the
+    /// seed's range).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internet_max_bandwidth_out: Option<u32>,
     /// `service.kubernetes.io/local-svc-only-bind-node-with-pod`.

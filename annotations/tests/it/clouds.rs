@@ -423,7 +423,7 @@ fn tencent_the_eight_tke_annotations() {
         &errors,
         tencent::INTERNET_MAX_BANDWIDTH_OUT,
         ErrorKind::OutOfRange,
-        "from 1 to 2048",
+        "from 1 to 2000",
     );
     assert_error(
         &errors,
@@ -432,13 +432,45 @@ fn tencent_the_eight_tke_annotations() {
         "parentheses",
     );
 
-    let classic = svc_lb("ns", "web")
-        .annotate(tencent::LOADBALANCE_TYPE, "classic")
-        .ok(Cloud::Tencent);
-    assert_warning(
-        &classic,
-        tencent::LOADBALANCE_TYPE,
-        "can no longer be created",
+    // The seed's range is [1, 2000]: 2001-2048 (newer docs) are refused, 2000 is not.
+    for (value, accepted) in [("2000", true), ("2001", false), ("2048", false)] {
+        let svc = svc_lb("ns", "web").annotate(tencent::INTERNET_MAX_BANDWIDTH_OUT, value);
+        if accepted {
+            assert_eq!(tencent_spec(&svc).internet_max_bandwidth_out, Some(2000));
+        } else {
+            let errors = svc.err(Cloud::Tencent);
+            assert_error(
+                &errors,
+                tencent::INTERNET_MAX_BANDWIDTH_OUT,
+                ErrorKind::OutOfRange,
+                "from 1 to 2000",
+            );
+        }
+    }
+    // kube-lb builds application CLBs only: classic is refused, naming why.
+    for value in ["classic", "yunapi_clb"] {
+        let classic = svc_lb("ns", "web")
+            .annotate(tencent::LOADBALANCE_TYPE, value)
+            .err(Cloud::Tencent);
+        assert_eq!(classic.len(), 1, "{classic}");
+        assert_error(
+            &classic,
+            tencent::LOADBALANCE_TYPE,
+            ErrorKind::Unsupported,
+            "kube-lb builds application CLBs only",
+        );
+        let text = classic.to_string();
+        assert!(
+            text.contains(&format!("{value:?}"))
+                && text.contains("cannot carry the listener and target model"),
+            "{text}"
+        );
+    }
+    let application =
+        tencent_spec(&svc_lb("ns", "web").annotate(tencent::LOADBALANCE_TYPE, "application"));
+    assert_eq!(
+        application.load_balance_type,
+        Some(TencentLoadBalanceType::Application)
     );
     let cluster = svc_lb("ns", "web")
         .annotate(tencent::LOCAL_SVC_ONLY_BIND_NODE_WITH_POD, "true")

@@ -122,6 +122,100 @@ fn sctp_and_mixed_protocols_are_refused_exactly_where_the_cloud_refuses_them() {
 }
 
 #[test]
+fn node_port_clouds_refuse_sctp_missing_node_ports_and_on_baidu_one_port_twice() {
+    use kube_lb_annotations::ErrorKind;
+    // (cloud, ports, allocateLoadBalancerNodePorts, the errors' field paths)
+    let dns = || {
+        vec![
+            port("dns-udp", "UDP", 53, 30053),
+            port("dns-tcp", "TCP", 53, 30054),
+        ]
+    };
+    let bare = || vec![port("http", "TCP", 80, 0)];
+    let cases: Vec<(Cloud, Vec<ServicePort>, bool, Vec<&str>)> = vec![
+        (
+            Cloud::Baidu,
+            ports(&["SCTP"]),
+            true,
+            vec!["spec.ports[0].protocol"],
+        ),
+        (
+            Cloud::Tencent,
+            ports(&["SCTP"]),
+            true,
+            vec!["spec.ports[0].protocol"],
+        ),
+        (Cloud::Baidu, dns(), true, vec!["spec.ports[1].port"]),
+        (Cloud::Tencent, dns(), true, vec![]),
+        (Cloud::Baidu, ports(&["TCP", "UDP"]), true, vec![]),
+        // Before the API server: node ports are still to come unless allocation is off.
+        (Cloud::Baidu, bare(), true, vec![]),
+        (Cloud::Baidu, bare(), false, vec!["spec.ports[0].nodePort"]),
+        (
+            Cloud::Tencent,
+            bare(),
+            false,
+            vec!["spec.ports[0].nodePort"],
+        ),
+        // Ports that carry their node ports need no allocation.
+        (Cloud::Tencent, ports(&["TCP"]), false, vec![]),
+        // Clouds that do not forward to node ports.
+        (Cloud::Gcp, bare(), false, vec![]),
+        (Cloud::Local, bare(), false, vec![]),
+    ];
+    for (cloud, service_ports, allocate, want) in cases {
+        let svc = svc_lb("ns", "web")
+            .ports(service_ports)
+            .with_spec(|spec| spec.allocate_load_balancer_node_ports = Some(allocate));
+        let at: Vec<String> = match svc.parse(cloud) {
+            Ok(_) => Vec::new(),
+            Err(errors) => errors
+                .errors()
+                .iter()
+                .inspect(|e| {
+                    assert!(
+                        matches!(e.kind, ErrorKind::Unsupported | ErrorKind::Missing),
+                        "{e}"
+                    );
+                })
+                .map(|e| e.location.to_string())
+                .collect(),
+        };
+        assert_eq!(at, want, "{cloud} allocate={allocate}");
+    }
+}
+
+#[test]
+fn a_headless_load_balancer_is_refused_in_the_api_servers_words_on_every_cloud() {
+    for cloud in Cloud::ALL {
+        let errors = svc_lb("ns", "web")
+            .with_spec(|spec| spec.cluster_ip = Some("None".to_owned()))
+            .err(*cloud);
+        assert_eq!(
+            errors.to_string(),
+            "spec.clusterIPs[0] = \"None\": may not be set to 'None' for LoadBalancer services",
+            "{cloud}"
+        );
+    }
+    let listed = svc_lb("ns", "web")
+        .with_spec(|spec| spec.cluster_ips = Some(vec!["None".to_owned()]))
+        .err(Cloud::Local);
+    assert_eq!(listed.len(), 1, "{listed}");
+    // A cluster IP, or the list winning over a stale clusterIP, is not headless.
+    for (ip, ips) in [
+        (Some("10.96.0.10"), None),
+        (Some("None"), Some("10.96.0.11")),
+    ] {
+        svc_lb("ns", "web")
+            .with_spec(|spec| {
+                spec.cluster_ip = ip.map(str::to_owned);
+                spec.cluster_ips = ips.map(|ip| vec![ip.to_owned()]);
+            })
+            .ok(Cloud::Local);
+    }
+}
+
+#[test]
 fn protocol_errors_name_the_port() {
     let errors = svc_lb("ns", "web")
         .ports(ports(&["TCP", "SCTP"]))
@@ -213,4 +307,72 @@ fn quoted_values_are_cut_at_a_character_boundary() {
         assert!(quoted.contains("bytes in all"), "{quoted}");
         assert!(quoted.len() < MAX_VALUE_BYTES + 40);
     }
+}
+
+#[test]
+fn source_ranges_on_a_users_own_clb_or_blb_are_refused_in_the_providers_words() {
+    use kube_lb_annotations::keys::{baidu, tencent};
+    // (cloud, the annotation naming the user's load balancer, ranges, refused)
+    let cases = [
+        (
+            Cloud::Tencent,
+            tencent::EXISTED_LBID,
+            "lb-users",
+            &["143.231.0.0/16"][..],
+            true,
+        ),
+        (
+            Cloud::Tencent,
+            tencent::EXISTED_LBID,
+            "lb-users",
+            &["0.0.0.0/0"][..],
+            false,
+        ),
+        (
+            Cloud::Tencent,
+            tencent::EXISTED_LBID,
+            "lb-users",
+            &[][..],
+            false,
+        ),
+        (
+            Cloud::Baidu,
+            baidu::EXIST_ID,
+            "lb-0a1b2c",
+            &["143.231.0.0/16"][..],
+            true,
+        ),
+        (
+            Cloud::Baidu,
+            baidu::EXIST_ID,
+            "lb-0a1b2c",
+            &["10.0.0.0/8", "0.0.0.0/0"][..],
+            false,
+        ),
+    ];
+    for (cloud, key, id, ranges, refused) in cases {
+        let svc = svc_lb("ns", "web")
+            .ports(vec![port("http", "TCP", 80, 30080)])
+            .annotate(key, id)
+            .source_ranges(ranges);
+        match svc.parse(cloud) {
+            Ok(_) => assert!(!refused, "{cloud} {ranges:?}: accepted"),
+            Err(errors) => {
+                assert!(refused, "{cloud} {ranges:?}: {errors}");
+                let words = kube_lb_annotations::source_ranges_on_existing(cloud, id).unwrap();
+                let error = errors
+                    .errors()
+                    .iter()
+                    .find(|e| e.location.to_string() == "spec.loadBalancerSourceRanges")
+                    .unwrap_or_else(|| panic!("{cloud}: no error on the ranges: {errors}"));
+                assert_eq!(error.detail, words, "{cloud}: the provider's words");
+            }
+        }
+    }
+    // Where kube-lb builds the load balancer, the ranges are enforced, not refused.
+    let own = svc_lb("ns", "web")
+        .ports(vec![port("http", "TCP", 80, 30080)])
+        .source_ranges(&["143.231.0.0/16"]);
+    assert!(own.parse(Cloud::Tencent).is_ok());
+    assert!(own.parse(Cloud::Baidu).is_ok());
 }

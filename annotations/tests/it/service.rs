@@ -379,6 +379,19 @@ fn lifting_the_removed_field_into_the_annotation() {
         "spec": {"topologyKeys": ["kubernetes.io/hostname"]}
     });
     assert_eq!(lift_topology_keys(&mut same), Ok(true));
+    // The API server validates each entry as written: a key with a trailing space is not a
+    // label key there, so it is not trimmed into one here.
+    let mut spaced = json!({"spec": {"topologyKeys": ["kubernetes.io/hostname ", "*"]}});
+    let error = lift_topology_keys(&mut spaced).expect_err("spaces");
+    assert_eq!(
+        error,
+        TopologyLiftError::Spaces("kubernetes.io/hostname ".to_owned())
+    );
+    assert!(
+        error.to_string().contains("\"kubernetes.io/hostname \"")
+            && error.to_string().contains("the API server refuses it"),
+        "{error}"
+    );
 }
 
 #[test]

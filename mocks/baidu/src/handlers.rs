@@ -137,6 +137,27 @@ fn route(
         ("PUT", ["v1", "eip", ip]) if has(query, "bind") => bind_eip(state, ip, body),
         ("PUT", ["v1", "eip", ip]) if has(query, "unbind") => unbind_eip(state, ip),
         ("DELETE", ["v1", "eip", ip]) => release_eip(state, ip),
+        ("PUT", ["v1", "blb", id, "securitygroup"]) if has(query, "bind") => {
+            state.bind_security_groups(id, body, true)
+        }
+        ("PUT", ["v1", "blb", id, "securitygroup"]) if has(query, "unbind") => {
+            state.bind_security_groups(id, body, false)
+        }
+        ("GET", ["v1", "blb", id, "securitygroup"]) => state.blb_security_groups(id),
+        ("POST", ["v2", "securityGroup"]) => state.create_security_group(body),
+        ("GET", ["v2", "securityGroup"]) => {
+            let items =
+                state.list_security_groups(param(query, "vpcId"), param(query, "securityGroupId"));
+            page(items, query, "securityGroups")
+        }
+        ("DELETE", ["v2", "securityGroup", "rule", rule]) => state.delete_rule(rule),
+        ("PUT", ["v2", "securityGroup", id]) if has(query, "authorizeRule") => {
+            state.change_rule(id, body, false)
+        }
+        ("PUT", ["v2", "securityGroup", id]) if has(query, "revokeRule") => {
+            state.change_rule(id, body, true)
+        }
+        ("DELETE", ["v2", "securityGroup", id]) => state.delete_security_group(id),
         _ => Err(ApiError::new(
             400,
             "InvalidURI",
@@ -249,6 +270,7 @@ pub(crate) fn insert_blb(
             tags,
             listeners: Default::default(),
             backends: Default::default(),
+            security_groups: Vec::new(),
         },
     );
     id

@@ -13,6 +13,11 @@
 //! request is journaled; faults can be armed per method and path: answered instead of served,
 //! or served and then answered with a 503 as a lost response ([`Fault::lose_response`]).
 //!
+//! Security groups are served too (BCC/VPC v2, `/v2/securityGroup…`: create with rules, list,
+//! authorize / revoke / delete a rule, delete), and BLBs bind them
+//! (`/v1/blb/{id}/securitygroup?bind|unbind`, read back with `GET`);
+//! [`MockBaidu::would_reach`] judges a client address against the bound groups.
+//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! let cloud = kube_lb_mock_baidu::MockBaidu::builder().start().await?;
@@ -22,6 +27,7 @@
 
 mod auth;
 mod handlers;
+mod security_groups;
 mod state;
 
 use std::collections::BTreeMap;
@@ -193,6 +199,37 @@ impl MockBaidu {
     /// Every EIP, as `ListEips` shows it.
     pub fn eips(&self) -> Vec<Value> {
         self.lock().eips.values().map(|e| e.summary()).collect()
+    }
+
+    /// Every security group, as `GET /v2/securityGroup` shows it.
+    pub fn security_groups(&self) -> Vec<Value> {
+        self.lock()
+            .list_security_groups(None, None)
+            .into_iter()
+            .map(|(_, g)| g)
+            .collect()
+    }
+
+    /// The security groups bound to `blb_id`, in binding order.
+    pub fn bound_security_groups(&self, blb_id: &str) -> Vec<String> {
+        self.lock()
+            .blbs
+            .get(blb_id)
+            .map(|b| b.security_groups.clone())
+            .unwrap_or_default()
+    }
+
+    /// Would a client at `source` reach listener `protocol`/`port` (`TCP`, `UDP`) of BLB
+    /// `blb_id`, as BCE judges it: no group bound lets everyone in; with groups bound, a
+    /// packet passes when an ingress rule of a bound group allows it, and is dropped otherwise.
+    pub fn would_reach(
+        &self,
+        blb_id: &str,
+        source: std::net::IpAddr,
+        protocol: &str,
+        port: u16,
+    ) -> bool {
+        self.lock().would_reach(blb_id, source, protocol, port)
     }
 
     /// Creates a BLB as another actor would (a user's BLB for `exist-id`), already

@@ -164,6 +164,8 @@ pub struct Quotas {
     pub backends_per_blb: usize,
     /// EIPs per account.
     pub eips: usize,
+    /// Security groups per account.
+    pub security_groups: usize,
 }
 
 impl Default for Quotas {
@@ -173,6 +175,7 @@ impl Default for Quotas {
             listeners_per_blb: 50,
             backends_per_blb: 50,
             eips: 20,
+            security_groups: 100,
         }
     }
 }
@@ -199,6 +202,8 @@ pub(crate) struct Blb {
     pub tags: Value,
     pub listeners: BTreeMap<u16, Listener>,
     pub backends: BTreeMap<String, i64>,
+    /// Bound security groups, in binding order.
+    pub security_groups: Vec<String>,
 }
 
 impl Blb {
@@ -258,6 +263,7 @@ pub(crate) struct State {
     pub config: Config,
     pub blbs: BTreeMap<String, Blb>,
     pub eips: BTreeMap<String, Eip>,
+    pub security_groups: BTreeMap<String, crate::security_groups::SecurityGroup>,
     pub journal: Vec<JournalEntry>,
     pub faults: Vec<Fault>,
     pub next_id: u64,
@@ -271,6 +277,7 @@ impl State {
             config,
             blbs: BTreeMap::new(),
             eips: BTreeMap::new(),
+            security_groups: BTreeMap::new(),
             journal: Vec::new(),
             faults: Vec::new(),
             next_id: 1,

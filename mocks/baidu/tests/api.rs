@@ -111,6 +111,29 @@ async fn official_sdk_session_sees_bce_behaviour() {
     assert!(out["stale"]["body"]["requestId"].is_string());
     ok("delete_blb");
     assert_eq!(out["blbs_after"].as_array().unwrap().len(), 0);
+    // Security groups: made with their rules, bound, undeletable while bound.
+    let group = out["sg_create"]["security_group_id"].as_str().unwrap();
+    assert!(group.starts_with("g-"), "{}", out["sg_create"]);
+    assert_eq!(error("sg_duplicate_rule"), "DuplicateRule");
+    ok("sg_bind");
+    let bound = out["sg_bound"].as_array().unwrap();
+    assert_eq!(bound.len(), 1, "{bound:?}");
+    assert_eq!(bound[0]["security_group_id"], group);
+    assert_eq!(
+        bound[0]["security_group_rules"][0]["source_ip"],
+        "143.231.0.0/16"
+    );
+    assert_eq!(bound[0]["security_group_rules"][0]["port_range"], "80");
+    assert_eq!(
+        error("sg_delete_bound"),
+        "SecurityGroup.InstancesAssociatedSecurityGroupCanNotBeDeleted"
+    );
+    assert_eq!(out["sg_delete_bound"]["status"], 409);
+    let listed = out["sg_listed"].as_array().unwrap();
+    assert_eq!(listed[0]["id"], group);
+    assert_eq!(listed[0]["rules"][0]["direction"], "ingress");
+    ok("sg_delete_unbound");
+    assert_eq!(out["sg_after"].as_array().unwrap().len(), 0);
 
     // The journal saw every request, refused ones included, with the code answered.
     let journal = cloud.journal();

@@ -15,6 +15,8 @@ from baidubce.auth.bce_credentials import BceCredentials
 from baidubce.bce_client_configuration import BceClientConfiguration
 from baidubce.exception import BceHttpClientError, BceServerError
 from baidubce.retry.retry_policy import NoRetryPolicy
+from baidubce.services.bcc import bcc_model
+from baidubce.services.bcc.bcc_client import BccClient
 from baidubce.services.blb.blb_client import BlbClient
 from baidubce.services.eip.eip_client import EipClient
 
@@ -111,8 +113,25 @@ def main():
     answer = conn.getresponse()
     out["stale"] = {"status": answer.status, "body": json.loads(answer.read())}
 
+    # Security groups (BCC v2) bound to the BLB.
+    bcc = BccClient(config)
+    rule = bcc_model.SecurityGroupRuleModel(
+        remark="sdk", direction="ingress", ethertype="IPv4", portRange="80", protocol="tcp",
+        sourceIp="143.231.0.0/16",
+    )
+    group = bcc.create_security_group("sdk-sg", [rule], vpc_id=vpc, desc="made by the SDK")
+    group_id = group.security_group_id
+    out["sg_create"] = plain(group)
+    out["sg_duplicate_rule"] = attempt(lambda: bcc.authorize_security_group_rule(group_id, rule))
+    out["sg_bind"] = attempt(lambda: blb.bind_security_groups(lb, [group_id]))
+    out["sg_bound"] = plain(blb.describe_security_groups(lb).blb_security_groups)
+    out["sg_delete_bound"] = attempt(lambda: bcc.delete_security_group(group_id))
+    out["sg_listed"] = plain(bcc.list_security_groups(vpc_id=vpc).security_groups)
+
     out["delete_blb"] = attempt(lambda: blb.delete_loadbalancer(lb))
     out["blbs_after"] = plain(blb.describe_loadbalancers().blb_list)
+    out["sg_delete_unbound"] = attempt(lambda: bcc.delete_security_group(group_id))
+    out["sg_after"] = plain(bcc.list_security_groups(vpc_id=vpc).security_groups)
     json.dump(out, sys.stdout)
 
 

@@ -17,6 +17,13 @@
 //! journaled; faults can be armed per action (an error answer, a failing task, or an answer
 //! lost after the request was served).
 //!
+//! The VPC security-group actions a CLB's access control needs (`2017-03-12`, requests signed
+//! for service `vpc`) are served on the same port: `CreateSecurityGroup`,
+//! `DescribeSecurityGroups`, `DescribeSecurityGroupPolicies`, `CreateSecurityGroupPolicies`,
+//! `DeleteSecurityGroupPolicies`, `ModifySecurityGroupPolicies`, `DeleteSecurityGroup`; the CLB
+//! binds them with `SetLoadBalancerSecurityGroups` and shows them as `SecureGroups`.
+//! [`MockTencent::would_reach`] judges a client address against the bound groups.
+//!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
 //! let cloud = kube_lb_mock_tencent::MockTencent::builder().start().await?;
@@ -24,6 +31,7 @@
 //! # Ok(()) }
 //! ```
 
+mod security_groups;
 mod sign;
 mod state;
 
@@ -40,6 +48,7 @@ use kube_lb_mock_support::faults;
 use kube_lb_mock_support::{MockServer, Shared, lock_shared};
 use serde_json::{Map, Value, json};
 
+pub use security_groups::{Policy, SecurityGroup};
 pub use sign::{authorization_header, expected_signature, parse_authorization, utc_date};
 pub use state::{ApiError, Fault, FaultKind, JournalEntry, Quotas};
 
@@ -59,6 +68,8 @@ pub const SUBNET_ID: &str = "subnet-kubelb01";
 pub const SUBNET_ID_2: &str = "subnet-kubelb02";
 /// The API version served.
 pub const VERSION: &str = "2018-03-17";
+/// The VPC API version served (security groups).
+pub const VPC_VERSION: &str = "2017-03-12";
 
 /// Builds a [`MockTencent`].
 #[derive(Debug)]
@@ -265,6 +276,56 @@ impl MockTencent {
         done
     }
 
+    /// Every security group, as `DescribeSecurityGroups` shows it, with its
+    /// `SecurityGroupPolicySet` as `DescribeSecurityGroupPolicies` shows it.
+    pub fn security_groups(&self) -> Vec<Value> {
+        let mut state = self.lock();
+        let ids: Vec<String> = state.security_groups.keys().cloned().collect();
+        ids.iter()
+            .filter_map(|id| {
+                let mut body = Map::new();
+                body.insert("SecurityGroupIds".into(), json!([id]));
+                let mut group = state
+                    .serve_vpc("DescribeSecurityGroups", &body)?
+                    .ok()?
+                    .remove("SecurityGroupSet")?
+                    .as_array()?
+                    .first()?
+                    .clone();
+                let mut body = Map::new();
+                body.insert("SecurityGroupId".into(), json!(id));
+                let policies = state
+                    .serve_vpc("DescribeSecurityGroupPolicies", &body)?
+                    .ok()?
+                    .remove("SecurityGroupPolicySet")?;
+                group["SecurityGroupPolicySet"] = policies;
+                Some(group)
+            })
+            .collect()
+    }
+
+    /// The security groups bound to `lb_id`, in priority order (`SecureGroups`).
+    pub fn bound_security_groups(&self, lb_id: &str) -> Vec<String> {
+        self.lock()
+            .load_balancers
+            .get(lb_id)
+            .map(|lb| lb.security_groups.clone())
+            .unwrap_or_default()
+    }
+
+    /// Would a client at `source` reach listener `protocol`/`port` (`TCP`, `UDP`) of CLB
+    /// `lb_id`, as the cloud judges it: no group bound lets everyone in; bound groups are read in
+    /// order, each group's ingress policies in order, the first match decides, no match drops.
+    pub fn would_reach(
+        &self,
+        lb_id: &str,
+        source: std::net::IpAddr,
+        protocol: &str,
+        port: u16,
+    ) -> bool {
+        self.lock().would_reach(lb_id, source, protocol, port)
+    }
+
     /// Starts a task on `lb_id` as another actor would (console edit): writes are refused
     /// with `ResourceInOperating` until `duration` has passed.
     pub fn occupy(&self, lb_id: &str, duration: Duration) {
@@ -311,8 +372,16 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The checks the API gateway makes before an action runs.
-fn authenticate(config: &state::Config, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
+/// The API version each served service answers: CLB, and VPC for security groups.
+const SERVICES: &[(&str, &str)] = &[("clb", VERSION), ("vpc", VPC_VERSION)];
+
+/// The checks the API gateway makes before an action runs; returns the service the request
+/// was signed for (`clb` or `vpc`: each has its own host in the cloud, one port here).
+fn authenticate(
+    config: &state::Config,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<&'static str, ApiError> {
     let missing = |name: &str| {
         ApiError::new(
             "MissingParameter",
@@ -320,12 +389,6 @@ fn authenticate(config: &state::Config, headers: &HeaderMap, body: &[u8]) -> Res
         )
     };
     let version = header(headers, "x-tc-version").ok_or_else(|| missing("X-TC-Version"))?;
-    if version != VERSION {
-        return Err(ApiError::new(
-            "NoSuchVersion",
-            format!("Version `{version}` does not exist for service clb."),
-        ));
-    }
     let timestamp: i64 = header(headers, "x-tc-timestamp")
         .ok_or_else(|| missing("X-TC-Timestamp"))?
         .parse()
@@ -337,6 +400,17 @@ fn authenticate(config: &state::Config, headers: &HeaderMap, body: &[u8]) -> Res
             "The Authorization header is not a TC3-HMAC-SHA256 authorization.",
         )
     })?;
+    let (service, served_version) = SERVICES
+        .iter()
+        .find(|(service, _)| *service == auth.service)
+        .copied()
+        .unwrap_or(("clb", VERSION));
+    if version != served_version {
+        return Err(ApiError::new(
+            "NoSuchVersion",
+            format!("Version `{version}` does not exist for service {service}."),
+        ));
+    }
     let (secret_key, token) = config.credentials.get(&auth.secret_id).ok_or_else(|| {
         ApiError::new(
             "AuthFailure.SecretIdNotFound",
@@ -366,8 +440,8 @@ fn authenticate(config: &state::Config, headers: &HeaderMap, body: &[u8]) -> Res
     }
     let content_type = header(headers, "content-type").unwrap_or_default();
     let host = header(headers, "host").unwrap_or_default();
-    let want = expected_signature(secret_key, "clb", content_type, host, body, timestamp);
-    if auth.service != "clb"
+    let want = expected_signature(secret_key, service, content_type, host, body, timestamp);
+    if auth.service != service
         || auth.date != utc_date(timestamp)
         || auth.signed_headers != "content-type;host"
         || auth.signature != want
@@ -384,7 +458,7 @@ fn authenticate(config: &state::Config, headers: &HeaderMap, body: &[u8]) -> Res
             format!("The region `{region}` is not supported by this endpoint."),
         ));
     }
-    Ok(())
+    Ok(service)
 }
 
 async fn handle(
@@ -415,7 +489,7 @@ async fn handle(
                 "The request is missing `X-TC-Action`.",
             ));
         }
-        authenticate(&state.config, &headers, &body)?;
+        let service = authenticate(&state.config, &headers, &body)?;
         let Value::Object(params) = &parsed else {
             return Err(ApiError::new(
                 "InvalidParameter",
@@ -432,6 +506,14 @@ async fn handle(
             None => None,
         };
         let params = params.clone();
+        if service == "vpc" {
+            return state.serve_vpc(&action, &params).unwrap_or_else(|| {
+                Err(ApiError::new(
+                    "InvalidAction",
+                    format!("The action `{action}` is not supported by service vpc."),
+                ))
+            });
+        }
         state.serve(&action, &params, &request_id, fail_task)
     })();
     state.journal.push(JournalEntry {

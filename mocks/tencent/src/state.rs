@@ -25,7 +25,7 @@ impl ApiError {
     }
 }
 
-type Reply = Result<Map<String, Value>, ApiError>;
+pub(crate) type Reply = Result<Map<String, Value>, ApiError>;
 
 /// Limits the mock enforces.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +36,8 @@ pub struct Quotas {
     pub internal_load_balancers: usize,
     /// Listeners per CLB (default 50).
     pub listeners_per_load_balancer: usize,
+    /// Security groups per region (Tencent's default: 50).
+    pub security_groups: usize,
 }
 
 impl Default for Quotas {
@@ -44,6 +46,7 @@ impl Default for Quotas {
             public_load_balancers: 100,
             internal_load_balancers: 100,
             listeners_per_load_balancer: 50,
+            security_groups: 50,
         }
     }
 }
@@ -227,6 +230,8 @@ pub struct LoadBalancer {
     pub attributes: Map<String, Value>,
     /// Listeners by id.
     pub listeners: BTreeMap<String, Listener>,
+    /// Bound security groups in priority order (`SecureGroups`).
+    pub security_groups: Vec<String>,
 }
 
 impl LoadBalancer {
@@ -246,6 +251,7 @@ impl LoadBalancer {
         lb.insert("LoadBalancerVips".into(), json!(self.vips));
         lb.insert("AddressIPv6".into(), json!(self.address_ipv6));
         lb.insert("Status".into(), json!(self.status));
+        lb.insert("SecureGroups".into(), json!(self.security_groups));
         lb.insert(
             "Tags".into(),
             Value::Array(
@@ -327,6 +333,8 @@ pub struct State {
     pub journal: Vec<JournalEntry>,
     /// Armed faults.
     pub faults: Vec<Fault>,
+    /// VPC security groups by id.
+    pub security_groups: BTreeMap<String, crate::security_groups::SecurityGroup>,
     /// `CreateLoadBalancer` answers by the `ClientToken` that asked for them: a request
     /// repeated with the same token gets the first answer again and creates nothing.
     client_tokens: BTreeMap<String, Map<String, Value>>,
@@ -586,6 +594,7 @@ impl State {
             tasks: BTreeMap::new(),
             journal: Vec::new(),
             faults: Vec::new(),
+            security_groups: BTreeMap::new(),
             client_tokens: BTreeMap::new(),
             sequence: 0,
         }
@@ -594,6 +603,16 @@ impl State {
     fn next(&mut self) -> u64 {
         self.sequence += 1;
         self.sequence
+    }
+
+    /// A number unique within the mock (for new resource ids).
+    pub(crate) fn next_id(&mut self) -> u64 {
+        self.next()
+    }
+
+    /// [`Self::writable`] for the sibling modules.
+    pub(crate) fn writable_load_balancer(&self, id: &str) -> Result<&LoadBalancer, ApiError> {
+        self.writable(id)
     }
 
     /// A request id (UUID-shaped, unique within the mock).
@@ -738,6 +757,7 @@ impl State {
             "BatchRegisterTargets" => self.batch_targets(body, true),
             "BatchDeregisterTargets" => self.batch_targets(body, false),
             "DescribeTargets" => self.describe_targets(body),
+            "SetLoadBalancerSecurityGroups" => self.set_load_balancer_security_groups(body),
             other => Err(ApiError::new(
                 "InvalidAction",
                 format!("The action `{other}` is not supported by this mock."),
@@ -923,6 +943,7 @@ impl State {
             tags,
             attributes,
             listeners: BTreeMap::new(),
+            security_groups: Vec::new(),
         };
         self.load_balancers.insert(id.clone(), lb);
         let deal = format!("2026{n:012}");

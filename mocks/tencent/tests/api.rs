@@ -4,7 +4,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kube_lb_mock_tencent::{
-    Fault, MockTencent, Quotas, REGION, SECRET_ID, SECRET_KEY, SUBNET_ID, authorization_header,
+    Fault, MockTencent, Quotas, REGION, SECRET_ID, SECRET_KEY, SUBNET_ID, VPC_VERSION,
+    authorization_header, expected_signature, utc_date,
 };
 use serde_json::{Value, json};
 
@@ -408,4 +409,163 @@ async fn a_create_repeated_with_its_client_token_gets_the_first_answer_and_creat
     )
     .await;
     assert_eq!(code(&too_long), "InvalidParameterValue", "{too_long}");
+}
+
+/// One VPC API request (`2017-03-12`), signed for service `vpc` as the SDKs sign it.
+async fn vpc_call(cloud: &MockTencent, action: &str, version: &str, body: Value) -> Value {
+    let bytes = serde_json::to_vec(&body).expect("json");
+    let timestamp = now();
+    let signature = expected_signature(
+        SECRET_KEY,
+        "vpc",
+        "application/json",
+        &cloud.host(),
+        &bytes,
+        timestamp,
+    );
+    let authorization = format!(
+        "TC3-HMAC-SHA256 Credential={SECRET_ID}/{}/vpc/tc3_request, SignedHeaders=content-type;host, Signature={signature}",
+        utc_date(timestamp)
+    );
+    let response = reqwest::Client::new()
+        .post(cloud.url())
+        .header("content-type", "application/json")
+        .header("authorization", authorization)
+        .header("x-tc-action", action)
+        .header("x-tc-version", version)
+        .header("x-tc-region", REGION)
+        .header("x-tc-timestamp", timestamp.to_string())
+        .body(bytes)
+        .send()
+        .await
+        .expect("send");
+    let document: Value = response.json().await.expect("json answer");
+    document["Response"].clone()
+}
+
+#[tokio::test]
+async fn security_groups_bound_to_a_clb_decide_who_reaches_its_listeners() {
+    let cloud = MockTencent::builder().start().await.expect("mock");
+    let lb = create_public(&cloud).await;
+    let listener = call(
+        &cloud,
+        "CreateListener",
+        json!({"LoadBalancerId": lb, "Protocol": "TCP", "Ports": [80]}),
+    )
+    .await;
+    assert_eq!(code(&listener), "", "{listener}");
+    let inside: std::net::IpAddr = "143.231.1.2".parse().unwrap();
+    let outside: std::net::IpAddr = "198.51.100.1".parse().unwrap();
+    // No group bound: everyone passes.
+    assert!(cloud.would_reach(&lb, outside, "TCP", 80));
+
+    // The VPC version under a CLB scope, and the CLB version under the VPC scope, are refused.
+    let wrong = vpc_call(&cloud, "DescribeSecurityGroups", "2018-03-17", json!({})).await;
+    assert_eq!(code(&wrong), "NoSuchVersion");
+    let created = vpc_call(
+        &cloud,
+        "CreateSecurityGroup",
+        VPC_VERSION,
+        json!({"GroupName": "sg-a", "GroupDescription": "test",
+               "Tags": [{"Key": "owner", "Value": "me"}]}),
+    )
+    .await;
+    let group = created["SecurityGroup"]["SecurityGroupId"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let bad = vpc_call(
+        &cloud,
+        "ModifySecurityGroupPolicies",
+        VPC_VERSION,
+        json!({"SecurityGroupId": group, "SecurityGroupPolicySet": {"Ingress": [
+            {"Protocol": "SCTP", "Port": "80", "CidrBlock": "10.0.0.0/8", "Action": "ACCEPT"}]}}),
+    )
+    .await;
+    assert_eq!(code(&bad), "InvalidParameterValue");
+    let set = vpc_call(
+        &cloud,
+        "ModifySecurityGroupPolicies",
+        VPC_VERSION,
+        json!({"SecurityGroupId": group, "SecurityGroupPolicySet": {"Egress": [], "Ingress": [
+            {"Protocol": "TCP", "Port": "80,443", "CidrBlock": "143.231.0.0/16", "Action": "ACCEPT"}]}}),
+    )
+    .await;
+    assert_eq!(code(&set), "", "{set}");
+    // Bound: only the range passes, a port the policy does not name is closed.
+    let bound = call(
+        &cloud,
+        "SetLoadBalancerSecurityGroups",
+        json!({"LoadBalancerId": lb, "SecurityGroups": [group]}),
+    )
+    .await;
+    assert_eq!(code(&bound), "", "{bound}");
+    assert!(cloud.would_reach(&lb, inside, "TCP", 80));
+    assert!(!cloud.would_reach(&lb, outside, "TCP", 80));
+    let described = call(
+        &cloud,
+        "DescribeLoadBalancers",
+        json!({"LoadBalancerIds": [lb]}),
+    )
+    .await;
+    assert_eq!(
+        described["LoadBalancerSet"][0]["SecureGroups"],
+        json!([group])
+    );
+    // A DROP ahead of the ACCEPT wins: the first matching policy decides.
+    let drop = vpc_call(
+        &cloud,
+        "ModifySecurityGroupPolicies",
+        VPC_VERSION,
+        json!({"SecurityGroupId": group, "SecurityGroupPolicySet": {"Ingress": [
+            {"Protocol": "ALL", "Port": "ALL", "CidrBlock": "143.231.1.0/24", "Action": "DROP"},
+            {"Protocol": "TCP", "Port": "80", "CidrBlock": "143.231.0.0/16", "Action": "ACCEPT"}]}}),
+    )
+    .await;
+    assert_eq!(code(&drop), "", "{drop}");
+    assert!(!cloud.would_reach(&lb, inside, "TCP", 80));
+    assert!(cloud.would_reach(&lb, "143.231.2.2".parse().unwrap(), "TCP", 80));
+    let policies = vpc_call(
+        &cloud,
+        "DescribeSecurityGroupPolicies",
+        VPC_VERSION,
+        json!({"SecurityGroupId": group}),
+    )
+    .await;
+    let ingress = &policies["SecurityGroupPolicySet"]["Ingress"];
+    assert_eq!(ingress[0]["PolicyIndex"], 0);
+    assert_eq!(ingress[0]["Action"], "DROP");
+    assert_eq!(ingress[1]["CidrBlock"], "143.231.0.0/16");
+    // A bound group cannot be deleted; unbound it can.
+    let busy = vpc_call(
+        &cloud,
+        "DeleteSecurityGroup",
+        VPC_VERSION,
+        json!({"SecurityGroupId": group}),
+    )
+    .await;
+    assert_eq!(code(&busy), "ResourceInUse");
+    call(
+        &cloud,
+        "SetLoadBalancerSecurityGroups",
+        json!({"LoadBalancerId": lb}),
+    )
+    .await;
+    assert!(cloud.would_reach(&lb, outside, "TCP", 80));
+    let deleted = vpc_call(
+        &cloud,
+        "DeleteSecurityGroup",
+        VPC_VERSION,
+        json!({"SecurityGroupId": group}),
+    )
+    .await;
+    assert_eq!(code(&deleted), "", "{deleted}");
+    let gone = vpc_call(
+        &cloud,
+        "DescribeSecurityGroupPolicies",
+        VPC_VERSION,
+        json!({"SecurityGroupId": group}),
+    )
+    .await;
+    assert_eq!(code(&gone), "InvalidSecurityGroupID.NotFound");
 }

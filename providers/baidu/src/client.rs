@@ -1,4 +1,5 @@
-//! A thin typed client for the BLB v1 and EIP v1 APIs: every request is signed with
+//! A thin typed client for the BLB v1 and EIP v1 APIs, and the BCC v2 security groups behind
+//! `loadBalancerSourceRanges`: every request is signed with
 //! `bce-auth-v1` ([`crate::sign`]) and made through the shared [`CloudApi`] (rate limit, retry
 //! of transient failures, call counting). Creates carry a `clientToken` fixed across retries,
 //! so a retried create cannot make a second resource.
@@ -134,6 +135,79 @@ impl Eip {
     }
 }
 
+/// A security group as `GET /v2/securityGroup` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityGroup {
+    /// `g-…`.
+    pub id: String,
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Description.
+    #[serde(default)]
+    pub desc: String,
+    /// VPC.
+    #[serde(default)]
+    pub vpc_id: String,
+    /// Rules.
+    #[serde(default)]
+    pub rules: Vec<SecurityGroupRule>,
+    /// Tags.
+    #[serde(default)]
+    pub tags: Option<Vec<Tag>>,
+}
+
+impl SecurityGroup {
+    /// The value of tag `key`.
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|t| t.tag_key == key)
+            .map(|t| t.tag_value.as_str())
+    }
+}
+
+/// One rule of a security group.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityGroupRule {
+    /// Rule id.
+    #[serde(default)]
+    pub security_group_rule_id: String,
+    /// `ingress` or `egress`.
+    #[serde(default)]
+    pub direction: String,
+    /// `IPv4` or `IPv6`.
+    #[serde(default)]
+    pub ethertype: String,
+    /// `tcp`, `udp`, `icmp`, `all` or empty (all).
+    #[serde(default)]
+    pub protocol: String,
+    /// A port, a range `a-b`, or empty (all).
+    #[serde(default)]
+    pub port_range: String,
+    /// Source CIDR (ingress).
+    #[serde(default)]
+    pub source_ip: String,
+    /// Source group (ingress).
+    #[serde(default)]
+    pub source_group_id: String,
+}
+
+/// A group bound to a BLB, as `GET /v1/blb/{id}/securitygroup` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundGroup {
+    /// `g-…`.
+    pub security_group_id: String,
+    /// Name.
+    #[serde(default)]
+    pub security_group_name: String,
+}
+
 /// The BLB + EIP client.
 #[derive(Debug, Clone)]
 pub struct BaiduClient {
@@ -141,6 +215,7 @@ pub struct BaiduClient {
     credentials: Credentials,
     blb_endpoint: String,
     eip_endpoint: String,
+    bcc_endpoint: String,
     api: CloudApi,
 }
 
@@ -184,6 +259,7 @@ fn error_from_answer(
 enum Service {
     Blb,
     Eip,
+    Bcc,
 }
 
 impl BaiduClient {
@@ -207,8 +283,16 @@ impl BaiduClient {
             credentials,
             blb_endpoint: blb_endpoint.trim_end_matches('/').to_string(),
             eip_endpoint: eip_endpoint.trim_end_matches('/').to_string(),
+            bcc_endpoint: crate::config::bcc_endpoint_for(blb_endpoint.trim_end_matches('/')),
             api,
         })
+    }
+
+    /// The same client with the BCC API (security groups) at `endpoint`; by default beside
+    /// the BLB endpoint ([`crate::config::bcc_endpoint_for`]).
+    pub fn with_bcc_endpoint(mut self, endpoint: &str) -> Self {
+        self.bcc_endpoint = endpoint.trim_end_matches('/').to_string();
+        self
     }
 
     /// The shared call path (for counters in tests).
@@ -230,6 +314,7 @@ impl BaiduClient {
         let family = match service {
             Service::Blb => "blb",
             Service::Eip => "eip",
+            Service::Bcc => "bcc",
         };
         self.api
             .call_with(
@@ -289,6 +374,7 @@ impl BaiduClient {
         let base = match service {
             Service::Blb => &self.blb_endpoint,
             Service::Eip => &self.eip_endpoint,
+            Service::Bcc => &self.bcc_endpoint,
         };
         let mut url = format!("{base}{}", sign::uri_encode(path, true));
         if !query.is_empty() {
@@ -759,6 +845,129 @@ impl BaiduClient {
             "eip:ReleaseEip",
             Method::DELETE,
             &format!("/v1/eip/{ip}"),
+            &[],
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The security groups bound to BLB `id`, in binding order.
+    pub async fn blb_security_groups(&self, id: &str) -> Result<Vec<BoundGroup>, BceError> {
+        let answer = self
+            .call(
+                Service::Blb,
+                "blb:DescribeSecurityGroups",
+                CallKind::Read,
+                Method::GET,
+                &format!("/v1/blb/{id}/securitygroup"),
+                &[],
+                None,
+            )
+            .await?;
+        Self::decode(
+            "blb:DescribeSecurityGroups",
+            answer
+                .get("blbSecurityGroups")
+                .cloned()
+                .unwrap_or(Value::Array(Vec::new())),
+        )
+    }
+
+    /// Binds (`bind`) or unbinds security groups `groups` to or from BLB `id`.
+    pub async fn bind_security_groups(
+        &self,
+        id: &str,
+        groups: &[String],
+        bind: bool,
+    ) -> Result<(), BceError> {
+        let (operation, flag) = if bind {
+            ("blb:BindSecurityGroups", "bind")
+        } else {
+            ("blb:UnbindSecurityGroups", "unbind")
+        };
+        self.write(
+            Service::Blb,
+            operation,
+            Method::PUT,
+            &format!("/v1/blb/{id}/securitygroup"),
+            &[flag],
+            Some(&json!({"securityGroupIds": groups})),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The security groups of VPC `vpc_id`.
+    pub async fn security_groups(&self, vpc_id: &str) -> Result<Vec<SecurityGroup>, BceError> {
+        self.list(
+            Service::Bcc,
+            "bcc:ListSecurityGroups",
+            "/v2/securityGroup",
+            &[("vpcId", vpc_id)],
+            "securityGroups",
+        )
+        .await
+    }
+
+    /// Creates a security group with its rules (`body`: name, desc, vpcId, rules, tags);
+    /// returns its id.
+    pub async fn create_security_group(&self, body: &Value) -> Result<String, BceError> {
+        let answer = self
+            .write(
+                Service::Bcc,
+                "bcc:CreateSecurityGroup",
+                Method::POST,
+                "/v2/securityGroup",
+                &[],
+                Some(body),
+            )
+            .await?;
+        answer
+            .get("securityGroupId")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| BceError::Unexpected {
+                operation: "bcc:CreateSecurityGroup",
+                message: format!("no securityGroupId in {answer}"),
+            })
+    }
+
+    /// Adds `rule` to security group `id`.
+    pub async fn authorize_rule(&self, id: &str, rule: &Value) -> Result<(), BceError> {
+        self.write(
+            Service::Bcc,
+            "bcc:AuthorizeSecurityGroupRule",
+            Method::PUT,
+            &format!("/v2/securityGroup/{id}"),
+            &["authorizeRule"],
+            Some(&json!({"rule": rule})),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Deletes rule `rule_id` (of whichever group holds it).
+    pub async fn delete_rule(&self, rule_id: &str) -> Result<(), BceError> {
+        self.write(
+            Service::Bcc,
+            "bcc:DeleteSecurityGroupRule",
+            Method::DELETE,
+            &format!("/v2/securityGroup/rule/{rule_id}"),
+            &[],
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Deletes security group `id`.
+    pub async fn delete_security_group(&self, id: &str) -> Result<(), BceError> {
+        self.write(
+            Service::Bcc,
+            "bcc:DeleteSecurityGroup",
+            Method::DELETE,
+            &format!("/v2/securityGroup/{id}"),
             &[],
             None,
         )

@@ -9,7 +9,9 @@
 //!
 //! `BCE_ACCESS_KEY_ID`, `BCE_SECRET_ACCESS_KEY` and `BCE_SESSION_TOKEN` override the file's
 //! keys. `Endpoint`/`EIPEndpoint` default to `https://blb.<Region>.baidubce.com` and
-//! `https://eip.<Region>.baidubce.com`. `SubnetID` is where BLBs are created unless a Service
+//! `https://eip.<Region>.baidubce.com`; `BCCEndpoint` (the security groups behind
+//! `loadBalancerSourceRanges`) to `Endpoint` with its `blb.` host prefix made `bcc.`, or to
+//! `Endpoint` itself when it has no such prefix (a mock or a proxy serving both). `SubnetID` is where BLBs are created unless a Service
 //! names one (upstream looked it up from a node's BCC instance, an API kube-lb does not call).
 
 use serde::Deserialize;
@@ -48,6 +50,9 @@ pub struct CloudConfig {
     /// EIP endpoint override.
     #[serde(rename = "EIPEndpoint", default)]
     pub eip_endpoint: Option<String>,
+    /// BCC endpoint override (security groups).
+    #[serde(rename = "BCCEndpoint", default)]
+    pub bcc_endpoint: Option<String>,
 }
 
 /// Everything the client needs, resolved.
@@ -59,6 +64,8 @@ pub struct Resolved {
     pub blb_endpoint: String,
     /// EIP API base URL.
     pub eip_endpoint: String,
+    /// BCC API base URL (security groups).
+    pub bcc_endpoint: String,
     /// VPC of new BLBs.
     pub vpc_id: String,
     /// Default subnet of new BLBs.
@@ -100,19 +107,38 @@ impl CloudConfig {
         let subnet_id = self.subnet_id.clone().ok_or_else(|| {
             ConfigError("SubnetID is required (the default subnet of new BLBs)".into())
         })?;
+        let blb_endpoint = endpoint(&self.endpoint, "blb");
+        let bcc_endpoint = match &self.bcc_endpoint {
+            Some(explicit) => explicit.trim_end_matches('/').to_string(),
+            None => bcc_endpoint_for(&blb_endpoint),
+        };
         Ok(Resolved {
             credentials: Credentials {
                 access_key_id,
                 secret_access_key,
                 session_token: env("BCE_SESSION_TOKEN"),
             },
-            blb_endpoint: endpoint(&self.endpoint, "blb"),
+            bcc_endpoint,
+            blb_endpoint,
             eip_endpoint: endpoint(&self.eip_endpoint, "eip"),
             vpc_id,
             subnet_id,
             cluster_id: self.cluster_id.clone(),
         })
     }
+}
+
+/// The BCC API beside the BLB API `endpoint`: `https://blb.X` → `https://bcc.X`; any other
+/// host (a mock, a proxy) is taken to serve both.
+pub fn bcc_endpoint_for(endpoint: &str) -> String {
+    for scheme in ["https://", "http://"] {
+        if let Some(rest) = endpoint.strip_prefix(scheme)
+            && let Some(host) = rest.strip_prefix("blb.")
+        {
+            return format!("{scheme}bcc.{host}");
+        }
+    }
+    endpoint.to_string()
 }
 
 #[cfg(test)]
@@ -144,6 +170,11 @@ mod tests {
             resolved.map(|r| r.eip_endpoint.as_str()),
             Ok("https://eip.gz.baidubce.com")
         );
+        assert_eq!(
+            resolved.map(|r| r.bcc_endpoint.as_str()),
+            Ok("https://bcc.gz.baidubce.com")
+        );
+        assert_eq!(bcc_endpoint_for("http://127.0.0.1:9"), "http://127.0.0.1:9");
     }
 
     #[test]

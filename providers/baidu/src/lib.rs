@@ -20,6 +20,9 @@
 //! user error naming it, before any BLB is created); it is bound, never created, and on delete
 //! only unbound.
 //!
+//! `loadBalancerSourceRanges` is enforced by a security group of the Service's own bound to its
+//! BLB ([`source_ranges`]).
+//!
 //! No Rust SDK covers BCE, so this is a thin typed client over `reqwest` ([`client`]) with its
 //! own `bce-auth-v1` signer ([`sign`]).
 
@@ -29,6 +32,7 @@ pub mod error;
 pub mod plan;
 pub mod provider;
 pub mod sign;
+pub mod source_ranges;
 
 pub use client::BaiduClient;
 pub use config::{CloudConfig, ConfigError, Resolved};

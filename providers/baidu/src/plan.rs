@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube_lb_annotations::spec::{BaiduBillingMethod, BaiduPaymentTiming, Protocol};
-use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+use kube_lb_annotations::{Cloud, LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::{BackendNode, ChangeAction, PlannedChange, ProviderError};
 use serde_json::{Value, json};
 
@@ -260,35 +260,30 @@ pub fn desired(
         kube_lb_annotations::ProviderSpec::Baidu(b) => b.clone(),
         _ => Default::default(),
     };
+    // The ports are final here: one judgement with `parse` (and so with `kube-lb lint`).
+    if let Some(refused) = kube_lb_annotations::port_limits(Cloud::Baidu, &spec.ports, false)
+        .into_iter()
+        .next()
+    {
+        return Err(ProviderError::user(refused.to_string()));
+    }
     let mut listeners = BTreeMap::new();
     for port in &spec.ports {
-        let protocol = match port.protocol {
-            Protocol::Tcp => "TCP",
-            Protocol::Udp => "UDP",
-            other => {
-                return Err(ProviderError::user(format!(
-                    "port {}: BLB listeners are TCP or UDP, not {other:?}",
-                    port.port
-                )));
-            }
+        // port_limits refused SCTP, a port without a node port and a port listed twice.
+        let protocol = if port.protocol == Protocol::Udp {
+            "UDP"
+        } else {
+            "TCP"
         };
         let Some(node_port) = port.node_port else {
-            return Err(ProviderError::user(format!(
-                "port {}: a BLB forwards to node ports; set allocateLoadBalancerNodePorts to true",
-                port.port
-            )));
+            continue;
         };
         let listener = DesiredListener {
             port: port.port,
             protocol,
             backend_port: node_port,
         };
-        if listeners.insert(port.port, listener).is_some() {
-            return Err(ProviderError::user(format!(
-                "port {} is listed twice (TCP and UDP on one port): a BLB has one listener per port",
-                port.port
-            )));
-        }
+        listeners.insert(port.port, listener);
     }
     let mut skipped_nodes = Vec::new();
     let mut instances = BTreeSet::new();
@@ -954,6 +949,33 @@ mod tests {
                 want,
                 "{provider_id:?}"
             );
+        }
+    }
+
+    /// A spec that did not come through `parse` (which refuses these first) is refused by
+    /// `desired` in the words of `kube_lb_annotations::port_limits`, the one rule for both.
+    #[test]
+    fn ports_the_load_balancer_cannot_carry_are_refused_in_the_parsers_words() {
+        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u"},
+            "spec": {"type": "LoadBalancer",
+                     "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let parsed = kube_lb_annotations::parse(Cloud::Baidu, &service)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .spec;
+        let mut sctp = parsed.clone();
+        sctp.ports[0].protocol = Protocol::Sctp;
+        let mut no_node_port = parsed;
+        no_node_port.ports[0].node_port = None;
+        for spec in [sctp, no_node_port] {
+            let words =
+                kube_lb_annotations::port_limits(Cloud::Baidu, &spec.ports, false)[0].to_string();
+            match desired(&spec, &[], "c", "vpc", "sbn") {
+                Err(ProviderError::User { message }) => assert_eq!(message, words),
+                other => panic!("{:?}: {other:?}", spec.ports),
+            }
         }
     }
 }

@@ -1,6 +1,11 @@
 //! [`BaiduProvider`]: observe the Service's BLB, plan (pure, [`crate::plan`]), apply with the
 //! fewest calls, waiting out BLB's asynchronous states (`creating`, `updating`) and retrying a
 //! change refused as busy (`OperationDenied`) after the wait.
+//!
+//! `loadBalancerSourceRanges` becomes a security group of the Service's bound to its BLB
+//! ([`crate::source_ranges`]), converged before the listeners (a new listener is never open
+//! before the group is bound) and deleted after the BLB; an `exist-id` BLB with source ranges
+//! is refused by `ensure` and `plan_ensure` alike, before any change.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +24,7 @@ use crate::client::{BaiduClient, Blb, Eip};
 use crate::config::{CloudConfig, Resolved};
 use crate::error::BceError;
 use crate::plan::{self, Desired, EipStep, Observed, Step};
+use crate::source_ranges::{self, GroupRef};
 
 pub use kube_lb_provider_core::WaitSettings;
 
@@ -124,7 +130,8 @@ impl BaiduProvider {
             &config.eip_endpoint,
             api,
             options.request_timeout,
-        )?;
+        )?
+        .with_bcc_endpoint(&config.bcc_endpoint);
         Ok(BaiduProvider {
             client: Arc::new(client),
             cluster: config.cluster_id.unwrap_or_else(|| cluster.to_string()),
@@ -670,6 +677,17 @@ impl BaiduProvider {
         if !desired.skipped_nodes.is_empty() {
             tracing::warn!(service = %spec.service, nodes = ?desired.skipped_nodes, "nodes without a BCC instance id (spec.providerID cce://i-…) are not backends");
         }
+        if source_ranges::restricted(&spec.source_ranges).is_some() {
+            if let Some(id) = &desired.exist_id {
+                return Err(ProviderError::user(source_ranges::existing_refusal(id)));
+            }
+            // Says that a group of the Service's may exist (see the module); where it does not
+            // fit, a Service whose ranges are dropped keeps its group until it is deleted.
+            if desired.desc.chars().count() + 1 + source_ranges::SG_MARK.len() <= plan::MAX_DESC {
+                desired.desc.push(' ');
+                desired.desc.push_str(source_ranges::SG_MARK);
+            }
+        }
         Ok(desired)
     }
 }
@@ -701,6 +719,12 @@ impl LoadBalancerProvider for BaiduProvider {
                 (self.wait_available(&id).await?, true)
             }
         };
+        if owned {
+            // Before the listeners: a new port is never reachable from outside the ranges.
+            let groups = self.source_range_steps(Some(&blb), spec, &desired).await?;
+            self.apply_source_ranges(&blb.blb_id, &desired.service, &groups)
+                .await?;
+        }
         let observed = self.observe(&blb.blb_id).await?;
         // The EIP mark comes off the description only once the EIP calls are done: until then
         // it is what tells the next pass that an EIP of ours may be left unbound.
@@ -723,7 +747,8 @@ impl LoadBalancerProvider for BaiduProvider {
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        for blb in self.blbs_to_delete(service).await? {
+        let blbs = self.blbs_to_delete(service).await?;
+        for blb in blbs.iter().cloned() {
             // Every EIP bound to the Service's BLB is unbound (a user's loadBalancerIP too, as
             // upstream did); ours are released. Then the BLB, unless reserve-lb.
             let mut steps = self.detach_steps(&blb, service, false).await?;
@@ -746,6 +771,8 @@ impl LoadBalancerProvider for BaiduProvider {
                 .await?;
             }
         }
+        // The BLBs are gone, so their groups are unbound and can go.
+        self.delete_groups(service, &blbs).await?;
         // Our EIPs, now unbound (or left by an earlier crash): released unless prepaid.
         for eip in self.loose_eips(service).await? {
             if eip.payment_timing == "Prepaid" {
@@ -802,6 +829,13 @@ impl LoadBalancerProvider for BaiduProvider {
                 &desired.name,
                 "blb:CreateLoadBalancer",
             ));
+            let group = source_ranges::group_name(&desired.service);
+            changes.extend(
+                self.source_range_steps(None, spec, &desired)
+                    .await?
+                    .iter()
+                    .map(|s| s.planned(&desired.name, &group)),
+            );
             for l in desired.listeners.values() {
                 changes.push(Step::CreateListener(l.clone()).planned(&desired.name));
             }
@@ -819,11 +853,22 @@ impl LoadBalancerProvider for BaiduProvider {
             changes.extend(eip_steps.iter().map(|s| s.planned(&eip_name)));
             return Ok(changes);
         };
+        let mut changes: Vec<PlannedChange> = Vec::new();
+        if owned {
+            let group = source_ranges::group_name(&desired.service);
+            changes.extend(
+                self.source_range_steps(Some(&blb), spec, &desired)
+                    .await?
+                    .iter()
+                    .map(|s| s.planned(&blb.name, &group)),
+            );
+        }
         let observed = self.observe(&blb.blb_id).await?;
-        let mut changes: Vec<PlannedChange> = plan::plan(&blb, &observed, &desired, owned)
-            .iter()
-            .map(|s| s.planned(&blb.name))
-            .collect();
+        changes.extend(
+            plan::plan(&blb, &observed, &desired, owned)
+                .iter()
+                .map(|s| s.planned(&blb.name)),
+        );
         let (eip_steps, _) = self.address_plan(&blb, &desired, owned).await?;
         changes.extend(eip_steps.iter().map(|s| s.planned(&eip_name)));
         Ok(changes)
@@ -842,6 +887,12 @@ impl LoadBalancerProvider for BaiduProvider {
                     &blb.name,
                     "blb:DeleteLoadBalancer",
                 ));
+            }
+        }
+        let blbs = self.blbs_to_delete(service).await?;
+        if blbs.is_empty() || blbs.iter().any(|b| source_ranges::has_sg_mark(&b.desc)) {
+            for group in self.our_groups(service).await? {
+                changes.push(source_ranges::Step::Delete(group.id).planned("", ""));
             }
         }
         for eip in self.loose_eips(service).await? {
@@ -916,6 +967,146 @@ impl LoadBalancerProvider for BaiduProvider {
 }
 
 impl BaiduProvider {
+    /// The Service's security groups in the cluster's VPC (by tags).
+    async fn our_groups(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Vec<crate::client::SecurityGroup>, ProviderError> {
+        Ok(self
+            .client
+            .security_groups(&self.vpc_id)
+            .await?
+            .into_iter()
+            .filter(|g| source_ranges::is_ours(g, &self.cluster, service))
+            .collect())
+    }
+
+    /// The security-group steps for the Service's BLB `blb` (`None`: not created yet), with
+    /// no read when nothing is asked and the description says no group may be left.
+    async fn source_range_steps(
+        &self,
+        blb: Option<&Blb>,
+        spec: &LoadBalancerSpec,
+        desired: &Desired,
+    ) -> Result<Vec<source_ranges::Step>, ProviderError> {
+        let wanted = source_ranges::restricted(&spec.source_ranges)
+            .map(|cidrs| source_ranges::desired_rules(&cidrs, desired.listeners.values()));
+        if wanted.is_none() && !blb.is_some_and(|b| source_ranges::has_sg_mark(&b.desc)) {
+            return Ok(Vec::new());
+        }
+        let bound: Vec<String> = match blb {
+            Some(blb) => self
+                .client
+                .blb_security_groups(&blb.blb_id)
+                .await?
+                .into_iter()
+                .map(|g| g.security_group_id)
+                .collect(),
+            None => Vec::new(),
+        };
+        let ours = self.our_groups(&desired.service).await?;
+        Ok(source_ranges::plan(&ours, &bound, wanted.as_deref()))
+    }
+
+    /// Makes the security-group `steps` on BLB `blb_id`.
+    async fn apply_source_ranges(
+        &self,
+        blb_id: &str,
+        service: &ServiceKey,
+        steps: &[source_ranges::Step],
+    ) -> Result<(), ProviderError> {
+        let name = source_ranges::group_name(service);
+        let remark = format!("kube-lb {}/{}", service.namespace, service.name);
+        let c = &self.client;
+        let mut created: Option<String> = None;
+        for step in steps {
+            tracing::info!(blb = %blb_id, change = ?step.planned(blb_id, &name), "applying");
+            match step {
+                source_ranges::Step::Create(rules) => {
+                    let body = json!({
+                        "name": name,
+                        "desc": source_ranges::group_description(&self.cluster, service),
+                        "vpcId": self.vpc_id,
+                        "rules": rules.iter().map(|r| r.to_json(&remark)).collect::<Vec<_>>(),
+                        "tags": source_ranges::group_tags(&self.cluster, service),
+                    });
+                    let id = c.create_security_group(&body).await?;
+                    tracing::info!(blb = %blb_id, group = %id, "created the Service's security group");
+                    created = Some(id);
+                }
+                source_ranges::Step::Authorize { group, rule } => {
+                    c.authorize_rule(group, &rule.to_json(&remark)).await?;
+                }
+                source_ranges::Step::DeleteRule { id, .. } => match c.delete_rule(id).await {
+                    Err(error) if !error.is_not_found() => return Err(error.into()),
+                    _ => {}
+                },
+                source_ranges::Step::Bind(group) => {
+                    let id = match group {
+                        GroupRef::Id(id) => id.clone(),
+                        GroupRef::New => {
+                            created.clone().ok_or_else(|| ProviderError::Internal {
+                                message: "a security group bound before it was created".into(),
+                                source: None,
+                            })?
+                        }
+                    };
+                    let ids = [id];
+                    self.change(blb_id, || c.bind_security_groups(blb_id, &ids, true))
+                        .await?;
+                }
+                source_ranges::Step::Unbind(groups) => {
+                    self.change(blb_id, || c.bind_security_groups(blb_id, groups, false))
+                        .await?;
+                }
+                source_ranges::Step::Delete(id) => match c.delete_security_group(id).await {
+                    Err(error) if !error.is_not_found() => return Err(error.into()),
+                    _ => {}
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the Service's security groups once its BLBs are gone: read when a BLB said a
+    /// group may exist ([`source_ranges::SG_MARK`]) or none was left to say (an earlier
+    /// delete that stopped after the BLB).
+    async fn delete_groups(&self, service: &ServiceKey, blbs: &[Blb]) -> Result<(), ProviderError> {
+        if !blbs.is_empty() && !blbs.iter().any(|b| source_ranges::has_sg_mark(&b.desc)) {
+            return Ok(());
+        }
+        let ours = self.our_groups(service).await?;
+        // A BLB kept on delete (reserve-lb) still has the group bound: unbound first, or BCE
+        // refuses to delete it.
+        let kept = blbs
+            .iter()
+            .filter(|b| b.desc.split_whitespace().any(|w| w == plan::RESERVE_MARK));
+        for blb in kept {
+            let bound: Vec<String> = self
+                .client
+                .blb_security_groups(&blb.blb_id)
+                .await?
+                .into_iter()
+                .map(|g| g.security_group_id)
+                .filter(|id| ours.iter().any(|g| &g.id == id))
+                .collect();
+            if !bound.is_empty() {
+                let c = &self.client;
+                self.change(&blb.blb_id, || {
+                    c.bind_security_groups(&blb.blb_id, &bound, false)
+                })
+                .await?;
+            }
+        }
+        for group in ours {
+            match self.client.delete_security_group(&group.id).await {
+                Err(error) if !error.is_not_found() => return Err(error.into()),
+                _ => tracing::info!(group = %group.id, "deleted the Service's security group"),
+            }
+        }
+        Ok(())
+    }
+
     /// A BLB of this cluster whose description records the Service's UID but whose name is not
     /// the default (`cce-load-balancer-lb-name`): found by listing, so delete stays leak-free.
     async fn renamed_blb(&self, service: &ServiceKey) -> Result<Option<Blb>, ProviderError> {

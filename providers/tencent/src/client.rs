@@ -1,4 +1,6 @@
-//! A thin typed client for the CLB API 3.0 actions kube-lb makes: every call is `POST /` with a
+//! A thin typed client for the CLB API 3.0 actions kube-lb makes, and the VPC security-group
+//! actions behind `loadBalancerSourceRanges` (API `2017-03-12`, signed for service `vpc` and
+//! sent to the VPC endpoint): every call is `POST /` with a
 //! JSON body, the action in `X-TC-Action`, signed with TC3-HMAC-SHA256 ([`crate::sign`]) at the
 //! moment of each attempt (a retried request gets a fresh timestamp), and sent through
 //! [`CloudApi`] (rate limited as the `clb` family, retried in place when transient, counted per
@@ -17,6 +19,10 @@ use crate::sign::{SignInput, authorization, sign};
 
 /// The API version served by CLB 3.0.
 pub const VERSION: &str = "2018-03-17";
+/// The API version of the VPC actions (security groups).
+pub const VPC_VERSION: &str = "2017-03-12";
+/// Largest `Limit` of `DescribeSecurityGroups`.
+pub const SECURITY_GROUP_PAGE: usize = 100;
 
 /// Largest `Limit` of `DescribeLoadBalancers`.
 pub const DESCRIBE_PAGE: usize = 100;
@@ -29,7 +35,7 @@ pub const SINGLE_TARGETS: usize = 20;
 
 macro_rules! actions {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
-        /// Every CLB action the client can make (the CAM policy grants exactly these).
+        /// Every action the client can make (the CAM policy grants exactly these).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Action { $($(#[$doc])* $name,)* }
 
@@ -37,7 +43,7 @@ macro_rules! actions {
             /// Every action.
             pub const ALL: &'static [Action] = &[$(Action::$name,)*];
 
-            /// The `X-TC-Action` value (and the CAM action after `clb:`).
+            /// The `X-TC-Action` value (and the CAM action after `clb:` / `vpc:`).
             pub fn as_str(self) -> &'static str {
                 match self { $(Action::$name => stringify!($name),)* }
             }
@@ -68,9 +74,42 @@ actions! {
     BatchRegisterTargets,
     /// Unbind up to 500 targets across listeners (sync).
     BatchDeregisterTargets,
+    /// Set the security groups bound to a CLB (set semantics, sync).
+    SetLoadBalancerSecurityGroups,
+    /// VPC: create a security group (empty, tagged).
+    CreateSecurityGroup,
+    /// VPC: find security groups by tag.
+    DescribeSecurityGroups,
+    /// VPC: read a group's policies.
+    DescribeSecurityGroupPolicies,
+    /// VPC: replace all of a group's policies.
+    ModifySecurityGroupPolicies,
+    /// VPC: delete a security group.
+    DeleteSecurityGroup,
 }
 
 impl Action {
+    /// The service the action belongs to: `clb`, or `vpc` for security groups (its CAM
+    /// prefix, its signing scope and its endpoint).
+    pub fn service(self) -> &'static str {
+        match self {
+            Action::CreateSecurityGroup
+            | Action::DescribeSecurityGroups
+            | Action::DescribeSecurityGroupPolicies
+            | Action::ModifySecurityGroupPolicies
+            | Action::DeleteSecurityGroup => "vpc",
+            _ => "clb",
+        }
+    }
+
+    fn version(self) -> &'static str {
+        if self.service() == "vpc" {
+            VPC_VERSION
+        } else {
+            VERSION
+        }
+    }
+
     fn kind(self) -> CallKind {
         if self.as_str().starts_with("Describe") {
             CallKind::Read
@@ -124,6 +163,9 @@ pub struct LoadBalancer {
     /// Creation time as the API reports it.
     #[serde(default)]
     pub create_time: Option<String>,
+    /// Bound security groups, in priority order.
+    #[serde(default)]
+    pub secure_groups: Option<Vec<String>>,
 }
 
 impl LoadBalancer {
@@ -135,6 +177,47 @@ impl LoadBalancer {
             .find(|t| t.tag_key == key)
             .map(|t| t.tag_value.as_str())
     }
+}
+
+/// A VPC tag (`{Key, Value}`, unlike CLB's `{TagKey, TagValue}`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct VpcTag {
+    /// Key.
+    pub key: String,
+    /// Value.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// A security group as `DescribeSecurityGroups` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SecurityGroup {
+    /// `sg-…`.
+    pub security_group_id: String,
+    /// Name.
+    #[serde(default)]
+    pub security_group_name: String,
+    /// Description.
+    #[serde(default)]
+    pub security_group_desc: String,
+    /// Tags.
+    #[serde(default)]
+    pub tag_set: Option<Vec<VpcTag>>,
+}
+
+/// A group's policies as `DescribeSecurityGroupPolicies` shows them (`SecurityGroupPolicy`
+/// objects, kept as JSON: [`crate::source_ranges::Policy`] reads the fields that count).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct PolicySet {
+    /// Ingress policies in order.
+    #[serde(default)]
+    pub ingress: Option<Vec<Value>>,
+    /// Egress policies in order.
+    #[serde(default)]
+    pub egress: Option<Vec<Value>>,
 }
 
 /// A listener.
@@ -222,7 +305,24 @@ pub struct ClbClient {
     http: reqwest::Client,
     config: TencentConfig,
     host: String,
+    vpc_host: String,
     api: CloudApi,
+}
+
+/// `host[:port]` of `endpoint`, as signed.
+fn host_of(endpoint: &str) -> Result<String, TencentError> {
+    let url = reqwest::Url::parse(endpoint).map_err(|e| TencentError::Unexpected {
+        action: "configure",
+        message: format!("endpoint {endpoint}: {e}"),
+    })?;
+    match (url.host_str(), url.port()) {
+        (Some(host), Some(port)) => Ok(format!("{host}:{port}")),
+        (Some(host), None) => Ok(host.to_string()),
+        (None, _) => Err(TencentError::Unexpected {
+            action: "configure",
+            message: format!("endpoint {endpoint} has no host"),
+        }),
+    }
 }
 
 fn unexpected(action: Action, message: impl Into<String>) -> TencentError {
@@ -239,20 +339,8 @@ impl ClbClient {
         api: CloudApi,
         timeout: Duration,
     ) -> Result<Self, TencentError> {
-        let url = reqwest::Url::parse(&config.endpoint).map_err(|e| TencentError::Unexpected {
-            action: "configure",
-            message: format!("endpoint {}: {e}", config.endpoint),
-        })?;
-        let host = match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (Some(host), None) => host.to_string(),
-            (None, _) => {
-                return Err(TencentError::Unexpected {
-                    action: "configure",
-                    message: format!("endpoint {} has no host", config.endpoint),
-                });
-            }
-        };
+        let host = host_of(&config.endpoint)?;
+        let vpc_host = host_of(&config.vpc_endpoint)?;
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .build()
@@ -264,6 +352,7 @@ impl ClbClient {
             http,
             config,
             host,
+            vpc_host,
             api,
         })
     }
@@ -280,33 +369,39 @@ impl ClbClient {
         body: &Value,
     ) -> Result<(Value, String), TencentError> {
         let name = action.as_str();
+        let service = action.service();
+        let (endpoint, host) = if service == "vpc" {
+            (&self.config.vpc_endpoint, &self.vpc_host)
+        } else {
+            (&self.config.endpoint, &self.host)
+        };
         let bytes = serde_json::to_vec(body).map_err(|e| unexpected(action, e.to_string()))?;
         let api = &self.api;
         let is_transient = |e: &TencentError| e.classification().retries_in_place();
         self.api
-            .call_with("clb", name, action.kind(), is_transient, || async {
+            .call_with(service, name, action.kind(), is_transient, || async {
                 let timestamp = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map(|d| d.as_secs() as i64)
                     .unwrap_or_default();
                 let signature = sign(&SignInput {
                     secret_key: &self.config.secret_key,
-                    service: "clb",
-                    host: &self.host,
+                    service,
+                    host,
                     content_type: "application/json",
                     body: &bytes,
                     timestamp,
                 });
                 let mut request = self
                     .http
-                    .post(&self.config.endpoint)
+                    .post(endpoint)
                     .header("content-type", "application/json")
                     .header(
                         "authorization",
-                        authorization(&self.config.secret_id, "clb", &signature),
+                        authorization(&self.config.secret_id, service, &signature),
                     )
                     .header("x-tc-action", name)
-                    .header("x-tc-version", VERSION)
+                    .header("x-tc-version", action.version())
                     .header("x-tc-region", &self.config.region)
                     .header("x-tc-timestamp", timestamp.to_string())
                     .body(bytes.clone());
@@ -575,5 +670,103 @@ impl ClbClient {
         failed.sort();
         failed.dedup();
         Ok(failed)
+    }
+
+    /// Every security group carrying all of `tags` (`Filters` `tag:KEY`), page by page.
+    pub async fn security_groups(
+        &self,
+        tags: &[(&str, &str)],
+    ) -> Result<Vec<SecurityGroup>, TencentError> {
+        let action = Action::DescribeSecurityGroups;
+        let filters: Vec<Value> = tags
+            .iter()
+            .map(|(key, value)| json!({"Name": format!("tag:{key}"), "Values": [value]}))
+            .collect();
+        let mut found = Vec::new();
+        loop {
+            // The VPC API types Offset and Limit of this action as strings.
+            let body = json!({
+                "Filters": filters,
+                "Offset": found.len().to_string(),
+                "Limit": SECURITY_GROUP_PAGE.to_string(),
+            });
+            let (reply, _) = self.call(action, &body).await?;
+            let page: Vec<SecurityGroup> =
+                serde_json::from_value(reply["SecurityGroupSet"].clone())
+                    .map_err(|e| unexpected(action, format!("SecurityGroupSet: {e}")))?;
+            let total = reply["TotalCount"].as_u64().unwrap_or_default();
+            let got = page.len();
+            found.extend(page);
+            if got == 0 || found.len() as u64 >= total {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// The policies of security group `id`.
+    pub async fn security_group_policies(&self, id: &str) -> Result<PolicySet, TencentError> {
+        self.call_as(
+            Action::DescribeSecurityGroupPolicies,
+            &json!({"SecurityGroupId": id}),
+            "SecurityGroupPolicySet",
+        )
+        .await
+    }
+
+    /// Creates an empty security group; returns its id.
+    pub async fn create_security_group(
+        &self,
+        name: &str,
+        description: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<String, TencentError> {
+        let action = Action::CreateSecurityGroup;
+        let tags: Vec<Value> = tags
+            .iter()
+            .map(|(key, value)| json!({"Key": key, "Value": value}))
+            .collect();
+        let body = json!({"GroupName": name, "GroupDescription": description, "Tags": tags});
+        let (reply, _) = self.call(action, &body).await?;
+        reply["SecurityGroup"]["SecurityGroupId"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| unexpected(action, "no SecurityGroup.SecurityGroupId in the answer"))
+    }
+
+    /// Makes `ingress` and `egress` the whole of group `id`'s policies (one call).
+    pub async fn replace_security_group_policies(
+        &self,
+        id: &str,
+        ingress: &[Value],
+        egress: &[Value],
+    ) -> Result<(), TencentError> {
+        let body = json!({
+            "SecurityGroupId": id,
+            "SecurityGroupPolicySet": {"Ingress": ingress, "Egress": egress},
+        });
+        self.call(Action::ModifySecurityGroupPolicies, &body)
+            .await
+            .map(drop)
+    }
+
+    /// Deletes security group `id`.
+    pub async fn delete_security_group(&self, id: &str) -> Result<(), TencentError> {
+        self.call(Action::DeleteSecurityGroup, &json!({"SecurityGroupId": id}))
+            .await
+            .map(drop)
+    }
+
+    /// Makes `groups` exactly the security groups bound to CLB `lb_id` (none unbinds all).
+    pub async fn set_load_balancer_security_groups(
+        &self,
+        lb_id: &str,
+        groups: &[String],
+    ) -> Result<(), TencentError> {
+        self.call(
+            Action::SetLoadBalancerSecurityGroups,
+            &json!({"LoadBalancerId": lb_id, "SecurityGroups": groups}),
+        )
+        .await
+        .map(drop)
     }
 }

@@ -12,9 +12,14 @@
 //!   "region": "ap-guangzhou",
 //!   "vpcId": "vpc-…",
 //!   "endpoint": "https://clb.tencentcloudapi.com",
+//!   "vpcEndpoint": "https://vpc.tencentcloudapi.com",
 //!   "listenerName": "TKE-DEDICATED-LISTENER"
 //! }
 //! ```
+//!
+//! `vpcEndpoint` (the VPC API, for the security groups that enforce
+//! `loadBalancerSourceRanges`) defaults to `endpoint` with its `clb.` host prefix made `vpc.`,
+//! or to `endpoint` itself when its host has no such prefix (a mock or a proxy serving both).
 //!
 //! Unknown keys are refused (a typo would otherwise silently build the wrong thing).
 
@@ -64,6 +69,7 @@ struct File {
     region: Option<String>,
     vpc_id: Option<String>,
     endpoint: Option<String>,
+    vpc_endpoint: Option<String>,
     listener_name: Option<String>,
 }
 
@@ -82,6 +88,8 @@ pub struct TencentConfig {
     pub vpc_id: Option<String>,
     /// Base URL (`https://clb.tencentcloudapi.com`, or a mock's `http://127.0.0.1:PORT`).
     pub endpoint: String,
+    /// Base URL of the VPC API (security groups).
+    pub vpc_endpoint: String,
     /// The owned listener name.
     pub listener_name: String,
 }
@@ -99,6 +107,7 @@ impl std::fmt::Debug for TencentConfig {
             .field("region", &self.region)
             .field("vpc_id", &self.vpc_id)
             .field("endpoint", &self.endpoint)
+            .field("vpc_endpoint", &self.vpc_endpoint)
             .field("listener_name", &self.listener_name)
             .finish()
     }
@@ -145,10 +154,21 @@ impl TencentConfig {
         let endpoint = file
             .endpoint
             .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
+        if !is_url(&endpoint) {
             return Err(ConfigError::Value {
                 key: "endpoint",
                 value: endpoint,
+                reason: "must be an http:// or https:// URL",
+            });
+        }
+        let endpoint = endpoint.trim_end_matches('/').to_string();
+        let vpc_endpoint = file
+            .vpc_endpoint
+            .unwrap_or_else(|| vpc_endpoint_for(&endpoint));
+        if !is_url(&vpc_endpoint) {
+            return Err(ConfigError::Value {
+                key: "vpcEndpoint",
+                value: vpc_endpoint,
                 reason: "must be an http:// or https:// URL",
             });
         }
@@ -177,10 +197,28 @@ impl TencentConfig {
             session_token,
             region,
             vpc_id: file.vpc_id,
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            endpoint,
+            vpc_endpoint: vpc_endpoint.trim_end_matches('/').to_string(),
             listener_name,
         })
     }
+}
+
+fn is_url(text: &str) -> bool {
+    text.starts_with("https://") || text.starts_with("http://")
+}
+
+/// The VPC API beside the CLB API `endpoint`: `https://clb.X` → `https://vpc.X`; any other
+/// host (a mock, a proxy) is taken to serve both.
+fn vpc_endpoint_for(endpoint: &str) -> String {
+    for scheme in ["https://", "http://"] {
+        if let Some(rest) = endpoint.strip_prefix(scheme)
+            && let Some(host) = rest.strip_prefix("clb.")
+        {
+            return format!("{scheme}vpc.{host}");
+        }
+    }
+    endpoint.to_string()
 }
 
 #[cfg(test)]
@@ -214,10 +252,33 @@ mod tests {
         assert_eq!(config.session_token.as_deref(), Some("tok"));
         assert_eq!(config.region, "ap-shanghai", "the file's region wins");
         assert_eq!(config.endpoint, DEFAULT_ENDPOINT);
+        assert_eq!(config.vpc_endpoint, "https://vpc.tencentcloudapi.com");
         assert_eq!(config.listener_name, DEFAULT_LISTENER_NAME);
         assert!(
             !format!("{config:?}").contains("env-key"),
             "secrets are redacted"
+        );
+    }
+
+    #[test]
+    fn the_vpc_endpoint_follows_the_clb_one_unless_given() {
+        let base = r#""secretId":"i","secretKey":"k","region":"r""#;
+        let vpc = |extra: &str| {
+            resolve(Some(&format!("{{{base}{extra}}}")), &[])
+                .expect("valid")
+                .vpc_endpoint
+        };
+        assert_eq!(
+            vpc(r#","endpoint":"https://clb.ap-guangzhou.tencentcloudapi.com""#),
+            "https://vpc.ap-guangzhou.tencentcloudapi.com"
+        );
+        assert_eq!(
+            vpc(r#","endpoint":"http://127.0.0.1:9""#),
+            "http://127.0.0.1:9"
+        );
+        assert_eq!(
+            vpc(r#","vpcEndpoint":"https://vpc.internal/""#),
+            "https://vpc.internal"
         );
     }
 

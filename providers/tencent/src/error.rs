@@ -10,7 +10,8 @@
 //! | `LimitExceeded*`, `ResourceInsufficient*`, `ResourcesSoldOut*` | Environment / Quota | a region or CLB quota, or no capacity left in the zone |
 //! | `InvalidParameter.SubnetIdNotFound`, `InvalidParameter.VpcIdNotFound` | Environment / MissingDependency | the configuration names what does not exist |
 //! | `InvalidParameter.PortCheckFailed` | Environment / AddressInUse | a listener of someone else holds the port |
-//! | `InvalidParameter.LBIdNotFound`, `InvalidParameter.ListenerIdNotFound`, `ResourceNotFound` | Stale | the object vanished under us |
+//! | `ResourceInUse` on `DeleteSecurityGroup` | Pending | the group is still bound to a CLB being deleted |
+//! | `InvalidParameter.LBIdNotFound`, `InvalidParameter.ListenerIdNotFound`, `InvalidSecurityGroupID.NotFound`, `ResourceNotFound` | Stale | the object vanished under us |
 //! | `UnknownParameter*`, `InvalidParameterValue*` on create calls | User | the Service's extensiveParameters / listenerParameters |
 //! | anything else | Unknown | reported verbatim, retried with backoff |
 
@@ -120,7 +121,9 @@ fn is_busy_code(code: &str) -> bool {
 fn is_not_found_code(code: &str) -> bool {
     matches!(
         code,
-        "InvalidParameter.LBIdNotFound" | "InvalidParameter.ListenerIdNotFound"
+        "InvalidParameter.LBIdNotFound"
+            | "InvalidParameter.ListenerIdNotFound"
+            | "InvalidSecurityGroupID.NotFound"
     ) || code == "ResourceNotFound"
 }
 
@@ -136,6 +139,8 @@ pub fn classify(action: &str, code: &str) -> Classification {
         "InvalidParameter.PortCheckFailed" => {
             Classification::Environment(EnvironmentCause::AddressInUse)
         }
+        // A security group still bound (its CLB's delete has not finished): passes.
+        "ResourceInUse" if action == "DeleteSecurityGroup" => Classification::Pending,
         _ if is_not_found_code(code) => Classification::Stale,
         _ => match family {
             "InternalError" | "ResourceUnavailable" => Classification::Transient,

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kube_lb_annotations::keys::tencent as keys;
 use kube_lb_annotations::{
-    LoadBalancerSpec, Protocol, ProviderSpec, Scheme, ServiceKey, TencentSpec, TrafficPolicy,
+    Cloud, LoadBalancerSpec, Protocol, ProviderSpec, Scheme, ServiceKey, TencentSpec, TrafficPolicy,
 };
 use kube_lb_provider_core::{BackendNode, ChangeAction, PlannedChange, ProviderError};
 use serde_json::{Map, Value, json};
@@ -265,23 +265,23 @@ pub fn desired(
             source: None,
         });
     };
+    // The ports are final here: one judgement with `parse` (and so with `kube-lb lint`).
+    if let Some(refused) = kube_lb_annotations::port_limits(Cloud::Tencent, &spec.ports, false)
+        .into_iter()
+        .next()
+    {
+        return Err(ProviderError::user(refused.to_string()));
+    }
     let mut listeners = Vec::new();
     for port in &spec.ports {
-        let protocol = match port.protocol {
-            Protocol::Tcp => "TCP",
-            Protocol::Udp => "UDP",
-            Protocol::Sctp => {
-                return Err(ProviderError::user(format!(
-                    "spec.ports[{}]: protocol SCTP is not supported by Tencent CLB (TCP or UDP)",
-                    port.port
-                )));
-            }
+        // port_limits refused SCTP and a port without a node port.
+        let protocol = if port.protocol == Protocol::Udp {
+            "UDP"
+        } else {
+            "TCP"
         };
         let Some(node_port) = port.node_port else {
-            return Err(ProviderError::user(format!(
-                "spec.ports port {}: no nodePort; the Tencent provider binds NodePorts (set allocateLoadBalancerNodePorts: true)",
-                port.port
-            )));
+            continue;
         };
         listeners.push(DesiredListener {
             protocol: protocol.into(),
@@ -1497,5 +1497,32 @@ mod tests {
             None,
         );
         assert!(network_kind_refusal(&public, &internal).is_some());
+    }
+
+    /// A spec that did not come through `parse` (which refuses these first) is refused by
+    /// `desired` in the words of `kube_lb_annotations::port_limits`, the one rule for both.
+    #[test]
+    fn ports_the_load_balancer_cannot_carry_are_refused_in_the_parsers_words() {
+        let service: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u"},
+            "spec": {"type": "LoadBalancer",
+                     "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let parsed = kube_lb_annotations::parse(Cloud::Tencent, &service)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .spec;
+        let mut sctp = parsed.clone();
+        sctp.ports[0].protocol = Protocol::Sctp;
+        let mut no_node_port = parsed;
+        no_node_port.ports[0].node_port = None;
+        for spec in [sctp, no_node_port] {
+            let words =
+                kube_lb_annotations::port_limits(Cloud::Tencent, &spec.ports, false)[0].to_string();
+            match super::desired(&spec, &[], "cls", Some("vpc"), "kube-lb") {
+                Err(ProviderError::User { message }) => assert_eq!(message, words),
+                other => panic!("{:?}: {other:?}", spec.ports),
+            }
+        }
     }
 }

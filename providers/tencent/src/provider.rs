@@ -25,6 +25,11 @@
 //! and go during the refusal keep being followed), then returns the refusal as
 //! [`ProviderError::Refused`] carrying the CLB's addresses, so the Service keeps showing where
 //! it is served while the refusal stands.
+//!
+//! `loadBalancerSourceRanges` becomes a security group of the Service's bound to its CLB
+//! ([`source_ranges`]), converged before the listeners are (a new listener is never open
+//! before the group is bound) and deleted after the CLB; a `tke-existed-lbid` CLB with source
+//! ranges is refused by `ensure` and `plan_ensure` alike, before any change.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -46,6 +51,7 @@ use crate::plan::{
     self, Desired, ListenerRef, Observed, Placement, Step, TAG_CLUSTER, TAG_CREATED_BY,
     TAG_SERVICE_UUID,
 };
+use crate::source_ranges::{self, GroupRef, ObservedGroup};
 
 /// CLBs not created for a Service that may hold its listeners, by Service UID: the CLBs this
 /// process placed them on and the ones recorded on the Service. Lets `delete` look at those
@@ -663,6 +669,136 @@ impl TencentProvider {
         }
     }
 
+    /// The Service's security groups (by tags), each with its policies.
+    async fn observed_groups(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Vec<ObservedGroup>, ProviderError> {
+        let tags = source_ranges::group_tags(&self.cluster, service);
+        let mut observed = Vec::new();
+        for group in self.client.security_groups(&tags).await? {
+            match self
+                .client
+                .security_group_policies(&group.security_group_id)
+                .await
+            {
+                Ok(policies) => observed.push(ObservedGroup { group, policies }),
+                // Deleted between the two reads: not there.
+                Err(error) if error.is_not_found() => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(observed)
+    }
+
+    /// The security-group steps for the Service's CLB `lb` (`None`: not created yet), with
+    /// no read when nothing is asked and nothing is bound.
+    async fn source_range_steps(
+        &self,
+        lb: Option<&LoadBalancer>,
+        spec: &LoadBalancerSpec,
+        desired: &Desired,
+    ) -> Result<Vec<source_ranges::Step>, ProviderError> {
+        let wanted = source_ranges::restricted(&spec.source_ranges)
+            .map(|cidrs| source_ranges::desired_policies(&cidrs, &desired.listeners));
+        let bound = lb
+            .and_then(|lb| lb.secure_groups.clone())
+            .unwrap_or_default();
+        if wanted.is_none() && bound.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ours = self.observed_groups(&desired.service).await?;
+        Ok(source_ranges::plan(&ours, Some(&bound), wanted.as_deref()))
+    }
+
+    /// Makes the security-group `steps` on CLB `lb_id`.
+    async fn apply_source_ranges(
+        &self,
+        lb_id: &str,
+        service: &ServiceKey,
+        steps: &[source_ranges::Step],
+    ) -> Result<(), ProviderError> {
+        let name = source_ranges::group_name(service);
+        let description = source_ranges::group_description(&self.cluster, service);
+        let tags = source_ranges::group_tags(&self.cluster, service);
+        let mut created: Option<String> = None;
+        let resolve = |group: &GroupRef, created: &Option<String>| match group {
+            GroupRef::Id(id) => Ok(id.clone()),
+            GroupRef::New => created.clone().ok_or_else(|| ProviderError::Internal {
+                message: "a security group step before the group was created".into(),
+                source: None,
+            }),
+        };
+        for step in steps {
+            tracing::info!(lb = %lb_id, change = ?step.planned(lb_id, &name), "applying");
+            match step {
+                source_ranges::Step::Create => {
+                    let id = self
+                        .write("CreateSecurityGroup", || {
+                            self.client
+                                .create_security_group(&name, &description, &tags)
+                        })
+                        .await?;
+                    tracing::info!(lb = %lb_id, group = %id, "created the Service's security group");
+                    created = Some(id);
+                }
+                source_ranges::Step::SetPolicies { group, policies } => {
+                    let id = resolve(group, &created)?;
+                    let ingress: Vec<Value> = policies.iter().map(|p| p.to_json(&name)).collect();
+                    self.write("ModifySecurityGroupPolicies", || {
+                        self.client
+                            .replace_security_group_policies(&id, &ingress, &[])
+                    })
+                    .await?;
+                }
+                source_ranges::Step::Bind { groups, .. } => {
+                    let ids = groups
+                        .iter()
+                        .map(|g| resolve(g, &created))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    self.write("SetLoadBalancerSecurityGroups", || {
+                        self.client.set_load_balancer_security_groups(lb_id, &ids)
+                    })
+                    .await?;
+                }
+                source_ranges::Step::Delete(id) => {
+                    self.write("DeleteSecurityGroup", || async {
+                        unless_gone(self.client.delete_security_group(id).await)
+                    })
+                    .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the Service's security groups (after its CLB: a bound group cannot go).
+    async fn delete_groups(&self, service: &ServiceKey) -> Result<(), ProviderError> {
+        let tags = source_ranges::group_tags(&self.cluster, service);
+        for group in self.client.security_groups(&tags).await? {
+            let id = group.security_group_id;
+            self.write("DeleteSecurityGroup", || async {
+                unless_gone(self.client.delete_security_group(&id).await)
+            })
+            .await?;
+            tracing::info!(group = %id, "deleted the Service's security group");
+        }
+        Ok(())
+    }
+
+    /// The refusal of source ranges where kube-lb has no way to enforce them.
+    fn refuse_unenforceable(
+        spec: &LoadBalancerSpec,
+        desired: &Desired,
+    ) -> Result<(), ProviderError> {
+        match &desired.placement {
+            Placement::Existing(id) if source_ranges::restricted(&spec.source_ranges).is_some() => {
+                Err(ProviderError::user(source_ranges::existing_refusal(id)))
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn status_of(lb: &LoadBalancer) -> LoadBalancerStatus {
         let mut ingress: Vec<LoadBalancerIngress> = plan::addresses(lb)
             .iter()
@@ -731,6 +867,7 @@ impl LoadBalancerProvider for TencentProvider {
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let desired = self.desired(spec, backends)?;
+        Self::refuse_unenforceable(spec, &desired)?;
         // From now on this process knows where the Service's listeners may be: where the
         // Service says they were, and the user CLBs it puts them on.
         self.remember_placement(
@@ -751,6 +888,12 @@ impl LoadBalancerProvider for TencentProvider {
             .listeners
             .iter()
             .any(|l| observed.owns(l, &desired));
+        if let Placement::Owned(_) = desired.placement {
+            // Before the listeners: a new port is never reachable from outside the ranges.
+            let groups = self.source_range_steps(Some(&lb), spec, &desired).await?;
+            self.apply_source_ranges(lb_id, &desired.service, &groups)
+                .await?;
+        }
         self.apply(lb_id, &steps, &desired).await?;
         if let Some(refusal) = refusal {
             // Converged as the CLB is; the switch it was asked for is the Service author's to
@@ -778,6 +921,7 @@ impl LoadBalancerProvider for TencentProvider {
         for lb in &owned {
             self.delete_load_balancer(&lb.load_balancer_id).await?;
         }
+        self.delete_groups(service).await?;
         // Listeners on user CLBs (tke-existed-lbid): only ours, the CLB stays. Where this
         // process knows every CLB they may be on, only those are read.
         let name = plan::listener_name(&self.config.listener_name, service);
@@ -822,6 +966,7 @@ impl LoadBalancerProvider for TencentProvider {
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
         let desired = self.desired(spec, backends)?;
+        Self::refuse_unenforceable(spec, &desired)?;
         let owned = self.owned(&desired.service).await?;
         let mut changes = Vec::new();
         let target = match &desired.placement {
@@ -881,6 +1026,15 @@ impl LoadBalancerProvider for TencentProvider {
             ),
             None => (Observed::default(), "(new)".to_string()),
         };
+        if let Placement::Owned(_) = desired.placement {
+            let group = source_ranges::group_name(&desired.service);
+            changes.extend(
+                self.source_range_steps(lb.as_ref(), spec, &desired)
+                    .await?
+                    .iter()
+                    .map(|s| s.planned(&name, &group)),
+            );
+        }
         changes.extend(
             plan::plan(&observed, &desired)?
                 .iter()
@@ -903,6 +1057,15 @@ impl LoadBalancerProvider for TencentProvider {
                 )
             })
             .collect();
+        let tags = source_ranges::group_tags(&self.cluster, service);
+        for group in self.client.security_groups(&tags).await? {
+            changes.push(PlannedChange::new(
+                ChangeAction::Delete,
+                "SecurityGroup",
+                &group.security_group_id,
+                "DeleteSecurityGroup",
+            ));
+        }
         let name = plan::listener_name(&self.config.listener_name, service);
         for lb in self.user_load_balancers().await? {
             for listener in self.client.listeners(&lb.load_balancer_id).await? {

@@ -83,3 +83,81 @@ async fn official_sdk_reads_back_what_the_provider_created() {
     assert_eq!(view["eips"][0]["status"], "binded");
     assert_eq!(view["eips"][0]["instance_id"], blb["blb_id"]);
 }
+
+#[tokio::test]
+async fn official_sdk_lists_the_bound_security_group_and_its_rules() {
+    let h = harness().await;
+    let web = svc("web", "uid-sdk-sg")
+        .ports(&[("http", 80, "TCP", 30080), ("dns", 53, "UDP", 30053)])
+        .source_ranges(&["143.231.0.0/16"]);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/bce_sdk_view.py");
+    let output = tokio::process::Command::new(python())
+        .arg(script)
+        .args([
+            &h.cloud.endpoint(),
+            ACCESS_KEY_ID,
+            SECRET_ACCESS_KEY,
+            "CCE/SVC/c-test01/default/web",
+        ])
+        .output()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "running {}: {e} (run scripts/setup-venv.sh)",
+                python().display()
+            )
+        });
+    assert!(
+        output.status.success(),
+        "bce-python-sdk failed (run scripts/setup-venv.sh for bce-python-sdk): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let view: Value = serde_json::from_slice(&output.stdout).unwrap();
+    // The BLB's own view of its bound groups, with the rules in its spelling.
+    let bound = view["blb_security_groups"].as_array().unwrap();
+    assert_eq!(bound.len(), 1, "{view:#}");
+    assert_eq!(bound[0]["security_group_name"], "kube-lb-uid-sdk-sg");
+    let mut rules: Vec<(String, String, String)> = bound[0]["security_group_rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["direction"], "ingress");
+            (
+                r["protocol"].as_str().unwrap().to_string(),
+                r["port_range"].as_str().unwrap().to_string(),
+                r["source_ip"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    rules.sort();
+    let cidr = "143.231.0.0/16".to_string();
+    assert_eq!(
+        rules,
+        [
+            ("tcp".into(), "80".into(), cidr.clone()),
+            ("udp".into(), "53".into(), cidr)
+        ]
+    );
+    // The BCC API's view of the same group: its tags say whose it is.
+    let groups = view["security_groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{view:#}");
+    assert_eq!(groups[0]["id"], bound[0]["security_group_id"]);
+    assert_eq!(groups[0]["rules"].as_array().unwrap().len(), 2);
+    let tags: Vec<(&str, &str)> = groups[0]["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["tag_key"].as_str().unwrap(),
+                t["tag_value"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        tags.contains(&("kube-lb/service-uid", "uid-sdk-sg")),
+        "{tags:?}"
+    );
+}

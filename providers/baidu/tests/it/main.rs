@@ -6,4 +6,5 @@ mod against_mock;
 mod bce_sdk;
 mod error_shapes;
 mod signer;
+mod source_ranges;
 mod support;

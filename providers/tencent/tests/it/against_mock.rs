@@ -211,7 +211,7 @@ async fn internal_subnet_charge_type_and_bandwidth_reach_create_load_balancer() 
         )
         .annotate(
             "service.kubernetes.io/qcloud-loadbalancer-internet-max-bandwidth-out",
-            "2048",
+            "2000",
         );
     h.provider.ensure(&public.spec(), &nodes(1)).await.unwrap();
     let clb = &clbs_for(&h.cloud, "uid-public")[0];
@@ -219,7 +219,7 @@ async fn internal_subnet_charge_type_and_bandwidth_reach_create_load_balancer() 
         clb["NetworkAttributes"]["InternetChargeType"],
         "TRAFFIC_POSTPAID_BY_HOUR"
     );
-    assert_eq!(clb["NetworkAttributes"]["InternetMaxBandwidthOut"], 2048);
+    assert_eq!(clb["NetworkAttributes"]["InternetMaxBandwidthOut"], 2000);
 }
 
 /// The internal-subnet annotation changed on a Service that has its CLB: TKE refuses to
@@ -404,7 +404,7 @@ async fn bad_annotation_values_are_refused_before_any_cloud_call() {
         (
             "service.kubernetes.io/qcloud-loadbalancer-internet-max-bandwidth-out",
             "4096",
-            "2048",
+            "2000",
         ),
         (
             "service.kubernetes.io/qcloud-loadbalancer-internet-charge-type",

@@ -4,5 +4,6 @@
 
 mod against_mock;
 mod error_shapes;
+mod source_ranges;
 mod support;
 mod tencentcloud_sdk;

@@ -220,3 +220,42 @@ async fn the_official_sdk_reads_back_what_the_provider_created() {
         h.cloud.journal()
     );
 }
+
+#[tokio::test]
+async fn the_official_sdk_lists_the_bound_security_group_and_its_policies() {
+    let h = harness().await;
+    let web = svc("web", "uid-web")
+        .ports(&[("http", 80, "TCP", 30080), ("dns", 53, "UDP", 30053)])
+        .source_ranges(&["143.231.0.0/16"]);
+    h.provider.ensure(&web.spec(), &nodes(1)).await.unwrap();
+    let output = tokio::process::Command::new(python())
+        .arg(script("tencentcloud_view.py"))
+        .args([h.cloud.url().as_str(), SECRET_ID, SECRET_KEY, REGION])
+        .output()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "running {}: {e} (run scripts/setup-venv.sh)",
+                python().display()
+            )
+        });
+    assert!(
+        output.status.success(),
+        "tencentcloud-sdk-python failed (run scripts/setup-venv.sh): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let groups = seen[0]["security_groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{seen:?}");
+    assert_eq!(groups[0]["name"], "kube-lb-uid-web");
+    assert_eq!(groups[0]["tags"]["tke-lb-serviceuuid"], "uid-web");
+    assert_eq!(groups[0]["tags"]["tke-clusterId"], CLUSTER);
+    assert_eq!(
+        groups[0]["ingress"],
+        serde_json::json!([
+            {"protocol": "TCP", "port": "80", "action": "ACCEPT", "cidr": "143.231.0.0/16"},
+            {"protocol": "UDP", "port": "53", "action": "ACCEPT", "cidr": "143.231.0.0/16"},
+        ])
+    );
+}

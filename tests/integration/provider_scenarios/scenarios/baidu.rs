@@ -78,6 +78,13 @@ impl Harness for Baidu {
                 .iter()
                 .map(|e| format!("eip {}", e["eip"].as_str().unwrap_or_default())),
         );
+        // The security groups of loadBalancerSourceRanges go with the BLB.
+        owned.extend(
+            cloud
+                .security_groups()
+                .iter()
+                .map(|g| format!("security group {}", g["id"].as_str().unwrap_or_default())),
+        );
         owned
     }
 

@@ -71,6 +71,13 @@ impl Harness for Tencent {
             }
             owned.push(format!("clb {id}"));
         }
+        // The security groups of loadBalancerSourceRanges go with the CLB.
+        owned.extend(cloud.security_groups().iter().map(|g| {
+            format!(
+                "security group {}",
+                g["SecurityGroupId"].as_str().unwrap_or_default()
+            )
+        }));
         owned
     }
 

@@ -54,6 +54,7 @@ fn provider_with(cloud: &MockBaidu, options: ProviderOptions) -> BaiduProvider {
         },
         blb_endpoint: cloud.endpoint(),
         eip_endpoint: cloud.endpoint(),
+        bcc_endpoint: cloud.endpoint(),
         vpc_id: VPC_ID.into(),
         subnet_id: SUBNET_ID.into(),
         cluster_id: Some(CLUSTER.into()),
@@ -197,7 +198,7 @@ pub fn remove_out_of_band(cloud: &MockBaidu, name: &str) {
 
 /// A client of the mock with the operator's own credentials and counter (not the provider's),
 /// for changes made behind the provider's back.
-fn operator_client(cloud: &MockBaidu) -> kube_lb_provider_baidu::BaiduClient {
+pub fn operator_client(cloud: &MockBaidu) -> kube_lb_provider_baidu::BaiduClient {
     let credentials = Credentials {
         access_key_id: ACCESS_KEY_ID.into(),
         secret_access_key: SECRET_ACCESS_KEY.into(),
