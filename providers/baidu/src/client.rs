@@ -94,6 +94,14 @@ pub struct Tag {
     pub tag_value: String,
 }
 
+/// The value of tag `key` among `tags` (absent when the resource has no tags).
+fn tag_value<'a>(tags: Option<&'a [Tag]>, key: &str) -> Option<&'a str> {
+    tags.unwrap_or_default()
+        .iter()
+        .find(|t| t.tag_key == key)
+        .map(|t| t.tag_value.as_str())
+}
+
 /// An EIP as `ListEips` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -126,12 +134,7 @@ pub struct Eip {
 impl Eip {
     /// The value of tag `key`.
     pub fn tag(&self, key: &str) -> Option<&str> {
-        self.tags
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .find(|t| t.tag_key == key)
-            .map(|t| t.tag_value.as_str())
+        tag_value(self.tags.as_deref(), key)
     }
 }
 
@@ -161,12 +164,7 @@ pub struct SecurityGroup {
 impl SecurityGroup {
     /// The value of tag `key`.
     pub fn tag(&self, key: &str) -> Option<&str> {
-        self.tags
-            .as_deref()
-            .unwrap_or_default()
-            .iter()
-            .find(|t| t.tag_key == key)
-            .map(|t| t.tag_value.as_str())
+        tag_value(self.tags.as_deref(), key)
     }
 }
 
