@@ -4,6 +4,7 @@
 //! upstream finalizer and event reasons.
 
 pub mod conditions;
+mod decide;
 mod error;
 pub mod events;
 pub mod finalizer;
