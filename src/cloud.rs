@@ -1,11 +1,13 @@
 //! Choosing and building the load-balancer provider from the command line.
 
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use kube_lb_annotations::Cloud;
-use kube_lb_provider_core::{CallCounter, LoadBalancerProvider};
+use kube_lb_provider_core::{CallCounter, ClusterIdentity, ClusterName, LoadBalancerProvider};
 use kube_lb_provider_local::{DEFAULT_POOL, IpRange, LocalProvider, Pool};
 
 /// The providers this binary knows.
@@ -40,6 +42,19 @@ impl CloudName {
             CloudName::Tencent => Cloud::Tencent,
         }
     }
+
+    /// The cargo feature that compiles this provider in; `None` for `local`, always built.
+    pub fn feature(self) -> Option<&'static str> {
+        match self {
+            CloudName::Local => None,
+            CloudName::Aws => Some("aws"),
+            CloudName::Gcp => Some("gcp"),
+            CloudName::Azure => Some("azure"),
+            CloudName::Openstack => Some("openstack"),
+            CloudName::Baidu => Some("baidu"),
+            CloudName::Tencent => Some("tencent"),
+        }
+    }
 }
 
 /// Provider selection flags shared by `controller` and `reconcile`.
@@ -55,7 +70,7 @@ pub struct CloudArgs {
 
     /// Cluster name used in load-balancer ownership tags (`kubernetes.io/cluster/<name>`).
     #[arg(long, env = "KUBE_LB_CLUSTER_NAME", default_value = "kubernetes")]
-    pub cluster_name: String,
+    pub cluster_name: ClusterName,
 
     /// Identity of this cluster, marked on the load balancers of providers that name them
     /// after the Service's namespace/name (OpenStack's tags, Baidu's descriptions): with it, a load balancer that a deleted
@@ -63,8 +78,8 @@ pub struct CloudArgs {
     /// one of another cluster with the same --cluster-name is still refused. Default: the UID
     /// of the cluster's kube-system namespace, read at start (not from the embedded API
     /// server of -f manifests, whose namespace is new every run).
-    #[arg(long, env = "KUBE_LB_CLUSTER_ID", value_parser = parse_cluster_id)]
-    pub cluster_id: Option<String>,
+    #[arg(long, env = "KUBE_LB_CLUSTER_ID")]
+    pub cluster_id: Option<ClusterIdentity>,
 
     /// Address ranges of the `local` provider: CIDRs or FIRST-LAST, comma separated.
     #[arg(long, env = "KUBE_LB_LOCAL_POOL", value_delimiter = ',', default_value = DEFAULT_POOL)]
@@ -73,22 +88,6 @@ pub struct CloudArgs {
 
 /// How long the start waits for the kube-system namespace (the cluster's identity).
 const IDENTITY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Accepts a `--cluster-id`: 1 to 63 letters, digits, `-`, `_` or `.` (it goes into cloud
-/// tags, which reject `,` and `/`).
-fn parse_cluster_id(value: &str) -> Result<String, String> {
-    let valid = (1..=63).contains(&value.len())
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if valid {
-        Ok(value.to_string())
-    } else {
-        Err(format!(
-            "{value:?} is not a cluster identity: 1 to 63 letters, digits, '-', '_' or '.'"
-        ))
-    }
-}
 
 impl CloudArgs {
     /// These arguments with `cluster_id` read from the cluster behind `client` (the UID of
@@ -112,7 +111,7 @@ impl CloudArgs {
                 Err(_) => Err(format!("no answer within {IDENTITY_READ_TIMEOUT:?}")),
             }
             // Checked like a --cluster-id: it goes into cloud tags.
-            .and_then(|uid| parse_cluster_id(&uid));
+            .and_then(|uid| ClusterIdentity::new(uid).map_err(|error| error.to_string()));
             match uid {
                 Ok(id) => args.cluster_id = Some(id),
                 Err(error) => tracing::warn!(
@@ -126,6 +125,17 @@ impl CloudArgs {
         }
         args
     }
+
+    /// What every provider constructor is given, borrowed from these arguments.
+    pub fn build_options(&self, counter: CallCounter) -> BuildOptions<'_> {
+        BuildOptions {
+            cloud_config: self.cloud_config.as_deref(),
+            cluster_name: &self.cluster_name,
+            cluster_identity: self.cluster_id.as_ref(),
+            counter,
+            local_pool: &self.local_pool,
+        }
+    }
 }
 
 /// A built provider, plus the concrete `local` one when that was chosen (its address set
@@ -136,6 +146,174 @@ pub struct Provider {
     pub provider: Arc<dyn LoadBalancerProvider>,
     /// The same provider when it is `local`.
     pub local: Option<Arc<LocalProvider>>,
+}
+
+impl Provider {
+    /// A cloud provider (not `local`), as the table's entries build them.
+    pub fn cloud(provider: impl LoadBalancerProvider + 'static) -> Self {
+        Provider {
+            provider: Arc::new(provider),
+            local: None,
+        }
+    }
+}
+
+/// Everything a provider constructor may use, resolved once from the command line.
+#[derive(Debug, Clone)]
+pub struct BuildOptions<'a> {
+    /// `--cloud-config`.
+    pub cloud_config: Option<&'a Path>,
+    /// `--cluster-name`, for ownership tags.
+    pub cluster_name: &'a ClusterName,
+    /// `--cluster-id` or the kube-system UID, when known; only providers that name load
+    /// balancers after namespace/name use it.
+    pub cluster_identity: Option<&'a ClusterIdentity>,
+    /// Where every cloud call is counted (the callers' `/metrics` observe it).
+    pub counter: CallCounter,
+    /// `--local-pool`, for the `local` provider.
+    pub local_pool: &'a [IpRange],
+}
+
+/// The future a [`ProviderFactory`] returns.
+type Building<'a> = Pin<Box<dyn Future<Output = anyhow::Result<Provider>> + Send + 'a>>;
+
+/// How to build one compiled-in provider.
+#[derive(Clone, Copy)]
+pub struct ProviderFactory {
+    /// The `--cloud` value it answers to.
+    pub cloud: CloudName,
+    /// Builds it from the shared options.
+    pub build: for<'a> fn(&'a BuildOptions<'a>) -> Building<'a>,
+}
+
+impl std::fmt::Debug for ProviderFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderFactory")
+            .field("cloud", &self.cloud)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One entry per provider compiled into this binary. A provider's cargo feature gates its
+/// entry here and nowhere else in this file.
+pub const PROVIDERS: &[ProviderFactory] = &[
+    ProviderFactory {
+        cloud: CloudName::Local,
+        build: |o| {
+            Box::pin(async move { local_provider(o.local_pool.to_vec(), o.counter.clone()) })
+        },
+    },
+    #[cfg(feature = "aws")]
+    ProviderFactory {
+        cloud: CloudName::Aws,
+        build: |o| {
+            Box::pin(async move {
+                let provider = kube_lb_provider_aws::AwsProvider::from_cloud_config(
+                    o.cloud_config,
+                    o.cluster_name,
+                    o.counter.clone(),
+                )
+                .await
+                .context("configuring the AWS provider")?;
+                Ok(Provider::cloud(provider))
+            })
+        },
+    },
+    #[cfg(feature = "gcp")]
+    ProviderFactory {
+        cloud: CloudName::Gcp,
+        build: |o| {
+            Box::pin(async move {
+                let provider = kube_lb_provider_gcp::GcpProvider::from_cloud_config(
+                    o.cloud_config,
+                    o.cluster_name,
+                    o.counter.clone(),
+                )
+                .await
+                .context("configuring the GCP provider")?;
+                Ok(Provider::cloud(provider))
+            })
+        },
+    },
+    #[cfg(feature = "azure")]
+    ProviderFactory {
+        cloud: CloudName::Azure,
+        build: |o| {
+            Box::pin(async move {
+                let provider = kube_lb_provider_azure::AzureProvider::from_cloud_config(
+                    o.cloud_config,
+                    o.cluster_name,
+                    o.counter.clone(),
+                )
+                .await
+                .context("configuring the Azure provider")?;
+                Ok(Provider::cloud(provider))
+            })
+        },
+    },
+    #[cfg(feature = "openstack")]
+    ProviderFactory {
+        cloud: CloudName::Openstack,
+        build: |o| {
+            Box::pin(async move {
+                let provider = kube_lb_provider_openstack::OpenStackProvider::from_cloud_config(
+                    o.cloud_config,
+                    o.cluster_name,
+                    o.counter.clone(),
+                )
+                .await
+                .context("configuring the OpenStack provider")?
+                .with_cluster_id(o.cluster_identity);
+                Ok(Provider::cloud(provider))
+            })
+        },
+    },
+    #[cfg(feature = "baidu")]
+    ProviderFactory {
+        cloud: CloudName::Baidu,
+        build: |o| {
+            Box::pin(async move {
+                let provider = kube_lb_provider_baidu::BaiduProvider::from_cloud_config(
+                    o.cloud_config,
+                    o.cluster_name,
+                    o.counter.clone(),
+                )
+                .await
+                .context("configuring the Baidu provider")?
+                .with_cluster_id(o.cluster_identity);
+                Ok(Provider::cloud(provider))
+            })
+        },
+    },
+    #[cfg(feature = "tencent")]
+    ProviderFactory {
+        cloud: CloudName::Tencent,
+        build: |o| {
+            Box::pin(async move {
+                let provider = kube_lb_provider_tencent::TencentProvider::from_cloud_config(
+                    o.cloud_config,
+                    o.cluster_name,
+                    o.counter.clone(),
+                )
+                .await
+                .context("configuring the Tencent provider")?;
+                Ok(Provider::cloud(provider))
+            })
+        },
+    },
+];
+
+/// The factory of `cloud`, or an error naming the cargo feature that would compile it in.
+pub fn lookup(cloud: CloudName) -> anyhow::Result<&'static ProviderFactory> {
+    PROVIDERS
+        .iter()
+        .find(|factory| factory.cloud == cloud)
+        .ok_or_else(|| {
+            let name = cloud.feature().unwrap_or("local");
+            anyhow::anyhow!(
+                "--cloud {name}: this kube-lb was built without the `{name}` cargo feature"
+            )
+        })
 }
 
 /// A `local` provider over `ranges`.
@@ -152,158 +330,86 @@ pub fn local_provider(ranges: Vec<IpRange>, counter: CallCounter) -> anyhow::Res
 /// [`kube_lb_provider_core::CloudApi`] and counts them on `counter`, which the callers
 /// (`controller`, `reconcile`, `up`) hand to their `/metrics`.
 pub async fn build(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
-    match args.cloud {
-        CloudName::Local => local_provider(args.local_pool.clone(), counter),
-        CloudName::Aws => aws(args, counter).await,
-        CloudName::Gcp => gcp(args, counter).await,
-        CloudName::Azure => azure(args, counter).await,
-        CloudName::Openstack => openstack(args, counter).await,
-        CloudName::Baidu => baidu(args, counter).await,
-        CloudName::Tencent => tencent(args, counter).await,
-    }
-}
-
-#[cfg(any(
-    feature = "aws",
-    feature = "gcp",
-    feature = "azure",
-    feature = "openstack",
-    feature = "baidu",
-    feature = "tencent"
-))]
-fn cloud_provider(provider: Arc<dyn LoadBalancerProvider>) -> Provider {
-    Provider {
-        provider,
-        local: None,
-    }
-}
-
-#[cfg(feature = "aws")]
-async fn aws(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
-    let provider = kube_lb_provider_aws::AwsProvider::from_cloud_config(
-        args.cloud_config.as_deref(),
-        &args.cluster_name,
-        counter,
-    )
-    .await
-    .context("configuring the AWS provider")?;
-    Ok(cloud_provider(Arc::new(provider)))
-}
-
-#[cfg(not(feature = "aws"))]
-async fn aws(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
-    anyhow::bail!("--cloud aws: this kube-lb was built without the `aws` cargo feature")
-}
-
-#[cfg(feature = "gcp")]
-async fn gcp(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
-    let provider = kube_lb_provider_gcp::GcpProvider::from_cloud_config(
-        args.cloud_config.as_deref(),
-        &args.cluster_name,
-        counter,
-    )
-    .await
-    .context("configuring the GCP provider")?;
-    Ok(cloud_provider(Arc::new(provider)))
-}
-
-#[cfg(not(feature = "gcp"))]
-async fn gcp(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
-    anyhow::bail!("--cloud gcp: this kube-lb was built without the `gcp` cargo feature")
-}
-
-#[cfg(feature = "azure")]
-async fn azure(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
-    let provider = kube_lb_provider_azure::AzureProvider::from_cloud_config(
-        args.cloud_config.as_deref(),
-        &args.cluster_name,
-        counter,
-    )
-    .await
-    .context("configuring the Azure provider")?;
-    Ok(cloud_provider(Arc::new(provider)))
-}
-
-#[cfg(not(feature = "azure"))]
-async fn azure(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
-    anyhow::bail!("--cloud azure: this kube-lb was built without the `azure` cargo feature")
-}
-
-#[cfg(feature = "openstack")]
-async fn openstack(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
-    let provider = kube_lb_provider_openstack::OpenStackProvider::from_cloud_config(
-        args.cloud_config.as_deref(),
-        &args.cluster_name,
-        counter,
-    )
-    .await
-    .context("configuring the OpenStack provider")?
-    .with_cluster_id(args.cluster_id.as_deref());
-    Ok(cloud_provider(Arc::new(provider)))
-}
-
-#[cfg(not(feature = "openstack"))]
-async fn openstack(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
-    anyhow::bail!("--cloud openstack: this kube-lb was built without the `openstack` cargo feature")
-}
-
-#[cfg(feature = "baidu")]
-async fn baidu(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
-    let provider = kube_lb_provider_baidu::BaiduProvider::from_cloud_config(
-        args.cloud_config.as_deref(),
-        &args.cluster_name,
-        counter,
-    )
-    .await
-    .context("configuring the Baidu provider")?
-    .with_cluster_id(args.cluster_id.as_deref());
-    Ok(cloud_provider(Arc::new(provider)))
-}
-
-#[cfg(not(feature = "baidu"))]
-async fn baidu(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
-    anyhow::bail!("--cloud baidu: this kube-lb was built without the `baidu` cargo feature")
-}
-
-#[cfg(feature = "tencent")]
-async fn tencent(args: &CloudArgs, counter: CallCounter) -> anyhow::Result<Provider> {
-    let provider = kube_lb_provider_tencent::TencentProvider::from_cloud_config(
-        args.cloud_config.as_deref(),
-        &args.cluster_name,
-        counter,
-    )
-    .await
-    .context("configuring the Tencent provider")?;
-    Ok(cloud_provider(Arc::new(provider)))
-}
-
-#[cfg(not(feature = "tencent"))]
-async fn tencent(_args: &CloudArgs, _counter: CallCounter) -> anyhow::Result<Provider> {
-    anyhow::bail!("--cloud tencent: this kube-lb was built without the `tencent` cargo feature")
+    let factory = lookup(args.cloud)?;
+    (factory.build)(&args.build_options(counter)).await
 }
 
 #[cfg(test)]
 mod tests {
+    use clap::ValueEnum as _;
+
     use super::*;
 
     #[test]
-    fn cluster_ids_go_into_cloud_tags_unchanged_or_are_refused() {
-        let uid = "3f2c9d8e-1b7a-4c5e-9f00-123456789abc";
-        for (value, ok) in [
-            (uid, true),
-            ("prod.eu-1_a", true),
-            ("", false),
-            ("a/b", false),
-            ("a,b", false),
-            ("with space", false),
-            (&*"x".repeat(64), false),
-        ] {
-            let parsed = parse_cluster_id(value);
-            assert_eq!(parsed.is_ok(), ok, "{value:?}: {parsed:?}");
-            match parsed {
-                Ok(id) => assert_eq!(id, value),
-                Err(message) => assert!(message.contains("cluster identity"), "{message}"),
+    fn every_cloud_is_in_the_table_exactly_when_its_feature_is_on() {
+        for cloud in CloudName::value_variants() {
+            let compiled = match cloud.feature() {
+                None => true,
+                Some("aws") => cfg!(feature = "aws"),
+                Some("gcp") => cfg!(feature = "gcp"),
+                Some("azure") => cfg!(feature = "azure"),
+                Some("openstack") => cfg!(feature = "openstack"),
+                Some("baidu") => cfg!(feature = "baidu"),
+                Some("tencent") => cfg!(feature = "tencent"),
+                Some(other) => panic!("unknown feature {other}"),
+            };
+            let found = lookup(*cloud);
+            assert_eq!(found.is_ok(), compiled, "{cloud:?}");
+            match found {
+                Ok(factory) => assert_eq!(factory.cloud, *cloud),
+                Err(error) => {
+                    let feature = cloud.feature().unwrap_or_default();
+                    assert!(
+                        error
+                            .to_string()
+                            .contains(&format!("`{feature}` cargo feature")),
+                        "{error}"
+                    );
+                }
             }
+            let entries = PROVIDERS.iter().filter(|f| f.cloud == *cloud).count();
+            assert_eq!(entries, usize::from(compiled), "{cloud:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn the_local_entry_builds_the_local_provider() {
+        let args = CloudArgs {
+            cloud: CloudName::Local,
+            cloud_config: None,
+            cluster_name: ClusterName::new("kubernetes").expect("a valid name"),
+            cluster_id: None,
+            local_pool: vec!["127.0.0.100-127.0.0.101".parse().expect("a valid range")],
+        };
+        let built = build(&args, CallCounter::new())
+            .await
+            .expect("local builds");
+        assert_eq!(built.provider.name(), "local");
+        assert!(built.local.is_some());
+    }
+
+    #[test]
+    fn cluster_flags_are_checked_when_read() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cloud: CloudArgs,
+        }
+        use clap::Parser as _;
+        let parsed = Cli::try_parse_from(["kube-lb", "--cluster-id", "a/b"]);
+        assert!(parsed.is_err());
+        let parsed = Cli::try_parse_from(["kube-lb", "--cluster-name", ""]);
+        assert!(parsed.is_err());
+        let parsed = Cli::try_parse_from(["kube-lb", "--cluster-id", "3f2c9d8e-1b7a"])
+            .expect("a valid identity");
+        assert_eq!(parsed.cloud.cluster_name.as_str(), "kubernetes");
+        assert_eq!(
+            parsed
+                .cloud
+                .cluster_id
+                .as_ref()
+                .map(ClusterIdentity::as_str),
+            Some("3f2c9d8e-1b7a")
+        );
     }
 }

@@ -400,18 +400,13 @@ where
     })
 }
 
-/// True unless the Node is being deleted (KEP-3836 node eligibility for `/healthz`).
+/// True unless the Node is going away, deleted or tainted by the cluster autoscaler (KEP-3836
+/// node eligibility for `/healthz`): the removal part of the shared node rule only, since a
+/// node's own health endpoint does not answer for its labels or readiness.
 pub fn node_eligible(node: &Node) -> bool {
-    let tainted = node
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.taints.as_ref())
-        .is_some_and(|taints| {
-            taints
-                .iter()
-                .any(|taint| taint.key == "ToBeDeletedByClusterAutoscaler")
-        });
-    node.metadata.deletion_timestamp.is_none() && !tainted
+    crate::l2::election::node_facts(node)
+        .being_removed()
+        .is_none()
 }
 
 /// Everything the loop drives.

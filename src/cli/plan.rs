@@ -186,9 +186,13 @@ process its plan shows new load balancers and address changes, not port changes.
 JSON (-o json): {\"provider\", \"services\": [{\"namespace\", \"name\", \"operation\": \
 \"ensure\"|\"delete\", \"status\": \"changes\"|\"inSync\"|\"implementedElsewhere\"|\"error\", \
 \"changes\": [{\"action\": \"create\"|\"modify\"|\"delete\", \"kind\", \"name\", \"call\", \
-\"fields\": [{\"field\", \"old\", \"new\"}]}], \"error\"?}], \"summary\": {\"create\", \"modify\", \
+\"fields\": [{\"field\", \"old\", \"new\"}], \"phase\"?, \"dependsOn\"?}], \"error\"?}], \"summary\": {\"create\", \"modify\", \
 \"delete\", \"servicesWithChanges\", \"servicesInSync\", \"errors\"}}; services sorted by \
-namespace/name, changes in the order the provider would make them, old/new null where absent.
+namespace/name, changes in the order the provider would make them, old/new null where absent. \
+A change with \"phase\" (2, 3, …) needs the result of the phases before it (an id the cloud \
+assigns, a load balancer ready again): it is planned from their expected result and planned \
+again once they have run; \"dependsOn\" says what it waits for. Without \"phase\", a change \
+is exactly what the next reconcile runs first.
 
 Examples:
   kube-lb plan --cloud aws --cloud-config aws.conf --detailed-exitcode
@@ -423,7 +427,16 @@ pub fn table(report: &PlanReport) -> String {
             )),
             PlanStatus::Changes => {
                 out.push_str(&format!("{head}:\n"));
+                let mut shown_phase = 1;
                 for change in &service.changes {
+                    if change.phase > shown_phase {
+                        shown_phase = change.phase;
+                        out.push_str(&format!(
+                            "  then (phase {}, planned again once {} is known):\n",
+                            change.phase,
+                            change.depends_on.as_deref().unwrap_or("the phase before")
+                        ));
+                    }
                     let sign = match change.action {
                         ChangeAction::Create => '+',
                         ChangeAction::Modify => '~',

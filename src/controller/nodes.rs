@@ -18,13 +18,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube_lb_annotations::{Cloud, LoadBalancerSpec, TrafficPolicy};
+use kube_lb_provider_core::eligibility::{
+    self, Ineligible, NodeFacts, NodeReadiness, ServiceFacts,
+};
 use kube_lb_provider_core::types::NodeAddressKind;
 use kube_lb_provider_core::{BackendNode, NodeAddress};
 
-/// Nodes carrying this label (with any value but `false`) are never load-balancer backends.
-pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-/// The cluster autoscaler taints nodes it is about to remove.
-pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+pub use kube_lb_provider_core::eligibility::{EXCLUDE_LABEL, TO_BE_DELETED_TAINT};
 /// EndpointSlices name their Service with this label.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The zone labels, current and deprecated: the GCP provider places a node without a `gce://`
@@ -95,30 +95,35 @@ fn ready_state(node: &Node) -> ReadyState {
 /// addition per grace period. A NotReady condition without a transition time (or no Ready
 /// condition at all) cannot be placed in time and is treated as expired.
 pub fn ineligibility(node: &Node, readiness: &Readiness) -> Option<&'static str> {
-    if node.metadata.deletion_timestamp.is_some() {
-        return Some("being deleted");
-    }
-    let labels = node.metadata.labels.as_ref();
-    if labels
-        .and_then(|l| l.get(EXCLUDE_LABEL))
-        .is_some_and(|value| value != "false")
-    {
-        return Some("excluded by label");
-    }
+    eligibility::ineligibility(&node_facts(node, readiness), None).map(Ineligible::as_str)
+}
+
+/// What the shared rule ([`eligibility::ineligibility`]) reads from `node`, its readiness
+/// judged with the grace period at the moment `readiness` describes.
+fn node_facts<'a>(node: &'a Node, readiness: &Readiness) -> NodeFacts<'a> {
     let taints = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.as_deref())
         .unwrap_or_default();
-    if taints.iter().any(|t| t.key == TO_BE_DELETED_TAINT) {
-        return Some("to be deleted by the cluster autoscaler");
-    }
-    match ready_state(node) {
-        ReadyState::Ready => None,
-        // A transition time in the future (clock skew) counts as "just now".
-        ReadyState::NotReady(Some(since)) if readiness.now < readiness.grace_end(since) => None,
-        ReadyState::NotReady(Some(_)) => Some("not Ready for longer than the grace period"),
-        ReadyState::NotReady(None) => Some("not Ready"),
+    NodeFacts {
+        being_deleted: node.metadata.deletion_timestamp.is_some(),
+        exclude_label: node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(EXCLUDE_LABEL))
+            .map(String::as_str),
+        autoscaler_removing: taints.iter().any(|t| t.key == TO_BE_DELETED_TAINT),
+        readiness: match ready_state(node) {
+            ReadyState::Ready => NodeReadiness::Ready,
+            // A transition time in the future (clock skew) counts as "just now".
+            ReadyState::NotReady(Some(since)) if readiness.now < readiness.grace_end(since) => {
+                NodeReadiness::WithinGrace
+            }
+            ReadyState::NotReady(Some(_)) => NodeReadiness::GraceExpired,
+            ReadyState::NotReady(None) => NodeReadiness::NotReady,
+        },
     }
 }
 
@@ -397,10 +402,17 @@ pub fn select_backends<'a>(
         ),
         TrafficPolicy::Local { .. } | TrafficPolicy::Cluster => None,
     };
+    // `eligible` passed the node's part of the rule already; this is the Service's part.
     eligible
         .iter()
-        .filter(|n| local.as_ref().is_none_or(|names| names.contains(&n.name)))
-        .filter(|n| provider_accepts(n))
+        .filter(|n| {
+            let facts = ServiceFacts {
+                needs_local_endpoint: local.is_some(),
+                has_local_endpoint: local.as_ref().is_some_and(|names| names.contains(&n.name)),
+                provider_accepts: provider_accepts(n),
+            };
+            facts.ineligibility().is_none()
+        })
         .cloned()
         .collect()
 }

@@ -411,6 +411,8 @@ async fn plan_of_a_port_change_is_a_modify_and_makes_no_mutating_call() {
                 Some("http:80/TCP".into()),
                 Some("http:8080/TCP".into())
             )],
+            phase: 1,
+            depends_on: None,
         }]
     );
     assert_eq!(

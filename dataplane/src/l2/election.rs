@@ -8,10 +8,11 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use kube_lb_provider_core::eligibility::{self, NodeFacts, NodeReadiness, TO_BE_DELETED_TAINT};
+
 use crate::model::{SERVICE_NAME_LABEL, ServiceKey};
 
-/// Label that keeps a node out of external load balancers (also honoured by the controller).
-pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub use kube_lb_provider_core::eligibility::EXCLUDE_LABEL;
 
 /// One Service's claim on an announced address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,15 +118,17 @@ pub fn claims(services: &[&Service], slices: &[&EndpointSlice]) -> BTreeMap<IpAd
     by_ip
 }
 
-/// Whether a Node object lets its node announce: not being deleted, not excluded from external
-/// load balancers by label, not reported NotReady/Unknown by its kubelet. A node without a Node
-/// object is judged by its lease alone.
+/// Whether a Node object lets its node announce: the shared node rule
+/// ([`kube_lb_provider_core::eligibility::ineligibility`]) over [`node_facts`]. A node without
+/// a Node object is judged by its lease alone.
 pub fn node_may_announce(node: &Node) -> bool {
-    let excluded = node
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|labels| labels.contains_key(EXCLUDE_LABEL));
+    eligibility::ineligibility(&node_facts(node), None).is_none()
+}
+
+/// What the shared node rule reads from `node`. The dataplane has no readiness grace: a Ready
+/// condition that is not `True` (NotReady, Unknown) keeps the node out at once, and a node
+/// whose kubelet has not reported one yet is left to its lease.
+pub fn node_facts(node: &Node) -> NodeFacts<'_> {
     let not_ready = node
         .status
         .as_ref()
@@ -133,16 +136,25 @@ pub fn node_may_announce(node: &Node) -> bool {
         .into_iter()
         .flatten()
         .any(|condition| condition.type_ == "Ready" && condition.status != "True");
-    let autoscaler_deleting = node
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.taints.as_ref())
-        .is_some_and(|taints| {
-            taints
-                .iter()
-                .any(|taint| taint.key == "ToBeDeletedByClusterAutoscaler")
-        });
-    !excluded && !not_ready && !autoscaler_deleting && node.metadata.deletion_timestamp.is_none()
+    NodeFacts {
+        being_deleted: node.metadata.deletion_timestamp.is_some(),
+        exclude_label: node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(EXCLUDE_LABEL))
+            .map(String::as_str),
+        autoscaler_removing: node
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.taints.as_ref())
+            .is_some_and(|taints| taints.iter().any(|taint| taint.key == TO_BE_DELETED_TAINT)),
+        readiness: if not_ready {
+            NodeReadiness::NotReady
+        } else {
+            NodeReadiness::Ready
+        },
+    }
 }
 
 /// Rank of `node` for `ip`: the rendezvous (highest-random-weight) hash of the pair. It is the
@@ -412,8 +424,24 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
+        // The controller's reading of the label: `false` excludes nothing.
+        let mut label_false = ready.clone();
+        label_false
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(EXCLUDE_LABEL.into(), "false".into());
+        let mut autoscaled = ready.clone();
+        autoscaled.spec.get_or_insert_with(Default::default).taints =
+            Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: TO_BE_DELETED_TAINT.into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]);
         let cases = [
             (ready, true),
+            (label_false, true),
+            (autoscaled, false),
             (excluded, false),
             (not_ready, false),
             (deleting, false),

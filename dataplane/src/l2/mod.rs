@@ -21,7 +21,8 @@
 //! proxy's first sync, so a node never attracts traffic it cannot forward.
 //!
 //! The candidates for an address are the live nodes whose Node object does not veto them
-//! (being deleted, `node.kubernetes.io/exclude-from-external-load-balancers`, Ready not True);
+//! (the controller's rule, `kube_lb_provider_core::eligibility`: being deleted or tainted by the
+//! autoscaler, `node.kubernetes.io/exclude-from-external-load-balancers`, Ready not True);
 //! for a Service with `externalTrafficPolicy: Local` only those with a ready endpoint of the
 //! Service in its EndpointSlices (when Services share the address a node must suit all of them;
 //! if none does, one that suits any). Among the candidates the node with the highest

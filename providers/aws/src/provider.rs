@@ -108,7 +108,7 @@ impl AwsProvider {
     /// `counter` (the binary's `/metrics` observe it).
     pub async fn from_cloud_config(
         path: Option<&Path>,
-        cluster_name: &str,
+        cluster_name: &kube_lb_provider_core::ClusterName,
         counter: CallCounter,
     ) -> Result<AwsProvider, AwsError> {
         let config = CloudConfig::load(path)?;

@@ -31,6 +31,7 @@ pub mod config;
 mod convert;
 pub mod desired;
 mod error;
+mod flow;
 pub mod inventory;
 mod lro;
 mod pipeline;

@@ -1,17 +1,19 @@
-//! `kube-lb plan` for Azure: the writes an `ensure` or `delete` would make, field by field,
-//! computed from one observation without writing anything. Pure.
+//! Azure's plan as steps for the core driver ([`kube_lb_provider_core::converge`]): one
+//! [`AzureStep`] per ARM write, each carrying the fields it changes old → new. Pure.
 //!
-//! The provider converges in rounds (a new public IP's address is only known once ARM
-//! allocated it, and the security rule needs it), so a single [`plan`] can be incomplete. The
-//! preview therefore plans, applies the actions to an in-memory copy the way ARM would store
-//! them (addresses ARM allocates shown as [`ALLOCATED_BY_AZURE`], public IP back-references
-//! kept in step with the frontends), and plans again until nothing is left; the result is
-//! the difference between the observation and that final state, one entry per object written,
-//! in the order of the first write.
+//! Phases, not placeholders: the provider converges in rounds because ARM decides some values
+//! only when it stores a write (a new public IP's address, which the security rule needs; a
+//! frontend's back-reference on the public IP, which a delete waits for). [`phases`] plans the
+//! first round from the observation exactly, then applies each write to an in-memory copy the
+//! way ARM would store it (addresses ARM allocates shown as [`ALLOCATED_BY_AZURE`], public IP
+//! back-references kept in step with the frontends) and plans the next round from that copy,
+//! until nothing is left. `kube-lb plan` shows round 1 as it will run and the later rounds as
+//! depending on ARM's answer; `ensure` runs round 1 and plans again from what ARM then holds.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use kube_lb_provider_core::converge::{self, Plan};
 use kube_lb_provider_core::{ChangeAction, PlannedChange, ProviderError, ServiceKey};
 use serde_json::Value;
 
@@ -29,8 +31,27 @@ pub const KIND_SECURITY_GROUP: &str = "NetworkSecurityGroup";
 /// Stands in for an address ARM allocates when the object is created (a new public IP, a
 /// dynamic private frontend IP).
 pub const ALLOCATED_BY_AZURE: &str = "(allocated by Azure)";
-/// Plan/apply rounds simulated, as many as the provider itself runs.
-const MAX_ROUNDS: u32 = 8;
+/// Plan/apply rounds simulated, as many as the driver runs.
+const MAX_ROUNDS: usize = converge::MAX_PHASES;
+
+/// What a later round waits for.
+const LATER_ROUND: &str =
+    "ARM's answer to the writes before (allocated addresses, attached public IPs)";
+
+/// One ARM write of the plan, with how `kube-lb plan` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AzureStep {
+    /// The write.
+    pub action: Action,
+    /// The write as shown: the object's fields before → after this write.
+    pub change: PlannedChange,
+}
+
+impl converge::Step for AzureStep {
+    fn describe(&self) -> PlannedChange {
+        self.change.clone()
+    }
+}
 
 /// Keys ARM computes (states, back-references): never a change kube-lb makes.
 const SERVER_FIELDS: &[&str] = &[
@@ -70,34 +91,81 @@ fn target_of(action: &Action) -> Target {
     }
 }
 
-/// The writes that take `observed` to what `desired` wants (`None`: what deleting `service`
-/// needs), one [`PlannedChange`] per object, with the fields that change. Empty when in sync.
-/// Errors are the planner's (a name taken by another owner, a missing public IP).
+/// The rounds of writes that take `observed` to what `desired` wants (`None`: what deleting
+/// `service` needs): round 1 exactly, later rounds planned from round 1's expected result.
+/// Empty when in sync. Errors are the planner's (a name taken by another owner, a missing
+/// public IP).
+pub fn phases(
+    settings: &Settings,
+    service: &ServiceKey,
+    desired: Option<&Desired>,
+    observed: &Observed,
+) -> Result<Plan<AzureStep>, ProviderError> {
+    let mut state = observed.clone();
+    let mut result = Plan::default();
+    for round in 0..MAX_ROUNDS {
+        let actions = plan(settings, service, desired, &state)?;
+        if actions.is_empty() {
+            break;
+        }
+        let mut steps = Vec::with_capacity(actions.len());
+        for action in actions {
+            let before = state.clone();
+            apply(settings, &mut state, &action);
+            let target = target_of(&action);
+            // Every write is one step, also one that only ARM-computed fields tell apart.
+            let change = change_of(&target, &before, &state)
+                .unwrap_or_else(|| unchanged_write(&target, &action));
+            steps.push(AzureStep { action, change });
+        }
+        if round == 0 {
+            result.steps = steps;
+        } else {
+            result = result.then(LATER_ROUND, steps);
+        }
+    }
+    Ok(result)
+}
+
+/// The rounds of [`phases`] as `kube-lb plan` lists them.
 pub fn preview(
     settings: &Settings,
     service: &ServiceKey,
     desired: Option<&Desired>,
     observed: &Observed,
 ) -> Result<Vec<PlannedChange>, ProviderError> {
-    let mut state = observed.clone();
-    let mut targets: Vec<Target> = Vec::new();
-    for _ in 0..MAX_ROUNDS {
-        let actions = plan(settings, service, desired, &state)?;
-        if actions.is_empty() {
-            break;
+    Ok(converge::describe(&phases(
+        settings, service, desired, observed,
+    )?))
+}
+
+/// A write whose object shows no field change (ARM-computed fields only).
+fn unchanged_write(target: &Target, action: &Action) -> PlannedChange {
+    let (kind, name, call) = match (target, action) {
+        (Target::LoadBalancer(name), Action::DeleteLoadBalancer { .. }) => {
+            (KIND_LOAD_BALANCER, name.clone(), "DeleteLoadBalancer")
         }
-        for action in &actions {
-            let target = target_of(action);
-            if !targets.contains(&target) {
-                targets.push(target);
-            }
-            apply(settings, &mut state, action);
+        (Target::LoadBalancer(name), _) => (KIND_LOAD_BALANCER, name.clone(), "PutLoadBalancer"),
+        (Target::PublicIp { name, .. }, Action::DeletePublicIp { .. }) => {
+            (KIND_PUBLIC_IP, name.clone(), "DeletePublicIPAddress")
         }
-    }
-    Ok(targets
-        .iter()
-        .filter_map(|target| change_of(target, observed, &state))
-        .collect())
+        (Target::PublicIp { name, .. }, _) => (KIND_PUBLIC_IP, name.clone(), "PutPublicIPAddress"),
+        (Target::SecurityGroup, Action::PutSecurityGroup { nsg, .. }) => (
+            KIND_SECURITY_GROUP,
+            nsg.name.clone(),
+            "PutNetworkSecurityGroup",
+        ),
+        (Target::SecurityGroup, _) => (
+            KIND_SECURITY_GROUP,
+            String::new(),
+            "PutNetworkSecurityGroup",
+        ),
+    };
+    let action = match action {
+        Action::DeleteLoadBalancer { .. } | Action::DeletePublicIp { .. } => ChangeAction::Delete,
+        _ => ChangeAction::Modify,
+    };
+    PlannedChange::new(action, kind, name, call)
 }
 
 /// Applies one write to the in-memory state as ARM would store it.

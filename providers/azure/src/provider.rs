@@ -1,4 +1,5 @@
-//! [`AzureProvider`]: observe → plan → apply, repeated until the plan is empty.
+//! [`AzureProvider`]: the ARM reads and writes its flow ([`crate::flow`]) is made of, status and
+//! inventory.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -20,13 +21,10 @@ use crate::config::AzureConfig;
 use crate::desired::{Desired, FrontendKind, PipChoice, Settings, desired};
 use crate::error::AzureError;
 use crate::inventory::owned_resources;
-use crate::plan::{Action, Observed, owned_child, plan, status_address};
-use crate::preview::preview;
+use crate::plan::{Action, Observed, owned_child, status_address};
 
 /// Where upstream keeps the cloud config on nodes.
 pub const DEFAULT_CLOUD_CONFIG: &str = "/etc/kubernetes/azure.json";
-/// Observe/plan/apply rounds before giving up (a 412 or a freshly allocated address costs one).
-const MAX_ROUNDS: u32 = 8;
 
 /// Tunables for [`AzureProvider::new`]; the defaults suit production.
 #[derive(Debug, Clone)]
@@ -63,13 +61,13 @@ impl Default for ProviderOptions {
 #[derive(Debug)]
 pub struct AzureProvider {
     client: Arc<dyn NetworkClient>,
-    settings: Settings,
+    pub(crate) settings: Settings,
     counter: CallCounter,
     /// Reconciles of the shared load balancers are serialised, as upstream does: they rewrite
     /// one object, and concurrent writers would only turn into 412 retries.
     lock: tokio::sync::Mutex<()>,
     /// Reads shared by every Service's sync.
-    cache: ArmCache,
+    pub(crate) cache: ArmCache,
 }
 
 impl AzureProvider {
@@ -77,7 +75,7 @@ impl AzureProvider {
     /// counting every ARM call on `counter` (the binary's `/metrics` observe it).
     pub async fn from_cloud_config(
         path: Option<&Path>,
-        cluster_name: &str,
+        cluster_name: &kube_lb_provider_core::ClusterName,
         counter: CallCounter,
     ) -> Result<AzureProvider, AzureError> {
         let path = path.unwrap_or_else(|| Path::new(DEFAULT_CLOUD_CONFIG));
@@ -216,7 +214,7 @@ impl AzureProvider {
     /// Reads what the Service's sync plans from. With `cached`, the shared objects come from
     /// the [`crate::cache`] when fresh: every Service of a pass plans against one read of
     /// them, shared rather than copied. `status` reads afresh.
-    async fn observe(
+    pub(crate) async fn observe(
         &self,
         service: &ServiceKey,
         desired: Option<&Desired>,
@@ -301,7 +299,7 @@ impl AzureProvider {
     }
 
     /// Performs one write and takes what it stored into the cache.
-    async fn apply(&self, action: &Action) -> Result<(), AzureError> {
+    pub(crate) async fn apply(&self, action: &Action) -> Result<(), AzureError> {
         let s = &self.settings;
         let rg = s.lb_resource_group.as_str();
         let written = match action {
@@ -352,49 +350,6 @@ impl AzureProvider {
     /// a write took effect but its answer was lost, the in-place retry meets a changed object
     /// (412), and the next round re-reads it and finds the work done (or tagged for another
     /// owner, which `plan` reports as an environment error naming the owner).
-    async fn converge(
-        &self,
-        service: &ServiceKey,
-        desired: Option<&Desired>,
-    ) -> Result<Observed, ProviderError> {
-        let result = self.converge_rounds(service, desired).await;
-        if result.is_err() {
-            // A refused or failed write, or a missing object: nothing cached is trusted now.
-            self.cache.clear();
-        }
-        result
-    }
-
-    async fn converge_rounds(
-        &self,
-        service: &ServiceKey,
-        desired: Option<&Desired>,
-    ) -> Result<Observed, ProviderError> {
-        for round in 0..MAX_ROUNDS {
-            let observed = self.observe(service, desired, true).await?;
-            let actions = plan(&self.settings, service, desired, &observed)?;
-            if actions.is_empty() {
-                debug!(%service, provider = "azure", round, "converged");
-                return Ok(observed);
-            }
-            for action in &actions {
-                debug!(%service, provider = "azure", action = %action.describe(), "applying");
-                match self.apply(action).await {
-                    Ok(()) => {}
-                    Err(AzureError::PreconditionFailed { operation }) => {
-                        // Someone changed the object since we read it (possibly since we
-                        // cached it): read again and re-plan.
-                        info!(%service, provider = "azure", operation, "etag changed; re-reading");
-                        self.cache.clear();
-                        break;
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-            }
-        }
-        Err(AzureError::NotConverged(MAX_ROUNDS).into())
-    }
-
     /// Reads everything that may hold a Service's objects, afresh: both cluster load
     /// balancers, the public IPs of the cluster resource group and of every group a frontend
     /// points into, and the security group (`kube-lb audit`).
@@ -462,7 +417,7 @@ impl LoadBalancerProvider for AzureProvider {
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let desired = desired(&self.settings, spec, backends)?;
         let _guard = self.lock.lock().await;
-        let observed = self.converge(&spec.service, Some(&desired)).await?;
+        let observed = crate::flow::converge(self, &spec.service, Some(&desired)).await?;
         self.status_from(&spec.service, &observed).ok_or_else(|| {
             ProviderError::from(AzureError::Arm {
                 operation: "Status",
@@ -476,7 +431,7 @@ impl LoadBalancerProvider for AzureProvider {
     #[instrument(skip_all, fields(service = %service, provider = "azure"))]
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
         let _guard = self.lock.lock().await;
-        self.converge(service, None).await?;
+        crate::flow::converge(self, service, None).await?;
         Ok(())
     }
 
@@ -498,16 +453,14 @@ impl LoadBalancerProvider for AzureProvider {
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
         let desired = desired(&self.settings, spec, backends)?;
-        let observed = self.observe(&spec.service, Some(&desired), true).await?;
-        let changes = preview(&self.settings, &spec.service, Some(&desired), &observed)?;
+        let changes = crate::flow::render(self, &spec.service, Some(&desired)).await?;
         debug!(changes = changes.len(), "planned ensure");
         Ok(changes)
     }
 
     #[instrument(skip_all, fields(service = %service, provider = "azure"))]
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
-        let observed = self.observe(service, None, true).await?;
-        let changes = preview(&self.settings, service, None, &observed)?;
+        let changes = crate::flow::render(self, service, None).await?;
         debug!(changes = changes.len(), "planned delete");
         Ok(changes)
     }

@@ -77,7 +77,8 @@ pub struct Resolved {
 impl CloudConfig {
     /// Parses the JSON text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        serde_json::from_str(text)
+        // The shared reader adds line and column; the file's path is not known here.
+        kube_lb_provider_core::config_file::parse_json("cloud-config", text)
             .map_err(|e| ConfigError(format!("not a Baidu cloud-config: {e}")))
     }
 

@@ -28,7 +28,9 @@
 
 pub mod client;
 pub mod config;
+mod eips;
 pub mod error;
+pub mod flow;
 pub mod plan;
 pub mod provider;
 pub mod sign;

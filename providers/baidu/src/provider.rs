@@ -1,6 +1,9 @@
-//! [`BaiduProvider`]: observe the Service's BLB, plan (pure, [`crate::plan`]), apply with the
-//! fewest calls, waiting out BLB's asynchronous states (`creating`, `updating`) and retrying a
-//! change refused as busy (`OperationDenied`) after the wait.
+//! [`BaiduProvider`]: the observation side of the flows in [`crate::flow`] (finding the
+//! Service's BLB, waiting out BLB's asynchronous states `creating` / `updating`, reading its
+//! listeners, backends and security groups) and the calls under a BLB, a change refused as busy
+//! (`OperationDenied`) retried after the wait. `ensure` and `delete` run the flows through
+//! [`kube_lb_provider_core::converge::execute`]; `plan_ensure` and `plan_delete` render the
+//! same flows ([`kube_lb_provider_core::converge::render`]).
 //!
 //! `loadBalancerSourceRanges` becomes a security group of the Service's bound to its BLB
 //! ([`crate::source_ranges`]), converged before the listeners (a new listener is never open
@@ -14,17 +17,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kube_lb_annotations::keys::baidu as annotation;
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+use kube_lb_provider_core::converge;
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, ChangeAction, ClientOptions, EnvironmentCause, LoadBalancerIngress,
+    BackendNode, CallCounter, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
 };
 use serde_json::json;
 
-use crate::client::{BaiduClient, Blb, Eip};
+use crate::client::{BaiduClient, Blb};
 use crate::config::{CloudConfig, Resolved};
 use crate::error::BceError;
-use crate::plan::{self, Desired, EipStep, Observed, Step};
-use crate::source_ranges::{self, GroupRef};
+use crate::flow::{DeleteFlow, EnsureFlow};
+use crate::plan::{self, Desired, Observed, Step};
+use crate::source_ranges;
 
 pub use kube_lb_provider_core::WaitSettings;
 
@@ -56,18 +61,18 @@ pub struct BaiduProvider {
 /// How many times a change refused as busy is retried after waiting.
 const BUSY_RETRIES: usize = 3;
 
-/// What a look-up does with a BLB an earlier Service of the same namespace/name left behind in
-/// this cluster ([`plan::leftover_of`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Leftovers {
-    /// Removes it (an ensure, which then makes the Service's own).
-    Remove,
-    /// Leaves it, as not the Service's (reads, plans, deletes of the new Service).
-    Keep,
+/// What looking the Service's BLB up found.
+#[derive(Debug, Clone)]
+pub(crate) enum Lookup {
+    /// The BLB, and whether it is the Service's own (not an `exist-id` one).
+    Found(Blb, bool),
+    /// None; with the earlier Service of the same namespace/name whose leftover BLB holds the
+    /// name in this cluster ([`plan::leftover_of`]), to be removed before the create.
+    Absent(Option<ServiceKey>),
 }
 
 /// A description change that removes the EIP mark (the Service no longer wants an EIP of ours).
-fn drops_eip_mark(step: &Step) -> bool {
+pub(crate) fn drops_eip_mark(step: &Step) -> bool {
     matches!(step, Step::UpdateDesc { from, to } if plan::has_eip_mark(from) && !plan::has_eip_mark(to))
 }
 
@@ -92,7 +97,7 @@ fn status_of(address: &str) -> LoadBalancerStatus {
 /// Service's own (upstream wrote them when it created the BLB, not for an `exist-id` one),
 /// and the EIP under `cce-load-balancer-cce-add-eip` when the address is one (the key is
 /// marked stale otherwise, so the controller removes it).
-fn status_for(blb: &Blb, owned: bool, address: &str, eip: bool) -> LoadBalancerStatus {
+pub(crate) fn status_for(blb: &Blb, owned: bool, address: &str, eip: bool) -> LoadBalancerStatus {
     let mut status = status_of(address);
     if owned {
         for key in [annotation::LOAD_BALANCER_ID, annotation::CCE_ADD_ID] {
@@ -147,8 +152,8 @@ impl BaiduProvider {
     /// this cluster left behind under its namespace/name from another cluster's: the first is
     /// removed when a new Service of that namespace/name is ensured, the second refused.
     /// `None` (unknown) refuses both.
-    pub fn with_cluster_id(mut self, id: Option<&str>) -> Self {
-        self.cluster_mark = id.filter(|id| !id.is_empty()).map(plan::cluster_mark);
+    pub fn with_cluster_id(mut self, id: Option<&kube_lb_provider_core::ClusterIdentity>) -> Self {
+        self.cluster_mark = id.map(|id| plan::cluster_mark(id.as_str()));
         self
     }
 
@@ -160,7 +165,7 @@ impl BaiduProvider {
     /// Reads the cloud-config at `path` (required) and the environment.
     pub async fn from_cloud_config(
         path: Option<&Path>,
-        cluster: &str,
+        cluster: &kube_lb_provider_core::ClusterName,
         counter: CallCounter,
     ) -> Result<Self, ProviderError> {
         let internal = |message: String| ProviderError::Internal {
@@ -196,22 +201,9 @@ impl BaiduProvider {
         &self.cluster
     }
 
-    /// What `ensure` would remove before making the Service's BLB: the one an earlier Service
-    /// of its namespace/name left behind in this cluster, with its EIP.
-    async fn planned_leftover_removal(
-        &self,
-        desired: &Desired,
-    ) -> Result<Vec<PlannedChange>, ProviderError> {
-        if desired.exist_id.is_some() {
-            return Ok(Vec::new());
-        }
-        match self.client.blbs_named(&desired.name).await?.as_slice() {
-            [blb] => match self.leftover_of(blb, &desired.service) {
-                Some(previous) => self.plan_delete(&previous).await,
-                None => Ok(Vec::new()),
-            },
-            _ => Ok(Vec::new()),
-        }
+    /// The cluster's VPC.
+    pub(crate) fn vpc_id(&self) -> &str {
+        &self.vpc_id
     }
 
     /// The earlier Service whose leftover `blb` is ([`plan::leftover_of`]).
@@ -233,14 +225,10 @@ impl BaiduProvider {
 
     /// The Service's BLB: the `exist-id` one, or ours by name. `Err` when the name is taken by
     /// someone else's BLB.
-    async fn find(
-        &self,
-        desired: &Desired,
-        leftovers: Leftovers,
-    ) -> Result<Option<(Blb, bool)>, ProviderError> {
+    pub(crate) async fn find(&self, desired: &Desired) -> Result<Lookup, ProviderError> {
         if let Some(id) = &desired.exist_id {
             return match self.client.blb(id).await? {
-                Some(blb) => Ok(Some((blb, false))),
+                Some(blb) => Ok(Lookup::Found(blb, false)),
                 None => Err(ProviderError::environment(
                     "blb:DescribeLoadBalancerDetail",
                     EnvironmentCause::MissingDependency,
@@ -248,27 +236,30 @@ impl BaiduProvider {
                 )),
             };
         }
-        self.find_owned(&desired.name, &desired.service, leftovers)
-            .await
-            .map(|b| b.map(|b| (b, true)))
+        self.look_up(&desired.name, &desired.service).await
     }
 
+    /// Ours under `name`, if any.
     async fn find_owned(
         &self,
         name: &str,
         service: &ServiceKey,
-        leftovers: Leftovers,
     ) -> Result<Option<Blb>, ProviderError> {
+        Ok(match self.look_up(name, service).await? {
+            Lookup::Found(blb, _) => Some(blb),
+            Lookup::Absent(_) => None,
+        })
+    }
+
+    /// The BLB named `name` when it is the Service's, or the earlier Service whose leftover it
+    /// is (one list call).
+    async fn look_up(&self, name: &str, service: &ServiceKey) -> Result<Lookup, ProviderError> {
         let mut found = self.client.blbs_named(name).await?;
         if let [blb] = found.as_slice()
             && let Some(previous) = self.leftover_of(blb, service)
         {
-            if leftovers == Leftovers::Remove {
-                tracing::warn!(%service, blb = %blb.blb_id, %name, previous_uid = %previous.uid, "removing the BLB a deleted Service of the same namespace/name left behind in this cluster");
-                LoadBalancerProvider::delete(self, &previous).await?;
-            }
-            // Not this Service's: gone now, or going at its ensure.
-            return Ok(None);
+            // Not this Service's: its ensure removes it first.
+            return Ok(Lookup::Absent(Some(previous)));
         }
         if found.len() > 1 {
             return Err(ProviderError::environment(
@@ -281,10 +272,10 @@ impl BaiduProvider {
             ));
         }
         let Some(blb) = found.pop() else {
-            return Ok(None);
+            return Ok(Lookup::Absent(None));
         };
         if self.is_ours(&blb, service) {
-            Ok(Some(blb))
+            Ok(Lookup::Found(blb, true))
         } else {
             Err(ProviderError::environment(
                 "blb:DescribeLoadBalancers",
@@ -298,7 +289,7 @@ impl BaiduProvider {
     }
 
     /// Polls until the BLB is `available`.
-    async fn wait_available(&self, id: &str) -> Result<Blb, ProviderError> {
+    pub(crate) async fn wait_available(&self, id: &str) -> Result<Blb, ProviderError> {
         let mut waiting = self.wait.begin();
         loop {
             let blb = self
@@ -338,7 +329,7 @@ impl BaiduProvider {
     }
 
     /// A change under a BLB: refused-as-busy is waited out and retried.
-    async fn change<F, Fut>(&self, id: &str, mut call: F) -> Result<(), ProviderError>
+    pub(crate) async fn change<F, Fut>(&self, id: &str, mut call: F) -> Result<(), ProviderError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<(), BceError>>,
@@ -357,14 +348,14 @@ impl BaiduProvider {
         }
     }
 
-    async fn observe(&self, id: &str) -> Result<Observed, ProviderError> {
+    pub(crate) async fn observe(&self, id: &str) -> Result<Observed, ProviderError> {
         Ok(Observed {
             listeners: self.client.listeners(id).await?,
             backends: self.client.backends(id).await?,
         })
     }
 
-    async fn apply(&self, id: &str, step: &Step) -> Result<(), ProviderError> {
+    pub(crate) async fn apply(&self, id: &str, step: &Step) -> Result<(), ProviderError> {
         let c = &self.client;
         match step {
             Step::UpdateDesc { to, .. } => {
@@ -392,29 +383,7 @@ impl BaiduProvider {
         }
     }
 
-    /// Is this EIP one kube-lb created for the Service?
-    fn eip_is_ours(&self, eip: &Eip, service: &ServiceKey) -> bool {
-        eip.tag(plan::TAG_CLUSTER) == Some(self.cluster.as_str())
-            && eip
-                .tag(plan::TAG_UID)
-                .is_some_and(|uid| service.uid.is_empty() || uid == service.uid)
-    }
-
-    /// Our EIPs that are not bound (left by a crash between create and bind, or after the
-    /// BLB went away): reused by ensure, released by delete.
-    async fn loose_eips(&self, service: &ServiceKey) -> Result<Vec<Eip>, ProviderError> {
-        Ok(self
-            .client
-            .eips(&[])
-            .await?
-            .into_iter()
-            .filter(|e| {
-                self.eip_is_ours(e, service) && e.instance_id.as_deref().is_none_or(str::is_empty)
-            })
-            .collect())
-    }
-
-    async fn wait_eip(&self, ip: &str) -> Result<(), ProviderError> {
+    pub(crate) async fn wait_eip(&self, ip: &str) -> Result<(), ProviderError> {
         let mut waiting = self.wait.begin();
         loop {
             let status = self
@@ -442,222 +411,6 @@ impl BaiduProvider {
             }
             waiting.sleep().await;
         }
-    }
-
-    /// The EIP with address `ip`, if the account has one.
-    async fn eip_at(&self, ip: &str) -> Result<Option<Eip>, ProviderError> {
-        Ok(self.client.eips(&[("eip", ip)]).await?.into_iter().next())
-    }
-
-    /// Was the EIP bound to `blb` made for this Service: by kube-lb (its tags), or by
-    /// cloud-provider-baiducloud (untagged, named as the BLB — upstream's default EIP name —
-    /// under a BLB with upstream's EIP mark)? Upstream never removed the mark when a user's
-    /// loadBalancerIP replaced its EIP, so the mark alone could release a user's address; the
-    /// name check keeps that from happening (an upstream EIP renamed by
-    /// `cce-elastic-ip-name` is then only unbound, never released: a leak, not a loss).
-    fn bound_is_ours(&self, eip: &Eip, blb: &Blb, service: &ServiceKey) -> bool {
-        self.eip_is_ours(eip, service) || plan::is_upstream_eip(eip, blb)
-    }
-
-    /// Detaching the EIP bound to `blb`: unbound, and released when it is ours and postpaid
-    /// (a user's EIP, or a prepaid one, is only unbound). `only_ours`: leave a user's alone.
-    async fn detach_steps(
-        &self,
-        blb: &Blb,
-        service: &ServiceKey,
-        only_ours: bool,
-    ) -> Result<Vec<EipStep>, ProviderError> {
-        if blb.public_ip.is_empty() {
-            return Ok(Vec::new());
-        }
-        let Some(eip) = self.eip_at(&blb.public_ip).await? else {
-            return Ok(Vec::new());
-        };
-        let ours = self.bound_is_ours(&eip, blb, service);
-        if only_ours && !ours {
-            return Ok(Vec::new());
-        }
-        let mut steps = vec![EipStep::Unbind(eip.eip.clone())];
-        if ours && eip.payment_timing != "Prepaid" {
-            steps.push(EipStep::Release(eip.eip));
-        }
-        Ok(steps)
-    }
-
-    /// Our EIPs that a switch away from a managed EIP (to internal, or to a user's EIP) unbound
-    /// but did not release, the pass having failed or the controller died in between: the BLB
-    /// has no address bound yet still carries the EIP mark, which comes off only after the EIP
-    /// calls. They are released (unless prepaid), not left billed while the Service lives. No
-    /// read unless the BLB is in that state.
-    async fn interrupted_detach(
-        &self,
-        blb: &Blb,
-        service: &ServiceKey,
-        owned: bool,
-    ) -> Result<Vec<EipStep>, ProviderError> {
-        if !owned || !blb.public_ip.is_empty() || !plan::has_eip_mark(&blb.desc) {
-            return Ok(Vec::new());
-        }
-        let mut steps: Vec<EipStep> = self
-            .loose_eips(service)
-            .await?
-            .into_iter()
-            .filter(|e| e.payment_timing != "Prepaid")
-            .map(|e| EipStep::Release(e.eip))
-            .collect();
-        steps.extend(self.unbound_upstream_eips(blb).await?);
-        Ok(steps)
-    }
-
-    /// An EIP upstream created for `blb` that an interrupted delete already unbound: untagged,
-    /// unbound, named as the BLB (upstream's default EIP name), under a BLB with the EIP mark.
-    async fn unbound_upstream_eips(&self, blb: &Blb) -> Result<Vec<EipStep>, ProviderError> {
-        if !blb.public_ip.is_empty() || !plan::has_eip_mark(&blb.desc) {
-            return Ok(Vec::new());
-        }
-        Ok(self
-            .client
-            .eips(&[("name", &blb.name)])
-            .await?
-            .into_iter()
-            .filter(|e| {
-                plan::is_upstream_eip(e, blb)
-                    && e.instance_id.as_deref().is_none_or(str::is_empty)
-                    && e.payment_timing != "Prepaid"
-            })
-            .map(|e| EipStep::Release(e.eip))
-            .collect())
-    }
-
-    /// A user's EIP (`spec.loadBalancerIP`) must exist in the account and be free (or bound to
-    /// this Service's BLB `blb_id`): checked before anything is created.
-    async fn check_user_eip(&self, ip: &str, blb_id: Option<&str>) -> Result<(), ProviderError> {
-        let Some(eip) = self.eip_at(ip).await? else {
-            return Err(ProviderError::user(format!(
-                "spec.loadBalancerIP {ip} is not an EIP of this Baidu account: kube-lb binds an \
-                 existing EIP but never creates one for loadBalancerIP; create the EIP first, or \
-                 remove loadBalancerIP to get a new EIP"
-            )));
-        };
-        match eip.instance_id.as_deref().filter(|id| !id.is_empty()) {
-            Some(bound) if Some(bound) != blb_id => Err(ProviderError::user(format!(
-                "spec.loadBalancerIP {ip}: the EIP is bound to {} {bound}; unbind it first",
-                eip.instance_type.as_deref().unwrap_or("instance")
-            ))),
-            _ => Ok(()),
-        }
-    }
-
-    /// [`Self::check_user_eip`] for a Service with `spec.loadBalancerIP`, skipped (no read) when
-    /// its BLB `found` already has that address.
-    async fn check_requested_eip(
-        &self,
-        desired: &Desired,
-        found: Option<&Blb>,
-    ) -> Result<(), ProviderError> {
-        match &desired.user_eip {
-            Some(ip) if found.is_none_or(|b| &b.public_ip != ip) => {
-                self.check_user_eip(ip, found.map(|b| b.blb_id.as_str()))
-                    .await
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// The EIP calls that give `blb` the address the Service wants, and that address when it
-    /// is known before the calls (`None`: the EIP the steps create).
-    async fn address_plan(
-        &self,
-        blb: &Blb,
-        desired: &Desired,
-        owned: bool,
-    ) -> Result<(Vec<EipStep>, Option<String>), ProviderError> {
-        let service = &desired.service;
-        let bound = (!blb.public_ip.is_empty()).then(|| blb.public_ip.clone());
-        match (&desired.user_eip, &desired.eip) {
-            (Some(ip), _) => {
-                if bound.as_deref() == Some(ip.as_str()) {
-                    return Ok((Vec::new(), Some(ip.clone())));
-                }
-                let mut steps = self.detach_steps(blb, service, false).await?;
-                steps.extend(self.interrupted_detach(blb, service, owned).await?);
-                steps.push(EipStep::Bind(Some(ip.clone())));
-                Ok((steps, Some(ip.clone())))
-            }
-            // Internal: the VPC address; an EIP of ours is detached (on a user's BLB, only ours).
-            (None, None) => {
-                let mut steps = self.detach_steps(blb, service, !owned).await?;
-                steps.extend(self.interrupted_detach(blb, service, owned).await?);
-                Ok((steps, Some(blb.address.clone())))
-            }
-            (None, Some(want)) => {
-                let mut steps = Vec::new();
-                if let Some(ip) = bound {
-                    // The marked BLB's EIP is the managed one (kube-lb's or upstream's); on a
-                    // user's BLB whatever is bound is used. No read on a no-op resync.
-                    if !owned || plan::has_eip_mark(&blb.desc) {
-                        return Ok((Vec::new(), Some(ip)));
-                    }
-                    match self.eip_at(&ip).await? {
-                        Some(eip) if !self.eip_is_ours(&eip, service) => {
-                            // A user's EIP from an earlier loadBalancerIP: unbound, never released.
-                            steps.push(EipStep::Unbind(ip));
-                        }
-                        _ => return Ok((Vec::new(), Some(ip))),
-                    }
-                }
-                match self.loose_eips(service).await?.into_iter().next() {
-                    Some(eip) => {
-                        steps.push(EipStep::Bind(Some(eip.eip.clone())));
-                        Ok((steps, Some(eip.eip)))
-                    }
-                    None => {
-                        steps.push(EipStep::Create(want.clone()));
-                        steps.push(EipStep::Bind(None));
-                        Ok((steps, None))
-                    }
-                }
-            }
-        }
-    }
-
-    /// Makes the EIP calls; returns the address created, if one was.
-    async fn apply_eip_steps(
-        &self,
-        blb_id: &str,
-        steps: &[EipStep],
-    ) -> Result<Option<String>, ProviderError> {
-        let mut created: Option<String> = None;
-        for step in steps {
-            tracing::info!(blb = %blb_id, step = ?step, "applying");
-            match step {
-                EipStep::Unbind(ip) => match self.client.unbind_eip(ip).await {
-                    Err(error) if !error.is_not_found() => return Err(error.into()),
-                    _ => {}
-                },
-                EipStep::Release(ip) => match self.client.release_eip(ip).await {
-                    Err(error) if !error.is_not_found() => return Err(error.into()),
-                    _ => {}
-                },
-                EipStep::Create(want) => {
-                    let ip = self.client.create_eip(&want.body).await?;
-                    tracing::info!(blb = %blb_id, eip = %ip, "created EIP");
-                    created = Some(ip);
-                }
-                EipStep::Bind(ip) => {
-                    let Some(ip) = ip.clone().or_else(|| created.clone()) else {
-                        return Err(ProviderError::Internal {
-                            message: "EIP bind planned without an address".into(),
-                            source: None,
-                        });
-                    };
-                    self.wait_eip(&ip).await?;
-                    let client = &self.client;
-                    self.change(blb_id, || client.bind_eip(&ip, blb_id)).await?;
-                }
-            }
-        }
-        Ok(created)
     }
 
     fn parse_desired(
@@ -704,87 +457,11 @@ impl LoadBalancerProvider for BaiduProvider {
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
         let desired = self.parse_desired(spec, backends)?;
-        let found = self.find(&desired, Leftovers::Remove).await?;
-        self.check_requested_eip(&desired, found.as_ref().map(|(blb, _)| blb))
-            .await?;
-        let (blb, owned) = match found {
-            Some((blb, owned)) if blb.status == "available" => (blb, owned),
-            Some((blb, owned)) => (self.wait_available(&blb.blb_id).await?, owned),
-            None => {
-                let id = self
-                    .client
-                    .create_blb(&desired.create_body(&self.cluster))
-                    .await?;
-                tracing::info!(blb = %id, name = %desired.name, "created BLB");
-                (self.wait_available(&id).await?, true)
-            }
-        };
-        if owned {
-            // Before the listeners: a new port is never reachable from outside the ranges.
-            let groups = self.source_range_steps(Some(&blb), spec, &desired).await?;
-            self.apply_source_ranges(&blb.blb_id, &desired.service, &groups)
-                .await?;
-        }
-        let observed = self.observe(&blb.blb_id).await?;
-        // The EIP mark comes off the description only once the EIP calls are done: until then
-        // it is what tells the next pass that an EIP of ours may be left unbound.
-        let (unmark, steps): (Vec<Step>, Vec<Step>) = plan::plan(&blb, &observed, &desired, owned)
-            .into_iter()
-            .partition(drops_eip_mark);
-        for step in &steps {
-            tracing::info!(blb = %blb.blb_id, step = ?step, "applying");
-            self.apply(&blb.blb_id, step).await?;
-        }
-        let (eip_steps, known) = self.address_plan(&blb, &desired, owned).await?;
-        let created = self.apply_eip_steps(&blb.blb_id, &eip_steps).await?;
-        for step in &unmark {
-            tracing::info!(blb = %blb.blb_id, step = ?step, "applying");
-            self.apply(&blb.blb_id, step).await?;
-        }
-        let address = known.or(created).unwrap_or_default();
-        let public = desired.eip.is_some() || desired.user_eip.is_some();
-        Ok(status_for(&blb, owned, &address, public))
+        converge::execute(&mut EnsureFlow::new(self, spec, desired)).await
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let blbs = self.blbs_to_delete(service).await?;
-        for blb in blbs.iter().cloned() {
-            // Every EIP bound to the Service's BLB is unbound (a user's loadBalancerIP too, as
-            // upstream did); ours are released. Then the BLB, unless reserve-lb.
-            let mut steps = self.detach_steps(&blb, service, false).await?;
-            steps.extend(self.unbound_upstream_eips(&blb).await?);
-            self.apply_eip_steps(&blb.blb_id, &steps).await?;
-            let reserved = blb.desc.split_whitespace().any(|w| w == plan::RESERVE_MARK);
-            if reserved {
-                tracing::info!(blb = %blb.blb_id, "reserve-lb: keeping the BLB");
-            } else {
-                if blb.status != "available" {
-                    self.wait_available(&blb.blb_id).await?;
-                }
-                let client = &self.client;
-                self.change(&blb.blb_id, || async {
-                    match client.delete_blb(&blb.blb_id).await {
-                        Err(e) if e.is_not_found() => Ok(()),
-                        other => other,
-                    }
-                })
-                .await?;
-            }
-        }
-        // The BLBs are gone, so their groups are unbound and can go.
-        self.delete_groups(service, &blbs).await?;
-        // Our EIPs, now unbound (or left by an earlier crash): released unless prepaid.
-        for eip in self.loose_eips(service).await? {
-            if eip.payment_timing == "Prepaid" {
-                tracing::info!(eip = %eip.eip, "prepaid EIP kept (BCE releases prepaid EIPs only after they expire)");
-                continue;
-            }
-            match self.client.release_eip(&eip.eip).await {
-                Err(error) if !error.is_not_found() => return Err(error.into()),
-                _ => {}
-            }
-        }
-        Ok(())
+        converge::execute(&mut DeleteFlow::new(self, service)).await
     }
 
     async fn status(
@@ -792,7 +469,7 @@ impl LoadBalancerProvider for BaiduProvider {
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
         let name = plan::blb_name(&self.cluster, service);
-        let blb = match self.find_owned(&name, service, Leftovers::Keep).await? {
+        let blb = match self.find_owned(&name, service).await? {
             Some(blb) => blb,
             None => match self.renamed_blb(service).await? {
                 Some(blb) => blb,
@@ -814,93 +491,11 @@ impl LoadBalancerProvider for BaiduProvider {
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
         let desired = self.parse_desired(spec, backends)?;
-        let found = self.find(&desired, Leftovers::Keep).await?;
-        self.check_requested_eip(&desired, found.as_ref().map(|(blb, _)| blb))
-            .await?;
-        let eip_name = desired
-            .eip
-            .as_ref()
-            .map_or_else(|| desired.name.clone(), |e| e.name.clone());
-        let Some((blb, owned)) = found else {
-            let mut changes = self.planned_leftover_removal(&desired).await?;
-            changes.push(PlannedChange::new(
-                ChangeAction::Create,
-                "LoadBalancer",
-                &desired.name,
-                "blb:CreateLoadBalancer",
-            ));
-            let group = source_ranges::group_name(&desired.service);
-            changes.extend(
-                self.source_range_steps(None, spec, &desired)
-                    .await?
-                    .iter()
-                    .map(|s| s.planned(&desired.name, &group)),
-            );
-            for l in desired.listeners.values() {
-                changes.push(Step::CreateListener(l.clone()).planned(&desired.name));
-            }
-            if !desired.backends.is_empty() {
-                changes.push(
-                    Step::AddBackends(desired.backends.iter().cloned().collect())
-                        .planned(&desired.name),
-                );
-            }
-            let eip_steps = match (&desired.user_eip, &desired.eip) {
-                (Some(ip), _) => vec![EipStep::Bind(Some(ip.clone()))],
-                (None, Some(eip)) => vec![EipStep::Create(eip.clone()), EipStep::Bind(None)],
-                (None, None) => Vec::new(),
-            };
-            changes.extend(eip_steps.iter().map(|s| s.planned(&eip_name)));
-            return Ok(changes);
-        };
-        let mut changes: Vec<PlannedChange> = Vec::new();
-        if owned {
-            let group = source_ranges::group_name(&desired.service);
-            changes.extend(
-                self.source_range_steps(Some(&blb), spec, &desired)
-                    .await?
-                    .iter()
-                    .map(|s| s.planned(&blb.name, &group)),
-            );
-        }
-        let observed = self.observe(&blb.blb_id).await?;
-        changes.extend(
-            plan::plan(&blb, &observed, &desired, owned)
-                .iter()
-                .map(|s| s.planned(&blb.name)),
-        );
-        let (eip_steps, _) = self.address_plan(&blb, &desired, owned).await?;
-        changes.extend(eip_steps.iter().map(|s| s.planned(&eip_name)));
-        Ok(changes)
+        converge::render(&mut EnsureFlow::new(self, spec, desired)).await
     }
 
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
-        let mut changes = Vec::new();
-        for blb in &self.blbs_to_delete(service).await? {
-            let mut steps = self.detach_steps(blb, service, false).await?;
-            steps.extend(self.unbound_upstream_eips(blb).await?);
-            changes.extend(steps.iter().map(|s| s.planned(&blb.name)));
-            if !blb.desc.split_whitespace().any(|w| w == plan::RESERVE_MARK) {
-                changes.push(PlannedChange::new(
-                    ChangeAction::Delete,
-                    "LoadBalancer",
-                    &blb.name,
-                    "blb:DeleteLoadBalancer",
-                ));
-            }
-        }
-        let blbs = self.blbs_to_delete(service).await?;
-        if blbs.is_empty() || blbs.iter().any(|b| source_ranges::has_sg_mark(&b.desc)) {
-            for group in self.our_groups(service).await? {
-                changes.push(source_ranges::Step::Delete(group.id).planned("", ""));
-            }
-        }
-        for eip in self.loose_eips(service).await? {
-            if eip.payment_timing != "Prepaid" {
-                changes.push(EipStep::Release(eip.eip).planned(""));
-            }
-        }
-        Ok(changes)
+        converge::render(&mut DeleteFlow::new(self, service)).await
     }
 
     async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
@@ -968,7 +563,7 @@ impl LoadBalancerProvider for BaiduProvider {
 
 impl BaiduProvider {
     /// The Service's security groups in the cluster's VPC (by tags).
-    async fn our_groups(
+    pub(crate) async fn our_groups(
         &self,
         service: &ServiceKey,
     ) -> Result<Vec<crate::client::SecurityGroup>, ProviderError> {
@@ -983,7 +578,7 @@ impl BaiduProvider {
 
     /// The security-group steps for the Service's BLB `blb` (`None`: not created yet), with
     /// no read when nothing is asked and the description says no group may be left.
-    async fn source_range_steps(
+    pub(crate) async fn source_range_steps(
         &self,
         blb: Option<&Blb>,
         spec: &LoadBalancerSpec,
@@ -1006,105 +601,6 @@ impl BaiduProvider {
         };
         let ours = self.our_groups(&desired.service).await?;
         Ok(source_ranges::plan(&ours, &bound, wanted.as_deref()))
-    }
-
-    /// Makes the security-group `steps` on BLB `blb_id`.
-    async fn apply_source_ranges(
-        &self,
-        blb_id: &str,
-        service: &ServiceKey,
-        steps: &[source_ranges::Step],
-    ) -> Result<(), ProviderError> {
-        let name = source_ranges::group_name(service);
-        let remark = format!("kube-lb {}/{}", service.namespace, service.name);
-        let c = &self.client;
-        let mut created: Option<String> = None;
-        for step in steps {
-            tracing::info!(blb = %blb_id, change = ?step.planned(blb_id, &name), "applying");
-            match step {
-                source_ranges::Step::Create(rules) => {
-                    let body = json!({
-                        "name": name,
-                        "desc": source_ranges::group_description(&self.cluster, service),
-                        "vpcId": self.vpc_id,
-                        "rules": rules.iter().map(|r| r.to_json(&remark)).collect::<Vec<_>>(),
-                        "tags": source_ranges::group_tags(&self.cluster, service),
-                    });
-                    let id = c.create_security_group(&body).await?;
-                    tracing::info!(blb = %blb_id, group = %id, "created the Service's security group");
-                    created = Some(id);
-                }
-                source_ranges::Step::Authorize { group, rule } => {
-                    c.authorize_rule(group, &rule.to_json(&remark)).await?;
-                }
-                source_ranges::Step::DeleteRule { id, .. } => match c.delete_rule(id).await {
-                    Err(error) if !error.is_not_found() => return Err(error.into()),
-                    _ => {}
-                },
-                source_ranges::Step::Bind(group) => {
-                    let id = match group {
-                        GroupRef::Id(id) => id.clone(),
-                        GroupRef::New => {
-                            created.clone().ok_or_else(|| ProviderError::Internal {
-                                message: "a security group bound before it was created".into(),
-                                source: None,
-                            })?
-                        }
-                    };
-                    let ids = [id];
-                    self.change(blb_id, || c.bind_security_groups(blb_id, &ids, true))
-                        .await?;
-                }
-                source_ranges::Step::Unbind(groups) => {
-                    self.change(blb_id, || c.bind_security_groups(blb_id, groups, false))
-                        .await?;
-                }
-                source_ranges::Step::Delete(id) => match c.delete_security_group(id).await {
-                    Err(error) if !error.is_not_found() => return Err(error.into()),
-                    _ => {}
-                },
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes the Service's security groups once its BLBs are gone: read when a BLB said a
-    /// group may exist ([`source_ranges::SG_MARK`]) or none was left to say (an earlier
-    /// delete that stopped after the BLB).
-    async fn delete_groups(&self, service: &ServiceKey, blbs: &[Blb]) -> Result<(), ProviderError> {
-        if !blbs.is_empty() && !blbs.iter().any(|b| source_ranges::has_sg_mark(&b.desc)) {
-            return Ok(());
-        }
-        let ours = self.our_groups(service).await?;
-        // A BLB kept on delete (reserve-lb) still has the group bound: unbound first, or BCE
-        // refuses to delete it.
-        let kept = blbs
-            .iter()
-            .filter(|b| b.desc.split_whitespace().any(|w| w == plan::RESERVE_MARK));
-        for blb in kept {
-            let bound: Vec<String> = self
-                .client
-                .blb_security_groups(&blb.blb_id)
-                .await?
-                .into_iter()
-                .map(|g| g.security_group_id)
-                .filter(|id| ours.iter().any(|g| &g.id == id))
-                .collect();
-            if !bound.is_empty() {
-                let c = &self.client;
-                self.change(&blb.blb_id, || {
-                    c.bind_security_groups(&blb.blb_id, &bound, false)
-                })
-                .await?;
-            }
-        }
-        for group in ours {
-            match self.client.delete_security_group(&group.id).await {
-                Err(error) if !error.is_not_found() => return Err(error.into()),
-                _ => tracing::info!(group = %group.id, "deleted the Service's security group"),
-            }
-        }
-        Ok(())
     }
 
     /// A BLB of this cluster whose description records the Service's UID but whose name is not
@@ -1134,9 +630,12 @@ impl BaiduProvider {
     /// The BLBs deleting the Service removes: ours under its name, else every one of this
     /// cluster recording its UID — all of them when the name is held twice, so a duplicate
     /// (made by whatever means) goes with the Service instead of outliving its finalizer.
-    async fn blbs_to_delete(&self, service: &ServiceKey) -> Result<Vec<Blb>, ProviderError> {
+    pub(crate) async fn blbs_to_delete(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Vec<Blb>, ProviderError> {
         let name = plan::blb_name(&self.cluster, service);
-        match self.find_owned(&name, service, Leftovers::Keep).await {
+        match self.find_owned(&name, service).await {
             Ok(Some(blb)) => Ok(vec![blb]),
             Ok(None) => self.renamed_blbs(service).await,
             Err(ProviderError::Environment {

@@ -6,6 +6,10 @@
 pub mod api;
 pub mod calls;
 mod classified;
+pub mod cluster;
+pub mod config_file;
+pub mod converge;
+pub mod eligibility;
 pub mod error;
 pub mod naming;
 pub mod options;
@@ -19,6 +23,8 @@ use async_trait::async_trait;
 
 pub use api::CloudApi;
 pub use calls::{CallCounter, CallKind, CallRecord, CallSnapshot};
+pub use cluster::{ClusterError, ClusterIdentity, ClusterName};
+pub use eligibility::{Ineligible, NodeFacts, NodeReadiness, ServiceFacts};
 pub use error::{EnvironmentCause, ProviderError};
 pub use kube_lb_annotations as annotations;
 pub use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};

@@ -70,6 +70,18 @@ pub struct PlannedChange {
     pub call: String,
     /// The fields that change; empty for a plain create or delete.
     pub fields: Vec<FieldChange>,
+    /// The phase the call belongs to: 1 is exactly what the next `ensure`/`delete` runs first;
+    /// a later phase is planned from the expected result of the ones before it and planned
+    /// again once they have run (see [`crate::converge`]). Omitted from JSON when 1.
+    #[serde(skip_serializing_if = "is_first_phase")]
+    pub phase: u32,
+    /// For a call of a later phase, what it waits for (`the BLB's id and status available`).
+    #[serde(rename = "dependsOn", skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<String>,
+}
+
+fn is_first_phase(phase: &u32) -> bool {
+    *phase <= 1
 }
 
 impl PlannedChange {
@@ -86,7 +98,16 @@ impl PlannedChange {
             name: name.into(),
             call: call.into(),
             fields: Vec::new(),
+            phase: 1,
+            depends_on: None,
         }
+    }
+
+    /// Marks the change as belonging to a later `phase` that waits for `waits_for`.
+    pub fn in_phase(mut self, phase: u32, waits_for: &str) -> Self {
+        self.phase = phase;
+        self.depends_on = Some(waits_for.to_string());
+        self
     }
 
     /// Adds a field change.

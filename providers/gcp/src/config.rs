@@ -3,10 +3,32 @@
 //! unknown keys produce warnings, not errors. kube-lb adds `region`, `cluster-id` and
 //! `request-timeout`.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
+use kube_lb_provider_core::config_file::{self, ConfigFileError, Document};
+
 use crate::error::GcpError;
+
+/// The file name used in error messages (the text may come from any path).
+const CONFIG_FILE: &str = "gce.conf";
+
+/// Keys of `[global]` this provider reads.
+const KNOWN_KEYS: &[&str] = &[
+    "project-id",
+    "network-project-id",
+    "network-name",
+    "subnetwork-name",
+    "node-tags",
+    "node-instance-prefix",
+    "local-zone",
+    "region",
+    "multizone",
+    "regional",
+    "api-endpoint",
+    "token-url",
+    "cluster-id",
+    "request-timeout",
+];
 
 /// How long one Compute request attempt (credentials, connect, answer and body) may take
 /// when `request-timeout` is not set: the other clouds' request timeout.
@@ -63,63 +85,60 @@ pub struct CloudConfig {
 }
 
 impl CloudConfig {
-    /// Parses `gce.conf` text.
+    /// Parses `gce.conf` text with the shared gcfg-style reader.
     pub fn parse(text: &str) -> Result<CloudConfig, GcpError> {
-        let mut config = CloudConfig {
-            network_name: "default".into(),
-            ..CloudConfig::default()
+        let doc = config_file::parse_ini(CONFIG_FILE, text).map_err(config_error)?;
+        let global = doc.section("global", None);
+        let string = |key: &str| {
+            global
+                .string(key)
+                .map(|v| v.map(str::to_string))
+                .map_err(config_error)
         };
-        let mut region = None;
-        let mut section = String::new();
-        let mut seen = BTreeSet::new();
-        for (index, raw) in text.lines().enumerate() {
-            let line = raw.trim();
-            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-                continue;
-            }
-            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-                section = name.trim().to_ascii_lowercase();
-                continue;
-            }
-            let (key, value) = match line.split_once('=') {
-                Some((k, v)) => (k.trim().to_ascii_lowercase(), unquote(v.trim())),
-                // gcfg allows a bare key meaning `true`.
-                None => (line.to_ascii_lowercase(), "true".to_string()),
-            };
-            if section != "global" {
-                config.unknown_keys.push(format!("[{section}] {key}"));
-                continue;
-            }
-            let line_no = index + 1;
-            let bool_value = || parse_bool(&key, &value, line_no);
-            match key.as_str() {
-                "project-id" => config.project_id = value,
-                "network-project-id" => config.network_project_id = Some(value),
-                "network-name" => config.network_name = last_segment(&value),
-                "subnetwork-name" => config.subnetwork_name = Some(last_segment(&value)),
-                "node-tags" => config.node_tags.extend(
-                    value
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|t| !t.is_empty())
-                        .map(str::to_string),
-                ),
-                "node-instance-prefix" => config.node_instance_prefix = Some(value),
-                "local-zone" => config.local_zone = Some(value),
-                "region" => region = Some(value),
-                "multizone" => config.multizone = bool_value()?,
-                "regional" => config.regional = bool_value()?,
-                "api-endpoint" => config.api_endpoint = Some(value),
-                "token-url" => config.token_url = Some(value),
-                "cluster-id" => config.cluster_id = Some(value),
-                "request-timeout" => {
-                    config.request_timeout = Some(parse_timeout(&key, &value, line_no)?);
-                }
-                other if ACCEPTED_UPSTREAM_KEYS.contains(&other) => {}
-                other => config.unknown_keys.push(other.to_string()),
-            }
-            seen.insert(key);
+        let flag = |key: &str| {
+            global
+                .bool(key)
+                .map(|v| v.unwrap_or(false))
+                .map_err(config_error)
+        };
+        let mut config = CloudConfig {
+            project_id: string("project-id")?.unwrap_or_default(),
+            network_project_id: string("network-project-id")?,
+            network_name: string("network-name")?
+                .map_or_else(|| "default".to_string(), |v| last_segment(&v)),
+            subnetwork_name: string("subnetwork-name")?.map(|v| last_segment(&v)),
+            // Upstream reads node-tags as a multi-valued key; each value may also be a
+            // comma-separated list.
+            node_tags: global
+                .list("node-tags")
+                .map_err(config_error)?
+                .into_iter()
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_string)
+                .collect(),
+            node_instance_prefix: string("node-instance-prefix")?,
+            local_zone: string("local-zone")?,
+            region: String::new(),
+            multizone: flag("multizone")?,
+            regional: flag("regional")?,
+            api_endpoint: string("api-endpoint")?,
+            token_url: string("token-url")?,
+            cluster_id: string("cluster-id")?,
+            request_timeout: None,
+            unknown_keys: unknown_keys(&doc),
+        };
+        if let Some(entry) = global
+            .entries()
+            .iter()
+            .rev()
+            .find(|e| e.key == "request-timeout")
+        {
+            let value = string("request-timeout")?.unwrap_or_default();
+            config.request_timeout = Some(parse_timeout(&entry.key, &value, entry.line)?);
         }
+        let region = string("region")?;
         if config.project_id.is_empty() {
             return Err(GcpError::Config(
                 "project-id is required in [global]".into(),
@@ -179,12 +198,33 @@ fn normalise_endpoint(endpoint: &str) -> String {
     base.to_string()
 }
 
-fn unquote(value: &str) -> String {
-    value
-        .strip_prefix('"')
-        .and_then(|v| v.strip_suffix('"'))
-        .unwrap_or(value)
-        .to_string()
+fn config_error(error: ConfigFileError) -> GcpError {
+    GcpError::Config(error.to_string())
+}
+
+/// Keys this provider neither reads nor knows from upstream, for warnings: `key` in
+/// `[global]`, `[section] key` elsewhere.
+fn unknown_keys(doc: &Document) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in doc.section_names() {
+        let plain = std::iter::once(None);
+        let subs = doc.subsections(name).into_iter().map(Some);
+        for sub in plain.chain(subs) {
+            let section = doc.section(name, sub);
+            for entry in section.entries() {
+                let key = entry.key.as_str();
+                if name == "global" && sub.is_none() {
+                    if !KNOWN_KEYS.contains(&key) && !ACCEPTED_UPSTREAM_KEYS.contains(&key) {
+                        out.push(key.to_string());
+                    }
+                } else {
+                    let label = sub.map_or_else(|| name.to_string(), |s| format!("{name} {s:?}"));
+                    out.push(format!("[{label}] {key}"));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Network and subnetwork may be given as names or URLs; keep the name.
@@ -195,16 +235,6 @@ fn last_segment(value: &str) -> String {
         .next()
         .unwrap_or(value)
         .to_string()
-}
-
-fn parse_bool(key: &str, value: &str, line: usize) -> Result<bool, GcpError> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(true),
-        "false" | "no" | "off" | "0" => Ok(false),
-        _ => Err(GcpError::Config(format!(
-            "line {line}: {key} must be true or false, got '{value}'"
-        ))),
-    }
 }
 
 /// A positive duration: whole seconds (`30`, as gcfg numbers are written) or a number with a
@@ -306,6 +336,31 @@ some-new-key = 1
         for value in ["0", "0s", "-1s", "10h", "s", "ten", "1.5s"] {
             assert!(parse(value).is_err(), "{value} was accepted");
         }
+    }
+
+    /// The shared gcfg reader's rules as they reach `gce.conf`: comments after values, a bare
+    /// bool key, the last duplicate winning, other sections reported as unknown, and errors
+    /// naming the line.
+    #[test]
+    fn follows_the_shared_ini_rules() {
+        let text = "[global]\nproject-id = first\nproject-id = \"p # not a comment\" # comment\n\
+                    regional\nregion = r ; trailing\n[Other]\nfoo = 1\n";
+        let config = CloudConfig::parse(text).unwrap();
+        assert_eq!(config.project_id, "p # not a comment");
+        assert!(config.regional);
+        assert!(!config.multizone);
+        assert_eq!(config.region, "r");
+        assert_eq!(config.unknown_keys, ["[other] foo"]);
+
+        let err = CloudConfig::parse("[global]\nproject-id = p\nregion = r\nmultizone = maybe\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("gce.conf:4") && err.contains("multizone"),
+            "{err}"
+        );
+        // A bare key is `true` for a bool only; a string key needs a value.
+        assert!(CloudConfig::parse("[global]\nproject-id\nregion = r\n").is_err());
     }
 
     #[test]

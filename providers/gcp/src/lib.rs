@@ -222,7 +222,7 @@ impl GcpProvider {
     /// (the binary's `/metrics` observe it).
     pub async fn from_cloud_config(
         path: Option<&Path>,
-        cluster_name: &str,
+        cluster_name: &kube_lb_provider_core::ClusterName,
         counter: CallCounter,
     ) -> Result<GcpProvider, GcpError> {
         let Some(path) = path else {
@@ -607,6 +607,11 @@ impl GcpProvider {
                     }
                     Err(failure) => return Err(failure.into_provider_error("healthChecks.delete")),
                 }
+                // Read first: a firewall already gone is not sent a delete that can only
+                // answer 404 (the plan does not list it either).
+                if gce.get_firewall(firewall).await?.is_none() {
+                    return Ok(());
+                }
                 tolerate(
                     gce.delete_firewall(firewall).await,
                     "firewalls.delete",
@@ -875,6 +880,7 @@ impl GcpProvider {
             }
         };
         let actions = plan(&desired, &observed, ip, &ip_source);
+        let actions = Box::pin(self.effective(actions, &desired.lb)).await?;
         if actions.is_empty() && address_actions.is_empty() {
             tracing::debug!("load balancer up to date");
         }
@@ -999,6 +1005,73 @@ impl GcpProvider {
         }))
     }
 
+    /// The steps `delete` makes for `service`, and `plan_delete` shows: each delete whose
+    /// resource exists, shared pieces only when nothing else uses them (reads only).
+    async fn delete_steps(&self, service: &ServiceKey) -> Result<Vec<Action>, ProviderError> {
+        let lb = load_balancer_name(&service.uid);
+        let mut actions = Vec::new();
+        for action in self.delete_actions(service) {
+            let present = match &action {
+                // Decided with their firewalls by `effective`.
+                Action::DeleteHealthCheck { .. } | Action::DeleteInstanceGroup { .. } => true,
+                _ => Box::pin(self.still_exists(&action)).await?,
+            };
+            if present {
+                actions.push(action);
+            }
+        }
+        self.effective(actions, &lb).await
+    }
+
+    /// `actions` as the calls that take effect, decided with reads before any runs: a
+    /// health-check delete becomes the deletes of what exists and nothing but `lb` uses (the
+    /// check and its firewall, or the firewall alone when the check is gone), an instance
+    /// group's delete is kept only when the group exists and no other backend service uses
+    /// it. Sending a delete that can only be answered "in use" or 404 would be a mutating call
+    /// the plan does not show; both `ensure`/`delete` and their plans go through here.
+    async fn effective(
+        &self,
+        actions: Vec<Action>,
+        lb: &str,
+    ) -> Result<Vec<Action>, ProviderError> {
+        let effects = self.health_check_deletes(&actions, lb).await?;
+        let mut out = Vec::with_capacity(actions.len());
+        for action in actions {
+            match action {
+                Action::DeleteHealthCheck {
+                    kind,
+                    name,
+                    firewall,
+                } => match effects.get(&(kind, name.clone())) {
+                    Some(HealthCheckDelete { check: true, .. }) => {
+                        out.push(Action::DeleteHealthCheck {
+                            kind,
+                            name,
+                            firewall,
+                        });
+                    }
+                    Some(HealthCheckDelete {
+                        check: false,
+                        firewall: true,
+                    }) => out.push(Action::DeleteFirewall(firewall)),
+                    _ => {}
+                },
+                Action::DeleteInstanceGroup { zone, name } => {
+                    let link = format!("/zones/{zone}/instanceGroups/{name}");
+                    if self.gce.get_instance_group(&zone, &name).await?.is_some()
+                        && !self
+                            .used_elsewhere(Collection::BackendServices, &link, lb)
+                            .await?
+                    {
+                        out.push(Action::DeleteInstanceGroup { zone, name });
+                    }
+                }
+                other => out.push(other),
+            }
+        }
+        Ok(out)
+    }
+
     /// For each health-check delete among `actions`, what it would remove (reads only): the
     /// check when it exists and nothing but `lb` uses it, its firewall when it exists and the
     /// check goes (or is gone).
@@ -1078,12 +1151,7 @@ impl LoadBalancerProvider for GcpProvider {
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
         let lb = load_balancer_name(&service.uid);
         let _shared = self.shared.lock().await;
-        let mut actions = Vec::new();
-        for action in self.delete_actions(service) {
-            if Box::pin(self.still_exists(&action)).await? {
-                actions.push(action);
-            }
-        }
+        let actions = Box::pin(self.delete_steps(service)).await?;
         let result = self.apply_all(&actions, &lb).await;
         if result.is_err() {
             self.cache.clear();
@@ -1168,7 +1236,8 @@ impl LoadBalancerProvider for GcpProvider {
         };
         let mut actions = leftovers;
         actions.extend(address_actions);
-        actions.extend(plan(&desired, &observed, ip, &ip_source));
+        let planned = plan(&desired, &observed, ip, &ip_source);
+        actions.extend(Box::pin(self.effective(planned, &desired.lb)).await?);
         let health_checks = self.health_check_deletes(&actions, &desired.lb).await?;
         Ok(preview::planned_changes(
             &actions,
@@ -1182,28 +1251,8 @@ impl LoadBalancerProvider for GcpProvider {
     /// shared pieces (node health checks, instance groups) only when nothing else uses them.
     #[tracing::instrument(skip_all, fields(provider = "gcp", service = %service, lb = %load_balancer_name(&service.uid)))]
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
+        let actions = Box::pin(self.delete_steps(service)).await?;
         let lb = load_balancer_name(&service.uid);
-        let mut actions = Vec::new();
-        for action in self.delete_actions(service) {
-            let effective = match &action {
-                // Decided with their firewalls below.
-                Action::DeleteHealthCheck { .. } => true,
-                Action::DeleteInstanceGroup { zone, name } => {
-                    self.gce.get_instance_group(zone, name).await?.is_some()
-                        && !self
-                            .used_elsewhere(
-                                Collection::BackendServices,
-                                &format!("/zones/{zone}/instanceGroups/{name}"),
-                                &lb,
-                            )
-                            .await?
-                }
-                _ => Box::pin(self.still_exists(&action)).await?,
-            };
-            if effective {
-                actions.push(action);
-            }
-        }
         let health_checks = self.health_check_deletes(&actions, &lb).await?;
         Ok(preview::planned_changes(
             &actions,

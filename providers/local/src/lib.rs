@@ -9,6 +9,7 @@
 //! Services that wait for an address when something that could give them one changed.
 
 pub mod alloc;
+mod flow;
 pub mod ippool;
 pub mod pool;
 
@@ -21,10 +22,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use async_trait::async_trait;
 use ipnet::IpNet;
 use kube_lb_annotations::{LoadBalancerSpec, PortSpec, Protocol, ServiceKey};
+use kube_lb_provider_core::converge;
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, CallKind, ChangeAction, CloudApi, EnvironmentCause,
-    LoadBalancerIngress, LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange,
-    ProviderError, RateLimits, RetryPolicy,
+    BackendNode, CallCounter, CallKind, CloudApi, EnvironmentCause, LoadBalancerIngress,
+    LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
+    RateLimits, RetryPolicy,
 };
 use tokio::sync::watch;
 
@@ -450,93 +452,6 @@ fn step_for(
     Ok((choice, step))
 }
 
-/// The calls [`LocalProvider::ensure`] would make for `spec`: none when in sync or only
-/// republished after adoption (a fresh process: the controller after a restart, or `kube-lb
-/// plan`; ports were never recorded outside the process that served them, so a port change is
-/// visible only to the process that serves the load balancer), else one allocate.
-fn plan_ensure_from(
-    spec: &LoadBalancerSpec,
-    published: Option<&LocalLoadBalancer>,
-    allocator: &Allocator,
-) -> Result<Vec<PlannedChange>, AllocError> {
-    let req = Request::from_spec(spec);
-    let (_, step) = step_for(spec, &req, published, allocator)?;
-    let desired = match step {
-        Step::InSync(_) | Step::Republish(_) => return Ok(Vec::new()),
-        Step::Allocate(desired) => desired,
-    };
-    let old_addresses = published.map(LocalLoadBalancer::addresses).or_else(|| {
-        allocator.claimed(&spec.service).map(|h| {
-            h.ips
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-    });
-    let new_addresses = desired.addresses();
-    let change = match old_addresses {
-        None => {
-            let create = PlannedChange::new(
-                ChangeAction::Create,
-                RESOURCE_KIND,
-                new_addresses.clone(),
-                ALLOCATE,
-            )
-            .field("address", None, Some(new_addresses))
-            .field("ports", None, Some(describe_ports(&desired.ports)));
-            match describe_ranges(&desired.source_ranges) {
-                Some(ranges) => create.field("sourceRanges", None, Some(ranges)),
-                None => create,
-            }
-        }
-        Some(old) => {
-            let mut modify =
-                PlannedChange::new(ChangeAction::Modify, RESOURCE_KIND, old.clone(), ALLOCATE);
-            if old != new_addresses {
-                modify = modify.field("address", Some(old), Some(new_addresses));
-            }
-            if let Some(lb) = published {
-                if lb.ports != desired.ports {
-                    modify = modify.field(
-                        "ports",
-                        Some(describe_ports(&lb.ports)),
-                        Some(describe_ports(&desired.ports)),
-                    );
-                }
-                if lb.source_ranges != desired.source_ranges {
-                    modify = modify.field(
-                        "sourceRanges",
-                        describe_ranges(&lb.source_ranges),
-                        describe_ranges(&desired.source_ranges),
-                    );
-                }
-            }
-            modify
-        }
-    };
-    Ok(vec![change])
-}
-
-/// The calls [`LocalProvider::delete`] would make for `service`: one release of its addresses.
-fn plan_delete_from(
-    service: &ServiceKey,
-    published: Option<&LocalLoadBalancer>,
-    allocator: &Allocator,
-) -> Vec<PlannedChange> {
-    let held = allocator.held(service).map(|h| {
-        h.ips
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    });
-    held.or(published.map(LocalLoadBalancer::addresses))
-        .map(|name| PlannedChange::new(ChangeAction::Delete, RESOURCE_KIND, name, RELEASE))
-        .into_iter()
-        .collect()
-}
-
 /// Every address the provider holds or serves, with its Service.
 fn owned_from(allocator: &Allocator, published: &LocalLoadBalancers) -> Vec<OwnedResource> {
     let allocations = allocator.allocations();
@@ -582,119 +497,38 @@ impl LoadBalancerProvider for LocalProvider {
         spec: &LoadBalancerSpec,
         _backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        let service = &spec.service;
         self.wait_for_pools().await?;
         // Backends do not matter here: the local dataplane forwards straight to endpoints.
-        let current = self
-            .api
-            .call(FAMILY, "get", CallKind::Read, || async {
-                Ok(self.current(service))
-            })
-            .await?;
-        let req = Request::from_spec(spec);
-        let planned = self.with_allocator(|a| {
-            step_for(spec, &req, current.as_ref(), a).map_err(|e| {
-                // Addresses lost to a Service that claimed them first are no longer served,
-                // although nothing else could be found (the controller's Service watch removes
-                // them from this Service's status: `kube_lb::controller::pools`).
-                let dropped = a.drop_lost(&req);
-                (alloc_error(e, !a.pools().is_empty()), dropped)
-            })
-        });
-        let (choice, step) = match planned {
-            Ok(planned) => planned,
-            Err((error, dropped)) => {
-                if dropped {
-                    let kept = self.with_allocator(|a| a.held(service));
-                    let lb = match (kept, current) {
-                        (Some(kept), Some(lb)) if !kept.ips.is_empty() => Some(LocalLoadBalancer {
-                            ip: kept.ips[0],
-                            ips: kept.ips,
-                            ..lb
-                        }),
-                        _ => None,
-                    };
-                    self.publish(service, lb);
-                    self.bump();
-                }
-                return Err(error);
-            }
+        let mut flow = flow::EnsureFlow::new(self, spec);
+        let error = match converge::execute(&mut flow).await {
+            Ok(status) => return Ok(status),
+            Err(error) => error,
         };
-        match step {
-            Step::InSync(lb) => {
-                // Also here: an ensure that gave up waiting left the address published, and
-                // its retry finds it in sync.
-                self.until_served(&lb).await?;
-                return Ok(lb.status());
+        if flow.refused_by_pool {
+            // Addresses lost to a Service that claimed them first are no longer served,
+            // although nothing else could be found (the controller's Service watch removes
+            // them from this Service's status: `kube_lb::controller::pools`).
+            let service = &spec.service;
+            let req = Request::from_spec(spec);
+            if self.with_allocator(|a| a.drop_lost(&req)) {
+                let kept = self.with_allocator(|a| a.held(service));
+                let lb = match (kept, flow.current.take()) {
+                    (Some(kept), Some(lb)) if !kept.ips.is_empty() => Some(LocalLoadBalancer {
+                        ip: kept.ips[0],
+                        ips: kept.ips,
+                        ..lb
+                    }),
+                    _ => None,
+                };
+                self.publish(service, lb);
+                self.bump();
             }
-            Step::Republish(lb) => {
-                // Adopted from the Service's status (at start-up, or as shown): the addresses
-                // are the Service's already, so a restart's first pass changes nothing and
-                // only rebuilds the in-process table the dataplane serves from. Claimed by
-                // this Service, they cannot have been taken meanwhile.
-                if self.with_allocator(|a| a.commit(&req, &choice)) {
-                    self.bump();
-                }
-                self.publish(service, Some(lb.clone()));
-                self.until_served(&lb).await?;
-                return Ok(lb.status());
-            }
-            Step::Allocate(_) => {}
-        };
-        let lb = self
-            .api
-            .call(FAMILY, ALLOCATE, CallKind::Mutate, || async {
-                // Planned again under the lock that commits: a concurrent ensure of another
-                // Service may have taken the planned address since.
-                let (lb, unblocked) = self.with_allocator(|a| {
-                    let (choice, step) = step_for(spec, &req, current.as_ref(), a)
-                        .map_err(|e| alloc_error(e, !a.pools().is_empty()))?;
-                    let lb = match step {
-                        Step::InSync(lb) | Step::Republish(lb) | Step::Allocate(lb) => lb,
-                    };
-                    Ok::<_, ProviderError>((lb, a.commit(&req, &choice)))
-                })?;
-                self.publish(service, Some(lb.clone()));
-                if unblocked {
-                    self.bump();
-                }
-                Ok(lb)
-            })
-            .await?;
-        tracing::info!(
-            service = %service,
-            provider = PROVIDER_NAME,
-            lb = %lb.addresses(),
-            pool = lb.pool.as_deref().unwrap_or_default(),
-            "local load balancer ensured"
-        );
-        self.until_served(&lb).await?;
-        Ok(lb.status())
+        }
+        Err(error)
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let exists = self
-            .api
-            .call(FAMILY, "get", CallKind::Read, || async {
-                Ok(self.current(service).is_some()
-                    || self.with_allocator(|a| a.held(service)).is_some())
-            })
-            .await?;
-        if !exists {
-            return Ok(());
-        }
-        self.api
-            .call(FAMILY, RELEASE, CallKind::Mutate, || async {
-                let released = self.with_allocator(|a| a.release(service));
-                self.publish(service, None);
-                if let Some(ips) = released {
-                    let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
-                    tracing::info!(service = %service, provider = PROVIDER_NAME, lb = %ips.join(","), "local load balancer released");
-                    self.bump();
-                }
-                Ok(())
-            })
-            .await
+        converge::execute(&mut flow::DeleteFlow::new(self, service)).await
     }
 
     async fn status(
@@ -733,24 +567,11 @@ impl LoadBalancerProvider for LocalProvider {
         spec: &LoadBalancerSpec,
         _backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
-        self.api
-            .call(FAMILY, "get", CallKind::Read, || async {
-                let published = self.current(&spec.service);
-                self.with_allocator(|a| {
-                    plan_ensure_from(spec, published.as_ref(), a)
-                        .map_err(|e| alloc_error(e, !a.pools().is_empty()))
-                })
-            })
-            .await
+        converge::render(&mut flow::EnsureFlow::new(self, spec)).await
     }
 
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
-        self.api
-            .call(FAMILY, "get", CallKind::Read, || async {
-                let published = self.current(service);
-                Ok(self.with_allocator(|a| plan_delete_from(service, published.as_ref(), a)))
-            })
-            .await
+        converge::render(&mut flow::DeleteFlow::new(self, service)).await
     }
 
     async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {
@@ -769,6 +590,7 @@ mod tests {
         Cloud, ProviderSpec, Scheme, SessionAffinity, SourceRangeOrigin, SourceRanges, TargetPort,
         TrafficPolicy,
     };
+    use kube_lb_provider_core::ChangeAction;
 
     use super::*;
 
@@ -1126,8 +948,8 @@ mod tests {
             ),
         ];
         for (case, spec, served, allocator, want) in cases {
-            let got = plan_ensure_from(spec, served, allocator)
-                .map(|plan| summary(&plan))
+            let got = flow::plan_ensure(spec, served, allocator)
+                .map(|(plan, _, _)| summary(&converge::describe(&plan)))
                 .map_err(|e| alloc_error(e, true).class());
             assert_eq!(got, want, "{case}");
         }

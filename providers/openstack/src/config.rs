@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kube_lb_provider_core::config_file::{self, ConfigFileError, Document, Entry};
+
 use kube_lb_annotations::LbMethod;
 
 /// A `cloud.conf` that cannot be used.
@@ -292,120 +294,165 @@ pub struct CloudConfig {
     pub load_balancer: LoadBalancerConfig,
 }
 
-/// One `key = value` with where it came from.
-struct Entry {
-    value: String,
-    line: usize,
-}
+/// The file name used in errors.
+const CONFIG_FILE: &str = "cloud.conf";
 
-/// Sections by their header text as written, each with its line and its keys (lower-cased,
-/// as gcfg matches them).
-type Sections = Vec<(String, usize, BTreeMap<String, Entry>)>;
+/// `[LoadBalancer]` and `[Global]` keys read as booleans: the only keys a bare name (gcfg's
+/// "blank" value, meaning `true`) may stand for.
+const BOOL_KEYS: &[&str] = &[
+    "use-clouds",
+    "create-monitor",
+    "internal-lb",
+    "enable-ingress-hostname",
+    "manage-security-groups",
+];
 
-/// Splits the gcfg/INI text into sections of keys.
-fn sections(text: &str) -> Result<Sections, ConfigError> {
-    let mut sections: Sections = Vec::new();
-    for (index, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            sections.push((header.trim().to_string(), index + 1, BTreeMap::new()));
-            continue;
-        }
-        let syntax = || ConfigError::Syntax {
-            line: index + 1,
-            text: raw.to_string(),
-        };
-        let Some((key, value)) = line.split_once('=') else {
-            return Err(syntax());
-        };
-        let Some((_, _, entries)) = sections.last_mut() else {
-            return Err(syntax());
-        };
-        let value = value.trim();
-        let value = value
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
-            .unwrap_or(value);
-        entries.insert(
-            key.trim().to_ascii_lowercase(),
-            Entry {
-                value: value.to_string(),
-                line: index + 1,
-            },
-        );
-    }
-    Ok(sections)
-}
-
-/// A header's kind and optional quoted name: `LoadBalancerClass "fast"` → (`loadbalancerclass`,
-/// `Some("fast")`); `None` for a malformed name.
-fn header(text: &str) -> Option<(String, Option<String>)> {
-    match text.split_once(char::is_whitespace) {
-        None => Some((text.to_ascii_lowercase(), None)),
-        Some((kind, rest)) => {
-            let name = rest.trim().strip_prefix('"')?.strip_suffix('"')?;
-            Some((kind.to_ascii_lowercase(), Some(name.to_string())))
-        }
+/// Turns a shared-reader error into this crate's, keeping the line and, for a syntax error,
+/// the offending line's text.
+fn from_file_error(text: &str, error: ConfigFileError) -> ConfigError {
+    match error {
+        ConfigFileError::Value {
+            line,
+            section,
+            key,
+            value,
+            expected,
+            ..
+        } => ConfigError::Value {
+            line,
+            section,
+            key,
+            value: value.unwrap_or_default(),
+            reason: format!("expected {expected}"),
+        },
+        ConfigFileError::Syntax { line, .. } => ConfigError::Syntax {
+            line,
+            text: text
+                .strip_prefix('\u{feff}')
+                .unwrap_or(text)
+                .split('\n')
+                .nth(line.saturating_sub(1))
+                .unwrap_or_default()
+                .trim_end_matches('\r')
+                .to_string(),
+        },
+        // The text is already in memory and nothing else is raised by `parse_ini`; keep the
+        // message rather than panic should that change.
+        other => ConfigError::Syntax {
+            line: 0,
+            text: other.to_string(),
+        },
     }
 }
 
+/// One section of the parsed file, with the typed reads this provider needs; the name is as
+/// shown in errors (`LoadBalancer`, `LoadBalancerClass "fast"`).
 struct Section<'a> {
     name: String,
-    entries: Option<&'a BTreeMap<String, Entry>>,
+    inner: config_file::Section<'a>,
 }
 
-impl Section<'_> {
+impl<'a> Section<'a> {
+    fn new(doc: &'a Document, name: &str, subsection: Option<&str>) -> Section<'a> {
+        Section {
+            name: match subsection {
+                Some(sub) => format!("{name} {sub:?}"),
+                None => name.to_string(),
+            },
+            inner: doc.section(name, subsection),
+        }
+    }
+
+    fn entry(&self, key: &str) -> Option<&'a Entry> {
+        self.inner
+            .entries()
+            .iter()
+            .rev()
+            .find(|e| e.key == key)
+            .copied()
+    }
+
+    fn file_error(&self, error: ConfigFileError) -> ConfigError {
+        // The shared reader labels sections lower-cased; name them as the docs spell them.
+        match from_file_error("", error) {
+            ConfigError::Value {
+                line,
+                key,
+                value,
+                reason,
+                ..
+            } => ConfigError::Value {
+                line,
+                section: self.name.clone(),
+                key,
+                value,
+                reason,
+            },
+            other => other,
+        }
+    }
+
+    /// Fails on a bare key among `known` that is not a boolean, so [`Section::string`] can
+    /// treat every value it sees as text.
+    fn check_bare(&self, known: &[&str]) -> Result<(), ConfigError> {
+        for key in known.iter().filter(|k| !BOOL_KEYS.contains(k)) {
+            self.inner.string(key).map_err(|e| self.file_error(e))?;
+        }
+        Ok(())
+    }
+
+    /// The last value; an empty value (`key =`) reads as absent, as upstream's defaults apply.
     fn string(&self, key: &str) -> Option<String> {
-        self.entries
-            .and_then(|e| e.get(key))
-            .map(|e| e.value.clone())
+        self.entry(key)
+            .and_then(|e| e.value.clone())
             .filter(|v| !v.is_empty())
     }
 
     fn invalid(&self, key: &str, reason: &str) -> ConfigError {
-        let entry = self.entries.and_then(|e| e.get(key));
+        let entry = self.entry(key);
         ConfigError::Value {
             line: entry.map(|e| e.line).unwrap_or_default(),
             section: self.name.clone(),
             key: key.to_string(),
-            value: entry.map(|e| e.value.clone()).unwrap_or_default(),
+            value: entry.and_then(|e| e.value.clone()).unwrap_or_default(),
             reason: reason.to_string(),
         }
     }
 
     fn bool(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
-        match self.string(key).map(|v| v.to_ascii_lowercase()).as_deref() {
-            None => Ok(default),
-            Some("true" | "yes" | "on" | "1") => Ok(true),
-            Some("false" | "no" | "off" | "0") => Ok(false),
-            Some(_) => Err(self.invalid(key, "expected true or false")),
-        }
+        Ok(self
+            .inner
+            .bool(key)
+            .map_err(|e| self.file_error(e))?
+            .unwrap_or(default))
     }
 
     fn number(&self, key: &str, default: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
-        match self.string(key) {
-            None => Ok(default),
-            Some(value) => value
-                .parse::<u64>()
-                .ok()
-                .filter(|n| (min..=max).contains(n))
-                .ok_or_else(|| {
-                    self.invalid(key, &format!("expected a whole number from {min} to {max}"))
-                }),
+        if self.string(key).is_none() {
+            return Ok(default);
         }
+        self.inner
+            .u64(key)
+            .ok()
+            .flatten()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| {
+                self.invalid(key, &format!("expected a whole number from {min} to {max}"))
+            })
     }
 
-    /// A duration: gcfg's Go duration text (`5s`, `500ms`, `1m`) or bare seconds.
+    /// A duration: Go duration text (`5s`, `500ms`, `1m`) as upstream's gcfg reads it, bare
+    /// seconds (a kube-lb extension the tests pin), or what `humantime` accepted before.
     fn duration(&self, key: &str, default: Duration) -> Result<Duration, ConfigError> {
-        match self.string(key) {
-            None => Ok(default),
-            Some(value) => value
-                .parse::<u64>()
-                .map(Duration::from_secs)
-                .or_else(|_| humantime::parse_duration(&value))
+        let Some(value) = self.string(key) else {
+            return Ok(default);
+        };
+        if let Ok(secs) = value.parse::<u64>() {
+            return Ok(Duration::from_secs(secs));
+        }
+        match self.inner.duration(key) {
+            Ok(Some(d)) => Ok(d),
+            _ => humantime::parse_duration(&value)
                 .map_err(|_| self.invalid(key, "expected a duration such as 5s")),
         }
     }
@@ -421,16 +468,14 @@ impl Section<'_> {
         }
     }
 
-    fn list(&self, key: &str) -> Vec<String> {
-        self.string(key)
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
+    fn list(&self, key: &str) -> Result<Vec<String>, ConfigError> {
+        Ok(self
+            .inner
+            .comma_list(key)
+            .map_err(|e| self.file_error(e))?
+            .into_iter()
+            .map(str::to_string)
+            .collect())
     }
 
     /// The network settings shared by `[LoadBalancer]` and `[LoadBalancerClass]`.
@@ -439,7 +484,7 @@ impl Section<'_> {
             floating_network_id: self.uuid("floating-network-id")?,
             floating_subnet_id: self.uuid("floating-subnet-id")?,
             floating_subnet: self.string("floating-subnet"),
-            floating_subnet_tags: self.list("floating-subnet-tags"),
+            floating_subnet_tags: self.list("floating-subnet-tags")?,
             network_id: self.uuid("network-id")?,
             subnet_id: self.uuid("subnet-id")?,
             member_subnet_id: self.uuid("member-subnet-id")?,
@@ -548,50 +593,25 @@ impl CloudConfig {
 
     /// Parses `cloud.conf` text, reading `clouds.yaml` through `env`.
     pub fn parse_in(text: &str, env: &Environment<'_>) -> Result<CloudConfig, ConfigError> {
-        let sections = sections(text)?;
-        let mut classes = BTreeMap::new();
-        for (raw_header, line, entries) in &sections {
-            let Some((kind, name)) = header(raw_header) else {
-                return Err(ConfigError::Syntax {
-                    line: *line,
-                    text: format!("[{raw_header}]"),
-                });
-            };
-            let known: Vec<&str> = match (kind.as_str(), &name) {
-                ("global", None) => GLOBAL_KEYS.to_vec(),
-                ("loadbalancer", None) => [NETWORK_KEYS, LOAD_BALANCER_KEYS].concat(),
-                ("loadbalancerclass", Some(class)) => {
-                    let section = Section {
-                        name: raw_header.clone(),
-                        entries: Some(entries),
-                    };
-                    classes.insert(class.clone(), section.network()?);
-                    NETWORK_KEYS.to_vec()
-                }
-                ("loadbalancerclass", None) => {
-                    return Err(ConfigError::Syntax {
-                        line: *line,
-                        text: format!("[{raw_header}] (expected [LoadBalancerClass \"name\"])"),
-                    });
-                }
-                _ => Vec::new(),
-            };
-            for key in entries.keys().filter(|k| !known.contains(&k.as_str())) {
-                tracing::warn!(section = %raw_header, key = %key, "cloud.conf key not used by kube-lb; ignored");
-            }
+        let doc =
+            config_file::parse_ini(CONFIG_FILE, text).map_err(|e| from_file_error(text, e))?;
+        if let Some(line) = doc.header_line("loadbalancerclass", None) {
+            return Err(ConfigError::Syntax {
+                line,
+                text: "[LoadBalancerClass] (expected [LoadBalancerClass \"name\"])".to_string(),
+            });
         }
-        let find = |wanted: &str| {
-            let entries = sections
-                .iter()
-                .find(|(h, _, _)| h.eq_ignore_ascii_case(wanted))
-                .map(|(_, _, e)| e);
-            Section {
-                name: wanted.to_string(),
-                entries,
-            }
-        };
-        let global = find("Global");
-        let lb = find("LoadBalancer");
+        let mut classes = BTreeMap::new();
+        for class in doc.subsections("loadbalancerclass") {
+            let section = Section::new(&doc, "LoadBalancerClass", Some(class));
+            section.check_bare(NETWORK_KEYS)?;
+            classes.insert(class.to_string(), section.network()?);
+        }
+        let global = Section::new(&doc, "Global", None);
+        let lb = Section::new(&doc, "LoadBalancer", None);
+        global.check_bare(GLOBAL_KEYS)?;
+        lb.check_bare(&[NETWORK_KEYS, LOAD_BALANCER_KEYS].concat())?;
+        warn_unused(&doc);
         let global = if global.bool("use-clouds", false)? {
             clouds_yaml(&global, env)?
         } else {
@@ -648,6 +668,32 @@ impl CloudConfig {
             global,
             load_balancer,
         })
+    }
+}
+
+/// Logs every key kube-lb does not read (upstream sections such as `[BlockStorage]` included),
+/// so an upstream file works unchanged.
+fn warn_unused(doc: &Document) {
+    for name in doc.section_names() {
+        let subsections = doc.subsections(name).into_iter().map(Some);
+        for sub in std::iter::once(None).chain(subsections) {
+            let known: Vec<&str> = match (name, sub) {
+                ("global", None) => GLOBAL_KEYS.to_vec(),
+                ("loadbalancer", None) => [NETWORK_KEYS, LOAD_BALANCER_KEYS].concat(),
+                ("loadbalancerclass", Some(_)) => NETWORK_KEYS.to_vec(),
+                _ => Vec::new(),
+            };
+            let section = doc.section(name, sub);
+            let mut warned: Vec<&str> = Vec::new();
+            for entry in section.entries() {
+                let key = entry.key.as_str();
+                if !known.contains(&key) && !warned.contains(&key) {
+                    warned.push(key);
+                    let label = sub.map_or_else(|| name.to_string(), |s| format!("{name} {s:?}"));
+                    tracing::warn!(section = %label, key = %key, "cloud.conf key not used by kube-lb; ignored");
+                }
+            }
+        }
     }
 }
 
@@ -1199,6 +1245,30 @@ mod tests {
                 "{text:?} -> {error}"
             );
         }
+    }
+
+    /// gcfg's rules, as upstream's reader applies them: a bare boolean key is `true`, a bare
+    /// text key is refused, comments after values are dropped, a repeated section is merged
+    /// and the last duplicate key wins.
+    #[test]
+    fn reads_cloud_conf_with_gcfg_rules() {
+        let text = format!(
+            "{MINIMAL}[LoadBalancer]\ncreate-monitor\nlb-provider = amphora ; default\n\
+             [Global]\nregion = one\nregion = \"two ; three\"\n"
+        );
+        let config = CloudConfig::parse_in(&text, &no_env()).expect("valid");
+        assert!(config.load_balancer.create_monitor);
+        assert_eq!(config.load_balancer.lb_provider.as_deref(), Some("amphora"));
+        assert_eq!(config.global.region.as_deref(), Some("two ; three"));
+
+        let bare = format!("{MINIMAL}[LoadBalancer]\nsubnet-id\n");
+        let error = CloudConfig::parse_in(&bare, &no_env())
+            .expect_err("bare text key")
+            .to_string();
+        assert!(
+            error.contains("line 7: [LoadBalancer] subnet-id"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -1084,6 +1084,17 @@ pub struct Observed {
     pub monitors: BTreeMap<String, HealthMonitor>,
 }
 
+/// The Octavia object a step works on: one observed (its id), or one an earlier step of the
+/// same phase creates (named; its id exists only once that step ran, so the flow resolves it
+/// through a slot when the step runs).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ref {
+    /// Observed, with this id.
+    Known(String),
+    /// Created earlier in the same phase, under this name.
+    New(String),
+}
+
 /// One change under an existing load balancer, in the order it is applied.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
@@ -1115,12 +1126,12 @@ pub enum Step {
         /// The changed fields.
         body: Value,
     },
-    /// Create a listener with its pool, members and monitor.
+    /// Create a listener (its pool, members and monitor are steps of their own).
     CreateListener(Box<DesiredListener>),
-    /// Create the default pool of an existing listener, with members and monitor.
+    /// Create the default pool of a listener.
     CreatePool {
         /// The listener.
-        listener_id: String,
+        listener: Ref,
         /// What to build.
         desired: Box<DesiredListener>,
     },
@@ -1135,8 +1146,8 @@ pub enum Step {
     },
     /// Replace a pool's members in one batch call.
     ReplaceMembers {
-        /// Pool id.
-        pool_id: String,
+        /// The pool.
+        pool: Ref,
         /// Its name.
         name: String,
         /// The member bodies.
@@ -1144,7 +1155,9 @@ pub enum Step {
     },
     /// Create a monitor.
     CreateMonitor {
-        /// The body, with its pool id.
+        /// The pool it watches.
+        pool: Ref,
+        /// The body, without its pool id (added when the pool's id is known).
         body: Value,
         /// Its name.
         name: String,
@@ -1313,6 +1326,7 @@ pub fn plan(lb: &LoadBalancer, observed: &Observed, desired: &Desired) -> Vec<St
             .find(|l| l.protocol == want.protocol && l.protocol_port == want.port)
         else {
             steps.push(Step::CreateListener(Box::new(want.clone())));
+            build_pool(&mut steps, Ref::New(want.name.clone()), want);
             continue;
         };
         let body = want.listener_changes(listener);
@@ -1337,10 +1351,7 @@ pub fn plan(lb: &LoadBalancer, observed: &Observed, desired: &Desired) -> Vec<St
                         name: pool.name.clone(),
                     });
                 }
-                steps.push(Step::CreatePool {
-                    listener_id: listener.id.clone(),
-                    desired: Box::new(want.clone()),
-                });
+                build_pool(&mut steps, Ref::Known(listener.id.clone()), want);
                 continue;
             }
         };
@@ -1370,7 +1381,7 @@ pub fn plan(lb: &LoadBalancer, observed: &Observed, desired: &Desired) -> Vec<St
         want_members.sort();
         if have != want_members {
             steps.push(Step::ReplaceMembers {
-                pool_id: pool.id.clone(),
+                pool: Ref::Known(pool.id.clone()),
                 name: pool.name.clone(),
                 members: want.member_bodies(),
             });
@@ -1386,7 +1397,8 @@ pub fn plan(lb: &LoadBalancer, observed: &Observed, desired: &Desired) -> Vec<St
                 name: monitor.name.clone(),
             }),
             (None, Some(wanted)) => steps.push(Step::CreateMonitor {
-                body: want.monitor_body(&pool.id).unwrap_or_default(),
+                pool: Ref::Known(pool.id.clone()),
+                body: wanted.body(),
                 name: wanted.name.clone(),
             }),
             (Some(monitor), Some(wanted)) if monitor.kind != wanted.kind => {
@@ -1395,7 +1407,8 @@ pub fn plan(lb: &LoadBalancer, observed: &Observed, desired: &Desired) -> Vec<St
                     name: monitor.name.clone(),
                 });
                 steps.push(Step::CreateMonitor {
-                    body: want.monitor_body(&pool.id).unwrap_or_default(),
+                    pool: Ref::Known(pool.id.clone()),
+                    body: wanted.body(),
                     name: wanted.name.clone(),
                 });
             }
@@ -1417,6 +1430,30 @@ pub fn plan(lb: &LoadBalancer, observed: &Observed, desired: &Desired) -> Vec<St
         }
     }
     steps
+}
+
+/// A new pool for `listener` with its members (one batch call) and monitor: the chain a new
+/// listener or a replaced pool needs, each step after the pool taking the pool's new id.
+fn build_pool(steps: &mut Vec<Step>, listener: Ref, want: &DesiredListener) {
+    steps.push(Step::CreatePool {
+        listener,
+        desired: Box::new(want.clone()),
+    });
+    let pool = Ref::New(want.pool_name.clone());
+    if !want.members.is_empty() {
+        steps.push(Step::ReplaceMembers {
+            pool: pool.clone(),
+            name: want.pool_name.clone(),
+            members: want.member_bodies(),
+        });
+    }
+    if let Some(monitor) = &want.monitor {
+        steps.push(Step::CreateMonitor {
+            pool,
+            body: monitor.body(),
+            name: monitor.name.clone(),
+        });
+    }
 }
 
 #[cfg(test)]
@@ -2135,7 +2172,13 @@ mod tests {
             (
                 "port moved",
                 annotated(json!({}), json!([tcp(80, 30080), tcp(8443, 30443)])),
-                vec!["DeletePool", "DeleteListener", "CreateListener"],
+                vec![
+                    "DeletePool",
+                    "DeleteListener",
+                    "CreateListener",
+                    "CreatePool",
+                    "ReplaceMembers",
+                ],
             ),
             (
                 "algorithm",
@@ -2159,7 +2202,14 @@ mod tests {
                     json!({"loadbalancer.openstack.org/proxy-protocol": "v1"}),
                     two_ports(),
                 ),
-                vec!["DeletePool", "CreatePool", "DeletePool", "CreatePool"],
+                vec![
+                    "DeletePool",
+                    "CreatePool",
+                    "ReplaceMembers",
+                    "DeletePool",
+                    "CreatePool",
+                    "ReplaceMembers",
+                ],
             ),
             (
                 "monitor enabled",

@@ -21,8 +21,13 @@ use crate::error::OpenStackError;
 use crate::inventory::Inventory;
 use crate::member_subnet::{self, NodeAddress};
 use crate::model::{FloatingIp, Listener, LoadBalancer, Port, SecurityGroup};
-use crate::plan::{self, AttachedFloatingIp, Desired, FloatingIpRecord, Observed, Ownership, Step};
+use crate::plan::{self, Desired, FloatingIpRecord, Observed, Ownership};
 use crate::security_group::{self, DesiredSecurityGroup, SecurityGroupStep};
+
+// A child of this module (it uses the shell's private helpers), kept beside the other
+// sources: tools read `src/` as one flat directory.
+#[path = "ensure_flow.rs"]
+mod ensure;
 
 pub use kube_lb_provider_core::WaitSettings;
 
@@ -96,8 +101,8 @@ impl OpenStackProvider {
     /// deleted Service of this cluster left behind under a namespace/name from another
     /// cluster's with the same `--cluster-name`: the first is removed when a new Service of
     /// that namespace/name is ensured, the second refused. `None` (unknown) refuses both.
-    pub fn with_cluster_id(mut self, id: Option<&str>) -> Self {
-        self.cluster_tag = id.filter(|id| !id.is_empty()).map(plan::cluster_tag);
+    pub fn with_cluster_id(mut self, id: Option<&kube_lb_provider_core::ClusterIdentity>) -> Self {
+        self.cluster_tag = id.map(|id| plan::cluster_tag(id.as_str()));
         self
     }
 
@@ -111,7 +116,7 @@ impl OpenStackProvider {
     /// Reads `cloud.conf` at `path` (required for OpenStack) and builds the provider.
     pub async fn from_cloud_config(
         path: Option<&Path>,
-        cluster: &str,
+        cluster: &kube_lb_provider_core::ClusterName,
         counter: CallCounter,
     ) -> Result<Self, ProviderError> {
         let internal = |message: String| ProviderError::Internal {
@@ -499,89 +504,10 @@ impl OpenStackProvider {
         Ok(())
     }
 
-    async fn apply(&self, lb_id: &str, step: &Step) -> Result<(), ProviderError> {
-        let client = &self.client;
-        match step {
-            Step::TagLoadBalancer { tags } => {
-                let body = serde_json::json!({"tags": tags});
-                self.change(lb_id, || client.update_load_balancer(lb_id, &body))
-                    .await
-                    .map(drop)
-            }
-            Step::DeletePool { id, .. } => {
-                self.change(lb_id, || ignore_missing(client.delete_pool(id)))
-                    .await
-            }
-            Step::DeleteListener { id, .. } => {
-                self.change(lb_id, || ignore_missing(client.delete_listener(id)))
-                    .await
-            }
-            Step::UpdateListener { id, body, .. } => self
-                .change(lb_id, || client.update_listener(id, body))
-                .await
-                .map(drop),
-            Step::CreateListener(desired) => {
-                let body = desired.listener_body(Some(lb_id));
-                let listener = self.change(lb_id, || client.create_listener(&body)).await?;
-                self.build_pool(lb_id, &listener.id, desired).await
-            }
-            Step::CreatePool {
-                listener_id,
-                desired,
-            } => self.build_pool(lb_id, listener_id, desired).await,
-            Step::UpdatePool { id, body, .. } => self
-                .change(lb_id, || client.update_pool(id, body))
-                .await
-                .map(drop),
-            Step::ReplaceMembers {
-                pool_id, members, ..
-            } => {
-                self.inventory.forget_members(pool_id);
-                self.change(lb_id, || client.replace_members(pool_id, members))
-                    .await
-            }
-            Step::CreateMonitor { body, .. } => self
-                .change(lb_id, || client.create_health_monitor(body))
-                .await
-                .map(drop),
-            Step::UpdateMonitor { id, body, .. } => self
-                .change(lb_id, || client.update_health_monitor(id, body))
-                .await
-                .map(drop),
-            Step::DeleteMonitor { id, .. } => {
-                self.change(lb_id, || ignore_missing(client.delete_health_monitor(id)))
-                    .await
-            }
-        }
-    }
-
-    /// Pool, members (one batch call) and monitor for a listener.
-    async fn build_pool(
-        &self,
-        lb_id: &str,
-        listener_id: &str,
-        desired: &plan::DesiredListener,
-    ) -> Result<(), ProviderError> {
-        let client = &self.client;
-        let body = desired.pool_body(Some(listener_id));
-        let pool = self.change(lb_id, || client.create_pool(&body)).await?;
-        if !desired.members.is_empty() {
-            let members = desired.member_bodies();
-            self.change(lb_id, || client.replace_members(&pool.id, &members))
-                .await?;
-        }
-        if let Some(body) = desired.monitor_body(&pool.id) {
-            self.change(lb_id, || client.create_health_monitor(&body))
-                .await?;
-        }
-        Ok(())
-    }
-
     /// Creates the load balancer with its whole graph in one call and waits for `ACTIVE`. One
     /// that lands in `ERROR` is deleted, so the next attempt starts clean.
-    async fn create(&self, desired: &Desired) -> Result<LoadBalancer, ProviderError> {
-        let body = desired.create_body();
-        let created = self.client.create_load_balancer(&body).await?;
+    async fn create(&self, body: &serde_json::Value) -> Result<LoadBalancer, ProviderError> {
+        let created = self.client.create_load_balancer(body).await?;
         tracing::info!(lb = %created.id, name = %created.name, "created load balancer");
         match self.wait_active(&created.id).await {
             Ok(lb) => Ok(lb),
@@ -598,138 +524,6 @@ impl OpenStackProvider {
                 Err(error)
             }
         }
-    }
-
-    /// The floating IP on the VIP port, attaching or allocating one when the Service is
-    /// external, or releasing/detaching it when it is internal. Returns the public address.
-    async fn converge_floating_ip(
-        &self,
-        lb: &LoadBalancer,
-        desired: &Desired,
-        listed: Option<Vec<FloatingIp>>,
-    ) -> Result<Option<String>, ProviderError> {
-        let attached = match listed {
-            Some(attached) => attached,
-            None => {
-                self.client
-                    .floating_ips(&[("port_id", &lb.vip_port_id)])
-                    .await?
-            }
-        };
-        let actions: Vec<(&FloatingIp, AttachedFloatingIp)> = attached
-            .iter()
-            .map(|fip| (fip, plan::attached_floating_ip(&fip.description, desired)))
-            .filter(|(_, action)| *action != AttachedFloatingIp::Leave)
-            .collect();
-        if !actions.is_empty() {
-            // These change the floating IPs of this load balancer.
-            self.inventory.touch(&lb.id);
-        }
-        for (fip, action) in actions {
-            tracing::info!(lb = %lb.id, address = %fip.floating_ip_address, ?action, "converging floating IP");
-            match action {
-                AttachedFloatingIp::Leave => {}
-                AttachedFloatingIp::Describe(description) => {
-                    self.client
-                        .update_floating_ip(
-                            &fip.id,
-                            &serde_json::json!({"description": description}),
-                        )
-                        .await?;
-                }
-                AttachedFloatingIp::Release => self.client.delete_floating_ip(&fip.id).await?,
-                AttachedFloatingIp::Detach(description) => {
-                    let mut body = serde_json::json!({"port_id": null});
-                    if let Some(description) = description {
-                        body["description"] = serde_json::json!(description);
-                    }
-                    self.client.update_floating_ip(&fip.id, &body).await?;
-                }
-            }
-        }
-        if desired.internal {
-            return Ok(None);
-        }
-        if let Some(fip) = attached.first() {
-            return Ok(Some(fip.floating_ip_address.clone()));
-        }
-        self.inventory.touch(&lb.id);
-        // A floating IP kube-lb made earlier and lost track of (its port went away with an
-        // errored load balancer, or a crash): reuse it instead of leaking it.
-        let requested = desired.floating_ip_address.as_deref();
-        let candidates = match requested {
-            Some(address) => {
-                self.client
-                    .floating_ips(&[("floating_ip_address", address)])
-                    .await?
-            }
-            // Only a detached one: an attached floating IP with our phrase sits on another
-            // cluster's load balancer (same --cluster-name) and is theirs. A kept one
-            // (detached when the Service turned internal) comes back the same.
-            None => {
-                let marks = &desired.floating_ip_marks;
-                let mut lost = Vec::new();
-                for description in [&marks.keep, &marks.release] {
-                    lost.extend(
-                        self.client
-                            .floating_ips(&[("description", description)])
-                            .await?
-                            .into_iter()
-                            .filter(is_detached),
-                    );
-                }
-                lost
-            }
-        };
-        if let Some(fip) = candidates.into_iter().next() {
-            if fip
-                .port_id
-                .as_deref()
-                .is_some_and(|p| !p.is_empty() && p != lb.vip_port_id)
-            {
-                return Err(ProviderError::environment(
-                    "neutron:UpdateFloatingIp",
-                    EnvironmentCause::AddressInUse,
-                    format!(
-                        "floating IP {} is associated with another port",
-                        fip.floating_ip_address
-                    ),
-                ));
-            }
-            let mut body = serde_json::json!({"port_id": lb.vip_port_id});
-            // Ours: recorded with the current keep-floatingip (a user's keeps its words).
-            if desired.floating_ip_marks.record(&fip.description) != FloatingIpRecord::NotOurs
-                && fip.description != desired.floating_ip_description()
-            {
-                body["description"] = serde_json::json!(desired.floating_ip_description());
-            }
-            let fip = self.client.update_floating_ip(&fip.id, &body).await?;
-            return Ok(Some(fip.floating_ip_address));
-        }
-        let network = match &desired.floating.network_id {
-            Some(network) => network.clone(),
-            None => self
-                .client
-                .external_networks()
-                .await?
-                .into_iter()
-                .next()
-                .map(|n| n.id)
-                .ok_or_else(|| ProviderError::environment(
-                    "neutron:ListNetworks",
-                    EnvironmentCause::MissingDependency,
-                    "no external network for floating IPs: set [LoadBalancer] floating-network-id",
-                ))?,
-        };
-        let mut body = serde_json::json!({"floating_network_id": network, "port_id": lb.vip_port_id,
-            "description": desired.floating_ip_description()});
-        if let Some(address) = requested {
-            body["floating_ip_address"] = serde_json::json!(address);
-        }
-        let subnets = self.floating_subnets(&network, desired).await?;
-        let fip = self.create_floating_ip_in(&body, &subnets).await?;
-        tracing::info!(lb = %lb.id, address = %fip.floating_ip_address, "allocated floating IP");
-        Ok(Some(fip.floating_ip_address))
     }
 
     /// The floating subnets to try in order: the configured one, those matching the name
@@ -990,60 +784,6 @@ impl OpenStackProvider {
             .collect())
     }
 
-    /// `manage-security-groups`: makes the Service's security group, its rules and its
-    /// attachments what the Service needs. Looks before it creates, so a crash or a lost
-    /// answer never leaves a second group; a resync that finds everything in place changes
-    /// nothing.
-    async fn converge_security_group(
-        &self,
-        spec: &LoadBalancerSpec,
-        desired: &Desired,
-    ) -> Result<(), ProviderError> {
-        let observed = self.observe_security_group(spec, desired).await?;
-        let unattachable = security_group::addresses_without_port(&observed.want, &observed.ports);
-        if !unattachable.is_empty() {
-            tracing::warn!(service = %spec.service, subnet = %observed.want.subnet_id, addresses = ?unattachable, "backend nodes without a port on the member subnet: the Service's security group cannot be attached to them");
-        }
-        let group = match observed.group {
-            Some(group) => group,
-            None => {
-                let group = self
-                    .client
-                    .create_security_group(&observed.want.body())
-                    .await?;
-                tracing::info!(service = %spec.service, group = %group.id, name = %group.name, "created security group");
-                group
-            }
-        };
-        let steps = security_group::plan(
-            &group,
-            &observed.duplicates,
-            &observed.ports,
-            &observed.want,
-        );
-        self.apply_security_group_steps(&group.id, &observed.want.rule_description, &steps)
-            .await
-    }
-
-    /// With `manage-security-groups`, converges the Service's group and returns its name (to
-    /// record); without, removes the group kube-lb recorded making for the Service earlier.
-    /// A Service without that record costs no call.
-    async fn converge_or_remove_security_group(
-        &self,
-        spec: &LoadBalancerSpec,
-        desired: &Desired,
-    ) -> Result<Option<String>, ProviderError> {
-        if self.config.load_balancer.manage_security_groups {
-            self.converge_security_group(spec, desired).await?;
-            return Ok(Some(security_group::security_group_name(&spec.service)));
-        }
-        if recorded_security_group(spec) {
-            tracing::info!(service = %spec.service, "manage-security-groups is off: removing the Service's security group");
-            self.remove_security_groups(&spec.service).await?;
-        }
-        Ok(None)
-    }
-
     /// Removes the Service's security groups: off every port, then deleted. Run on delete
     /// whatever `manage-security-groups` says now (it may have been on before).
     async fn remove_security_groups(&self, service: &ServiceKey) -> Result<(), ProviderError> {
@@ -1126,51 +866,6 @@ impl OpenStackProvider {
         Ok(())
     }
 
-    /// What [`Self::converge_or_remove_security_group`] would do, as `kube-lb plan` shows it.
-    async fn planned_security_group(
-        &self,
-        spec: &LoadBalancerSpec,
-        desired: &Desired,
-    ) -> Result<Vec<PlannedChange>, ProviderError> {
-        if !self.config.load_balancer.manage_security_groups {
-            if !recorded_security_group(spec) {
-                return Ok(Vec::new());
-            }
-            let (groups, ports) = self.security_groups_to_remove(&spec.service).await?;
-            return Ok(security_group::teardown(&groups, &ports)
-                .iter()
-                .map(SecurityGroupStep::planned)
-                .collect());
-        }
-        let observed = self.observe_security_group(spec, desired).await?;
-        let mut changes = Vec::new();
-        let group = match observed.group {
-            Some(group) => group,
-            None => {
-                changes.push(security_group::planned_create(&observed.want));
-                SecurityGroup {
-                    id: "(new)".into(),
-                    name: observed.want.name.clone(),
-                    description: observed.want.description.clone(),
-                    tags: Vec::new(),
-                    security_group_rules: Vec::new(),
-                    created_at: None,
-                }
-            }
-        };
-        changes.extend(
-            security_group::plan(
-                &group,
-                &observed.duplicates,
-                &observed.ports,
-                &observed.want,
-            )
-            .iter()
-            .map(SecurityGroupStep::planned),
-        );
-        Ok(changes)
-    }
-
     /// On Service deletion: releases a floating IP kube-lb made, or (made with
     /// `keep-floatingip`) detaches it and hands it over to the user by rewriting its
     /// description without any ownership phrase; a user's is left alone (the cascade delete
@@ -1190,28 +885,6 @@ impl OpenStackProvider {
             }
         }
         Ok(())
-    }
-
-    /// An LB that is ours but busy or broken, made ready for changes. One in `ERROR` is
-    /// deleted (recreate, not failover: failover needs admin rights most projects lack) and
-    /// reported as an error, so the Service gets a Warning event; the next attempt builds a
-    /// new one and moves the floating IP (kept: only the load balancer is deleted) onto it.
-    async fn ready(&self, lb: LoadBalancer) -> Result<LoadBalancer, ProviderError> {
-        match lb.provisioning_status.as_str() {
-            "ACTIVE" => Ok(lb),
-            "ERROR" => {
-                tracing::warn!(lb = %lb.id, name = %lb.name, "load balancer is in ERROR; deleting it to recreate it");
-                self.delete_load_balancer(&lb.id).await?;
-                Err(ProviderError::pending(
-                    "octavia:GetLoadBalancer",
-                    format!(
-                        "load balancer {} ({}) was in provisioning_status ERROR; deleted it, the next attempt recreates it and keeps its floating IP",
-                        lb.name, lb.id
-                    ),
-                ))
-            }
-            _ => self.wait_active(&lb.id).await,
-        }
     }
 
     /// Cascade-deletes a load balancer (a busy one is waited out) and waits until it is gone.
@@ -1247,35 +920,6 @@ impl OpenStackProvider {
             }
         }
         self.wait_deleted(lb_id).await
-    }
-
-    /// Converges the listeners of `desired` on an existing load balancer: ours entirely, or
-    /// on an adopted one only the listeners named and tagged for this Service.
-    async fn converge(
-        &self,
-        lb: &LoadBalancer,
-        desired: &Desired,
-        adopted: bool,
-        listed: Option<Observed>,
-    ) -> Result<(), ProviderError> {
-        let observed = match listed {
-            Some(mut observed) => {
-                self.fill_members(&mut observed).await?;
-                observed
-            }
-            None => self.observe(lb).await?,
-        };
-        let (observed, desired) = if adopted {
-            scope_to_service(lb, observed, desired)?
-        } else {
-            (observed, desired.clone())
-        };
-        let steps = plan::plan(lb, &observed, &desired);
-        for step in &steps {
-            tracing::info!(lb = %lb.id, step = ?step.planned(), "applying");
-            self.apply(&lb.id, step).await?;
-        }
-        Ok(())
     }
 }
 
@@ -1430,50 +1074,6 @@ fn planned_floating_ip_teardown(
     }
 }
 
-/// What `ensure` does to the floating IPs on an existing load balancer's VIP, as `kube-lb
-/// plan` shows it (pure).
-fn planned_floating_ip_changes(attached: &[FloatingIp], desired: &Desired) -> Vec<PlannedChange> {
-    let mut changes: Vec<PlannedChange> = attached
-        .iter()
-        .filter_map(|fip| {
-            let change = |action, call| {
-                PlannedChange::new(action, "FloatingIp", &fip.floating_ip_address, call)
-            };
-            let description = |change: PlannedChange, new: Option<String>| match new {
-                Some(new) => change.field("description", Some(fip.description.clone()), Some(new)),
-                None => change,
-            };
-            match plan::attached_floating_ip(&fip.description, desired) {
-                AttachedFloatingIp::Leave => None,
-                AttachedFloatingIp::Describe(new) => Some(description(
-                    change(ChangeAction::Modify, "PUT floatingips"),
-                    Some(new),
-                )),
-                AttachedFloatingIp::Release => {
-                    Some(change(ChangeAction::Delete, "DELETE floatingips"))
-                }
-                AttachedFloatingIp::Detach(new) => Some(description(
-                    change(ChangeAction::Modify, "PUT floatingips").field(
-                        "port_id",
-                        fip.port_id.clone(),
-                        None,
-                    ),
-                    new,
-                )),
-            }
-        })
-        .collect();
-    if !desired.internal && attached.is_empty() {
-        changes.push(PlannedChange::new(
-            ChangeAction::Create,
-            "FloatingIp",
-            desired.floating_ip_address.as_deref().unwrap_or_default(),
-            "POST floatingips",
-        ));
-    }
-    changes
-}
-
 /// True for a floating IP associated with no port.
 fn is_detached(fip: &FloatingIp) -> bool {
     fip.port_id.as_deref().is_none_or(str::is_empty)
@@ -1503,128 +1103,7 @@ impl LoadBalancerProvider for OpenStackProvider {
         let mut desired = self.desired(spec, backends)?;
         self.discover_member_subnet(spec, backends, &mut desired)
             .await?;
-        let snapshot = match desired.existing_id {
-            None => {
-                self.inventory
-                    .snapshot_for(&desired.name, &self.client)
-                    .await?
-            }
-            Some(_) => None,
-        };
-        // Listed: ours (or someone else's, refused), under its name or else its legacy name.
-        // Absent from the listing is checked by name before anything is created, and then
-        // nothing is answered from the listing.
-        let mut listing_set_aside = false;
-        let listed_lb = match snapshot.as_ref().map(|snap| {
-            let found = snap.named(&desired.name);
-            let found = match &desired.legacy_name {
-                Some(legacy) if found.is_empty() => snap.named(legacy),
-                _ => found,
-            };
-            let current = found
-                .iter()
-                .all(|lb| self.inventory.speaks_for(snap, &lb.id));
-            (found, current)
-        }) {
-            // kube-lb changed a load balancer shown here since the listing was taken (deleted
-            // it, for one: a Service released on a retype and made a load balancer again
-            // would otherwise be converged onto the deleted one): read live.
-            Some((found, false)) if !found.is_empty() => {
-                tracing::debug!(service = %spec.service, "the wave's listing predates a change of this name's load balancer; reading it live");
-                listing_set_aside = true;
-                None
-            }
-            Some((found, _)) if !found.is_empty() => match self.ours_among(found, &spec.service) {
-                Ok(lb) => lb,
-                // A refusal waits for the Service to change, so it never rests on a listing
-                // up to a refresh old (the name may have been freed since, and a Service
-                // recreated under it): the live lookup below confirms it or finds it gone.
-                Err(refusal) => {
-                    tracing::debug!(service = %spec.service, %refusal, "the wave's listing refuses the name; confirming with a live lookup");
-                    listing_set_aside = true;
-                    None
-                }
-            },
-            _ => None,
-        };
-        // The legacy name is looked up live unless the listing showed it absent (it is not
-        // consulted when the listing's answer under the name is set aside).
-        let legacy_unlisted = snapshot.is_none() || listing_set_aside;
-        let snapshot = snapshot.filter(|_| listed_lb.is_some());
-        let located = match listed_lb {
-            Some(lb) => Located::Ours(lb),
-            None => {
-                self.locate(&spec.service, &desired, legacy_unlisted, Leftovers::Remove)
-                    .await?
-            }
-        };
-        let (lb, fips) = match located {
-            Located::Adopted(lb) => {
-                if lb.provisioning_status == "ERROR" {
-                    return Err(ProviderError::environment(
-                        "octavia:GetLoadBalancer",
-                        EnvironmentCause::MissingDependency,
-                        format!(
-                            "load balancer {} ({}) named by the load-balancer-id annotation is in provisioning_status ERROR; kube-lb does not recreate a load balancer it did not create",
-                            lb.name, lb.id
-                        ),
-                    ));
-                }
-                let lb = self.wait_active(&lb.id).await?;
-                self.converge(&lb, &desired, true, None).await?;
-                // Its floating IP (if any) is its owner's business: report it, never change it.
-                let address = self.public_address(&lb).await?;
-                let security_group = self
-                    .converge_or_remove_security_group(spec, &desired)
-                    .await?;
-                let mut status = desired.status(&address);
-                status
-                    .annotations
-                    .extend(plan::occm_written_back(&lb.id, &address));
-                // Only the group is recorded: the load balancer's create-only fields are its
-                // owner's, and recording them would make the annotation parser judge the
-                // Service's VIP annotations against someone else's load balancer.
-                if security_group.is_some() || recorded_security_group(spec) {
-                    status.annotations.insert(
-                        kube_lb_annotations::keys::openstack::CREATED_WITH.into(),
-                        plan::recorded_security_group(security_group.as_deref()),
-                    );
-                }
-                return Ok(status);
-            }
-            Located::Ours(lb) => {
-                // Answered from this wave's listing while it speaks for this load balancer
-                // and it was ACTIVE then (a busy one is waited on and read afresh).
-                let listed = snapshot
-                    .as_ref()
-                    .filter(|snap| {
-                        lb.provisioning_status == "ACTIVE"
-                            && self.inventory.speaks_for(snap, &lb.id)
-                    })
-                    .map(|snap| (snap.observed(&lb.id), snap.floating_ips_on(&lb.vip_port_id)));
-                let lb = self.ready(lb).await?;
-                let (observed, fips) = listed.unzip();
-                self.converge(&lb, &desired, false, observed).await?;
-                (lb, fips)
-            }
-            Located::Absent => (self.create(&desired).await?, None),
-        };
-        let floating_ip = self.converge_floating_ip(&lb, &desired, fips).await?;
-        let security_group = self
-            .converge_or_remove_security_group(spec, &desired)
-            .await?;
-        let address = floating_ip.as_deref().unwrap_or(&lb.vip_address);
-        let mut status = desired.status(address);
-        // From what this ensure read or made anyway: no extra call, and the controller
-        // patches the Service only when a value differs from what it shows.
-        status
-            .annotations
-            .extend(plan::occm_written_back(&lb.id, address));
-        status.annotations.insert(
-            kube_lb_annotations::keys::openstack::CREATED_WITH.into(),
-            plan::created_with(&lb, floating_ip.as_deref(), security_group.as_deref()),
-        );
-        Ok(status)
+        self.run_ensure(spec, desired).await
     }
 
     fn accepts_node(&self, spec: &LoadBalancerSpec, node: &BackendNode) -> bool {
@@ -1716,44 +1195,7 @@ impl LoadBalancerProvider for OpenStackProvider {
         let mut desired = self.desired(spec, backends)?;
         self.discover_member_subnet(spec, backends, &mut desired)
             .await?;
-        let (lb, adopted) = match self
-            .locate(&spec.service, &desired, true, Leftovers::Keep)
-            .await?
-        {
-            Located::Absent => {
-                let mut changes = self.planned_leftover_removal(&spec.service).await?;
-                changes.push(PlannedChange::new(
-                    ChangeAction::Create,
-                    "LoadBalancer",
-                    &desired.name,
-                    "POST loadbalancers",
-                ));
-                changes.extend(self.planned_security_group(spec, &desired).await?);
-                return Ok(changes);
-            }
-            Located::Ours(lb) => (lb, false),
-            Located::Adopted(lb) => (lb, true),
-        };
-        let observed = self.observe(&lb).await?;
-        let (observed, desired) = if adopted {
-            scope_to_service(&lb, observed, &desired)?
-        } else {
-            (observed, desired)
-        };
-        let mut changes: Vec<PlannedChange> = plan::plan(&lb, &observed, &desired)
-            .iter()
-            .map(Step::planned)
-            .collect();
-        // An adopted load balancer's floating IP is its owner's: never planned.
-        if !adopted {
-            let attached = self
-                .client
-                .floating_ips(&[("port_id", &lb.vip_port_id)])
-                .await?;
-            changes.extend(planned_floating_ip_changes(&attached, &desired));
-        }
-        changes.extend(self.planned_security_group(spec, &desired).await?);
-        Ok(changes)
+        self.render_ensure(spec, desired).await
     }
 
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {

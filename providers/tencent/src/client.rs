@@ -377,7 +377,10 @@ impl ClbClient {
         };
         let bytes = serde_json::to_vec(body).map_err(|e| unexpected(action, e.to_string()))?;
         let api = &self.api;
-        let is_transient = |e: &TencentError| e.classification().retries_in_place();
+        // CreateSecurityGroup takes no idempotency token: a blind repeat after a lost answer
+        // makes a second group, so its caller looks for the first before creating again.
+        let repeatable = action != Action::CreateSecurityGroup;
+        let is_transient = |e: &TencentError| repeatable && e.classification().retries_in_place();
         self.api
             .call_with(service, name, action.kind(), is_transient, || async {
                 let timestamp = SystemTime::now()
@@ -677,11 +680,30 @@ impl ClbClient {
         &self,
         tags: &[(&str, &str)],
     ) -> Result<Vec<SecurityGroup>, TencentError> {
-        let action = Action::DescribeSecurityGroups;
         let filters: Vec<Value> = tags
             .iter()
             .map(|(key, value)| json!({"Name": format!("tag:{key}"), "Values": [value]}))
             .collect();
+        self.security_groups_where(filters).await
+    }
+
+    /// Every security group named `name` (`Filters` `security-group-name`), page by page:
+    /// finds a group whose tags are not (yet) readable by the tag filter.
+    pub async fn security_groups_named(
+        &self,
+        name: &str,
+    ) -> Result<Vec<SecurityGroup>, TencentError> {
+        self.security_groups_where(vec![
+            json!({"Name": "security-group-name", "Values": [name]}),
+        ])
+        .await
+    }
+
+    async fn security_groups_where(
+        &self,
+        filters: Vec<Value>,
+    ) -> Result<Vec<SecurityGroup>, TencentError> {
+        let action = Action::DescribeSecurityGroups;
         let mut found = Vec::new();
         loop {
             // The VPC API types Offset and Limit of this action as strings.

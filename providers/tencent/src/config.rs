@@ -121,7 +121,9 @@ impl TencentConfig {
     ) -> Result<TencentConfig, ConfigError> {
         let file: File = match file {
             Some(text) => {
-                serde_json::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?
+                // The shared reader adds line and column; the path is not known here.
+                kube_lb_provider_core::config_file::parse_json("cloud-config", text)
+                    .map_err(|e| ConfigError::Syntax(e.to_string()))?
             }
             None => File::default(),
         };

@@ -20,11 +20,19 @@
 //! `qcloud-loadbalancer-internal-subnetid`) is fixed at creation, and TKE refuses to switch
 //! it; when the annotation changes on a Service that has its CLB, `ensure` and `plan_ensure`
 //! both refuse with a user error naming the annotation, both kinds and the ways out
-//! ([`plan::network_kind_refusal`]). The CLB is never switched, deleted or half-rebuilt for
-//! it; `ensure` still converges its listeners and targets as the CLB is (so nodes that come
-//! and go during the refusal keep being followed), then returns the refusal as
+//! ([`plan::network_kind_refusal`]). The refusal is decided in the flow's plan, before any
+//! step: the CLB is never switched, deleted or half-rebuilt for it, and nothing on it is
+//! written (no listener, no target) while the refusal stands. `ensure` returns it as
 //! [`ProviderError::Refused`] carrying the CLB's addresses, so the Service keeps showing where
-//! it is served while the refusal stands.
+//! it is served.
+//!
+//! `ensure` and `delete` are each written once, as a [`converge::Flow`] (`provider/ensure.rs`,
+//! `provider/delete.rs`, one step type in `provider/steps.rs`): `ensure`/`delete` run it with
+//! [`converge::execute`], `plan_ensure`/`plan_delete` render the same steps with
+//! [`converge::render`]. Each CLB step's `run` waits for its asynchronous task
+//! (`DescribeTaskStatus`); a CLB created for the Service forces a phase boundary (phase 2
+//! waits for "the CLB's id"); the ids of a security group and of listeners created within a
+//! phase are placeholders filled by the step that creates them.
 //!
 //! `loadBalancerSourceRanges` becomes a security group of the Service's bound to its CLB
 //! ([`source_ranges`]), converged before the listeners are (a new listener is never open
@@ -38,8 +46,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kube_lb_annotations::{LoadBalancerSpec, ProviderSpec, ServiceKey};
+use kube_lb_provider_core::converge;
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, ChangeAction, ClientOptions, EnvironmentCause, LoadBalancerIngress,
+    BackendNode, CallCounter, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
 };
 use serde_json::{Value, json};
@@ -48,10 +57,16 @@ use crate::client::{ClbClient, LoadBalancer, TaskRef, TaskStatus};
 use crate::config::TencentConfig;
 use crate::error::TencentError;
 use crate::plan::{
-    self, Desired, ListenerRef, Observed, Placement, Step, TAG_CLUSTER, TAG_CREATED_BY,
-    TAG_SERVICE_UUID,
+    self, Desired, Observed, Placement, TAG_CLUSTER, TAG_CREATED_BY, TAG_SERVICE_UUID,
 };
-use crate::source_ranges::{self, GroupRef, ObservedGroup};
+use crate::source_ranges::{self, ObservedGroup};
+
+mod delete;
+mod ensure;
+mod steps;
+
+use delete::DeleteFlow;
+use ensure::EnsureFlow;
 
 /// CLBs not created for a Service that may hold its listeners, by Service UID: the CLBs this
 /// process placed them on and the ones recorded on the Service. Lets `delete` look at those
@@ -124,7 +139,7 @@ impl TencentProvider {
     /// Reads the cloud-config (optional) and the environment, and builds the provider.
     pub async fn from_cloud_config(
         path: Option<&Path>,
-        cluster: &str,
+        cluster: &kube_lb_provider_core::ClusterName,
         counter: CallCounter,
     ) -> Result<Self, ProviderError> {
         let internal = |message: String| ProviderError::Internal {
@@ -294,23 +309,6 @@ impl TencentProvider {
         }
     }
 
-    /// Removes the Service's listeners from CLB `lb_id`; the CLB and everything else on it
-    /// stay.
-    async fn remove_listeners(&self, lb_id: &str, name: &str) -> Result<(), ProviderError> {
-        let ours: Vec<String> = self
-            .listeners_named(lb_id, name)
-            .await?
-            .into_iter()
-            .map(|l| l.listener_id)
-            .collect();
-        if ours.is_empty() {
-            return Ok(());
-        }
-        self.delete_listeners(lb_id, &ours).await?;
-        tracing::info!(lb = %lb_id, listeners = ?ours, "removed the Service's listeners from a CLB it no longer uses");
-        Ok(())
-    }
-
     /// Deletes listeners `ids` of CLB `lb_id` and waits. One already gone counts as deleted:
     /// the API refuses the whole call with `ListenerIdNotFound` when any is gone (a repeat
     /// after a lost answer finds them all gone), so the ones still there are deleted again.
@@ -345,15 +343,6 @@ impl TencentProvider {
             ),
             source: None,
         })
-    }
-
-    /// The CLB recorded on the Service (`loadbalance-id`) when it is not `target`: the one
-    /// the Service's listeners must leave.
-    fn left_behind<'a>(desired: &'a Desired, target: &str) -> Option<&'a str> {
-        desired
-            .recorded_load_balancer_id
-            .as_deref()
-            .filter(|recorded| *recorded != target)
     }
 
     /// Creates the Service's CLB and waits until it is usable. The request carries a
@@ -441,45 +430,6 @@ impl TencentProvider {
         Ok(lb)
     }
 
-    /// The CLB to converge (creating it if needed), whether it was just created, and the
-    /// refusal of a network-kind switch it cannot take (reported once the rest converged).
-    async fn target_load_balancer(
-        &self,
-        desired: &Desired,
-    ) -> Result<(LoadBalancer, bool, Option<String>), ProviderError> {
-        let owned = self.owned(&desired.service).await?;
-        match &desired.placement {
-            Placement::Existing(id) => {
-                let lb = self.existing(id).await?;
-                // Switching to an existing CLB releases the one kube-lb made.
-                for old in owned {
-                    tracing::info!(lb = %old.load_balancer_id, existing = %id, "Service moved to an existing CLB; deleting the one kube-lb created");
-                    self.delete_load_balancer(&old.load_balancer_id).await?;
-                }
-                Ok((lb, false, None))
-            }
-            Placement::Owned(body) => {
-                let mut owned = owned.into_iter();
-                match owned.next() {
-                    Some(lb) => {
-                        // A kind the CLB cannot take is refused, not ignored, and never switched.
-                        let refusal = plan::network_kind_refusal(&lb, body);
-                        for extra in owned {
-                            tracing::warn!(lb = %extra.load_balancer_id, "a second CLB tagged for this Service; deleting it");
-                            self.delete_load_balancer(&extra.load_balancer_id).await?;
-                        }
-                        if lb.status == 1 {
-                            Ok((lb, false, refusal))
-                        } else {
-                            Ok((self.wait_ready(&lb.load_balancer_id).await?, false, refusal))
-                        }
-                    }
-                    None => Ok((self.create(&desired.service, body).await?, true, None)),
-                }
-            }
-        }
-    }
-
     async fn wait_ready(&self, id: &str) -> Result<LoadBalancer, ProviderError> {
         let mut waiting = self.wait.begin();
         loop {
@@ -501,129 +451,6 @@ impl TencentProvider {
             }
             waiting.sleep().await;
         }
-    }
-
-    async fn apply(
-        &self,
-        lb_id: &str,
-        steps: &[Step],
-        desired: &Desired,
-    ) -> Result<(), ProviderError> {
-        let mut created: std::collections::BTreeMap<plan::ListenerKey, String> = Default::default();
-        for step in steps {
-            tracing::info!(lb = %lb_id, change = ?step.planned(lb_id), "applying");
-            match step {
-                Step::DeleteListeners { ids, .. } => {
-                    self.delete_listeners(lb_id, ids).await?;
-                }
-                Step::ModifyHealthCheck {
-                    id, health_check, ..
-                } => {
-                    let mut body = serde_json::Map::new();
-                    body.insert("LoadBalancerId".into(), json!(lb_id));
-                    body.insert("ListenerId".into(), json!(id));
-                    body.insert("HealthCheck".into(), Value::Object(health_check.clone()));
-                    self.write_and_wait(
-                        "ModifyListener",
-                        || self.client.modify_listener(&body),
-                        String::clone,
-                    )
-                    .await?;
-                }
-                Step::CreateListeners {
-                    protocol,
-                    ports,
-                    health_check,
-                } => {
-                    let mut body = serde_json::Map::new();
-                    body.insert("LoadBalancerId".into(), json!(lb_id));
-                    body.insert("Protocol".into(), json!(protocol));
-                    body.insert("Ports".into(), json!(ports));
-                    if let Some(check) = health_check {
-                        body.insert("HealthCheck".into(), Value::Object(check.clone()));
-                    }
-                    body.insert(
-                        "ListenerNames".into(),
-                        json!(vec![desired.listener_name.clone(); ports.len()]),
-                    );
-                    // listenerParameters merge over the typed request; the parser refused
-                    // the identity keys (LoadBalancerId, Ports, Protocol, ListenerNames).
-                    plan::deep_merge(&mut body, &desired.listener_parameters);
-                    let ids = self
-                        .create_listeners(lb_id, &body, protocol, ports, &desired.listener_name)
-                        .await?;
-                    for (port, id) in ports.iter().zip(ids) {
-                        created.insert(
-                            plan::ListenerKey {
-                                protocol: protocol.clone(),
-                                port: *port,
-                            },
-                            id,
-                        );
-                    }
-                }
-                Step::Register(targets) | Step::Deregister(targets) => {
-                    let register = matches!(step, Step::Register(_));
-                    let mut bodies = Vec::new();
-                    let mut requested = Vec::new();
-                    for (listener, backend) in targets {
-                        let id = match listener {
-                            ListenerRef::Id(id) => id.clone(),
-                            ListenerRef::New(key) => {
-                                created.get(key).cloned().ok_or_else(|| {
-                                    ProviderError::Internal {
-                                        message: format!(
-                                            "listener {}:{} was not created",
-                                            key.protocol, key.port
-                                        ),
-                                        source: None,
-                                    }
-                                })?
-                            }
-                        };
-                        let mut target = json!({"ListenerId": id, "Port": backend.port});
-                        if backend.by_instance {
-                            target["InstanceId"] = json!(backend.address);
-                        } else {
-                            target["EniIp"] = json!(backend.address);
-                        }
-                        bodies.push(target);
-                        requested.push((id, backend.clone()));
-                    }
-                    let action = if register {
-                        "BatchRegisterTargets"
-                    } else {
-                        "BatchDeregisterTargets"
-                    };
-                    let failed = self
-                        .write(action, || {
-                            self.client.batch_targets(lb_id, &bodies, register)
-                        })
-                        .await?;
-                    // A repeat after a lost answer is refused for the listeners the first call
-                    // already changed: read them, and accept what is as asked.
-                    let of_failed: Vec<(String, plan::Backend)> = requested
-                        .into_iter()
-                        .filter(|(listener, _)| failed.contains(listener))
-                        .collect();
-                    if !failed.is_empty()
-                        && !plan::targets_settled(
-                            self.client.targets(lb_id, &failed).await?,
-                            &of_failed,
-                            register,
-                        )
-                    {
-                        return Err(ProviderError::Internal {
-                            message: format!(
-                                "{action}: the CLB refused targets for listeners {failed:?}"
-                            ),
-                            source: None,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// `CreateListener` with `body` (for `ports` of `protocol`, named `name`) and waits;
@@ -674,9 +501,8 @@ impl TencentProvider {
         &self,
         service: &ServiceKey,
     ) -> Result<Vec<ObservedGroup>, ProviderError> {
-        let tags = source_ranges::group_tags(&self.cluster, service);
         let mut observed = Vec::new();
-        for group in self.client.security_groups(&tags).await? {
+        for group in self.service_groups(service).await? {
             match self
                 .client
                 .security_group_policies(&group.security_group_id)
@@ -709,81 +535,6 @@ impl TencentProvider {
         }
         let ours = self.observed_groups(&desired.service).await?;
         Ok(source_ranges::plan(&ours, Some(&bound), wanted.as_deref()))
-    }
-
-    /// Makes the security-group `steps` on CLB `lb_id`.
-    async fn apply_source_ranges(
-        &self,
-        lb_id: &str,
-        service: &ServiceKey,
-        steps: &[source_ranges::Step],
-    ) -> Result<(), ProviderError> {
-        let name = source_ranges::group_name(service);
-        let description = source_ranges::group_description(&self.cluster, service);
-        let tags = source_ranges::group_tags(&self.cluster, service);
-        let mut created: Option<String> = None;
-        let resolve = |group: &GroupRef, created: &Option<String>| match group {
-            GroupRef::Id(id) => Ok(id.clone()),
-            GroupRef::New => created.clone().ok_or_else(|| ProviderError::Internal {
-                message: "a security group step before the group was created".into(),
-                source: None,
-            }),
-        };
-        for step in steps {
-            tracing::info!(lb = %lb_id, change = ?step.planned(lb_id, &name), "applying");
-            match step {
-                source_ranges::Step::Create => {
-                    let id = self
-                        .write("CreateSecurityGroup", || {
-                            self.client
-                                .create_security_group(&name, &description, &tags)
-                        })
-                        .await?;
-                    tracing::info!(lb = %lb_id, group = %id, "created the Service's security group");
-                    created = Some(id);
-                }
-                source_ranges::Step::SetPolicies { group, policies } => {
-                    let id = resolve(group, &created)?;
-                    let ingress: Vec<Value> = policies.iter().map(|p| p.to_json(&name)).collect();
-                    self.write("ModifySecurityGroupPolicies", || {
-                        self.client
-                            .replace_security_group_policies(&id, &ingress, &[])
-                    })
-                    .await?;
-                }
-                source_ranges::Step::Bind { groups, .. } => {
-                    let ids = groups
-                        .iter()
-                        .map(|g| resolve(g, &created))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    self.write("SetLoadBalancerSecurityGroups", || {
-                        self.client.set_load_balancer_security_groups(lb_id, &ids)
-                    })
-                    .await?;
-                }
-                source_ranges::Step::Delete(id) => {
-                    self.write("DeleteSecurityGroup", || async {
-                        unless_gone(self.client.delete_security_group(id).await)
-                    })
-                    .await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes the Service's security groups (after its CLB: a bound group cannot go).
-    async fn delete_groups(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let tags = source_ranges::group_tags(&self.cluster, service);
-        for group in self.client.security_groups(&tags).await? {
-            let id = group.security_group_id;
-            self.write("DeleteSecurityGroup", || async {
-                unless_gone(self.client.delete_security_group(&id).await)
-            })
-            .await?;
-            tracing::info!(group = %id, "deleted the Service's security group");
-        }
-        Ok(())
     }
 
     /// The refusal of source ranges where kube-lb has no way to enforce them.
@@ -830,6 +581,100 @@ impl TencentProvider {
         )
     }
 
+    /// The CLBs this process knows may hold `service`'s listeners (see [`Placements`]), or
+    /// `None` when it has not ensured the Service.
+    fn known_placements(&self, service: &ServiceKey) -> Option<BTreeSet<String>> {
+        self.placements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&service.uid)
+            .cloned()
+    }
+
+    /// Forgets `service`'s placements (it was deleted).
+    fn forget_placements(&self, service: &ServiceKey) {
+        self.placements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&service.uid);
+    }
+
+    /// The Service's security group, created unless one exists already. `CreateSecurityGroup`
+    /// takes no idempotency token, so a create whose answer was lost (or a pass that stopped
+    /// after it) would leave a second group: the group's deterministic name and tags are
+    /// looked up first and after a failed create, and one found is adopted.
+    async fn create_group(&self, service: &ServiceKey) -> Result<String, ProviderError> {
+        let name = source_ranges::group_name(service);
+        let description = source_ranges::group_description(&self.cluster, service);
+        let tags = source_ranges::group_tags(&self.cluster, service);
+        let mut attempt = 0;
+        let mut waiting = self.wait.begin();
+        loop {
+            if let Some(id) = self.existing_group(service).await? {
+                tracing::info!(group = %id, "adopted the Service's security group made by an earlier attempt");
+                return Ok(id);
+            }
+            match self
+                .write("CreateSecurityGroup", || {
+                    self.client
+                        .create_security_group(&name, &description, &tags)
+                })
+                .await
+            {
+                Ok(id) => {
+                    tracing::info!(group = %id, "created the Service's security group");
+                    return Ok(id);
+                }
+                // Lost answers and gateway errors are repeated here, after looking for what
+                // the failed call may have made, never blindly.
+                Err(error) if error.is_transient() && attempt < BUSY_RETRIES => {
+                    attempt += 1;
+                    tracing::info!(%error, pause = ?waiting.pause(), "CreateSecurityGroup failed; looking for the group before creating again");
+                    waiting.sleep().await;
+                }
+                Err(error) => {
+                    return match self.existing_group(service).await? {
+                        Some(id) => Ok(id),
+                        None => Err(error),
+                    };
+                }
+            }
+        }
+    }
+
+    /// A security group of the Service's (see [`Self::service_groups`]), if any.
+    async fn existing_group(&self, service: &ServiceKey) -> Result<Option<String>, ProviderError> {
+        Ok(self
+            .service_groups(service)
+            .await?
+            .into_iter()
+            .next()
+            .map(|group| group.security_group_id))
+    }
+
+    /// The Service's security groups: the ones its tags name, then any of its deterministic
+    /// name whose tags name no other owner (a create cut short before its tags were
+    /// readable, or one whose answer was lost), so a replay adopts them instead of making
+    /// another, and `delete` finds them too.
+    async fn service_groups(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Vec<crate::client::SecurityGroup>, ProviderError> {
+        let tags = source_ranges::group_tags(&self.cluster, service);
+        let mut groups = self.client.security_groups(&tags).await?;
+        let name = source_ranges::group_name(service);
+        for group in self.client.security_groups_named(&name).await? {
+            if source_ranges::tags_allow_adoption(&group, &self.cluster, service)
+                && !groups
+                    .iter()
+                    .any(|g| g.security_group_id == group.security_group_id)
+            {
+                groups.push(group);
+            }
+        }
+        Ok(groups)
+    }
+
     /// User CLBs that may hold listeners of `service` (not created by TKE/kube-lb).
     async fn user_load_balancers(&self) -> Result<Vec<LoadBalancer>, ProviderError> {
         let filters = match &self.config.vpc_id {
@@ -866,91 +711,22 @@ impl LoadBalancerProvider for TencentProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        let desired = self.desired(spec, backends)?;
-        Self::refuse_unenforceable(spec, &desired)?;
+        let mut flow = EnsureFlow::new(self, spec, backends)?;
         // From now on this process knows where the Service's listeners may be: where the
-        // Service says they were, and the user CLBs it puts them on.
+        // Service says they were, and the user CLB it puts them on.
+        let desired = flow.desired();
         self.remember_placement(
             &desired.service,
             desired.recorded_load_balancer_id.as_deref(),
         );
-        let (lb, created, refusal) = self.target_load_balancer(&desired).await?;
-        let lb_id = lb.load_balancer_id.as_str();
-        if let Placement::Existing(_) = desired.placement {
-            self.remember_placement(&desired.service, Some(lb_id));
+        if let Placement::Existing(id) = &desired.placement {
+            self.remember_placement(&desired.service, Some(id));
         }
-        if let Some(old) = Self::left_behind(&desired, lb_id) {
-            self.remove_listeners(old, &desired.listener_name).await?;
-        }
-        let observed = self.observe(&lb, &desired.service).await?;
-        let steps = plan::plan(&observed, &desired)?;
-        let fresh_listeners = !observed
-            .listeners
-            .iter()
-            .any(|l| observed.owns(l, &desired));
-        if let Placement::Owned(_) = desired.placement {
-            // Before the listeners: a new port is never reachable from outside the ranges.
-            let groups = self.source_range_steps(Some(&lb), spec, &desired).await?;
-            self.apply_source_ranges(lb_id, &desired.service, &groups)
-                .await?;
-        }
-        self.apply(lb_id, &steps, &desired).await?;
-        if let Some(refusal) = refusal {
-            // Converged as the CLB is; the switch it was asked for is the Service author's to
-            // undo. The CLB keeps serving at its addresses, which the Service keeps showing.
-            return Err(ProviderError::refused(refusal, Self::status_of(&lb)));
-        }
-        if desired.selector_matched_nothing {
-            // Converged (the CLB has no targets, as TKE does), but never silently.
-            return Err(ProviderError::environment(
-                "DescribeTargets",
-                EnvironmentCause::MissingDependency,
-                format!(
-                    "service.kubernetes.io/qcloud-loadbalancer-backends-label matches no ready node: CLB {} has no targets",
-                    lb.load_balancer_id
-                ),
-            ));
-        }
-        let mut status = Self::status_of(&lb);
-        status.annotations = plan::written_back(&desired, lb_id, created, fresh_listeners);
-        Ok(status)
+        converge::execute(&mut flow).await
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let owned = self.owned(service).await?;
-        for lb in &owned {
-            self.delete_load_balancer(&lb.load_balancer_id).await?;
-        }
-        self.delete_groups(service).await?;
-        // Listeners on user CLBs (tke-existed-lbid): only ours, the CLB stays. Where this
-        // process knows every CLB they may be on, only those are read.
-        let name = plan::listener_name(&self.config.listener_name, service);
-        let known = self
-            .placements
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&service.uid)
-            .cloned();
-        let candidates: Vec<String> = match known {
-            Some(ids) => ids
-                .into_iter()
-                .filter(|id| !owned.iter().any(|lb| &lb.load_balancer_id == id))
-                .collect(),
-            None => self
-                .user_load_balancers()
-                .await?
-                .into_iter()
-                .map(|lb| lb.load_balancer_id)
-                .collect(),
-        };
-        for lb_id in candidates {
-            self.remove_listeners(&lb_id, &name).await?;
-        }
-        self.placements
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&service.uid);
-        Ok(())
+        converge::execute(&mut DeleteFlow::new(self, service)).await
     }
 
     async fn status(
@@ -965,124 +741,15 @@ impl LoadBalancerProvider for TencentProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
-        let desired = self.desired(spec, backends)?;
-        Self::refuse_unenforceable(spec, &desired)?;
-        let owned = self.owned(&desired.service).await?;
-        let mut changes = Vec::new();
-        let target = match &desired.placement {
-            Placement::Existing(id) => Some(id.clone()),
-            Placement::Owned(_) => owned.first().map(|lb| lb.load_balancer_id.clone()),
-        };
-        if let Some(old) = desired
-            .recorded_load_balancer_id
-            .as_deref()
-            .filter(|recorded| Some(*recorded) != target.as_deref())
-            .filter(|recorded| !owned.iter().any(|lb| lb.load_balancer_id == *recorded))
-        {
-            for listener in self.listeners_named(old, &desired.listener_name).await? {
-                changes.push(PlannedChange::new(
-                    ChangeAction::Delete,
-                    "Listener",
-                    format!("{old}/{}:{}", listener.protocol, listener.port),
-                    "DeleteLoadBalancerListeners",
-                ));
-            }
+        match converge::render(&mut EnsureFlow::new(self, spec, backends)?).await {
+            // The plan shows the refusal `ensure` would answer, as the user's error it is.
+            Err(ProviderError::Refused { message, .. }) => Err(ProviderError::user(message)),
+            other => other,
         }
-        let lb = match &desired.placement {
-            Placement::Existing(id) => {
-                for old in &owned {
-                    changes.push(PlannedChange::new(
-                        ChangeAction::Delete,
-                        "LoadBalancer",
-                        &old.load_balancer_id,
-                        "DeleteLoadBalancer",
-                    ));
-                }
-                Some(self.existing(id).await?)
-            }
-            Placement::Owned(body) => match owned.into_iter().next() {
-                // The same refusal `ensure` makes: the plan shows it instead of changes.
-                Some(lb) => match plan::network_kind_refusal(&lb, body) {
-                    Some(refusal) => return Err(ProviderError::user(refusal)),
-                    None => Some(lb),
-                },
-                None => {
-                    changes.push(PlannedChange::new(
-                        ChangeAction::Create,
-                        "LoadBalancer",
-                        body.get("LoadBalancerName")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default(),
-                        "CreateLoadBalancer",
-                    ));
-                    None
-                }
-            },
-        };
-        let (observed, name) = match &lb {
-            Some(lb) => (
-                self.observe(lb, &desired.service).await?,
-                lb.load_balancer_id.clone(),
-            ),
-            None => (Observed::default(), "(new)".to_string()),
-        };
-        if let Placement::Owned(_) = desired.placement {
-            let group = source_ranges::group_name(&desired.service);
-            changes.extend(
-                self.source_range_steps(lb.as_ref(), spec, &desired)
-                    .await?
-                    .iter()
-                    .map(|s| s.planned(&name, &group)),
-            );
-        }
-        changes.extend(
-            plan::plan(&observed, &desired)?
-                .iter()
-                .map(|s| s.planned(&name)),
-        );
-        Ok(changes)
     }
 
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
-        let mut changes: Vec<PlannedChange> = self
-            .owned(service)
-            .await?
-            .iter()
-            .map(|lb| {
-                PlannedChange::new(
-                    ChangeAction::Delete,
-                    "LoadBalancer",
-                    &lb.load_balancer_id,
-                    "DeleteLoadBalancer",
-                )
-            })
-            .collect();
-        let tags = source_ranges::group_tags(&self.cluster, service);
-        for group in self.client.security_groups(&tags).await? {
-            changes.push(PlannedChange::new(
-                ChangeAction::Delete,
-                "SecurityGroup",
-                &group.security_group_id,
-                "DeleteSecurityGroup",
-            ));
-        }
-        let name = plan::listener_name(&self.config.listener_name, service);
-        for lb in self.user_load_balancers().await? {
-            for listener in self.client.listeners(&lb.load_balancer_id).await? {
-                if listener.listener_name == name {
-                    changes.push(PlannedChange::new(
-                        ChangeAction::Delete,
-                        "Listener",
-                        format!(
-                            "{}/{}:{}",
-                            lb.load_balancer_id, listener.protocol, listener.port
-                        ),
-                        "DeleteLoadBalancerListeners",
-                    ));
-                }
-            }
-        }
-        Ok(changes)
+        converge::render(&mut DeleteFlow::new(self, service)).await
     }
 
     async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {

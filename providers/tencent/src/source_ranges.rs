@@ -76,6 +76,18 @@ pub fn group_tags<'a>(cluster: &'a str, service: &'a ServiceKey) -> [(&'a str, &
     ]
 }
 
+/// True when `group` (found by the Service's group name) may be adopted as the Service's: none
+/// of the ownership tags it carries names another cluster or Service. A group of that name
+/// without our tags is one whose create was cut short before its tags were readable.
+pub fn tags_allow_adoption(group: &SecurityGroup, cluster: &str, service: &ServiceKey) -> bool {
+    let wanted = group_tags(cluster, service);
+    group.tag_set.iter().flatten().all(|tag| {
+        wanted
+            .iter()
+            .all(|(key, value)| tag.key != *key || tag.value == *value)
+    })
+}
+
 /// One policy, in the fields that decide what it lets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {

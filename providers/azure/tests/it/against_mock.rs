@@ -815,9 +815,10 @@ async fn from_cloud_config_reads_azure_json_with_an_endpoint_override() {
     let path = dir.path().join("azure.json");
     std::fs::write(&path, config_json(&arm.url()).to_string()).unwrap();
     let counter = CallCounter::new();
-    let provider = AzureProvider::from_cloud_config(Some(&path), CLUSTER, counter.clone())
-        .await
-        .unwrap();
+    let provider =
+        AzureProvider::from_cloud_config(Some(&path), &CLUSTER.parse().unwrap(), counter.clone())
+            .await
+            .unwrap();
     let status = provider
         .ensure(&svc("web", UID_A).spec(), &nodes(1))
         .await
@@ -828,9 +829,13 @@ async fn from_cloud_config_reads_azure_json_with_an_endpoint_override() {
     assert!(counter.snapshot().mutations() > 0, "{counter:?}");
 
     std::fs::write(&path, r#"{"subscriptionId": "s"}"#).unwrap();
-    let error = AzureProvider::from_cloud_config(Some(&path), CLUSTER, CallCounter::new())
-        .await
-        .unwrap_err();
+    let error = AzureProvider::from_cloud_config(
+        Some(&path),
+        &CLUSTER.parse().unwrap(),
+        CallCounter::new(),
+    )
+    .await
+    .unwrap_err();
     assert!(error.to_string().contains("cloud config"), "{error}");
 }
 
@@ -849,9 +854,13 @@ async fn the_cache_ttl_comes_from_azure_json() {
         }
         std::fs::write(&path, config.to_string()).unwrap();
         let counter = CallCounter::new();
-        let provider = AzureProvider::from_cloud_config(Some(&path), CLUSTER, counter.clone())
-            .await
-            .unwrap();
+        let provider = AzureProvider::from_cloud_config(
+            Some(&path),
+            &CLUSTER.parse().unwrap(),
+            counter.clone(),
+        )
+        .await
+        .unwrap();
         let spec = svc("web", UID_A).spec();
         provider.ensure(&spec, &nodes(1)).await.unwrap();
         let before = counter.snapshot();

@@ -6,6 +6,7 @@ mod against_mock;
 mod error_classes;
 mod faults;
 mod plan_audit;
+mod plan_equals_apply;
 mod resync_cost;
 mod sdk_client;
 mod support;

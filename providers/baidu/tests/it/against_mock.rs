@@ -749,7 +749,7 @@ async fn a_leftover_of_this_cluster_is_replaced_and_another_clusters_is_refused(
     let Harness {
         cloud, provider, ..
     } = harness().await;
-    let provider = provider.with_cluster_id(Some("k1"));
+    let provider = provider.with_cluster_id(Some(&"k1".parse().unwrap()));
     provider.ensure(&web_spec(UID), &nodes(1)).await.unwrap();
     let first = cloud.blbs();
     assert_eq!(first.len(), 1);
@@ -804,7 +804,8 @@ async fn a_leftover_of_this_cluster_is_replaced_and_another_clusters_is_refused(
     );
 
     // Another cluster with the same cluster id, and a Service of the same namespace/name.
-    let other = provider_for(&cloud, CallCounter::new()).with_cluster_id(Some("k2"));
+    let other =
+        provider_for(&cloud, CallCounter::new()).with_cluster_id(Some(&"k2".parse().unwrap()));
     let error = other
         .ensure(&web_spec("33333333-4444-5555-6666-777777777777"), &nodes(1))
         .await

@@ -5,6 +5,7 @@
 mod against_mock;
 mod bce_sdk;
 mod error_shapes;
+mod plan_equals_apply;
 mod signer;
 mod source_ranges;
 mod support;

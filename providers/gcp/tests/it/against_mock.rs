@@ -1250,3 +1250,40 @@ async fn a_scheme_switch_stopped_before_any_of_its_changes_converges_after_a_res
         }
     }
 }
+
+#[tokio::test]
+async fn internal_local_and_cluster_services_share_the_group_and_resync_is_free() {
+    // The cluster's instance group holds every eligible node whatever a Service's traffic
+    // policy (upstream's `k8s-ig--<cid>`); `Local` only changes the health check. Two internal
+    // Services of either policy on the same nodes must agree on its members, so resyncing
+    // them in turn changes nothing.
+    let env = env().await;
+    let local = svc(UID).internal().local(31500);
+    let cluster = svc("5c3b7809-feb5-11e6-bdea-42010af00000").internal();
+    let nodes = two_nodes();
+    env.provider.ensure(&local.spec(), &nodes).await.unwrap();
+    env.provider.ensure(&cluster.spec(), &nodes).await.unwrap();
+    assert_eq!(
+        env.gce.group_members(ZONE_A, "k8s-ig--c1").unwrap(),
+        ["gke-c1-node-1"]
+    );
+    assert_eq!(
+        env.gce.group_members(ZONE_B, "k8s-ig--c1").unwrap(),
+        ["gke-c1-node-2"]
+    );
+    for _ in 0..2 {
+        assert_noop_resync(&env, &local.spec(), &nodes).await;
+        assert_noop_resync(&env, &cluster.spec(), &nodes).await;
+    }
+    // Each Service's plan agrees: nothing to change.
+    for service in [&local, &cluster] {
+        let mark = env.gce.journal_len();
+        let plan = env
+            .provider
+            .plan_ensure(&service.spec(), &nodes)
+            .await
+            .unwrap();
+        assert!(plan.is_empty(), "{plan:?}");
+        assert!(env.gce.mutations_since(mark).is_empty());
+    }
+}

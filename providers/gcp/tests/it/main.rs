@@ -4,4 +4,5 @@
 
 mod against_mock;
 mod plan_audit;
+mod plan_equals_apply;
 mod support;

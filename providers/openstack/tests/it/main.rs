@@ -7,6 +7,7 @@ mod annotations_converge;
 mod error_shapes;
 mod member_subnet;
 mod openstacksdk;
+mod plan_equals_apply;
 mod resync_cost;
 mod security_groups;
 mod stale_listing;

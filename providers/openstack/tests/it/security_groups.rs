@@ -658,7 +658,7 @@ async fn a_leftover_removal_cut_short_is_finished_by_the_next_ensure() {
     let Harness {
         cloud, provider, ..
     } = h;
-    let provider = provider.with_cluster_id(Some("k1"));
+    let provider = provider.with_cluster_id(Some(&"k1".parse().unwrap()));
     provider.ensure(&web().spec(), &nodes(2)).await.unwrap();
     let first_lb = lb_named(&cloud, "kube_service_kubernetes_default_web")["id"].clone();
     assert_eq!(managed_groups(&cloud).len(), 1);

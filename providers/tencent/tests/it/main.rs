@@ -4,6 +4,7 @@
 
 mod against_mock;
 mod error_shapes;
+mod plan_equals_apply;
 mod source_ranges;
 mod support;
 mod tencentcloud_sdk;

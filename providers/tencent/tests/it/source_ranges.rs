@@ -322,3 +322,92 @@ async fn source_ranges_on_a_users_clb_are_refused_before_any_change() {
             .all(|l| l["ListenerName"] != "TKE-DEDICATED-LISTENER-uid-web")
     );
 }
+
+/// `CreateSecurityGroup` takes no idempotency token. A create whose answer is lost is not
+/// repeated blindly: the Service's group is looked for by its tags and deterministic name
+/// first, and the one the lost call made is adopted — one group, one create.
+#[tokio::test]
+async fn a_security_group_create_whose_answer_is_lost_is_adopted_not_repeated() {
+    let h = harness().await;
+    h.cloud.inject(Fault::lose_answer("CreateSecurityGroup"));
+    let before = h.cloud.journal_len();
+    h.provider
+        .ensure(&restricted().spec(), &nodes(1))
+        .await
+        .unwrap();
+    let creates = actions(&h.cloud.mutations_since(before))
+        .into_iter()
+        .filter(|a| a == "CreateSecurityGroup")
+        .count();
+    assert_eq!(creates, 1, "the lost create is not repeated");
+    let groups = groups_of(&h.cloud, "uid-web");
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    let lb = clb_of(&h.cloud, "uid-web");
+    assert_eq!(
+        h.cloud.bound_security_groups(&lb),
+        [groups[0]["SecurityGroupId"].as_str().unwrap()]
+    );
+    assert!(!h.cloud.would_reach(&lb, ip("198.51.100.7"), "TCP", 80));
+}
+
+/// A group of the Service's deterministic name whose tags are not there (a create cut short
+/// before its tags were readable) is the Service's: planned, used and deleted as such, never
+/// duplicated. One whose tags name another Service is left alone.
+#[tokio::test]
+async fn a_group_of_the_services_name_without_its_tags_is_adopted() {
+    let h = harness().await;
+    let hand = provider_for_same_cloud(&h);
+    let untagged = hand
+        .client()
+        .create_security_group("kube-lb-uid-web", "cut short", &[])
+        .await
+        .unwrap();
+    let plan = h
+        .provider
+        .plan_ensure(&restricted().spec(), &nodes(1))
+        .await
+        .unwrap();
+    assert!(
+        !plan.iter().any(|c| c.call == "CreateSecurityGroup"),
+        "{plan:#?}"
+    );
+    let before = h.cloud.journal_len();
+    h.provider
+        .ensure(&restricted().spec(), &nodes(1))
+        .await
+        .unwrap();
+    let made = actions(&h.cloud.mutations_since(before));
+    assert!(
+        !made.contains(&"CreateSecurityGroup".to_string()),
+        "{made:?}"
+    );
+    let lb = clb_of(&h.cloud, "uid-web");
+    assert_eq!(
+        h.cloud.bound_security_groups(&lb),
+        std::slice::from_ref(&untagged)
+    );
+    h.provider.delete(&restricted().key()).await.unwrap();
+    assert!(
+        !h.cloud
+            .security_groups()
+            .iter()
+            .any(|g| g["SecurityGroupId"] == untagged.as_str()),
+        "deleted with the Service"
+    );
+    // Another Service's group of that name (its tags say whose) is not ours.
+    let foreign = hand
+        .client()
+        .create_security_group(
+            "kube-lb-uid-web",
+            "someone else's",
+            &[("tke-lb-serviceuuid", "uid-other")],
+        )
+        .await
+        .unwrap();
+    h.provider
+        .ensure(&restricted().spec(), &nodes(1))
+        .await
+        .unwrap();
+    let lb = clb_of(&h.cloud, "uid-web");
+    assert_ne!(h.cloud.bound_security_groups(&lb), [foreign]);
+}
