@@ -16,9 +16,9 @@
 //! * **A new security group**: its id, needed by its rules and the ports' group lists, is a
 //!   slot filled by the create.
 //!
-//! What is not a step yet: removing a load balancer an earlier Service of the same
-//! namespace/name left behind happens while locating (as before), and `kube-lb plan` lists
-//! that removal separately.
+//! * **A load balancer an earlier Service of the same namespace/name left behind** (this
+//!   cluster's, another UID) is removed by phase-1 steps before the create: the delete flow's
+//!   steps for that Service ([`super::delete`]), its security groups first. `plan` only reads.
 
 use std::collections::BTreeMap;
 
@@ -30,8 +30,9 @@ use kube_lb_provider_core::{
 };
 use serde_json::{Value, json};
 
+use super::delete::DeleteStep;
 use super::{
-    Leftovers, Located, OpenStackProvider, ignore_missing, is_detached, recorded_security_group,
+    Located, OpenStackProvider, ignore_missing, is_detached, recorded_security_group,
     scope_to_service,
 };
 use crate::model::{FloatingIp, LoadBalancer, SecurityGroup};
@@ -55,6 +56,8 @@ pub(crate) enum EnsureStep {
         /// Its name.
         name: String,
     },
+    /// A step removing what an earlier Service of the same namespace/name left behind.
+    Leftover(DeleteStep),
     /// Create the load balancer with its whole graph in one call.
     CreateLoadBalancer {
         /// Its name.
@@ -122,6 +125,7 @@ impl converge::Step for EnsureStep {
                 name,
                 "DELETE loadbalancers?cascade=true (in ERROR: recreated)",
             ),
+            EnsureStep::Leftover(step) => converge::Step::describe(step),
             EnsureStep::CreateLoadBalancer { name, .. } => PlannedChange::new(
                 ChangeAction::Create,
                 "LoadBalancer",
@@ -168,8 +172,7 @@ pub(crate) struct EnsureFlow<'a> {
     provider: &'a OpenStackProvider,
     spec: &'a LoadBalancerSpec,
     desired: Desired,
-    /// True for `ensure`: the wave's listing may answer the first observation, and an
-    /// earlier Service's leftovers under the name are removed while locating.
+    /// True for `ensure`: the wave's listing may answer the first observation.
     executing: bool,
     /// No observation made yet (only the first may come from the wave's listing).
     first: bool,
@@ -211,11 +214,6 @@ impl<'a> EnsureFlow<'a> {
             security_group: None,
         }
     }
-
-    /// Whether the load balancer was absent (nothing observed to converge).
-    pub(crate) fn absent(&self) -> bool {
-        self.lb.is_none()
-    }
 }
 
 /// The id behind `reference`: observed, or from the slot a create of this phase filled.
@@ -253,13 +251,8 @@ impl converge::Flow for EnsureFlow<'_> {
         let (located, listed) = if listing {
             provider.locate_listed(self.spec, &self.desired).await?
         } else {
-            let leftovers = if self.executing {
-                Leftovers::Remove
-            } else {
-                Leftovers::Keep
-            };
             let located = provider
-                .locate(&self.spec.service, &self.desired, true, leftovers)
+                .locate(&self.spec.service, &self.desired, true)
                 .await?;
             (located, None)
         };
@@ -271,10 +264,21 @@ impl converge::Flow for EnsureFlow<'_> {
             Located::Absent => {
                 self.lb = None;
                 self.adopted = false;
-                let mut steps = vec![EnsureStep::CreateLoadBalancer {
+                // A load balancer an earlier Service of this namespace/name left behind goes
+                // first, as that Service's delete would have removed it.
+                let mut steps: Vec<EnsureStep> = match self.desired.existing_id {
+                    None => provider
+                        .leftover_steps(&self.spec.service)
+                        .await?
+                        .into_iter()
+                        .map(EnsureStep::Leftover)
+                        .collect(),
+                    Some(_) => Vec::new(),
+                };
+                steps.push(EnsureStep::CreateLoadBalancer {
                     name: self.desired.name.clone(),
                     body: self.desired.create_body(),
-                }];
+                });
                 steps.extend(security_steps);
                 let (later, _) = provider
                     .floating_ip_steps("", NEW_VIP_PORT, &[], &self.desired)
@@ -362,6 +366,7 @@ impl converge::Flow for EnsureFlow<'_> {
                     ),
                 ))
             }
+            EnsureStep::Leftover(step) => super::delete::run_step(provider, step).await,
             EnsureStep::CreateLoadBalancer { body, .. } => {
                 let lb = provider.create(body).await?;
                 self.lb = Some(lb);
@@ -651,8 +656,7 @@ impl OpenStackProvider {
                 Ok((Located::Ours(lb), listed))
             }
             None => Ok((
-                self.locate(&spec.service, desired, legacy_unlisted, Leftovers::Remove)
-                    .await?,
+                self.locate(&spec.service, desired, legacy_unlisted).await?,
                 None,
             )),
         }
@@ -883,20 +887,12 @@ impl OpenStackProvider {
         converge::execute(&mut EnsureFlow::new(self, spec, desired, true)).await
     }
 
-    /// `plan_ensure` of `spec`: the flow, rendered; a removal of an earlier Service's
-    /// leftovers under the name comes first, as `ensure` makes it while locating.
+    /// `plan_ensure` of `spec`: the flow, rendered.
     pub(crate) async fn render_ensure(
         &self,
         spec: &LoadBalancerSpec,
         desired: Desired,
     ) -> Result<Vec<PlannedChange>, ProviderError> {
-        let mut flow = EnsureFlow::new(self, spec, desired, false);
-        let changes = converge::render(&mut flow).await?;
-        if flow.absent() && flow.desired.existing_id.is_none() {
-            let mut all = self.planned_leftover_removal(&spec.service).await?;
-            all.extend(changes);
-            return Ok(all);
-        }
-        Ok(changes)
+        converge::render(&mut EnsureFlow::new(self, spec, desired, false)).await
     }
 }

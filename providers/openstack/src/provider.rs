@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
-use kube_lb_provider_core::ChangeAction;
 use kube_lb_provider_core::{
     BackendNode, CallCounter, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
@@ -21,11 +20,13 @@ use crate::error::OpenStackError;
 use crate::inventory::Inventory;
 use crate::member_subnet::{self, NodeAddress};
 use crate::model::{FloatingIp, Listener, LoadBalancer, Port, SecurityGroup};
-use crate::plan::{self, Desired, FloatingIpRecord, Observed, Ownership};
+use crate::plan::{self, Desired, Observed, Ownership};
 use crate::security_group::{self, DesiredSecurityGroup, SecurityGroupStep};
 
 // A child of this module (it uses the shell's private helpers), kept beside the other
 // sources: tools read `src/` as one flat directory.
+#[path = "delete_flow.rs"]
+mod delete;
 #[path = "ensure_flow.rs"]
 mod ensure;
 
@@ -154,13 +155,9 @@ impl OpenStackProvider {
         &self,
         service: &ServiceKey,
         legacy: bool,
-        leftovers: Leftovers,
     ) -> Result<Option<LoadBalancer>, ProviderError> {
         let name = plan::load_balancer_name(&self.cluster, service);
-        let mut found = self.client.load_balancers_named(&name).await?;
-        if leftovers == Leftovers::Remove {
-            found = self.remove_leftovers(found, service).await?;
-        }
+        let found = self.client.load_balancers_named(&name).await?;
         if let Some(lb) = self.ours_among(found, service)? {
             return Ok(Some(lb));
         }
@@ -173,31 +170,6 @@ impl OpenStackProvider {
             tracing::info!(%service, lb = %lb.id, name = %lb.name, "found the Service's load balancer under its legacy in-tree name");
         }
         Ok(lb)
-    }
-
-    /// Removes those of `found` that an earlier Service of this namespace/name left behind in
-    /// this cluster ([`Ownership::Leftover`]) as that Service's delete would have (its
-    /// floating IP and security group too), and returns the others.
-    async fn remove_leftovers(
-        &self,
-        found: Vec<LoadBalancer>,
-        service: &ServiceKey,
-    ) -> Result<Vec<LoadBalancer>, ProviderError> {
-        let mut others = Vec::new();
-        for lb in found {
-            match self.ownership(&lb, service) {
-                Ownership::Leftover(previous) if is_live(&lb) => {
-                    tracing::warn!(%service, lb = %lb.id, name = %lb.name, previous_uid = %previous.uid, "removing the load balancer a deleted Service of the same namespace/name left behind in this cluster");
-                    // Its security group first: the load balancer is what finds the leftover
-                    // again, so it goes last, and a removal cut short is taken up again by the
-                    // next ensure instead of leaving the rest behind for good.
-                    self.remove_security_groups(&previous).await?;
-                    LoadBalancerProvider::delete(self, &previous).await?;
-                }
-                _ => others.push(lb),
-            }
-        }
-        Ok(others)
     }
 
     /// The Service's load balancer as it should be ([`plan::desired`]), tagged with this
@@ -213,25 +185,6 @@ impl OpenStackProvider {
             desired.tags.extend(self.cluster_tag.clone());
         }
         Ok(desired)
-    }
-
-    /// What `ensure` would remove before making the Service's load balancer: those an
-    /// earlier Service of its namespace/name left behind in this cluster, with their floating
-    /// IPs and security groups.
-    async fn planned_leftover_removal(
-        &self,
-        service: &ServiceKey,
-    ) -> Result<Vec<PlannedChange>, ProviderError> {
-        let name = plan::load_balancer_name(&self.cluster, service);
-        let mut changes = Vec::new();
-        for lb in self.client.load_balancers_named(&name).await? {
-            if let (Ownership::Leftover(previous), true) =
-                (self.ownership(&lb, service), is_live(&lb))
-            {
-                changes.extend(self.plan_delete(&previous).await?);
-            }
-        }
-        Ok(changes)
     }
 
     /// What `lb` is to `service` ([`plan::ownership`] with this provider's cluster marks).
@@ -309,7 +262,14 @@ impl OpenStackProvider {
         found: Vec<LoadBalancer>,
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancer>, ProviderError> {
-        let mut found: Vec<LoadBalancer> = found.into_iter().filter(is_live).collect();
+        // An earlier Service's leftover under the name is not counted: the ensure flow
+        // removes it in its first phase (see `delete_flow`'s leftover steps).
+        let mut found: Vec<LoadBalancer> = found
+            .into_iter()
+            .filter(|lb| {
+                is_live(lb) && !matches!(self.ownership(lb, service), Ownership::Leftover(_))
+            })
+            .collect();
         if found.len() > 1 {
             return Err(ProviderError::environment(
                 "octavia:ListLoadBalancers",
@@ -326,7 +286,7 @@ impl OpenStackProvider {
         };
         match self.ownership(&lb, service) {
             Ownership::Ours => Ok(Some(lb)),
-            // Not this Service's: its ensure removes it (see `remove_leftovers`).
+            // Not this Service's: its ensure removes it (planned as leftover steps).
             Ownership::Leftover(_) => Ok(None),
             Ownership::Foreign(owner) => Err(ProviderError::owned_elsewhere(
                 "octavia:ListLoadBalancers",
@@ -340,16 +300,15 @@ impl OpenStackProvider {
     /// carries our name and description, else adopted: only our listeners on it are
     /// touched), or ours by name. `legacy`: whether to look up the legacy name too (not when a
     /// fresh project listing already showed it absent: kube-lb never creates legacy names, so
-    /// none can appear). `leftovers`: what to do with an earlier Service's under the name.
+    /// none can appear). An earlier Service's load balancer under the name is left alone.
     async fn locate(
         &self,
         service: &ServiceKey,
         desired: &Desired,
         legacy: bool,
-        leftovers: Leftovers,
     ) -> Result<Located, ProviderError> {
         let Some(id) = &desired.existing_id else {
-            return Ok(match self.find(service, legacy, leftovers).await? {
+            return Ok(match self.find(service, legacy).await? {
                 Some(lb) => Located::Ours(lb),
                 None => Located::Absent,
             });
@@ -784,15 +743,6 @@ impl OpenStackProvider {
             .collect())
     }
 
-    /// Removes the Service's security groups: off every port, then deleted. Run on delete
-    /// whatever `manage-security-groups` says now (it may have been on before).
-    async fn remove_security_groups(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let (groups, ports) = self.security_groups_to_remove(service).await?;
-        let steps = security_group::teardown(&groups, &ports);
-        // A teardown creates no rule, so no group id or rule description is needed.
-        self.apply_security_group_steps("", "", &steps).await
-    }
-
     /// The Service's security groups and the ports carrying them.
     async fn security_groups_to_remove(
         &self,
@@ -866,27 +816,6 @@ impl OpenStackProvider {
         Ok(())
     }
 
-    /// On Service deletion: releases a floating IP kube-lb made, or (made with
-    /// `keep-floatingip`) detaches it and hands it over to the user by rewriting its
-    /// description without any ownership phrase; a user's is left alone (the cascade delete
-    /// of the VIP port detaches it).
-    async fn release_or_hand_over(
-        &self,
-        fip: &FloatingIp,
-        marks: &plan::FloatingIpMarks,
-    ) -> Result<(), ProviderError> {
-        match marks.record(&fip.description) {
-            FloatingIpRecord::NotOurs => {}
-            FloatingIpRecord::Release => self.client.delete_floating_ip(&fip.id).await?,
-            FloatingIpRecord::Keep => {
-                let body = serde_json::json!({"port_id": null, "description": marks.handed_over});
-                self.client.update_floating_ip(&fip.id, &body).await?;
-                tracing::info!(address = %fip.floating_ip_address, "kept the floating IP (keep-floatingip): detached and handed over to the user");
-            }
-        }
-        Ok(())
-    }
-
     /// Cascade-deletes a load balancer (a busy one is waited out) and waits until it is gone.
     async fn delete_load_balancer(&self, lb_id: &str) -> Result<(), ProviderError> {
         self.inventory.touch(lb_id);
@@ -941,16 +870,6 @@ fn recorded_security_group(spec: &LoadBalancerSpec) -> bool {
         kube_lb_annotations::ProviderSpec::Openstack(os) => os.security_group_recorded,
         _ => false,
     }
-}
-
-/// What a look-up does with a load balancer an earlier Service of the same namespace/name left
-/// behind in this cluster ([`Ownership::Leftover`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Leftovers {
-    /// Removes it (an ensure, which then makes the Service's own).
-    Remove,
-    /// Leaves it, as not the Service's (reads, plans).
-    Keep,
 }
 
 /// True unless `lb` is being deleted or gone.
@@ -1040,40 +959,6 @@ fn leftover_descriptions(marks: &plan::FloatingIpMarks) -> Vec<&str> {
     .collect()
 }
 
-/// What `delete` does to one floating IP, as `kube-lb plan` shows it (pure).
-fn planned_floating_ip_teardown(
-    fip: &FloatingIp,
-    marks: &plan::FloatingIpMarks,
-) -> Option<PlannedChange> {
-    match marks.record(&fip.description) {
-        FloatingIpRecord::NotOurs => None,
-        FloatingIpRecord::Release => Some(PlannedChange::new(
-            ChangeAction::Delete,
-            "FloatingIp",
-            &fip.floating_ip_address,
-            "DELETE floatingips",
-        )),
-        FloatingIpRecord::Keep => Some(
-            PlannedChange::new(
-                ChangeAction::Modify,
-                "FloatingIp",
-                &fip.floating_ip_address,
-                "PUT floatingips (keep-floatingip: kept, handed over)",
-            )
-            .field(
-                "port_id",
-                fip.port_id.clone().filter(|p| !p.is_empty()),
-                None,
-            )
-            .field(
-                "description",
-                Some(fip.description.clone()),
-                Some(marks.handed_over.clone()),
-            ),
-        ),
-    }
-}
-
 /// True for a floating IP associated with no port.
 fn is_detached(fip: &FloatingIp) -> bool {
     fip.port_id.as_deref().is_none_or(str::is_empty)
@@ -1116,59 +1001,14 @@ impl LoadBalancerProvider for OpenStackProvider {
     }
 
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let marks = plan::FloatingIpMarks::new(&self.cluster, service);
-        let owned = self.owned_load_balancers(service).await?;
-        // The load balancers it adopted are not ours to delete; only its listeners on them.
-        for (lb_id, listener) in self.adopted_listeners(service, &owned).await? {
-            let client = &self.client;
-            if let Some(pool) = &listener.default_pool_id {
-                self.change(&lb_id, || ignore_missing(client.delete_pool(pool)))
-                    .await?;
-            }
-            self.change(&lb_id, || {
-                ignore_missing(client.delete_listener(&listener.id))
-            })
-            .await?;
-        }
-        for lb in &owned {
-            if lb.provisioning_status.starts_with("PENDING_") {
-                self.wait_active(&lb.id).await?;
-            }
-            // keep-floatingip is read from the floating IP itself (ensure records it there):
-            // a delete sees no annotations.
-            for fip in self
-                .client
-                .floating_ips(&[("port_id", &lb.vip_port_id)])
-                .await?
-            {
-                self.release_or_hand_over(&fip, &marks).await?;
-            }
-            self.delete_load_balancer(&lb.id).await?;
-        }
-        // Floating IPs of ours left behind (the load balancer was removed out of band, or a
-        // crash between the two deletes): released, or handed over when kept, so nothing
-        // leaks. Only detached ones: an attached one sits on another cluster's load balancer.
-        for description in leftover_descriptions(&marks) {
-            for fip in self
-                .client
-                .floating_ips(&[("description", description)])
-                .await?
-                .into_iter()
-                .filter(is_detached)
-            {
-                self.release_or_hand_over(&fip, &marks).await?;
-            }
-        }
-        // Always, as upstream: the option may have been on when the Service was made.
-        self.remove_security_groups(service).await?;
-        Ok(())
+        self.run_delete(service).await
     }
 
     async fn status(
         &self,
         service: &ServiceKey,
     ) -> Result<Option<LoadBalancerStatus>, ProviderError> {
-        let Some(lb) = self.find(service, true, Leftovers::Keep).await? else {
+        let Some(lb) = self.find(service, true).await? else {
             return Ok(None);
         };
         let address = self.public_address(&lb).await?;
@@ -1199,54 +1039,7 @@ impl LoadBalancerProvider for OpenStackProvider {
     }
 
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
-        let marks = plan::FloatingIpMarks::new(&self.cluster, service);
-        let mut changes = Vec::new();
-        let ours = self.owned_load_balancers(service).await?;
-        for (_, listener) in self.adopted_listeners(service, &ours).await? {
-            changes.push(PlannedChange::new(
-                ChangeAction::Delete,
-                "Listener",
-                &listener.name,
-                "DELETE pools, DELETE listeners (on an adopted load balancer)",
-            ));
-        }
-        // Our floating IPs that `delete` releases or hands over: the one on our VIP port, and
-        // detached ones.
-        let mut fips = Vec::new();
-        for lb in &ours {
-            changes.push(PlannedChange::new(
-                ChangeAction::Delete,
-                "LoadBalancer",
-                &lb.name,
-                "DELETE loadbalancers?cascade=true",
-            ));
-            fips.extend(
-                self.client
-                    .floating_ips(&[("port_id", &lb.vip_port_id)])
-                    .await?,
-            );
-        }
-        for fip in &fips {
-            changes.extend(planned_floating_ip_teardown(fip, &marks));
-        }
-        for description in leftover_descriptions(&marks) {
-            for fip in self
-                .client
-                .floating_ips(&[("description", description)])
-                .await?
-                .into_iter()
-                .filter(|f| is_detached(f) && fips.iter().all(|seen| seen.id != f.id))
-            {
-                changes.extend(planned_floating_ip_teardown(&fip, &marks));
-            }
-        }
-        let (groups, ports) = self.security_groups_to_remove(service).await?;
-        changes.extend(
-            security_group::teardown(&groups, &ports)
-                .iter()
-                .map(SecurityGroupStep::planned),
-        );
-        Ok(changes)
+        self.render_delete(service).await
     }
 
     async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {

@@ -793,7 +793,8 @@ async fn plans_and_inventory_read_without_changing_anything() {
     let teardown = h.provider.plan_delete(&web.key()).await.unwrap();
     assert_eq!(
         teardown.iter().map(|c| c.kind.as_str()).collect::<Vec<_>>(),
-        vec!["LoadBalancer", "FloatingIp"]
+        vec!["FloatingIp", "LoadBalancer"],
+        "the floating IP goes before the load balancer, as delete makes the calls"
     );
 
     let mut owned: Vec<(String, String, String)> = h
@@ -941,8 +942,8 @@ async fn keep_floatingip_on_delete_hands_the_floating_ip_over_detached() {
     assert_eq!(
         summary,
         vec![
-            ("delete".to_string(), "LoadBalancer".to_string()),
-            ("modify".to_string(), "FloatingIp".to_string())
+            ("modify".to_string(), "FloatingIp".to_string()),
+            ("delete".to_string(), "LoadBalancer".to_string())
         ],
         "{planned:?}"
     );
@@ -1135,8 +1136,8 @@ async fn audit_knows_legacy_resources_by_uid_and_their_delete_removes_them() {
             .map(|c| (c.kind.as_str(), c.name.as_str()))
             .collect::<Vec<_>>(),
         vec![
-            ("LoadBalancer", legacy_name(LEGACY_UID).as_str()),
-            ("FloatingIp", built.floating_ip.as_deref().unwrap())
+            ("FloatingIp", built.floating_ip.as_deref().unwrap()),
+            ("LoadBalancer", legacy_name(LEGACY_UID).as_str())
         ]
     );
     h.provider.delete(&recorded).await.unwrap();

@@ -328,8 +328,8 @@ async fn an_adopted_load_balancer_gets_only_our_listeners_and_survives_delete() 
     let teardown = h.provider.plan_delete(&web.key()).await.unwrap();
     assert_eq!(
         teardown.iter().map(|c| c.kind.as_str()).collect::<Vec<_>>(),
-        vec!["Listener"],
-        "only our listener goes"
+        vec!["Pool", "Listener"],
+        "only our listener goes (its pool first, one call each, as delete makes them)"
     );
     h.provider.delete(&web.key()).await.unwrap();
     assert_eq!(h.cloud.load_balancers().len(), 1, "never deleted");

@@ -1,9 +1,12 @@
-//! plan ≡ apply for `ensure`, as a seeded property: from a random start (a Service ensured or
+//! plan ≡ apply for `ensure` and `delete`, as a seeded property: from a random start (a Service ensured or
 //! not, then tampered with at the mock behind the provider's back), a random Service edit
-//! (ports, protocols, internal/external, annotations, source ranges, Local traffic, nodes) is
+//! (ports, protocols, internal/external, annotations, source ranges, Local traffic, nodes, or
+//! a new Service under the name of an earlier one that left its load balancer behind) is
 //! planned, then ensured. The plan makes no mutating call at the mock; the mutating calls the
 //! mock then journals are the plan's phase-1 steps in order and count (all of them when the
-//! plan has one phase); and a second plan of the same wish is empty.
+//! plan has one phase); and a second plan of the same wish is empty. Then the Service is
+//! deleted (after more tampering, at random) the same way: `plan_delete` mutates nothing,
+//! `delete`'s mutating calls are its steps, and nothing is left to delete after it.
 //!
 //! `KUBE_LB_PLAN_SEED=<u64>` replays one scenario; `KUBE_LB_PLAN_SCENARIOS` sets how many
 //! run (default 200, 40 when `CI=true`).
@@ -21,6 +24,9 @@ use serde_json::json;
 use crate::support::{OpenStackSvc, call, harness, nodes, settle, svc, token};
 
 const UID: &str = "8ae4a1c2-6b2e-11e9-a923-1681be663d3e";
+
+/// An earlier Service of the same namespace/name, deleted without its load balancer.
+const PREVIOUS_UID: &str = "1f0c9d2e-6b2e-11e9-a923-1681be663d3e";
 
 /// The call a mutating request at the mock is, as `PlannedChange::call` names it: method and
 /// resource path without ids (`PUT pools/members`).
@@ -44,6 +50,8 @@ fn planned_call(change: &PlannedChange) -> String {
 /// What a Service asks, drawn at random.
 #[derive(Debug, Clone)]
 struct Wish {
+    /// The Service's UID: another one for an earlier Service of the same name.
+    uid: &'static str,
     /// (port, protocol, nodePort)
     ports: Vec<(u16, &'static str, u16)>,
     internal: bool,
@@ -63,7 +71,7 @@ impl Wish {
             .zip(&self.ports)
             .map(|(n, (p, proto, np))| (n.as_str(), *p, *proto, *np))
             .collect();
-        let mut s = svc("web", UID).ports(&ports);
+        let mut s = svc("web", self.uid).ports(&ports);
         if self.internal {
             s = s.internal();
         }
@@ -116,6 +124,7 @@ fn draw_nodes(rng: &mut StdRng) -> Vec<usize> {
 
 fn draw_wish(rng: &mut StdRng) -> Wish {
     Wish {
+        uid: UID,
         ports: draw_ports(rng),
         internal: rng.random_bool(0.25),
         keep_floating_ip: rng.random_bool(0.2),
@@ -237,20 +246,93 @@ enum Kind {
     OnePhase,
     /// A load balancer created: phase 1, then its floating IP.
     Phases,
+    /// An earlier Service's load balancer removed, then the Service's own created.
+    Leftover,
 }
 
-/// One scenario; `Err` describes the mismatch.
-async fn scenario(seed: u64) -> Result<Kind, String> {
+/// One scenario: an ensure, then the Service deleted; `Err` describes the mismatch.
+async fn scenario(seed: u64) -> Result<(Kind, bool), String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let h = harness().await;
-    let (cloud, provider) = (&h.cloud, &h.provider);
-    let first = draw_wish(&mut rng);
+    // This cluster's identity known, so an earlier Service's load balancer is a leftover to
+    // remove rather than someone else's to refuse.
+    let provider = h
+        .provider
+        .clone()
+        .with_cluster_id(Some(&"k1".parse().unwrap()));
+    let (cloud, provider) = (&h.cloud, &provider);
+    let (kind, spec) = ensure_scenario(&mut rng, cloud, provider).await?;
+    let removed = delete_scenario(&mut rng, cloud, provider, &spec).await?;
+    Ok((kind, removed))
+}
+
+/// The Service of `spec` deleted from whatever the ensure left (tampered with again, at
+/// random): `plan_delete` makes no mutating call, `delete`'s mutating calls at the mock are
+/// its steps in order and count (a delete has one phase), and nothing is left to delete.
+/// True when the delete had something to remove.
+async fn delete_scenario(
+    rng: &mut StdRng,
+    cloud: &MockOpenStack,
+    provider: &impl LoadBalancerProvider,
+    spec: &LoadBalancerSpec,
+) -> Result<bool, String> {
+    if rng.random_bool(0.5) {
+        tamper(rng, cloud).await;
+    }
+    let service = &spec.service;
+    let before_plan = cloud.journal_len();
+    let planned = provider
+        .plan_delete(service)
+        .await
+        .map_err(|e| format!("plan_delete failed: {e}"))?;
+    let planned_mutations = mutations(cloud, before_plan);
+    if !planned_mutations.is_empty() {
+        return Err(format!("plan_delete mutated: {planned_mutations:?}"));
+    }
+    if let Some(later) = planned.iter().find(|c| c.phase > 1) {
+        return Err(format!("a delete plans one phase, got {later:?}"));
+    }
+    let before_apply = cloud.journal_len();
+    provider
+        .delete(service)
+        .await
+        .map_err(|e| format!("delete failed: {e}"))?;
+    let done = mutations(cloud, before_apply);
+    let want: Vec<String> = planned.iter().map(planned_call).collect();
+    if done != want {
+        return Err(format!(
+            "plan_delete: {want:?}\ndelete applied: {done:?}\nplan: {planned:#?}"
+        ));
+    }
+    let again = provider
+        .plan_delete(service)
+        .await
+        .map_err(|e| format!("second plan_delete failed: {e}"))?;
+    if !again.is_empty() {
+        let calls: Vec<String> = again.iter().map(planned_call).collect();
+        return Err(format!("left after delete {done:?}: plans {calls:?}"));
+    }
+    Ok(!done.is_empty())
+}
+
+/// The ensure half of a scenario; returns what it exercised and the Service it ensured.
+async fn ensure_scenario(
+    rng: &mut StdRng,
+    cloud: &MockOpenStack,
+    provider: &impl LoadBalancerProvider,
+) -> Result<(Kind, LoadBalancerSpec), String> {
+    let mut first = draw_wish(rng);
+    if rng.random_bool(0.2) {
+        // Start from what an earlier Service of this namespace/name left behind.
+        first.uid = PREVIOUS_UID;
+    }
     if rng.random_bool(0.8) {
         // A start state the provider made; an error here (a refused wish) is a start too.
         let _ = provider.ensure(&first.spec(), &first.nodes()).await;
     }
-    tamper(&mut rng, cloud).await;
-    let next = edit(&mut rng, &first);
+    tamper(rng, cloud).await;
+    let mut next = edit(rng, &first);
+    next.uid = UID;
     let (spec, nodes) = (next.spec(), next.nodes());
 
     let before_plan = cloud.journal_len();
@@ -265,7 +347,7 @@ async fn scenario(seed: u64) -> Result<Kind, String> {
     let planned = match (planned, applied) {
         (Ok(planned), Ok(())) => planned,
         (Err(p), Err(a)) if p.to_string() == a.to_string() && done.is_empty() => {
-            return Ok(Kind::Refused);
+            return Ok((Kind::Refused, spec));
         }
         (p, a) => {
             return Err(format!(
@@ -298,11 +380,20 @@ async fn scenario(seed: u64) -> Result<Kind, String> {
             "not converged after apply {done:?}: plans {calls:?}"
         ));
     }
-    Ok(match (planned.is_empty(), single) {
+    let removes = |kind: &str| {
+        planned
+            .iter()
+            .any(|c| c.kind == "LoadBalancer" && c.action.to_string() == kind && c.phase == 1)
+    };
+    if removes("delete") && removes("create") {
+        return Ok((Kind::Leftover, spec));
+    }
+    let kind = match (planned.is_empty(), single) {
         (true, _) => Kind::NoOp,
         (false, true) => Kind::OnePhase,
         (false, false) => Kind::Phases,
-    })
+    };
+    Ok((kind, spec))
 }
 
 fn scenario_count() -> u64 {
@@ -324,15 +415,20 @@ async fn what_plan_shows_is_what_ensure_does() {
     };
     let mut failures = Vec::new();
     let mut kinds = std::collections::BTreeMap::new();
+    // Deletes by whether they removed anything.
+    let mut deletes = std::collections::BTreeMap::new();
     for seed in &seeds {
         match scenario(*seed).await {
-            Ok(kind) => *kinds.entry(kind).or_insert(0) += 1,
+            Ok((kind, removed)) => {
+                *kinds.entry(kind).or_insert(0) += 1;
+                *deletes.entry(removed).or_insert(0) += 1;
+            }
             Err(report) => failures.push(format!(
                 "seed {seed} (replay: KUBE_LB_PLAN_SEED={seed}):\n{report}"
             )),
         }
     }
-    eprintln!("scenarios by kind: {kinds:?}");
+    eprintln!("scenarios by kind: {kinds:?}; deletes that removed something: {deletes:?}");
     assert!(
         failures.is_empty(),
         "{} of {} scenarios differ:\n{}",
@@ -341,10 +437,17 @@ async fn what_plan_shows_is_what_ensure_does() {
         failures.join("\n\n")
     );
     if seeds.len() >= 40 {
-        for kind in [Kind::NoOp, Kind::OnePhase, Kind::Phases] {
+        for kind in [Kind::NoOp, Kind::OnePhase, Kind::Phases, Kind::Leftover] {
             assert!(
                 kinds.contains_key(&kind),
                 "no scenario of kind {kind:?}: {kinds:?}"
+            );
+        }
+        for removed in [true, false] {
+            assert!(
+                deletes.contains_key(&removed),
+                "no delete that removed {}: {deletes:?}",
+                if removed { "something" } else { "nothing" }
             );
         }
     }
