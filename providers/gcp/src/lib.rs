@@ -11,14 +11,15 @@
 //! Unlike upstream, the IP stays reserved as address `<lb>` for the Service's lifetime instead
 //! of being reserved and released on every sync, so a converged Service costs reads only.
 //!
-//! Every sync is observe → [`plan`] (pure) → apply; names follow upstream so existing load
-//! balancers are adopted. Ownership is the description upstream writes (see [`adopt`]): a
+//! Every sync is observe → [`plan`] (pure) → apply, written once as a [`flow`] the core's
+//! `converge` driver executes (`ensure`, `delete`) or renders (`kube-lb plan`), one Compute
+//! call per step; names follow upstream so existing load balancers are adopted. Ownership is the description upstream writes (see [`adopt`]): a
 //! create answered `alreadyExists` after its answer was lost adopts its own resource, and a
 //! resource under one of the Service's names that belongs to someone else is reported as a
 //! user error naming the owner (`ProviderError::OwnedElsewhere`), never rewritten.
 //!
-//! `kube-lb plan` runs the same observation and planner with reads only and reports the
-//! actions as calls ([`preview`]); `kube-lb audit` lists every collection the provider writes
+//! `kube-lb plan` renders the same steps with reads only (their changes are rendered by
+//! [`preview`] when the plan is made); `kube-lb audit` lists every collection the provider writes
 //! to and keeps what [`audit`] recognises as the cluster's.
 
 pub mod adopt;
@@ -28,6 +29,7 @@ pub mod client;
 pub mod config;
 pub mod desired;
 pub mod error;
+pub mod flow;
 pub mod model;
 pub mod plan;
 pub mod preview;
@@ -37,6 +39,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use kube_lb_provider_core::converge;
 use kube_lb_provider_core::naming::load_balancer_name;
 use kube_lb_provider_core::{
     BackendNode, CallCounter, CloudApi, LoadBalancerIngress, LoadBalancerProvider,
@@ -50,10 +53,10 @@ pub use error::GcpError;
 
 use crate::cache::Cache;
 use crate::client::{Collection, Gce};
-use crate::desired::{Desired, IpRequest, Settings, desired, node_instances};
+use crate::desired::{Desired, IpRequest, Settings, node_instances};
 use crate::error::Failure;
 use crate::model::{Firewall, HealthCheck, HealthCheckKind, InstanceGroup, Refs};
-use crate::plan::{Action, IpSource, Observed, plan, plan_address, plan_delete};
+use crate::plan::{Action, Observed, plan_delete};
 use crate::preview::HealthCheckDelete;
 
 /// The Compute API methods this provider calls (for reviews and the IAM custom role).
@@ -212,7 +215,7 @@ pub struct GcpProvider {
     /// Node VMs and shared objects, looked up once for all Services.
     cache: Cache,
     /// The shared node health checks are checked for leftovers before the next sync: set at
-    /// start and after any failed sync or delete (see [`GcpProvider::collect_shared_leftovers`]).
+    /// start and after any failed sync or delete (see [`flow::EnsureFlow`]).
     leftovers_due: std::sync::atomic::AtomicBool,
 }
 
@@ -593,30 +596,8 @@ impl GcpProvider {
             Action::UpdateHealthCheck(hc) => {
                 Gce::done(gce.put_health_check(hc, true).await, "healthChecks.update")
             }
-            Action::DeleteHealthCheck {
-                kind,
-                name,
-                firewall,
-            } => {
-                match gce.delete_health_check(*kind, name).await? {
-                    Ok(()) => {}
-                    Err(failure) if failure.is_not_found() => {}
-                    Err(failure) if failure.is_in_use() => {
-                        tracing::debug!(provider = "gcp", lb, health_check = %name, "health check still used elsewhere; kept");
-                        return Ok(());
-                    }
-                    Err(failure) => return Err(failure.into_provider_error("healthChecks.delete")),
-                }
-                // Read first: a firewall already gone is not sent a delete that can only
-                // answer 404 (the plan does not list it either).
-                if gce.get_firewall(firewall).await?.is_none() {
-                    return Ok(());
-                }
-                tolerate(
-                    gce.delete_firewall(firewall).await,
-                    "firewalls.delete",
-                    &gone,
-                )
+            Action::DeleteHealthCheck { kind, name, .. } => {
+                self.delete_health_check(*kind, name, lb).await.map(drop)
             }
             Action::InsertTargetPool(pool) => {
                 self.created(
@@ -704,6 +685,26 @@ impl GcpProvider {
                 "regionBackendServices.delete",
                 &gone,
             ),
+        }
+    }
+
+    /// Deletes the health check alone (its firewall is a step of its own). True when it is
+    /// gone; false when GCE answers that something still uses it, which the plan's reads did
+    /// not see: nothing was written and the caller plans again.
+    async fn delete_health_check(
+        &self,
+        kind: HealthCheckKind,
+        name: &str,
+        lb: &str,
+    ) -> Result<bool, ProviderError> {
+        match self.gce.delete_health_check(kind, name).await? {
+            Ok(()) => Ok(true),
+            Err(failure) if failure.is_not_found() => Ok(true),
+            Err(failure) if failure.is_in_use() => {
+                tracing::debug!(provider = "gcp", lb, health_check = %name, "health check still used elsewhere; kept");
+                Ok(false)
+            }
+            Err(failure) => Err(failure.into_provider_error("healthChecks.delete")),
         }
     }
 
@@ -850,83 +851,6 @@ impl GcpProvider {
         })
     }
 
-    /// One ensure: resolve nodes, observe, plan, apply.
-    async fn sync(
-        &self,
-        spec: &LoadBalancerSpec,
-        backends: &[BackendNode],
-    ) -> Result<LoadBalancerStatus, ProviderError> {
-        let (backends, target_tags) = self.resolve_nodes(backends).await?;
-        let desired = desired(spec, &backends, &self.settings, &target_tags)?;
-        let _shared = self.shared.lock().await;
-        Box::pin(self.collect_shared_leftovers()).await?;
-        let mut observed = Box::pin(self.observe(&desired)).await?;
-        refuse_foreign(&desired, &observed)?;
-
-        let (address_actions, ip_source) = plan_address(&desired, &observed)?;
-        self.apply_all(&address_actions, &desired.lb).await?;
-        let ip = match &ip_source {
-            IpSource::User(ip) | IpSource::Owned(Some(ip)) => *ip,
-            IpSource::Owned(None) => {
-                // GCE chose the IP: read the reservation back.
-                let address = self.gce.get_address(&desired.lb).await?;
-                let ip = address.as_ref().and_then(|a| a.ip);
-                observed.address = address;
-                ip.ok_or_else(|| ProviderError::Retryable {
-                    operation: "addresses.get",
-                    message: format!("address {} has no IP yet", desired.lb),
-                    source: None,
-                })?
-            }
-        };
-        let actions = plan(&desired, &observed, ip, &ip_source);
-        let actions = Box::pin(self.effective(actions, &desired.lb)).await?;
-        if actions.is_empty() && address_actions.is_empty() {
-            tracing::debug!("load balancer up to date");
-        }
-        self.apply_all(&actions, &desired.lb).await?;
-        Ok(LoadBalancerStatus {
-            ingress: vec![LoadBalancerIngress {
-                ip: Some(ip),
-                hostname: None,
-                ip_mode: None,
-            }],
-            ..Default::default()
-        })
-    }
-
-    /// Removes a shared node health check (either kind) that nothing refers to any more, with
-    /// its firewall, and such a firewall whose check is gone. A change of scheme or a delete
-    /// stopped between removing a Service's target pool or backend service and removing the
-    /// shared check it was the last user of leaves them behind, and nothing in that Service's
-    /// own resources points at them any more. Runs under the `shared` lock, so no sync of ours
-    /// is half way through creating a check that is not referenced yet; reads first, so a
-    /// check in use is never sent a delete and a no-op pass stays free of mutations.
-    async fn collect_shared_leftovers(&self) -> Result<(), ProviderError> {
-        use std::sync::atomic::Ordering;
-        if !self.leftovers_due.swap(false, Ordering::SeqCst) {
-            return Ok(());
-        }
-        let result = self.collect_shared_leftovers_now().await;
-        if result.is_err() {
-            self.leftovers_due.store(true, Ordering::SeqCst);
-        }
-        result
-    }
-
-    async fn collect_shared_leftovers_now(&self) -> Result<(), ProviderError> {
-        let name = desired::shared_health_check_name(&self.settings.cluster_id);
-        for action in self.shared_leftovers().await? {
-            tracing::info!(
-                provider = "gcp",
-                action = %action.label(),
-                "removing a shared node health check (or its firewall) that nothing uses, left by an interrupted change"
-            );
-            self.apply_all(std::slice::from_ref(&action), &name).await?;
-        }
-        Ok(())
-    }
-
     /// The deletes of shared node health checks (either kind, with their firewalls) that the
     /// cluster's marks call ours and nothing refers to, found with reads only. What was read
     /// is cached for the Services' syncs that follow.
@@ -1028,7 +952,8 @@ impl GcpProvider {
     /// check and its firewall, or the firewall alone when the check is gone), an instance
     /// group's delete is kept only when the group exists and no other backend service uses
     /// it. Sending a delete that can only be answered "in use" or 404 would be a mutating call
-    /// the plan does not show; both `ensure`/`delete` and their plans go through here.
+    /// the plan does not show; both `ensure`/`delete` and their plans go through here. A
+    /// health-check delete that stays removes the check alone, followed by its firewall's.
     async fn effective(
         &self,
         actions: Vec<Action>,
@@ -1042,13 +967,21 @@ impl GcpProvider {
                     kind,
                     name,
                     firewall,
-                } => match effects.get(&(kind, name.clone())) {
-                    Some(HealthCheckDelete { check: true, .. }) => {
+                } => match effects.get(&(kind, name.clone())).copied() {
+                    // Two calls, two steps: the check, then its firewall.
+                    Some(HealthCheckDelete {
+                        check: true,
+                        firewall: firewall_too,
+                    }) => {
+                        let firewall_delete = Action::DeleteFirewall(firewall.clone());
                         out.push(Action::DeleteHealthCheck {
                             kind,
                             name,
                             firewall,
                         });
+                        if firewall_too {
+                            out.push(firewall_delete);
+                        }
                     }
                     Some(HealthCheckDelete {
                         check: false,
@@ -1110,19 +1043,6 @@ impl GcpProvider {
         }
         Ok(effects)
     }
-
-    async fn apply_all(&self, actions: &[Action], lb: &str) -> Result<(), ProviderError> {
-        for action in actions {
-            // Forgotten before the call: whether it succeeds, fails or its answer is lost, the
-            // object is no longer what the cache holds.
-            self.cache.forget_touched(action);
-            // Boxed: the SDK's request futures are large and `apply` holds one per action
-            // kind; inline in `ensure`'s state machine they overflow a 2 MiB worker stack in
-            // debug builds.
-            Box::pin(self.apply(action, lb)).await?;
-        }
-        Ok(())
-    }
 }
 
 #[async_trait]
@@ -1137,7 +1057,8 @@ impl LoadBalancerProvider for GcpProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        let result = self.sync(spec, backends).await;
+        let _shared = self.shared.lock().await;
+        let result = converge::execute(&mut flow::EnsureFlow::new(self, spec, backends)).await;
         if result.is_err() {
             // The failure may be a VM or shared object gone behind our back: look again.
             self.cache.clear();
@@ -1149,10 +1070,8 @@ impl LoadBalancerProvider for GcpProvider {
 
     #[tracing::instrument(skip_all, fields(provider = "gcp", service = %service, lb = %load_balancer_name(&service.uid)))]
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
-        let lb = load_balancer_name(&service.uid);
         let _shared = self.shared.lock().await;
-        let actions = Box::pin(self.delete_steps(service)).await?;
-        let result = self.apply_all(&actions, &lb).await;
+        let result = converge::execute(&mut flow::DeleteFlow::new(self, service)).await;
         if result.is_err() {
             self.cache.clear();
             self.leftovers_due
@@ -1180,9 +1099,9 @@ impl LoadBalancerProvider for GcpProvider {
             }))
     }
 
-    /// Observes like `ensure` (node lookups, the Service's resources, the shared pieces) and
-    /// runs the same pure planner, then reports its actions without applying any. Where GCE
-    /// would choose a new IP, the plan shows it as [`preview::IP_CHOSEN_BY_GCE`]. After a
+    /// The steps `ensure` would run now, rendered by the same flow with reads only. Where GCE
+    /// would choose a new IP, the address is phase 1 and the rest is phase 2, shown with
+    /// [`preview::IP_CHOSEN_BY_GCE`] and waiting for [`flow::WAITS_FOR_ADDRESS`]. After a
     /// start or a failure the plan begins, like `ensure`, with the removal of shared node
     /// health checks that are the cluster's and unused.
     #[tracing::instrument(skip_all, fields(provider = "gcp", service = %spec.service, lb = %load_balancer_name(&spec.service.uid)))]
@@ -1191,75 +1110,14 @@ impl LoadBalancerProvider for GcpProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
-        let (backends, target_tags) = self.resolve_nodes(backends).await?;
-        let desired = desired(spec, &backends, &self.settings, &target_tags)?;
-        // `ensure` first removes unused shared node health checks after a start or a failure.
-        let leftovers = if self.leftovers_due.load(std::sync::atomic::Ordering::SeqCst) {
-            Box::pin(self.shared_leftovers()).await?
-        } else {
-            Vec::new()
-        };
-        let mut observed = Box::pin(self.observe(&desired)).await?;
-        for leftover in &leftovers {
-            if let Action::DeleteHealthCheck {
-                kind,
-                name,
-                firewall,
-            } = leftover
-            {
-                // Gone by the time the Service's own plan runs.
-                if observed
-                    .health_check
-                    .as_ref()
-                    .is_some_and(|h| h.kind == *kind && h.name == *name)
-                {
-                    observed.health_check = None;
-                }
-                if observed
-                    .health_check_firewall
-                    .as_ref()
-                    .is_some_and(|f| f.name == *firewall)
-                {
-                    observed.health_check_firewall = None;
-                }
-            }
-        }
-        refuse_foreign(&desired, &observed)?;
-        let (address_actions, ip_source) = plan_address(&desired, &observed)?;
-        let (ip, unknown_ip) = match ip_source {
-            IpSource::User(ip) | IpSource::Owned(Some(ip)) => (ip, None),
-            // GCE picks the IP when the address is reserved; plan with a stand-in.
-            IpSource::Owned(None) => {
-                let stand_in = std::net::IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED);
-                (stand_in, Some(stand_in))
-            }
-        };
-        let mut actions = leftovers;
-        actions.extend(address_actions);
-        let planned = plan(&desired, &observed, ip, &ip_source);
-        actions.extend(Box::pin(self.effective(planned, &desired.lb)).await?);
-        let health_checks = self.health_check_deletes(&actions, &desired.lb).await?;
-        Ok(preview::planned_changes(
-            &actions,
-            &observed,
-            unknown_ip,
-            &health_checks,
-        ))
+        converge::render(&mut flow::EnsureFlow::new(self, spec, backends)).await
     }
 
     /// The deletions `delete` would make now: each of its steps whose resource exists, with
     /// shared pieces (node health checks, instance groups) only when nothing else uses them.
     #[tracing::instrument(skip_all, fields(provider = "gcp", service = %service, lb = %load_balancer_name(&service.uid)))]
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
-        let actions = Box::pin(self.delete_steps(service)).await?;
-        let lb = load_balancer_name(&service.uid);
-        let health_checks = self.health_check_deletes(&actions, &lb).await?;
-        Ok(preview::planned_changes(
-            &actions,
-            &Observed::default(),
-            None,
-            &health_checks,
-        ))
+        converge::render(&mut flow::DeleteFlow::new(self, service)).await
     }
 
     /// Lists every collection the provider writes to (all pages) and keeps what

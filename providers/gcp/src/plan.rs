@@ -575,6 +575,35 @@ pub fn plan_delete(lb: &str, cluster_id: &str, zones: &[String]) -> Vec<Action> 
     actions
 }
 
+/// `actions` as one Compute call each: a health-check swap is a `removeHealthCheck` then an
+/// `addHealthCheck` (a pool holds at most one legacy check, so the old one goes first), and a
+/// swap with nothing to change is no call at all.
+pub fn split(actions: Vec<Action>) -> Vec<Action> {
+    let mut out = Vec::with_capacity(actions.len());
+    for action in actions {
+        match action {
+            Action::SwapPoolHealthCheck { pool, add, remove } => {
+                if !remove.is_empty() {
+                    out.push(Action::SwapPoolHealthCheck {
+                        pool: pool.clone(),
+                        add: BTreeSet::new(),
+                        remove,
+                    });
+                }
+                if !add.is_empty() {
+                    out.push(Action::SwapPoolHealthCheck {
+                        pool,
+                        add,
+                        remove: BTreeSet::new(),
+                    });
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -950,6 +979,30 @@ mod tests {
                 "delete healthChecks k8s-c1-node",
                 "delete instance group z1/k8s-ig--c1",
             ]
+        );
+    }
+
+    #[test]
+    fn split_makes_a_health_check_swap_two_calls_and_an_empty_one_none() {
+        let links = |n: &str| BTreeSet::from([format!("projects/p/global/httpHealthChecks/{n}")]);
+        let swap = |add: BTreeSet<String>, remove: BTreeSet<String>| Action::SwapPoolHealthCheck {
+            pool: "a1".into(),
+            add,
+            remove,
+        };
+        let split = split(vec![
+            swap(links("a1"), links("k8s-c1-node")),
+            swap(BTreeSet::new(), BTreeSet::new()),
+            Action::DeleteTargetPool("a1".into()),
+        ]);
+        assert_eq!(
+            split,
+            vec![
+                swap(BTreeSet::new(), links("k8s-c1-node")),
+                swap(links("a1"), BTreeSet::new()),
+                Action::DeleteTargetPool("a1".into()),
+            ],
+            "the old check goes first; nothing to swap is no call"
         );
     }
 }

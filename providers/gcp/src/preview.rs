@@ -1,24 +1,26 @@
-//! What `kube-lb plan` prints for GCP: the planner's [`Action`]s as provider-neutral
-//! [`PlannedChange`]s, one per Compute call, with the fields each call changes (observed →
-//! wanted). Pure: the provider observes, plans, and hands both here.
+//! The change each GCP step makes, rendered when the plan is made: the planner's [`Action`]s,
+//! one Compute call each, as provider-neutral [`PlannedChange`]s with the fields each call
+//! changes (observed → wanted). Pure: the flow observes, plans, and hands both here; the
+//! steps it gets back are what `ensure` runs and `kube-lb plan` shows.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use kube_lb_provider_core::{ChangeAction, FieldChange, PlannedChange};
 
+use crate::flow::GcpStep;
 use crate::model::{
     Address, BackendService, Firewall, ForwardingRule, HealthCheck, HealthCheckKind, RulePorts,
     TargetPool, link_name, merge_ranges, range_text,
 };
-use crate::plan::{Action, Observed};
+use crate::plan::{Action, Observed, split};
 
 /// Shown where GCE will choose the IP when the call is made.
 pub const IP_CHOSEN_BY_GCE: &str = "(allocated by GCE)";
 
-/// Which halves of a [`Action::DeleteHealthCheck`] would take effect: the health check is
-/// only removed when nothing else uses it, and its firewall only then (or when the check is
-/// gone already).
+/// Which halves of an [`Action::DeleteHealthCheck`] take effect, as the provider's reads
+/// decide before planning the steps: the health check is only removed when nothing else uses
+/// it, and its firewall only then (or when the check is gone already).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HealthCheckDelete {
     /// The health check exists and nothing else uses it.
@@ -272,15 +274,36 @@ fn members_change(
     )
 }
 
-/// The calls `actions` make, in order, against what `observed` holds. `unknown_ip` is the
-/// placeholder the plan was computed with when GCE has yet to choose the IP; `health_checks`
-/// says which halves of each health-check delete take effect (absent: both).
-pub fn planned_changes(
+/// The plan's steps: each action of `actions` (one Compute call each, see
+/// [`crate::plan::split`]) with the change it makes, rendered now against what `observed`
+/// holds and the calls before it leave. This is what `kube-lb plan` shows and `ensure` runs:
+/// the same list. An action that makes no call (nothing to swap) is no step.
+pub fn steps(
+    actions: Vec<Action>,
+    observed: &Observed,
+    unknown_ip: Option<IpAddr>,
+) -> Vec<GcpStep> {
+    let actions = split(actions);
+    let rendered = per_action(&actions, observed, unknown_ip);
+    actions
+        .into_iter()
+        .zip(rendered)
+        .flat_map(|(action, changes)| {
+            changes
+                .into_iter()
+                .map(move |change| GcpStep::new(action.clone(), change))
+        })
+        .collect()
+}
+
+/// The change of each split action, in order, against what `observed` holds and the calls
+/// before it leave. `unknown_ip` is the stand-in the plan was computed with while GCE has yet
+/// to choose the IP.
+fn per_action(
     actions: &[Action],
     observed: &Observed,
     unknown_ip: Option<IpAddr>,
-    health_checks: &BTreeMap<(HealthCheckKind, String), HealthCheckDelete>,
-) -> Vec<PlannedChange> {
+) -> Vec<Vec<PlannedChange>> {
     use ChangeAction::{Create, Delete, Modify};
     let render = Render {
         unknown_ip: unknown_ip.map(|ip| ip.to_string()),
@@ -309,9 +332,11 @@ pub fn planned_changes(
             .find(|f| f.name == name)
     };
 
+    let mut per = Vec::with_capacity(actions.len());
     let mut out = Vec::new();
     for action in actions {
         tracing::debug!(provider = "gcp", action = %action.label(), "planned");
+        per.push(std::mem::take(&mut out));
         match action {
             Action::ReserveAddress(a) => {
                 let old = observed.address.as_ref().filter(|o| o.name == a.name);
@@ -397,37 +422,14 @@ pub fn planned_changes(
                     diff(old.map(|o| render.health_check(o)), render.health_check(h)),
                 ));
             }
-            Action::DeleteHealthCheck {
-                kind,
+            // The check alone: its firewall is a step of its own (see `effective`).
+            Action::DeleteHealthCheck { kind, name, .. } => out.push(change(
+                Delete,
+                health_check_kind(*kind),
                 name,
-                firewall,
-            } => {
-                let effect = health_checks
-                    .get(&(*kind, name.clone()))
-                    .copied()
-                    .unwrap_or(HealthCheckDelete {
-                        check: true,
-                        firewall: true,
-                    });
-                if effect.check {
-                    out.push(change(
-                        Delete,
-                        health_check_kind(*kind),
-                        name,
-                        &format!("{}.delete", kind.collection()),
-                        vec![],
-                    ));
-                }
-                if effect.firewall {
-                    out.push(change(
-                        Delete,
-                        "Firewall",
-                        firewall,
-                        "firewalls.delete",
-                        vec![],
-                    ));
-                }
-            }
+                &format!("{}.delete", kind.collection()),
+                vec![],
+            )),
             Action::InsertTargetPool(pool) => {
                 let old = observed
                     .target_pool
@@ -568,13 +570,17 @@ pub fn planned_changes(
             )),
         }
     }
-    out
+    per.push(out);
+    // The first entry is what came before the first action (nothing).
+    per.remove(0);
+    per
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::DEFAULT_TIMING;
+    use kube_lb_provider_core::converge;
 
     fn link(zone: &str, name: &str) -> String {
         format!("projects/p/zones/{zone}/instances/{name}")
@@ -645,21 +651,6 @@ mod tests {
             firewall: Some(firewall("203.0.113.5", &["0.0.0.0/0"])),
             ..Observed::default()
         };
-        let no_effects = BTreeMap::new();
-        let shared_in_use = BTreeMap::from([(
-            (HealthCheckKind::LegacyHttp, "k8s-c1-node".to_string()),
-            HealthCheckDelete {
-                check: false,
-                firewall: false,
-            },
-        )]);
-        let check_gone = BTreeMap::from([(
-            (HealthCheckKind::LegacyHttp, "a1".to_string()),
-            HealthCheckDelete {
-                check: false,
-                firewall: true,
-            },
-        )]);
         let swap = Action::SwapPoolHealthCheck {
             pool: "a1".into(),
             add: BTreeSet::from(["projects/p/global/httpHealthChecks/a1".to_string()]),
@@ -675,7 +666,6 @@ mod tests {
             Observed,
             Vec<Action>,
             Option<IpAddr>,
-            &'a BTreeMap<(HealthCheckKind, String), HealthCheckDelete>,
             Vec<(String, String, Vec<String>)>,
         );
         let cases: Vec<Case<'_>> = vec![
@@ -687,7 +677,6 @@ mod tests {
                     Action::RemovePoolInstances("a1".into(), BTreeSet::from([link("z", "n1")])),
                 ],
                 None,
-                &no_effects,
                 vec![
                     row(
                         "modify TargetPool a1",
@@ -706,7 +695,6 @@ mod tests {
                 with_pool.clone(),
                 vec![swap],
                 None,
-                &no_effects,
                 vec![
                     row(
                         "modify TargetPool a1",
@@ -728,7 +716,6 @@ mod tests {
                     &["192.0.2.0/24"],
                 ))],
                 None,
-                &no_effects,
                 vec![row(
                     "modify Firewall k8s-fw-a1",
                     "firewalls.update",
@@ -740,7 +727,6 @@ mod tests {
                 Observed::default(),
                 vec![Action::InsertFirewall(firewall("0.0.0.0", &["0.0.0.0/0"]))],
                 Some(unknown),
-                &no_effects,
                 vec![row(
                     "create Firewall k8s-fw-a1",
                     "firewalls.insert",
@@ -755,31 +741,15 @@ mod tests {
                 )],
             ),
             (
-                "a health check in use elsewhere is not deleted, nor its firewall",
-                Observed::default(),
-                vec![delete_check("k8s-c1-node")],
-                None,
-                &shared_in_use,
-                vec![],
-            ),
-            (
-                "a health check already gone leaves only its firewall to delete",
+                "a health-check delete is the check alone; its firewall is a step of its own",
                 Observed::default(),
                 vec![delete_check("a1")],
                 None,
-                &check_gone,
-                vec![row("delete Firewall a1-http-hc", "firewalls.delete", &[])],
-            ),
-            (
-                "without effects known, both halves are listed",
-                Observed::default(),
-                vec![delete_check("a1")],
-                None,
-                &no_effects,
-                vec![
-                    row("delete HttpHealthCheck a1", "httpHealthChecks.delete", &[]),
-                    row("delete Firewall a1-http-hc", "firewalls.delete", &[]),
-                ],
+                vec![row(
+                    "delete HttpHealthCheck a1",
+                    "httpHealthChecks.delete",
+                    &[],
+                )],
             ),
             (
                 "a re-created health check shows its old values",
@@ -803,7 +773,6 @@ mod tests {
                     timing: DEFAULT_TIMING,
                 })],
                 None,
-                &no_effects,
                 vec![row(
                     "modify HealthCheck a1",
                     "healthChecks.update",
@@ -811,8 +780,11 @@ mod tests {
                 )],
             ),
         ];
-        for (what, observed, actions, unknown_ip, effects, want) in cases {
-            let got = planned_changes(&actions, &observed, unknown_ip, effects);
+        for (what, observed, actions, unknown_ip, want) in cases {
+            let got: Vec<PlannedChange> = steps(actions, &observed, unknown_ip)
+                .iter()
+                .map(converge::Step::describe)
+                .collect();
             assert_eq!(shown(&got), want, "{what}");
         }
     }

@@ -182,6 +182,14 @@ async fn plan_of_a_new_service_lists_every_create_and_is_empty_once_in_sync() {
             format!("create ForwardingRule {lb}"),
         ]
     );
+    // GCE chooses the IP: the address is phase 1, everything that uses the IP waits for it.
+    let phases: Vec<(u32, Option<&str>)> = plan
+        .iter()
+        .map(|c| (c.phase, c.depends_on.as_deref()))
+        .collect();
+    let waits = Some(kube_lb_provider_gcp::flow::WAITS_FOR_ADDRESS);
+    assert_eq!(phases[0], (1, None), "{phases:?}");
+    assert!(phases[1..].iter().all(|p| *p == (2, waits)), "{phases:?}");
     let rule = fields(find(&plan, "forwardingRules.insert", &lb));
     assert_eq!(rule["portRange"], (None, some("80-443")));
     assert_eq!(rule["IPAddress"], (None, some("(allocated by GCE)")));
