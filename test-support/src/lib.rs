@@ -214,6 +214,26 @@ pub fn internal_ip_node(name: &str, ip: &str) -> BackendNode {
     }
 }
 
+/// The seeds a seeded plan ≡ apply test runs: the one in `KUBE_LB_PLAN_SEED` (a replay), else
+/// `KUBE_LB_PLAN_SCENARIOS` of them (default 200, the short form of 40 under `CI=true`) counted
+/// from `first`. A seed that does not parse is a panic naming the variable, never a silent
+/// default.
+pub fn plan_scenario_seeds(first: u64) -> Vec<u64> {
+    let number = |name: &str| {
+        std::env::var(name).ok().map(|value| {
+            value
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{name}={value:?} is not a whole number"))
+        })
+    };
+    if let Some(seed) = number("KUBE_LB_PLAN_SEED") {
+        return vec![seed];
+    }
+    let short = std::env::var("CI").is_ok_and(|v| v == "true");
+    let count = number("KUBE_LB_PLAN_SCENARIOS").unwrap_or(if short { 40 } else { 200 });
+    (first..first.saturating_add(count)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use kube_lb_annotations::TrafficPolicy;

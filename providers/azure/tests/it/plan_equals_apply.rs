@@ -226,19 +226,7 @@ async fn scenario(seed: u64) {
 
 #[tokio::test]
 async fn plan_equals_apply_over_seeded_scenarios() {
-    if let Some(seed) = std::env::var("KUBE_LB_PLAN_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        scenario(seed).await;
-        return;
-    }
-    let short = std::env::var("CI").is_ok_and(|v| v == "true");
-    let count: u64 = std::env::var("KUBE_LB_PLAN_SCENARIOS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if short { 40 } else { 200 });
-    for seed in 0..count {
+    for seed in kube_lb_test_support::plan_scenario_seeds(0) {
         scenario(seed).await;
     }
 }

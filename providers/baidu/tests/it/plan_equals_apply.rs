@@ -356,23 +356,9 @@ async fn scenario(seed: u64) -> Result<Kind, String> {
     })
 }
 
-fn scenario_count() -> u64 {
-    if let Ok(count) = std::env::var("KUBE_LB_PLAN_SCENARIOS") {
-        return count.parse().unwrap();
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        40
-    } else {
-        200
-    }
-}
-
 #[tokio::test]
 async fn what_plan_shows_is_what_ensure_and_delete_do() {
-    let seeds: Vec<u64> = match std::env::var("KUBE_LB_PLAN_SEED") {
-        Ok(seed) => vec![seed.parse().unwrap()],
-        Err(_) => (0..scenario_count()).collect(),
-    };
+    let seeds = kube_lb_test_support::plan_scenario_seeds(0);
     let mut failures = Vec::new();
     let mut kinds = std::collections::BTreeMap::new();
     for seed in &seeds {

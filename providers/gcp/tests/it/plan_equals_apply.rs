@@ -283,26 +283,9 @@ async fn scenario(seed: u64) -> Result<usize, Mismatch> {
     Ok(checked)
 }
 
-fn scenario_count() -> u64 {
-    if let Some(count) = std::env::var("KUBE_LB_PLAN_SCENARIOS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return count;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        40
-    } else {
-        200
-    }
-}
-
 #[tokio::test]
 async fn the_plan_lists_exactly_the_calls_the_next_pass_makes() {
-    let seeds: Vec<u64> = match std::env::var("KUBE_LB_PLAN_SEED") {
-        Ok(seed) => vec![seed.parse().expect("KUBE_LB_PLAN_SEED is a u64")],
-        Err(_) => (0..scenario_count()).collect(),
-    };
+    let seeds = kube_lb_test_support::plan_scenario_seeds(0);
     let mut checked = 0;
     let mut failures = Vec::new();
     for seed in &seeds {

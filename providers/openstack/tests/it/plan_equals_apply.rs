@@ -396,23 +396,9 @@ async fn ensure_scenario(
     Ok((kind, spec))
 }
 
-fn scenario_count() -> u64 {
-    if let Ok(count) = std::env::var("KUBE_LB_PLAN_SCENARIOS") {
-        return count.parse().unwrap();
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        40
-    } else {
-        200
-    }
-}
-
 #[tokio::test]
 async fn what_plan_shows_is_what_ensure_does() {
-    let seeds: Vec<u64> = match std::env::var("KUBE_LB_PLAN_SEED") {
-        Ok(seed) => vec![seed.parse().unwrap()],
-        Err(_) => (0..scenario_count()).collect(),
-    };
+    let seeds = kube_lb_test_support::plan_scenario_seeds(0);
     let mut failures = Vec::new();
     let mut kinds = std::collections::BTreeMap::new();
     // Deletes by whether they removed anything.

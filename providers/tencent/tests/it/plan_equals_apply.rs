@@ -31,20 +31,6 @@ fn journal_action(change: &PlannedChange) -> String {
     change.call.clone()
 }
 
-fn scenario_count() -> u64 {
-    if let Some(n) = std::env::var("KUBE_LB_PLAN_SCENARIOS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return n;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        40
-    } else {
-        200
-    }
-}
-
 const PORTS: &[(&str, u16, &str, u16)] = &[
     ("http", 80, "TCP", 30080),
     ("https", 443, "TCP", 30443),
@@ -301,13 +287,7 @@ fn carry_records(recorded: Svc, mut next: Svc) -> Svc {
 
 #[tokio::test]
 async fn the_next_apply_makes_exactly_the_planned_calls() {
-    let seeds: Vec<u64> = match std::env::var("KUBE_LB_PLAN_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        Some(seed) => vec![seed],
-        None => (0..scenario_count()).map(|i| 0x7e4c_e000 + i).collect(),
-    };
+    let seeds = kube_lb_test_support::plan_scenario_seeds(0x7e4c_e000);
     let mut outcomes = Vec::new();
     for seed in &seeds {
         match scenario(*seed).await {
