@@ -119,7 +119,7 @@ pub struct Args {
     /// seccomp filter, 5.19 or later) and `epoll` otherwise; `uring` insists on it (an error at
     /// start where it cannot run); `epoll` is tokio's event loop. `uring` is one io_uring ring per
     /// worker thread with accepts, receives, sends and closes as ring requests and no epoll: less
-    /// CPU per connection and a lower p99 (see README, "Measured"). UDP always uses epoll. The
+    /// CPU per connection and a lower p99 (see bench/RESULTS.md). UDP always uses epoll. The
     /// engine in use, and why, is logged at start.
     #[arg(long, default_value = "auto", value_name = "auto|uring|epoll")]
     pub userspace_engine: kube_lb_dataplane::userspace::UserspaceEngine,
