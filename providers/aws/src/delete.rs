@@ -26,7 +26,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+use async_trait::async_trait;
+use kube_lb_annotations::ServiceKey;
+use kube_lb_provider_core::ProviderError;
+use kube_lb_provider_core::converge::{Flow, Plan};
 use kube_lb_provider_core::naming::{SERVICE_NAME_TAG, load_balancer_name};
 
 use aws_sdk_elasticloadbalancingv2::types as v2;
@@ -37,12 +40,14 @@ use crate::clb::plan::ClbObserved;
 use crate::desired::LB_NAME_TAG;
 use crate::discovery::ec2_filter;
 use crate::error::AwsError;
+use crate::flow::{Runner, clb_side_revokes, nlb_side_steps};
 use crate::naming::{clb_security_group_name, target_group_prefix};
 use crate::nlb;
 use crate::nlb::plan::NlbObserved;
 use crate::nodes::{self, Ownership};
 use crate::provider::AwsProvider;
 use crate::sg::{ObservedGroup, RuleChanges};
+use crate::steps::{self, AwsStep};
 
 /// What to do with a load balancer of our name whose tags name another owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,21 +94,82 @@ impl Foreign {
     }
 }
 
-/// Deletes everything owned for `service`; `Ok` only when nothing owned remains.
-pub async fn delete(provider: &AwsProvider, service: &ServiceKey) -> Result<(), AwsError> {
-    let name = load_balancer_name(&service.uid);
-    provider.forget(&name);
-    remove_clb(provider, service, Foreign::Skip, true).await?;
-    remove_nlb(provider, service, Foreign::Skip, true).await?;
-    // `Ok` tells the controller to drop the finalizer, after which nothing would ever look for
-    // these resources again: confirm by name that no load balancer of ours is left (one a
-    // racing create made, or a second one a non-unique implementation allowed).
-    if let Some(kind) = remaining(provider, service).await? {
-        return Err(AwsError::Unexpected(format!(
-            "{kind} {name} still exists after delete; deleting again"
-        )));
+/// `delete` of one Service as a [`Flow`]: the Classic ELB side's rule revocations and the
+/// ELB, the NLB side (listeners → target groups → node rules → NLB), then, once the ELB is
+/// gone, its owned `k8s-elb-` group. `finish` confirms nothing of ours is left by name.
+pub(crate) struct DeleteFlow<'a> {
+    provider: &'a AwsProvider,
+    service: &'a ServiceKey,
+    runner: Runner,
+}
+
+impl<'a> DeleteFlow<'a> {
+    /// A delete of `service`'s load balancers.
+    pub(crate) fn new(provider: &'a AwsProvider, service: &'a ServiceKey) -> Self {
+        DeleteFlow {
+            provider,
+            service,
+            runner: Runner::default(),
+        }
     }
-    Ok(())
+
+    async fn plan_aws(&mut self) -> Result<Plan<AwsStep>, AwsError> {
+        let name = load_balancer_name(&self.service.uid);
+        let clb = observe_clb_side(self.provider, self.service, Foreign::Skip, true).await?;
+        let nlb = observe_nlb_side(self.provider, self.service, Foreign::Skip, true).await?;
+        let mut now = Vec::new();
+        let mut later = Vec::new();
+        if let Some(side) = &clb {
+            now.extend(clb_side_revokes(side));
+            let group_deletes = side
+                .owned_groups
+                .iter()
+                .map(|id| steps::delete_group_step(id));
+            if side.present {
+                now.push(steps::delete_clb_step(&name));
+                // The group cannot go before the ELB that uses it.
+                later.extend(group_deletes);
+            } else {
+                now.extend(group_deletes);
+            }
+        }
+        if let Some(side) = &nlb {
+            now.extend(nlb_side_steps(&name, side));
+        }
+        Ok(Plan::now(now).then("the Classic ELB removed", later))
+    }
+}
+
+#[async_trait]
+impl Flow for DeleteFlow<'_> {
+    type Step = AwsStep;
+    type Done = ();
+
+    fn provider(&self) -> &'static str {
+        "aws"
+    }
+
+    async fn plan(&mut self) -> Result<Plan<AwsStep>, ProviderError> {
+        Ok(self.plan_aws().await?)
+    }
+
+    async fn run(&mut self, step: &AwsStep) -> Result<(), ProviderError> {
+        Ok(self.runner.run(self.provider, step).await?)
+    }
+
+    /// `Ok` tells the controller to drop the finalizer, after which nothing would ever look
+    /// for these resources again: confirm by name that no load balancer of ours is left (one
+    /// a racing create made, or a second one a non-unique implementation allowed).
+    async fn finish(&mut self) -> Result<(), ProviderError> {
+        if let Some(kind) = remaining(self.provider, self.service).await? {
+            let name = load_balancer_name(&self.service.uid);
+            return Err(AwsError::Unexpected(format!(
+                "{kind} {name} still exists after delete; deleting again"
+            ))
+            .into());
+        }
+        Ok(())
+    }
 }
 
 /// The kind of a load balancer of this Service still found by name, if any.
@@ -160,36 +226,6 @@ fn claim<T>(
     }
 }
 
-/// Before a Classic ELB is ensured: removes this Service's NLB (a kind change, perhaps
-/// interrupted earlier), with its listeners, target groups and node rules.
-pub async fn retire_nlb(provider: &AwsProvider, spec: &LoadBalancerSpec) -> Result<(), AwsError> {
-    remove_nlb(
-        provider,
-        &spec.service,
-        Foreign::Error(ops::ELB_CREATE_LOAD_BALANCER),
-        false,
-    )
-    .await
-}
-
-/// Before an NLB is ensured: removes this Service's Classic ELB, its node rules and its owned
-/// security group. `group_left` says the caller saw the owned `k8s-elb-` group (an earlier
-/// attempt was interrupted between deleting the ELB and its group): then it is removed even
-/// without an ELB. Otherwise a missing ELB costs one read and nothing more.
-pub async fn retire_clb(
-    provider: &AwsProvider,
-    spec: &LoadBalancerSpec,
-    group_left: bool,
-) -> Result<(), AwsError> {
-    remove_clb(
-        provider,
-        &spec.service,
-        Foreign::Error(ops::V2_CREATE_LOAD_BALANCER),
-        group_left,
-    )
-    .await
-}
-
 /// The ownership tags kube-lb writes on this Service's load balancers.
 pub(crate) fn ownership(provider: &AwsProvider, service: &ServiceKey) -> BTreeMap<String, String> {
     crate::tags::resource_tags(
@@ -201,7 +237,8 @@ pub(crate) fn ownership(provider: &AwsProvider, service: &ServiceKey) -> BTreeMa
 }
 
 /// What the Classic ELB half of a delete (or an ensure's retirement of it) removes, as read
-/// before anything is removed: [`remove_clb`] removes it, `kube-lb plan` lists it.
+/// before anything is removed: [`DeleteFlow`] and an ensure's
+/// retirement turn it into steps.
 #[derive(Debug, Clone)]
 pub(crate) struct ClbSide {
     /// The ELB exists and is ours.
@@ -287,47 +324,9 @@ fn revoke_sources(groups: &[ObservedGroup], sources: &[String]) -> BTreeMap<Stri
     nodes::plan_node_groups(groups, &BTreeSet::new(), &[], Ownership::ClbSource(sources))
 }
 
-/// Removes the Classic ELB, the node rules that admit it and its owned group (looked for only
-/// when the ELB exists or `look_for_group`).
-async fn remove_clb(
-    provider: &AwsProvider,
-    service: &ServiceKey,
-    foreign: Foreign,
-    look_for_group: bool,
-) -> Result<(), AwsError> {
-    let clients = provider.clients_ref();
-    let name = load_balancer_name(&service.uid);
-    let Some(side) = observe_clb_side(provider, service, foreign, look_for_group).await? else {
-        return Ok(());
-    };
-    tracing::info!(lb = %name, clb_present = side.present, groups = ?side.owned_groups, "removing the Classic ELB side");
-    for plan in &side.rule_plans {
-        for (id, changes) in plan {
-            provider.apply_rules(id, changes).await?;
-        }
-    }
-    if side.present {
-        clb::io::delete(clients, &name).await?;
-    }
-    for group in &side.owned_groups {
-        match clients
-            .calls
-            .run(ops::DELETE_SECURITY_GROUP, || {
-                clients.ec2.delete_security_group().group_id(group).send()
-            })
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.has_code(&["InvalidGroup.NotFound"]) => {}
-            // The LB's network interfaces take a while to go away; the controller retries.
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// What the NLB half of a delete (or an ensure's retirement of it) removes, as read before
-/// anything is removed: [`remove_nlb`] removes it, `kube-lb plan` lists it.
+/// anything is removed: [`DeleteFlow`] and an ensure's
+/// retirement turn it into steps.
 #[derive(Debug, Clone)]
 pub(crate) struct NlbSide {
     /// The NLB's ARN, when it exists and is ours.
@@ -396,50 +395,6 @@ pub(crate) async fn observe_nlb_side(
         target_groups,
         node_rules,
     }))
-}
-
-/// Removes the NLB: listeners, then target groups, then node rules, then the NLB itself.
-/// `always` also searches target groups and node rules when no NLB exists (delete).
-async fn remove_nlb(
-    provider: &AwsProvider,
-    service: &ServiceKey,
-    foreign: Foreign,
-    always: bool,
-) -> Result<(), AwsError> {
-    let clients = provider.clients_ref();
-    let Some(side) = observe_nlb_side(provider, service, foreign, always).await? else {
-        return Ok(());
-    };
-    if side.arn.is_some() {
-        tracing::info!(lb = %load_balancer_name(&service.uid), "removing the NLB side");
-    }
-    for listener_arn in side.listeners.iter().filter_map(|l| l.listener_arn()) {
-        match clients
-            .calls
-            .run(ops::V2_DELETE_LISTENER, || {
-                clients
-                    .elbv2
-                    .delete_listener()
-                    .listener_arn(listener_arn)
-                    .send()
-            })
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if e.has_code(&["ListenerNotFound"]) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    for arn in &side.target_groups {
-        nlb::io::delete_tg(clients, arn).await?;
-    }
-    for (group, changes) in side.node_rules.iter().flatten() {
-        provider.apply_rules(group, changes).await?;
-    }
-    if let Some(arn) = &side.arn {
-        nlb::io::delete_lb(clients, arn).await?;
-    }
-    Ok(())
 }
 
 /// Target groups of this Service left without a load balancer: name prefix

@@ -11,9 +11,13 @@
 //! cluster's security groups from shared listings (`inventory`) instead of one set of
 //! describes per Service.
 //!
-//! `kube-lb plan` and `kube-lb audit` (`plan_ensure`, `plan_delete`, `owned_resources`) read
-//! the same state with reads only and feed the same pure planners (`dry_run`), or classify
-//! shared listings of everything tagged for the cluster (`audit`).
+//! Each flow is written once, as steps for the core driver (`kube_lb_provider_core::converge`):
+//! `flow` (ensure) and `delete` observe and plan; `steps` turns the planners' actions into one
+//! step per mutating call. `ensure` and `delete` execute those steps, `kube-lb plan`
+//! (`plan_ensure`, `plan_delete`) renders the same steps from its own reads (never the shared
+//! listings or the verified cache), so the plan lists exactly the calls the next pass makes.
+//! `kube-lb audit` (`owned_resources`) classifies shared listings of everything tagged for the
+//! cluster (`audit`).
 //!
 //! Where upstream is known to be wrong (reference aws.md §8.5) kube-lb converges instead:
 //! TCP→TLS modifies the listener in place (no DuplicateListener), the NLB health-check timeout is
@@ -37,8 +41,8 @@ pub mod config;
 mod delete;
 pub mod desired;
 pub mod discovery;
-mod dry_run;
 pub mod error;
+mod flow;
 mod inventory;
 pub mod naming;
 pub mod nlb;
@@ -46,6 +50,7 @@ pub mod nodes;
 pub mod owner;
 mod provider;
 pub mod sg;
+mod steps;
 pub mod tags;
 
 pub use calls::{IAM_ACTIONS, OPERATIONS, Op, RateLimit, RateLimits, RetryPolicy};

@@ -1,42 +1,40 @@
 //! `AwsProvider`: observe → plan → apply for Classic ELBs and NLBs, plus resumable delete.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
-use aws_sdk_ec2::types::{ResourceType, TagSpecification};
 use kube_lb_annotations::{AwsLoadBalancerKind, LoadBalancerSpec, ServiceKey};
+use kube_lb_provider_core::converge;
 use kube_lb_provider_core::naming::{cluster_tag_key, load_balancer_name};
 use kube_lb_provider_core::{
-    BackendNode, CallCounter, EnvironmentCause, LoadBalancerIngress, LoadBalancerProvider,
-    LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
+    BackendNode, CallCounter, EnvironmentCause, LoadBalancerProvider, LoadBalancerStatus,
+    OwnedResource, PlannedChange, ProviderError,
 };
 
 use crate::calls::{Calls, ops};
 use crate::clb;
-use crate::clb::plan::{ClbAction, ClbDesired};
+use crate::clb::plan::ClbDesired;
 use crate::clients::{Clients, load_sdk_config};
-use crate::config::{CloudConfig, NlbSecurityGroupMode};
-use crate::desired::{self, Context, Placement};
+use crate::config::CloudConfig;
+use crate::delete::DeleteFlow;
+use crate::desired::{self, Context};
 use crate::discovery::{Discovery, InstanceInfo, instance_id_from_provider_id, select_subnets};
 use crate::error::AwsError;
+use crate::flow::{EnsureFlow, Kind, Mode, status};
 use crate::inventory::Inventory;
-use crate::naming::{clb_security_group_description, clb_security_group_name};
 use crate::nlb;
-use crate::nlb::plan::{NlbAction, NlbDesired, NlbObserved, ObservedListener, ObservedTg};
+use crate::nlb::plan::{NlbDesired, NlbObserved};
 use crate::nodes::{self, Ownership};
-use crate::sg::{ObservedGroup, RuleChanges, diff_rules};
-use crate::tags::security_group_tags;
+use crate::sg::{ObservedGroup, RuleChanges};
 
 /// What the last full reconcile of a load balancer established, so a resync with an unchanged
-/// spec only reads what nodes change (instances / targets).
+/// spec only reads what nodes change (instances / targets); `flow` reads and writes it.
 #[derive(Debug, Clone)]
-enum Verified {
+pub(crate) enum Verified {
     Clb {
         fingerprint: u64,
         at: Instant,
@@ -79,27 +77,6 @@ pub(crate) struct BackendInstances {
     pub candidate_groups: BTreeSet<String>,
     /// The instance IDs (the load balancer's desired targets).
     pub ids: BTreeSet<String>,
-}
-
-fn status(hostname: Option<String>) -> LoadBalancerStatus {
-    LoadBalancerStatus {
-        ingress: hostname
-            .map(|h| LoadBalancerIngress {
-                ip: None,
-                hostname: Some(h),
-                ip_mode: None,
-            })
-            .into_iter()
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn fingerprint(spec: &LoadBalancerSpec, groups: &BTreeSet<String>) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    format!("{spec:?}").hash(&mut hasher);
-    groups.hash(&mut hasher);
-    hasher.finish()
 }
 
 impl AwsProvider {
@@ -179,8 +156,19 @@ impl AwsProvider {
         }
     }
 
-    fn cached(&self, name: &str) -> Option<Verified> {
+    /// What the last full reconcile of `name` established, if this process did one.
+    pub(crate) fn cached(&self, name: &str) -> Option<Verified> {
         self.verified.lock().ok().and_then(|v| v.get(name).cloned())
+    }
+
+    /// Records what a reconcile of `name` established.
+    pub(crate) fn remember_verified(&self, name: &str, verified: Verified) {
+        self.remember(name, Some(verified));
+    }
+
+    /// The listings shared by the first pass after a start.
+    pub(crate) fn inventory_ref(&self) -> &Inventory {
+        &self.inventory
     }
 
     fn remember(&self, name: &str, verified: Option<Verified>) {
@@ -288,503 +276,6 @@ impl AwsProvider {
         }
     }
 
-    /// Finds or creates `k8s-elb-<name>` and converges its ingress rules. Returns its ID and
-    /// whether it was just created. A group of that name tagged for another cluster is a
-    /// [`AwsError::NameTaken`]; one a lost `CreateSecurityGroup` response left is adopted.
-    /// `known`: the groups already read in this pass (every group kube-lb owns in the VPC
-    /// carries the cluster tag, so the Service's own group is among them when it exists and is
-    /// tagged); `None` reads the group by name.
-    async fn ensure_clb_group(
-        &self,
-        spec: &LoadBalancerSpec,
-        name: &str,
-        vpc: &str,
-        known: Option<&[ObservedGroup]>,
-    ) -> Result<String, AwsError> {
-        match self.ensure_clb_group_once(spec, name, vpc, known).await {
-            // Created meanwhile (by our own earlier attempt whose response was lost): the
-            // second pass finds it, checks its owner and adopts it.
-            Err(e) if e.has_code(&["InvalidGroup.Duplicate"]) => {
-                tracing::info!(
-                    lb = name,
-                    "security group exists after a lost create; adopting it"
-                );
-                // Read by name this time: an untagged group is not among the known ones.
-                self.ensure_clb_group_once(spec, name, vpc, None).await
-            }
-            other => other,
-        }
-    }
-
-    async fn ensure_clb_group_once(
-        &self,
-        spec: &LoadBalancerSpec,
-        name: &str,
-        vpc: &str,
-        known: Option<&[ObservedGroup]>,
-    ) -> Result<String, AwsError> {
-        let group_name = clb_security_group_name(name);
-        let rules = desired::clb_security_group_rules(spec)?;
-        let existing = match known {
-            Some(groups) => groups
-                .iter()
-                .filter(|g| g.name == group_name && g.vpc_id.as_deref() == Some(vpc))
-                .cloned()
-                .collect(),
-            None => {
-                nodes::describe_groups(
-                    &self.clients,
-                    Some(vec![
-                        crate::discovery::ec2_filter("group-name", [group_name.as_str()]),
-                        crate::discovery::ec2_filter("vpc-id", [vpc]),
-                    ]),
-                    None,
-                )
-                .await?
-            }
-        };
-        let aws = desired::aws_spec(spec)?;
-        if let Some(group) = existing.first() {
-            crate::owner::check_group(&group.tags, &self.cluster_tag()).map_err(|owner| {
-                AwsError::NameTaken {
-                    operation: ops::CREATE_SECURITY_GROUP.name,
-                    resource: "security group",
-                    name: group_name.clone(),
-                    owner,
-                }
-            })?;
-            let owner = group.tags.get(&self.cluster_tag());
-            if owner.is_none() {
-                // Upstream repairs a missing ownership tag the same way.
-                let tags = security_group_tags(&self.cluster_id, &BTreeMap::new());
-                let tags: Vec<aws_sdk_ec2::types::Tag> = tags
-                    .iter()
-                    .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
-                    .collect();
-                self.clients
-                    .calls
-                    .run(ops::CREATE_TAGS, || {
-                        self.clients
-                            .ec2
-                            .create_tags()
-                            .resources(&group.id)
-                            .set_tags(Some(tags.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            let changes = diff_rules(&group.ingress, &rules, |_| true);
-            self.apply_rules(&group.id, &changes).await?;
-            return Ok(group.id.clone());
-        }
-        let tags = security_group_tags(&self.cluster_id, &aws.additional_tags);
-        let spec_tags = TagSpecification::builder()
-            .resource_type(ResourceType::SecurityGroup)
-            .set_tags(Some(
-                tags.iter()
-                    .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
-                    .collect(),
-            ))
-            .build();
-        let description = clb_security_group_description(name, &spec.service);
-        let created = self
-            .clients
-            .calls
-            .run(ops::CREATE_SECURITY_GROUP, || {
-                self.clients
-                    .ec2
-                    .create_security_group()
-                    .group_name(&group_name)
-                    .description(&description)
-                    .vpc_id(vpc)
-                    .tag_specifications(spec_tags.clone())
-                    .send()
-            })
-            .await?;
-        let id = created
-            .group_id()
-            .ok_or_else(|| AwsError::Unexpected("CreateSecurityGroup returned no ID".into()))?
-            .to_string();
-        let changes = diff_rules(&[], &rules, |_| true);
-        self.apply_rules(&id, &changes).await?;
-        Ok(id)
-    }
-
-    /// `retire_nlb`: whether this Service's NLB may still exist (a change of kind, or nothing
-    /// verified by this process yet). It is then removed before a Classic ELB is created.
-    async fn ensure_clb(
-        &self,
-        spec: &LoadBalancerSpec,
-        backends: &[BackendNode],
-        retire_nlb: bool,
-    ) -> Result<LoadBalancerStatus, AwsError> {
-        let name = load_balancer_name(&spec.service.uid);
-        let BackendInstances {
-            instances,
-            candidate_groups,
-            ids: instance_ids,
-        } = self.backend_instances(spec, backends).await?;
-        let fp = fingerprint(spec, &candidate_groups);
-
-        if let Some(Verified::Clb {
-            fingerprint: cached_fp,
-            at,
-            desired: cached,
-        }) = self.cached(&name)
-            && cached_fp == fp
-            && at.elapsed() < self.config.full_resync
-        {
-            let mut desired = cached;
-            desired.instances = instance_ids.clone();
-            if let Some(observed) = clb::io::describe(&self.clients, &name).await? {
-                let actions = clb::plan::plan(Some(&observed), &desired);
-                if !actions
-                    .iter()
-                    .any(|a| matches!(a, ClbAction::Create | ClbAction::Recreate))
-                {
-                    clb::io::apply(&self.clients, &desired, &actions).await?;
-                    self.remember(
-                        &name,
-                        Some(Verified::Clb {
-                            fingerprint: fp,
-                            at,
-                            desired,
-                        }),
-                    );
-                    return Ok(status(observed.dns_name));
-                }
-            }
-        }
-
-        // The first pass after a start reads from one listing of all load balancers.
-        let (observed, listed_tags) = match self
-            .inventory
-            .take_clb(&self.clients, &name, self.config.full_resync)
-            .await?
-        {
-            Some(Some(mut listed)) => {
-                let tags = listed.tags.take();
-                (Some(listed), tags)
-            }
-            Some(None) => (None, None),
-            None => (clb::io::describe(&self.clients, &name).await?, None),
-        };
-        // Someone else's load balancer under this name is left untouched: checked before
-        // anything (the security group) is created for it.
-        let observed_tags = match &observed {
-            Some(_) => {
-                let tags = match listed_tags {
-                    Some(tags) => tags,
-                    None => clb::io::read_tags(&self.clients, &name).await?,
-                };
-                self.check_owner(
-                    &spec.service,
-                    &tags,
-                    "Classic ELB",
-                    ops::ELB_CREATE_LOAD_BALANCER,
-                )?;
-                Some(tags)
-            }
-            None => None,
-        };
-        if observed.is_none() && retire_nlb {
-            crate::delete::retire_nlb(self, spec).await?;
-        }
-        let vpc = self.vpc(
-            &instances,
-            observed.as_ref().and_then(|o| o.vpc_id.as_deref()),
-        )?;
-        let internal = spec.scheme == kube_lb_annotations::Scheme::Internal;
-        let subnets = self.subnets(spec, &vpc, internal).await?;
-        let aws = desired::aws_spec(spec)?;
-        // One read serves the Service's own group and the node groups (taken before the own
-        // group is created or changed; neither step touches the node groups).
-        let observed_groups = if self.config.disable_security_group_ingress {
-            None
-        } else {
-            Some(
-                self.inventory
-                    .groups(
-                        &self.clients,
-                        &name,
-                        &self.cluster_tag(),
-                        &vpc,
-                        &candidate_groups,
-                        self.config.full_resync,
-                    )
-                    .await?,
-            )
-        };
-        let primary = match desired::clb_given_groups(
-            &aws.security_groups,
-            self.config.elb_security_group.as_deref(),
-        ) {
-            Some(given) => given,
-            None => vec![
-                self.ensure_clb_group(spec, &name, &vpc, observed_groups.as_deref())
-                    .await?,
-            ],
-        };
-        let groups = desired::with_extra_groups(primary, &aws.extra_security_groups);
-        let ctx = self.context(&name);
-        let desired = desired::clb(
-            &ctx,
-            spec,
-            &Placement {
-                subnets,
-                security_groups: groups.clone(),
-                instances: instance_ids,
-            },
-        )?;
-        let observed = match observed {
-            Some(mut seen) => {
-                seen.attributes = Some(clb::io::read_attributes(&self.clients, &name).await?);
-                seen.tags = observed_tags;
-                Some(seen)
-            }
-            None => None,
-        };
-        let actions = clb::plan::plan(observed.as_ref(), &desired);
-        let created_dns = clb::io::apply(&self.clients, &desired, &actions).await?;
-
-        if let Some(observed_groups) = &observed_groups
-            && let Some(primary) = groups.first()
-        {
-            let plan = nodes::clb_node_rules_plan(
-                &instances,
-                observed_groups,
-                &self.cluster_tag(),
-                primary,
-            )?;
-            for (group, changes) in &plan {
-                self.apply_rules(group, changes).await?;
-            }
-        }
-
-        let dns = created_dns.or_else(|| observed.and_then(|o| o.dns_name));
-        self.remember(
-            &name,
-            Some(Verified::Clb {
-                fingerprint: fp,
-                at: Instant::now(),
-                desired,
-            }),
-        );
-        Ok(status(dns))
-    }
-
-    /// `retire_clb`: whether this Service's Classic ELB may still exist (a change of kind, or
-    /// nothing verified by this process yet). It is then removed before an NLB is created.
-    async fn ensure_nlb(
-        &self,
-        spec: &LoadBalancerSpec,
-        backends: &[BackendNode],
-        retire_clb: bool,
-    ) -> Result<LoadBalancerStatus, AwsError> {
-        let name = load_balancer_name(&spec.service.uid);
-        let BackendInstances {
-            instances,
-            candidate_groups,
-            ids: instance_ids,
-        } = self.backend_instances(spec, backends).await?;
-        let fp = fingerprint(spec, &candidate_groups);
-
-        if let Some(Verified::Nlb {
-            fingerprint: cached_fp,
-            at,
-            desired: cached,
-            arn,
-            dns_name,
-            target_groups,
-        }) = self.cached(&name)
-            && cached_fp == fp
-            && at.elapsed() < self.config.full_resync
-        {
-            // Same spec, node groups and backends as the last verified reconcile: nothing on our
-            // side changed, so a resync costs no call at all. Changes made behind our back are
-            // found by the next full resync (`FullResyncSeconds`).
-            if cached.instances == instance_ids {
-                return Ok(status(dns_name));
-            }
-            let mut desired = cached;
-            desired.instances = instance_ids.clone();
-            let mut observed = NlbObserved {
-                arn: arn.clone(),
-                dns_name: dns_name.clone(),
-                internal: desired.internal,
-                subnet_mappings: desired.subnet_mappings.clone(),
-                addresses_reported: false,
-                listeners: Vec::new(),
-                target_groups: Vec::new(),
-                attributes: None,
-                tags: None,
-            };
-            for (listener, tg_arn) in desired.listeners.iter().zip(&target_groups) {
-                let targets = nlb::io::read_targets(&self.clients, tg_arn).await?;
-                observed.listeners.push(ObservedListener {
-                    arn: String::new(),
-                    port: listener.port,
-                    protocol: listener.protocol.clone(),
-                    certificate: listener.certificate.clone(),
-                    ssl_policy: listener.ssl_policy.clone(),
-                    target_group_arn: Some(tg_arn.clone()),
-                });
-                let tg = &listener.target_group;
-                observed.target_groups.push(ObservedTg {
-                    arn: tg_arn.clone(),
-                    name: tg.name.clone(),
-                    protocol: tg.protocol.clone(),
-                    port: tg.port,
-                    health: tg.health.clone(),
-                    targets: Some(targets),
-                    attributes: None,
-                    tags: None,
-                });
-            }
-            let actions = nlb::plan::plan(Some(&observed), &desired);
-            let only_targets = actions.iter().all(|a| {
-                matches!(
-                    a,
-                    NlbAction::RegisterTargets { .. } | NlbAction::DeregisterTargets { .. }
-                )
-            });
-            if only_targets {
-                let vpc = self.vpc(&instances, None).unwrap_or_default();
-                nlb::io::apply(&self.clients, &vpc, Some(&arn), &desired, &actions).await?;
-                self.remember(
-                    &name,
-                    Some(Verified::Nlb {
-                        fingerprint: fp,
-                        at,
-                        desired,
-                        arn,
-                        dns_name: dns_name.clone(),
-                        target_groups,
-                    }),
-                );
-                return Ok(status(dns_name));
-            }
-        }
-
-        // The first pass after a start reads from one listing of all load balancers.
-        let (mut observed, prefetched) = match self
-            .inventory
-            .take_nlb(&self.clients, &name, self.config.full_resync)
-            .await?
-        {
-            Some(Some((listed, prefetched))) => (Some(listed), Some(prefetched)),
-            Some(None) => (None, None),
-            None => (nlb::io::describe(&self.clients, &name).await?, None),
-        };
-        if let Some(seen) = observed.as_mut() {
-            self.observe_own_nlb(spec, seen, prefetched.as_ref())
-                .await?;
-        }
-        // An NLB found and ours proves there is no Classic ELB of this Service beside it (every
-        // NLB create follows a confirmed absence of the ELB), as the converse does for ELBs.
-        if retire_clb && observed.is_none() {
-            crate::delete::retire_clb(self, spec, false).await?;
-        }
-        let vpc = self.vpc(&instances, None)?;
-        let internal = spec.scheme == kube_lb_annotations::Scheme::Internal;
-        let subnets = self.subnets(spec, &vpc, internal).await?;
-        let aws = desired::aws_spec(spec)?;
-        let groups = if self.config.nlb_security_group_mode == NlbSecurityGroupMode::Managed {
-            aws.security_groups.clone()
-        } else {
-            Vec::new()
-        };
-        let ctx = self.context(&name);
-        let desired = desired::nlb(&ctx, spec, &subnets, groups, instance_ids)?;
-        let actions = nlb::plan::plan(observed.as_ref(), &desired);
-        let recreated = actions
-            .iter()
-            .any(|a| matches!(a, NlbAction::Create | NlbAction::Recreate));
-        let applied = nlb::io::apply(
-            &self.clients,
-            &vpc,
-            observed.as_ref().map(|o| o.arn.as_str()),
-            &desired,
-            &actions,
-        )
-        .await?;
-        let arn = applied
-            .arn
-            .clone()
-            .ok_or_else(|| AwsError::Unexpected("NLB has no ARN after apply".into()))?;
-        let mut target_groups = Vec::new();
-        // Target groups the apply did not create are those of the load balancer it started
-        // from: the observed one, or the one it adopted after a lost create response.
-        let base = match &applied.adopted {
-            Some(adopted) => Some(adopted),
-            None if recreated => None,
-            None => observed.as_ref(),
-        };
-        for (index, listener) in desired.listeners.iter().enumerate() {
-            let existing = base.and_then(|o| {
-                o.listeners
-                    .iter()
-                    .find(|l| l.port == listener.port)
-                    .and_then(|l| l.target_group_arn.clone())
-            });
-            match applied.new_tgs.get(&index).cloned().or(existing) {
-                Some(tg) => target_groups.push(tg),
-                None => {
-                    return Err(AwsError::Unexpected(format!(
-                        "listener {} has no target group after apply",
-                        listener.port
-                    )));
-                }
-            }
-        }
-
-        if !self.config.disable_security_group_ingress {
-            let observed_groups = self
-                .inventory
-                .groups(
-                    &self.clients,
-                    &name,
-                    &self.cluster_tag(),
-                    &vpc,
-                    &candidate_groups,
-                    self.config.full_resync,
-                )
-                .await?;
-            // The cluster-tagged groups include a Classic ELB's own group left by a kind change
-            // interrupted between deleting the ELB and its group: finish that removal.
-            let clb_group = clb_security_group_name(&name);
-            if observed_groups.iter().any(|g| g.name == clb_group) {
-                crate::delete::retire_clb(self, spec, true).await?;
-            }
-            let plan = self
-                .nlb_node_rules_plan(spec, &vpc, &instances, &observed_groups)
-                .await?;
-            for (group, changes) in &plan {
-                self.apply_rules(group, changes).await?;
-            }
-        }
-
-        let dns_name = applied.dns_name.clone().or_else(|| {
-            if recreated {
-                None
-            } else {
-                observed.and_then(|o| o.dns_name)
-            }
-        });
-        self.remember(
-            &name,
-            Some(Verified::Nlb {
-                fingerprint: fp,
-                at: Instant::now(),
-                desired,
-                arn,
-                dns_name: dns_name.clone(),
-                target_groups,
-            }),
-        );
-        Ok(status(dns_name))
-    }
-
     /// Completes the observation of the NLB found under the Service's name (listeners, target
     /// groups, attributes, tags; what `prefetched` holds is not read again) and checks that it
     /// is this Service's before anything is planned against it.
@@ -849,10 +340,6 @@ impl AwsProvider {
         })
     }
 
-    async fn delete_all(&self, service: &ServiceKey) -> Result<(), AwsError> {
-        crate::delete::delete(self, service).await
-    }
-
     pub(crate) fn clients_ref(&self) -> &Clients {
         &self.clients
     }
@@ -888,6 +375,11 @@ impl AwsProvider {
     }
 }
 
+fn reconcile_failed(service: &ServiceKey, error: ProviderError) -> ProviderError {
+    tracing::warn!(service = %service, provider = "aws", error = %error, "AWS reconcile failed");
+    error
+}
+
 fn to_provider_error(service: &ServiceKey, error: AwsError) -> ProviderError {
     tracing::warn!(service = %service, provider = "aws", error = %error, "AWS reconcile failed");
     ProviderError::from(error)
@@ -918,32 +410,33 @@ impl LoadBalancerProvider for AwsProvider {
             Some(Verified::Nlb { .. }) => Some(AwsLoadBalancerKind::Nlb),
             None => None,
         };
-        let result = match aws.kind {
+        let (kind, retire_other) = match aws.kind {
             AwsLoadBalancerKind::ImplementedElsewhere => {
                 return Err(ProviderError::ImplementedElsewhere);
             }
-            AwsLoadBalancerKind::Classic => {
-                let retire_nlb = verified_kind != Some(AwsLoadBalancerKind::Classic);
-                self.ensure_clb(spec, backends, retire_nlb).await
-            }
+            AwsLoadBalancerKind::Classic => (
+                Kind::Classic,
+                verified_kind != Some(AwsLoadBalancerKind::Classic),
+            ),
             AwsLoadBalancerKind::Nlb => {
-                let retire_clb = verified_kind != Some(AwsLoadBalancerKind::Nlb);
-                self.ensure_nlb(spec, backends, retire_clb).await
+                (Kind::Nlb, verified_kind != Some(AwsLoadBalancerKind::Nlb))
             }
         };
-        result.map_err(|e| {
+        let mut flow = EnsureFlow::new(self, spec, backends, Mode::Execute, kind, retire_other);
+        converge::execute(&mut flow).await.map_err(|error| {
             // A failed apply leaves AWS in an unknown state: re-read everything next time.
-            self.forget(&load_balancer_name(&spec.service.uid));
-            to_provider_error(&spec.service, e)
+            self.forget(&name);
+            reconcile_failed(&spec.service, error)
         })
     }
 
     #[tracing::instrument(skip_all, fields(service = %service, provider = "aws", lb = %load_balancer_name(&service.uid)))]
     async fn delete(&self, service: &ServiceKey) -> Result<(), ProviderError> {
         let _sync = self.sync.lock().await;
-        self.delete_all(service)
+        self.forget(&load_balancer_name(&service.uid));
+        converge::execute(&mut DeleteFlow::new(self, service))
             .await
-            .map_err(|e| to_provider_error(service, e))
+            .map_err(|error| reconcile_failed(service, error))
     }
 
     async fn status(
@@ -975,16 +468,22 @@ impl LoadBalancerProvider for AwsProvider {
         if aws.kind == AwsLoadBalancerKind::ImplementedElsewhere {
             return Err(ProviderError::ImplementedElsewhere);
         }
-        crate::dry_run::plan_ensure(self, spec, backends)
+        let kind = match aws.kind {
+            AwsLoadBalancerKind::Nlb => Kind::Nlb,
+            _ => Kind::Classic,
+        };
+        // The other kind is always looked for: nothing here knows what `ensure` verified.
+        let mut flow = EnsureFlow::new(self, spec, backends, Mode::Render, kind, true);
+        converge::render(&mut flow)
             .await
-            .map_err(|e| to_provider_error(&spec.service, e))
+            .map_err(|error| reconcile_failed(&spec.service, error))
     }
 
     #[tracing::instrument(skip_all, fields(service = %service, provider = "aws", lb = %load_balancer_name(&service.uid)))]
     async fn plan_delete(&self, service: &ServiceKey) -> Result<Vec<PlannedChange>, ProviderError> {
-        crate::dry_run::plan_delete(self, service)
+        converge::render(&mut DeleteFlow::new(self, service))
             .await
-            .map_err(|e| to_provider_error(service, e))
+            .map_err(|error| reconcile_failed(service, error))
     }
 
     async fn owned_resources(&self) -> Result<Vec<OwnedResource>, ProviderError> {

@@ -305,11 +305,15 @@ fn sdk_attributes(a: &Attributes) -> Result<elb::LoadBalancerAttributes, AwsErro
         .build())
 }
 
-/// What `CreateLoadBalancer` left: a new load balancer, or ours from an earlier attempt.
+/// What one step left: the DNS name of a load balancer `CreateLoadBalancer` made, and
+/// whether the create found ours from an earlier attempt instead (its response was lost): the
+/// rest of the phase was planned for a fresh load balancer and must be planned again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Created {
-    dns: Option<String>,
-    adopted: bool,
+pub(crate) struct Created {
+    /// The DNS name of the load balancer created or adopted.
+    pub dns: Option<String>,
+    /// The create adopted this Service's existing load balancer.
+    pub adopted: bool,
 }
 
 async fn create(clients: &Clients, desired: &ClbDesired) -> Result<Created, AwsError> {
@@ -407,286 +411,266 @@ pub async fn delete(clients: &Clients, name: &str) -> Result<(), AwsError> {
     delete_lb(clients, name).await
 }
 
-/// Performs `actions` in order. Returns the DNS name when the load balancer was (re)created.
-pub async fn apply(
+/// Performs one Classic ELB action of `desired`'s load balancer (a step of the flow).
+pub(crate) async fn apply_one(
     clients: &Clients,
     desired: &ClbDesired,
-    actions: &[ClbAction],
-) -> Result<Option<String>, AwsError> {
+    action: &ClbAction,
+) -> Result<Created, AwsError> {
     let name = desired.name.as_str();
-    let mut dns = None;
-    let mut queue: std::collections::VecDeque<ClbAction> = actions.iter().cloned().collect();
-    let mut replanned = false;
-    while let Some(action) = queue.pop_front() {
-        tracing::info!(lb = name, action = ?action, "applying Classic ELB change");
-        match &action {
-            ClbAction::Create | ClbAction::Recreate => {
-                if action == ClbAction::Recreate {
-                    delete_lb(clients, name).await?;
+    tracing::info!(lb = name, action = ?action, "applying Classic ELB change");
+    match action {
+        ClbAction::Create | ClbAction::Recreate => {
+            if *action == ClbAction::Recreate {
+                delete_lb(clients, name).await?;
+            }
+            return create(clients, desired).await;
+        }
+        ClbAction::DeleteListeners(ports) => {
+            clients
+                .calls
+                .run(ops::ELB_DELETE_LISTENERS, || {
+                    clients
+                        .elb
+                        .delete_load_balancer_listeners()
+                        .load_balancer_name(name)
+                        .set_load_balancer_ports(Some(ports.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::CreateListeners(listeners) => {
+            let listeners: Vec<elb::Listener> = listeners
+                .iter()
+                .map(sdk_listener)
+                .collect::<Result<_, _>>()?;
+            match clients
+                .calls
+                .run(ops::ELB_CREATE_LISTENERS, || {
+                    clients
+                        .elb
+                        .create_load_balancer_listeners()
+                        .load_balancer_name(name)
+                        .set_listeners(Some(listeners.clone()))
+                        .send()
+                })
+                .await
+            {
+                Ok(_) => {}
+                // The plan deletes a changed listener before creating its replacement, so
+                // a duplicate is the one an earlier attempt created before its response
+                // was lost; a stale one would be replaced by the next full reconcile.
+                Err(e) if e.has_code(&["DuplicateListener"]) => {
+                    tracing::info!(lb = name, "listeners already created by an earlier attempt");
                 }
-                let created = create(clients, desired).await?;
-                dns = created.dns;
-                if created.adopted && !replanned {
-                    // The rest of the plan assumed a fresh load balancer; the adopted one may
-                    // differ (an older spec): plan again against what it really is.
-                    replanned = true;
-                    let mut seen = describe(clients, name).await?.ok_or_else(|| {
-                        AwsError::Unexpected(format!("adopted Classic ELB {name} disappeared"))
-                    })?;
-                    seen.attributes = Some(read_attributes(clients, name).await?);
-                    seen.tags = Some(read_tags(clients, name).await?);
-                    queue = crate::clb::plan::plan(Some(&seen), desired)
-                        .into_iter()
-                        .filter(|a| !matches!(a, ClbAction::Create | ClbAction::Recreate))
-                        .collect();
-                }
-            }
-            ClbAction::DeleteListeners(ports) => {
-                clients
-                    .calls
-                    .run(ops::ELB_DELETE_LISTENERS, || {
-                        clients
-                            .elb
-                            .delete_load_balancer_listeners()
-                            .load_balancer_name(name)
-                            .set_load_balancer_ports(Some(ports.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::CreateListeners(listeners) => {
-                let listeners: Vec<elb::Listener> = listeners
-                    .iter()
-                    .map(sdk_listener)
-                    .collect::<Result<_, _>>()?;
-                match clients
-                    .calls
-                    .run(ops::ELB_CREATE_LISTENERS, || {
-                        clients
-                            .elb
-                            .create_load_balancer_listeners()
-                            .load_balancer_name(name)
-                            .set_listeners(Some(listeners.clone()))
-                            .send()
-                    })
-                    .await
-                {
-                    Ok(_) => {}
-                    // The plan deletes a changed listener before creating its replacement, so
-                    // a duplicate is the one an earlier attempt created before its response
-                    // was lost; a stale one would be replaced by the next full reconcile.
-                    Err(e) if e.has_code(&["DuplicateListener"]) => {
-                        tracing::info!(
-                            lb = name,
-                            "listeners already created by an earlier attempt"
-                        );
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            ClbAction::AttachSubnets(subnets) => {
-                clients
-                    .calls
-                    .run(ops::ELB_ATTACH_SUBNETS, || {
-                        clients
-                            .elb
-                            .attach_load_balancer_to_subnets()
-                            .load_balancer_name(name)
-                            .set_subnets(Some(subnets.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::DetachSubnets(subnets) => {
-                clients
-                    .calls
-                    .run(ops::ELB_DETACH_SUBNETS, || {
-                        clients
-                            .elb
-                            .detach_load_balancer_from_subnets()
-                            .load_balancer_name(name)
-                            .set_subnets(Some(subnets.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::ApplySecurityGroups(groups) => {
-                clients
-                    .calls
-                    .run(ops::ELB_APPLY_SECURITY_GROUPS, || {
-                        clients
-                            .elb
-                            .apply_security_groups_to_load_balancer()
-                            .load_balancer_name(name)
-                            .set_security_groups(Some(groups.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::ConfigureHealthCheck(hc) => {
-                let check = built(
-                    elb::HealthCheck::builder()
-                        .target(&hc.target)
-                        .interval(hc.interval)
-                        .timeout(hc.timeout)
-                        .healthy_threshold(hc.healthy)
-                        .unhealthy_threshold(hc.unhealthy)
-                        .build(),
-                )?;
-                clients
-                    .calls
-                    .run(ops::ELB_CONFIGURE_HEALTH_CHECK, || {
-                        clients
-                            .elb
-                            .configure_health_check()
-                            .load_balancer_name(name)
-                            .health_check(check.clone())
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::ModifyAttributes(attributes) => {
-                let attributes = sdk_attributes(attributes)?;
-                clients
-                    .calls
-                    .run(ops::ELB_MODIFY_ATTRIBUTES, || {
-                        clients
-                            .elb
-                            .modify_load_balancer_attributes()
-                            .load_balancer_name(name)
-                            .load_balancer_attributes(attributes.clone())
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::CreatePolicy(policy) => {
-                let attribute = elb::PolicyAttribute::builder()
-                    .attribute_name(policy.attribute.0)
-                    .attribute_value(&policy.attribute.1)
-                    .build();
-                match clients
-                    .calls
-                    .run(ops::ELB_CREATE_POLICY, || {
-                        clients
-                            .elb
-                            .create_load_balancer_policy()
-                            .load_balancer_name(name)
-                            .policy_name(&policy.name)
-                            .policy_type_name(policy.type_name)
-                            .policy_attributes(attribute.clone())
-                            .send()
-                    })
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if e.has_code(&["DuplicatePolicyName"]) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            ClbAction::SetListenerPolicies { lb_port, policies } => {
-                clients
-                    .calls
-                    .run(ops::ELB_SET_LISTENER_POLICIES, || {
-                        clients
-                            .elb
-                            .set_load_balancer_policies_of_listener()
-                            .load_balancer_name(name)
-                            .load_balancer_port(*lb_port)
-                            .set_policy_names(Some(policies.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::SetBackendPolicies {
-                instance_port,
-                policies,
-            } => {
-                clients
-                    .calls
-                    .run(ops::ELB_SET_BACKEND_POLICIES, || {
-                        clients
-                            .elb
-                            .set_load_balancer_policies_for_backend_server()
-                            .load_balancer_name(name)
-                            .instance_port(*instance_port)
-                            .set_policy_names(Some(policies.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::DeletePolicy(policy) => {
-                clients
-                    .calls
-                    .run(ops::ELB_DELETE_POLICY, || {
-                        clients
-                            .elb
-                            .delete_load_balancer_policy()
-                            .load_balancer_name(name)
-                            .policy_name(policy)
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::AddTags(tags) => {
-                let tags = sdk_tags(tags)?;
-                clients
-                    .calls
-                    .run(ops::ELB_ADD_TAGS, || {
-                        clients
-                            .elb
-                            .add_tags()
-                            .load_balancer_names(name)
-                            .set_tags(Some(tags.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::RemoveTags(keys) => {
-                let keys: Vec<elb::TagKeyOnly> = keys
-                    .iter()
-                    .map(|k| elb::TagKeyOnly::builder().key(k).build())
-                    .collect();
-                clients
-                    .calls
-                    .run(ops::ELB_REMOVE_TAGS, || {
-                        clients
-                            .elb
-                            .remove_tags()
-                            .load_balancer_names(name)
-                            .set_tags(Some(keys.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::Deregister(ids) => {
-                let instances = sdk_instances(ids);
-                clients
-                    .calls
-                    .run(ops::ELB_DEREGISTER, || {
-                        clients
-                            .elb
-                            .deregister_instances_from_load_balancer()
-                            .load_balancer_name(name)
-                            .set_instances(Some(instances.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            ClbAction::Register(ids) => {
-                let instances = sdk_instances(ids);
-                clients
-                    .calls
-                    .run(ops::ELB_REGISTER, || {
-                        clients
-                            .elb
-                            .register_instances_with_load_balancer()
-                            .load_balancer_name(name)
-                            .set_instances(Some(instances.clone()))
-                            .send()
-                    })
-                    .await?;
+                Err(e) => return Err(e),
             }
         }
+        ClbAction::AttachSubnets(subnets) => {
+            clients
+                .calls
+                .run(ops::ELB_ATTACH_SUBNETS, || {
+                    clients
+                        .elb
+                        .attach_load_balancer_to_subnets()
+                        .load_balancer_name(name)
+                        .set_subnets(Some(subnets.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::DetachSubnets(subnets) => {
+            clients
+                .calls
+                .run(ops::ELB_DETACH_SUBNETS, || {
+                    clients
+                        .elb
+                        .detach_load_balancer_from_subnets()
+                        .load_balancer_name(name)
+                        .set_subnets(Some(subnets.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::ApplySecurityGroups(groups) => {
+            clients
+                .calls
+                .run(ops::ELB_APPLY_SECURITY_GROUPS, || {
+                    clients
+                        .elb
+                        .apply_security_groups_to_load_balancer()
+                        .load_balancer_name(name)
+                        .set_security_groups(Some(groups.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::ConfigureHealthCheck(hc) => {
+            let check = built(
+                elb::HealthCheck::builder()
+                    .target(&hc.target)
+                    .interval(hc.interval)
+                    .timeout(hc.timeout)
+                    .healthy_threshold(hc.healthy)
+                    .unhealthy_threshold(hc.unhealthy)
+                    .build(),
+            )?;
+            clients
+                .calls
+                .run(ops::ELB_CONFIGURE_HEALTH_CHECK, || {
+                    clients
+                        .elb
+                        .configure_health_check()
+                        .load_balancer_name(name)
+                        .health_check(check.clone())
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::ModifyAttributes(attributes) => {
+            let attributes = sdk_attributes(attributes)?;
+            clients
+                .calls
+                .run(ops::ELB_MODIFY_ATTRIBUTES, || {
+                    clients
+                        .elb
+                        .modify_load_balancer_attributes()
+                        .load_balancer_name(name)
+                        .load_balancer_attributes(attributes.clone())
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::CreatePolicy(policy) => {
+            let attribute = elb::PolicyAttribute::builder()
+                .attribute_name(policy.attribute.0)
+                .attribute_value(&policy.attribute.1)
+                .build();
+            match clients
+                .calls
+                .run(ops::ELB_CREATE_POLICY, || {
+                    clients
+                        .elb
+                        .create_load_balancer_policy()
+                        .load_balancer_name(name)
+                        .policy_name(&policy.name)
+                        .policy_type_name(policy.type_name)
+                        .policy_attributes(attribute.clone())
+                        .send()
+                })
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.has_code(&["DuplicatePolicyName"]) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        ClbAction::SetListenerPolicies { lb_port, policies } => {
+            clients
+                .calls
+                .run(ops::ELB_SET_LISTENER_POLICIES, || {
+                    clients
+                        .elb
+                        .set_load_balancer_policies_of_listener()
+                        .load_balancer_name(name)
+                        .load_balancer_port(*lb_port)
+                        .set_policy_names(Some(policies.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::SetBackendPolicies {
+            instance_port,
+            policies,
+        } => {
+            clients
+                .calls
+                .run(ops::ELB_SET_BACKEND_POLICIES, || {
+                    clients
+                        .elb
+                        .set_load_balancer_policies_for_backend_server()
+                        .load_balancer_name(name)
+                        .instance_port(*instance_port)
+                        .set_policy_names(Some(policies.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::DeletePolicy(policy) => {
+            clients
+                .calls
+                .run(ops::ELB_DELETE_POLICY, || {
+                    clients
+                        .elb
+                        .delete_load_balancer_policy()
+                        .load_balancer_name(name)
+                        .policy_name(policy)
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::AddTags(tags) => {
+            let tags = sdk_tags(tags)?;
+            clients
+                .calls
+                .run(ops::ELB_ADD_TAGS, || {
+                    clients
+                        .elb
+                        .add_tags()
+                        .load_balancer_names(name)
+                        .set_tags(Some(tags.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::RemoveTags(keys) => {
+            let keys: Vec<elb::TagKeyOnly> = keys
+                .iter()
+                .map(|k| elb::TagKeyOnly::builder().key(k).build())
+                .collect();
+            clients
+                .calls
+                .run(ops::ELB_REMOVE_TAGS, || {
+                    clients
+                        .elb
+                        .remove_tags()
+                        .load_balancer_names(name)
+                        .set_tags(Some(keys.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::Deregister(ids) => {
+            let instances = sdk_instances(ids);
+            clients
+                .calls
+                .run(ops::ELB_DEREGISTER, || {
+                    clients
+                        .elb
+                        .deregister_instances_from_load_balancer()
+                        .load_balancer_name(name)
+                        .set_instances(Some(instances.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        ClbAction::Register(ids) => {
+            let instances = sdk_instances(ids);
+            clients
+                .calls
+                .run(ops::ELB_REGISTER, || {
+                    clients
+                        .elb
+                        .register_instances_with_load_balancer()
+                        .load_balancer_name(name)
+                        .set_instances(Some(instances.clone()))
+                        .send()
+                })
+                .await?;
+        }
     }
-    Ok(dns)
+    Ok(Created {
+        dns: None,
+        adopted: false,
+    })
 }

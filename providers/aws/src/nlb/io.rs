@@ -766,6 +766,21 @@ pub async fn delete_lb(clients: &Clients, arn: &str) -> Result<(), AwsError> {
     }
 }
 
+/// Deletes a listener (absent is fine: an earlier attempt's response was lost).
+pub async fn delete_listener(clients: &Clients, arn: &str) -> Result<(), AwsError> {
+    match clients
+        .calls
+        .run(ops::V2_DELETE_LISTENER, || {
+            clients.elbv2.delete_listener().listener_arn(arn).send()
+        })
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.has_code(&["ListenerNotFound"]) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Deletes a target group (absent is fine).
 pub async fn delete_tg(clients: &Clients, arn: &str) -> Result<(), AwsError> {
     match clients
@@ -785,234 +800,213 @@ pub async fn delete_tg(clients: &Clients, arn: &str) -> Result<(), AwsError> {
     }
 }
 
-/// Performs `actions` in order.
-pub async fn apply(
+/// Performs one NLB action of `desired`'s load balancer (a step of the flow); `applied`
+/// carries what earlier steps of the same phase made (the ARN, new target groups). Returns
+/// true when a create found this Service's NLB from an earlier attempt and adopted it: the rest
+/// of the phase was planned for a fresh load balancer and must be planned again.
+pub(crate) async fn apply_one(
     clients: &Clients,
     vpc: &str,
-    observed_arn: Option<&str>,
     desired: &NlbDesired,
-    actions: &[NlbAction],
-) -> Result<Applied, AwsError> {
-    let mut applied = Applied {
-        arn: observed_arn.map(str::to_string),
-        ..Applied::default()
+    applied: &mut Applied,
+    action: &NlbAction,
+) -> Result<bool, AwsError> {
+    tracing::info!(lb = %desired.name, action = ?action, "applying NLB change");
+    let lb_arn = |applied: &Applied| {
+        applied
+            .arn
+            .clone()
+            .ok_or_else(|| AwsError::Unexpected("no load balancer ARN".into()))
     };
-    let mut queue: std::collections::VecDeque<NlbAction> = actions.iter().cloned().collect();
-    while let Some(action) = queue.pop_front() {
-        let action = &action;
-        tracing::info!(lb = %desired.name, action = ?action, "applying NLB change");
-        let lb_arn = || {
-            applied
-                .arn
-                .clone()
-                .ok_or_else(|| AwsError::Unexpected("no load balancer ARN".into()))
-        };
-        match action {
-            NlbAction::Create | NlbAction::Recreate => {
-                if matches!(action, NlbAction::Recreate)
-                    && let Some(arn) = &applied.arn
-                {
-                    delete_lb(clients, arn).await?;
-                }
-                let created = create_lb(clients, desired).await?;
-                applied.arn = Some(created.arn);
-                applied.dns_name = created.dns;
-                if let Some(seen) = created.adopted
-                    && applied.adopted.is_none()
-                {
-                    // The rest of the plan assumed a fresh load balancer: plan again against
-                    // the adopted one (a Recreate, if its scheme differs, comes first again).
-                    queue = crate::nlb::plan::plan(Some(&seen), desired).into();
-                    applied.new_tgs.clear();
-                    applied.adopted = Some(seen);
-                }
+    match action {
+        NlbAction::Create | NlbAction::Recreate => {
+            if matches!(action, NlbAction::Recreate)
+                && let Some(arn) = &applied.arn
+            {
+                delete_lb(clients, arn).await?;
             }
-            NlbAction::SetSubnets(subnets) => {
-                let arn = lb_arn()?;
+            let created = create_lb(clients, desired).await?;
+            applied.arn = Some(created.arn);
+            applied.dns_name = created.dns;
+            if let Some(seen) = created.adopted {
+                applied.new_tgs.clear();
+                applied.adopted = Some(seen);
+                return Ok(true);
+            }
+        }
+        NlbAction::SetSubnets(subnets) => {
+            let arn = lb_arn(applied)?;
+            clients
+                .calls
+                .run(ops::V2_SET_SUBNETS, || {
+                    clients
+                        .elbv2
+                        .set_subnets()
+                        .load_balancer_arn(&arn)
+                        .set_subnets(Some(subnets.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        NlbAction::CreateTargetGroup { listener } => {
+            let arn = create_tg(clients, vpc, desired, *listener).await?;
+            applied.new_tgs.insert(*listener, arn);
+        }
+        NlbAction::ModifyTargetGroup { arn, health } => {
+            let http = health.protocol.eq_ignore_ascii_case("HTTP")
+                || health.protocol.eq_ignore_ascii_case("HTTPS");
+            clients
+                .calls
+                .run(ops::V2_MODIFY_TARGET_GROUP, || {
+                    clients
+                        .elbv2
+                        .modify_target_group()
+                        .target_group_arn(arn)
+                        .health_check_port(&health.port)
+                        .set_health_check_path(if http { health.path.clone() } else { None })
+                        .health_check_interval_seconds(health.interval)
+                        .health_check_timeout_seconds(health.timeout)
+                        .healthy_threshold_count(health.healthy)
+                        .unhealthy_threshold_count(health.unhealthy)
+                        .send()
+                })
+                .await?;
+        }
+        NlbAction::ModifyTargetGroupAttributes {
+            target_group,
+            attributes,
+        } => {
+            let arn = resolve(target_group, applied)?;
+            let attributes: Vec<v2::TargetGroupAttribute> = attributes
+                .iter()
+                .map(|(k, v)| v2::TargetGroupAttribute::builder().key(k).value(v).build())
+                .collect();
+            clients
+                .calls
+                .run(ops::V2_MODIFY_TG_ATTRIBUTES, || {
+                    clients
+                        .elbv2
+                        .modify_target_group_attributes()
+                        .target_group_arn(&arn)
+                        .set_attributes(Some(attributes.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        NlbAction::DeregisterTargets { arn, targets } => {
+            for chunk in targets.chunks(100) {
+                let targets = sdk_targets(chunk)?;
                 clients
                     .calls
-                    .run(ops::V2_SET_SUBNETS, || {
+                    .run(ops::V2_DEREGISTER_TARGETS, || {
                         clients
                             .elbv2
-                            .set_subnets()
-                            .load_balancer_arn(&arn)
-                            .set_subnets(Some(subnets.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            NlbAction::CreateTargetGroup { listener } => {
-                let arn = create_tg(clients, vpc, desired, *listener).await?;
-                applied.new_tgs.insert(*listener, arn);
-            }
-            NlbAction::ModifyTargetGroup { arn, health } => {
-                let http = health.protocol.eq_ignore_ascii_case("HTTP")
-                    || health.protocol.eq_ignore_ascii_case("HTTPS");
-                clients
-                    .calls
-                    .run(ops::V2_MODIFY_TARGET_GROUP, || {
-                        clients
-                            .elbv2
-                            .modify_target_group()
+                            .deregister_targets()
                             .target_group_arn(arn)
-                            .health_check_port(&health.port)
-                            .set_health_check_path(if http { health.path.clone() } else { None })
-                            .health_check_interval_seconds(health.interval)
-                            .health_check_timeout_seconds(health.timeout)
-                            .healthy_threshold_count(health.healthy)
-                            .unhealthy_threshold_count(health.unhealthy)
-                            .send()
-                    })
-                    .await?;
-            }
-            NlbAction::ModifyTargetGroupAttributes {
-                target_group,
-                attributes,
-            } => {
-                let arn = resolve(target_group, &applied)?;
-                let attributes: Vec<v2::TargetGroupAttribute> = attributes
-                    .iter()
-                    .map(|(k, v)| v2::TargetGroupAttribute::builder().key(k).value(v).build())
-                    .collect();
-                clients
-                    .calls
-                    .run(ops::V2_MODIFY_TG_ATTRIBUTES, || {
-                        clients
-                            .elbv2
-                            .modify_target_group_attributes()
-                            .target_group_arn(&arn)
-                            .set_attributes(Some(attributes.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            NlbAction::DeregisterTargets { arn, targets } => {
-                for chunk in targets.chunks(100) {
-                    let targets = sdk_targets(chunk)?;
-                    clients
-                        .calls
-                        .run(ops::V2_DEREGISTER_TARGETS, || {
-                            clients
-                                .elbv2
-                                .deregister_targets()
-                                .target_group_arn(arn)
-                                .set_targets(Some(targets.clone()))
-                                .send()
-                        })
-                        .await?;
-                }
-            }
-            NlbAction::RegisterTargets {
-                target_group,
-                targets,
-            } => {
-                let arn = resolve(target_group, &applied)?;
-                for chunk in targets.chunks(100) {
-                    let targets = sdk_targets(chunk)?;
-                    clients
-                        .calls
-                        .run(ops::V2_REGISTER_TARGETS, || {
-                            clients
-                                .elbv2
-                                .register_targets()
-                                .target_group_arn(&arn)
-                                .set_targets(Some(targets.clone()))
-                                .send()
-                        })
-                        .await?;
-                }
-            }
-            NlbAction::CreateListener {
-                listener,
-                target_group,
-            } => {
-                let tg = resolve(target_group, &applied)?;
-                create_listener(clients, &lb_arn()?, desired, *listener, &tg).await?;
-            }
-            NlbAction::ModifyListener {
-                arn,
-                listener,
-                target_group,
-            } => {
-                // Always in place: AWS modifies port, protocol, certificates and the default
-                // action of a live listener. Deleting and re-creating it instead would leave
-                // the port without a listener if the create failed. A refusal is returned as
-                // is, with the old listener still serving.
-                let l = &desired.listeners[*listener];
-                let tg = resolve(target_group, &applied)?;
-                if let Err(e) = modify_listener(clients, arn, l, &tg).await {
-                    tracing::warn!(lb = %desired.name, port = l.port, error = %e, "ModifyListener refused; the listener keeps its current configuration");
-                    return Err(e);
-                }
-            }
-            NlbAction::DeleteListener { arn } => {
-                match clients
-                    .calls
-                    .run(ops::V2_DELETE_LISTENER, || {
-                        clients.elbv2.delete_listener().listener_arn(arn).send()
-                    })
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(e) if e.has_code(&["ListenerNotFound"]) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            NlbAction::DeleteTargetGroup { arn } => delete_tg(clients, arn).await?,
-            NlbAction::ModifyLoadBalancerAttributes(attributes) => {
-                let arn = lb_arn()?;
-                let attributes: Vec<v2::LoadBalancerAttribute> = attributes
-                    .iter()
-                    .map(|(k, v)| v2::LoadBalancerAttribute::builder().key(k).value(v).build())
-                    .collect();
-                clients
-                    .calls
-                    .run(ops::V2_MODIFY_LB_ATTRIBUTES, || {
-                        clients
-                            .elbv2
-                            .modify_load_balancer_attributes()
-                            .load_balancer_arn(&arn)
-                            .set_attributes(Some(attributes.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            NlbAction::AddTags { target_group, tags } => {
-                let arn = match target_group {
-                    Some(tg) => resolve(tg, &applied)?,
-                    None => lb_arn()?,
-                };
-                let tags = sdk_tags(tags)?;
-                clients
-                    .calls
-                    .run(ops::V2_ADD_TAGS, || {
-                        clients
-                            .elbv2
-                            .add_tags()
-                            .resource_arns(&arn)
-                            .set_tags(Some(tags.clone()))
-                            .send()
-                    })
-                    .await?;
-            }
-            NlbAction::RemoveTags { target_group, keys } => {
-                let arn = match target_group {
-                    Some(tg) => tg.clone(),
-                    None => lb_arn()?,
-                };
-                clients
-                    .calls
-                    .run(ops::V2_REMOVE_TAGS, || {
-                        clients
-                            .elbv2
-                            .remove_tags()
-                            .resource_arns(&arn)
-                            .set_tag_keys(Some(keys.clone()))
+                            .set_targets(Some(targets.clone()))
                             .send()
                     })
                     .await?;
             }
         }
+        NlbAction::RegisterTargets {
+            target_group,
+            targets,
+        } => {
+            let arn = resolve(target_group, applied)?;
+            for chunk in targets.chunks(100) {
+                let targets = sdk_targets(chunk)?;
+                clients
+                    .calls
+                    .run(ops::V2_REGISTER_TARGETS, || {
+                        clients
+                            .elbv2
+                            .register_targets()
+                            .target_group_arn(&arn)
+                            .set_targets(Some(targets.clone()))
+                            .send()
+                    })
+                    .await?;
+            }
+        }
+        NlbAction::CreateListener {
+            listener,
+            target_group,
+        } => {
+            let tg = resolve(target_group, applied)?;
+            create_listener(clients, &lb_arn(applied)?, desired, *listener, &tg).await?;
+        }
+        NlbAction::ModifyListener {
+            arn,
+            listener,
+            target_group,
+        } => {
+            // Always in place: AWS modifies port, protocol, certificates and the default
+            // action of a live listener. Deleting and re-creating it instead would leave
+            // the port without a listener if the create failed. A refusal is returned as
+            // is, with the old listener still serving.
+            let l = &desired.listeners[*listener];
+            let tg = resolve(target_group, applied)?;
+            if let Err(e) = modify_listener(clients, arn, l, &tg).await {
+                tracing::warn!(lb = %desired.name, port = l.port, error = %e, "ModifyListener refused; the listener keeps its current configuration");
+                return Err(e);
+            }
+        }
+        NlbAction::DeleteListener { arn } => delete_listener(clients, arn).await?,
+        NlbAction::DeleteTargetGroup { arn } => delete_tg(clients, arn).await?,
+        NlbAction::ModifyLoadBalancerAttributes(attributes) => {
+            let arn = lb_arn(applied)?;
+            let attributes: Vec<v2::LoadBalancerAttribute> = attributes
+                .iter()
+                .map(|(k, v)| v2::LoadBalancerAttribute::builder().key(k).value(v).build())
+                .collect();
+            clients
+                .calls
+                .run(ops::V2_MODIFY_LB_ATTRIBUTES, || {
+                    clients
+                        .elbv2
+                        .modify_load_balancer_attributes()
+                        .load_balancer_arn(&arn)
+                        .set_attributes(Some(attributes.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        NlbAction::AddTags { target_group, tags } => {
+            let arn = match target_group {
+                Some(tg) => resolve(tg, applied)?,
+                None => lb_arn(applied)?,
+            };
+            let tags = sdk_tags(tags)?;
+            clients
+                .calls
+                .run(ops::V2_ADD_TAGS, || {
+                    clients
+                        .elbv2
+                        .add_tags()
+                        .resource_arns(&arn)
+                        .set_tags(Some(tags.clone()))
+                        .send()
+                })
+                .await?;
+        }
+        NlbAction::RemoveTags { target_group, keys } => {
+            let arn = match target_group {
+                Some(tg) => tg.clone(),
+                None => lb_arn(applied)?,
+            };
+            clients
+                .calls
+                .run(ops::V2_REMOVE_TAGS, || {
+                    clients
+                        .elbv2
+                        .remove_tags()
+                        .resource_arns(&arn)
+                        .set_tag_keys(Some(keys.clone()))
+                        .send()
+                })
+                .await?;
+        }
     }
-    Ok(applied)
+    Ok(false)
 }

@@ -8,5 +8,6 @@ mod error_classes;
 mod idempotency;
 mod nlb;
 mod plan_audit;
+mod plan_equals_apply;
 mod restart;
 mod throttle;

@@ -38,6 +38,17 @@ fn lines(changes: &[PlannedChange]) -> Vec<String> {
         .collect()
 }
 
+/// Whether `text` has the rule change `action` of `rule` on `group`: one line per group and
+/// direction (one EC2 call), naming every rule of that call (`group r1, r2`).
+fn has_rule(text: &[String], action: &str, group: &str, rule: &str, call: &str) -> bool {
+    let prefix = format!("{action} SecurityGroupRule {group} ");
+    text.iter().any(|line| {
+        line.strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(&format!(" {call}")))
+            .is_some_and(|rules| rules.split(", ").any(|r| r == rule))
+    })
+}
+
 /// The `(old, new)` of `field` in the first change made through `call`.
 fn change_of(
     changes: &[PlannedChange],
@@ -380,13 +391,27 @@ async fn classic_elb_plan_is_read_only_names_each_change_and_is_empty_once_in_sy
         change_of(&fresh, "ConfigureHealthCheck", "HealthCheck.Target"),
         (None, some("TCP:30080"))
     );
-    assert!(text.contains(&format!(
-        "create SecurityGroupRule {} all from k8s-elb-{name} AuthorizeSecurityGroupIngress",
-        env.node_sg
-    )));
-    assert!(text.contains(&format!(
-        "create SecurityGroupRule k8s-elb-{name} tcp/80 from 0.0.0.0/0 AuthorizeSecurityGroupIngress"
-    )));
+    let authorize = "AuthorizeSecurityGroupIngress";
+    assert!(
+        has_rule(
+            &text,
+            "create",
+            &env.node_sg,
+            &format!("all from k8s-elb-{name}"),
+            authorize
+        ),
+        "{text:#?}"
+    );
+    assert!(
+        has_rule(
+            &text,
+            "create",
+            &format!("k8s-elb-{name}"),
+            "tcp/80 from 0.0.0.0/0",
+            authorize
+        ),
+        "{text:#?}"
+    );
     assert_eq!(
         env.elb
             .describe_load_balancers()
@@ -514,10 +539,13 @@ async fn nlb_plan_is_read_only_names_each_change_and_is_empty_once_in_sync() {
         "{text:#?}"
     );
     assert!(
-        text.iter().any(|l| l == &format!(
-            "create SecurityGroupRule {} tcp/30443 from 0.0.0.0/0 AuthorizeSecurityGroupIngress",
-            env.node_sg
-        )),
+        has_rule(
+            &text,
+            "create",
+            &env.node_sg,
+            "tcp/30443 from 0.0.0.0/0",
+            "AuthorizeSecurityGroupIngress"
+        ),
         "{text:#?}"
     );
 
