@@ -1,15 +1,17 @@
 //! Prometheus metrics of the controller: reconciles, their duration, errors by class, cloud
 //! calls by provider and operation, throttled cloud calls, the number of load balancers managed,
-//! whether each Service's load balancer is ready, and whether this replica leads.
+//! whether each Service's load balancer is ready, whether this replica leads, and the addresses
+//! assigned and available in each of the `local` provider's pools.
 //!
-//! The alerts and the dashboard shipped in `deploy/monitoring/` are built on these names; a test
-//! (`tests/integration/monitoring.rs`) keeps them in step.
+//! The alerts and the dashboard shipped in `deploy/components/monitoring/` are built on these
+//! names; a test (`tests/integration/monitoring.rs`) keeps them in step.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use kube_lb_provider_core::calls::ThrottledCall;
 use kube_lb_provider_core::{CallCounter, CallRecord};
+use kube_lb_provider_local::LocalProvider;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -63,6 +65,14 @@ struct ServiceLabels {
     service_name: String,
 }
 
+/// Labels of `ip_pool_addresses_assigned` and `ip_pool_addresses_available`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+    /// `ipv4` or `ipv6`.
+    family: &'static str,
+}
+
 /// The controller's metrics, registered under the `kube_lb` prefix.
 #[derive(Debug)]
 pub struct Metrics {
@@ -81,6 +91,11 @@ pub struct Metrics {
     leading: Mutex<Option<watch::Receiver<bool>>>,
     /// The periodic audit's results (`--audit-interval`).
     audit: AuditMetrics,
+    pool_assigned: Family<PoolLabels, Gauge>,
+    pool_available: Family<PoolLabels, Gauge>,
+    /// Where [`Metrics::encode`] reads the pools' counts from; `None` unless the `local`
+    /// provider runs ([`Metrics::track_pools`]), and then both families stay empty.
+    pools: Mutex<Option<Arc<LocalProvider>>>,
 }
 
 impl Default for Metrics {
@@ -153,8 +168,25 @@ impl Metrics {
             leader.clone(),
         );
         let audit = AuditMetrics::register(&mut registry);
+        let pool_assigned = Family::<PoolLabels, Gauge>::default();
+        let pool_available = Family::<PoolLabels, Gauge>::default();
+        registry.register(
+            "ip_pool_addresses_assigned",
+            "Addresses of the local provider's pool held by Services, by pool and family \
+             (ipv4, ipv6); what the IPPool's status shows as assigned",
+            pool_assigned.clone(),
+        );
+        registry.register(
+            "ip_pool_addresses_available",
+            "Addresses of the local provider's pool that can still be handed out, by pool and \
+             family (ipv4, ipv6; capped at 2^63-1); 0 with some assigned means exhausted",
+            pool_available.clone(),
+        );
         Self {
             audit,
+            pool_assigned,
+            pool_available,
+            pools: Mutex::new(None),
             registry,
             reconciles,
             reconcile_duration,
@@ -199,6 +231,41 @@ impl Metrics {
     /// scrape, so the gauge can never lag the fence that stops reconciles.
     pub fn track_leadership(&self, leading: watch::Receiver<bool>) {
         *self.leading.lock().unwrap_or_else(PoisonError::into_inner) = Some(leading);
+    }
+
+    /// Reads `kube_lb_ip_pool_addresses_*` from the `local` provider's allocator at every
+    /// scrape, so they show what an `IPPool`'s status would show now.
+    pub fn track_pools(&self, local: Arc<LocalProvider>) {
+        *self.pools.lock().unwrap_or_else(PoisonError::into_inner) = Some(local);
+    }
+
+    /// Sets the pool gauges from the tracked provider; a pool that is gone loses its series.
+    fn refresh_pools(&self) {
+        let Some(local) = self
+            .pools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
+        self.pool_assigned.clear();
+        self.pool_available.clear();
+        let capped = |count: u128| i64::try_from(count).unwrap_or(i64::MAX);
+        for (pool, status) in local.pool_usage() {
+            for (family, count) in [("ipv4", &status.ipv4), ("ipv6", &status.ipv6)] {
+                let labels = PoolLabels {
+                    pool: pool.clone(),
+                    family,
+                };
+                self.pool_assigned
+                    .get_or_create(&labels)
+                    .set(capped(count.assigned));
+                self.pool_available
+                    .get_or_create(&labels)
+                    .set(capped(count.available));
+            }
+        }
     }
 
     /// Whether this replica leads, as last published on the tracked channel.
@@ -292,6 +359,7 @@ impl Metrics {
             // once another replica acts; only the leader's view may raise "not ready" alerts.
             self.service_ready.clear();
         }
+        self.refresh_pools();
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
@@ -448,6 +516,45 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// The pool gauges follow the tracked provider's pools at each scrape: declared (with no
+    /// series) when no `local` provider runs, one series per pool and family once pools exist,
+    /// gone with the pool.
+    #[test]
+    fn pool_gauges_follow_the_local_providers_pools() {
+        let metrics = Metrics::new();
+        let text = metrics.encode().unwrap();
+        for family in ["assigned", "available"] {
+            assert!(
+                text.contains(&format!("# TYPE kube_lb_ip_pool_addresses_{family} gauge")),
+                "{text}"
+            );
+        }
+        assert!(!text.contains("pool=\""), "{text}");
+
+        let local = Arc::new(LocalProvider::new(
+            kube_lb_provider_local::Pool::new(vec!["127.0.0.1-127.0.0.1".parse().unwrap()])
+                .unwrap(),
+            CallCounter::new(),
+        ));
+        metrics.track_pools(local.clone());
+        let spec = serde_json::json!({"addresses": ["10.0.0.1-10.0.0.4", "fd00::1-fd00::2"]});
+        local.set_pools(vec![kube_lb_provider_local::PoolDef::from_json(
+            "lan", &spec,
+        )]);
+        let text = metrics.encode().unwrap();
+        for line in [
+            r#"kube_lb_ip_pool_addresses_assigned{pool="lan",family="ipv4"} 0"#,
+            r#"kube_lb_ip_pool_addresses_available{pool="lan",family="ipv4"} 4"#,
+            r#"kube_lb_ip_pool_addresses_available{pool="lan",family="ipv6"} 2"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+
+        local.set_pools(Vec::new());
+        let text = metrics.encode().unwrap();
+        assert!(!text.contains(r#"pool="lan""#), "{text}");
     }
 
     /// Table: the leadership channel's value → `kube_lb_leader` and whether per-Service

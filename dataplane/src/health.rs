@@ -208,7 +208,7 @@ impl ProxyHealth {
     }
 
     /// The Prometheus text exposition of the proxy's counters and sync state. The alerts in
-    /// `deploy/monitoring/` read these names.
+    /// `deploy/components/monitoring/` read these names.
     pub fn metrics_text(&self) -> String {
         let rejected = self
             .rejected_endpoints

@@ -261,6 +261,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .local
         .clone()
         .context("the local provider was not built")?;
+    metrics.track_pools(local.clone());
     let mut config = ControllerConfig::new(Cloud::Local);
     config.identity = "kube-lb-up".to_string();
     let controller =

@@ -1282,8 +1282,19 @@ impl Allocator {
 
     /// The status of every `IPPool`, by name.
     pub fn statuses(&self) -> BTreeMap<String, PoolStatus> {
+        self.statuses_of(self.pools.iter().collect())
+    }
+
+    /// The status of every pool addresses are handed out from now: the `IPPool`s, or the
+    /// `--local-pool` fallback (named [`FALLBACK_POOL_NAME`]) while there is none. What the
+    /// pool metrics show, so a cluster without IPPools still sees its pool fill up.
+    pub fn usage(&self) -> BTreeMap<String, PoolStatus> {
+        self.statuses_of(self.active())
+    }
+
+    fn statuses_of(&self, pools: Vec<&PoolDef>) -> BTreeMap<String, PoolStatus> {
         let mut all = BTreeMap::new();
-        for pool in &self.pools {
+        for pool in pools {
             let mut status = PoolStatus {
                 problems: pool.problems.iter().map(ToString::to_string).collect(),
                 ..PoolStatus::default()

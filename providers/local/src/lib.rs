@@ -319,6 +319,12 @@ impl LocalProvider {
         self.with_allocator(|a| a.statuses())
     }
 
+    /// The usage of every pool addresses come from now (the `IPPool`s, else the
+    /// `--local-pool` fallback), by name.
+    pub fn pool_usage(&self) -> BTreeMap<String, PoolStatus> {
+        self.with_allocator(|a| a.usage())
+    }
+
     /// The problems of every invalid `IPPool`, by name.
     pub fn pool_problems(&self) -> BTreeMap<String, Vec<PoolProblem>> {
         self.with_allocator(|a| a.problems())
