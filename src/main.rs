@@ -80,6 +80,15 @@ fn without_apiserver(name: &str) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    // Installed or symlinked as `kubectl-kube_lb`, kubectl runs us for `kubectl kube-lb`.
+    if std::env::args_os()
+        .next()
+        .is_some_and(|argv0| cli::plugin::invoked_as_plugin(&argv0))
+    {
+        let plugin = cli::plugin::PluginCli::parse();
+        cli::init_logging(&plugin.log, cli::LogFormat::Text);
+        return exit_code(block_on(cli::plugin::run(plugin)));
+    }
     let cli = Cli::parse();
     cli::init_logging(&cli.log, cli.log_format);
     let result = match cli.command {
@@ -101,6 +110,11 @@ fn main() -> ExitCode {
         Command::Plan(args) => block_on(cli::plan::run(args)),
         Command::Audit(args) => block_on(cli::audit::run(args)),
     };
+    exit_code(result)
+}
+
+/// The exit status of a subcommand's result, printing its error.
+fn exit_code(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {

@@ -133,14 +133,33 @@ pub struct Args {
 
 /// A client from `--kubeconfig`, or the inferred configuration.
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
+    client_for(kubeconfig, None, None).await
+}
+
+/// A client from `kubeconfig` (or `$KUBECONFIG`, `~/.kube/config`, in-cluster) using
+/// `context` instead of the current context when given, and giving up connecting after
+/// `connect_timeout` (the `kubectl kube-lb` plugin's `--context` and `--request-timeout`).
+pub async fn client_for(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+    connect_timeout: Option<Duration>,
+) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..Default::default()
+    };
+    let mut config = match (kubeconfig, context) {
+        (Some(path), _) => {
             let file = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &Default::default()).await?
+            kube::Config::from_custom_kubeconfig(file, &options).await?
         }
-        None => kube::Config::infer().await?,
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options).await?,
+        (None, None) => kube::Config::infer().await?,
     };
+    if connect_timeout.is_some() {
+        config.connect_timeout = connect_timeout;
+    }
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -238,6 +257,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             shutdown.clone(),
         ))
     });
+    if let Some(local) = &provider.local {
+        // kube_lb_ip_pool_addresses_* read the allocator at every scrape.
+        metrics.track_pools(local.clone());
+    }
     let mut controller = LoadBalancerController::new(client, provider.provider, config, metrics);
     if let Some(local) = &provider.local {
         controller = controller.retry_pending_on(local.changes());

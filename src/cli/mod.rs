@@ -6,6 +6,7 @@ pub mod audit;
 pub mod controller;
 pub mod lint;
 pub mod plan;
+pub mod plugin;
 pub mod proxy;
 #[cfg(feature = "apiserver")]
 pub mod reconcile;

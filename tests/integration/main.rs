@@ -25,6 +25,7 @@ mod deploy_rbac;
 mod docs_links;
 mod fuzz_lint;
 mod kubectl_legacy;
+mod kubectl_plugin;
 mod leader_election;
 mod lint;
 mod local_pools;
