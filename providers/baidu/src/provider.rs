@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use kube_lb_annotations::keys::baidu as annotation;
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::converge;
+use kube_lb_provider_core::wait::{self, Look};
 use kube_lb_provider_core::{
     BackendNode, CallCounter, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
@@ -59,7 +60,7 @@ pub struct BaiduProvider {
 }
 
 /// How many times a change refused as busy is retried after waiting.
-const BUSY_RETRIES: usize = 3;
+const BUSY_RETRIES: u32 = 3;
 
 /// What looking the Service's BLB up found.
 #[derive(Debug, Clone)]
@@ -288,64 +289,50 @@ impl BaiduProvider {
         }
     }
 
-    /// Polls until the BLB is `available`.
+    /// Polls until the BLB is `available`; `unavailable` or `paused` (arrears, stopped by the
+    /// cloud) and vanishing stop the wait.
     pub(crate) async fn wait_available(&self, id: &str) -> Result<Blb, ProviderError> {
-        let mut waiting = self.wait.begin();
-        loop {
-            let blb = self
-                .client
-                .blb(id)
-                .await?
-                .ok_or_else(|| ProviderError::Internal {
-                    message: format!(
-                        "BLB {id} disappeared while waiting for it to become available"
-                    ),
-                    source: None,
-                })?;
-            match blb.status.as_str() {
-                "available" => return Ok(blb),
-                "unavailable" | "paused" => {
-                    return Err(ProviderError::environment(
+        let what = format!("BLB {id}");
+        wait::until(
+            &self.wait,
+            "blb:DescribeLoadBalancerDetail",
+            &what,
+            || async {
+                let Some(blb) = self.client.blb(id).await? else {
+                    return Err(ProviderError::Internal {
+                        message: format!(
+                            "BLB {id} disappeared while waiting for it to become available"
+                        ),
+                        source: None,
+                    });
+                };
+                Ok(match blb.status.as_str() {
+                    "available" => Look::Done(blb),
+                    "unavailable" | "paused" => Look::Failed(ProviderError::environment(
                         "blb:DescribeLoadBalancerDetail",
                         EnvironmentCause::MissingDependency,
                         format!(
                             "BLB {id} is {} (account in arrears or stopped by the cloud)",
                             blb.status
                         ),
-                    ));
-                }
-                status if waiting.expired() => {
-                    return Err(ProviderError::pending(
-                        "blb:DescribeLoadBalancerDetail",
-                        format!("BLB {id} still {status} after {:?}", self.wait.timeout),
-                    ));
-                }
-                status => {
-                    tracing::debug!(blb = %id, status, pause = ?waiting.pause(), "waiting for BLB to become available")
-                }
-            }
-            waiting.sleep().await;
-        }
+                    )),
+                    status => Look::Pending(status.to_string()),
+                })
+            },
+        )
+        .await
     }
 
     /// A change under a BLB: refused-as-busy is waited out and retried.
-    pub(crate) async fn change<F, Fut>(&self, id: &str, mut call: F) -> Result<(), ProviderError>
+    pub(crate) async fn change<F, Fut>(&self, id: &str, call: F) -> Result<(), ProviderError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<(), BceError>>,
     {
-        let mut attempt = 0;
-        loop {
-            match call().await {
-                Ok(()) => return Ok(()),
-                Err(error) if error.is_busy() && attempt < BUSY_RETRIES => {
-                    attempt += 1;
-                    tracing::info!(blb = %id, %error, "BLB busy; waiting for it before retrying");
-                    self.wait_available(id).await?;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+        wait::retry_busy("blb:change", BUSY_RETRIES, BceError::is_busy, call, |_| {
+            self.wait_available(id)
+        })
+        .await
     }
 
     pub(crate) async fn observe(&self, id: &str) -> Result<Observed, ProviderError> {
@@ -383,9 +370,10 @@ impl BaiduProvider {
         }
     }
 
+    /// Polls until the EIP `ip` is `available`.
     pub(crate) async fn wait_eip(&self, ip: &str) -> Result<(), ProviderError> {
-        let mut waiting = self.wait.begin();
-        loop {
+        let what = format!("EIP {ip}");
+        wait::until(&self.wait, "eip:ListEips", &what, || async {
             let status = self
                 .client
                 .eips(&[("eip", ip)])
@@ -393,24 +381,16 @@ impl BaiduProvider {
                 .into_iter()
                 .next()
                 .map(|e| e.status);
-            match status.as_deref() {
-                Some("available") => return Ok(()),
-                None => {
-                    return Err(ProviderError::Internal {
-                        message: format!("EIP {ip} disappeared"),
-                        source: None,
-                    });
-                }
-                Some(status) if waiting.expired() => {
-                    return Err(ProviderError::pending(
-                        "eip:ListEips",
-                        format!("EIP {ip} still {status}"),
-                    ));
-                }
-                Some(_) => {}
-            }
-            waiting.sleep().await;
-        }
+            Ok(match status.as_deref() {
+                Some("available") => Look::Done(()),
+                Some(status) => Look::Pending(status.to_string()),
+                None => Look::Failed(ProviderError::Internal {
+                    message: format!("EIP {ip} disappeared"),
+                    source: None,
+                }),
+            })
+        })
+        .await
     }
 
     fn parse_desired(

@@ -18,6 +18,7 @@ pub mod plan;
 pub mod ratelimit;
 pub mod retry;
 pub mod types;
+pub mod wait;
 
 use async_trait::async_trait;
 

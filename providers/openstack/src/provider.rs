@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kube_lb_annotations::{LoadBalancerSpec, ServiceKey};
+use kube_lb_provider_core::wait::{self, Look};
 use kube_lb_provider_core::{
     BackendNode, CallCounter, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
@@ -66,7 +67,7 @@ pub struct OpenStackProvider {
 pub const DEFAULT_LISTING_REFRESH: Duration = Duration::from_secs(30);
 
 /// How many times a change refused with 409 (busy) is retried after waiting for `ACTIVE`.
-const BUSY_RETRIES: usize = 3;
+const BUSY_RETRIES: u32 = 3;
 
 /// How many node addresses one port listing asks for when finding the member subnet (each
 /// adds about 40 characters to the URL).
@@ -336,89 +337,62 @@ impl OpenStackProvider {
         })
     }
 
-    /// Polls until the load balancer is `ACTIVE` and returns it as last read.
+    /// Polls until the load balancer is `ACTIVE` and returns it as last read; `ERROR` (Octavia
+    /// could not build it) and vanishing stop the wait.
     async fn wait_active(&self, lb_id: &str) -> Result<LoadBalancer, ProviderError> {
-        let mut waiting = self.wait.begin();
-        loop {
-            let lb =
-                self.client
-                    .load_balancer(lb_id)
-                    .await?
-                    .ok_or_else(|| ProviderError::Internal {
-                        message: format!(
-                            "load balancer {lb_id} disappeared while waiting for ACTIVE"
-                        ),
-                        source: None,
-                    })?;
-            match lb.provisioning_status.as_str() {
-                "ACTIVE" => return Ok(lb),
-                "ERROR" => {
-                    return Err(ProviderError::pending(
-                        "octavia:GetLoadBalancer",
-                        format!(
-                            "load balancer {} ({lb_id}) went to provisioning_status ERROR (Octavia could not build it)",
-                            lb.name
-                        ),
-                    ));
-                }
-                status => {
-                    if waiting.expired() {
-                        return Err(ProviderError::pending(
-                            "octavia:GetLoadBalancer",
-                            format!(
-                                "load balancer {} ({lb_id}) still {status} after {:?}",
-                                lb.name, self.wait.timeout
-                            ),
-                        ));
-                    }
-                    tracing::debug!(lb = %lb_id, status, pause = ?waiting.pause(), "waiting for load balancer to become ACTIVE");
-                }
-            }
-            waiting.sleep().await;
-        }
+        let what = format!("load balancer {lb_id}");
+        wait::until(&self.wait, "octavia:GetLoadBalancer", &what, || async {
+            let Some(lb) = self.client.load_balancer(lb_id).await? else {
+                return Err(ProviderError::Internal {
+                    message: format!("load balancer {lb_id} disappeared while waiting for ACTIVE"),
+                    source: None,
+                });
+            };
+            Ok(match lb.provisioning_status.as_str() {
+                "ACTIVE" => Look::Done(lb),
+                "ERROR" => Look::Failed(ProviderError::pending(
+                    "octavia:GetLoadBalancer",
+                    format!(
+                        "load balancer {} ({lb_id}) went to provisioning_status ERROR (Octavia could not build it)",
+                        lb.name
+                    ),
+                )),
+                status => Look::Pending(status.to_string()),
+            })
+        })
+        .await
     }
 
     /// Polls until the load balancer is gone.
     async fn wait_deleted(&self, lb_id: &str) -> Result<(), ProviderError> {
-        let mut waiting = self.wait.begin();
-        while let Some(lb) = self.client.load_balancer(lb_id).await? {
-            if waiting.expired() {
-                return Err(ProviderError::pending(
-                    "octavia:DeleteLoadBalancer",
-                    format!(
-                        "load balancer {} ({lb_id}) still {} after {:?}",
-                        lb.name, lb.provisioning_status, self.wait.timeout
-                    ),
-                ));
-            }
-            waiting.sleep().await;
-        }
-        Ok(())
+        let what = format!("load balancer {lb_id}");
+        wait::until(&self.wait, "octavia:DeleteLoadBalancer", &what, || async {
+            Ok(match self.client.load_balancer(lb_id).await? {
+                None => Look::Done(()),
+                Some(lb) => Look::Pending(lb.provisioning_status),
+            })
+        })
+        .await
     }
 
     /// Makes a change under `lb_id`: a 409 "immutable" is waited out and the change retried;
     /// after success, waits for `ACTIVE` again (Octavia refuses the next change until then).
-    async fn change<T, F, Fut>(&self, lb_id: &str, mut call: F) -> Result<T, ProviderError>
+    async fn change<T, F, Fut>(&self, lb_id: &str, call: F) -> Result<T, ProviderError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, OpenStackError>>,
     {
-        let mut attempt = 0;
         self.inventory.touch(lb_id);
-        loop {
-            match call().await {
-                Ok(value) => {
-                    self.wait_active(lb_id).await?;
-                    return Ok(value);
-                }
-                Err(error) if error.is_immutable() && attempt < BUSY_RETRIES => {
-                    attempt += 1;
-                    tracing::info!(lb = %lb_id, %error, "load balancer busy; waiting for ACTIVE before retrying");
-                    self.wait_active(lb_id).await?;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+        let value = wait::retry_busy(
+            "octavia:change",
+            BUSY_RETRIES,
+            OpenStackError::is_immutable,
+            call,
+            |_| self.wait_active(lb_id),
+        )
+        .await?;
+        self.wait_active(lb_id).await?;
+        Ok(value)
     }
 
     /// Reads what exists under a load balancer.

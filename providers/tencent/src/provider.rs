@@ -47,6 +47,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kube_lb_annotations::{LoadBalancerSpec, ProviderSpec, ServiceKey};
 use kube_lb_provider_core::converge;
+use kube_lb_provider_core::wait::{self, Look};
 use kube_lb_provider_core::{
     BackendNode, CallCounter, ClientOptions, EnvironmentCause, LoadBalancerIngress,
     LoadBalancerProvider, LoadBalancerStatus, OwnedResource, PlannedChange, ProviderError,
@@ -101,7 +102,7 @@ pub struct TencentProvider {
 }
 
 /// How many times a write refused as busy is retried.
-const BUSY_RETRIES: usize = 8;
+const BUSY_RETRIES: u32 = 8;
 
 /// A delete's answer, `None` when it was refused as not found: what it would remove is gone
 /// already (a repeat after a lost answer, or someone else's delete).
@@ -196,49 +197,35 @@ impl TencentProvider {
         action: &'static str,
         task_id: &TaskRef,
     ) -> Result<(), ProviderError> {
-        let mut waiting = self.wait.begin();
-        loop {
-            match self.client.task_status(task_id).await? {
-                TaskStatus::Succeeded => return Ok(()),
-                TaskStatus::Failed(message) => {
-                    return Err(ProviderError::Internal {
-                        message: format!("{action}: {task_id} failed: {message}"),
-                        source: None,
-                    });
-                }
-                TaskStatus::Running if waiting.expired() => {
-                    return Err(ProviderError::pending(
-                        action,
-                        format!("{task_id} still running after {:?}", self.wait.timeout),
-                    ));
-                }
-                TaskStatus::Running => {
-                    tracing::debug!(action, task = %task_id, pause = ?waiting.pause(), "waiting for CLB task");
-                }
-            }
-            waiting.sleep().await;
-        }
+        let what = task_id.to_string();
+        wait::until(&self.wait, action, &what, || async {
+            Ok(match self.client.task_status(task_id).await? {
+                TaskStatus::Succeeded => Look::Done(()),
+                TaskStatus::Failed(message) => Look::Failed(ProviderError::Internal {
+                    message: format!("{action}: {task_id} failed: {message}"),
+                    source: None,
+                }),
+                TaskStatus::Running => Look::Pending("running".to_string()),
+            })
+        })
+        .await
     }
 
     /// Makes a write: `ResourceInOperating` is waited out and the write repeated.
-    async fn write<T, F, Fut>(&self, action: &'static str, mut call: F) -> Result<T, ProviderError>
+    async fn write<T, F, Fut>(&self, action: &'static str, call: F) -> Result<T, ProviderError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, TencentError>>,
     {
-        let mut waiting = self.wait.begin();
-        let mut attempt = 0;
-        loop {
-            match call().await {
-                Ok(value) => return Ok(value),
-                Err(error) if error.is_busy() && attempt < BUSY_RETRIES => {
-                    attempt += 1;
-                    tracing::info!(action, %error, pause = ?waiting.pause(), "CLB busy with another task; retrying");
-                    waiting.sleep().await;
-                }
-                Err(error) => return Err(error.into()),
+        let settings = self.wait;
+        wait::retry_busy(action, BUSY_RETRIES, TencentError::is_busy, call, |retry| {
+            let pause = wait::busy_pause(&settings, retry);
+            async move {
+                tokio::time::sleep(pause).await;
+                Ok::<(), ProviderError>(())
             }
-        }
+        })
+        .await
     }
 
     /// A write that starts a task, followed by waiting for the task.
@@ -431,26 +418,18 @@ impl TencentProvider {
     }
 
     async fn wait_ready(&self, id: &str) -> Result<LoadBalancer, ProviderError> {
-        let mut waiting = self.wait.begin();
-        loop {
-            match self.client.load_balancer(id).await? {
-                Some(lb) if lb.status == 1 => return Ok(lb),
-                None => {
-                    return Err(ProviderError::Internal {
-                        message: format!("CLB {id} disappeared while being created"),
-                        source: None,
-                    });
-                }
-                Some(_) if waiting.expired() => {
-                    return Err(ProviderError::pending(
-                        "DescribeLoadBalancers",
-                        format!("CLB {id} still creating"),
-                    ));
-                }
-                Some(_) => {}
-            }
-            waiting.sleep().await;
-        }
+        let what = format!("CLB {id}");
+        wait::until(&self.wait, "DescribeLoadBalancers", &what, || async {
+            Ok(match self.client.load_balancer(id).await? {
+                Some(lb) if lb.status == 1 => Look::Done(lb),
+                Some(_) => Look::Pending("creating".to_string()),
+                None => Look::Failed(ProviderError::Internal {
+                    message: format!("CLB {id} disappeared while being created"),
+                    source: None,
+                }),
+            })
+        })
+        .await
     }
 
     /// `CreateListener` with `body` (for `ports` of `protocol`, named `name`) and waits;
