@@ -4,6 +4,7 @@
 use std::fmt;
 use std::path::Path;
 
+use kube_lb_provider_core::config_file;
 use serde::Deserialize;
 
 use crate::error::AzureError;
@@ -161,15 +162,8 @@ fn or<'a>(value: &'a str, fallback: &'a str) -> &'a str {
 impl AzureConfig {
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<AzureConfig, AzureError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AzureError::ConfigRead {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let config: AzureConfig =
-            serde_json::from_str(&text).map_err(|source| AzureError::ConfigParse {
-                path: path.display().to_string(),
-                source,
-            })?;
+        let text = config_file::read(path)?;
+        let config: AzureConfig = config_file::parse_json(&path.display().to_string(), &text)?;
         config.validate()?;
         Ok(config)
     }

@@ -5,24 +5,10 @@ use kube_lb_provider_core::{EnvironmentCause, ProviderError};
 /// Why an Azure operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AzureError {
-    /// The cloud-config file could not be read.
-    #[error("reading cloud config {path}")]
-    ConfigRead {
-        /// The file.
-        path: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The cloud-config file is not valid `azure.json`.
-    #[error("parsing cloud config {path}")]
-    ConfigParse {
-        /// The file.
-        path: String,
-        /// The JSON error.
-        #[source]
-        source: serde_json::Error,
-    },
+    /// The cloud-config file could not be read or is not valid `azure.json` (the message names
+    /// the file, and the line and column of a JSON error).
+    #[error("cloud config: {0}")]
+    ConfigFile(#[from] kube_lb_provider_core::config_file::ConfigFileError),
     /// The cloud config lacks a value or holds an unusable one.
     #[error("cloud config: {0}")]
     ConfigInvalid(String),
