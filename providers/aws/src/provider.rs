@@ -381,8 +381,7 @@ fn reconcile_failed(service: &ServiceKey, error: ProviderError) -> ProviderError
 }
 
 fn to_provider_error(service: &ServiceKey, error: AwsError) -> ProviderError {
-    tracing::warn!(service = %service, provider = "aws", error = %error, "AWS reconcile failed");
-    ProviderError::from(error)
+    reconcile_failed(service, ProviderError::from(error))
 }
 
 #[async_trait]
