@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::conditions::Readiness;
 use super::events::Reason;
 use super::{Error, ObjectState, Outcome, backoff_delay, retry_delay, status};
+use crate::metrics::EnsureCause;
 
 /// Hashes of the spec and of the backends given to the provider.
 pub(super) type Hashes = (u64, u64);
@@ -357,6 +358,18 @@ pub(super) fn before_ensure(state: &ObjectState, hashes: Hashes) -> Plan {
         ));
     }
     Plan::new(effects, Next::Call)
+}
+
+/// Why this ensure is made: a changed spec (or none applied yet), only changed backends (a host
+/// update, as upstream's service controller tells them apart), or neither (a resync).
+pub(super) fn ensure_cause(state: &ObjectState, hashes: Hashes) -> EnsureCause {
+    if spec_changed(state, hashes) {
+        EnsureCause::Spec
+    } else if state.applied.map(|a| a.1) != Some(hashes.1) {
+        EnsureCause::Hosts
+    } else {
+        EnsureCause::Resync
+    }
 }
 
 fn spec_changed(state: &ObjectState, hashes: Hashes) -> bool {

@@ -478,6 +478,37 @@ fn skip_table() {
 }
 
 #[test]
+fn ensure_cause_tells_a_spec_change_from_a_host_update() {
+    use crate::metrics::EnsureCause;
+    let rows = [
+        ("never applied", ObjectState::default(), EnsureCause::Spec),
+        (
+            "spec changed",
+            state_with(|s| s.applied = Some((9, 2))),
+            EnsureCause::Spec,
+        ),
+        (
+            "spec and backends changed",
+            state_with(|s| s.applied = Some((9, 9))),
+            EnsureCause::Spec,
+        ),
+        (
+            "only the backends changed",
+            state_with(|s| s.applied = Some((1, 9))),
+            EnsureCause::Hosts,
+        ),
+        (
+            "unchanged",
+            state_with(|s| s.applied = Some((1, 2))),
+            EnsureCause::Resync,
+        ),
+    ];
+    for (case, state, want) in rows {
+        assert_eq!(ensure_cause(&state, (1, 2)), want, "{case}");
+    }
+}
+
+#[test]
 fn before_ensure_announces_only_a_new_spec() {
     let rows = [
         ("never applied", ObjectState::default(), true),

@@ -460,6 +460,7 @@ impl LoadBalancerController {
             self.config.cloud,
             self.config.node_ready_grace,
             self.node_sync.clone(),
+            self.metrics.clone(),
         );
         let slice_resyncs =
             slice_trigger(slice_events, slices.clone(), services, self.config.cloud);
@@ -598,6 +599,8 @@ struct NodeTrigger {
     cloud: Cloud,
     grace: Duration,
     sync: watch::Sender<NodeSync>,
+    /// Where a pass over the Services is timed (`service_controller_nodesync_latency_seconds`).
+    metrics: Arc<Metrics>,
     /// Fingerprint of the last judged node set; `None` before the first complete list.
     last: Option<u64>,
     /// When the next readiness grace runs out.
@@ -628,11 +631,24 @@ impl NodeTrigger {
             nodes = view.nodes.len(),
             "node set changed; re-syncing every load balancer"
         );
-        services
+        let queued: Vec<ObjectRef<Service>> = services
             .iter()
             .filter(|s| is_load_balancer(s))
             .map(|s| ObjectRef::from_obj(s.as_ref()))
-            .collect()
+            .collect();
+        self.metrics.node_sync_started(
+            queued
+                .iter()
+                .map(|key| {
+                    format!(
+                        "{}/{}",
+                        key.namespace.as_deref().unwrap_or_default(),
+                        key.name
+                    )
+                })
+                .collect(),
+        );
+        queued
     }
 
     /// How long until the next readiness grace runs out, if one is running.
@@ -660,6 +676,7 @@ fn node_trigger(
     cloud: Cloud,
     grace: Duration,
     sync: watch::Sender<NodeSync>,
+    metrics: Arc<Metrics>,
 ) -> impl futures::Stream<Item = ObjectRef<Service>> + Send + 'static {
     let state = NodeTrigger {
         events: events.boxed(),
@@ -668,6 +685,7 @@ fn node_trigger(
         cloud,
         grace,
         sync,
+        metrics,
         last: None,
         wake: None,
     };

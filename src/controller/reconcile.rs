@@ -100,6 +100,11 @@ fn hash_of<T: serde::Serialize>(value: &T) -> u64 {
 #[tracing::instrument(skip_all, fields(service = %ServiceName::of(&service), provider = ctx.provider.name()))]
 pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Action, Error> {
     let mut timer = ctx.metrics.reconcile_timer();
+    // Whatever the outcome, this Service no longer holds a node sync pass open.
+    let _reconciled = Reconciled {
+        ctx: &ctx,
+        service: ServiceName::of(&service).to_string(),
+    };
     if !ctx.is_leading() {
         // A follower never writes.
         return Ok(not_leading());
@@ -134,6 +139,18 @@ pub async fn reconcile(service: Arc<Service>, ctx: Arc<Context>) -> Result<Actio
     };
     timer.success();
     Ok(action)
+}
+
+/// Tells the metrics a Service was reconciled when dropped, so every return counts.
+struct Reconciled<'a> {
+    ctx: &'a Context,
+    service: String,
+}
+
+impl Drop for Reconciled<'_> {
+    fn drop(&mut self) {
+        self.ctx.metrics.reconciled(&self.service);
+    }
 }
 
 /// `call`, given up after [`super::ControllerConfig::provider_timeout`] as a retryable failure.
@@ -275,11 +292,19 @@ async fn apply(api: &Api<Service>, service: Arc<Service>, ctx: &Context) -> Resu
         }
         return perform(api, &service, ctx, plan).await;
     }
-    let before = ctx.with_state(&key, |s| decide::before_ensure(s, hashes));
+    let (before, cause) = ctx.with_state(&key, |s| {
+        (
+            decide::before_ensure(s, hashes),
+            decide::ensure_cause(s, hashes),
+        )
+    });
     run_effects(api, &service, ctx, before.effects).await?;
-    tracing::debug!(backends = ?nodes::names(&backends), "ensuring load balancer");
+    tracing::debug!(backends = ?nodes::names(&backends), ?cause, "ensuring load balancer");
+    let started = Instant::now();
     let ensured = within_provider_timeout(ctx, "ensure", ctx.provider.ensure(&spec, &backends));
     let outcome = ensured.await;
+    ctx.metrics
+        .ensured(cause, started.elapsed(), outcome.is_ok());
     match &outcome {
         Ok(lb_status) => write_annotations(api, &service, lb_status).await?,
         Err(ProviderError::ImplementedElsewhere) => {

@@ -93,6 +93,7 @@ async fn node_trigger_resyncs_load_balancers_only_when_the_node_set_changes() {
         Cloud::Local,
         std::time::Duration::from_secs(60),
         sync,
+        std::sync::Arc::new(crate::metrics::Metrics::new()),
     ));
     let old = Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_hours(1);
     let now = Timestamp::now();

@@ -30,6 +30,7 @@ mod leader_election;
 mod lint;
 mod local_pools;
 mod manifest_identity;
+mod metric_table;
 mod monitoring;
 mod openstack_writeback;
 mod plan_audit;

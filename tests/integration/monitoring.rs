@@ -875,6 +875,24 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
                 && pool_assigned_ipv4(text) >= 1.0
         })
         .await;
+    // Upstream's names for the same facts: the service controller configured "web"'s load
+    // balancer, and MetalLB-style pool gauges show its address in use.
+    assert!(
+        sample(
+            &controller_text,
+            "service_controller_loadbalancer_sync_total"
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{controller_text}"
+    );
+    let in_use_ipv4: f64 = controller_text
+        .lines()
+        .filter(|l| {
+            l.starts_with("kubelb_pool_addresses_in_use{") && l.contains(r#"family="ipv4""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(in_use_ipv4 >= 1.0, "{controller_text}");
     let proxy_text = proxy
         .scrape_until("a refused sync", |text| {
             sample(text, "kube_lb_proxy_sync_errors_total").is_some_and(|n| n >= 1.0)
@@ -952,4 +970,29 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     ] {
         assert!(checked.contains(name), "{name} not used: {checked:?}");
     }
+
+    // The metric reference, both ways, against what the three endpoints export.
+    let table = crate::metric_table::documented(&read(crate::metric_table::PAGE))
+        .unwrap_or_else(|e| panic!("{}: {e}", crate::metric_table::PAGE));
+    let scraped = std::collections::BTreeMap::from([
+        (
+            "controller".to_string(),
+            crate::metric_table::exported(&controller_text),
+        ),
+        (
+            "proxy".to_string(),
+            crate::metric_table::exported(&proxy_text),
+        ),
+        (
+            "announcer".to_string(),
+            crate::metric_table::exported(&l2_text),
+        ),
+    ]);
+    let problems = crate::metric_table::compare(&table, &scraped);
+    assert!(
+        problems.is_empty(),
+        "{} differs from the binaries:\n{}",
+        crate::metric_table::PAGE,
+        problems.join("\n")
+    );
 }

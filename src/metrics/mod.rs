@@ -22,6 +22,11 @@ use tokio::sync::watch;
 
 use crate::controller::ErrorClass;
 
+mod upstream;
+
+pub use upstream::EnsureCause;
+use upstream::UpstreamMetrics;
+
 /// Labels of `reconciles_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -65,18 +70,17 @@ struct ServiceLabels {
     service_name: String,
 }
 
-/// Labels of `ip_pool_addresses_assigned` and `ip_pool_addresses_available`.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PoolLabels {
-    pool: String,
-    /// `ipv4` or `ipv6`.
-    family: &'static str,
-}
+/// Labels of `ip_pool_addresses_assigned` and `ip_pool_addresses_available` (and of the
+/// upstream-named pool families).
+use upstream::PoolLabels;
 
-/// The controller's metrics, registered under the `kube_lb` prefix.
+/// The controller's metrics: kube-lb's own under the `kube_lb` prefix, and upstream's service
+/// controller and pool families under their names ([`upstream`]).
 #[derive(Debug)]
 pub struct Metrics {
+    /// The root registry: the upstream families, and kube-lb's in a `kube_lb` sub-registry.
     registry: Registry,
+    upstream: UpstreamMetrics,
     reconciles: Family<ResultLabels, Counter>,
     reconcile_duration: Histogram,
     errors: Family<ErrorLabels, Counter>,
@@ -107,7 +111,9 @@ impl Default for Metrics {
 impl Metrics {
     /// Fresh metrics on their own registry.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("kube_lb");
+        let mut root = Registry::default();
+        let upstream = UpstreamMetrics::register(&mut root);
+        let registry = root.sub_registry_with_prefix("kube_lb");
         let reconciles = Family::<ResultLabels, Counter>::default();
         // 1 ms .. ~16 s: local reconciles take microseconds, cloud ones seconds.
         let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
@@ -167,7 +173,7 @@ impl Metrics {
              leader election), 0 while it stands by",
             leader.clone(),
         );
-        let audit = AuditMetrics::register(&mut registry);
+        let audit = AuditMetrics::register(registry);
         let pool_assigned = Family::<PoolLabels, Gauge>::default();
         let pool_available = Family::<PoolLabels, Gauge>::default();
         registry.register(
@@ -187,7 +193,8 @@ impl Metrics {
             pool_assigned,
             pool_available,
             pools: Mutex::new(None),
-            registry,
+            registry: root,
+            upstream,
             reconciles,
             reconcile_duration,
             errors,
@@ -251,6 +258,8 @@ impl Metrics {
         };
         self.pool_assigned.clear();
         self.pool_available.clear();
+        self.upstream.pool_total.clear();
+        self.upstream.pool_in_use.clear();
         let capped = |count: u128| i64::try_from(count).unwrap_or(i64::MAX);
         for (pool, status) in local.pool_usage() {
             for (family, count) in [("ipv4", &status.ipv4), ("ipv6", &status.ipv6)] {
@@ -264,6 +273,14 @@ impl Metrics {
                 self.pool_available
                     .get_or_create(&labels)
                     .set(capped(count.available));
+                self.upstream
+                    .pool_in_use
+                    .get_or_create(&labels)
+                    .set(capped(count.assigned));
+                self.upstream
+                    .pool_total
+                    .get_or_create(&labels)
+                    .set(capped(count.assigned.saturating_add(count.available)));
             }
         }
     }
@@ -304,6 +321,23 @@ impl Metrics {
             start: Instant::now(),
             result: "error",
         }
+    }
+
+    /// Records one provider ensure made for `cause`, which took `took` (upstream's service
+    /// controller families).
+    pub fn ensured(&self, cause: EnsureCause, took: std::time::Duration, succeeded: bool) {
+        self.upstream.ensured(cause, took, succeeded);
+    }
+
+    /// A change of the node set queued these Services (`namespace/name`) for a re-sync: a node
+    /// sync pass is open until each was reconciled.
+    pub fn node_sync_started(&self, services: std::collections::BTreeSet<String>) {
+        self.upstream.node_sync_started(services);
+    }
+
+    /// `service` (`namespace/name`) was reconciled, whatever the outcome.
+    pub fn reconciled(&self, service: &str) {
+        self.upstream.reconciled(service);
     }
 
     /// Counts an error of `class` and `kind`.
@@ -548,6 +582,10 @@ mod tests {
             r#"kube_lb_ip_pool_addresses_assigned{pool="lan",family="ipv4"} 0"#,
             r#"kube_lb_ip_pool_addresses_available{pool="lan",family="ipv4"} 4"#,
             r#"kube_lb_ip_pool_addresses_available{pool="lan",family="ipv6"} 2"#,
+            // The same counts under MetalLB's allocator names.
+            r#"kubelb_pool_addresses_total{pool="lan",family="ipv4"} 4"#,
+            r#"kubelb_pool_addresses_total{pool="lan",family="ipv6"} 2"#,
+            r#"kubelb_pool_addresses_in_use{pool="lan",family="ipv4"} 0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
