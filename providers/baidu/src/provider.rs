@@ -329,7 +329,7 @@ impl BaiduProvider {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<(), BceError>>,
     {
-        wait::retry_busy("blb:change", BUSY_RETRIES, BceError::is_busy, call, |_| {
+        wait::retry_busy("BLB change", BUSY_RETRIES, BceError::is_busy, call, |_| {
             self.wait_available(id)
         })
         .await

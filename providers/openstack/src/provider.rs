@@ -384,7 +384,7 @@ impl OpenStackProvider {
     {
         self.inventory.touch(lb_id);
         let value = wait::retry_busy(
-            "octavia:change",
+            "Octavia change under a load balancer",
             BUSY_RETRIES,
             OpenStackError::is_immutable,
             call,
