@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::metrics::{HealthPath, ProxyMetrics};
 use crate::model::{HealthCheckModel, ServiceKey};
 
 /// Header carrying the local endpoint count (kube-proxy ≥ 1.28).
@@ -40,6 +41,8 @@ pub struct ProxyHealth {
     repairs: Mutex<BTreeMap<&'static str, u64>>,
     /// Restores the kernel refused.
     repair_failures: std::sync::atomic::AtomicU64,
+    /// kube-proxy's metric families, fed by the proxy loop and the health server.
+    metrics: ProxyMetrics,
 }
 
 /// The kernel's rules were found to differ from what the proxy wrote.
@@ -102,7 +105,13 @@ impl ProxyHealth {
             sync_errors: std::sync::atomic::AtomicU64::new(0),
             repairs: Mutex::new(BTreeMap::new()),
             repair_failures: std::sync::atomic::AtomicU64::new(0),
+            metrics: ProxyMetrics::new(),
         })
+    }
+
+    /// The kube-proxy-named metrics (`kubeproxy_*`, `process_*`).
+    pub fn metrics(&self) -> &ProxyMetrics {
+        &self.metrics
     }
 
     /// The kernel's rules were seen to differ from what the proxy last wrote (`found` says
@@ -256,8 +265,9 @@ impl ProxyHealth {
              # HELP kube_lb_proxy_udp_sessions_refused_total UDP datagrams dropped (userspace \
              mode) because they would open a session beyond the Service's session cap.\n\
              # TYPE kube_lb_proxy_udp_sessions_refused_total counter\n\
-             kube_lb_proxy_udp_sessions_refused_total {refused}\n{}",
-            self.repair_metrics()
+             kube_lb_proxy_udp_sessions_refused_total {refused}\n{}{}",
+            self.repair_metrics(),
+            self.metrics.text()
         )
     }
 
@@ -297,6 +307,7 @@ impl ProxyHealth {
 
     /// A change is waiting to be programmed.
     pub fn queued_update(&self) {
+        self.metrics.queued(SystemTime::now());
         let mut state = self.state();
         if state.pending_since.is_none() {
             state.pending_since = Some(Instant::now());
@@ -307,6 +318,7 @@ impl ProxyHealth {
     /// waiting for the staleness timeout, so a node whose rules cannot follow its Services stops
     /// being sent traffic by load balancers that health-check it.
     pub fn sync_failed(&self) {
+        self.metrics.sync_failed();
         self.sync_errors
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.state().failed = true;
@@ -490,6 +502,9 @@ pub async fn serve_node_health(
                     let reason = health.unhealthy_reason();
                     let (status, body) =
                         node_health(health.status(), SystemTime::now(), true, reason.as_deref());
+                    health
+                        .metrics()
+                        .health_answered(HealthPath::Healthz, status.as_u16());
                     json_response(status, body, None)
                 }
             }),
@@ -502,6 +517,9 @@ pub async fn serve_node_health(
                     let reason = health.unhealthy_reason();
                     let (status, body) =
                         node_health(health.status(), SystemTime::now(), false, reason.as_deref());
+                    health
+                        .metrics()
+                        .health_answered(HealthPath::Livez, status.as_u16());
                     json_response(status, body, None)
                 }
             }),

@@ -5,6 +5,7 @@
 pub mod health;
 pub mod l2;
 pub mod maglev;
+pub mod metrics;
 pub mod model;
 pub mod nft;
 pub mod node_addresses;

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
@@ -22,6 +22,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use tokio::time::Instant;
 
 use crate::health::{ProxyHealth, ServiceHealthServers};
+use crate::metrics::{ProgrammingTrigger, SliceEvent, no_local_endpoints, programming_trigger};
 use crate::model::{
     HEADLESS_LABEL, Index, IndexConfig, PortKey, SERVICE_PROXY_NAME_LABEL, ServiceKey, Snapshot,
     SnapshotChanges,
@@ -65,6 +66,7 @@ impl Dataplane {
                 for warning in &report.warnings {
                     tracing::warn!(%warning, "service port not programmed");
                 }
+                synced.full = Some(report.full);
                 tracing::info!(
                     full = report.full,
                     commands = report.commands,
@@ -198,6 +200,9 @@ pub struct Synced {
     /// Something may work on a later try (a port that was taken): sync again after the retry
     /// interval even if nothing changes.
     pub retry: bool,
+    /// The sync rewrote every rule (`Some(false)`: only the changed ports); `None` for the
+    /// userspace backend, which has no partial syncs.
+    pub full: Option<bool>,
 }
 
 /// `snapshot` without NodePorts, externalIPs and health-check node ports.
@@ -558,6 +563,9 @@ pub async fn run_with_addresses(
     let mut restores = 0u32;
     // When the next check must be a full one (every rule and element), not the chains only.
     let mut full_check_at = Instant::now();
+    // Endpoint changes not yet in the kernel, for network programming latency.
+    let started = SystemTime::now();
+    let mut triggers: Vec<ProgrammingTrigger> = Vec::new();
     tokio::pin!(shutdown);
 
     loop {
@@ -621,15 +629,30 @@ pub async fn run_with_addresses(
             }
             change = changes.next() => {
                 let Some(change) = change else { return Err(WatchError::StreamsEnded) };
+                let metrics = proxy.health.metrics();
                 let changed = match change {
                     Change::Service(event) => {
-                        services.handle(&mut index, *event, Index::apply_service, Index::delete_service)
+                        let changed = services.handle(&mut index, *event, Index::apply_service, Index::delete_service);
+                        if changed {
+                            metrics.service_changed();
+                        }
+                        changed
                     }
                     Change::Slice(event) => {
-                        slices.handle(&mut index, *event, Index::apply_endpoint_slice, Index::delete_endpoint_slice)
+                        let trigger = slice_trigger(&event, started);
+                        let changed = slices.handle(&mut index, *event, Index::apply_endpoint_slice, Index::delete_endpoint_slice);
+                        if changed {
+                            metrics.endpoints_changed();
+                            triggers.extend(trigger);
+                        }
+                        changed
                     }
                     Change::Endpoints(event) => {
-                        endpoints.handle(&mut index, *event, Index::apply_endpoints, Index::delete_endpoints)
+                        let changed = endpoints.handle(&mut index, *event, Index::apply_endpoints, Index::delete_endpoints);
+                        if changed {
+                            metrics.endpoints_changed();
+                        }
+                        changed
                     }
                     Change::Node(event) => {
                         if let watcher::Event::Apply(node) | watcher::Event::InitApply(node) = event.as_ref()
@@ -666,18 +689,31 @@ pub async fn run_with_addresses(
                 index.set_nodeport_addresses(
                     nodeport_addresses.as_ref().map(|addresses| addresses.borrow().clone()),
                 );
+                let sync_began = Instant::now();
                 let (snapshot, changes) = index.refresh();
+                proxy.health.metrics().sync_started();
                 let first = unsynced.is_none();
                 let pending = unsynced.get_or_insert_with(SnapshotChanges::default);
                 pending.extend(changes);
                 if !first && pending.is_empty() && retry_at.is_none() {
                     // Changes that cancel out, or touch fields the dataplane ignores, cost nothing.
+                    let now = SystemTime::now();
+                    for trigger in triggers.drain(..) {
+                        proxy.health.metrics().programmed(trigger, now);
+                    }
                     dirty = false;
                     proxy.health.updated();
                     continue;
                 }
                 match proxy.dataplane.sync(snapshot, (!first).then_some(&pending.ports)).await {
                     Ok(synced) => {
+                        let metrics = proxy.health.metrics();
+                        let now = SystemTime::now();
+                        metrics.synced(sync_began.elapsed(), synced.full, now);
+                        for trigger in triggers.drain(..) {
+                            metrics.programmed(trigger, now);
+                        }
+                        metrics.set_no_local_endpoints(&no_local_endpoints(snapshot));
                         if restrict_health_bind {
                             proxy.service_health.set_bind_ips(snapshot.nodeport_addresses.clone());
                         }
@@ -729,6 +765,21 @@ pub async fn run_with_addresses(
             }
         }
     }
+}
+
+/// The start of the endpoint change an EndpointSlice event carries ([`programming_trigger`]);
+/// a deletion counts from its arrival.
+fn slice_trigger(
+    event: &watcher::Event<EndpointSlice>,
+    started: SystemTime,
+) -> Option<ProgrammingTrigger> {
+    let (slice, kind) = match event {
+        watcher::Event::Apply(slice) => (slice, SliceEvent::Changed),
+        watcher::Event::InitApply(slice) => (slice, SliceEvent::Listed),
+        watcher::Event::Delete(slice) => (slice, SliceEvent::Deleted),
+        watcher::Event::Init | watcher::Event::InitDone => return None,
+    };
+    programming_trigger(slice, kind, SystemTime::now(), started)
 }
 
 /// What a check of the kernel's rules decided.

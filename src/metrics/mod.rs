@@ -113,6 +113,10 @@ impl Metrics {
     pub fn new() -> Self {
         let mut root = Registry::default();
         let upstream = UpstreamMetrics::register(&mut root);
+        // process_cpu_seconds_total, process_resident_memory_bytes, … as every client library.
+        root.register_collector(Box::new(
+            kube_lb_dataplane::metrics::process::ProcessCollector,
+        ));
         let registry = root.sub_registry_with_prefix("kube_lb");
         let reconciles = Family::<ResultLabels, Counter>::default();
         // 1 ms .. ~16 s: local reconciles take microseconds, cloud ones seconds.

@@ -45,13 +45,16 @@ pub(crate) fn documented(markdown: &str) -> Result<BTreeMap<String, Vec<MetricFa
                 .map(|l| l.trim().trim_matches('`').to_string())
                 .collect()
         };
-        rows.entry(endpoint.to_string())
-            .or_default()
-            .push(MetricFamily {
-                name: name.trim_matches('`').to_string(),
-                kind: kind.to_string(),
-                labels,
-            });
+        // One row may name several endpoints ("controller, proxy").
+        for endpoint in endpoint.split(',').map(str::trim) {
+            rows.entry(endpoint.to_string())
+                .or_default()
+                .push(MetricFamily {
+                    name: name.trim_matches('`').to_string(),
+                    kind: kind.to_string(),
+                    labels: labels.clone(),
+                });
+        }
     }
     if rows.is_empty() {
         return Err(format!("no rows under '{HEADING}'"));

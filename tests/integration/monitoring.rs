@@ -929,8 +929,9 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         let names = metric_names(&expr);
         assert!(!names.is_empty(), "{place}: no metric in {expr:?}");
         for name in names {
-            let on_the_proxy =
-                name.starts_with("kube_lb_proxy_") || name.starts_with("kube_lb_dataplane_");
+            let on_the_proxy = name.starts_with("kube_lb_proxy_")
+                || name.starts_with("kube_lb_dataplane_")
+                || name.starts_with("kubeproxy_");
             let (binary, exported) = if on_the_proxy {
                 ("proxy", &proxy_names)
             } else if name.starts_with("kube_lb_l2_") {
