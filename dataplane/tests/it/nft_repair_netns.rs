@@ -242,6 +242,34 @@ async fn nft_deleted_flushed_and_missing_rules_are_restored() {
         "/healthz before any damage: {:?}",
         get_healthz(healthz)
     );
+    // kube-proxy's families followed what happened: a Service and a slice arrived and were
+    // synced, the slice's change reached the rules, /healthz answered 200.
+    for (family, at_least) in [
+        ("kubeproxy_sync_proxy_rules_service_changes_total", 1),
+        ("kubeproxy_sync_proxy_rules_endpoint_changes_total", 1),
+        (
+            r#"kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"}"#,
+            1,
+        ),
+        (
+            r#"kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"}"#,
+            1,
+        ),
+        (r#"kubeproxy_proxy_healthz_total{code="200"}"#, 1),
+    ] {
+        assert!(
+            sample(&proxy.health, family) >= at_least,
+            "{family} below {at_least}:\n{}",
+            proxy.health.metrics_text()
+        );
+    }
+    assert_eq!(
+        sample(
+            &proxy.health,
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending"
+        ),
+        0
+    );
 
     for damage in &DAMAGES {
         let before = proxy.repairs(damage.reason);
