@@ -12,3 +12,4 @@ pub mod health;
 pub mod leader;
 pub mod manifests;
 pub mod metrics;
+pub mod webhook;

@@ -61,6 +61,9 @@ enum Command {
     /// List cloud resources of this cluster whose Service is gone, no longer a LoadBalancer or
     /// of another class; --delete removes them (exit 0 none, 2 leaked, 1 error).
     Audit(cli::audit::Args),
+    /// Serve lint as a validating admission webhook: kubectl shows each annotation error as a
+    /// warning on apply (or, with --deny, the Service is refused).
+    Webhook(cli::webhook::Args),
 }
 
 /// Any arguments of a subcommand this build lacks.
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => block_on(cli::proxy::run(args)),
         Command::Plan(args) => block_on(cli::plan::run(args)),
         Command::Audit(args) => block_on(cli::audit::run(args)),
+        Command::Webhook(args) => block_on(cli::webhook::run(args)),
     };
     exit_code(result)
 }

@@ -14,6 +14,7 @@ pub mod reconcile;
 pub mod up;
 #[cfg(feature = "apiserver")]
 mod up_handoff;
+pub mod webhook;
 
 use tracing_subscriber::EnvFilter;
 
