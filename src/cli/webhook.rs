@@ -17,6 +17,11 @@ use crate::webhook::tls::{
 
 /// Arguments of `kube-lb webhook`.
 #[derive(Debug, clap::Args)]
+#[command(group(
+    clap::ArgGroup::new("certificate")
+        .required(true)
+        .args(["tls_cert_file", "self_signed_for"])
+))]
 #[command(
     after_help = "The API server calls POST /validate-service with an AdmissionReview \
     (admission.k8s.io/v1). Each lint finding comes back as a warning that kubectl prints as \
@@ -34,9 +39,7 @@ pub struct Args {
     #[arg(
         long,
         env = "KUBE_LB_WEBHOOK_TLS_CERT_FILE",
-        requires = "tls_private_key_file",
-        required_unless_present = "self_signed_for",
-        conflicts_with = "self_signed_for"
+        requires = "tls_private_key_file"
     )]
     pub tls_cert_file: Option<PathBuf>,
 

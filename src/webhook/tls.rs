@@ -16,7 +16,7 @@ use rustls::sign::CertifiedKey;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Read {
         /// Which file.
         path: PathBuf,
@@ -32,10 +32,10 @@ pub enum TlsError {
         reason: String,
     },
     /// rustls refused the configuration.
-    #[error("TLS configuration: {0}")]
+    #[error("TLS configuration")]
     Config(#[from] rustls::Error),
     /// The self-signed certificate could not be made.
-    #[error("making a self-signed certificate: {0}")]
+    #[error("making a self-signed certificate")]
     Generate(#[from] rcgen::Error),
 }
 

@@ -47,3 +47,4 @@ mod tencent_refusal;
 mod tencent_writeback;
 mod up_dataplane;
 mod up_demo;
+mod webhook;
