@@ -226,6 +226,21 @@ async fn kubectl_applies_gets_and_deletes_webhook_configurations() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("sideEfects"), "{stderr}");
 
+    // Server-side apply of the same content takes the fields over without a change.
+    let same = std::fs::read_to_string(explicit_path)
+        .unwrap()
+        .replace("timeoutSeconds: 5", "timeoutSeconds: 7");
+    let same_path = rig.dir.path().join("same.yaml");
+    std::fs::write(&same_path, same).unwrap();
+    let out = ok(
+        kc,
+        &["apply", "--server-side", "-f", same_path.to_str().unwrap()],
+    )
+    .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let again = get_json(kc, &["get", "validatingwebhookconfiguration", "kube-lb"]).await;
+    assert_eq!(again["metadata"]["generation"], 2, "{again}");
+
     let out = ok(kc, &["delete", "-f", valid]).await;
     assert!(
         out.contains(
