@@ -226,6 +226,16 @@ async fn kubectl_applies_gets_and_deletes_webhook_configurations() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("sideEfects"), "{stderr}");
 
+    let described = ok(
+        kc,
+        &["describe", "validatingwebhookconfiguration", "kube-lb"],
+    )
+    .await;
+    assert!(
+        described.contains("services.kube-lb.io") && described.contains("Side Effects"),
+        "{described}"
+    );
+
     // Server-side apply of the same content takes the fields over without a change.
     let same = std::fs::read_to_string(explicit_path)
         .unwrap()
