@@ -1371,7 +1371,7 @@ fn admit_kind(
         ("", "Namespace") => validation::validate_namespace_finalizers(object),
         ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
             validation::default_webhook_configuration(object);
-            validation::validate_webhook_configuration(object)
+            validation::validate_webhook_configuration(old, object)
         }
         _ => Vec::new(),
     };

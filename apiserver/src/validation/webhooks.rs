@@ -4,7 +4,8 @@
 //! `ValidateValidatingWebhookConfiguration` with the v1 options (no side effects allowed, a
 //! recognised AdmissionReview version required, unique webhook names;
 //! pkg/apis/admissionregistration/validation/validation.go), including the webhook URL and
-//! Service rules of k8s.io/apiserver/pkg/util/webhook. Match condition expressions are
+//! Service rules of k8s.io/apiserver/pkg/util/webhook, and on update the relaxations of
+//! `ValidateValidatingWebhookConfigurationUpdate`. Match condition expressions are
 //! required but not compiled: this server has no CEL environment.
 
 use std::collections::BTreeSet;
@@ -56,6 +57,9 @@ pub fn default_webhook_configuration(object: &mut Value) {
 const ACCEPTED_REVIEW_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
 /// `noSideEffectClasses`, sorted as Go's `sets.String.List` gives them.
 const SIDE_EFFECTS: [&str; 2] = ["None", "NoneOnDryRun"];
+/// `supportedSideEffectClasses`: what an update may keep when the stored object has a side
+/// effect already (written through v1beta1 in a real cluster).
+const ANY_SIDE_EFFECTS: [&str; 4] = ["None", "NoneOnDryRun", "Some", "Unknown"];
 const FAILURE_POLICIES: [&str; 2] = ["Fail", "Ignore"];
 const MATCH_POLICIES: [&str; 2] = ["Equivalent", "Exact"];
 const OPERATIONS: [&str; 5] = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
@@ -109,21 +113,86 @@ fn present<'a>(object: &'a Value, key: &str) -> Option<&'a Value> {
     object.get(key).filter(|v| !v.is_null())
 }
 
-/// `ValidateValidatingWebhookConfiguration` (v1 options) without the metadata rules, which
-/// every kind meets elsewhere: each webhook on its own, then its AdmissionReview versions,
-/// then the uniqueness of its name.
-pub fn validate_webhook_configuration(object: &Value) -> Vec<Cause> {
+/// kube-apiserver's `validationOptions`: all strict on create; an update is held only to the
+/// rules the stored object already met, so an object admitted under older rules stays
+/// editable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Options {
+    require_no_side_effects: bool,
+    require_accepted_review_version: bool,
+    require_unique_names: bool,
+    allow_invalid_label_values: bool,
+    ignore_match_conditions: bool,
+}
+
+impl Options {
+    /// `ValidateValidatingWebhookConfiguration` (`old` is `None`) or its `…Update` twin.
+    fn new(old: Option<&Value>, object: &Value) -> Self {
+        let Some(old) = old else {
+            return Self {
+                require_no_side_effects: true,
+                require_accepted_review_version: true,
+                require_unique_names: true,
+                allow_invalid_label_values: false,
+                ignore_match_conditions: false,
+            };
+        };
+        let old_hooks = items(old, "webhooks");
+        let new_hooks = items(object, "webhooks");
+        let mut names = BTreeSet::new();
+        Self {
+            // A webhook stored without one counts as having side effects, as upstream.
+            require_no_side_effects: old_hooks.iter().all(|h| {
+                present(h, "sideEffects").is_some()
+                    && SIDE_EFFECTS.contains(&text(h, "sideEffects"))
+            }),
+            require_accepted_review_version: old_hooks.iter().all(|h| {
+                strings(h, "admissionReviewVersions")
+                    .iter()
+                    .any(|v| ACCEPTED_REVIEW_VERSIONS.contains(v))
+            }),
+            require_unique_names: old_hooks
+                .iter()
+                .all(|h| text(h, "name").is_empty() || names.insert(text(h, "name"))),
+            allow_invalid_label_values: old_hooks.iter().any(|h| {
+                ["namespaceSelector", "objectSelector"].iter().any(|field| {
+                    h.get(field).is_some_and(|selector| {
+                        items(selector, "matchExpressions").iter().any(|r| {
+                            strings(r, "values")
+                                .iter()
+                                .any(|v| !meta::label_value_problems(v).is_empty())
+                        })
+                    })
+                })
+            }),
+            // Unchanged match conditions are not compiled again.
+            ignore_match_conditions: old_hooks.len() == new_hooks.len()
+                && old_hooks
+                    .iter()
+                    .zip(new_hooks)
+                    .all(|(o, n)| items(o, "matchConditions") == items(n, "matchConditions")),
+        }
+    }
+}
+
+/// `ValidateValidatingWebhookConfiguration` (v1 options) on create, and
+/// `ValidateValidatingWebhookConfigurationUpdate` against the stored `old` on update, without
+/// the metadata rules, which every kind meets elsewhere: each webhook on its own, then its
+/// AdmissionReview versions, then the uniqueness of its name.
+pub fn validate_webhook_configuration(old: Option<&Value>, object: &Value) -> Vec<Cause> {
+    let options = Options::new(old, object);
     let mut causes = Vec::new();
     let mut names = BTreeSet::new();
     for (i, webhook) in items(object, "webhooks").iter().enumerate() {
         let path = format!("webhooks[{i}]");
-        causes.extend(validate_webhook(webhook, &path));
+        causes.extend(validate_webhook(webhook, &path, options));
         causes.extend(validate_review_versions(
             &strings(webhook, "admissionReviewVersions"),
             &format!("{path}.admissionReviewVersions"),
+            options.require_accepted_review_version,
         ));
         let name = text(webhook, "name");
-        if !name.is_empty() && !names.insert(name) {
+        if options.require_unique_names && !name.is_empty() && !names.insert(name) {
             causes.push(Cause::duplicate(format!("{path}.name"), name));
         }
     }
@@ -131,7 +200,7 @@ pub fn validate_webhook_configuration(object: &Value) -> Vec<Cause> {
 }
 
 /// `validateValidatingWebhook`.
-fn validate_webhook(webhook: &Value, path: &str) -> Vec<Cause> {
+fn validate_webhook(webhook: &Value, path: &str, options: Options) -> Vec<Cause> {
     let mut causes = fully_qualified_name(&format!("{path}.name"), text(webhook, "name"));
     for (i, rule) in items(webhook, "rules").iter().enumerate() {
         causes.extend(validate_rule(rule, &format!("{path}.rules[{i}]")));
@@ -152,19 +221,20 @@ fn validate_webhook(webhook: &Value, path: &str) -> Vec<Cause> {
         }
     }
     let side_effects_path = format!("{path}.sideEffects");
+    let allowed: &[&str] = if options.require_no_side_effects {
+        &SIDE_EFFECTS
+    } else {
+        &ANY_SIDE_EFFECTS
+    };
     match present(webhook, "sideEffects") {
         None => causes.push(required(
             side_effects_path,
-            &format!("must specify one of {}", SIDE_EFFECTS.join(", ")),
+            &format!("must specify one of {}", allowed.join(", ")),
         )),
         Some(_) => {
             let value = text(webhook, "sideEffects");
-            if !SIDE_EFFECTS.contains(&value) {
-                causes.push(Cause::not_supported(
-                    side_effects_path,
-                    value,
-                    &SIDE_EFFECTS,
-                ));
+            if !allowed.contains(&value) {
+                causes.push(Cause::not_supported(side_effects_path, value, allowed));
             }
         }
     }
@@ -182,6 +252,7 @@ fn validate_webhook(webhook: &Value, path: &str) -> Vec<Cause> {
             causes.extend(validate_label_selector(
                 selector,
                 &format!("{path}.{field}"),
+                options.allow_invalid_label_values,
             ));
         }
     }
@@ -200,10 +271,12 @@ fn validate_webhook(webhook: &Value, path: &str) -> Vec<Cause> {
             "exactly one of url or service is required",
         )),
     }
-    causes.extend(validate_match_conditions(
-        items(webhook, "matchConditions"),
-        &format!("{path}.matchConditions"),
-    ));
+    if !options.ignore_match_conditions {
+        causes.extend(validate_match_conditions(
+            items(webhook, "matchConditions"),
+            &format!("{path}.matchConditions"),
+        ));
+    }
     causes
 }
 
@@ -226,8 +299,9 @@ fn fully_qualified_name(path: &str, name: &str) -> Vec<Cause> {
     Vec::new()
 }
 
-/// `validateAdmissionReviewVersions` with a recognised version required.
-fn validate_review_versions(versions: &[&str], path: &str) -> Vec<Cause> {
+/// `validateAdmissionReviewVersions`; `require_accepted` asks for a version kube-apiserver
+/// speaks.
+fn validate_review_versions(versions: &[&str], path: &str, require_accepted: bool) -> Vec<Cause> {
     if versions.is_empty() {
         return vec![required(
             path.to_string(),
@@ -249,9 +323,10 @@ fn validate_review_versions(versions: &[&str], path: &str) -> Vec<Cause> {
             causes.push(Cause::invalid(item.clone(), version, &problem));
         }
     }
-    if !versions
-        .iter()
-        .any(|v| ACCEPTED_REVIEW_VERSIONS.contains(v))
+    if require_accepted
+        && !versions
+            .iter()
+            .any(|v| ACCEPTED_REVIEW_VERSIONS.contains(v))
     {
         causes.push(Cause::invalid_literal(
             path,
@@ -389,8 +464,9 @@ fn validate_resources(resources: &[&str], path: &str) -> Vec<Cause> {
     causes
 }
 
-/// `metav1validation.ValidateLabelSelector` (label values checked).
-fn validate_label_selector(selector: &Value, path: &str) -> Vec<Cause> {
+/// `metav1validation.ValidateLabelSelector`; `allow_invalid_values` skips the label value
+/// rule for `matchExpressions` values (`AllowInvalidLabelValueInSelector`).
+fn validate_label_selector(selector: &Value, path: &str, allow_invalid_values: bool) -> Vec<Cause> {
     let mut causes = validate_labels(&format!("{path}.matchLabels"), selector.get("matchLabels"));
     for (i, requirement) in items(selector, "matchExpressions").iter().enumerate() {
         let item = format!("{path}.matchExpressions[{i}]");
@@ -416,7 +492,7 @@ fn validate_label_selector(selector: &Value, path: &str) -> Vec<Cause> {
         for problem in meta::qualified_name_problems(key) {
             causes.push(Cause::invalid(format!("{item}.key"), key, &problem));
         }
-        for (j, value) in values.iter().enumerate() {
+        for (j, value) in values.iter().enumerate().filter(|_| !allow_invalid_values) {
             for problem in meta::label_value_problems(value) {
                 causes.push(Cause::invalid(
                     format!("{item}.values[{j}]"),
@@ -733,7 +809,7 @@ mod tests {
     fn problems(hook: Value) -> Vec<String> {
         let mut object = configuration(vec![hook]);
         default_webhook_configuration(&mut object);
-        validate_webhook_configuration(&object)
+        validate_webhook_configuration(None, &object)
             .into_iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect()
@@ -949,7 +1025,7 @@ mod tests {
     fn webhook_names_are_unique_and_every_webhook_is_checked() {
         let second = changed("/sideEffects", json!("Some"));
         let object = configuration(vec![webhook(), second, webhook()]);
-        let causes: Vec<(String, &str)> = validate_webhook_configuration(&object)
+        let causes: Vec<(String, &str)> = validate_webhook_configuration(None, &object)
             .into_iter()
             .map(|c| (c.field, c.reason))
             .collect();
@@ -964,8 +1040,63 @@ mod tests {
                 ("webhooks[2].name".to_string(), "FieldValueDuplicate"),
             ]
         );
-        assert!(validate_webhook_configuration(&configuration(Vec::new())).is_empty());
-        assert!(validate_webhook_configuration(&json!({"metadata": {}})).is_empty());
+        assert!(validate_webhook_configuration(None, &configuration(Vec::new())).is_empty());
+        assert!(validate_webhook_configuration(None, &json!({"metadata": {}})).is_empty());
+    }
+
+    /// An update is held to the strict rules only where the stored object met them.
+    #[test]
+    fn updates_keep_what_the_stored_object_already_had() {
+        // Three webhooks of one name, each breaking one more v1 rule.
+        let grandfathered = configuration(vec![
+            changed("/sideEffects", json!("Some")),
+            changed("/admissionReviewVersions", json!(["v0"])),
+            changed(
+                "/objectSelector",
+                json!({"matchExpressions": [{"key": "a", "operator": "In", "values": ["-x"]}]}),
+            ),
+        ]);
+        // The same object, a timeout changed: accepted on update, refused on create.
+        let mut edited = grandfathered.clone();
+        edited["webhooks"][0]["timeoutSeconds"] = json!(20);
+        let fields =
+            |causes: Vec<Cause>| -> Vec<String> { causes.into_iter().map(|c| c.field).collect() };
+        assert_eq!(
+            fields(validate_webhook_configuration(None, &edited)),
+            [
+                "webhooks[0].sideEffects",
+                "webhooks[1].admissionReviewVersions",
+                "webhooks[1].name",
+                "webhooks[2].objectSelector.matchExpressions[0].values[0]",
+                "webhooks[2].name",
+            ]
+        );
+        assert_eq!(
+            fields(validate_webhook_configuration(
+                Some(&grandfathered),
+                &edited
+            )),
+            Vec::<String>::new()
+        );
+        // A stored object that met every rule keeps them all.
+        let strict = configuration(vec![webhook()]);
+        let mut worse = strict.clone();
+        worse["webhooks"][0]["sideEffects"] = json!("Unknown");
+        assert_eq!(
+            fields(validate_webhook_configuration(Some(&strict), &worse)),
+            ["webhooks[0].sideEffects"]
+        );
+        // Unchanged match conditions are not checked again; changed ones are.
+        let bad_condition = json!([{"name": "-", "expression": "true"}]);
+        let mut stored = configuration(vec![webhook()]);
+        stored["webhooks"][0]["matchConditions"] = bad_condition.clone();
+        assert!(validate_webhook_configuration(Some(&stored), &stored).is_empty());
+        let mut more = stored.clone();
+        more["webhooks"][0]["matchConditions"][0]["expression"] = json!("false");
+        assert_eq!(
+            fields(validate_webhook_configuration(Some(&stored), &more)),
+            ["webhooks[0].matchConditions[0].name"]
+        );
     }
 
     #[test]
