@@ -567,6 +567,23 @@ fn split_url(raw: &str) -> Result<UrlParts<'_>, String> {
                 bad.to_string()
             ));
         }
+        // parseHost: whatever follows the host (or an IPv6 literal's `]`) is `:digits` or
+        // nothing.
+        let after_host = if host.starts_with('[') {
+            let Some(end) = host.rfind(']') else {
+                return Err("missing ']' in host".to_string());
+            };
+            &host[end + 1..]
+        } else {
+            host.rfind(':').map_or("", |colon| &host[colon..])
+        };
+        let port_ok = after_host.is_empty()
+            || after_host
+                .strip_prefix(':')
+                .is_some_and(|port| port.bytes().all(|b| b.is_ascii_digit()));
+        if !port_ok {
+            return Err(format!("invalid port {after_host:?} after host"));
+        }
         parts.host = host;
     }
     Ok(parts)
@@ -1128,5 +1145,22 @@ mod tests {
         assert_eq!(split_url("https:opaque").unwrap().host, "");
         assert!(split_url("https://a\nb").is_err());
         assert!(split_url("https://a b/").is_err());
+        assert_eq!(
+            split_url("https://[::1]:8443/x").unwrap().host,
+            "[::1]:8443"
+        );
+        assert_eq!(split_url("https://h:/x").unwrap().host, "h:");
+        assert_eq!(
+            split_url("https://h:https/x").unwrap_err(),
+            r#"invalid port ":https" after host"#
+        );
+        assert_eq!(
+            split_url("https://[::1/x").unwrap_err(),
+            "missing ']' in host"
+        );
+        assert_eq!(
+            split_url("https://[::1]x/").unwrap_err(),
+            r#"invalid port "x" after host"#
+        );
     }
 }
