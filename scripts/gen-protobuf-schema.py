@@ -25,6 +25,7 @@ PACKAGES = [
     ("events.v1", API, "events/v1/types.go"),
     ("coordination.v1", API, "coordination/v1/types.go"),
     ("authorization.v1", API, "authorization/v1/types.go"),
+    ("admissionregistration.v1", API, "admissionregistration/v1/types.go"),
     ("meta.v1", MACHINERY, "pkg/apis/meta/v1/types.go"),
 ]
 
@@ -69,6 +70,7 @@ ROOTS = [
     "discovery.v1.EndpointSlice",
     "events.v1.Event",
     "coordination.v1.Lease",
+    "admissionregistration.v1.ValidatingWebhookConfiguration",
     "meta.v1.DeleteOptions",
     "authorization.v1.SelfSubjectAccessReview",
     "authorization.v1.SelfSubjectRulesReview",
@@ -237,6 +239,7 @@ for root in ROOTS:
         "events": f"events.k8s.io/{version}",
         "coordination": f"coordination.k8s.io/{version}",
         "authorization": f"authorization.k8s.io/{version}",
+        "admissionregistration": f"admissionregistration.k8s.io/{version}",
     }[group]
     out.append(f'    ("{api_version}", "{kind}", &{rust_const(root)}),')
 out.append("];")

@@ -7,7 +7,9 @@
 //! events.k8s.io/v1 events; apiextensions.k8s.io/v1 CustomResourceDefinitions and the custom
 //! resources they define (registered at run time: discovery, list/watch with selectors, the
 //! status subresource, structural-schema pruning, defaults and validation, printer columns;
-//! deleting a CRD deletes its objects). Objects are stored as JSON; fields a built-in kind's Go
+//! deleting a CRD deletes its objects); admissionregistration.k8s.io/v1
+//! validatingwebhookconfigurations (stored, defaulted and validated; no webhook is called).
+//! Objects are stored as JSON; fields a built-in kind's Go
 //! type does not have are handled as kube-apiserver's field validation does (dropped with a
 //! `Warning` by default, refused with `fieldValidation=Strict`, kubectl's default, and always by
 //! server-side apply), except `spec.topologyKeys` of a Service, which the seeds' Service

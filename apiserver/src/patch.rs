@@ -2,9 +2,9 @@
 //!
 //! Strategic merge patch needs the patch strategy of every list; kube-apiserver reads it from the
 //! Go struct tags. Here a small table of the lists that matter to Services, Nodes, Pods,
-//! EndpointSlices and object metadata stands in for those tags (see [`list_strategy`]); any other
-//! list is replaced wholesale, which is also what kube-apiserver does for lists without a
-//! strategy.
+//! EndpointSlices, ValidatingWebhookConfigurations and object metadata stands in for those tags
+//! (see [`list_strategy`]); any other list is replaced wholesale, which is also what
+//! kube-apiserver does for lists without a strategy.
 
 use serde_json::{Map, Value};
 
@@ -185,6 +185,9 @@ pub fn list_strategy(path: &[String], field: &str) -> ListStrategy {
         "taints" if parent == Some("spec") => ListStrategy::MergeByKey("key"),
         "addresses" if parent == Some("status") => ListStrategy::MergeByKey("type"),
         "hostAliases" => ListStrategy::MergeByKey("ip"),
+        // A ValidatingWebhookConfiguration's webhooks, and each webhook's match conditions.
+        "webhooks" if parent.is_none() => ListStrategy::MergeByKey("name"),
+        "matchConditions" if parent == Some("webhooks") => ListStrategy::MergeByKey("name"),
         // status.loadBalancer.ingress, tolerations, ipFamilies, clusterIPs, endpoints, ... are
         // atomic in Kubernetes.
         _ => ListStrategy::Replace,
@@ -450,6 +453,20 @@ mod tests {
                 json!({"spec": {"ports": [{"port": 80}, {"port": 443}]}}),
                 json!({"spec": {"ports": [{"port": 80, "$patch": "delete"}]}}),
                 json!({"spec": {"ports": [{"port": 443}]}}),
+            ),
+            (
+                "webhooks and their match conditions merge by name, rules are atomic",
+                json!({"webhooks": [
+                    {"name": "a.b.c", "timeoutSeconds": 5, "rules": [{"operations": ["CREATE"]}], "matchConditions": [{"name": "x", "expression": "true"}]},
+                    {"name": "d.e.f", "timeoutSeconds": 7},
+                ]}),
+                json!({"webhooks": [
+                    {"name": "a.b.c", "rules": [{"operations": ["DELETE"]}], "matchConditions": [{"name": "y", "expression": "false"}]},
+                ]}),
+                json!({"webhooks": [
+                    {"name": "a.b.c", "timeoutSeconds": 5, "rules": [{"operations": ["DELETE"]}], "matchConditions": [{"name": "x", "expression": "true"}, {"name": "y", "expression": "false"}]},
+                    {"name": "d.e.f", "timeoutSeconds": 7},
+                ]}),
             ),
             (
                 "ingress is atomic",

@@ -126,9 +126,10 @@ const CORE: (&str, &str) = ("", "v1");
 
 /// Every resource the server serves. Index positions are stable ids ([`ResourceId`]).
 ///
-/// Of these kinds only CustomResourceDefinitions get `metadata.generation` from kube-apiserver
-/// 1.33 (Services, Nodes, Pods and the rest have no observedGeneration contract); custom
-/// resources get it too.
+/// Of these kinds only CustomResourceDefinitions and ValidatingWebhookConfigurations get
+/// `metadata.generation` from kube-apiserver 1.33 (Services, Nodes, Pods and the rest have no
+/// observedGeneration contract); custom resources get it too. A webhook configuration has no
+/// `spec`: its generation follows `webhooks` ([`generation_source`]).
 pub const RESOURCES: &[ResourceDef] = &[
     def(CORE, "namespaces", "namespace", "Namespace", &["ns"])
         .cluster_scoped()
@@ -170,6 +171,15 @@ pub const RESOURCES: &[ResourceDef] = &[
     .cluster_scoped()
     .with_status()
     .with_generation(),
+    def(
+        ("admissionregistration.k8s.io", "v1"),
+        "validatingwebhookconfigurations",
+        "validatingwebhookconfiguration",
+        "ValidatingWebhookConfiguration",
+        &[],
+    )
+    .cluster_scoped()
+    .with_generation(),
 ];
 
 /// Index of a resource in [`RESOURCES`].
@@ -181,6 +191,7 @@ const SERVICES: ResourceId = 1;
 const CORE_EVENTS: ResourceId = 5;
 const EVENTS_V1: ResourceId = 9;
 const CRDS: ResourceId = 10;
+const VALIDATING_WEBHOOK_CONFIGURATIONS: ResourceId = 11;
 
 /// Looks up a resource by group, version and plural name.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<ResourceId> {
@@ -204,6 +215,21 @@ pub fn get(id: ResourceId) -> &'static ResourceDef {
 /// Id of the core/v1 Service resource.
 pub fn services() -> ResourceId {
     SERVICES
+}
+
+/// Id of the admissionregistration.k8s.io/v1 ValidatingWebhookConfiguration resource.
+pub fn validating_webhook_configurations() -> ResourceId {
+    VALIDATING_WEBHOOK_CONFIGURATIONS
+}
+
+/// The top-level field whose changes bump `metadata.generation` of a kind that keeps one:
+/// `webhooks` for a ValidatingWebhookConfiguration (its registry strategy compares the
+/// webhook lists), `spec` for every other kind.
+pub fn generation_source(def: &ResourceDef) -> &'static str {
+    match (def.group, def.kind) {
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => "webhooks",
+        _ => "spec",
+    }
 }
 
 /// Id of the core/v1 Event resource.
@@ -509,6 +535,15 @@ mod tests {
         assert_eq!(
             get(custom_resource_definitions()).kind,
             "CustomResourceDefinition"
+        );
+        let webhooks = get(validating_webhook_configurations());
+        assert_eq!(webhooks.kind, "ValidatingWebhookConfiguration");
+        assert_eq!(webhooks.api_version(), "admissionregistration.k8s.io/v1");
+        assert!(!webhooks.namespaced && !webhooks.has_status && webhooks.sets_generation);
+        assert_eq!(generation_source(webhooks), "webhooks");
+        assert_eq!(
+            generation_source(get(custom_resource_definitions())),
+            "spec"
         );
     }
 

@@ -336,7 +336,10 @@ fn field_labels(group: &str, kind: &str) -> Option<FieldLabels> {
         ("", "ConfigMap" | "Endpoints")
         | ("coordination.k8s.io", "Lease")
         | ("discovery.k8s.io", "EndpointSlice")
-        | ("apiextensions.k8s.io", "CustomResourceDefinition") => FieldLabels::MetaOnly,
+        | ("apiextensions.k8s.io", "CustomResourceDefinition")
+        | ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            FieldLabels::MetaOnly
+        }
         _ => return None,
     })
 }
@@ -573,6 +576,18 @@ mod tests {
                 "coordination.k8s.io",
                 "Lease",
                 "spec.holderIdentity=x",
+                false,
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration",
+                "metadata.name=kube-lb",
+                true,
+            ),
+            (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration",
+                "webhooks.name=x",
                 false,
             ),
             ("example.com", "Widget", "spec.anything=x", true),

@@ -236,6 +236,7 @@ mod tests {
                 "coordination.k8s.io",
                 "events.k8s.io",
                 "apiextensions.k8s.io",
+                "admissionregistration.k8s.io",
                 "authorization.k8s.io"
             ]
         );
@@ -247,6 +248,11 @@ mod tests {
             resource_list(&registry, "coordination.k8s.io", "v1")["resources"][0]["kind"],
             "Lease"
         );
+        let webhooks = &resource_list(&registry, "admissionregistration.k8s.io", "v1")["resources"];
+        assert_eq!(webhooks.as_array().map(Vec::len), Some(1));
+        assert_eq!(webhooks[0]["name"], "validatingwebhookconfigurations");
+        assert_eq!(webhooks[0]["kind"], "ValidatingWebhookConfiguration");
+        assert_eq!(webhooks[0]["namespaced"], false);
     }
 
     #[test]

@@ -292,6 +292,7 @@ mod tests {
             "api/v1",
             "apis/discovery.k8s.io/v1",
             "apis/coordination.k8s.io/v1",
+            "apis/admissionregistration.k8s.io/v1",
         ] {
             let url = index["paths"][path]["serverRelativeURL"].as_str().unwrap();
             let doc_path = url
@@ -302,6 +303,36 @@ mod tests {
             assert!(group_version(&registry, doc_path).is_some(), "{path}");
         }
         assert!(group_version(&registry, "apis/nope/v1").is_none());
+    }
+
+    #[test]
+    fn webhook_configuration_schema_is_published() {
+        let doc =
+            group_version(&Registry::builtin(), "apis/admissionregistration.k8s.io/v1").unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let configuration =
+            &schemas["io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration"];
+        let webhooks = &configuration["properties"]["webhooks"];
+        assert_eq!(
+            webhooks["x-kubernetes-patch-merge-key"], "name",
+            "{configuration}"
+        );
+        assert_eq!(webhooks["x-kubernetes-patch-strategy"], "merge");
+        let client = &schemas["io.k8s.api.admissionregistration.v1.WebhookClientConfig"];
+        assert_eq!(
+            client["properties"]["caBundle"],
+            serde_json::json!({"type": "string", "format": "byte"})
+        );
+        let webhook = &schemas["io.k8s.api.admissionregistration.v1.ValidatingWebhook"];
+        assert_eq!(
+            webhook["required"],
+            serde_json::json!([
+                "name",
+                "clientConfig",
+                "sideEffects",
+                "admissionReviewVersions"
+            ])
+        );
     }
 
     #[test]

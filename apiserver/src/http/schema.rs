@@ -5,9 +5,9 @@
 //! fails the whole list or watch event). kube-apiserver refuses such a body with 400
 //! `BadRequest` ("… cannot be handled as a Service: … spec.ports.port of type int32"); here the
 //! message and a cause name the exact field path. Only the fields of the kinds kube-lb reads and
-//! writes (Service, EndpointSlice, Node, Lease, and `metadata` of every kind) are typed here; fields a
-//! kind does not have are the field validation's (`field_validation`), and `null` means "unset"
-//! as in Go.
+//! writes (Service, EndpointSlice, Node, Lease, ValidatingWebhookConfiguration, and `metadata`
+//! of every kind) are typed here; fields a kind does not have are the field validation's
+//! (`field_validation`), and `null` means "unset" as in Go.
 //!
 //! A stored object must also decode in typed clients, which are stricter than Go about `null`
 //! and absent fields: a `null` list item or map value becomes the element's zero value (`{}`,
@@ -15,6 +15,7 @@
 //! `!` below; kube-apiserver's validation requires the same ones) must be present, or the
 //! request is a 422 naming it.
 
+use base64::Engine as _;
 use serde_json::Value;
 
 use crate::resources::ResourceDef;
@@ -36,6 +37,8 @@ enum Shape {
     Bool,
     /// `intstr.IntOrString`.
     IntOrStr,
+    /// `[]byte`: standard base64 text, as Go's JSON decoder reads it.
+    Bytes,
     /// Not checked (quantities, free-form fields).
     Any,
     /// A struct: known fields; others pass.
@@ -46,7 +49,7 @@ enum Shape {
     List(&'static Shape),
 }
 
-use Shape::{Any, Bool, Int32, Int64, IntOrStr, List, Map, Obj, Str, Time};
+use Shape::{Any, Bool, Bytes, Int32, Int64, IntOrStr, List, Map, Obj, Str, Time};
 
 const STRINGS: Shape = List(&Str);
 const STRING_MAP: Shape = Map(&Str);
@@ -263,6 +266,71 @@ const LEASE: Shape = Obj(&[
     ),
 ]);
 
+const LABEL_SELECTOR: Shape = Obj(&[
+    ("matchLabels", STRING_MAP),
+    (
+        "matchExpressions",
+        List(&Obj(&[
+            ("key", Str),
+            ("operator", Str),
+            ("values", STRINGS),
+        ])),
+    ),
+]);
+
+/// admissionregistration.k8s.io/v1. The fields k8s-openapi requires (a webhook's name,
+/// client config, side effects and review versions, a Service's name and namespace, a match
+/// condition's name and expression) are not marked: the kind's validation requires each of
+/// them, in kube-apiserver's words, so none is ever stored without them.
+const VALIDATING_WEBHOOK_CONFIGURATION: Shape = Obj(&[
+    ("apiVersion", Str),
+    ("kind", Str),
+    ("metadata", OBJECT_META),
+    (
+        "webhooks",
+        List(&Obj(&[
+            ("name", Str),
+            (
+                "clientConfig",
+                Obj(&[
+                    ("url", Str),
+                    (
+                        "service",
+                        Obj(&[
+                            ("namespace", Str),
+                            ("name", Str),
+                            ("path", Str),
+                            ("port", Int32),
+                        ]),
+                    ),
+                    ("caBundle", Bytes),
+                ]),
+            ),
+            (
+                "rules",
+                List(&Obj(&[
+                    ("operations", STRINGS),
+                    ("apiGroups", STRINGS),
+                    ("apiVersions", STRINGS),
+                    ("resources", STRINGS),
+                    ("scope", Str),
+                ])),
+            ),
+            ("failurePolicy", Str),
+            ("matchPolicy", Str),
+            ("namespaceSelector", LABEL_SELECTOR),
+            ("objectSelector", LABEL_SELECTOR),
+            ("sideEffects", Str),
+            ("timeoutSeconds", Int32),
+            ("admissionReviewVersions", STRINGS),
+            (
+                "matchConditions",
+                List(&Obj(&[("name", Str), ("expression", Str)])),
+            ),
+        ])),
+    ),
+]);
+
 /// Any other kind: only its metadata is typed.
 const OTHER: Shape = Obj(&[
     ("apiVersion", Str),
@@ -276,6 +344,9 @@ fn shape_of(def: &ResourceDef) -> Shape {
         ("discovery.k8s.io", "EndpointSlice") => ENDPOINT_SLICE,
         ("", "Node") => NODE,
         ("coordination.k8s.io", "Lease") => LEASE,
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            VALIDATING_WEBHOOK_CONFIGURATION
+        }
         _ => OTHER,
     }
 }
@@ -427,7 +498,7 @@ fn too_deep(path: &str) -> Problem {
 /// The value Go's decoder leaves for a `null` element of this shape.
 fn zero(shape: Shape) -> Value {
     match shape {
-        Str | Time | IntOrStr => Value::String(String::new()),
+        Str | Time | IntOrStr | Bytes => Value::String(String::new()),
         Int32 | Int64 => Value::from(0),
         Bool => Value::Bool(false),
         Any | Obj(_) | Map(_) => Value::Object(serde_json::Map::new()),
@@ -473,6 +544,16 @@ fn walk(
                 "a 32-bit integer or a string (IntOrString)",
                 value,
             )),
+        },
+        Bytes => match value.as_str() {
+            Some(text)
+                if base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .is_ok() =>
+            {
+                Ok(())
+            }
+            _ => Err(mismatch(path, "base64-encoded bytes", value)),
         },
         Any => within_depth(value, path, depth),
         Obj(fields) => {
@@ -596,6 +677,9 @@ mod tests {
             "Lease" => resources::find("coordination.k8s.io", "v1", "leases"),
             "EndpointSlice" => resources::find("discovery.k8s.io", "v1", "endpointslices"),
             "Node" => resources::find("", "v1", "nodes"),
+            "ValidatingWebhookConfiguration" => {
+                Some(resources::validating_webhook_configurations())
+            }
             _ => None,
         };
         resources::get(id.unwrap())
@@ -649,6 +733,31 @@ mod tests {
                 "Node",
                 json!({"status": {"addresses": {"type": "InternalIP"}}}),
                 Some("status.addresses"),
+            ),
+            (
+                "ValidatingWebhookConfiguration",
+                json!({"webhooks": [{"timeoutSeconds": "10"}]}),
+                Some("webhooks[0].timeoutSeconds"),
+            ),
+            (
+                "ValidatingWebhookConfiguration",
+                json!({"webhooks": [{"clientConfig": {"caBundle": "not base64!"}}]}),
+                Some("webhooks[0].clientConfig.caBundle"),
+            ),
+            (
+                "ValidatingWebhookConfiguration",
+                json!({"webhooks": [{"rules": [{"operations": "CREATE"}]}]}),
+                Some("webhooks[0].rules[0].operations"),
+            ),
+            (
+                "ValidatingWebhookConfiguration",
+                json!({"webhooks": [{"namespaceSelector": {"matchLabels": {"a": 1}}}]}),
+                Some("webhooks[0].namespaceSelector.matchLabels[a]"),
+            ),
+            (
+                "ValidatingWebhookConfiguration",
+                json!({"webhooks": [{"name": "a.b.c", "clientConfig": {"caBundle": "Zm9vCg==", "service": {"port": 443}}, "sideEffects": "None"}]}),
+                None,
             ),
         ];
         for (kind, object, field) in cases {

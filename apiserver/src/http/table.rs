@@ -606,6 +606,11 @@ fn columns(entry: &Entry) -> Vec<Value> {
             column("Holder", "string", "", 0),
             age_column(),
         ],
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => vec![
+            name_column(),
+            column("Webhooks", "integer", "", 0),
+            age_column(),
+        ],
         ("" | "events.k8s.io", "Event") => event_columns(),
         _ => vec![name_column(), column("Created At", "date", "", 0)],
     }
@@ -640,6 +645,15 @@ fn cells(entry: &Entry, o: &Value) -> Vec<Value> {
         }
         ("discovery.k8s.io", "EndpointSlice") => endpoint_slice_row(o),
         ("coordination.k8s.io", "Lease") => lease_row(o),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => vec![
+            json!(str_at(o, "/metadata/name")),
+            json!(
+                o.get("webhooks")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
+            ),
+            json!(age(str_at(o, "/metadata/creationTimestamp"))),
+        ],
         ("", "Event") => event_row(o),
         ("events.k8s.io", "Event") => event_row(&crate::events::to_core_v1(o)),
         _ => created_at_row(o),
@@ -909,6 +923,13 @@ mod tests {
         );
         assert_eq!(cells[1], "");
 
+        let (columns, cells) = one_row(
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            json!({"metadata": {"name": "kube-lb"}, "webhooks": [{"name": "a.b.c"}, {"name": "d.e.f"}]}),
+        );
+        assert_eq!(columns, vec!["Name", "Webhooks", "Age"]);
+        assert_eq!(cells[1], 2);
         let (columns, cells) = one_row(
             "discovery.k8s.io",
             "endpointslices",

@@ -660,7 +660,13 @@ impl Store {
                 ));
             }
         }
-        if def.sets_generation && next.get("spec") != current.get("spec") {
+        if resource == resources::validating_webhook_configurations() {
+            // Defaults first, as kube-apiserver decodes them in: a manifest that leaves them
+            // out is no change to the stored webhooks.
+            validation::default_webhook_configuration(&mut next);
+        }
+        let source = resources::generation_source(&def);
+        if def.sets_generation && next.get(source) != current.get(source) {
             let generation = current
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
@@ -1363,6 +1369,10 @@ fn admit_kind(
         }
         ("coordination.k8s.io", "Lease") => validation::validate_lease(object),
         ("", "Namespace") => validation::validate_namespace_finalizers(object),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => {
+            validation::default_webhook_configuration(object);
+            validation::validate_webhook_configuration(old, object)
+        }
         _ => Vec::new(),
     };
     if !kind_causes.is_empty() {

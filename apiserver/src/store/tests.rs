@@ -554,3 +554,73 @@ fn a_deletes_policy_decides_the_collectors_finalizers() {
         );
     }
 }
+
+/// A webhook configuration keeps a generation that follows its webhooks only: the defaults a
+/// client leaves out are no change, nor is a label; a changed webhook is, and a refused one is
+/// a 422 naming the field.
+#[test]
+fn webhook_configuration_generation_follows_webhooks() {
+    let s = store(10);
+    let id = resources::validating_webhook_configurations();
+    let hook = json!({
+        "name": "services.kube-lb.io",
+        "clientConfig": {"url": "https://hooks.example.com/validate"},
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    });
+    let object = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "kube-lb"},
+        "webhooks": [hook.clone()],
+    });
+    let created = s.create(id, None, object.clone(), false).unwrap();
+    assert_eq!(created["metadata"]["generation"], 1);
+    assert_eq!(created["webhooks"][0]["timeoutSeconds"], 10);
+    let generation = |v: &Value| v["metadata"]["generation"].as_i64();
+
+    // The undefaulted body again: nothing to store.
+    let same = s
+        .update(id, None, "kube-lb", Part::Main, false, |cur| {
+            let mut next = object.clone();
+            next["metadata"] = cur["metadata"].clone();
+            Ok(next)
+        })
+        .unwrap();
+    assert_eq!(generation(&same), Some(1));
+    assert_eq!(
+        meta::resource_version(&same),
+        meta::resource_version(&created)
+    );
+
+    let labelled = s
+        .update(id, None, "kube-lb", Part::Main, false, |cur| {
+            let mut next = cur.clone();
+            next["metadata"]["labels"] = json!({"a": "b"});
+            Ok(next)
+        })
+        .unwrap();
+    assert_eq!(generation(&labelled), Some(1));
+
+    let changed = s
+        .update(id, None, "kube-lb", Part::Main, false, |cur| {
+            let mut next = cur.clone();
+            next["webhooks"][0]["timeoutSeconds"] = json!(3);
+            Ok(next)
+        })
+        .unwrap();
+    assert_eq!(generation(&changed), Some(2));
+
+    let refused = s
+        .update(id, None, "kube-lb", Part::Main, false, |cur| {
+            let mut next = cur.clone();
+            next["webhooks"][0]["sideEffects"] = json!("Some");
+            Ok(next)
+        })
+        .unwrap_err();
+    assert_eq!(refused.code, 422);
+    assert_eq!(refused.details.causes[0].field, "webhooks[0].sideEffects");
+    let stored = s.get(id, None, "kube-lb").unwrap();
+    assert_eq!(stored["webhooks"][0]["sideEffects"], "None");
+    assert_eq!(generation(&stored), Some(2));
+}

@@ -3,13 +3,15 @@
 //! (pkg/apis/discovery/validation/validation.go), and `metav1.Condition` lists
 //! ([`validate_conditions`]), the metadata rules every kind meets ([`validate_object_meta`]),
 //! and ConfigMaps, Nodes and Leases ([`validate_config_map`], [`validate_node`],
-//! [`validate_lease`]). Service validation lives with Service allocation in
-//! [`crate::services`].
+//! [`validate_lease`]), and ValidatingWebhookConfigurations
+//! ([`default_webhook_configuration`], [`validate_webhook_configuration`]). Service validation
+//! lives with Service allocation in [`crate::services`].
 
 mod conditions;
 mod core_kinds;
 mod endpoints;
 mod object_meta;
+mod webhooks;
 
 use std::net::IpAddr;
 
@@ -20,6 +22,7 @@ pub use core_kinds::{
 };
 pub use endpoints::{validate_endpoint_slice, validate_endpoints};
 pub use object_meta::{ANNOTATIONS_MAX_BYTES, validate_labels, validate_object_meta};
+pub use webhooks::{default_webhook_configuration, validate_webhook_configuration};
 
 use crate::status::Cause;
 

@@ -20,3 +20,4 @@ mod persistence;
 mod python_client;
 mod request_options;
 mod watch;
+mod webhooks;

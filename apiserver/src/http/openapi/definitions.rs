@@ -31,6 +31,8 @@ pub(super) enum Ty {
     Quantity,
     /// `intstr.IntOrString`.
     IntOrStr,
+    /// `[]byte`: base64 text in JSON.
+    Bytes,
     /// No type: any value passes client-side validation.
     Free,
     /// Another definition, by its short name in this table.
@@ -46,8 +48,8 @@ pub(super) enum Ty {
 }
 
 use Ty::{
-    Bool, Free, Int32, Int64, IntOrStr, List, Map as MapOf, Merge, MergeSet, MicroTime, Quantity,
-    Ref, Str, Time,
+    Bool, Bytes, Free, Int32, Int64, IntOrStr, List, Map as MapOf, Merge, MergeSet, MicroTime,
+    Quantity, Ref, Str, Time,
 };
 
 /// One definition: a struct of named fields, maybe a top-level kind.
@@ -98,6 +100,7 @@ pub(super) fn full_name(short: &str) -> String {
         "coordination" => "io.k8s.api.coordination",
         "events" => "io.k8s.api.events",
         "apiextensions" => "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions",
+        "admissionregistration" => "io.k8s.api.admissionregistration",
         "resource" => "io.k8s.apimachinery.pkg.api.resource",
         "intstr" => "io.k8s.apimachinery.pkg.util.intstr",
         _ => return short.to_string(),
@@ -534,6 +537,83 @@ pub(super) const DEFS: &[Def] = &[
     )
     .kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition")
     .required(&["spec"]),
+    // --- admissionregistration.k8s.io/v1 ------------------------------------------------
+    def(
+        "admissionregistration.v1.ValidatingWebhookConfiguration",
+        kind_fields![(
+            "webhooks",
+            Merge("name", &Ref("admissionregistration.v1.ValidatingWebhook"))
+        )],
+    )
+    .kind(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+    ),
+    def(
+        "admissionregistration.v1.ValidatingWebhook",
+        &[
+            ("admissionReviewVersions", STRINGS),
+            (
+                "clientConfig",
+                Ref("admissionregistration.v1.WebhookClientConfig"),
+            ),
+            ("failurePolicy", Str),
+            (
+                "matchConditions",
+                Merge("name", &Ref("admissionregistration.v1.MatchCondition")),
+            ),
+            ("matchPolicy", Str),
+            ("name", Str),
+            ("namespaceSelector", Ref("meta.v1.LabelSelector")),
+            ("objectSelector", Ref("meta.v1.LabelSelector")),
+            (
+                "rules",
+                List(&Ref("admissionregistration.v1.RuleWithOperations")),
+            ),
+            ("sideEffects", Str),
+            ("timeoutSeconds", Int32),
+        ],
+    )
+    .required(&[
+        "name",
+        "clientConfig",
+        "sideEffects",
+        "admissionReviewVersions",
+    ]),
+    def(
+        "admissionregistration.v1.WebhookClientConfig",
+        &[
+            ("caBundle", Bytes),
+            ("service", Ref("admissionregistration.v1.ServiceReference")),
+            ("url", Str),
+        ],
+    ),
+    def(
+        "admissionregistration.v1.ServiceReference",
+        &[
+            ("name", Str),
+            ("namespace", Str),
+            ("path", Str),
+            ("port", Int32),
+        ],
+    )
+    .required(&["namespace", "name"]),
+    def(
+        "admissionregistration.v1.RuleWithOperations",
+        &[
+            ("apiGroups", STRINGS),
+            ("apiVersions", STRINGS),
+            ("operations", STRINGS),
+            ("resources", STRINGS),
+            ("scope", Str),
+        ],
+    ),
+    def(
+        "admissionregistration.v1.MatchCondition",
+        &[("expression", Str), ("name", Str)],
+    )
+    .required(&["name", "expression"]),
 ];
 
 /// The JSON schema of a field type.
@@ -548,6 +628,7 @@ fn schema(ty: &Ty) -> Value {
         MicroTime => reference("meta.v1.MicroTime"),
         Quantity => reference("resource.Quantity"),
         IntOrStr => reference("intstr.IntOrString"),
+        Bytes => json!({"type": "string", "format": "byte"}),
         Free => json!({"description": "Not described by this server: any value is accepted."}),
         Ref(short) => reference(short),
         List(item) => json!({"type": "array", "items": schema(item)}),

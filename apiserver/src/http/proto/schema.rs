@@ -5,6 +5,69 @@
 
 use super::{Card, Field, Message, Ty};
 
+pub(super) static ADMISSIONREGISTRATION_V1_MATCH_CONDITION: Message = Message {
+    name: "admissionregistration.v1.MatchCondition",
+    fields: &[
+        Field { number: 1, json: "name", ty: Ty::String, card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 2, json: "expression", ty: Ty::String, card: Card::One, pointer: false, omitempty: false, inline: false },
+    ],
+};
+pub(super) static ADMISSIONREGISTRATION_V1_RULE: Message = Message {
+    name: "admissionregistration.v1.Rule",
+    fields: &[
+        Field { number: 1, json: "apiGroups", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "apiVersions", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+        Field { number: 3, json: "resources", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+        Field { number: 4, json: "scope", ty: Ty::String, card: Card::One, pointer: true, omitempty: true, inline: false },
+    ],
+};
+pub(super) static ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS: Message = Message {
+    name: "admissionregistration.v1.RuleWithOperations",
+    fields: &[
+        Field { number: 1, json: "operations", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "", ty: Ty::Message(&ADMISSIONREGISTRATION_V1_RULE), card: Card::One, pointer: false, omitempty: false, inline: true },
+    ],
+};
+pub(super) static ADMISSIONREGISTRATION_V1_SERVICE_REFERENCE: Message = Message {
+    name: "admissionregistration.v1.ServiceReference",
+    fields: &[
+        Field { number: 1, json: "namespace", ty: Ty::String, card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 2, json: "name", ty: Ty::String, card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 3, json: "path", ty: Ty::String, card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 4, json: "port", ty: Ty::Int32, card: Card::One, pointer: true, omitempty: true, inline: false },
+    ],
+};
+pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK: Message = Message {
+    name: "admissionregistration.v1.ValidatingWebhook",
+    fields: &[
+        Field { number: 1, json: "name", ty: Ty::String, card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 2, json: "clientConfig", ty: Ty::Message(&ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG), card: Card::One, pointer: false, omitempty: false, inline: false },
+        Field { number: 3, json: "rules", ty: Ty::Message(&ADMISSIONREGISTRATION_V1_RULE_WITH_OPERATIONS), card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+        Field { number: 4, json: "failurePolicy", ty: Ty::String, card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 9, json: "matchPolicy", ty: Ty::String, card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 5, json: "namespaceSelector", ty: Ty::Message(&META_V1_LABEL_SELECTOR), card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 10, json: "objectSelector", ty: Ty::Message(&META_V1_LABEL_SELECTOR), card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 6, json: "sideEffects", ty: Ty::String, card: Card::One, pointer: true, omitempty: false, inline: false },
+        Field { number: 7, json: "timeoutSeconds", ty: Ty::Int32, card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 8, json: "admissionReviewVersions", ty: Ty::String, card: Card::Repeated, pointer: false, omitempty: false, inline: false },
+        Field { number: 11, json: "matchConditions", ty: Ty::Message(&ADMISSIONREGISTRATION_V1_MATCH_CONDITION), card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION: Message = Message {
+    name: "admissionregistration.v1.ValidatingWebhookConfiguration",
+    fields: &[
+        Field { number: 1, json: "metadata", ty: Ty::Message(&META_V1_OBJECT_META), card: Card::One, pointer: false, omitempty: true, inline: false },
+        Field { number: 2, json: "webhooks", ty: Ty::Message(&ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK), card: Card::Repeated, pointer: false, omitempty: true, inline: false },
+    ],
+};
+pub(super) static ADMISSIONREGISTRATION_V1_WEBHOOK_CLIENT_CONFIG: Message = Message {
+    name: "admissionregistration.v1.WebhookClientConfig",
+    fields: &[
+        Field { number: 3, json: "url", ty: Ty::String, card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 1, json: "service", ty: Ty::Message(&ADMISSIONREGISTRATION_V1_SERVICE_REFERENCE), card: Card::One, pointer: true, omitempty: true, inline: false },
+        Field { number: 2, json: "caBundle", ty: Ty::Bytes, card: Card::One, pointer: false, omitempty: true, inline: false },
+    ],
+};
 pub(super) static AUTHORIZATION_V1_FIELD_SELECTOR_ATTRIBUTES: Message = Message {
     name: "authorization.v1.FieldSelectorAttributes",
     fields: &[
@@ -1951,6 +2014,7 @@ pub(super) static KINDS: &[(&str, &str, &Message)] = &[
     ("discovery.k8s.io/v1", "EndpointSlice", &DISCOVERY_V1_ENDPOINT_SLICE),
     ("events.k8s.io/v1", "Event", &EVENTS_V1_EVENT),
     ("coordination.k8s.io/v1", "Lease", &COORDINATION_V1_LEASE),
+    ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", &ADMISSIONREGISTRATION_V1_VALIDATING_WEBHOOK_CONFIGURATION),
     ("meta.k8s.io/v1", "DeleteOptions", &META_V1_DELETE_OPTIONS),
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview", &AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW),
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview", &AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW),

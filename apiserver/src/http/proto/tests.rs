@@ -312,3 +312,49 @@ fn only_the_protobuf_media_type_is_taken_for_protobuf() {
     ));
     assert!(!is_protobuf("application/json"));
 }
+
+/// A ValidatingWebhookConfiguration as client-go writes one: the rule's fields inlined in
+/// RuleWithOperations (field 2), the CA bundle as raw bytes.
+#[test]
+fn webhook_configurations_decode_with_inlined_rules_and_bytes() {
+    let rule = Pb::default()
+        .str(1, "")
+        .str(2, "v1")
+        .str(3, "services")
+        .str(4, "*");
+    let rules = Pb::default().str(1, "CREATE").msg(2, &rule);
+    let service = Pb::default()
+        .str(1, "kube-lb")
+        .str(2, "webhook")
+        .int(4, 443);
+    let client = Pb::default().msg(1, &service).bytes(2, b"foo\n");
+    let webhook = Pb::default()
+        .str(1, "services.kube-lb.io")
+        .msg(2, &client)
+        .msg(3, &rules)
+        .str(6, "None")
+        .int(7, 10)
+        .str(8, "v1");
+    let configuration = Pb::default()
+        .msg(1, &Pb::default().str(1, "kube-lb"))
+        .msg(2, &webhook);
+    let object = decode(&envelope(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+        &configuration,
+    ))
+    .unwrap();
+    let hook = &object["webhooks"][0];
+    assert_eq!(hook["name"], "services.kube-lb.io", "{object}");
+    assert_eq!(
+        hook["rules"][0],
+        json!({"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["services"], "scope": "*"})
+    );
+    assert_eq!(
+        hook["clientConfig"],
+        json!({"service": {"namespace": "kube-lb", "name": "webhook", "port": 443}, "caBundle": "Zm9vCg=="})
+    );
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(hook["timeoutSeconds"], 10);
+    assert_eq!(hook["admissionReviewVersions"], json!(["v1"]));
+}
