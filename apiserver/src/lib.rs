@@ -100,6 +100,7 @@
 //! # drop(client); Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod crd;
 pub mod events;
 pub mod faults;

@@ -308,6 +308,25 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// A validating admission webhook's refusal: its status code (403 when it gave none) and
+    /// the reason kube-apiserver pairs with that code.
+    pub fn admission_denied(code: u16, message: impl Into<String>) -> Self {
+        let reason = match code {
+            400 => "BadRequest",
+            401 => "Unauthorized",
+            404 => "NotFound",
+            409 => "Conflict",
+            410 => "Gone",
+            422 => "Invalid",
+            429 => "TooManyRequests",
+            500 => "InternalError",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "Forbidden",
+        };
+        Self::new(code, reason, message)
+    }
+
     /// 403 for a namespace that may not be deleted (the NamespaceLifecycle admission plugin's
     /// answer for `default`, `kube-system` and `kube-public`).
     pub fn immortal_namespace(def: &ResourceDef, name: &str) -> Self {

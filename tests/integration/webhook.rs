@@ -14,6 +14,7 @@ struct Webhook {
     child: Child,
     url: String,
     client: reqwest::Client,
+    ca_pem: Vec<u8>,
 }
 
 impl Drop for Webhook {
@@ -55,8 +56,15 @@ async fn start(dir: &Path, name: &str, extra: &[&str]) -> Webhook {
         .stderr(log)
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
     let base = format!("https://127.0.0.1:{port}");
+    // Owned by the guard from here on, so a failed wait below still kills it.
+    let mut webhook = Webhook {
+        child,
+        url: format!("{base}/validate-service"),
+        client: reqwest::Client::new(),
+        ca_pem: Vec::new(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         assert!(
             Instant::now() < deadline,
@@ -76,11 +84,9 @@ async fn start(dir: &Path, name: &str, extra: &[&str]) -> Webhook {
                 .await
                 .is_ok_and(|r| r.status() == 200)
             {
-                return Webhook {
-                    child,
-                    url: format!("{base}/validate-service"),
-                    client,
-                };
+                webhook.client = client;
+                webhook.ca_pem = pem;
+                return webhook;
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -219,4 +225,147 @@ fn webhook_needs_a_certificate() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("tls.crt"), "{stderr}");
+}
+
+/// A ValidatingWebhookConfiguration for Services calling `url`, trusting `ca_pem`.
+fn configuration(name: &str, url: &str, ca_pem: &[u8], failure_policy: &str) -> String {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+- name: services.{name}.kube-lb.io
+  clientConfig:
+    url: {url}
+    caBundle: {ca}
+  rules:
+  - apiGroups: [""]
+    apiVersions: ["v1"]
+    operations: ["CREATE", "UPDATE"]
+    resources: ["services"]
+    scope: Namespaced
+  namespaceSelector:
+    matchExpressions:
+    - {{key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}}
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+  failurePolicy: {failure_policy}
+  timeoutSeconds: 5
+"#
+    )
+}
+
+fn bad_service(name: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  annotations:
+    {INTERVAL}: "2"
+spec:
+  type: LoadBalancer
+  ports:
+  - port: 80
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_shows_the_webhooks_warnings_and_a_dry_run_persists_nothing() {
+    let Some(binary) = crate::kubectl_legacy::require(
+        std::path::PathBuf::from("/usr/bin/kubectl"),
+        "install kubectl",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (warn, deny) = tokio::join!(
+        start(dir.path(), "warn", &[]),
+        start(dir.path(), "deny", &["--deny"])
+    );
+    let apiserver = crate::kubectl_legacy::start(&["apiserver", "--listen", "127.0.0.1:0"]);
+    let kubectl = crate::kubectl_legacy::Kubectl {
+        binary: &binary,
+        running: &apiserver,
+    };
+    let run = |args: &[&str], stdin: Option<&str>| {
+        let out = kubectl.run(args, stdin);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    kubectl.ok(
+        &["apply", "-f", "-"],
+        Some(&configuration("lint", &warn.url, &warn.ca_pem, "Ignore")),
+    );
+    let expected = format!(
+        "Warning: metadata.annotations[{INTERVAL}]: invalid value \"2\": must be an integer from 5 to 300"
+    );
+
+    // A server-side dry run: the warning, and nothing stored (no Service, no address held).
+    let (ok, stdout, stderr) = run(
+        &["apply", "--dry-run=server", "-o", "json", "-f", "-"],
+        Some(&bad_service("web")),
+    );
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains(&expected), "dry run: {stderr}");
+    let tried: Value = serde_json::from_str(&stdout).unwrap();
+    let tried_ip = tried["spec"]["clusterIP"].as_str().unwrap().to_owned();
+    let (found, _, stderr) = run(&["get", "svc", "web"], None);
+    assert!(
+        !found && stderr.contains("NotFound"),
+        "the dry run stored the Service: {stderr}"
+    );
+    let mut reuse = bad_service("other");
+    reuse.push_str(&format!("  clusterIP: {tried_ip}\n"));
+    let (ok, _, stderr) = run(&["apply", "-f", "-"], Some(&reuse));
+    assert!(ok, "the dry run's cluster IP {tried_ip} was held: {stderr}");
+
+    // The apply itself: stored, with the warning printed.
+    let (ok, _, stderr) = run(&["apply", "-f", "-"], Some(&bad_service("web")));
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains(&expected), "apply: {stderr}");
+    kubectl.ok(&["get", "svc", "web"], None);
+    // kube-system is outside the namespace selector: no warning there.
+    let (ok, _, stderr) = run(
+        &["apply", "-n", "kube-system", "-f", "-"],
+        Some(&bad_service("web")),
+    );
+    assert!(ok && !stderr.contains("Warning:"), "kube-system: {stderr}");
+
+    // The denying webhook refuses; the refusal names the webhook and the annotation.
+    kubectl.ok(
+        &["apply", "-f", "-"],
+        Some(&configuration("deny", &deny.url, &deny.ca_pem, "Fail")),
+    );
+    let (ok, _, stderr) = run(&["apply", "-f", "-"], Some(&bad_service("refused")));
+    assert!(!ok, "a denied Service was stored");
+    assert!(
+        stderr.contains("admission webhook \"services.deny.kube-lb.io\" denied the request")
+            && stderr.contains(INTERVAL),
+        "{stderr}"
+    );
+    let (found, _, _) = run(&["get", "svc", "refused"], None);
+    assert!(!found, "the refused Service exists");
+
+    // A webhook that is down: Ignore lets the apply through, Fail refuses it and says why.
+    drop(deny);
+    let (ok, _, stderr) = run(&["apply", "-f", "-"], Some(&bad_service("while-down")));
+    assert!(
+        !ok && stderr.contains("failed calling webhook \"services.deny.kube-lb.io\""),
+        "{stderr}"
+    );
+    kubectl.ok(&["delete", "validatingwebhookconfiguration", "deny"], None);
+    drop(warn);
+    let (ok, _, stderr) = run(&["apply", "-f", "-"], Some(&bad_service("while-down")));
+    assert!(
+        ok,
+        "an unreachable Ignore webhook blocked the apply: {stderr}"
+    );
 }

@@ -8,7 +8,7 @@ use crate::status::{ApiError, Cause};
 use crate::store::{ObjectKey, ReadAt, WatchFrom};
 
 /// Parsed query parameters.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Params {
     /// `watch=true`.
     pub watch: bool,
