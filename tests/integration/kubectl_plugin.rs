@@ -185,6 +185,34 @@ fn kubectl_plugin_shows_status_inspect_pools_lint_and_plan_of_kube_lb_up() {
         row(&status, "SERVICE")[..3],
         ["SERVICE", "ADDRESS", "PROVIDER"]
     );
+    // On bare metal the node's Layer-2 announcer records its takeover as an event (as
+    // dataplane/src/l2/announcer.rs writes it): the status names that node.
+    kubectl.ok(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            r#"apiVersion: events.k8s.io/v1
+kind: Event
+metadata:
+  name: echo.l2-takeover
+  namespace: demo
+eventTime: "2026-12-04T01:00:00.000000Z"
+reportingController: kube-lb-proxy
+reportingInstance: node-a
+action: Announce
+reason: L2Announcing
+type: Normal
+note: "{address} is announced by node node-a on eth0 (ARP)"
+regarding:
+  apiVersion: v1
+  kind: Service
+  namespace: demo
+  name: echo
+"#
+        )),
+    );
+    let status = kubectl.ok(&["kube-lb", "status"], None);
+    assert_eq!(row(&status, "demo/echo")[5], "node-a", "{status}");
+    assert_eq!(row(&status, "demo/echo-pinned")[5], "-", "{status}");
 
     let inspect = kubectl.ok(&["kube-lb", "inspect", "demo/echo"], None);
     assert!(

@@ -101,6 +101,18 @@ pub(super) async fn status(client: &Client, cloud: CloudName) -> anyhow::Result<
         .to_vec(),
     ];
     let provider = provider_name(cloud);
+    // Who announces each address on Layer 2, from the announcers' own events: a node that
+    // takes an address over says so (L2Announcing), an address no node may announce is
+    // reported (L2NotAnnounced). Without the L2 component there are none.
+    let mut layer2_events = Vec::new();
+    for reason in [L2_ANNOUNCING, L2_NOT_ANNOUNCED] {
+        let listed = Api::<Event>::all(client.clone())
+            .list(&ListParams::default().fields(&format!("reason={reason}")))
+            .await
+            .with_context(|| format!("listing the {reason} events"))?;
+        layer2_events.extend(listed.items);
+    }
+    let announcers = announcers(&layer2_events);
     for service in services.items.iter().filter(|s| is_load_balancer(s)) {
         let condition = ready_condition(service);
         rows.push(vec![
@@ -113,9 +125,10 @@ pub(super) async fn status(client: &Client, cloud: CloudName) -> anyhow::Result<
             provider.clone(),
             condition.map_or(NONE.to_owned(), |c| c.status.clone()),
             condition.map_or(NONE.to_owned(), |c| c.reason.clone()),
-            // The Layer-2 announcer of an address is elected among the nodes' dataplanes from
-            // their leases and is not written anywhere in the cluster, so it cannot be shown.
-            NONE.to_owned(),
+            announcers
+                .get(&(service.namespace().unwrap_or_default(), service.name_any()))
+                .cloned()
+                .unwrap_or_else(|| NONE.to_owned()),
         ]);
     }
     if rows.len() == 1 {
@@ -203,6 +216,62 @@ pub(super) async fn inspect(
     }
     print!("{out}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The reason of the event a node's Layer-2 announcer records on a Service when it takes one
+/// of its addresses over; its `reportingInstance` is the node and its note starts with the
+/// address.
+const L2_ANNOUNCING: &str = "L2Announcing";
+/// The reason of the warning recorded when no live node may announce an address.
+const L2_NOT_ANNOUNCED: &str = "L2NotAnnounced";
+
+/// Per Service (namespace, name): the nodes announcing its addresses, from the newest
+/// Layer-2 event of each address (`none` for an address no node announces), comma separated.
+pub(super) fn announcers(events: &[Event]) -> std::collections::BTreeMap<(String, String), String> {
+    use std::collections::BTreeMap;
+    type Newest<'a> =
+        BTreeMap<(String, String, String), (Option<k8s_openapi::jiff::Timestamp>, &'a Event)>;
+    let mut newest: Newest = BTreeMap::new();
+    for event in events {
+        let object = &event.involved_object;
+        let reason = event.reason.as_deref().unwrap_or_default();
+        if object.kind.as_deref() != Some("Service")
+            || ![L2_ANNOUNCING, L2_NOT_ANNOUNCED].contains(&reason)
+        {
+            continue;
+        }
+        let address = event
+            .message
+            .as_deref()
+            .and_then(|m| m.split_whitespace().next())
+            .unwrap_or_default()
+            .to_owned();
+        let key = (
+            object.namespace.clone().unwrap_or_default(),
+            object.name.clone().unwrap_or_default(),
+            address,
+        );
+        let at = event_time(event);
+        if newest.get(&key).is_none_or(|(seen, _)| at >= *seen) {
+            newest.insert(key, (at, event));
+        }
+    }
+    let mut nodes: BTreeMap<(String, String), std::collections::BTreeSet<String>> = BTreeMap::new();
+    for ((namespace, name, _), (_, event)) in newest {
+        let node = match event.reason.as_deref() {
+            Some(L2_ANNOUNCING) => event
+                .reporting_instance
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "unknown".into()),
+            _ => "none".into(),
+        };
+        nodes.entry((namespace, name)).or_default().insert(node);
+    }
+    nodes
+        .into_iter()
+        .map(|(service, nodes)| (service, nodes.into_iter().collect::<Vec<_>>().join(",")))
+        .collect()
 }
 
 fn event_time(event: &Event) -> Option<k8s_openapi::jiff::Timestamp> {
@@ -319,4 +388,104 @@ pub(super) async fn load_balancer_services_yaml(client: &Client) -> anyhow::Resu
         text.push_str(&serde_yaml_ng::to_string(&service)?);
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    fn event(service: &str, reason: &str, note: &str, node: &str, second: i64) -> Event {
+        Event {
+            involved_object: ObjectReference {
+                kind: Some("Service".into()),
+                namespace: Some("default".into()),
+                name: Some(service.into()),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(note.into()),
+            reporting_instance: Some(node.into()),
+            last_timestamp: Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + second).unwrap(),
+            )),
+            ..Event::default()
+        }
+    }
+
+    #[test]
+    fn the_newest_layer2_event_of_each_address_names_its_announcer() {
+        let on = |node: &str| format!("192.0.2.10 is announced by node {node} on eth0 (ARP)");
+        let cases: Vec<(&str, Vec<Event>, Option<&str>)> = vec![
+            (
+                "one takeover",
+                vec![event("web", L2_ANNOUNCING, &on("n1"), "n1", 0)],
+                Some("n1"),
+            ),
+            (
+                "a later takeover moves it",
+                vec![
+                    event("web", L2_ANNOUNCING, &on("n2"), "n2", 5),
+                    event("web", L2_ANNOUNCING, &on("n1"), "n1", 0),
+                ],
+                Some("n2"),
+            ),
+            (
+                "no node may announce it any more",
+                vec![
+                    event("web", L2_ANNOUNCING, &on("n1"), "n1", 0),
+                    event(
+                        "web",
+                        L2_NOT_ANNOUNCED,
+                        "192.0.2.10 has no live node to announce it",
+                        "n2",
+                        9,
+                    ),
+                ],
+                Some("none"),
+            ),
+            (
+                "two addresses on two nodes",
+                vec![
+                    event("web", L2_ANNOUNCING, &on("n1"), "n1", 0),
+                    event(
+                        "web",
+                        L2_ANNOUNCING,
+                        "2001:db8::10 is announced by node n3 on eth0 (NDP)",
+                        "n3",
+                        1,
+                    ),
+                ],
+                Some("n1,n3"),
+            ),
+            (
+                "another Service's event",
+                vec![event("db", L2_ANNOUNCING, &on("n1"), "n1", 0)],
+                None,
+            ),
+            (
+                "another reason",
+                vec![event(
+                    "web",
+                    "EnsuredLoadBalancer",
+                    "Ensured load balancer",
+                    "n1",
+                    0,
+                )],
+                None,
+            ),
+        ];
+        for (name, events, expected) in cases {
+            let found = announcers(&events);
+            assert_eq!(
+                found
+                    .get(&("default".to_owned(), "web".to_owned()))
+                    .map(String::as_str),
+                expected,
+                "{name}: {found:?}"
+            );
+        }
+    }
 }
