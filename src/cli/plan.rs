@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube_lb_provider_core::{
-    CallCounter, ChangeAction, LoadBalancerProvider, PlannedChange, ProviderError, ServiceKey,
+    BackendNode, CallCounter, ChangeAction, LoadBalancerProvider, PlannedChange, ProviderError,
+    ServiceKey,
 };
 use serde::Serialize;
 
@@ -525,55 +526,51 @@ pub async fn plan(
         ));
     }
     for service in &services {
-        let name = ServiceName::of(service);
-        let deleting = service.metadata.deletion_timestamp.is_some();
-        match Disposition::of(service, config) {
-            Disposition::Ignore => {}
-            Disposition::Manage if !deleting => {
-                let spec = match kube_lb_annotations::parse(config.cloud, service) {
-                    Ok(parsed) => parsed.spec,
-                    Err(errors) => {
-                        plans.push(ServicePlan::failed(
-                            name,
-                            Operation::Ensure,
-                            format!("invalid Service: {errors}"),
-                        ));
-                        continue;
-                    }
-                };
-                let backends = nodes::provider_backends(&spec, &eligible, slices.iter(), |n| {
+        plans.extend(plan_one(service, provider, config, &eligible, &slices).await);
+    }
+    Ok(PlanReport::new(provider.name(), plans))
+}
+
+/// The plan of one Service, as the controller's next reconcile of it would run (`None` when
+/// the controller leaves it alone). `eligible`: the nodes that may be backends; `slices`: the
+/// cluster's EndpointSlices (for `externalTrafficPolicy: Local`). The provider must have
+/// adopted the Services' statuses first ([`controller::adopt_statuses`]).
+pub async fn plan_one(
+    service: &Service,
+    provider: &dyn LoadBalancerProvider,
+    config: &ControllerConfig,
+    eligible: &[BackendNode],
+    slices: &[EndpointSlice],
+) -> Option<ServicePlan> {
+    let name = ServiceName::of(service);
+    let deleting = service.metadata.deletion_timestamp.is_some();
+    let plan = match Disposition::of(service, config) {
+        Disposition::Ignore => return None,
+        Disposition::Manage if !deleting => match kube_lb_annotations::parse(config.cloud, service)
+        {
+            Err(errors) => ServicePlan::failed(
+                name,
+                Operation::Ensure,
+                format!("invalid Service: {errors}"),
+            ),
+            Ok(parsed) => {
+                let spec = parsed.spec;
+                let backends = nodes::provider_backends(&spec, eligible, slices.iter(), |n| {
                     provider.accepts_node(&spec, n)
                 });
                 let result = provider.plan_ensure(&spec, &backends).await;
-                plans.push(ServicePlan::from_result(
-                    name,
-                    Operation::Ensure,
-                    result,
-                    provider.name(),
-                ));
+                ServicePlan::from_result(name, Operation::Ensure, result, provider.name())
             }
-            Disposition::Manage | Disposition::Release => {
-                let result = match controller::service_key(service) {
-                    Ok(key) => provider.plan_delete(&key).await,
-                    Err(error) => {
-                        plans.push(ServicePlan::failed(
-                            name,
-                            Operation::Delete,
-                            error.to_string(),
-                        ));
-                        continue;
-                    }
-                };
-                plans.push(ServicePlan::from_result(
-                    name,
-                    Operation::Delete,
-                    result,
-                    provider.name(),
-                ));
+        },
+        Disposition::Manage | Disposition::Release => match controller::service_key(service) {
+            Err(error) => ServicePlan::failed(name, Operation::Delete, error.to_string()),
+            Ok(key) => {
+                let result = provider.plan_delete(&key).await;
+                ServicePlan::from_result(name, Operation::Delete, result, provider.name())
             }
-        }
-    }
-    Ok(PlanReport::new(provider.name(), plans))
+        },
+    };
+    Some(plan)
 }
 
 /// Runs `kube-lb plan`. Every failure exits 1 (not the binary's generic 2, which here means

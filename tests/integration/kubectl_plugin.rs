@@ -231,6 +231,16 @@ regarding:
         inspect.contains("Normal EnsuredLoadBalancer"),
         "events: {inspect}"
     );
+    // The cloud side, through the provider the controller runs (local here): what the
+    // Service owns, and a plan with nothing to do.
+    assert!(
+        inspect.contains(&format!("cloud resources (local):\n  Address {address}\n")),
+        "owned resources: {inspect}"
+    );
+    assert!(
+        inspect.contains("plan:\n  demo/echo (ensure): in sync"),
+        "plan: {inspect}"
+    );
     let missing = kubectl.run(&["kube-lb", "inspect", "demo/nope"], None);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("Service demo/nope not found"));

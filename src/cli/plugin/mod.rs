@@ -63,13 +63,18 @@ pub enum PluginCommand {
     /// One line per LoadBalancer Service: address, provider, LoadBalancerReady reason, and
     /// the node announcing it on bare metal.
     Status(Target),
-    /// One Service: its typed load-balancer spec, its LoadBalancerReady condition and its
-    /// last events.
+    /// One Service: its typed load-balancer spec, its LoadBalancerReady condition, its last
+    /// events, the cloud resources it owns and the live plan of its next reconcile.
     Inspect {
         /// The Service, as NAMESPACE/NAME (or NAME in `default`).
         service: String,
+        /// Kubeconfig file; without it `$KUBECONFIG`, `~/.kube/config`, then in-cluster.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// The provider the controller runs with, and how to reach its cloud (as for
+        /// `controller`): the cloud resources and the plan are read through it.
         #[command(flatten)]
-        target: Target,
+        cloud: crate::cloud::CloudArgs,
         /// How many of the Service's most recent events to show.
         #[arg(long, default_value_t = 10)]
         events: usize,
@@ -128,12 +133,16 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<ExitCode> {
         }
         PluginCommand::Inspect {
             service,
-            target,
+            kubeconfig,
+            cloud,
             events,
         } => {
-            let (client, name) = connect(target.kubeconfig.as_deref(), context, timeout).await?;
-            let work = views::inspect(&client, target.cloud, &service, events);
-            bounded(&name, timeout, work).await
+            let (client, name) = connect(kubeconfig.as_deref(), context, timeout).await?;
+            let work = views::inspect(&client, cloud.cloud, &service, events);
+            let found = bounded(&name, timeout, work).await?;
+            // Cloud reads are not bounded by --request-timeout, as for `plan`.
+            views::inspect_cloud(&client, &cloud, &found).await;
+            Ok(ExitCode::SUCCESS)
         }
         PluginCommand::Pools(target) => {
             let (client, name) = connect(target.kubeconfig.as_deref(), context, timeout).await?;

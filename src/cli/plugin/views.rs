@@ -9,7 +9,8 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use crate::cloud::CloudName;
+use crate::cli::plan;
+use crate::cloud::{CloudArgs, CloudName};
 use crate::controller::conditions::CONDITION_TYPE;
 use crate::controller::pools::ippool_resource;
 
@@ -145,7 +146,7 @@ pub(super) async fn inspect(
     cloud: CloudName,
     target: &str,
     last_events: usize,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Service> {
     let (namespace, name) = target.split_once('/').unwrap_or(("default", target));
     anyhow::ensure!(
         !namespace.is_empty() && !name.is_empty(),
@@ -215,7 +216,81 @@ pub(super) async fn inspect(
         );
     }
     print!("{out}");
-    Ok(ExitCode::SUCCESS)
+    Ok(service)
+}
+
+/// The cloud side of `inspect`: the cloud resources the Service owns (as `audit` lists them)
+/// and the live plan (what the controller's next reconcile of it would call), through the
+/// provider `cloud` builds. A provider that cannot be built or read is said, not fatal: the
+/// cluster side was already shown.
+pub(super) async fn inspect_cloud(client: &Client, cloud: &CloudArgs, service: &Service) {
+    match cloud_view(client, cloud, service).await {
+        Ok(text) => print!("{text}"),
+        Err(error) => println!("cloud resources: not read: {error:#}"),
+    }
+}
+
+async fn cloud_view(
+    client: &Client,
+    cloud: &CloudArgs,
+    service: &Service,
+) -> anyhow::Result<String> {
+    let args = cloud.with_cluster_identity(client).await;
+    let built = crate::cloud::build(&args, kube_lb_provider_core::CallCounter::new()).await?;
+    let provider = built.provider.as_ref();
+    let services = Api::<Service>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Services")?
+        .items;
+    // As the controller at its start: the provider learns what the statuses show it built.
+    crate::controller::adopt_statuses(provider, &services).await;
+    let mut out = String::new();
+    let uid = service.metadata.uid.as_deref().unwrap_or_default();
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let owned = provider
+        .owned_resources()
+        .await
+        .context("listing the cloud resources of this cluster")?;
+    let mine: Vec<_> = owned
+        .iter()
+        .filter(|r| {
+            (!uid.is_empty() && crate::audit::uid_matches(uid, &r.service.uid))
+                || (r.service.namespace == namespace && r.service.name == name)
+        })
+        .collect();
+    let _ = writeln!(out, "cloud resources ({}):", provider.name());
+    if mine.is_empty() {
+        let _ = writeln!(out, "  <none>");
+    }
+    for resource in mine {
+        let shared = if resource.shared { " (shared)" } else { "" };
+        let _ = writeln!(out, "  {} {}{shared}", resource.kind, resource.name);
+    }
+    let nodes: Vec<k8s_openapi::api::core::v1::Node> = Api::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing Nodes")?
+        .items;
+    let slices: Vec<k8s_openapi::api::discovery::v1::EndpointSlice> = Api::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("listing EndpointSlices")?
+        .items;
+    let readiness = crate::controller::nodes::Readiness::now(std::time::Duration::from_secs(60));
+    let eligible = crate::controller::nodes::eligible_nodes(nodes.iter(), &readiness);
+    let config = crate::controller::ControllerConfig::new(cloud.cloud.annotations_cloud());
+    match plan::plan_one(service, provider, &config, &eligible, &slices).await {
+        None => {
+            let _ = writeln!(out, "plan: not handled by this controller");
+        }
+        Some(planned) => {
+            let report = plan::PlanReport::new(provider.name(), vec![planned]);
+            let _ = writeln!(out, "plan:\n{}", indent(&plan::table(&report)));
+        }
+    }
+    Ok(out)
 }
 
 /// The reason of the event a node's Layer-2 announcer records on a Service when it takes one
@@ -285,7 +360,13 @@ fn event_time(event: &Event) -> Option<k8s_openapi::jiff::Timestamp> {
 
 fn indent(text: &str) -> String {
     text.lines()
-        .map(|l| format!("  {l}"))
+        .map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("  {l}")
+            }
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
