@@ -162,3 +162,71 @@ async fn an_unreachable_webhook_fails_closed_or_open_by_its_policy() {
         Ok(Vec::new())
     );
 }
+
+#[tokio::test]
+async fn a_webhook_that_never_answers_is_cut_off_at_its_timeout() {
+    // Accepts connections and never answers (not even the TLS handshake).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}/validate", listener.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            open.push(stream);
+        }
+    });
+    let object = json!({"metadata": {"name": "web"}});
+    let attributes = Attributes {
+        operation: "CREATE",
+        group: "",
+        version: "v1",
+        resource: "services",
+        subresource: "",
+        namespaced: true,
+        namespace_labels: Default::default(),
+        object: Some(&object),
+        old_object: None,
+    };
+    let slow = Hook {
+        url,
+        timeout: Duration::from_secs(1),
+        ..hook()
+    };
+    let started = std::time::Instant::now();
+    let closed = admit(
+        std::slice::from_ref(&slow),
+        "Service",
+        "web",
+        Some("default"),
+        &attributes,
+        false,
+    )
+    .await;
+    let waited = started.elapsed();
+    let error = closed.unwrap_err();
+    assert!(
+        error.message.contains("context deadline exceeded"),
+        "{}",
+        error.message
+    );
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    let open = Hook {
+        fail_open: true,
+        ..slow
+    };
+    assert_eq!(
+        admit(
+            &[open],
+            "Service",
+            "web",
+            Some("default"),
+            &attributes,
+            false
+        )
+        .await,
+        Ok(Vec::new())
+    );
+    held.abort();
+}
