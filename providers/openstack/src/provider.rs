@@ -793,36 +793,41 @@ impl OpenStackProvider {
     /// Cascade-deletes a load balancer (a busy one is waited out) and waits until it is gone.
     async fn delete_load_balancer(&self, lb_id: &str) -> Result<(), ProviderError> {
         self.inventory.touch(lb_id);
-        let mut attempt = 0;
-        loop {
-            match self.client.delete_load_balancer(lb_id).await {
-                Ok(()) => break,
-                Err(error) if error.is_not_found() => break,
-                Err(error) if error.is_immutable() && attempt < BUSY_RETRIES => {
-                    attempt += 1;
-                    // Busy because it is already being deleted (our own earlier DELETE whose
-                    // answer was lost and was repeated, or another actor's): nothing to repeat,
-                    // and it never becomes ACTIVE again, so waiting for that would fail.
-                    match self.client.load_balancer(lb_id).await? {
-                        None => break,
-                        Some(lb)
-                            if matches!(
-                                lb.provisioning_status.as_str(),
-                                "PENDING_DELETE" | "DELETED"
-                            ) =>
-                        {
-                            tracing::info!(lb = %lb_id, "load balancer already being deleted; waiting for it to go");
-                            break;
-                        }
-                        Some(_) => {
-                            self.wait_active(lb_id).await?;
-                        }
-                    }
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
+        wait::retry_busy(
+            "Octavia load balancer delete",
+            BUSY_RETRIES,
+            OpenStackError::is_immutable,
+            || self.request_delete(lb_id),
+            |_| self.wait_active(lb_id),
+        )
+        .await?;
         self.wait_deleted(lb_id).await
+    }
+
+    /// One DELETE of the load balancer. Already gone is done. Refused as busy because it is
+    /// already being deleted (our own earlier DELETE whose answer was lost and was repeated,
+    /// or another actor's) is done too: repeating it cannot help, and it never becomes
+    /// `ACTIVE` again, so waiting for that would fail. Busy with anything else is returned, to
+    /// be retried once it is `ACTIVE`.
+    async fn request_delete(&self, lb_id: &str) -> Result<(), OpenStackError> {
+        match self.client.delete_load_balancer(lb_id).await {
+            Ok(()) => Ok(()),
+            Err(error) if error.is_not_found() => Ok(()),
+            Err(error) if error.is_immutable() => match self.client.load_balancer(lb_id).await? {
+                None => Ok(()),
+                Some(lb)
+                    if matches!(
+                        lb.provisioning_status.as_str(),
+                        "PENDING_DELETE" | "DELETED"
+                    ) =>
+                {
+                    tracing::info!(lb = %lb_id, "load balancer already being deleted; waiting for it to go");
+                    Ok(())
+                }
+                Some(_) => Err(error),
+            },
+            Err(error) => Err(error),
+        }
     }
 }
 
