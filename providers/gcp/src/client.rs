@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use google_cloud_compute_v1 as gce;
 use google_cloud_compute_v1::model as gm;
+use kube_lb_provider_core::options::WaitSettings;
+use kube_lb_provider_core::wait::{self, Look};
 use kube_lb_provider_core::{CallKind, CloudApi, PageTokens, ProviderError};
 
 use crate::error::{Failure, GcpError};
@@ -342,56 +344,69 @@ impl Gce {
         }
     }
 
+    /// Waits for operation `op` to be `DONE` (polled in its scope, the pause doubling from
+    /// `poll.initial` to `poll.max`) and returns its result; after `poll.timeout` a pending
+    /// error the controller retries. Through core's one wait loop ([`wait::until`]).
     async fn wait(
         &self,
-        mut op: gm::Operation,
+        op: gm::Operation,
         scope: &OpScope,
         operation: &'static str,
     ) -> Outcome<()> {
-        let started = tokio::time::Instant::now();
-        let mut delay = self.poll.initial;
-        loop {
-            if op.status.as_ref().and_then(|s| s.name()) == Some("DONE") {
-                return Ok(operation_result(&op));
-            }
-            if started.elapsed() >= self.poll.timeout {
-                return Err(ProviderError::Retryable {
-                    operation,
-                    message: format!(
-                        "operation {} not done after {:?}",
-                        op.name.as_deref().unwrap_or_default(),
-                        self.poll.timeout
+        if is_done(&op) {
+            return Ok(operation_result(&op));
+        }
+        let name = op.name.clone().unwrap_or_default();
+        // The first look is the operation as inserted; polling starts one pause later.
+        tokio::time::sleep(self.poll.initial).await;
+        let settings = WaitSettings {
+            first: (self.poll.initial * 2).min(self.poll.max),
+            factor: 2.0,
+            max_interval: self.poll.max,
+            timeout: self.poll.timeout.saturating_sub(self.poll.initial),
+        };
+        wait::until(
+            &settings,
+            operation,
+            &format!("operation {name}"),
+            || async {
+                Ok(match self.poll_operation(scope, &name).await? {
+                    Ok(next) if is_done(&next) => Look::Done(operation_result(&next)),
+                    Ok(next) => Look::Pending(
+                        next.status
+                            .as_ref()
+                            .and_then(|s| s.name())
+                            .unwrap_or("RUNNING")
+                            .to_owned(),
                     ),
-                    source: None,
-                });
+                    Err(failure) => Look::Done(Err(failure)),
+                })
+            },
+        )
+        .await
+    }
+
+    /// One read of operation `name` in its scope.
+    async fn poll_operation(&self, scope: &OpScope, name: &str) -> Outcome<gm::Operation> {
+        let (family, read) = ("operations", CallKind::Read);
+        match scope {
+            OpScope::Region => {
+                self.call(family, "regionOperations.get", read, || {
+                    send!(self, region, region_operations.get().set_operation(name))
+                })
+                .await
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(self.poll.max);
-            let name = op.name.clone().unwrap_or_default();
-            let (family, read) = ("operations", CallKind::Read);
-            let polled = match scope {
-                OpScope::Region => {
-                    self.call(family, "regionOperations.get", read, || {
-                        send!(self, region, region_operations.get().set_operation(&name))
-                    })
-                    .await?
-                }
-                OpScope::Zone(zone) => {
-                    self.call(family, "zoneOperations.get", read, || {
-                        send!(self, zone(zone), zone_operations.get().set_operation(&name))
-                    })
-                    .await?
-                }
-                OpScope::Global => {
-                    self.call(family, "globalOperations.get", read, || {
-                        send!(self, global, global_operations.get().set_operation(&name))
-                    })
-                    .await?
-                }
-            };
-            match polled {
-                Ok(next) => op = next,
-                Err(failure) => return Ok(Err(failure)),
+            OpScope::Zone(zone) => {
+                self.call(family, "zoneOperations.get", read, || {
+                    send!(self, zone(zone), zone_operations.get().set_operation(name))
+                })
+                .await
+            }
+            OpScope::Global => {
+                self.call(family, "globalOperations.get", read, || {
+                    send!(self, global, global_operations.get().set_operation(name))
+                })
+                .await
             }
         }
     }
@@ -1211,6 +1226,10 @@ where
 }
 
 // ---------------------------------------------------------------------- conversions
+
+fn is_done(op: &gm::Operation) -> bool {
+    op.status.as_ref().and_then(|s| s.name()) == Some("DONE")
+}
 
 fn operation_result(op: &gm::Operation) -> Result<(), Failure> {
     let Some(error) = &op.error else {
