@@ -112,10 +112,10 @@ impl AwsProvider {
         counter: CallCounter,
     ) -> AwsProvider {
         let calls = Calls::new(config.rate_limits.clone(), config.retry, counter);
-        let cluster_id = config
-            .cluster_id
-            .clone()
-            .unwrap_or_else(|| cluster_name.to_string());
+        let cluster_id = kube_lb_provider_core::cluster::tagging_name(
+            config.cluster_id.as_deref(),
+            cluster_name,
+        );
         AwsProvider {
             clients: Clients::new(sdk, calls, config.request_timeout),
             config,

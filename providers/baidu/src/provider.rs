@@ -140,7 +140,10 @@ impl BaiduProvider {
         .with_bcc_endpoint(&config.bcc_endpoint);
         Ok(BaiduProvider {
             client: Arc::new(client),
-            cluster: config.cluster_id.unwrap_or_else(|| cluster.to_string()),
+            cluster: kube_lb_provider_core::cluster::tagging_name(
+                config.cluster_id.as_deref(),
+                cluster,
+            ),
             cluster_mark: None,
             vpc_id: config.vpc_id,
             subnet_id: config.subnet_id,

@@ -76,6 +76,18 @@ impl ClusterName {
     }
 }
 
+/// The name a provider tags and names its resources with: the cluster id of the cloud's own
+/// configuration file when it sets one (upstream's `KubernetesClusterID` on AWS,
+/// `cluster-id` on GCE, `ClusterId` on Baidu: a cluster moving over from the upstream
+/// controller keeps owning what it built), else `--cluster-name`. The one rule for every cloud
+/// that reads such a key.
+pub fn tagging_name(config_file_cluster_id: Option<&str>, cluster_name: &str) -> String {
+    config_file_cluster_id
+        .filter(|id| !id.trim().is_empty())
+        .unwrap_or(cluster_name)
+        .to_owned()
+}
+
 /// The cluster's identity: the UID of its kube-system namespace, or `--cluster-id`. Marked on
 /// load balancers named after a Service's namespace/name, so a leftover of a deleted Service
 /// of this cluster is removed and one of another cluster with the same [`ClusterName`] is
@@ -142,6 +154,22 @@ string_newtype!(ClusterIdentity);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_config_files_cluster_id_wins_over_the_cluster_name() {
+        for (configured, expected) in [
+            (Some("prod-eu"), "prod-eu"),
+            (None, "kubernetes"),
+            (Some(""), "kubernetes"),
+            (Some("  "), "kubernetes"),
+        ] {
+            assert_eq!(
+                tagging_name(configured, "kubernetes"),
+                expected,
+                "{configured:?}"
+            );
+        }
+    }
 
     #[test]
     fn identities_go_into_cloud_tags_unchanged_or_are_refused() {

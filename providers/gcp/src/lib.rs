@@ -277,7 +277,10 @@ impl GcpProvider {
             _ => gce.zones().await.map_err(GcpError::Startup)?,
         };
         let cluster_id =
-            desired::sanitise_cluster_id(config.cluster_id.as_deref().unwrap_or(cluster_name));
+            desired::sanitise_cluster_id(&kube_lb_provider_core::cluster::tagging_name(
+                config.cluster_id.as_deref(),
+                cluster_name,
+            ));
         Ok(GcpProvider {
             gce,
             settings: Settings {
