@@ -11,15 +11,18 @@ use serde_json::{Value, json};
 const INTERVAL: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
 
 struct Webhook {
-    child: Child,
+    _process: Process,
     url: String,
     client: reqwest::Client,
 }
 
-impl Drop for Webhook {
+/// The webhook process, killed and reaped when dropped (also when start-up fails).
+struct Process(Child);
+
+impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -37,24 +40,26 @@ async fn start(dir: &Path, name: &str, extra: &[&str]) -> Webhook {
     let port = free_port();
     let ca = dir.join(format!("{name}-ca.pem"));
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
-        .args([
-            "webhook",
-            "--self-signed-for",
-            "127.0.0.1,localhost",
-            "--cloud",
-            "aws",
-        ])
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--ca-bundle-out")
-        .arg(&ca)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let process = Process(
+        Command::new(env!("CARGO_BIN_EXE_kube-lb"))
+            .args([
+                "webhook",
+                "--self-signed-for",
+                "127.0.0.1,localhost",
+                "--cloud",
+                "aws",
+            ])
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--ca-bundle-out")
+            .arg(&ca)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let base = format!("https://127.0.0.1:{port}");
     loop {
@@ -77,7 +82,7 @@ async fn start(dir: &Path, name: &str, extra: &[&str]) -> Webhook {
                 .is_ok_and(|r| r.status() == 200)
             {
                 return Webhook {
-                    child,
+                    _process: process,
                     url: format!("{base}/validate-service"),
                     client,
                 };
