@@ -247,6 +247,11 @@ fn check(
         }]}),
         "{what}"
     );
+    // Every Service, whatever its labels.
+    assert!(
+        hook.get("objectSelector").is_none_or(|s| *s == json!({})),
+        "{what}: {hook}"
+    );
     let client = &hook["clientConfig"];
     assert!(client.get("url").is_none(), "{what}: {client}");
     assert_eq!(
