@@ -17,7 +17,8 @@
 //! at 100 req/s; PASS also needs no errors and ≥ 95 % of the rate). Beside it, the same
 //! figures for `kube_lb::webhook::review::review` called in this process on the same schedule
 //! and bodies (parse, judge, serialise the answer): the difference is what HTTP, TLS, loopback
-//! and the second process cost.
+//! and the second process cost. Both columns include the bench's own wake-up at each due time
+//! and the hand-off to a task; the call alone, timed around `review`, is printed below them.
 //!
 //! Run: `cargo bench --bench webhook` (exits non-zero on FAIL). Cargo builds the `kube-lb`
 //! binary with the bench (same profile: `target/release/kube-lb`) and hands its path to the
@@ -393,20 +394,32 @@ async fn run() -> Result<bool, Error> {
     };
     drop(webhook);
 
+    // The call alone, without the wake-up and the task hand-off both paths pay.
+    let calls = Arc::new(std::sync::Mutex::new(Vec::with_capacity(total as usize)));
+    let timed = calls.clone();
     let in_process = open_loop(rate, total, move |i| {
         let cases = cases.clone();
         let config = config.clone();
+        let timed = timed.clone();
         async move {
             let case = &cases[i as usize % cases.len()];
-            review(&case.body, &config, Mode::Warn)
+            let began = Instant::now();
+            let ok = review(&case.body, &config, Mode::Warn)
                 .map(|answer| {
                     let text = answer.to_string();
                     !text.is_empty() && correct(case, &answer)
                 })
-                .unwrap_or(false)
+                .unwrap_or(false);
+            let took = began.elapsed();
+            timed.lock().unwrap_or_else(|e| e.into_inner()).push(took);
+            ok
         }
     })
     .await;
+    let calls = Outcome {
+        latencies: std::mem::take(&mut *calls.lock().unwrap_or_else(|e| e.into_inner())),
+        ..Outcome::default()
+    };
 
     println!();
     println!(
@@ -440,6 +453,12 @@ async fn run() -> Result<bool, Error> {
         ms(https
             .percentile(0.99)
             .saturating_sub(in_process.percentile(0.99))),
+    );
+    println!(
+        "review() call alone (parse, judge, serialise; no wake-up): p50 {}, p99 {}, max {}",
+        ms(calls.percentile(0.50)),
+        ms(calls.percentile(0.99)),
+        ms(calls.percentile(1.0)),
     );
     if let Some(cpu) = cpu {
         println!(
