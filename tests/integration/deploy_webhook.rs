@@ -8,7 +8,8 @@
 //! binding. Last, the rendered container is run as the kubelet would run it (its args and env,
 //! the Secret's files in a temporary directory), probed as its probes say and sent a review on
 //! the configuration's path, with a client that trusts only the certificate and dials the
-//! Service's DNS name.
+//! Service's DNS name; and the configuration and the Service are created in the embedded API
+//! server, which validates them as kube-apiserver does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -641,4 +642,77 @@ async fn the_rendered_webhook_container_serves_its_probes_and_the_configured_pat
             .any(|w| w.starts_with(&format!("metadata.annotations[{interval}]"))),
         "{answer}"
     );
+}
+
+/// The configuration and the Service as an API server validates them (the embedded server
+/// validates both as kube-apiserver does): accepted as rendered, stored with the fields the
+/// checks above read, and refused when the timeout is past kube-apiserver's 30 s limit — so the
+/// acceptance is a real check.
+#[tokio::test]
+async fn the_rendered_configuration_and_service_pass_api_server_validation() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::{Namespace, Service};
+    use kube::api::{Api, PostParams};
+
+    let Some(kubectl) = kubectl() else {
+        return;
+    };
+    let objects = render(kubectl, "aws");
+    let what = "overlays/aws + the component";
+    let server = kube_lb_apiserver::ApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let client = server.client().unwrap();
+    let post = PostParams::default();
+
+    let namespace: Namespace =
+        serde_json::from_value(one(&objects, "Namespace", "kube-lb-system", what).clone()).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&post, &namespace)
+        .await
+        .unwrap();
+    let service: Service =
+        serde_json::from_value(one(&objects, "Service", WEBHOOK, what).clone()).unwrap();
+    Api::<Service>::namespaced(client.clone(), "kube-lb-system")
+        .create(&post, &service)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: the Service is refused: {e}"));
+
+    let rendered = one(&objects, "ValidatingWebhookConfiguration", WEBHOOK, what).clone();
+    let configs = Api::<ValidatingWebhookConfiguration>::all(client);
+    let mut too_slow = rendered.clone();
+    too_slow["metadata"]["name"] = json!("kube-lb-webhook-too-slow");
+    too_slow["webhooks"][0]["timeoutSeconds"] = json!(31);
+    let refused = configs
+        .create(&post, &serde_json::from_value(too_slow).unwrap())
+        .await
+        .expect_err("a 31 s timeout is refused");
+    assert!(
+        matches!(&refused, kube::Error::Api(status) if status.code == 422),
+        "{refused:?}"
+    );
+
+    let stored = configs
+        .create(&post, &serde_json::from_value(rendered.clone()).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("{what}: the ValidatingWebhookConfiguration is refused: {e}"));
+    let stored = serde_json::to_value(&stored).unwrap();
+    let hook = &stored["webhooks"][0];
+    for field in [
+        "name",
+        "clientConfig",
+        "rules",
+        "failurePolicy",
+        "timeoutSeconds",
+        "sideEffects",
+        "admissionReviewVersions",
+        "matchPolicy",
+        "namespaceSelector",
+    ] {
+        assert_eq!(
+            hook[field], rendered["webhooks"][0][field],
+            "{what}: {field} changed when stored"
+        );
+    }
 }
