@@ -22,6 +22,7 @@ mod dataplane_proxy_cli;
 mod dataplane_userspace_cli;
 mod deploy_iam;
 mod deploy_rbac;
+mod deploy_webhook;
 mod docs_links;
 mod fuzz_lint;
 mod kubectl_legacy;

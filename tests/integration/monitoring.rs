@@ -531,7 +531,7 @@ fn rule_file_passes_promtool_check_and_unit_tests() {
 
 /// `kubectl` (its built-in kustomize renders the overlays). Missing: a failure under CI, a
 /// loud skip elsewhere.
-fn kubectl() -> Option<&'static str> {
+pub(crate) fn kubectl() -> Option<&'static str> {
     let found = Command::new("kubectl")
         .args(["version", "--client"])
         .stdout(Stdio::null())
@@ -550,7 +550,7 @@ fn kubectl() -> Option<&'static str> {
 
 /// `to` as a path relative to the directory `from`: kustomize refuses absolute paths in
 /// `resources:` and `components:`.
-fn relative(from: &Path, to: &Path) -> PathBuf {
+pub(crate) fn relative(from: &Path, to: &Path) -> PathBuf {
     let from = from.canonicalize().unwrap();
     let to = to.canonicalize().unwrap();
     let common = from
@@ -569,7 +569,7 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 }
 
 /// The objects `kubectl kustomize dir` renders.
-fn kustomize(kubectl: &str, dir: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn kustomize(kubectl: &str, dir: &Path) -> Vec<serde_json::Value> {
     let output = Command::new(kubectl)
         .arg("kustomize")
         .arg(dir)
