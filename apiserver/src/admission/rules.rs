@@ -154,6 +154,22 @@ fn ca_bundle(client: &Value) -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// Whether any webhook's rules name this request (operation, group, version, resource,
+/// subresource, scope), before selectors are looked at: a write no rule names needs no
+/// webhook, nor the dry run that shows the webhooks the object.
+pub fn any_rule_matches(configurations: &[&Value], attributes: &Attributes) -> bool {
+    configurations.iter().any(|configuration| {
+        configuration
+            .get("webhooks")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|webhook| webhook.get("rules").and_then(Value::as_array))
+            .flatten()
+            .any(|rule| rule_matches(rule, attributes))
+    })
+}
+
 /// The webhooks of `configurations` that `attributes` must pass, in configuration order.
 pub fn matching(configurations: &[&Value], attributes: &Attributes) -> Vec<Hook> {
     let object_labels = labels(attributes.object);

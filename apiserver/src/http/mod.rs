@@ -246,6 +246,26 @@ async fn admitted(
         .name
         .as_deref()
         .and_then(|name| app.store.get(target.resource, namespace, name).ok());
+    let operation = match (target.delete, &old) {
+        (true, _) => "DELETE",
+        (false, Some(_)) => "UPDATE",
+        (false, None) => "CREATE",
+    };
+    let configurations: Vec<&Value> = target.configurations.iter().map(AsRef::as_ref).collect();
+    let named = crate::admission::Attributes {
+        operation,
+        group: def.group,
+        version: def.version,
+        resource: def.plural,
+        subresource: &target.subresource,
+        namespaced: def.namespaced,
+        namespace_labels: Default::default(),
+        object: None,
+        old_object: None,
+    };
+    if !crate::admission::rules::any_rule_matches(&configurations, &named) {
+        return dispatch_unadmitted(app, registry, method, route, params, headers, body).await;
+    }
     let object = if target.delete {
         None
     } else {
@@ -293,11 +313,6 @@ async fn admitted(
             .map(|ns| crate::admission::rules::labels(Some(&ns)))
             .unwrap_or_default()
     };
-    let operation = match (target.delete, &old) {
-        (true, _) => "DELETE",
-        (false, Some(_)) => "UPDATE",
-        (false, None) => "CREATE",
-    };
     let attributes = crate::admission::Attributes {
         operation,
         group: def.group,
@@ -309,7 +324,6 @@ async fn admitted(
         object: object_ref,
         old_object: old.as_deref(),
     };
-    let configurations: Vec<&Value> = target.configurations.iter().map(AsRef::as_ref).collect();
     let hooks = crate::admission::matching(&configurations, &attributes);
     let warnings = if hooks.is_empty() {
         Vec::new()

@@ -177,3 +177,23 @@ fn a_matching_webhook_carries_its_endpoint_trust_timeout_and_policy() {
         ]
     );
 }
+
+#[test]
+fn a_write_no_rule_names_needs_no_webhook() {
+    let configuration = configuration(json!({"objectSelector": {"matchLabels": {"app": "db"}}}));
+    let object = json!({"metadata": {"name": "web"}});
+    let create = service_create(&object, &[]);
+    // Rules only: the selector (which this object fails) is not looked at.
+    assert!(any_rule_matches(&[&configuration], &create));
+    let status = Attributes {
+        subresource: "status",
+        operation: "UPDATE",
+        ..service_create(&object, &[])
+    };
+    assert!(!any_rule_matches(&[&configuration], &status));
+    let configmap = Attributes {
+        resource: "configmaps",
+        ..service_create(&object, &[])
+    };
+    assert!(!any_rule_matches(&[&configuration], &configmap));
+}
