@@ -332,6 +332,27 @@ async fn kubectl_apply_shows_the_webhooks_warnings_and_a_dry_run_persists_nothin
     assert!(ok, "{stderr}");
     assert!(stderr.contains(&expected), "apply: {stderr}");
     kubectl.ok(&["get", "svc", "web"], None);
+    // An update (kubectl apply patches the stored Service) is judged too, as stored after it.
+    let changed = bad_service("web").replace("\"2\"", "\"4\"");
+    let (ok, _, stderr) = run(&["apply", "-f", "-"], Some(&changed));
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "Warning: metadata.annotations[{INTERVAL}]: invalid value \"4\""
+        )),
+        "update: {stderr}"
+    );
+    let stored = kubectl.ok(
+        &[
+            "get",
+            "svc",
+            "web",
+            "-o",
+            "jsonpath={.metadata.annotations}",
+        ],
+        None,
+    );
+    assert!(stored.contains("\"4\""), "{stored}");
     // kube-system is outside the namespace selector: no warning there.
     let (ok, _, stderr) = run(
         &["apply", "-n", "kube-system", "-f", "-"],
