@@ -25,9 +25,12 @@ use super::*;
 impl EnsureFlow<'_> {
     /// The Classic ELB under the Service's name, with the tags a listing brought.
     pub(super) async fn read_clb(
-        &self,
+        &mut self,
     ) -> Result<(Option<ClbObserved>, Option<BTreeMap<String, String>>), AwsError> {
         let clients = self.provider.clients_ref();
+        if let Some(described) = self.described_clb.take() {
+            return Ok((described, None));
+        }
         if self.mode == Mode::Execute {
             // The first pass after a start reads from one listing of all load balancers.
             match self

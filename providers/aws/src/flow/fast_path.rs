@@ -37,6 +37,7 @@ impl EnsureFlow<'_> {
         desired.instances = instances.ids.clone();
         let Some(observed) = clb::io::describe(self.provider.clients_ref(), &self.name).await?
         else {
+            self.described_clb = Some(None);
             return Ok(None);
         };
         let actions = clb::plan::plan(Some(&observed), &desired);
@@ -44,6 +45,8 @@ impl EnsureFlow<'_> {
             .iter()
             .any(|a| matches!(a, ClbAction::Create | ClbAction::Recreate))
         {
+            // The full plan starts from this description instead of reading it again.
+            self.described_clb = Some(Some(observed));
             return Ok(None);
         }
         let planned = steps::clb_steps(Some(&observed), &desired, &actions);

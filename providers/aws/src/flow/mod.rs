@@ -114,6 +114,9 @@ pub(crate) struct EnsureFlow<'a> {
     name: String,
     runner: Runner,
     outcome: Option<Outcome>,
+    /// The Classic ELB's description the fast path read before it fell back to the full
+    /// plan (`Some(None)`: it is gone), so the full plan does not describe it again.
+    described_clb: Option<Option<crate::clb::plan::ClbObserved>>,
 }
 
 impl<'a> EnsureFlow<'a> {
@@ -136,6 +139,7 @@ impl<'a> EnsureFlow<'a> {
             name: load_balancer_name(&spec.service.uid),
             runner: Runner::default(),
             outcome: None,
+            described_clb: None,
         }
     }
 

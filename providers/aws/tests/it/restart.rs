@@ -131,3 +131,38 @@ async fn restart_resync_reads_each_nlb_from_shared_listings() {
     let per_lb = pass.reads() as f64 / N as f64;
     assert!(per_lb <= 5.0, "{per_lb:.2} reads per NLB (5 resources)");
 }
+
+#[tokio::test]
+async fn a_classic_elb_deleted_behind_the_fast_path_is_described_once_and_rebuilt() {
+    let env = Env::start().await;
+    let nodes = env.nodes(&env.instances);
+    let spec = services(1, "gone", &[]).remove(0);
+    let provider = env.provider(env.config());
+    provider.ensure(&spec, &nodes).await.unwrap();
+    // Deleted by hand: the verified cache still says in sync, so the next resync takes the
+    // fast path, finds nothing, and falls back to the full plan.
+    let name = kube_lb_provider_core::naming::load_balancer_name(&spec.service.uid);
+    env.elb
+        .delete_load_balancer()
+        .load_balancer_name(&name)
+        .send()
+        .await
+        .unwrap();
+    let meter = Meter::new(&provider);
+    provider.ensure(&spec, &nodes).await.unwrap();
+    let pass = meter.take();
+    assert_eq!(
+        pass.operations(CallKind::Mutate)
+            .get("elb:CreateLoadBalancer"),
+        Some(&1),
+        "{pass:?}"
+    );
+    // The fast path's description is the full plan's: the ELB is described once.
+    assert_eq!(
+        pass.operations(CallKind::Read)
+            .get("elb:DescribeLoadBalancers"),
+        Some(&1),
+        "{pass:?}"
+    );
+    env.clb(&name).await;
+}
