@@ -751,7 +751,7 @@ impl Drop for Process {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     // The kernel picks a free port; nothing else on this loopback binds by number meanwhile.
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -24,18 +24,10 @@ impl Drop for Webhook {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts the webhook with a self-signed certificate for 127.0.0.1 and waits until it answers
 /// `/healthz` to a client trusting only that certificate.
 async fn start(dir: &Path, name: &str, extra: &[&str]) -> Webhook {
-    let port = free_port();
+    let port = crate::monitoring::free_port();
     let ca = dir.join(format!("{name}-ca.pem"));
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_kube-lb"))
