@@ -2,6 +2,7 @@
 //! port ([`model`]), an nftables backend ([`nft`]), a tokio userspace proxy ([`userspace`]) and
 //! the kube-proxy compatible health servers ([`health`]).
 
+pub mod bgp;
 pub mod health;
 pub mod l2;
 pub mod maglev;
