@@ -8,4 +8,6 @@
 //!
 //! [`model`]: the validated configuration (peers, advertisements, BFD profiles).
 
+pub mod desired;
+pub mod frr;
 pub mod model;
