@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use ipnet::IpNet;
 use kube::Client;
+use kube_lb_dataplane::bgp::speaker as bgp;
 use kube_lb_dataplane::health::{self, ProxyHealth, ServiceHealthServers};
 use kube_lb_dataplane::l2::announcer as l2;
 use kube_lb_dataplane::maglev::TableSize;
@@ -152,6 +153,42 @@ pub struct Args {
     /// Address of the Layer-2 announcer's `/metrics` (kube_lb_l2_announcing{service,ip,interface}).
     #[arg(long, default_value = "0.0.0.0:10259")]
     pub l2_metrics_addr: SocketAddr,
+
+    /// BGP announcement: advertise the load-balancer addresses this node may take traffic for
+    /// to the routers named by BGPPeer objects (kube-lb.io/v1alpha1, or metallb.io with
+    /// --bgp-metallb-namespace), through FRR running beside the proxy (bgpd, bfdd and
+    /// frr-reloader.sh, see deploy/components/bgp-frr). Cluster Services are advertised from
+    /// every eligible node, Local ones from nodes with a ready endpoint; a cordoned or excluded
+    /// node, and a stopping proxy, withdraw first.
+    #[arg(long)]
+    pub bgp: bool,
+
+    /// Directory shared with FRR's reloader (with --bgp): kube-lb.conf is written there.
+    #[arg(long, default_value = "/etc/frr")]
+    pub bgp_frr_conf_dir: std::path::PathBuf,
+
+    /// Directory of FRR's VTY sockets (with --bgp): the daemons' state is read there.
+    #[arg(long, default_value = "/var/run/frr")]
+    pub bgp_frr_vty_dir: std::path::PathBuf,
+
+    /// BGP router ID (with --bgp; default: the Node's first IPv4 InternalIP).
+    #[arg(long)]
+    pub bgp_router_id: Option<std::net::Ipv4Addr>,
+
+    /// Also read MetalLB's BGPPeer, BGPAdvertisement and BFDProfile objects in this namespace
+    /// (read-only, each logged with a warning), so a cluster can move over without rewriting
+    /// them.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub bgp_metallb_namespace: Option<String>,
+
+    /// How long a stopping proxy waits after withdrawing its routes before its dataplane stops
+    /// (the routers move new connections away meanwhile; established ones keep working).
+    #[arg(long, default_value = "2s")]
+    pub bgp_withdraw_grace: humantime::Duration,
+
+    /// Address of the BGP speaker's `/metrics` (kube_lb_bgp_session_up{peer,address}, ...).
+    #[arg(long, default_value = "0.0.0.0:10260")]
+    pub bgp_metrics_addr: SocketAddr,
 }
 
 /// The scheduler of a mode when `--scheduler` is not given: random in nftables mode (what
@@ -286,6 +323,48 @@ async fn start_l2(
     }))
 }
 
+/// Starts the BGP speaker (`--bgp`) and its metrics server.
+async fn start_bgp(
+    args: &Args,
+    client: Client,
+    health: std::sync::Arc<ProxyHealth>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<Result<(), bgp::SpeakerError>>> {
+    let metrics = std::sync::Arc::new(bgp::BgpMetrics::default());
+    let listener = tokio::net::TcpListener::bind(args.bgp_metrics_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the BGP metrics server to {}",
+                args.bgp_metrics_addr
+            )
+        })?;
+    tracing::info!(addr = %listener.local_addr()?, "serving BGP /metrics");
+    tokio::spawn(bgp::serve_metrics(listener, metrics.clone()));
+    let config = bgp::SpeakerConfig {
+        node_name: args.node_name.clone(),
+        frr: kube_lb_dataplane::bgp::daemon::Frr {
+            conf_dir: args.bgp_frr_conf_dir.clone(),
+            vty_dir: args.bgp_frr_vty_dir.clone(),
+            reload_timeout: Duration::from_secs(10),
+        },
+        router_id: args.bgp_router_id,
+        metallb_namespace: args.bgp_metallb_namespace.clone(),
+        state_interval: Duration::from_secs(1),
+        withdraw_grace: args.bgp_withdraw_grace.into(),
+        health: Some(health),
+        metrics,
+    };
+    tracing::info!(conf_dir = %args.bgp_frr_conf_dir.display(), "BGP announcement on");
+    Ok(tokio::spawn(async move {
+        let result = bgp::run(client, config, shutdown).await;
+        if let Err(error) = &result {
+            tracing::error!(%error, "BGP speaker stopped: this node advertises nothing new");
+        }
+        result
+    }))
+}
+
 /// Runs `kube-lb proxy`.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sync_period: Duration = args.sync_period.into();
@@ -326,14 +405,29 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     .await
     .context("reading the node's interface addresses for NodePorts")?;
     tracing::info!(node = %args.node_name, mode = ?args.mode, "proxy started");
-    let l2_health = health;
-    // One signal stops both the dataplane loop and the announcer.
+    let l2_health = health.clone();
+    // A signal first stops the BGP speaker, which withdraws this node's routes and waits for
+    // the routers to move new connections away; then the dataplane loop and the announcer.
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (stop_bgp, bgp_stopped) = tokio::sync::watch::channel(false);
     let stopped_future = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
+    let speaker = if args.bgp {
+        Some(start_bgp(&args, client.clone(), health, stopped_future(bgp_stopped)).await?)
+    } else {
+        None
+    };
     tokio::spawn(async move {
         super::wait_for_signal().await;
+        let _ = stop_bgp.send(true);
+        if let Some(speaker) = speaker {
+            match speaker.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "BGP speaker"),
+                Err(error) => tracing::warn!(%error, "BGP speaker task"),
+            }
+        }
         let _ = stop.send(true);
     });
     let announcer = if args.l2_announce {

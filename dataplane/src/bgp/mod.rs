@@ -8,6 +8,11 @@
 //!
 //! [`model`]: the validated configuration (peers, advertisements, BFD profiles).
 
+pub mod crd;
+pub mod daemon;
 pub mod desired;
 pub mod frr;
+pub mod lab;
 pub mod model;
+#[cfg(feature = "watch")]
+pub mod speaker;

@@ -338,7 +338,7 @@ async fn renew(client: Client, config: L2Config, results: mpsc::UnboundedSender<
 
 /// Whether the proxy has programmed its rules once: its exported last-success timestamp (the
 /// one the alerts read) is 0 until then.
-fn has_synced(health: &ProxyHealth) -> bool {
+pub(crate) fn has_synced(health: &ProxyHealth) -> bool {
     health
         .metrics_text()
         .lines()

@@ -60,7 +60,9 @@ pub fn announceable(ip: IpAddr) -> bool {
 /// addresses that are not [`announceable`] are skipped: nothing is ever announced that is not
 /// an address assigned to a Service.
 pub fn claims(services: &[&Service], slices: &[&EndpointSlice]) -> BTreeMap<IpAddr, Vec<Claim>> {
-    let mut local_nodes: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    // Keyed by IP family too: an IPv4 address is served by the IPv4 endpoints, so a node with
+    // only an IPv6 endpoint of a dual-stack Local Service has none for its IPv4 address.
+    let mut local_nodes: BTreeMap<(String, String, bool), BTreeSet<String>> = BTreeMap::new();
     for slice in slices {
         let namespace = slice.metadata.namespace.clone().unwrap_or_default();
         let Some(service) = slice
@@ -71,7 +73,10 @@ pub fn claims(services: &[&Service], slices: &[&EndpointSlice]) -> BTreeMap<IpAd
         else {
             continue;
         };
-        let nodes = local_nodes.entry((namespace, service.clone())).or_default();
+        let ipv6 = slice.address_type == "IPv6";
+        let nodes = local_nodes
+            .entry((namespace, service.clone(), ipv6))
+            .or_default();
         for endpoint in &slice.endpoints {
             // As the EndpointSlice API says: an unset `ready` means ready.
             let ready = endpoint
@@ -109,7 +114,7 @@ pub fn claims(services: &[&Service], slices: &[&EndpointSlice]) -> BTreeMap<IpAd
                 service: ServiceKey::new(namespace.clone(), name.clone()),
                 local_only,
                 local_nodes: local_nodes
-                    .get(&(namespace.clone(), name.clone()))
+                    .get(&(namespace.clone(), name.clone(), ip.is_ipv6()))
                     .cloned()
                     .unwrap_or_default(),
             });
@@ -400,6 +405,33 @@ mod tests {
         assert_eq!(addresses, ["10.0.0.50", "10.0.0.51", "fd00::50"]);
         assert_eq!(got[&ip("10.0.0.51")], vec![claim("api", true, &["n1"])]);
         assert_eq!(got[&ip("10.0.0.50")], vec![claim("web", false, &[])]);
+    }
+
+    /// A dual-stack Local Service: each address family is served by its own endpoints, so a
+    /// node with only an IPv6 endpoint is no candidate for the IPv4 address.
+    #[test]
+    fn local_nodes_are_counted_per_address_family() {
+        let dual = service("default", "dual", "10.96.0.4")
+            .port("http", "TCP", 80)
+            .load_balancer(&["10.0.0.53", "fd00::53"])
+            .local(31001)
+            .build();
+        let v4 = slice("default", "dual", "dual-v4")
+            .port("http", "TCP", 8080)
+            .endpoint("10.244.1.10", "n1")
+            .build();
+        let mut v6 = slice("default", "dual", "dual-v6")
+            .port("http", "TCP", 8080)
+            .endpoint("fd01:1::10", "n1")
+            .endpoint("fd01:3::10", "n3")
+            .build();
+        v6.address_type = "IPv6".into();
+        let got = claims(&[&dual], &[&v4, &v6]);
+        assert_eq!(got[&ip("10.0.0.53")], vec![claim("dual", true, &["n1"])]);
+        assert_eq!(
+            got[&ip("fd00::53")],
+            vec![claim("dual", true, &["n1", "n3"])]
+        );
     }
 
     #[test]

@@ -195,9 +195,63 @@ pub struct Pod {
 /// The namespaces of one rig.
 #[derive(Debug)]
 pub struct L2Lab {
+    // Dropped in this order: the pods' servers stop before their namespaces go.
+    pods: PodServers,
     namespaces: Namespaces,
     nodes: usize,
+}
+
+/// The TCP servers of a rig's pods, stopped on drop.
+#[derive(Debug, Default)]
+pub struct PodServers {
     stop: Arc<AtomicBool>,
+}
+
+impl PodServers {
+    /// Starts pod `name` in a new namespace on node namespace `node_ns` (node number `node`,
+    /// whose pod bridge is `cbr0`) as 10.244.node.(10+k) / fd01:node::(10+k): a TCP server on
+    /// port 8080 of both families answering its name.
+    pub fn start(
+        &self,
+        namespaces: &mut Namespaces,
+        node_ns: &str,
+        name: &str,
+        node: usize,
+        k: usize,
+    ) -> io::Result<Pod> {
+        let ns = namespaces.add(&format!("p{name}"))?;
+        namespaces.veth(node_ns, &format!("v{name}"), "cbr0", &ns)?;
+        let pod = Pod {
+            name: name.into(),
+            v4: format!("10.244.{node}.{}", 10 + k),
+            v6: format!("fd01:{node}::{}", 10 + k),
+            node: format!("n{node}"),
+        };
+        namespaces.address_eth0(&ns, &[&format!("{}/24", pod.v4), &format!("{}/64", pod.v6)])?;
+        namespaces.route(&ns, "default", &format!("10.244.{node}.1"))?;
+        namespaces.route(&ns, "default", &format!("fd01:{node}::1"))?;
+        let listener = in_netns(&ns, || TcpListener::bind("[::]:8080"))??;
+        listener.set_nonblocking(true)?;
+        let (stop, answer) = (self.stop.clone(), name.to_owned());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut stream, _)) => {
+                        let _ = stream.write_all(format!("{answer}\n").as_bytes());
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Ok(pod)
+    }
+}
+
+impl Drop for PodServers {
+    fn drop(&mut self) {
+        // The accept loops stop; their namespaces go with the rig's.
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// A node's IPv4 address (1-based).
@@ -216,7 +270,7 @@ impl L2Lab {
         let mut lab = L2Lab {
             namespaces: Namespaces::new("klbl2"),
             nodes,
-            stop: Arc::new(AtomicBool::new(false)),
+            pods: PodServers::default(),
         };
         let switch = lab.namespaces.add("sw")?;
         lab.namespaces
@@ -269,35 +323,8 @@ impl L2Lab {
     /// Starts pod `name` on node `node` (1-based) as 10.244.node.(10+k) / fd01:node::(10+k).
     pub fn pod(&mut self, name: &str, node: usize, k: usize) -> io::Result<Pod> {
         let node_ns = self.ns(&format!("n{node}"));
-        let ns = self.namespaces.add(&format!("p{name}"))?;
-        self.namespaces
-            .veth(&node_ns, &format!("v{name}"), "cbr0", &ns)?;
-        let pod = Pod {
-            name: name.into(),
-            v4: format!("10.244.{node}.{}", 10 + k),
-            v6: format!("fd01:{node}::{}", 10 + k),
-            node: format!("n{node}"),
-        };
-        self.namespaces
-            .address_eth0(&ns, &[&format!("{}/24", pod.v4), &format!("{}/64", pod.v6)])?;
-        self.namespaces
-            .route(&ns, "default", &format!("10.244.{node}.1"))?;
-        self.namespaces
-            .route(&ns, "default", &format!("fd01:{node}::1"))?;
-        let listener = in_netns(&ns, || TcpListener::bind("[::]:8080"))??;
-        listener.set_nonblocking(true)?;
-        let (stop, answer) = (self.stop.clone(), name.to_owned());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut stream, _)) => {
-                        let _ = stream.write_all(format!("{answer}\n").as_bytes());
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Ok(pod)
+        self.pods
+            .start(&mut self.namespaces, &node_ns, name, node, k)
     }
 
     /// One TCP connection from the client to `addr`: the name of the pod that answered.
@@ -494,13 +521,6 @@ pub fn first_success(
                 .saturating_sub(Duration::from_millis(1))
                 .min(Duration::from_millis(20)),
         );
-    }
-}
-
-impl Drop for L2Lab {
-    fn drop(&mut self) {
-        // The pods' accept loops stop first; the namespaces go when the fields are dropped.
-        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

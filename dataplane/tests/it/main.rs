@@ -4,6 +4,7 @@
 
 #[macro_use]
 mod support;
+mod bgp_netns;
 mod l2_netns;
 mod maglev_netns;
 mod nft_in_process;

@@ -1,0 +1,416 @@
+//! BGP announcement on a routed (virtual) network, in network namespaces these tests create
+//! ([`kube_lb_dataplane::bgp::lab`]): three nodes, each running the agent (`kube-lb proxy
+//! --mode userspace --bgp`, started as this test binary again inside the node's namespace)
+//! beside its own FRR (zebra, bgpd, bfdd and `deploy/components/bgp-frr/frr-reloader.sh`); a
+//! router running BIRD 2 with ECMP; a client behind the router; the embedded API server on
+//! the switch. What the router learned is read from BIRD itself (`birdc`), and the client's
+//! connections show which nodes the traffic went through.
+//!
+//! Root, `ip netns`, `nft`, FRR and BIRD 2 are needed; without them the tests skip loudly,
+//! and fail under `CI=true`.
+
+#![cfg(feature = "watch")]
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube_lb_apiserver::ApiServer;
+use kube_lb_dataplane::bgp::crd::CRDS;
+use kube_lb_dataplane::bgp::lab::{self, BgpLab, RouterConfig};
+use kube_lb_dataplane::l2::lab::{Pod, in_netns};
+use kube_lb_dataplane::testing::{node, service, slice};
+
+const API_PORT: u16 = 6443;
+const API_ADDRESS: &str = "10.0.0.1";
+
+/// The agent of one node, run when this binary is started inside a node namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "started by the other tests inside a node namespace"]
+async fn bgp_node_agent() {
+    let (Ok(api), Ok(node), Ok(conf), Ok(vty)) = (
+        std::env::var("KLB_BGP_AGENT_API"),
+        std::env::var("KLB_BGP_AGENT_NODE"),
+        std::env::var("KLB_BGP_AGENT_CONF"),
+        std::env::var("KLB_BGP_AGENT_VTY"),
+    ) else {
+        return;
+    };
+    lab::run_agent(
+        &api,
+        &node,
+        conf.into(),
+        vty.into(),
+        Duration::from_millis(500),
+    )
+    .await
+    .expect("agent");
+}
+
+/// Skips (or, under `CI=true`, fails) when the rig cannot be built here.
+macro_rules! require_bgp_lab {
+    () => {
+        if let Err(why) = lab::available() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "the BGP rig cannot run here: {why}"
+            );
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+fn reloader() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/components/bgp-frr/frr-reloader.sh")
+}
+
+/// One node's agent process; SIGKILLed when dropped.
+struct Agent(Child);
+
+impl Agent {
+    fn start(lab: &BgpLab, i: usize) -> Agent {
+        let exe = std::env::current_exe().expect("test binary");
+        let frr = lab.frr(i);
+        let child = lab
+            .node_command(
+                i,
+                &exe,
+                &[
+                    "--exact",
+                    "bgp_netns::bgp_node_agent",
+                    "--ignored",
+                    "--nocapture",
+                ],
+            )
+            .env(
+                "KLB_BGP_AGENT_API",
+                format!("http://{API_ADDRESS}:{API_PORT}"),
+            )
+            .env("KLB_BGP_AGENT_NODE", format!("n{i}"))
+            .env("KLB_BGP_AGENT_CONF", &frr.conf_dir)
+            .env("KLB_BGP_AGENT_VTY", &frr.vty_dir)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start agent");
+        Agent(child)
+    }
+
+    /// SIGTERM, then wait: the agent withdraws its routes before its dataplane stops.
+    fn stop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The rig with the API server and three agents.
+struct Rig {
+    agents: Vec<Agent>,
+    server: Option<kube_lb_apiserver::server::RunningApiServer>,
+    runtime: tokio::runtime::Runtime,
+    lab: BgpLab,
+}
+
+impl Rig {
+    fn new(router: &RouterConfig, pods: &[(&str, usize)]) -> (Rig, Vec<Pod>) {
+        let mut lab = BgpLab::new(3, router, &reloader()).expect("lab");
+        let pods = pods
+            .iter()
+            .enumerate()
+            .map(|(k, (name, node))| lab.pod(name, *node, k).expect("pod"))
+            .collect();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let listen: SocketAddr = format!("{API_ADDRESS}:{API_PORT}")
+            .parse()
+            .expect("address");
+        let server = in_netns(&lab.ns("sw"), || {
+            runtime.block_on(
+                ApiServer::builder()
+                    .listen(listen)
+                    .secondary_service_cidr("fd00:96::/112".parse().expect("cidr"))
+                    .start(),
+            )
+        })
+        .expect("setns")
+        .expect("api server");
+        for crd in CRDS
+            .iter()
+            .chain([&include_str!("../../../deploy/base/ippool-crd.yaml")])
+        {
+            server.apply_manifests(crd).expect("CRD");
+        }
+        server
+            .seed(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "kube-lb-system"}}))
+            .expect("seed namespace");
+        for i in 1..=3 {
+            server
+                .seed(node(
+                    &format!("n{i}"),
+                    "za",
+                    "r1",
+                    &[&lab::node_v4(i), &lab::node_v6(i)],
+                ))
+                .expect("seed node");
+        }
+        (
+            Rig {
+                agents: Vec::new(),
+                server: Some(server),
+                runtime,
+                lab,
+            },
+            pods,
+        )
+    }
+
+    fn server(&self) -> &kube_lb_apiserver::server::RunningApiServer {
+        self.server.as_ref().expect("server runs")
+    }
+
+    fn seed(&self, object: impl serde::Serialize) {
+        self.server().seed(object).expect("seed");
+    }
+
+    /// Creates or replaces `object`.
+    fn replace(&self, object: impl serde::Serialize) {
+        let text = serde_json::to_string(&object).expect("JSON");
+        self.server().apply_manifests(&text).expect("replace");
+    }
+
+    fn apply(&self, manifests: &str) {
+        self.server().apply_manifests(manifests).expect("manifests");
+    }
+
+    fn start_agents(&mut self) {
+        self.agents = (1..=3).map(|i| Agent::start(&self.lab, i)).collect();
+    }
+
+    /// Waits until the router has `prefix` from exactly `nodes`; how long it took.
+    fn learned(&self, prefix: &str, nodes: &[usize], ceiling: Duration) -> Duration {
+        let mut last = Vec::new();
+        self.lab
+            .wait_for(ceiling, |lab| {
+                last = lab.learned_from(prefix).unwrap_or_default();
+                last == nodes
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{prefix}: the router has it from nodes {last:?}, not {nodes:?}\n{}",
+                    self.lab.route_details(prefix).unwrap_or_default()
+                )
+            })
+    }
+
+    /// The pods answering `count` connections from the client to `addr`.
+    fn answers(&self, addr: SocketAddr, count: usize) -> BTreeSet<String> {
+        (0..count)
+            .filter_map(|_| self.lab.connect(addr, Duration::from_millis(500)).ok())
+            .collect()
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.agents.clear();
+        if let Some(server) = self.server.take() {
+            self.runtime.block_on(server.shutdown());
+        }
+    }
+}
+
+fn lb_service(name: &str, cluster_ips: &[&str], ips: &[&str], local: Option<i32>) -> Service {
+    let mut svc = service("default", name, cluster_ips[0])
+        .port("http", "TCP", 80)
+        .load_balancer(ips)
+        .build();
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.cluster_ips = Some(cluster_ips.iter().map(|ip| (*ip).to_owned()).collect());
+        if cluster_ips.len() > 1 {
+            spec.ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
+            spec.ip_family_policy = Some("RequireDualStack".into());
+        }
+        if let Some(port) = local {
+            spec.external_traffic_policy = Some("Local".into());
+            spec.health_check_node_port = Some(port);
+        }
+    }
+    svc
+}
+
+fn pods_slice(name: &str, pods: &[&Pod], v6: bool) -> EndpointSlice {
+    let suffix = if v6 { "v6" } else { "v4" };
+    let mut builder = slice("default", name, &format!("{name}-{suffix}")).port("http", "TCP", 8080);
+    for pod in pods {
+        builder = builder.endpoint(if v6 { &pod.v6 } else { &pod.v4 }, &pod.node);
+    }
+    let mut slice = builder.build();
+    if v6 {
+        slice.address_type = "IPv6".into();
+    }
+    slice
+}
+
+/// The BGP configuration of the rig: one IPv4 and one IPv6 peer (the router), a BFD profile,
+/// the pool, and one advertisement with communities.
+const CONFIG: &str = r#"
+apiVersion: kube-lb.io/v1alpha1
+kind: IPPool
+metadata: {name: routed}
+spec:
+  addresses: ["10.3.0.0/24", "fd03::/64"]
+---
+apiVersion: kube-lb.io/v1alpha1
+kind: BFDProfile
+metadata: {name: fast}
+spec: {receiveInterval: 300, transmitInterval: 300, detectMultiplier: 3}
+---
+apiVersion: kube-lb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: router}
+spec:
+  myASN: 64512
+  peerASN: 64500
+  peerAddress: 10.0.0.254
+  holdTime: 9s
+  keepaliveTime: 3s
+  bfdProfile: fast
+---
+apiVersion: kube-lb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: router-v6}
+spec:
+  myASN: 64512
+  peerASN: 64500
+  peerAddress: fd00::fe
+  holdTime: 9s
+  keepaliveTime: 3s
+  bfdProfile: fast
+---
+apiVersion: kube-lb.io/v1alpha1
+kind: BGPAdvertisement
+metadata: {name: routed}
+spec:
+  ipAddressPools: [routed]
+  communities: ["65000:100", "large:64512:7:8"]
+"#;
+
+/// The router learns each Service's prefix from exactly the nodes that may take its traffic
+/// (every node for `Cluster`, the nodes with a ready endpoint for `Local`), IPv4 and IPv6
+/// (MP-BGP over the IPv6 session), with the communities configured; the client reaches the
+/// Service through ECMP to every advertising node; a Local Service's prefix is withdrawn
+/// within a second of its last endpoint on a node going away; a cordoned node withdraws.
+#[test]
+fn bgp_routes_come_from_the_right_nodes_and_traffic_spreads_over_them() {
+    require_bgp_lab!();
+    let router = RouterConfig {
+        bfd: true,
+        hold_time: 9,
+        ..RouterConfig::default()
+    };
+    let (mut rig, pods) = Rig::new(&router, &[("x", 1), ("y", 2), ("z", 3)]);
+    rig.apply(CONFIG);
+    // `spread`: Local with an endpoint on every node, so the pod answering names the node the
+    // router sent the connection to. `only-y`: Local with its endpoint on n2 alone.
+    rig.seed(lb_service(
+        "spread",
+        &["10.96.0.10", "fd00:96::10"],
+        &["10.3.0.10", "fd03::10"],
+        Some(31010),
+    ));
+    let all: Vec<&Pod> = pods.iter().collect();
+    rig.seed(pods_slice("spread", &all, false));
+    rig.seed(pods_slice("spread", &all, true));
+    rig.seed(lb_service(
+        "only-y",
+        &["10.96.0.11"],
+        &["10.3.0.11"],
+        Some(31011),
+    ));
+    rig.seed(pods_slice("only-y", &[&pods[1]], false));
+    rig.start_agents();
+
+    rig.learned("10.3.0.10/32", &[1, 2, 3], Duration::from_secs(60));
+    rig.learned("fd03::10/128", &[1, 2, 3], Duration::from_secs(30));
+    rig.learned("10.3.0.11/32", &[2], Duration::from_secs(30));
+    let details = rig.lab.route_details("10.3.0.10/32").expect("birdc");
+    assert!(details.contains("BGP.community: (65000,100)"), "{details}");
+    assert!(
+        details.contains("BGP.large_community: (64512, 7, 8)"),
+        "{details}"
+    );
+    // Addresses no Service has are never advertised.
+    assert!(
+        rig.lab
+            .learned_from("10.3.0.12/32")
+            .expect("birdc")
+            .is_empty()
+    );
+
+    let spread = SocketAddr::new("10.3.0.10".parse().expect("ip"), 80);
+    let answered = rig.answers(spread, 60);
+    assert_eq!(
+        answered,
+        ["x", "y", "z"].map(String::from).into(),
+        "ECMP should spread connections over every advertising node"
+    );
+    let spread6 = SocketAddr::new("fd03::10".parse::<IpAddr>().expect("ip"), 80);
+    assert_eq!(rig.answers(spread6, 60).len(), 3, "IPv6 through ECMP too");
+    assert_eq!(
+        rig.answers(SocketAddr::new("10.3.0.11".parse().expect("ip"), 80), 10),
+        ["y".to_owned()].into()
+    );
+
+    // The endpoint of `spread` on n3 goes away: n3 withdraws within a second.
+    let changed = Instant::now();
+    rig.replace(pods_slice("spread", &[&pods[0], &pods[1]], false));
+    let took = changed.elapsed() + rig.learned("10.3.0.10/32", &[1, 2], Duration::from_secs(5));
+    eprintln!("withdrawn after the last local endpoint went: {took:?}");
+    assert!(took <= Duration::from_secs(1), "withdrawal took {took:?}");
+    assert!(!rig.answers(spread, 30).contains("z"));
+
+    // n1 is cordoned (a drain's first step): it withdraws everything.
+    let mut cordoned = node("n1", "za", "r1", &[&lab::node_v4(1), &lab::node_v6(1)]);
+    cordoned.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+        unschedulable: Some(true),
+        ..Default::default()
+    });
+    rig.replace(cordoned);
+    rig.learned("10.3.0.10/32", &[2], Duration::from_secs(5));
+    rig.learned("fd03::10/128", &[2, 3], Duration::from_secs(5));
+    assert_eq!(rig.answers(spread, 20), ["y".to_owned()].into());
+
+    // A graceful stop of n2's agent withdraws its routes before its dataplane stops.
+    rig.agents[1].stop();
+    assert!(
+        rig.lab
+            .learned_from("10.3.0.10/32")
+            .expect("birdc")
+            .is_empty()
+    );
+    assert!(
+        rig.lab
+            .learned_from("10.3.0.11/32")
+            .expect("birdc")
+            .is_empty()
+    );
+}
