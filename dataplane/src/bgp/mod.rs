@@ -7,5 +7,9 @@
 //! # Modules
 //!
 //! [`model`]: the validated configuration (peers, advertisements, BFD profiles).
+//!
+//! [`crd`]: the `BGPPeer`, `BGPAdvertisement` and `BFDProfile` custom resources as stored
+//! (`kube-lb.io/v1alpha1`, and MetalLB's as read-only aliases), validated into the model.
 
+pub mod crd;
 pub mod model;
