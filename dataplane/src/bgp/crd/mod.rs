@@ -839,6 +839,22 @@ fn peer_from_spec(check: &mut Check<'_>, object: &Value, spec: &BgpPeerSpec) -> 
         .password_secret
         .as_ref()
         .and_then(|secret| password_ref(check, object, secret));
+    if let Some(secret) = &password
+        && (secret.namespace != PASSWORD_SECRET_NAMESPACE || secret.name != PASSWORD_SECRET)
+    {
+        // Not fatal: the reference is what was written, and a deployment may grant more; but
+        // with the shipped RBAC the session cannot authenticate, which is better said here
+        // than found in a router's log.
+        check.note(
+            "spec.passwordSecret",
+            format!(
+                "passwordSecret names Secret {}/{}, which the proxy may not read as shipped (it \
+                 may read {PASSWORD_SECRET_NAMESPACE}/{PASSWORD_SECRET} only): the session stays \
+                 down until the password is a key of that Secret and passwordSecret names the key",
+                secret.namespace, secret.name
+            ),
+        );
+    }
     let bfd_profile = spec
         .bfd_profile
         .as_deref()

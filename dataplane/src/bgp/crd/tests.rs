@@ -200,6 +200,26 @@ fn a_peer_with_defaults_and_one_with_everything() {
         ..want
     };
     assert_eq!(peer, Some(want));
+
+    // Another Secret than the one the proxy may read: kept as written, and said.
+    let spec = peer_spec(json!({"passwordSecret": {"name": "mine", "namespace": "default"}}));
+    let (peer, problems) = read_peer(&object("r1", spec), Origin::KubeLb);
+    assert_eq!(
+        peer.unwrap().password,
+        Some(SecretKeyRef {
+            namespace: "default".into(),
+            name: "mine".into(),
+            key: "password".into(),
+        })
+    );
+    assert_one(
+        &problems,
+        "BGPPeer",
+        "r1",
+        "spec.passwordSecret",
+        "default/mine, which the proxy may not read as shipped",
+        "another Secret",
+    );
 }
 
 #[test]
@@ -990,18 +1010,28 @@ fn metallb_objects_as_its_docs_write_them() {
     assert_eq!(local.local_pref, Some(100));
     assert_eq!(local.peers, ["metallb:peer-with-bfd"]);
 
-    // The one refused: an inline password.
+    // A Secret the shipped RBAC does not let the proxy read is said (the peer is kept), and an
+    // inline password is refused.
+    let (unreadable, refused) = (&config.problems[..1], &config.problems[1..]);
     assert_one(
-        &config.problems,
+        unreadable,
+        "BGPPeer",
+        "metallb:peer-with-bfd",
+        "spec.passwordSecret",
+        "Secret metallb-system/secretname, which the proxy may not read",
+        "peer-with-bfd",
+    );
+    assert_one(
+        refused,
         "BGPPeer",
         "metallb:plain-password",
         "spec.password",
         "passwordSecret",
         "plain-password",
     );
-    assert_eq!(config.problems[0].origin, Origin::MetalLb);
+    assert_eq!(refused[0].origin, Origin::MetalLb);
     assert_eq!(
-        object_name(Origin::MetalLb, &config.problems[0].name),
+        object_name(Origin::MetalLb, &refused[0].name),
         "plain-password"
     );
 
@@ -1056,7 +1086,7 @@ fn both_origins_resolve_references_across() {
         config.peers[0].bfd_profile.as_deref(),
         Some("metallb:full-example")
     );
-    // Only the kube-lb name `sample` dangles, and the MetalLB inline password is refused.
+    // Only the kube-lb name `sample` dangles (beside the MetalLB docs' own problems).
     let got: Vec<(&str, &str)> = config
         .problems
         .iter()
@@ -1065,6 +1095,7 @@ fn both_origins_resolve_references_across() {
     assert_eq!(
         got,
         [
+            ("metallb:peer-with-bfd", "spec.passwordSecret"),
             ("metallb:plain-password", "spec.password"),
             ("a", "spec.peers[1]")
         ]
