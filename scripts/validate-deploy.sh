@@ -21,6 +21,10 @@ for overlay in deploy/overlays/*/; do
          echo "deploy: overlay $name grants the local provider's IPPool/Namespace access"; status=1; continue
        fi ;;
   esac
+  # The BGP component (the proxy's BGP kinds and its one Secret) belongs to bare-metal only.
+  if [ "$name" != bare-metal ] && grep -q 'kube-lb-proxy-bgp' "$out/$name.yaml"; then
+    echo "deploy: overlay $name grants the proxy's BGP access"; status=1; continue
+  fi
   if ! .venv/bin/kubernetes-validate --quiet --strict -k "$K8S_VERSION" "$out/$name.yaml"; then
     echo "deploy: overlay $name fails schema validation"; status=1; continue
   fi

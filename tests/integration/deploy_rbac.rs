@@ -4,7 +4,9 @@
 //! to each ServiceAccount — nothing missing (the pod would fail) and nothing unused. The
 //! controller is run once per `--cloud`, against that cloud's mock, and compared with what the
 //! overlay of that cloud grants as `kubectl kustomize` renders it: the `local` provider's
-//! IPPool and Namespace access (`deploy/components/local-pools`) only where it runs.
+//! IPPool and Namespace access (`deploy/components/local-pools`) only where it runs. The BGP
+//! component's proxy grants (`deploy/components/bgp`) are checked as written until the speaker
+//! that uses them exists: its kinds, MetalLB's read-only, and one Secret by name.
 
 #![allow(clippy::unwrap_used)] // test set-up: a failed unwrap is a failed test
 
@@ -1040,4 +1042,152 @@ async fn proxy_l2_announce_rbac_is_exactly_base_plus_the_l2_component() {
         &[permission("events.k8s.io", "events", "patch")],
     );
     recorder.task.abort();
+}
+
+/// The BGP component (`deploy/components/bgp`, in `overlays/bare-metal`) grants the proxy its
+/// BGP configuration and nothing more: kube-lb's three kinds and the IPPools they select,
+/// MetalLB's three kinds read-only (no status write there: kube-lb never writes to them), the
+/// status of kube-lb's kinds, events, and one Secret by name, through a Role in kube-lb-system:
+/// a ClusterRole, or a rule without `resourceNames`, would let every node's proxy read other
+/// Secrets. No other overlay grants any of it. (Which grants the running speaker uses is
+/// checked like `--l2-announce`'s once the speaker exists.)
+#[test]
+fn the_bgp_component_grants_the_proxy_its_configuration_and_one_secret() {
+    let bgp = granted(&["deploy/components/bgp/rbac.yaml"], "kube-lb-proxy");
+    let mut want = BTreeSet::new();
+    for resource in ["bgppeers", "bgpadvertisements", "bfdprofiles", "ippools"] {
+        for verb in ["get", "list", "watch"] {
+            want.insert(permission("kube-lb.io", resource, verb));
+        }
+    }
+    for resource in ["bgppeers", "bgpadvertisements", "bfdprofiles"] {
+        want.insert(permission(
+            "kube-lb.io",
+            &format!("{resource}/status"),
+            "patch",
+        ));
+        for verb in ["get", "list", "watch"] {
+            want.insert(permission("metallb.io", resource, verb));
+        }
+    }
+    want.insert(permission("events.k8s.io", "events", "create"));
+    want.insert(permission("events.k8s.io", "events", "patch"));
+    want.insert(permission("", "secrets#kube-lb-bgp-passwords", "get"));
+    assert_eq!(bgp, want);
+
+    // The overlay renders exactly the base, Layer-2 and BGP grants for the proxy.
+    let rendered = rendered_overlay("bare-metal");
+    assert_eq!(
+        granted_in(std::slice::from_ref(&rendered), "kube-lb-proxy"),
+        granted(
+            &[
+                "deploy/base/rbac-proxy.yaml",
+                "deploy/components/l2-announce/rbac.yaml",
+                "deploy/components/bgp/rbac.yaml",
+            ],
+            "kube-lb-proxy"
+        )
+    );
+    // Every rule naming Secrets is that one Role's, in kube-lb-system, bound there.
+    let mut secret_rules = 0;
+    let mut bound_in = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&rendered) {
+        let obj: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        if obj["kind"] == "RoleBinding" && obj["roleRef"]["name"] == "kube-lb-proxy-bgp-passwords" {
+            bound_in.push(obj["metadata"]["namespace"].clone());
+        }
+        for rule in obj["rules"].as_array().into_iter().flatten() {
+            let names_secrets = rule["resources"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r == "secrets"));
+            if names_secrets {
+                secret_rules += 1;
+                assert_eq!(obj["kind"], "Role", "{obj}");
+                assert_eq!(obj["metadata"]["namespace"], "kube-lb-system", "{obj}");
+                assert_eq!(
+                    rule["resourceNames"],
+                    json!(["kube-lb-bgp-passwords"]),
+                    "{obj}"
+                );
+                assert_eq!(rule["verbs"], json!(["get"]), "{obj}");
+            }
+        }
+    }
+    assert_eq!(secret_rules, 1);
+    assert_eq!(bound_in, [json!("kube-lb-system")]);
+
+    // Nowhere else.
+    let overlays = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/overlays");
+    for entry in std::fs::read_dir(overlays).unwrap() {
+        let overlay = entry.unwrap().file_name().into_string().unwrap();
+        if overlay == "bare-metal" {
+            continue;
+        }
+        let granted = granted_in(&[rendered_overlay(&overlay)], "kube-lb-proxy");
+        let bgp_only: Vec<_> = granted
+            .iter()
+            .filter(|p| {
+                p.0 == "metallb.io"
+                    || p.1.starts_with("secrets")
+                    || ["bgppeers", "bgpadvertisements", "bfdprofiles"]
+                        .iter()
+                        .any(|r| p.1.starts_with(r))
+            })
+            .collect();
+        assert!(
+            bgp_only.is_empty(),
+            "overlays/{overlay} grants {bgp_only:?}"
+        );
+    }
+}
+
+/// The bare-metal overlay's CustomResourceDefinitions, as kustomize renders them (the
+/// IPPool's and the BGP kinds'), are taken by the API server, and the BGP kinds are then
+/// served: objects of each validate and are stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bare_metal_overlays_crds_serve_the_bgp_kinds() {
+    let server = ApiServer::builder().start().await.unwrap();
+    let rendered = rendered_overlay("bare-metal");
+    let mut crds = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&rendered) {
+        let obj: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        if obj["kind"] == "CustomResourceDefinition" {
+            crds.push(obj["metadata"]["name"].as_str().unwrap().to_string());
+            server
+                .apply_manifests(&serde_json::to_string(&obj).unwrap())
+                .unwrap();
+        }
+    }
+    crds.sort();
+    assert_eq!(
+        crds,
+        [
+            "bfdprofiles.kube-lb.io",
+            "bgpadvertisements.kube-lb.io",
+            "bgppeers.kube-lb.io",
+            "ippools.kube-lb.io"
+        ]
+    );
+    server
+        .apply_manifests(
+            "apiVersion: kube-lb.io/v1alpha1\nkind: BGPPeer\nmetadata: {name: tor}\n\
+             spec: {myASN: 64512, peerASN: 64513, peerAddress: 192.0.2.1}\n---\n\
+             apiVersion: kube-lb.io/v1alpha1\nkind: BGPAdvertisement\nmetadata: {name: all}\n\
+             spec: {}\n---\n\
+             apiVersion: kube-lb.io/v1alpha1\nkind: BFDProfile\nmetadata: {name: fast}\n\
+             spec: {receiveInterval: 100}\n",
+        )
+        .unwrap();
+    for (kind, name) in [
+        ("BGPPeer", "tor"),
+        ("BGPAdvertisement", "all"),
+        ("BFDProfile", "fast"),
+    ] {
+        assert!(
+            server
+                .get_value("kube-lb.io/v1alpha1", kind, None, name)
+                .is_some(),
+            "{kind} {name}"
+        );
+    }
 }
