@@ -5,6 +5,8 @@
 //! call counter plus the cloud's own state.
 //!
 //! Run: `cargo test --features aws,gcp,azure --test integration provider_scenarios::`.
+//! With `KUBE_LB_SCENARIO_CALLS=<path>` set, every step also appends its mutating calls to that
+//! file as a JSON line ([`record`]), to compare two trees with `scripts/scenario-calls-diff.py`.
 #![cfg(any(
     feature = "aws",
     feature = "gcp",
@@ -15,11 +17,13 @@
 ))]
 #![allow(clippy::unwrap_used)]
 
+mod record;
 pub(crate) mod scenarios;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use kube_lb_annotations::ServiceKey;
 use kube_lb_provider_core::{
     BackendNode, CallCounter, CallKind, CallSnapshot, LoadBalancerStatus, ProviderError,
     RetryPolicy,
@@ -37,20 +41,40 @@ fn mutated(counter: &CallCounter, before: &CallSnapshot) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Runs `ensure` and returns the status plus the mutating operations it made.
+/// Runs `ensure` as the scenario's step `step` ([`record`]) and returns the status plus the
+/// mutating operations it made.
 async fn ensure<H: Harness>(
     h: &H,
+    step: &str,
     svc: &Svc,
     nodes: &[BackendNode],
 ) -> (LoadBalancerStatus, Vec<(String, u64)>) {
     let counter = h.counter();
     let before = counter.snapshot();
+    let mark = h.mark();
     let status = h
         .provider()
         .ensure(&svc.spec(H::CLOUD), nodes)
         .await
-        .unwrap_or_else(|e| panic!("{}: ensure failed: {e}", h.provider().name()));
-    (status, mutated(&counter, &before))
+        .unwrap_or_else(|e| panic!("{}: {step}: ensure failed: {e}", h.provider().name()));
+    let mutations = mutated(&counter, &before);
+    record::step(h, step, &mutations, mark);
+    (status, mutations)
+}
+
+/// Runs `delete` as the scenario's step `step` ([`record`]) and returns the mutating
+/// operations it made.
+async fn delete<H: Harness>(h: &H, step: &str, key: &ServiceKey) -> Vec<(String, u64)> {
+    let counter = h.counter();
+    let before = counter.snapshot();
+    let mark = h.mark();
+    h.provider()
+        .delete(key)
+        .await
+        .unwrap_or_else(|e| panic!("{}: {step}: delete failed: {e}", h.provider().name()));
+    let mutations = mutated(&counter, &before);
+    record::step(h, step, &mutations, mark);
+    mutations
 }
 
 fn assert_has_address(status: &LoadBalancerStatus, provider: &str) {
@@ -68,7 +92,7 @@ fn assert_has_address(status: &LoadBalancerStatus, provider: &str) {
 /// mock keeps a journal, by the server's own record.
 async fn assert_noop_resync<H: Harness>(h: &H, svc: &Svc, nodes: &[BackendNode], when: &str) {
     let mark = h.mark();
-    let (status, mutations) = ensure(h, svc, nodes).await;
+    let (status, mutations) = ensure(h, &format!("resync {when}"), svc, nodes).await;
     let name = h.provider().name();
     assert_eq!(
         mutations,
@@ -86,7 +110,7 @@ async fn assert_noop_resync<H: Harness>(h: &H, svc: &Svc, nodes: &[BackendNode],
 async fn create_reports_an_address<H: Harness>() {
     let h = H::start().await;
     let svc = Svc::new(h.annotations());
-    let (status, mutations) = ensure(&h, &svc, &h.nodes()).await;
+    let (status, mutations) = ensure(&h, "create", &svc, &h.nodes()).await;
     let name = h.provider().name();
     assert_has_address(&status, name);
     assert!(!mutations.is_empty(), "{name}: create made no calls");
@@ -107,26 +131,26 @@ async fn create_reports_an_address<H: Harness>() {
 async fn immediate_resync_makes_no_mutating_call<H: Harness>() {
     let h = H::start().await;
     let svc = Svc::new(h.annotations());
-    let (first, _) = ensure(&h, &svc, &h.nodes()).await;
+    let (first, _) = ensure(&h, "create", &svc, &h.nodes()).await;
     assert_noop_resync(&h, &svc, &h.nodes(), "after create").await;
-    let (again, _) = ensure(&h, &svc, &h.nodes()).await;
+    let (again, _) = ensure(&h, "resync again", &svc, &h.nodes()).await;
     assert_eq!(again, first, "{}: address changed", h.provider().name());
 }
 
 async fn port_change_converges_and_keeps_the_address<H: Harness>() {
     let h = H::start().await;
     let svc = Svc::new(h.annotations());
-    let (first, _) = ensure(&h, &svc, &h.nodes()).await;
+    let (first, _) = ensure(&h, "create", &svc, &h.nodes()).await;
     let name = h.provider().name();
 
     let changed = svc.clone().ports(&[(80, 30080), (8443, 30443)]);
-    let (status, mutations) = ensure(&h, &changed, &h.nodes()).await;
+    let (status, mutations) = ensure(&h, "add a port", &changed, &h.nodes()).await;
     assert!(!mutations.is_empty(), "{name}: a new port made no calls");
     assert_eq!(status, first, "{name}: the address moved on a port change");
     assert_noop_resync(&h, &changed, &h.nodes(), "after adding a port").await;
 
     let replaced = svc.clone().ports(&[(8443, 30443)]);
-    let (status, mutations) = ensure(&h, &replaced, &h.nodes()).await;
+    let (status, mutations) = ensure(&h, "replace the ports", &replaced, &h.nodes()).await;
     assert!(
         !mutations.is_empty(),
         "{name}: removing a port made no calls"
@@ -138,12 +162,12 @@ async fn port_change_converges_and_keeps_the_address<H: Harness>() {
 async fn node_added_mutates_only_registration<H: Harness>() {
     let mut h = H::start().await;
     let svc = Svc::new(h.annotations());
-    let (first, _) = ensure(&h, &svc, &h.nodes()).await;
+    let (first, _) = ensure(&h, "create", &svc, &h.nodes()).await;
     let name = h.provider().name();
 
     let mut nodes = h.nodes();
     nodes.push(h.add_node().await);
-    let (status, mutations) = ensure(&h, &svc, &nodes).await;
+    let (status, mutations) = ensure(&h, "add a node", &svc, &nodes).await;
     assert_eq!(status, first, "{name}: the address moved on a node add");
     assert!(
         !mutations.is_empty(),
@@ -164,12 +188,12 @@ async fn node_added_mutates_only_registration<H: Harness>() {
 async fn local_cluster_switch_converges<H: Harness>() {
     let h = H::start().await;
     let svc = Svc::new(h.annotations());
-    let (first, _) = ensure(&h, &svc, &h.nodes()).await;
+    let (first, _) = ensure(&h, "create", &svc, &h.nodes()).await;
     let name = h.provider().name();
 
     let changes_lb = h.traffic_policy_changes_the_load_balancer();
     let local = svc.clone().local(32123);
-    let (status, mutations) = ensure(&h, &local, &h.nodes()).await;
+    let (status, mutations) = ensure(&h, "Cluster to Local", &local, &h.nodes()).await;
     assert_eq!(
         !mutations.is_empty(),
         changes_lb,
@@ -182,7 +206,7 @@ async fn local_cluster_switch_converges<H: Harness>() {
     assert_noop_resync(&h, &local, &h.nodes(), "after Cluster → Local").await;
 
     let cluster = local.cluster();
-    let (status, mutations) = ensure(&h, &cluster, &h.nodes()).await;
+    let (status, mutations) = ensure(&h, "Local to Cluster", &cluster, &h.nodes()).await;
     assert_eq!(
         !mutations.is_empty(),
         changes_lb,
@@ -199,25 +223,16 @@ async fn delete_removes_everything_and_repeats_freely<H: Harness>() {
     let h = H::start().await;
     let svc = Svc::new(h.annotations());
     let key = svc.key(H::CLOUD);
-    ensure(&h, &svc, &h.nodes()).await;
+    ensure(&h, "create", &svc, &h.nodes()).await;
     let name = h.provider().name();
 
-    h.provider()
-        .delete(&key)
-        .await
-        .unwrap_or_else(|e| panic!("{name}: delete failed: {e}"));
+    delete(&h, "delete", &key).await;
     assert_eq!(h.provider().status(&key).await.unwrap(), None, "{name}");
     assert_eq!(h.owned().await, Vec::<String>::new(), "{name}: left behind");
 
-    let counter = h.counter();
-    let before = counter.snapshot();
     let mark = h.mark();
-    h.provider()
-        .delete(&key)
-        .await
-        .unwrap_or_else(|e| panic!("{name}: second delete failed: {e}"));
     assert_eq!(
-        mutated(&counter, &before),
+        delete(&h, "delete again", &key).await,
         Vec::<(String, u64)>::new(),
         "{name}: a second delete mutated"
     );
@@ -232,14 +247,11 @@ async fn delete_after_the_load_balancer_vanished_succeeds<H: Harness>() {
     let h = H::start().await;
     let svc = Svc::new(h.annotations());
     let key = svc.key(H::CLOUD);
-    ensure(&h, &svc, &h.nodes()).await;
+    ensure(&h, "create", &svc, &h.nodes()).await;
     let name = h.provider().name();
 
     h.remove_load_balancer_out_of_band().await;
-    h.provider()
-        .delete(&key)
-        .await
-        .unwrap_or_else(|e| panic!("{name}: delete after out-of-band removal failed: {e}"));
+    delete(&h, "delete after the load balancer vanished", &key).await;
     assert_eq!(h.provider().status(&key).await.unwrap(), None, "{name}");
     assert_eq!(
         h.owned().await,
@@ -254,14 +266,14 @@ async fn delete_after_the_load_balancer_vanished_succeeds<H: Harness>() {
 /// nothing.
 async fn ensure_after_the_load_balancer_vanished_makes_it_again<H: Harness>() {
     let h = H::start_without_read_cache().await;
-    let (created, _) = ensure(&h, &Svc::new(h.annotations()), &h.nodes()).await;
+    let (created, _) = ensure(&h, "create", &Svc::new(h.annotations()), &h.nodes()).await;
     let name = h.provider().name();
     // The ids the Service now carries (TKE's, CCE's) name a load balancer that will be gone.
     let svc = written_back(&h, &created);
     let key = svc.key(H::CLOUD);
 
     h.remove_load_balancer_out_of_band().await;
-    let (status, mutations) = ensure(&h, &svc, &h.nodes()).await;
+    let (status, mutations) = ensure(&h, "ensure after it vanished", &svc, &h.nodes()).await;
     assert!(
         !mutations.is_empty(),
         "{name}: the resync after an out-of-band removal made no calls"
@@ -279,10 +291,7 @@ async fn ensure_after_the_load_balancer_vanished_makes_it_again<H: Harness>() {
         "after the load balancer was made again",
     )
     .await;
-    h.provider()
-        .delete(&key)
-        .await
-        .unwrap_or_else(|e| panic!("{name}: delete failed: {e}"));
+    delete(&h, "delete", &key).await;
     assert_eq!(h.owned().await, Vec::<String>::new(), "{name}: left behind");
 }
 
@@ -293,7 +302,8 @@ async fn a_port_closed_behind_the_providers_back_is_opened_again<H: Harness>() {
     let h = H::start_without_read_cache().await;
     let both = svc_ports(&[80, 8443]);
     let ports = [(80, 30080), (8443, 30443)];
-    let (first, _) = ensure(&h, &Svc::new(h.annotations()).ports(&ports), &h.nodes()).await;
+    let created = Svc::new(h.annotations()).ports(&ports);
+    let (first, _) = ensure(&h, "create", &created, &h.nodes()).await;
     let name = h.provider().name();
     assert_eq!(h.ports_open().await, both, "{name}: after create");
     let svc = written_back(&h, &first).ports(&ports);
@@ -304,7 +314,7 @@ async fn a_port_closed_behind_the_providers_back_is_opened_again<H: Harness>() {
         svc_ports(&[80]),
         "{name}: the tamper landed"
     );
-    let (status, mutations) = ensure(&h, &svc, &h.nodes()).await;
+    let (status, mutations) = ensure(&h, "ensure after a port closed", &svc, &h.nodes()).await;
     assert!(
         !mutations.is_empty(),
         "{name}: the resync after a port was closed made no calls"
@@ -333,7 +343,7 @@ fn written_back<H: Harness>(h: &H, status: &LoadBalancerStatus) -> Svc {
 /// no-op.
 async fn a_backend_removed_behind_the_providers_back_is_registered_again<H: Harness>() {
     let h = H::start_without_read_cache().await;
-    let (first, _) = ensure(&h, &Svc::new(h.annotations()), &h.nodes()).await;
+    let (first, _) = ensure(&h, "create", &Svc::new(h.annotations()), &h.nodes()).await;
     let name = h.provider().name();
     let svc = written_back(&h, &first);
     let registered = h.backends().await;
@@ -345,7 +355,7 @@ async fn a_backend_removed_behind_the_providers_back_is_registered_again<H: Harn
         !h.backends().await.contains(&removed),
         "{name}: the tamper landed"
     );
-    let (_, mutations) = ensure(&h, &svc, &h.nodes()).await;
+    let (_, mutations) = ensure(&h, "ensure after a backend removed", &svc, &h.nodes()).await;
     assert!(
         !mutations.is_empty(),
         "{name}: the resync after {removed} was removed made no calls"
@@ -458,7 +468,7 @@ async fn a_cloud_that_stops_answering_fails_in_time_then_converges<H: Harness>()
         provider.ensure(&spec, &h.nodes()),
     )
     .await;
-    let (first, _) = ensure(&h, &svc, &h.nodes()).await;
+    let (first, _) = ensure(&h, "create after a stall", &svc, &h.nodes()).await;
     assert_has_address(&first, name);
     assert_eq!(
         h.load_balancers_of_the_service().await,
@@ -477,7 +487,7 @@ async fn a_cloud_that_stops_answering_fails_in_time_then_converges<H: Harness>()
         provider.ensure(&spec, &h.nodes()),
     )
     .await;
-    let (status, _) = ensure(&h, &changed, &h.nodes()).await;
+    let (status, _) = ensure(&h, "add a port after a stall", &changed, &h.nodes()).await;
     assert_eq!(status, first, "{name}: the address moved");
     assert_eq!(
         h.load_balancers_of_the_service().await,
@@ -489,10 +499,7 @@ async fn a_cloud_that_stops_answering_fails_in_time_then_converges<H: Harness>()
     // A delete, same again: once the cloud answers, the next delete removes everything.
     let key = changed.key(H::CLOUD);
     fails_in_time_while_silent(&h, "the delete", provider.delete(&key)).await;
-    provider
-        .delete(&key)
-        .await
-        .unwrap_or_else(|e| panic!("{name}: delete after the cloud answered again: {e}"));
+    delete(&h, "delete after a stall", &key).await;
     assert_eq!(provider.status(&key).await.unwrap(), None, "{name}");
     assert_eq!(h.owned().await, Vec::<String>::new(), "{name}: left behind");
 }
@@ -507,15 +514,16 @@ macro_rules! scenario_table {
         $(
             #[cfg(feature = $feature)]
             mod $cloud {
-                scenario_table!(@tests $harness, $scenarios);
+                scenario_table!(@tests $cloud, $harness, $scenarios);
             }
         )*
     };
-    (@tests $harness:ty, [$($scenario:ident),* $(,)?]) => {
+    (@tests $cloud:ident, $harness:ty, [$($scenario:ident),* $(,)?]) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() {
-                super::$scenario::<$harness>().await;
+                let scenario = super::$scenario::<$harness>();
+                super::record::scenario(stringify!($cloud), stringify!($scenario), scenario).await;
             }
         )*
     };
