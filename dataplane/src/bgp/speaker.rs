@@ -243,6 +243,10 @@ async fn read_passwords(
 #[derive(Debug, Default)]
 struct Applied {
     text: Option<String>,
+    /// The prefixes and instance AS of the configuration last handed over (what the dead
+    /// man's switch must be able to withdraw).
+    prefixes: BTreeSet<ipnet::IpNet>,
+    asn: Option<u32>,
     generation: u64,
     retry_at: Option<Instant>,
     backoff: Duration,
@@ -329,6 +333,8 @@ pub async fn run(
         generation: config.frr.last_generation().await.unwrap_or(0),
         ..Applied::default()
     };
+    let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(config.frr.clone())));
+    let mut fired = config.frr.deadman_fired().await;
     let mut desired_now = DesiredSpeaker::default();
     let mut reported = Reported::default();
     let mut last_problems: Vec<String> = Vec::new();
@@ -365,6 +371,15 @@ pub async fn run(
                         None => tracing::info!(node = %node_name, "advertising"),
                     }
                     last_withdrawal = Some(withdrawn.clone());
+                    dirty = true;
+                }
+                let fired_now = config.frr.deadman_fired().await;
+                if fired_now != fired {
+                    // FRR withdrew everything while this proxy was stalled: hand the
+                    // configuration over again.
+                    tracing::warn!("FRR's dead man's switch fired: applying the configuration again");
+                    fired = fired_now;
+                    applied.text = None;
                     dirty = true;
                 }
                 let retry_due = applied.retry_at.is_some_and(|at| now >= at);
@@ -416,7 +431,7 @@ pub async fn run(
                     }
                     continue;
                 }
-                apply(&config, &mut applied, text).await;
+                apply(&config, &mut applied, text, &desired_now).await;
                 if stopping {
                     if applied.retry_at.is_none() {
                         tracing::info!(grace = ?config.withdraw_grace, "routes withdrawn; waiting for the routers before the dataplane stops");
@@ -434,13 +449,37 @@ pub async fn run(
     Ok(())
 }
 
-async fn apply(config: &SpeakerConfig, applied: &mut Applied, text: String) {
+async fn apply(
+    config: &SpeakerConfig,
+    applied: &mut Applied,
+    text: String,
+    desired: &DesiredSpeaker,
+) {
     let generation = applied.generation + 1;
     let started = std::time::Instant::now();
+    let prefixes: BTreeSet<ipnet::IpNet> = desired.routes.keys().copied().collect();
+    let asn = frr::instance_asn(desired);
+    // While the hand-over runs, the switch must cover what was announced and what is about
+    // to be: a crash in between leaves no prefix behind.
+    let mut both = applied.prefixes.clone();
+    both.extend(prefixes.iter().copied());
+    let deadman = |asn, prefixes| frr::withdrawal_commands(asn, prefixes);
+    if let Err(error) = config
+        .frr
+        .write_deadman(&deadman(applied.asn.or(asn), &both))
+        .await
+    {
+        tracing::warn!(%error, "dead man's switch not updated");
+    }
     match config.frr.apply(&text, generation).await {
         Ok(()) => {
             tracing::info!(generation, took = ?started.elapsed(), "FRR configuration applied");
+            if let Err(error) = config.frr.write_deadman(&deadman(asn, &prefixes)).await {
+                tracing::warn!(%error, "dead man's switch not updated");
+            }
             applied.text = Some(text);
+            applied.prefixes = prefixes;
+            applied.asn = asn;
             applied.generation = generation;
             applied.retry_at = None;
             applied.backoff = Duration::ZERO;
@@ -448,11 +487,39 @@ async fn apply(config: &SpeakerConfig, applied: &mut Applied, text: String) {
         }
         Err(error) => {
             applied.generation = generation;
+            applied.prefixes = both;
             applied.backoff = (applied.backoff * 2).clamp(RETRY_MIN, RETRY_MAX);
             applied.retry_at = Some(Instant::now() + applied.backoff);
             tracing::error!(%error, retry_in = ?applied.backoff, "FRR configuration not applied");
             config.metrics.state().reloads_failed += 1;
         }
+    }
+}
+
+/// Beats every [`HEARTBEAT_INTERVAL`](super::daemon::HEARTBEAT_INTERVAL) until dropped.
+async fn heartbeat(frr: Frr) {
+    let mut interval = tokio::time::interval(super::daemon::HEARTBEAT_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned = false;
+    for beat in 1u64.. {
+        interval.tick().await;
+        match frr.beat(beat).await {
+            Ok(()) => warned = false,
+            Err(error) if !warned => {
+                tracing::warn!(%error, "BGP heartbeat not written: FRR withdraws this node's routes");
+                warned = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Aborts the task it holds when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

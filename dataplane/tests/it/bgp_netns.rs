@@ -414,3 +414,43 @@ fn bgp_routes_come_from_the_right_nodes_and_traffic_spreads_over_them() {
             .is_empty()
     );
 }
+
+/// A proxy that dies (SIGKILL: nothing withdrawn by the proxy, its userspace dataplane gone)
+/// loses its node's routes through FRR's dead man's switch within about a second, while the
+/// other nodes keep theirs; the proxy started again advertises again.
+#[test]
+fn bgp_a_killed_proxy_is_withdrawn_by_the_dead_mans_switch() {
+    require_bgp_lab!();
+    let router = RouterConfig {
+        bfd: true,
+        hold_time: 9,
+        ..RouterConfig::default()
+    };
+    let (mut rig, pods) = Rig::new(&router, &[("x", 1), ("y", 2), ("z", 3)]);
+    rig.apply(CONFIG);
+    rig.seed(lb_service(
+        "spread",
+        &["10.96.0.10"],
+        &["10.3.0.10"],
+        Some(31010),
+    ));
+    rig.seed(pods_slice(
+        "spread",
+        &pods.iter().collect::<Vec<_>>(),
+        false,
+    ));
+    rig.start_agents();
+    rig.learned("10.3.0.10/32", &[1, 2, 3], Duration::from_secs(60));
+
+    let _ = rig.agents[0].0.kill();
+    let killed = Instant::now();
+    let took = killed.elapsed() + rig.learned("10.3.0.10/32", &[2, 3], Duration::from_secs(5));
+    eprintln!("withdrawn after the proxy was killed: {took:?}");
+    assert!(took <= Duration::from_millis(1500), "took {took:?}");
+    // Sessions stay up: only the prefixes went.
+    let summary = rig.lab.birdc("show protocols n1").expect("birdc");
+    assert!(summary.contains("Established"), "{summary}");
+
+    rig.agents[0] = Agent::start(&rig.lab, 1);
+    rig.learned("10.3.0.10/32", &[1, 2, 3], Duration::from_secs(30));
+}
