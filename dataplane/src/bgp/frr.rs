@@ -16,6 +16,8 @@
 //!   attributes is each peer's outbound route map: one `permit` entry per set of attributes,
 //!   matching a prefix list, and a final `deny`. Nothing is learned from peers (inbound
 //!   `deny`): a node needs no routes from its routers to answer for its addresses.
+//! - `bgp graceful-restart-disable`: routers drop a failed node's routes when its session
+//!   ends (hold timer, BFD) instead of keeping them stale for two minutes.
 //! - BFD timers are written only where they differ from FRR's defaults (300 ms, ×3), as FRR
 //!   prints its running configuration, so a reload with nothing changed changes nothing.
 //! - `bgp route-map delay-timer 0`: route-map changes (a Local Service's last endpoint going
@@ -270,6 +272,10 @@ pub fn render(desired: &DesiredSpeaker, context: &RenderContext) -> String {
         let _ = writeln!(out, " bgp router-id {router_id}");
     }
     out.push_str(" no bgp default ipv4-unicast\n no bgp network import-check\n");
+    // No graceful restart: a router that sees this node's session fail must drop its routes at
+    // once, not keep them as stale for the restart time (120 s) while the node is gone. A
+    // restarting proxy needs none: FRR keeps the sessions, and the dead man's switch withdraws.
+    out.push_str(" bgp graceful-restart-disable\n");
     for session in &desired.sessions {
         render_neighbor(&mut out, session, router_asn, context);
     }

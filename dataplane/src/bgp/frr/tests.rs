@@ -116,6 +116,7 @@ router bgp 64512
  bgp router-id 10.9.0.1
  no bgp default ipv4-unicast
  no bgp network import-check
+ bgp graceful-restart-disable
  neighbor 10.9.0.254 remote-as 64500
  neighbor 10.9.0.254 description r1
  neighbor 10.9.0.254 bfd
