@@ -340,6 +340,8 @@ pub async fn run(
     let mut reported = Reported::default();
     let mut last_problems: Vec<String> = Vec::new();
     let mut written_valid: BTreeMap<(String, String), Value> = BTreeMap::new();
+    // Each imported MetalLB object is warned about once per process.
+    let mut metallb_warned: BTreeSet<String> = BTreeSet::new();
     tokio::pin!(shutdown);
 
     loop {
@@ -398,7 +400,12 @@ pub async fn run(
                     continue;
                 }
                 dirty = false;
-                let bgp = read_config(&custom, config.metallb_namespace.is_some());
+                let (bgp, imported) = read_config(&custom, config.metallb_namespace.is_some());
+                for warning in imported {
+                    if metallb_warned.insert(warning.clone()) {
+                        tracing::warn!(%warning, "MetalLB object read as an alias");
+                    }
+                }
                 let problems: Vec<String> = bgp.problems.iter().map(|p| format!("{} {} {}: {}", p.kind, p.name, p.field, p.message)).collect();
                 if problems != last_problems {
                     for problem in &problems {
@@ -532,14 +539,20 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn read_config(custom: &[Writer<DynamicObject>], with_metallb: bool) -> BgpConfig {
+/// The validated configuration, and one warning per MetalLB object imported.
+fn read_config(custom: &[Writer<DynamicObject>], with_metallb: bool) -> (BgpConfig, Vec<String>) {
     let kube_lb: Vec<Vec<Value>> = custom[1..4].iter().map(values).collect();
     let metallb: Vec<Vec<Value>> = if with_metallb {
         custom[4..7].iter().map(values).collect()
     } else {
         vec![Vec::new(), Vec::new(), Vec::new()]
     };
-    crd::read_all(
+    let warnings = crd::metallb_warnings(Objects {
+        peers: &metallb[0],
+        advertisements: &metallb[1],
+        bfd_profiles: &metallb[2],
+    });
+    let config = crd::read_all(
         Objects {
             peers: &kube_lb[0],
             advertisements: &kube_lb[1],
@@ -550,7 +563,8 @@ fn read_config(custom: &[Writer<DynamicObject>], with_metallb: bool) -> BgpConfi
             advertisements: &metallb[1],
             bfd_profiles: &metallb[2],
         },
-    )
+    );
+    (config, warnings)
 }
 
 fn pools(store: &Writer<DynamicObject>) -> Vec<PoolView> {
