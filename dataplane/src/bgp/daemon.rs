@@ -247,7 +247,8 @@ impl Frr {
         }
     }
 
-    /// Runs `command` on `daemon` (`bgpd`, `bfdd`) through its VTY socket.
+    /// Runs `command` on `daemon` (`bgpd`, `bfdd`) through its VTY socket, in the enable node
+    /// as vtysh does (bfdd answers `show bfd peers` only there).
     pub async fn command(&self, daemon: &str, command: &str) -> Result<String, FrrError> {
         let socket = self.vty_dir.join(format!("{daemon}.vty"));
         let error = |source| FrrError::Vty {
@@ -257,33 +258,20 @@ impl Frr {
         let mut stream = tokio::net::UnixStream::connect(&socket)
             .await
             .map_err(error)?;
-        let mut request = command.as_bytes().to_vec();
-        request.push(0);
-        stream.write_all(&request).await.map_err(error)?;
-        let mut answer = Vec::new();
-        let mut buffer = vec![0u8; 64 * 1024];
-        loop {
-            let read = stream.read(&mut buffer).await.map_err(error)?;
-            if read == 0 {
-                return Err(error(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the daemon closed the socket before the end of its answer",
-                )));
+        let mut answer = String::new();
+        for line in ["enable", command] {
+            let (output, status) = exchange(&mut stream, line).await.map_err(error)?;
+            if status != 0 {
+                return Err(FrrError::Command {
+                    daemon: daemon.to_owned(),
+                    command: line.to_owned(),
+                    status,
+                    output,
+                });
             }
-            answer.extend_from_slice(&buffer[..read]);
-            if let Some((output, status)) = split_answer(&answer) {
-                let output = String::from_utf8_lossy(output).into_owned();
-                if status != 0 {
-                    return Err(FrrError::Command {
-                        daemon: daemon.to_owned(),
-                        command: command.to_owned(),
-                        status,
-                        output,
-                    });
-                }
-                return Ok(output);
-            }
+            answer = output;
         }
+        Ok(answer)
     }
 
     async fn json(&self, daemon: &str, command: &str) -> Result<Value, FrrError> {
@@ -316,6 +304,32 @@ impl Frr {
     /// The BFD sessions as bfdd sees them.
     pub async fn bfd_peers(&self) -> Result<BTreeMap<IpAddr, BfdState>, FrrError> {
         Ok(parse_bfd(&self.json("bfdd", "show bfd peers json").await?))
+    }
+}
+
+/// Writes one NUL-terminated command on a VTY stream and reads its whole answer: the text and
+/// the status byte.
+async fn exchange(
+    stream: &mut tokio::net::UnixStream,
+    command: &str,
+) -> std::io::Result<(String, u8)> {
+    let mut request = command.as_bytes().to_vec();
+    request.push(0);
+    stream.write_all(&request).await?;
+    let mut answer = Vec::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = stream.read(&mut buffer).await?;
+        if read == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the daemon closed the socket before the end of its answer",
+            ));
+        }
+        answer.extend_from_slice(&buffer[..read]);
+        if let Some((output, status)) = split_answer(&answer) {
+            return Ok((String::from_utf8_lossy(output).into_owned(), status));
+        }
     }
 }
 

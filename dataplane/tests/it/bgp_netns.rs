@@ -221,6 +221,27 @@ impl Rig {
             })
     }
 
+    /// Node `i`'s BGP metrics (the agent serves them on port 10260 in its namespace).
+    fn metrics(&self, i: usize) -> String {
+        in_netns(
+            &self.lab.ns(&format!("n{i}")),
+            || -> std::io::Result<String> {
+                let mut stream = std::net::TcpStream::connect("127.0.0.1:10260")?;
+                stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+                std::io::Write::write_all(
+                    &mut stream,
+                    b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                )?;
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut stream, &mut text)?;
+                Ok(text)
+            },
+        )
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
+    }
+
     /// The pods answering `count` connections from the client to `addr`.
     fn answers(&self, addr: SocketAddr, count: usize) -> BTreeSet<String> {
         (0..count)
@@ -359,6 +380,23 @@ fn bgp_routes_come_from_the_right_nodes_and_traffic_spreads_over_them() {
     assert!(
         details.contains("BGP.large_community: (64512, 7, 8)"),
         "{details}"
+    );
+    // The metrics say what bgpd and bfdd report: both sessions up with BFD, and what was sent.
+    let wanted = [
+        "kube_lb_bgp_session_up{peer=\"router\",address=\"10.0.0.254\"} 1",
+        "kube_lb_bgp_bfd_session_up{peer=\"router\",address=\"10.0.0.254\"} 1",
+        "kube_lb_bgp_bfd_session_up{peer=\"router-v6\",address=\"fd00::fe\"} 1",
+        "kube_lb_bgp_announced_prefixes_total{peer=\"router\",address=\"10.0.0.254\"} 1",
+        "kube_lb_bgp_announced_prefixes_total{peer=\"router-v6\",address=\"fd00::fe\"} 1",
+    ];
+    let mut text = String::new();
+    let reported = rig.lab.wait_for(Duration::from_secs(10), |_| {
+        text = rig.metrics(1);
+        wanted.iter().all(|line| text.lines().any(|l| l == *line))
+    });
+    assert!(
+        reported.is_some(),
+        "node 1's metrics lack one of {wanted:?}:\n{text}"
     );
     // LOCAL_PREF travels on iBGP (the IPv6 sessions) only; eBGP drops it.
     let details6 = rig.lab.route_details("fd03::10/128").expect("birdc");

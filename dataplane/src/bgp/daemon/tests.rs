@@ -87,19 +87,31 @@ async fn commands_over_a_vty_socket() {
     let dir = std::env::temp_dir().join(format!("klb-vty-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let listener = tokio::net::UnixListener::bind(dir.join("bgpd.vty")).unwrap();
+    // Like bfdd: commands other than `enable` are refused until `enable` was sent on the
+    // connection; then the second one is answered (0) or refused (1).
     let server = tokio::spawn(async move {
         for status in [0u8, 1u8] {
             let (mut stream, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut byte = [0u8; 1];
-            while stream.read(&mut byte).await.unwrap() == 1 && byte[0] != 0 {
-                request.push(byte[0]);
+            let mut enabled = false;
+            loop {
+                let mut request = Vec::new();
+                let mut byte = [0u8; 1];
+                while stream.read(&mut byte).await.unwrap() == 1 && byte[0] != 0 {
+                    request.push(byte[0]);
+                }
+                if request == b"enable" {
+                    enabled = true;
+                    stream.write_all(&[0, 0, 0, 0]).await.unwrap();
+                    continue;
+                }
+                assert!(enabled, "a command before enable");
+                stream.write_all(b"{\"answer\":").await.unwrap();
+                stream.flush().await.unwrap();
+                let rest = format!("\"{}\"}}", String::from_utf8_lossy(&request));
+                stream.write_all(rest.as_bytes()).await.unwrap();
+                stream.write_all(&[0, 0, 0, status]).await.unwrap();
+                break;
             }
-            stream.write_all(b"{\"answer\":").await.unwrap();
-            stream.flush().await.unwrap();
-            let rest = format!("\"{}\"}}", String::from_utf8_lossy(&request));
-            stream.write_all(rest.as_bytes()).await.unwrap();
-            stream.write_all(&[0, 0, 0, status]).await.unwrap();
         }
     });
     let frr = Frr {
