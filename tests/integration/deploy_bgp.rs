@@ -130,9 +130,17 @@ fn the_bare_metal_overlay_runs_frr_beside_the_proxy_with_minimal_capabilities() 
 
     let proxy = container(daemonset, "proxy");
     let args = strings(&proxy["args"]);
-    assert_eq!(args.iter().filter(|a| **a == "--bgp").count(), 1, "{args:?}");
+    assert_eq!(
+        args.iter().filter(|a| **a == "--bgp").count(),
+        1,
+        "{args:?}"
+    );
     // The directories the proxy uses are where the sidecar's are mounted, by default.
-    for flag in ["--bgp-frr-conf-dir", "--bgp-frr-vty-dir", "--bgp-metrics-addr"] {
+    for flag in [
+        "--bgp-frr-conf-dir",
+        "--bgp-frr-vty-dir",
+        "--bgp-metrics-addr",
+    ] {
         assert!(
             !args.iter().any(|a| a.starts_with(flag)),
             "{flag} is left at its default: {args:?}"
@@ -159,7 +167,10 @@ fn the_bare_metal_overlay_runs_frr_beside_the_proxy_with_minimal_capabilities() 
         let in_proxy = mounts(proxy).get(dir.as_str()).cloned();
         let in_frr = mounts(frr).get(dir.as_str()).cloned();
         assert!(in_proxy.is_some(), "the proxy does not mount {dir}");
-        assert_eq!(in_proxy, in_frr, "{dir} is not one volume in both containers");
+        assert_eq!(
+            in_proxy, in_frr,
+            "{dir} is not one volume in both containers"
+        );
         assert!(
             volume(&in_proxy.unwrap())["emptyDir"].is_object(),
             "{dir} is not an emptyDir"
@@ -291,4 +302,258 @@ fn no_other_overlay_runs_frr_or_the_bgp_speaker() {
         }
     }
     assert!(checked >= 7, "only {checked} overlays render the proxy");
+}
+
+/// Kills what the sidecar rig started (by the pid files the daemons and watchfrr write, and the
+/// reloader the child became) when dropped, so a failed assertion leaves nothing running.
+struct Sidecar {
+    child: std::process::Child,
+    run_dir: PathBuf,
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        // The child's process group: the start script and whatever it left in the foreground
+        // (a watchfrr still waiting for its daemons); the daemons detach, by their pid files.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+        for daemon in ["watchfrr", "zebra", "bgpd", "bfdd", "staticd"] {
+            let pid = std::fs::read_to_string(self.run_dir.join(format!("{daemon}.pid")));
+            if let Some(pid) = pid.ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
+        }
+    }
+}
+
+/// `a,b` → `-all,+a,+b`: setpriv's spelling of a bounding set holding exactly those.
+fn bounding_set(capabilities: &[&str]) -> String {
+    let mut set = "-all".to_string();
+    for capability in capabilities {
+        set.push_str(&format!(",+{}", capability.to_ascii_lowercase()));
+    }
+    set
+}
+
+/// The rendered `frr` container, run as the kubelet would on this machine's FRR (the release
+/// the image pins): its ConfigMap's files as the mount, two world-writable directories as the
+/// emptyDirs bound over `/etc/frr` and `/var/run/frr` in a private mount namespace, a network
+/// namespace of its own, root with exactly the container's capabilities and no new privileges.
+/// zebra, bgpd and bfdd come up, a configuration handed over the way the proxy does is
+/// applied, the daemons' state reads back, and a process with only the proxy container's
+/// capabilities can use their VTY sockets; with any one capability fewer, FRR does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rendered_frr_sidecar_runs_with_exactly_its_capabilities() {
+    if let Err(why) = kube_lb_dataplane::bgp::lab::available() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but this test cannot run: {why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let Some(objects) = overlay("bare-metal") else {
+        return;
+    };
+    let daemonset = proxy_daemonset(&objects);
+    let frr = container(daemonset, "frr");
+    let proxy = container(daemonset, "proxy");
+    let caps: Vec<&str> = strings(&frr["securityContext"]["capabilities"]["add"]);
+    let proxy_caps: Vec<&str> = strings(&proxy["securityContext"]["capabilities"]["add"]);
+    let args: Vec<String> = strings(&frr["args"])
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let pod = &daemonset["spec"]["template"]["spec"];
+    let (script_dir, volume) = mounts(frr)
+        .into_iter()
+        .find(|(_, name)| {
+            pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["name"] == name.as_str() && v["configMap"].is_object())
+        })
+        .unwrap();
+    let config_map_name = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == volume.as_str())
+        .unwrap()["configMap"]["name"]
+        .clone();
+    let data = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == config_map_name)
+        .unwrap()["data"]
+        .as_object()
+        .unwrap()
+        .clone();
+
+    let start = |dir: &Path, caps: &[&str]| -> Sidecar {
+        use std::os::unix::fs::PermissionsExt;
+        let (etc, run, cm) = (dir.join("etc"), dir.join("run"), dir.join("cm"));
+        for d in [&etc, &run, &cm] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        for d in [&etc, &run] {
+            // An emptyDir's mode.
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        for (file, text) in &data {
+            std::fs::write(cm.join(file), text.as_str().unwrap()).unwrap();
+        }
+        // The container's args, with the ConfigMap's mount path pointing at the copy.
+        let command: Vec<String> = args
+            .iter()
+            .map(|a| a.replace(&script_dir, &cm.display().to_string()))
+            .collect();
+        let script = format!(
+            "mount --make-rprivate / && mount --bind {etc} /etc/frr && \
+             mount --bind {run} /var/run/frr && exec setpriv --bounding-set {set} \
+             --inh-caps -all --no-new-privs {command}",
+            etc = etc.display(),
+            run = run.display(),
+            set = bounding_set(caps),
+            command = command.join(" "),
+        );
+        use std::os::unix::process::CommandExt;
+        let child = Command::new("unshare")
+            .args(["-m", "-n", "sh", "-c", &script])
+            .process_group(0)
+            .env("FRR_KUBE_LB_DIR", &cm)
+            .env("FRR_CONF_DIR", "/etc/frr")
+            .env("NODE_NAME", "node-a")
+            // A daemon that cannot start fails the start script this fast.
+            .env("FRR_START_TIMEOUT", "8")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(dir.join("frr.log")).unwrap())
+            .stderr(std::fs::File::create(dir.join("frr.err")).unwrap())
+            .spawn()
+            .unwrap();
+        Sidecar {
+            child,
+            run_dir: run,
+        }
+    };
+    let log = |dir: &Path| {
+        std::fs::read_to_string(dir.join("frr.log")).unwrap_or_default()
+            + &std::fs::read_to_string(dir.join("frr.err")).unwrap_or_default()
+    };
+
+    // With every capability of the container: up, configured, readable.
+    let dir = tempfile::tempdir().unwrap();
+    let mut sidecar = start(dir.path(), &caps);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while !log(dir.path()).contains("zebra, bgpd and bfdd are up") {
+        if let Some(status) = sidecar.child.try_wait().unwrap() {
+            panic!("the frr container exited ({status}):\n{}", log(dir.path()));
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "FRR did not come up:\n{}",
+            log(dir.path())
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let frr_api = kube_lb_dataplane::bgp::daemon::Frr {
+        conf_dir: dir.path().join("etc"),
+        vty_dir: dir.path().join("run"),
+        reload_timeout: std::time::Duration::from_secs(30),
+    };
+    let config = [
+        "frr defaults datacenter",
+        "hostname node-a",
+        "log stdout informational",
+        "!",
+        "router bgp 64512",
+        " bgp router-id 192.0.2.10",
+        " no bgp default ipv4-unicast",
+        " no bgp network import-check",
+        " neighbor 192.0.2.1 remote-as 64513",
+        " neighbor 192.0.2.1 bfd",
+        " address-family ipv4 unicast",
+        "  network 203.0.113.10/32",
+        "  neighbor 192.0.2.1 activate",
+        " exit-address-family",
+        "exit",
+        "!",
+        "",
+    ]
+    .join("\n");
+    frr_api
+        .apply(&config, 1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", log(dir.path())));
+    let neighbors = frr_api.neighbors().await.unwrap();
+    assert!(
+        neighbors.contains_key(&"192.0.2.1".parse().unwrap()),
+        "{neighbors:?}"
+    );
+    // The proxy's view: uid 0 with only its own container's capabilities, on every daemon's
+    // socket. bfdd is asked after `enable`: FRR 8.4.4's bfdd has `show bfd peers` in its enable
+    // node only (a VTY starts in the view node), so `Frr::bfd_peers` as written gets "Unknown
+    // command" from it.
+    let probe = r#"
+import socket, sys
+def ask(daemon, *commands):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1] + "/" + daemon + ".vty")
+    for command in commands:
+        s.sendall(command.encode() + b"\0")
+        answer = b""
+        while not (len(answer) >= 4 and answer[-4:-1] == b"\0\0\0"):
+            answer += s.recv(65536)
+        assert answer[-1] == 0, (daemon, command, answer)
+    return answer.decode()
+assert "FRRouting" in ask("zebra", "show version")
+assert "192.0.2.1" in ask("bgpd", "show bgp neighbors json")
+assert "192.0.2.1" in ask("bfdd", "enable", "show bfd peers json")
+"#;
+    let out = Command::new("setpriv")
+        .args(["--bounding-set", &bounding_set(&proxy_caps)])
+        .args([
+            "--inh-caps",
+            "-all",
+            "--no-new-privs",
+            "python3",
+            "-c",
+            probe,
+        ])
+        .arg(dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the proxy cannot use the VTY sockets: {out:?}"
+    );
+    drop(sidecar);
+
+    // One capability fewer: FRR does not come up.
+    for missing in &caps {
+        let fewer: Vec<&str> = caps.iter().filter(|c| *c != missing).copied().collect();
+        let dir = tempfile::tempdir().unwrap();
+        let mut sidecar = start(dir.path(), &fewer);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+        let status = loop {
+            if let Some(status) = sidecar.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                !log(dir.path()).contains("zebra, bgpd and bfdd are up"),
+                "FRR came up without {missing}:\n{}",
+                log(dir.path())
+            );
+            assert!(
+                std::time::Instant::now() < deadline,
+                "without {missing}, frr-start.sh neither failed nor came up:\n{}",
+                log(dir.path())
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        assert!(!status.success(), "without {missing}: {status}");
+        drop(sidecar);
+    }
 }
