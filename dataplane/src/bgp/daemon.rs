@@ -13,6 +13,18 @@
 //! The proxy waits for its generation there. The reloader lives with the daemons because
 //! `frr-reload.py` needs their Python and `vtysh`; the proxy's image needs neither.
 //!
+//! # The dead man's switch
+//!
+//! A proxy that dies (SIGKILL, OOM) cannot withdraw anything, and FRR in its own container
+//! would go on advertising a node whose userspace dataplane is gone, or whose nftables rules
+//! nobody keeps fresh. So the proxy writes a counter to `<conf_dir>/kube-lb.heartbeat` every
+//! [`HEARTBEAT_INTERVAL`], and with each configuration `<conf_dir>/kube-lb.deadman`: the
+//! vtysh commands that withdraw every prefix it may have announced. When the counter stops
+//! changing for `FRR_HEARTBEAT_TIMEOUT` (0.5 s), the reloader runs those commands (one
+//! `vtysh -f`, ~70 ms): the routers get the withdrawals while sessions and BFD stay up. It
+//! then bumps `<conf_dir>/kube-lb.deadman.fired`; a proxy that sees that number change (it was
+//! only stalled, or it restarted) hands its configuration over again.
+//!
 //! # Reading state
 //!
 //! Each daemon listens on `<vty_dir>/<daemon>.vty`; a command is written NUL-terminated and the
@@ -111,6 +123,15 @@ pub const RELOAD_FILE: &str = "kube-lb.reload";
 /// The reloader's answer.
 pub const STATUS_FILE: &str = "kube-lb.status";
 
+/// The proxy's heartbeat counter.
+pub const HEARTBEAT_FILE: &str = "kube-lb.heartbeat";
+/// The commands the reloader runs when the heartbeat stops.
+pub const DEADMAN_FILE: &str = "kube-lb.deadman";
+/// How often the reloader ran them.
+pub const FIRED_FILE: &str = "kube-lb.deadman.fired";
+/// How often the proxy beats.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+
 /// A `kube-lb.status` file: the generation applied (or tried), the exit code, the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReloadStatus {
@@ -163,6 +184,30 @@ impl Frr {
             .await
             .ok()?;
         parse_status(&text).map(|status| status.generation)
+    }
+
+    /// Writes heartbeat number `beat`.
+    pub async fn beat(&self, beat: u64) -> Result<(), FrrError> {
+        write_atomically(
+            &self.conf_dir.join(HEARTBEAT_FILE),
+            format!("{beat}\n").as_bytes(),
+        )
+        .await
+    }
+
+    /// Writes the commands the reloader runs if the heartbeat stops.
+    pub async fn write_deadman(&self, commands: &str) -> Result<(), FrrError> {
+        write_atomically(&self.conf_dir.join(DEADMAN_FILE), commands.as_bytes()).await
+    }
+
+    /// How many times the dead man's switch fired, as the reloader counts (0: never, or no
+    /// file).
+    pub async fn deadman_fired(&self) -> u64 {
+        tokio::fs::read_to_string(self.conf_dir.join(FIRED_FILE))
+            .await
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// Hands `config` to FRR as `generation` and waits until the reloader applied it.

@@ -16,6 +16,8 @@
 //!   attributes is each peer's outbound route map: one `permit` entry per set of attributes,
 //!   matching a prefix list, and a final `deny`. Nothing is learned from peers (inbound
 //!   `deny`): a node needs no routes from its routers to answer for its addresses.
+//! - `bgp graceful-restart-disable`: routers drop a failed node's routes when its session
+//!   ends (hold timer, BFD) instead of keeping them stale for two minutes.
 //! - BFD timers are written only where they differ from FRR's defaults (300 ms, ×3), as FRR
 //!   prints its running configuration, so a reload with nothing changed changes nothing.
 //! - `bgp route-map delay-timer 0`: route-map changes (a Local Service's last endpoint going
@@ -264,11 +266,16 @@ pub fn render(desired: &DesiredSpeaker, context: &RenderContext) -> String {
         return out;
     };
     let router_asn = first.peer.local_asn;
+    debug_assert_eq!(instance_asn(desired), Some(router_asn));
     let _ = writeln!(out, "router bgp {router_asn}");
     if let Some(router_id) = desired.router_id {
         let _ = writeln!(out, " bgp router-id {router_id}");
     }
     out.push_str(" no bgp default ipv4-unicast\n no bgp network import-check\n");
+    // No graceful restart: a router that sees this node's session fail must drop its routes at
+    // once, not keep them as stale for the restart time (120 s) while the node is gone. A
+    // restarting proxy needs none: FRR keeps the sessions, and the dead man's switch withdraws.
+    out.push_str(" bgp graceful-restart-disable\n");
     for session in &desired.sessions {
         render_neighbor(&mut out, session, router_asn, context);
     }
@@ -305,6 +312,41 @@ pub fn render(desired: &DesiredSpeaker, context: &RenderContext) -> String {
         render_policy(&mut out, desired, session);
     }
     out
+}
+
+/// The commands that withdraw `prefixes` from the BGP instance of AS `asn` at once, for the
+/// dead man's switch (`frr-reloader.sh` runs them with `vtysh -f` when the proxy's heartbeat
+/// stops): `no network` per prefix, which sends the withdrawals on every session and keeps the
+/// sessions (and BFD) up, so a restarted proxy is back in one reload. A prefix the daemon does
+/// not have makes vtysh complain about that line and go on with the next.
+pub fn withdrawal_commands(asn: Option<u32>, prefixes: &BTreeSet<IpNet>) -> String {
+    let Some(asn) = asn else {
+        return String::new();
+    };
+    let mut out = format!("router bgp {asn}\n");
+    for family in ["ipv4", "ipv6"] {
+        let lines: Vec<String> = prefixes
+            .iter()
+            .filter(|prefix| (family == "ipv4") == matches!(prefix, IpNet::V4(_)))
+            .map(|prefix| format!("  no network {prefix}\n"))
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, " address-family {family} unicast");
+        out.extend(lines);
+        out.push_str(" exit-address-family\n");
+    }
+    out.push_str("exit\n");
+    out
+}
+
+/// The AS of the BGP instance [`render`] writes for `desired` (the first session's local AS).
+pub fn instance_asn(desired: &DesiredSpeaker) -> Option<u32> {
+    desired
+        .sessions
+        .first()
+        .map(|session| session.peer.local_asn)
 }
 
 #[cfg(test)]

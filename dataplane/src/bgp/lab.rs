@@ -3,7 +3,8 @@
 //! fd00::1i, each with a pod bridge 10.244.i.0/24 + fd01:i::/64, FRR's zebra, bgpd and bfdd
 //! under their own pathspace, and `frr-reloader.sh`), a router on the switch (10.0.0.254,
 //! fd00::fe) running BIRD 2 with ECMP, and a client behind the router (10.2.0.1, fd02::1).
-//! Load-balancer addresses come from 10.3.0.0/24 and fd03::/64, which no interface holds: the
+//! The IPv4 sessions are eBGP (router AS 64500), the IPv6 ones iBGP (AS 64512 on both
+//! sides). Load-balancer addresses come from 10.3.0.0/24 and fd03::/64, which no interface holds: the
 //! client reaches them only through routes the router learned over BGP.
 //!
 //! BIRD as the router and FRR on the nodes: two independent BGP and BFD implementations.
@@ -19,8 +20,11 @@ use std::time::{Duration, Instant};
 
 use crate::l2::lab::{Namespaces, in_netns, run};
 
-/// The router's AS number.
+/// The router's AS number on its IPv4 sessions (eBGP with the nodes).
 pub const ROUTER_ASN: u32 = 64500;
+/// The router's AS number on its IPv6 sessions: the nodes' own (iBGP), so that attributes only
+/// iBGP carries (LOCAL_PREF) are exercised too.
+pub const ROUTER_V6_ASN: u32 = NODE_ASN;
 /// The nodes' AS number.
 pub const NODE_ASN: u32 = 64512;
 /// The router's IPv4 address on the switch.
@@ -207,9 +211,14 @@ impl BgpLab {
             &[
                 "net.ipv4.ip_forward=1",
                 "net.ipv6.conf.all.forwarding=1",
-                // ECMP by ports too, so one client's connections spread over every path.
-                "net.ipv4.fib_multipath_hash_policy=1",
-                "net.ipv6.fib_multipath_hash_policy=1",
+                // ECMP by the 5-tuple read from the headers (policy 3 with source and
+                // destination address, protocol and ports), so one client's connections spread
+                // over every path and one flow stays on one. Policy 1 would take the hash a
+                // packet carries, which over veth is the sending socket's random one.
+                "net.ipv4.fib_multipath_hash_policy=3",
+                "net.ipv4.fib_multipath_hash_fields=0x0037",
+                "net.ipv6.fib_multipath_hash_policy=3",
+                "net.ipv6.fib_multipath_hash_fields=0x0037",
             ],
         )?;
         let client = namespaces.add("c")?;
@@ -317,6 +326,18 @@ impl BgpLab {
         }
     }
 
+    /// How many next hops the router's kernel route to `prefix` has (0: no route).
+    pub fn kernel_next_hops(&self, prefix: &str) -> usize {
+        let family = if prefix.contains(':') { "-6" } else { "-4" };
+        let Ok(out) = run(&["ip", family, "-n", &self.ns("r"), "route", "show", prefix]) else {
+            return 0;
+        };
+        match out.matches("nexthop").count() {
+            0 if out.contains(" via ") => 1,
+            n => n,
+        }
+    }
+
     /// The full `show route <prefix> all` text of the router (attributes included).
     pub fn route_details(&self, prefix: &str) -> io::Result<String> {
         self.birdc(&format!("show route {prefix} all"))
@@ -345,6 +366,65 @@ impl BgpLab {
             Ok(_) => Err("empty answer".into()),
             Err(error) => Err(error.kind().to_string()),
         }
+    }
+
+    /// One TCP connection from the client's fixed source `port` to `addr` (address reuse on,
+    /// the connection reset rather than left in TIME_WAIT), so that every attempt is the same
+    /// flow and the router's ECMP hash sends it down the same path: the name of the pod that
+    /// answered.
+    pub fn connect_from(
+        &self,
+        port: u16,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<String, String> {
+        let attempt = in_netns(&self.ns("c"), || -> io::Result<String> {
+            let domain = socket2::Domain::for_address(addr);
+            let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None)?;
+            socket.set_reuse_address(true)?;
+            socket.set_linger(Some(Duration::ZERO))?;
+            let client: std::net::IpAddr = if addr.is_ipv4() {
+                CLIENT_V4.parse().map_err(io::Error::other)?
+            } else {
+                CLIENT_V6.parse().map_err(io::Error::other)?
+            };
+            socket.bind(&SocketAddr::new(client, port).into())?;
+            socket.connect_timeout(&addr.into(), timeout)?;
+            let mut stream: TcpStream = socket.into();
+            stream.set_read_timeout(Some(timeout))?;
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer)?;
+            Ok(answer.trim().to_owned())
+        })
+        .map_err(|error| error.to_string())?;
+        match attempt {
+            Ok(name) if !name.is_empty() => Ok(name),
+            Ok(_) => Err("empty answer".into()),
+            Err(error) => Err(error.kind().to_string()),
+        }
+    }
+
+    /// Freezes every process in node `i`'s namespace (SIGSTOP): its proxy, FRR and BFD stop
+    /// as a hung machine's would, while its interfaces stay up.
+    pub fn freeze(&self, i: usize) -> io::Result<()> {
+        self.signal_node(i, "-STOP")
+    }
+
+    /// Lets node `i`'s processes run again (SIGCONT).
+    pub fn thaw(&self, i: usize) -> io::Result<()> {
+        self.signal_node(i, "-CONT")
+    }
+
+    fn signal_node(&self, i: usize, signal: &str) -> io::Result<()> {
+        let pids = run(&["ip", "netns", "pids", &self.ns(&format!("n{i}"))])?;
+        for pid in pids.split_whitespace() {
+            // A process may have exited since it was listed (a short vtysh, say).
+            let _ = Command::new("kill")
+                .args([signal, pid])
+                .stderr(Stdio::null())
+                .status();
+        }
+        Ok(())
     }
 
     /// Cuts node `i`'s link to the switch.
@@ -432,9 +512,9 @@ pub fn route_sources(table: &str) -> Vec<usize> {
     nodes
 }
 
-/// BIRD's configuration for the router: one IPv4 and one IPv6 BGP session per node (eBGP,
-/// AS 64500 ↔ 64512), every learned route exported to the kernel with ECMP (`merge paths`),
-/// BFD on request.
+/// BIRD's configuration for the router: one IPv4 (eBGP, AS 64500 ↔ 64512) and one IPv6
+/// (iBGP, AS 64512) BGP session per node, every learned route exported to the kernel with ECMP
+/// (`merge paths`), BFD on request.
 pub fn bird_config(nodes: usize, config: &RouterConfig) -> String {
     let hold = config.hold_time.max(3);
     let mut out = String::new();
@@ -450,12 +530,16 @@ pub fn bird_config(nodes: usize, config: &RouterConfig) -> String {
         );
     }
     for i in 1..=nodes {
-        for (suffix, local, neighbor, family) in [
-            ("", ROUTER_V4, node_v4(i), "ipv4"),
-            ("v6", ROUTER_V6, node_v6(i), "ipv6"),
+        for (suffix, local, asn, neighbor, family) in [
+            ("", ROUTER_V4, ROUTER_ASN, node_v4(i), "ipv4"),
+            ("v6", ROUTER_V6, ROUTER_V6_ASN, node_v6(i), "ipv6"),
         ] {
             let _ = writeln!(out, "protocol bgp n{i}{suffix} {{");
-            let _ = writeln!(out, "  local {local} as {ROUTER_ASN};");
+            let _ = writeln!(out, "  local {local} as {asn};");
+            if asn == NODE_ASN {
+                // iBGP with a neighbour on the link: its next hop needs no recursive lookup.
+                out.push_str("  direct;\n");
+            }
             let _ = writeln!(out, "  neighbor {neighbor} as {NODE_ASN};");
             let _ = writeln!(
                 out,

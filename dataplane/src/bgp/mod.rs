@@ -31,6 +31,7 @@
 //! - [`frr`] (pure): the `frr.conf` for that.
 //! - [`daemon`]: handing the file to FRR and reading its state back.
 //! - `speaker` (feature `watch`): the loop inside `kube-lb proxy`.
+//! - [`status`] (pure): what the speakers write into the objects' status.
 //! - [`lab`]: the network-namespace rig of the tests and the failover benchmark.
 
 pub mod crd;
@@ -41,3 +42,4 @@ pub mod lab;
 pub mod model;
 #[cfg(feature = "watch")]
 pub mod speaker;
+pub mod status;

@@ -22,7 +22,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
@@ -35,7 +35,8 @@ use super::crd::{self, Objects};
 use super::daemon::{BfdState, Frr, NeighborState};
 use super::desired::{self, DesiredSpeaker, NodeView, PoolView};
 use super::frr::{self, RenderContext};
-use super::model::{BgpConfig, SecretKeyRef};
+use super::model::{BgpConfig, Origin, SecretKeyRef};
+use super::status::{self, SessionStatus};
 use crate::health::ProxyHealth;
 use crate::l2::election;
 use crate::model::ServiceKey;
@@ -243,6 +244,10 @@ async fn read_passwords(
 #[derive(Debug, Default)]
 struct Applied {
     text: Option<String>,
+    /// The prefixes and instance AS of the configuration last handed over (what the dead
+    /// man's switch must be able to withdraw).
+    prefixes: BTreeSet<ipnet::IpNet>,
+    asn: Option<u32>,
     generation: u64,
     retry_at: Option<Instant>,
     backoff: Duration,
@@ -329,9 +334,12 @@ pub async fn run(
         generation: config.frr.last_generation().await.unwrap_or(0),
         ..Applied::default()
     };
+    let _heartbeat = AbortOnDrop(tokio::spawn(heartbeat(config.frr.clone())));
+    let mut fired = config.frr.deadman_fired().await;
     let mut desired_now = DesiredSpeaker::default();
     let mut reported = Reported::default();
     let mut last_problems: Vec<String> = Vec::new();
+    let mut written_valid: BTreeMap<(String, String), Value> = BTreeMap::new();
     tokio::pin!(shutdown);
 
     loop {
@@ -353,6 +361,7 @@ pub async fn run(
             }
             _ = state_tick.tick() => {
                 read_state(&config, &desired_now, &recorder, &services, &mut reported).await;
+                write_session_status(&client, &kinds, &config.node_name, &desired_now, &mut reported).await;
             }
             _ = tick.tick() => {
                 let now = Instant::now();
@@ -365,6 +374,15 @@ pub async fn run(
                         None => tracing::info!(node = %node_name, "advertising"),
                     }
                     last_withdrawal = Some(withdrawn.clone());
+                    dirty = true;
+                }
+                let fired_now = config.frr.deadman_fired().await;
+                if fired_now != fired {
+                    // FRR withdrew everything while this proxy was stalled: hand the
+                    // configuration over again.
+                    tracing::warn!("FRR's dead man's switch fired: applying the configuration again");
+                    fired = fired_now;
+                    applied.text = None;
                     dirty = true;
                 }
                 let retry_due = applied.retry_at.is_some_and(|at| now >= at);
@@ -389,6 +407,7 @@ pub async fn run(
                     last_problems = problems;
                 }
                 config.metrics.state().config_problems = bgp.problems.len();
+                write_valid_conditions(&client, &kinds, &custom, &bgp, &mut written_valid).await;
                 let pools = pools(&custom[POOLS]);
                 let service_objects = services.as_reader().state();
                 let slice_objects = slices.as_reader().state();
@@ -402,6 +421,11 @@ pub async fn run(
                     withdrawn,
                 };
                 let router_id = config.router_id.or_else(|| node.as_deref().and_then(node_router_id));
+                // One session per neighbour address: of peers sharing one for this node, the
+                // first is kept (the others are named in the log).
+                let mut bgp = bgp;
+                let dropped: BTreeSet<String> = crd::conflicts(&bgp, &view.labels).into_iter().map(|p| { tracing::warn!(problem = %p.message, peer = %p.name, "BGP peer left out on this node"); p.name }).collect();
+                bgp.peers.retain(|peer| !dropped.contains(&peer.name));
                 desired_now = desired::desired(&bgp, &pools, &claims, &view, router_id);
                 let wanted: BTreeSet<SecretKeyRef> = desired_now.sessions.iter().filter_map(|s| s.password().cloned()).collect();
                 let stale = passwords_read.as_ref().is_none_or(|(at, read)| read != &wanted || now.saturating_duration_since(*at) >= PASSWORD_REFRESH);
@@ -416,7 +440,7 @@ pub async fn run(
                     }
                     continue;
                 }
-                apply(&config, &mut applied, text).await;
+                apply(&config, &mut applied, text, &desired_now).await;
                 if stopping {
                     if applied.retry_at.is_none() {
                         tracing::info!(grace = ?config.withdraw_grace, "routes withdrawn; waiting for the routers before the dataplane stops");
@@ -434,13 +458,37 @@ pub async fn run(
     Ok(())
 }
 
-async fn apply(config: &SpeakerConfig, applied: &mut Applied, text: String) {
+async fn apply(
+    config: &SpeakerConfig,
+    applied: &mut Applied,
+    text: String,
+    desired: &DesiredSpeaker,
+) {
     let generation = applied.generation + 1;
     let started = std::time::Instant::now();
+    let prefixes: BTreeSet<ipnet::IpNet> = desired.routes.keys().copied().collect();
+    let asn = frr::instance_asn(desired);
+    // While the hand-over runs, the switch must cover what was announced and what is about
+    // to be: a crash in between leaves no prefix behind.
+    let mut both = applied.prefixes.clone();
+    both.extend(prefixes.iter().copied());
+    let deadman = |asn, prefixes| frr::withdrawal_commands(asn, prefixes);
+    if let Err(error) = config
+        .frr
+        .write_deadman(&deadman(applied.asn.or(asn), &both))
+        .await
+    {
+        tracing::warn!(%error, "dead man's switch not updated");
+    }
     match config.frr.apply(&text, generation).await {
         Ok(()) => {
             tracing::info!(generation, took = ?started.elapsed(), "FRR configuration applied");
+            if let Err(error) = config.frr.write_deadman(&deadman(asn, &prefixes)).await {
+                tracing::warn!(%error, "dead man's switch not updated");
+            }
             applied.text = Some(text);
+            applied.prefixes = prefixes;
+            applied.asn = asn;
             applied.generation = generation;
             applied.retry_at = None;
             applied.backoff = Duration::ZERO;
@@ -448,11 +496,39 @@ async fn apply(config: &SpeakerConfig, applied: &mut Applied, text: String) {
         }
         Err(error) => {
             applied.generation = generation;
+            applied.prefixes = both;
             applied.backoff = (applied.backoff * 2).clamp(RETRY_MIN, RETRY_MAX);
             applied.retry_at = Some(Instant::now() + applied.backoff);
             tracing::error!(%error, retry_in = ?applied.backoff, "FRR configuration not applied");
             config.metrics.state().reloads_failed += 1;
         }
+    }
+}
+
+/// Beats every [`HEARTBEAT_INTERVAL`](super::daemon::HEARTBEAT_INTERVAL) until dropped.
+async fn heartbeat(frr: Frr) {
+    let mut interval = tokio::time::interval(super::daemon::HEARTBEAT_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned = false;
+    for beat in 1u64.. {
+        interval.tick().await;
+        match frr.beat(beat).await {
+            Ok(()) => warned = false,
+            Err(error) if !warned => {
+                tracing::warn!(%error, "BGP heartbeat not written: FRR withdraws this node's routes");
+                warned = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Aborts the task it holds when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -494,6 +570,10 @@ fn pools(store: &Writer<DynamicObject>) -> Vec<PoolView> {
 struct Reported {
     by_service: BTreeMap<ServiceKey, BTreeSet<String>>,
     sessions: BTreeMap<String, bool>,
+    /// Peer name → bgpd's state and last reset reason, as last read.
+    neighbors: BTreeMap<String, (String, Option<String>)>,
+    /// Peer name → the session status last written.
+    written: BTreeMap<String, SessionStatus>,
 }
 
 async fn read_state(
@@ -518,6 +598,20 @@ async fn read_state(
         }
     }
     reported.sessions = snapshot.session_up.clone();
+    reported.neighbors = desired
+        .sessions
+        .iter()
+        .map(|session| {
+            let neighbor = neighbors.get(&session.peer.address);
+            (
+                session.peer.name.clone(),
+                (
+                    neighbor.map_or_else(|| "Unknown".to_owned(), |n| n.state.clone()),
+                    neighbor.and_then(|n| n.last_reset.clone()),
+                ),
+            )
+        })
+        .collect();
     let by_service = snapshot.peers_by_service(desired);
     let service_objects = services.as_reader().state();
     for (service, peers) in &by_service {
@@ -564,6 +658,98 @@ async fn read_state(
     }
     reported.by_service = by_service;
     *config.metrics.peers() = snapshot;
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// Writes the `Valid` condition of each kube-lb object whose stored one differs (see
+/// [`status::valid_patch`]); each patch once until the object changes.
+async fn write_valid_conditions(
+    client: &Client,
+    kinds: &CustomKinds,
+    custom: &[Writer<DynamicObject>],
+    bgp: &BgpConfig,
+    written: &mut BTreeMap<(String, String), Value>,
+) {
+    let now = now_rfc3339();
+    for (index, kind) in [crd::BGP_PEER, crd::BGP_ADVERTISEMENT, crd::BFD_PROFILE]
+        .iter()
+        .enumerate()
+    {
+        let (resource, _) = &kinds.resources[index + 1];
+        let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+        for object in custom[index + 1].as_reader().state() {
+            let name = object.name_any();
+            let problems = crd::problems_of(&bgp.problems, kind.kind, Origin::KubeLb, &name);
+            let Ok(value) = serde_json::to_value(object.as_ref()) else {
+                continue;
+            };
+            let Some(patch) = status::valid_patch(&value, &problems, &now) else {
+                continue;
+            };
+            let key = (kind.kind.to_owned(), name.clone());
+            let condition = patch["status"]["conditions"][0].clone();
+            let mut unchanged = condition.clone();
+            unchanged["lastTransitionTime"] = Value::Null;
+            if written.get(&key) == Some(&unchanged) {
+                continue;
+            }
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    written.insert(key, unchanged);
+                }
+                Err(error) => {
+                    tracing::debug!(%error, kind = kind.kind, %name, "Valid condition not written")
+                }
+            }
+        }
+    }
+}
+
+/// Writes this node's entry of `status.sessions` on each kube-lb `BGPPeer` whose session
+/// changed.
+async fn write_session_status(
+    client: &Client,
+    kinds: &CustomKinds,
+    node: &str,
+    desired: &DesiredSpeaker,
+    reported: &mut Reported,
+) {
+    let (resource, _) = &kinds.resources[1];
+    let api = Api::<DynamicObject>::all_with(client.clone(), resource);
+    let now = now_rfc3339();
+    for session in desired
+        .sessions
+        .iter()
+        .filter(|s| s.peer.origin == Origin::KubeLb)
+    {
+        let name = &session.peer.name;
+        let Some((state, reset)) = reported.neighbors.get(name) else {
+            continue;
+        };
+        let wanted = status::session_status(&session.peer, state, reset.as_deref());
+        if reported.written.get(name) == Some(&wanted) {
+            continue;
+        }
+        let patch = status::session_patch(node, &wanted, &now);
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                if !wanted.established {
+                    tracing::warn!(peer = %name, message = %wanted.message, "BGP session down");
+                }
+                reported.written.insert(name.clone(), wanted);
+            }
+            Err(error) => tracing::debug!(%error, peer = %name, "session status not written"),
+        }
+    }
 }
 
 /// The daemons' state per peer, as last read: what the metrics show.

@@ -31,11 +31,25 @@ pub struct Context<'a> {
     pub lb_name: &'a str,
 }
 
-/// The AWS extension of a spec, or an error when the spec was parsed for another cloud.
-pub fn aws_spec(spec: &LoadBalancerSpec) -> Result<&AwsSpec, AwsError> {
-    spec.provider.as_aws().ok_or_else(|| {
-        AwsError::Invalid("the Service was not parsed with the AWS annotations".to_string())
-    })
+/// A Service's spec with its AWS extension, unpacked once where a call enters the provider
+/// (`ensure`, `plan`) and passed down whole, so nothing below extracts the extension again
+/// (or has to handle a spec parsed for another cloud).
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceSpec<'a> {
+    /// The cloud-neutral spec.
+    pub spec: &'a LoadBalancerSpec,
+    /// Its AWS part (`service.beta.kubernetes.io/aws-load-balancer-*`).
+    pub aws: &'a AwsSpec,
+}
+
+impl<'a> ServiceSpec<'a> {
+    /// `spec` with its AWS extension, or an error when it was parsed for another cloud.
+    pub fn new(spec: &'a LoadBalancerSpec) -> Result<Self, AwsError> {
+        let aws = spec.provider.as_aws().ok_or_else(|| {
+            AwsError::Invalid("the Service was not parsed with the AWS annotations".to_string())
+        })?;
+        Ok(ServiceSpec { spec, aws })
+    }
 }
 
 /// Checks what upstream rejects for every AWS load balancer.
@@ -143,10 +157,10 @@ pub struct Placement {
 /// The Classic ELB the Service asks for.
 pub fn clb(
     ctx: &Context<'_>,
-    spec: &LoadBalancerSpec,
+    svc: ServiceSpec<'_>,
     placement: &Placement,
 ) -> Result<ClbDesired, AwsError> {
-    let aws = aws_spec(spec)?;
+    let ServiceSpec { spec, aws } = svc;
     validate_common(spec)?;
     if spec.ports.iter().any(|p| p.protocol != Protocol::Tcp) {
         return Err(AwsError::Invalid(
@@ -280,12 +294,12 @@ fn nlb_health(spec: &LoadBalancerSpec, check: &AwsHealthCheck) -> Result<TgHealt
 /// paired with them by position, as upstream.
 pub fn nlb(
     ctx: &Context<'_>,
-    spec: &LoadBalancerSpec,
+    svc: ServiceSpec<'_>,
     subnets: &[String],
     security_groups: Vec<String>,
     instances: BTreeSet<String>,
 ) -> Result<NlbDesired, AwsError> {
-    let aws = aws_spec(spec)?;
+    let ServiceSpec { spec, aws } = svc;
     validate_common(spec)?;
     for (what, count) in [
         (
@@ -415,8 +429,8 @@ pub struct NlbNodeRuleInputs {
 }
 
 /// Node-rule inputs for an NLB (seed 001 table).
-pub fn nlb_node_rule_inputs(spec: &LoadBalancerSpec) -> Result<NlbNodeRuleInputs, AwsError> {
-    let aws = aws_spec(spec)?;
+pub fn nlb_node_rule_inputs(svc: ServiceSpec<'_>) -> Result<NlbNodeRuleInputs, AwsError> {
+    let ServiceSpec { spec, aws } = svc;
     let client_ports: BTreeSet<u16> = aws
         .nlb_listeners
         .iter()

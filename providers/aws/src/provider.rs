@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
-use kube_lb_annotations::{AwsLoadBalancerKind, LoadBalancerSpec, ServiceKey};
+use kube_lb_annotations::{AwsLoadBalancerKind, AwsSpec, LoadBalancerSpec, ServiceKey};
 use kube_lb_provider_core::converge;
 use kube_lb_provider_core::naming::{cluster_tag_key, load_balancer_name};
 use kube_lb_provider_core::{
@@ -21,7 +21,7 @@ use crate::clb::plan::ClbDesired;
 use crate::clients::{Clients, load_sdk_config};
 use crate::config::CloudConfig;
 use crate::delete::DeleteFlow;
-use crate::desired::{self, Context};
+use crate::desired::{self, Context, ServiceSpec};
 use crate::discovery::{Discovery, InstanceInfo, instance_id_from_provider_id, select_subnets};
 use crate::error::AwsError;
 use crate::flow::{EnsureFlow, Kind, Mode, status};
@@ -187,12 +187,12 @@ impl AwsProvider {
     /// target-node labels accept, with an AWS provider ID), with their security groups.
     pub(crate) async fn backend_instances(
         &self,
-        spec: &LoadBalancerSpec,
+        aws: &AwsSpec,
         backends: &[BackendNode],
     ) -> Result<BackendInstances, AwsError> {
         let ids: BTreeSet<String> = backends
             .iter()
-            .filter(|node| self.accepts_node(spec, node))
+            .filter(|node| targets_node(aws, node))
             .filter_map(|node| {
                 let id = node
                     .provider_id
@@ -239,11 +239,10 @@ impl AwsProvider {
 
     pub(crate) async fn subnets(
         &self,
-        spec: &LoadBalancerSpec,
+        aws: &AwsSpec,
         vpc: &str,
         internal: bool,
     ) -> Result<Vec<String>, AwsError> {
-        let aws = desired::aws_spec(spec)?;
         if !aws.subnets.is_empty() {
             let mut found = self
                 .discovery
@@ -299,14 +298,14 @@ impl AwsProvider {
     /// `observed_groups`.
     pub(crate) async fn nlb_node_rules_plan(
         &self,
-        spec: &LoadBalancerSpec,
+        svc: ServiceSpec<'_>,
         vpc: &str,
         instances: &BTreeMap<String, InstanceInfo>,
         observed_groups: &[ObservedGroup],
     ) -> Result<BTreeMap<String, RuleChanges>, AwsError> {
-        let name = load_balancer_name(&spec.service.uid);
+        let name = load_balancer_name(&svc.spec.service.uid);
         let vpc_cidrs = self.discovery.vpc_cidrs(&self.clients, vpc).await?;
-        let inputs = desired::nlb_node_rule_inputs(spec)?;
+        let inputs = desired::nlb_node_rule_inputs(svc)?;
         let rules = nodes::nlb_node_rules(&name, &inputs, &vpc_cidrs);
         let node_groups = nodes::node_groups(instances, observed_groups, &self.cluster_tag())?;
         Ok(nodes::plan_node_groups(
@@ -396,7 +395,7 @@ impl LoadBalancerProvider for AwsProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<LoadBalancerStatus, ProviderError> {
-        let aws = desired::aws_spec(spec).map_err(|e| to_provider_error(&spec.service, e))?;
+        let svc = ServiceSpec::new(spec).map_err(|e| to_provider_error(&spec.service, e))?;
         let name = load_balancer_name(&spec.service.uid);
         let _sync = self.sync.lock().await;
         // A change of kind is break-before-make: the other kind is removed completely before
@@ -409,7 +408,7 @@ impl LoadBalancerProvider for AwsProvider {
             Some(Verified::Nlb { .. }) => Some(AwsLoadBalancerKind::Nlb),
             None => None,
         };
-        let (kind, retire_other) = match aws.kind {
+        let (kind, retire_other) = match svc.aws.kind {
             AwsLoadBalancerKind::ImplementedElsewhere => {
                 return Err(ProviderError::ImplementedElsewhere);
             }
@@ -421,7 +420,7 @@ impl LoadBalancerProvider for AwsProvider {
                 (Kind::Nlb, verified_kind != Some(AwsLoadBalancerKind::Nlb))
             }
         };
-        let mut flow = EnsureFlow::new(self, spec, backends, Mode::Execute, kind, retire_other);
+        let mut flow = EnsureFlow::new(self, svc, backends, Mode::Execute, kind, retire_other);
         converge::execute(&mut flow).await.map_err(|error| {
             // A failed apply leaves AWS in an unknown state: re-read everything next time.
             self.forget(&name);
@@ -463,16 +462,16 @@ impl LoadBalancerProvider for AwsProvider {
         spec: &LoadBalancerSpec,
         backends: &[BackendNode],
     ) -> Result<Vec<PlannedChange>, ProviderError> {
-        let aws = desired::aws_spec(spec).map_err(|e| to_provider_error(&spec.service, e))?;
-        if aws.kind == AwsLoadBalancerKind::ImplementedElsewhere {
+        let svc = ServiceSpec::new(spec).map_err(|e| to_provider_error(&spec.service, e))?;
+        if svc.aws.kind == AwsLoadBalancerKind::ImplementedElsewhere {
             return Err(ProviderError::ImplementedElsewhere);
         }
-        let kind = match aws.kind {
+        let kind = match svc.aws.kind {
             AwsLoadBalancerKind::Nlb => Kind::Nlb,
             _ => Kind::Classic,
         };
         // The other kind is always looked for: nothing here knows what `ensure` verified.
-        let mut flow = EnsureFlow::new(self, spec, backends, Mode::Render, kind, true);
+        let mut flow = EnsureFlow::new(self, svc, backends, Mode::Render, kind, true);
         converge::render(&mut flow)
             .await
             .map_err(|error| reconcile_failed(&spec.service, error))
@@ -493,13 +492,20 @@ impl LoadBalancerProvider for AwsProvider {
     }
 
     fn accepts_node(&self, spec: &LoadBalancerSpec, node: &BackendNode) -> bool {
-        let Some(aws) = spec.provider.as_aws() else {
-            return true;
-        };
-        aws.target_node_labels.iter().all(|(key, value)| {
-            node.labels
-                .get(key)
-                .is_some_and(|have| value.is_empty() || have == value)
-        })
+        // An entry of its own (the controller and the dataplane ask per node); a spec parsed
+        // for another cloud restricts nothing.
+        spec.provider
+            .as_aws()
+            .is_none_or(|aws| targets_node(aws, node))
     }
+}
+
+/// Whether `node` carries every `aws-load-balancer-target-node-labels` label of the Service
+/// (a label given without a value matches any value).
+fn targets_node(aws: &AwsSpec, node: &BackendNode) -> bool {
+    aws.target_node_labels.iter().all(|(key, value)| {
+        node.labels
+            .get(key)
+            .is_some_and(|have| value.is_empty() || have == value)
+    })
 }

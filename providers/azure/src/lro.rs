@@ -3,8 +3,9 @@
 //! DELETE).
 //!
 //! A write answered with `Azure-AsyncOperation` is polled there until its `status` is terminal;
-//! a `202` with only `Location` is polled until that URL stops answering `202`. Between polls
-//! the server's `Retry-After` is honoured up to [`PollSettings::max_interval`], with
+//! a `202` with only `Location` is polled until that URL stops answering `202`, through core's
+//! wait loop ([`wait::until_within`]) and at most [`PollSettings::max_polls`] times. Between
+//! polls the server's `Retry-After` is honoured up to [`PollSettings::max_interval`], with
 //! [`PollSettings::default_interval`] when it sends none. Every poll goes through the same
 //! pipeline (token, endpoint check, transport) and [`CloudApi`](kube_lb_provider_core::CloudApi)
 //! as the SDK's own requests.
@@ -15,7 +16,8 @@ use std::time::Duration;
 use azure_core::headers::{AUTHORIZATION, AZURE_ASYNCOPERATION, Headers, LOCATION};
 use azure_core::{Context, Method, Request, Url};
 use bytes::Bytes;
-use kube_lb_provider_core::CallKind;
+use kube_lb_provider_core::wait::{self, Budget, Look};
+use kube_lb_provider_core::{CallKind, WaitSettings};
 
 use crate::arm::OperationStatus;
 use crate::client::{ArmClient, PollSettings, Started};
@@ -78,8 +80,31 @@ struct Polled {
     body: Bytes,
 }
 
+/// Core's wait schedule for an ARM wait: pauses from `first`, grown by `factor`, every one
+/// (the server's `Retry-After` included) capped at [`PollSettings::max_interval`]. ARM bounds a
+/// wait by [`PollSettings::max_polls`] ([`Budget::Looks`]), so the timeout is never consulted.
+fn schedule(poll: &PollSettings, first: Duration, factor: f64) -> WaitSettings {
+    WaitSettings {
+        first,
+        factor,
+        max_interval: poll.max_interval,
+        timeout: Duration::MAX,
+    }
+}
+
+/// The look of a poll that found the operation still running: paced by its `Retry-After` when
+/// it sent one, by the schedule ([`PollSettings::default_interval`]) when not.
+fn running(state: String, headers: &Headers) -> Look<(), AzureError> {
+    match retry_after(headers) {
+        Some(pause) => Look::PendingFor(state, pause),
+        None => Look::Pending(state),
+    }
+}
+
 impl ArmClient {
-    /// Waits for the operation a write started, if it started one.
+    /// Waits for the operation a write started, if it started one: through core's wait loop
+    /// ([`wait::until_within`]), at most [`PollSettings::max_polls`] polls, the first one
+    /// after the write's own `Retry-After`.
     pub(crate) async fn wait(
         &self,
         operation: &'static str,
@@ -94,45 +119,73 @@ impl ArmClient {
             operation,
             url: url.clone(),
         })?;
-        let mut wait = delay(&self.poll, &started.headers);
-        for _ in 0..self.poll.max_polls {
-            tokio::time::sleep(wait).await;
-            let polled = self
-                .call(operation, CallKind::Read, None, || {
-                    self.poll_once(url.clone())
-                })
-                .await?;
-            let Some(polled) = polled else {
-                if async_operation {
-                    return Err(AzureError::Arm {
-                        operation,
-                        status: 404,
-                        code: "OperationNotFound".into(),
-                        message: "the async operation status URL answered 404".into(),
-                    });
-                }
-                // A Location URL that is gone means the operation (a delete) is over.
-                return Ok(());
-            };
-            wait = delay(&self.poll, &polled.headers);
-            if async_operation {
-                let status: OperationStatus = serde_json::from_slice(&polled.body)
-                    .map_err(|source| AzureError::Decode { operation, source })?;
-                if let Some(result) = outcome(operation, status) {
-                    return result;
-                }
-            } else if polled.status != 202 {
-                return Ok(());
-            }
-        }
-        Err(AzureError::PollTimeout {
+        let what = if async_operation {
+            "async operation"
+        } else {
+            "operation Location"
+        };
+        // The write's answer is the first look; the first poll waits as it asked.
+        tokio::time::sleep(delay(&self.poll, &started.headers)).await;
+        let settings = schedule(&self.poll, self.poll.default_interval, 1.0);
+        let url = &url;
+        wait::until_within(
+            &settings,
+            Budget::Looks(self.poll.max_polls),
             operation,
-            polls: self.poll.max_polls,
+            what,
+            || self.poll_operation(operation, url, async_operation),
+        )
+        .await?
+        .map_err(|expired| AzureError::PollTimeout {
+            operation,
+            polls: expired.looks,
+        })
+    }
+
+    /// One poll of a started operation: its status document (`async_operation`) or its
+    /// `Location`.
+    async fn poll_operation(
+        &self,
+        operation: &'static str,
+        url: &Url,
+        async_operation: bool,
+    ) -> Result<Look<(), AzureError>, AzureError> {
+        let polled = self
+            .call(operation, CallKind::Read, None, || {
+                self.poll_once(url.clone())
+            })
+            .await?;
+        let Some(polled) = polled else {
+            if async_operation {
+                return Ok(Look::Failed(AzureError::Arm {
+                    operation,
+                    status: 404,
+                    code: "OperationNotFound".into(),
+                    message: "the async operation status URL answered 404".into(),
+                }));
+            }
+            // A Location URL that is gone means the operation (a delete) is over.
+            return Ok(Look::Done(()));
+        };
+        if !async_operation {
+            return Ok(match polled.status {
+                202 => running("Accepted".into(), &polled.headers),
+                _ => Look::Done(()),
+            });
+        }
+        let status: OperationStatus = serde_json::from_slice(&polled.body)
+            .map_err(|source| AzureError::Decode { operation, source })?;
+        let state = status.status.clone();
+        Ok(match outcome(operation, status) {
+            Some(Ok(())) => Look::Done(()),
+            Some(Err(error)) => Look::Failed(error),
+            None => running(state, &polled.headers),
         })
     }
 
     /// Waits for a DELETE: its operation if it started one, then until `gone` confirms the
-    /// resource no longer exists (ARM may report the operation done a moment before).
+    /// resource no longer exists (ARM may report the operation done a moment before), at most
+    /// [`PollSettings::max_polls`] looks, the pause doubling from the DELETE's `Retry-After`.
     pub(crate) async fn wait_deleted<F, Fut>(
         &self,
         operation: &'static str,
@@ -148,17 +201,27 @@ impl ArmClient {
             return Ok(());
         }
         self.wait(operation, started).await?;
-        let mut wait = delay(&self.poll, &started.headers);
-        for _ in 0..self.poll.max_polls {
-            if gone().await? {
-                return Ok(());
-            }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(self.poll.max_interval);
-        }
-        Err(AzureError::PollTimeout {
+        let settings = schedule(&self.poll, delay(&self.poll, &started.headers), 2.0);
+        wait::until_within(
+            &settings,
+            Budget::Looks(self.poll.max_polls),
             operation,
-            polls: self.poll.max_polls,
+            "deleted resource",
+            || {
+                let gone = gone();
+                async move {
+                    let found: Look<(), AzureError> = match gone.await? {
+                        true => Look::Done(()),
+                        false => Look::Pending("still listed".into()),
+                    };
+                    Ok(found)
+                }
+            },
+        )
+        .await?
+        .map_err(|expired| AzureError::PollTimeout {
+            operation,
+            polls: expired.looks,
         })
     }
 
@@ -243,6 +306,32 @@ mod tests {
         ];
         for (headers, want) in cases {
             assert_eq!(delay(&poll, &headers), want);
+        }
+    }
+
+    #[test]
+    fn a_running_poll_is_paced_by_its_retry_after_else_by_the_schedule() {
+        let cases = [
+            (started(200, &[]).headers, None),
+            (
+                started(200, &[("retry-after", "7")]).headers,
+                Some(Duration::from_secs(7)),
+            ),
+            // Capped by core's wait at `max_interval`, not here.
+            (
+                started(200, &[("retry-after", "3600")]).headers,
+                Some(Duration::from_secs(3600)),
+            ),
+        ];
+        for (headers, want) in cases {
+            match (running("InProgress".into(), &headers), want) {
+                (Look::Pending(state), None) => assert_eq!(state, "InProgress"),
+                (Look::PendingFor(state, pause), Some(want)) => {
+                    assert_eq!(state, "InProgress");
+                    assert_eq!(pause, want);
+                }
+                (other, want) => panic!("{other:?}, want a pause of {want:?}"),
+            }
         }
     }
 

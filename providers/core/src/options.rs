@@ -79,6 +79,11 @@ impl Waiting {
         self.started.elapsed() >= self.settings.timeout
     }
 
+    /// How long the wait has lasted.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
     /// The pause [`Waiting::sleep`] takes next.
     pub fn pause(&self) -> Duration {
         self.pause
@@ -88,6 +93,19 @@ impl Waiting {
     pub async fn sleep(&mut self) {
         tokio::time::sleep(self.pause).await;
         self.pause = self.settings.pause_after(self.pause);
+    }
+
+    /// Sleeps for the pause the cloud asked for (ARM's `Retry-After`) instead of
+    /// [`Waiting::pause`], capped at [`WaitSettings::max_interval`] so a server asking for an
+    /// hour cannot stall a reconcile; the schedule then grows as if it had slept its own pause.
+    pub async fn sleep_as_asked(&mut self, asked: Duration) {
+        tokio::time::sleep(self.asked(asked)).await;
+        self.pause = self.settings.pause_after(self.pause);
+    }
+
+    /// What [`Waiting::sleep_as_asked`] sleeps for `asked`.
+    pub fn asked(&self, asked: Duration) -> Duration {
+        asked.min(self.settings.max_interval)
     }
 }
 

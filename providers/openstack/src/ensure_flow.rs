@@ -31,10 +31,7 @@ use kube_lb_provider_core::{
 use serde_json::{Value, json};
 
 use super::delete::DeleteStep;
-use super::{
-    Located, OpenStackProvider, ignore_missing, is_detached, recorded_security_group,
-    scope_to_service,
-};
+use super::{Located, OpenStackProvider, ignore_missing, is_detached, scope_to_service};
 use crate::model::{FloatingIp, LoadBalancer, SecurityGroup};
 use crate::plan::{self, AttachedFloatingIp, Desired, FloatingIpRecord, Observed, Ref};
 use crate::security_group::{self, DesiredSecurityGroup, SecurityGroupStep};
@@ -459,7 +456,7 @@ impl converge::Flow for EnsureFlow<'_> {
             // Only the group is recorded: the load balancer's create-only fields are its
             // owner's, and recording them would make the annotation parser judge the
             // Service's VIP annotations against someone else's load balancer.
-            if self.security_group.is_some() || recorded_security_group(self.spec) {
+            if self.security_group.is_some() || self.desired.security_group_recorded {
                 status.annotations.insert(
                     kube_lb_annotations::keys::openstack::CREATED_WITH.into(),
                     plan::recorded_security_group(self.security_group.as_deref()),
@@ -817,7 +814,7 @@ impl OpenStackProvider {
         desired: &Desired,
     ) -> Result<(Vec<EnsureStep>, Option<String>), ProviderError> {
         if !self.config.load_balancer.manage_security_groups {
-            if !recorded_security_group(spec) {
+            if !desired.security_group_recorded {
                 return Ok((Vec::new(), None));
             }
             let (groups, ports) = self.security_groups_to_remove(&spec.service).await?;

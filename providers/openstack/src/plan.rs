@@ -637,6 +637,9 @@ pub struct Desired {
     pub ingress_hostname_suffix: Option<String>,
     /// The members' subnet (where `manage-security-groups` attaches the Service's group).
     pub member_subnet_id: Option<String>,
+    /// kube-lb recorded on the Service that it made a security group for it (so one is to
+    /// be converged, or removed once `manage-security-groups` is off).
+    pub security_group_recorded: bool,
 }
 
 impl Desired {
@@ -1043,6 +1046,7 @@ pub fn desired(
         floating_ip_address: requested.filter(|_| !internal),
         floating_ip_marks: FloatingIpMarks::new(cluster, &spec.service),
         keep_floating_ip: os.keep_floating_ip,
+        security_group_recorded: os.security_group_recorded,
         legacy_name: legacy_load_balancer_name(&spec.service),
         hostname: os.hostname.clone(),
         ingress_hostname_suffix: (config.enable_ingress_hostname && os.proxy_protocol.is_some())

@@ -843,14 +843,6 @@ struct ObservedSecurityGroup {
     ports: Vec<Port>,
 }
 
-/// True when kube-lb recorded on the Service that it made a security group for it.
-fn recorded_security_group(spec: &LoadBalancerSpec) -> bool {
-    match &spec.provider {
-        kube_lb_annotations::ProviderSpec::Openstack(os) => os.security_group_recorded,
-        _ => false,
-    }
-}
-
 /// True unless `lb` is being deleted or gone.
 fn is_live(lb: &LoadBalancer) -> bool {
     !matches!(

@@ -116,6 +116,7 @@ router bgp 64512
  bgp router-id 10.9.0.1
  no bgp default ipv4-unicast
  no bgp network import-check
+ bgp graceful-restart-disable
  neighbor 10.9.0.254 remote-as 64500
  neighbor 10.9.0.254 description r1
  neighbor 10.9.0.254 bfd
@@ -279,4 +280,26 @@ fn frr_parses_the_rendered_configuration() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_dead_mans_commands_withdraw_every_prefix_and_keep_the_sessions() {
+    let desired = sample();
+    let prefixes: BTreeSet<IpNet> = desired.routes.keys().copied().collect();
+    let got = withdrawal_commands(instance_asn(&desired), &prefixes);
+    assert_eq!(
+        got,
+        "router bgp 64512
+ address-family ipv4 unicast
+  no network 203.0.113.7/32
+  no network 203.0.113.8/32
+ exit-address-family
+ address-family ipv6 unicast
+  no network 2001:db8:1::7/128
+ exit-address-family
+exit
+"
+    );
+    assert!(!got.contains("neighbor"), "sessions stay up: {got}");
+    assert_eq!(withdrawal_commands(None, &prefixes), "");
 }

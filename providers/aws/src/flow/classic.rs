@@ -84,7 +84,7 @@ impl EnsureFlow<'_> {
         fp: u64,
     ) -> Result<Plan<AwsStep>, AwsError> {
         let provider = self.provider;
-        let spec = self.spec;
+        let ServiceSpec { spec, aws } = self.svc;
         let clients = provider.clients_ref();
         let config = provider.config_ref();
         let name = self.name.clone();
@@ -130,8 +130,7 @@ impl EnsureFlow<'_> {
             observed.as_ref().and_then(|o| o.vpc_id.as_deref()),
         )?;
         let internal = spec.scheme == Scheme::Internal;
-        let subnets = provider.subnets(spec, &vpc, internal).await?;
-        let aws = desired::aws_spec(spec)?;
+        let subnets = provider.subnets(aws, &vpc, internal).await?;
         // One read serves the Service's own group and the node groups.
         let observed_groups = if config.disable_security_group_ingress {
             None
@@ -196,7 +195,7 @@ impl EnsureFlow<'_> {
         let groups = desired::with_extra_groups(primary, &aws.extra_security_groups);
         let desired = desired::clb(
             &provider.context(&name),
-            spec,
+            self.svc,
             &Placement {
                 subnets,
                 security_groups: groups.clone(),

@@ -24,6 +24,7 @@ use kube_lb_provider_core::naming::load_balancer_name;
 use kube_lb_provider_core::{BackendNode, LoadBalancerIngress, LoadBalancerStatus, ProviderError};
 
 use crate::clb::plan::ClbDesired;
+use crate::desired::ServiceSpec;
 use crate::error::AwsError;
 use crate::nlb::plan::{NlbDesired, NlbObserved};
 use crate::nodes;
@@ -104,7 +105,8 @@ enum Outcome {
 /// `ensure` of one Service, for either kind.
 pub(crate) struct EnsureFlow<'a> {
     provider: &'a AwsProvider,
-    spec: &'a LoadBalancerSpec,
+    /// The Service's spec and its AWS part, unpacked once by the provider's entry.
+    svc: ServiceSpec<'a>,
     backends: &'a [BackendNode],
     mode: Mode,
     kind: Kind,
@@ -120,10 +122,10 @@ pub(crate) struct EnsureFlow<'a> {
 }
 
 impl<'a> EnsureFlow<'a> {
-    /// A flow for `spec` of `kind`.
+    /// A flow for `svc` of `kind`.
     pub(crate) fn new(
         provider: &'a AwsProvider,
-        spec: &'a LoadBalancerSpec,
+        svc: ServiceSpec<'a>,
         backends: &'a [BackendNode],
         mode: Mode,
         kind: Kind,
@@ -131,12 +133,12 @@ impl<'a> EnsureFlow<'a> {
     ) -> Self {
         EnsureFlow {
             provider,
-            spec,
+            svc,
             backends,
             mode,
             kind,
             retire_other,
-            name: load_balancer_name(&spec.service.uid),
+            name: load_balancer_name(&svc.spec.service.uid),
             runner: Runner::default(),
             outcome: None,
             described_clb: None,
@@ -181,9 +183,9 @@ impl<'a> EnsureFlow<'a> {
         self.outcome = None;
         let instances = self
             .provider
-            .backend_instances(self.spec, self.backends)
+            .backend_instances(self.svc.aws, self.backends)
             .await?;
-        let fp = fingerprint(self.spec, &instances.candidate_groups);
+        let fp = fingerprint(self.svc.spec, &instances.candidate_groups);
         match self.kind {
             Kind::Classic => {
                 if self.mode == Mode::Execute

@@ -8,7 +8,7 @@ use kube_lb_provider_core::converge::Plan;
 use crate::calls::ops;
 use crate::config::NlbSecurityGroupMode;
 use crate::delete::{Foreign, observe_clb_side};
-use crate::desired::{self};
+use crate::desired;
 use crate::error::AwsError;
 use crate::naming::clb_security_group_name;
 use crate::nlb;
@@ -27,7 +27,8 @@ impl EnsureFlow<'_> {
         fp: u64,
     ) -> Result<Plan<AwsStep>, AwsError> {
         let provider = self.provider;
-        let spec = self.spec;
+        let svc = self.svc;
+        let spec = svc.spec;
         let clients = provider.clients_ref();
         let config = provider.config_ref();
         let name = self.name.clone();
@@ -51,7 +52,7 @@ impl EnsureFlow<'_> {
         }
         let vpc = provider.vpc(&instances.instances, None)?;
         let internal = spec.scheme == Scheme::Internal;
-        let subnets = provider.subnets(spec, &vpc, internal).await?;
+        let subnets = provider.subnets(svc.aws, &vpc, internal).await?;
         let observed_groups = if config.disable_security_group_ingress {
             None
         } else {
@@ -76,15 +77,14 @@ impl EnsureFlow<'_> {
         } else {
             None
         };
-        let aws = desired::aws_spec(spec)?;
         let groups = if config.nlb_security_group_mode == NlbSecurityGroupMode::Managed {
-            aws.security_groups.clone()
+            svc.aws.security_groups.clone()
         } else {
             Vec::new()
         };
         let desired = desired::nlb(
             &provider.context(&name),
-            spec,
+            svc,
             &subnets,
             groups,
             instances.ids.clone(),
@@ -96,7 +96,7 @@ impl EnsureFlow<'_> {
         let mut rest = steps::nlb_steps(observed.as_ref(), &desired, &actions);
         if let Some(observed_groups) = &observed_groups {
             let plan = provider
-                .nlb_node_rules_plan(spec, &vpc, &instances.instances, observed_groups)
+                .nlb_node_rules_plan(svc, &vpc, &instances.instances, observed_groups)
                 .await?;
             rest.extend(steps::rule_steps(&plan));
         }

@@ -96,3 +96,34 @@ async fn operations_without_retry_after_are_polled_at_the_short_default() {
     assert!(arm.load_balancers().is_empty());
     assert!(arm.public_ips().is_empty());
 }
+
+#[tokio::test]
+async fn an_operation_running_past_the_poll_budget_ends_retryable_and_named() {
+    let arm = kube_lb_mock_azure::MockArm::builder()
+        .subnet(RG, VNET, "10.224.0.0/12", "nodes", "10.224.0.0/16")
+        .security_group(RG, NSG)
+        .without_retry_after()
+        .lro_polls(10)
+        .start()
+        .await
+        .unwrap();
+    let mut options = fast_options();
+    options.poll.max_polls = 3;
+    let provider = provider_for(&arm, options);
+    let error = provider
+        .ensure(&svc("web", UID_A).spec(), &nodes(1))
+        .await
+        .expect_err("the first write's operation outlasts the budget");
+    assert!(error.is_retryable(), "{error:?}");
+    assert!(
+        error.to_string().contains("still running after 3 polls"),
+        "{error}"
+    );
+    // The budget is polls, not time: exactly three, then the wait gives up.
+    let polls = arm
+        .journal()
+        .iter()
+        .filter(|e| e.path.contains("/operations/"))
+        .count();
+    assert_eq!(polls, 3);
+}
