@@ -21,9 +21,16 @@ for overlay in deploy/overlays/*/; do
          echo "deploy: overlay $name grants the local provider's IPPool/Namespace access"; status=1; continue
        fi ;;
   esac
-  # The BGP component (the proxy's BGP kinds and its one Secret) belongs to bare-metal only.
+  # The BGP components (the proxy's BGP kinds and its one Secret; FRR beside the proxy) belong
+  # to bare-metal only; tests/integration/deploy_bgp.rs checks the sidecar itself.
   if [ "$name" != bare-metal ] && grep -q 'kube-lb-proxy-bgp' "$out/$name.yaml"; then
     echo "deploy: overlay $name grants the proxy's BGP access"; status=1; continue
+  fi
+  if [ "$name" != bare-metal ] && grep -qE 'quay.io/frrouting/frr|kube-lb-frr|- --bgp$' "$out/$name.yaml"; then
+    echo "deploy: overlay $name runs FRR or the proxy's BGP speaker"; status=1; continue
+  fi
+  if [ "$name" = bare-metal ] && ! grep -q 'quay.io/frrouting/frr:' "$out/$name.yaml"; then
+    echo "deploy: overlay bare-metal has no FRR sidecar"; status=1; continue
   fi
   if ! .venv/bin/kubernetes-validate --quiet --strict -k "$K8S_VERSION" "$out/$name.yaml"; then
     echo "deploy: overlay $name fails schema validation"; status=1; continue

@@ -20,6 +20,7 @@ mod controller_metrics;
 mod controller_resilience;
 mod dataplane_proxy_cli;
 mod dataplane_userspace_cli;
+mod deploy_bgp;
 mod deploy_iam;
 mod deploy_rbac;
 mod deploy_webhook;

@@ -1,7 +1,7 @@
 //! The metric reference in `docs/operations.md` against what the binaries export, both ways:
-//! every family a running controller, proxy or Layer-2 announcer exports is in the table with
-//! its type and every label its samples carry, and every family of the table is exported by the
-//! endpoint the table names. The check itself runs in
+//! every family a running controller, proxy, Layer-2 announcer or BGP speaker exports is in the
+//! table with its type and every label its samples carry, and every family of the table is
+//! exported by the endpoint the table names. The check itself runs in
 //! `monitoring::every_metric_the_alerts_and_dashboard_use_is_exported`, after its scenario;
 //! this module parses the table and the expositions and compares them (pure, tested below).
 
@@ -23,7 +23,7 @@ pub(crate) struct MetricFamily {
 }
 
 /// The table's rows: `| `name` | type | `label`, … or — | endpoint | meaning |`, keyed by
-/// endpoint (`controller`, `proxy`, `announcer`).
+/// endpoint (`controller`, `proxy`, `announcer`, `speaker`).
 pub(crate) fn documented(markdown: &str) -> Result<BTreeMap<String, Vec<MetricFamily>>, String> {
     let section = markdown
         .split_once(HEADING)

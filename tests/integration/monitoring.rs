@@ -1,7 +1,8 @@
 //! `deploy/components/monitoring/` against the binaries: every metric the alert rules and the
 //! three Grafana dashboards query is exported on `/metrics` of a running `kube-lb controller`
-//! (`kube_lb_*` names), `kube-lb proxy` (`kube_lb_proxy_*`, `kube_lb_dataplane_*`) or the
-//! proxy's Layer-2 announcer (`kube_lb_l2_*`); the PrometheusRule's `spec` passes
+//! (`kube_lb_*` names), `kube-lb proxy` (`kube_lb_proxy_*`, `kube_lb_dataplane_*`), the
+//! proxy's Layer-2 announcer (`kube_lb_l2_*`) or its BGP speaker (`kube_lb_bgp_*`); the
+//! PrometheusRule's `spec` passes
 //! `promtool check rules` and its unit tests (`promtool test rules`), which test every alert;
 //! each dashboard is valid JSON whose every panel queries something; `deploy/overlays/monitoring`
 //! and a cloud overlay with the component render the PrometheusRule and one ConfigMap per
@@ -389,6 +390,13 @@ fn every_alert_carries_severity_summary_and_description() {
         "KubeLbIpPoolUsageCritical",
         "KubeLbIpPoolExhausted",
         "KubeLbCloudCallsFailing",
+        // And those of BGP announcement (issue 38): sessions, BFD, prefixes not sent, FRR
+        // refusing the configuration, invalid BGP objects.
+        "KubeLbBgpSessionDown",
+        "KubeLbBgpBfdDown",
+        "KubeLbBgpPrefixesNotAdvertised",
+        "KubeLbBgpConfigReloadFailing",
+        "KubeLbBgpConfigProblems",
     ] {
         assert!(alerts.contains(want), "{want} missing from {alerts:?}");
     }
@@ -821,6 +829,9 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
 
     let port = free_port();
     let l2_port = free_port();
+    let bgp_port = free_port();
+    let frr_dir = dir.path().join("frr");
+    std::fs::create_dir_all(&frr_dir).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_kube-lb"));
     command
         .env("PATH", refusing_nft(dir.path()))
@@ -844,6 +855,15 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         ])
         .args(["--l2-metrics-addr", &format!("127.0.0.1:{l2_port}")])
         .args(["--l2-lease-namespace", "default"])
+        // The BGP speaker serves its /metrics at once; with no FRR beside it (nothing answers
+        // in the directory, no VTY socket) its hand-overs time out and count as failed
+        // reloads, and no session leaves this machine.
+        .args(["--bgp", "--bgp-router-id", "192.0.2.1"])
+        .args(["--bgp-metrics-addr", &format!("127.0.0.1:{bgp_port}")])
+        .arg("--bgp-frr-conf-dir")
+        .arg(&frr_dir)
+        .arg("--bgp-frr-vty-dir")
+        .arg(&frr_dir)
         .arg("--kubeconfig")
         .arg(&kubeconfig);
     let mut proxy = Process::start(
@@ -908,9 +928,18 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         )
         .await;
 
+    let bgp_text = proxy
+        .scrape_at_until(
+            &format!("http://127.0.0.1:{bgp_port}/metrics"),
+            "the BGP speaker's metrics",
+            |text| text.contains("# TYPE kube_lb_bgp_session_up gauge"),
+        )
+        .await;
+
     let controller_names = exported_names(&controller_text);
     let proxy_names = exported_names(&proxy_text);
     let l2_names = exported_names(&l2_text);
+    let bgp_names = exported_names(&bgp_text);
     // Every query of the rules and of every dashboard, read by the one tokenizer.
     let mut uses: Vec<(String, String)> = rule_expressions()
         .into_iter()
@@ -936,6 +965,8 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
                 ("proxy", &proxy_names)
             } else if name.starts_with("kube_lb_l2_") {
                 ("Layer-2 announcer", &l2_names)
+            } else if name.starts_with("kube_lb_bgp_") {
+                ("BGP speaker", &bgp_names)
             } else {
                 ("controller", &controller_names)
             };
@@ -948,7 +979,7 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
     assert!(
         missing.is_empty(),
         "{}\n\ncontroller /metrics:\n{controller_text}\nproxy /metrics:\n{proxy_text}\n\
-         announcer /metrics:\n{l2_text}",
+         announcer /metrics:\n{l2_text}\nBGP speaker /metrics:\n{bgp_text}",
         missing.join("\n")
     );
     // Each alert's input is in the files: a tokenizer that found nothing would pass vacuously.
@@ -968,11 +999,17 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         "kube_lb_ip_pool_addresses_assigned",
         "kube_lb_ip_pool_addresses_available",
         "kube_lb_dataplane_repairs_total",
+        "kube_lb_bgp_session_up",
+        "kube_lb_bgp_bfd_session_up",
+        "kube_lb_bgp_desired_prefixes",
+        "kube_lb_bgp_announced_prefixes_total",
+        "kube_lb_bgp_config_reloads_total",
+        "kube_lb_bgp_config_problems",
     ] {
         assert!(checked.contains(name), "{name} not used: {checked:?}");
     }
 
-    // The metric reference, both ways, against what the three endpoints export.
+    // The metric reference, both ways, against what the four endpoints export.
     let table = crate::metric_table::documented(&read(crate::metric_table::PAGE))
         .unwrap_or_else(|e| panic!("{}: {e}", crate::metric_table::PAGE));
     let scraped = std::collections::BTreeMap::from([
@@ -987,6 +1024,10 @@ async fn every_metric_the_alerts_and_dashboard_use_is_exported() {
         (
             "announcer".to_string(),
             crate::metric_table::exported(&l2_text),
+        ),
+        (
+            "speaker".to_string(),
+            crate::metric_table::exported(&bgp_text),
         ),
     ]);
     let problems = crate::metric_table::compare(&table, &scraped);
